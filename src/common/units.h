@@ -1,0 +1,21 @@
+// Byte sizes written the way people and Kubernetes write them.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+
+namespace berth {
+
+// Parses "1048576", "512Mi", "10Gi", "1G", "1500M", "2T", "1Ki", "1k"
+// (binary suffixes Ki Mi Gi Ti Pi Ei; decimal k/K M G T P E). Whitespace is
+// not allowed. INVALID_ARGUMENT for anything else, a negative number or an
+// overflow of int64.
+absl::StatusOr<int64_t> ParseByteSize(std::string_view text);
+
+// The shortest exact binary form: 10737418240 -> "10Gi", 1000 -> "1000".
+std::string FormatByteSize(int64_t bytes);
+
+}  // namespace berth

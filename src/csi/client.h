@@ -1,0 +1,47 @@
+// Dialing CSI drivers on unix sockets.
+//
+// ConnectUnix returns a channel once the driver's socket accepts a
+// connection, retrying with jittered exponential backoff while the socket is
+// missing or refusing (a driver that is still starting). CallWithRetry
+// repeats one RPC while it fails with UNAVAILABLE (the driver restarting).
+//
+//   auto channel = ConnectUnix("unix:///var/lib/kubelet/plugins/x/csi.sock", {});
+//   if (!channel.ok()) return channel.status();
+//   auto identity = csi::v1::Identity::NewStub(*channel);
+//
+// Thread-safety: the functions are thread-safe; a channel may be shared.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "common/backoff.h"
+#include "grpcpp/channel.h"
+#include "grpcpp/support/status.h"
+
+namespace berth::csi {
+
+struct ConnectOptions {
+  // How long to keep trying before DEADLINE_EXCEEDED.
+  absl::Duration timeout = absl::Seconds(30);
+  Backoff::Options backoff = {.initial = absl::Milliseconds(20), .max = absl::Seconds(1)};
+};
+
+// A connected channel to the unix socket named by `endpoint`
+// (unix:///abs/path or /abs/path). INVALID_ARGUMENT for a bad endpoint,
+// DEADLINE_EXCEEDED when nothing answered within `options.timeout`.
+absl::StatusOr<std::shared_ptr<grpc::Channel>> ConnectUnix(std::string_view endpoint,
+                                                           const ConnectOptions& options);
+
+// Calls `call` until it returns something other than UNAVAILABLE or until
+// `timeout` has passed, sleeping `backoff` between attempts. Returns the last
+// status. `call` must set its own per-attempt deadline.
+grpc::Status CallWithRetry(const std::function<grpc::Status()>& call, absl::Duration timeout,
+                           Backoff::Options backoff = {.initial = absl::Milliseconds(50),
+                                                       .max = absl::Seconds(2)});
+
+}  // namespace berth::csi

@@ -1,0 +1,125 @@
+// berth-csi: the berth CSI driver. A thin main over berth::driver.
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+#include <string>
+
+#include "CLI/CLI.hpp"
+#include "berth/version.h"
+#include "common/logging.h"
+#include "common/signals.h"
+#include "common/units.h"
+#include "csi/server.h"
+#include "driver/identity_service.h"
+#include "driver/options.h"
+#include "spdlog/spdlog.h"
+
+namespace {
+
+constexpr int kExitUsage = 2;
+constexpr int kExitFailure = 1;
+
+std::string Hostname() {
+  char buf[256] = {};
+  if (::gethostname(buf, sizeof(buf) - 1) != 0) return "";
+  return buf;
+}
+
+// The pool is usable when it is a writable directory.
+absl::StatusOr<bool> PoolReady(const std::string& pool) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(pool, ec)) return false;
+  return ::access(pool.c_str(), W_OK) == 0;
+}
+
+int Run(const berth::driver::DriverOptions& options, absl::Duration grace) {
+  using ::csi::v1::PluginCapability;
+  std::error_code ec;
+  std::filesystem::create_directories(options.pool, ec);
+  if (ec) {
+    spdlog::error("cannot create pool directory {}: {}", options.pool, ec.message());
+    return kExitFailure;
+  }
+  berth::driver::IdentityService identity(options.driver_name, berth::kVersion, {},
+                                          [pool = options.pool] { return PoolReady(pool); });
+  auto server = berth::csi::CsiServer::Start({.endpoint = options.endpoint}, {&identity});
+  if (!server.ok()) {
+    spdlog::error("cannot serve CSI: {}", server.status().ToString());
+    return kExitFailure;
+  }
+  spdlog::info("berth-csi {} driver={} node={} pool={}", berth::kVersion, options.driver_name,
+               options.node_id, options.pool);
+  const int sig = berth::WaitForTerminationSignal();
+  spdlog::info("signal {} received; draining calls for up to {}", sig,
+               absl::FormatDuration(grace));
+  (*server)->Shutdown(grace);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // Before any thread exists: signals are only taken by WaitForTerminationSignal.
+  berth::BlockTerminationSignals();
+
+  berth::driver::DriverOptions options;
+  std::string pool_size;
+  std::string log_level = "info";
+  double grace_seconds = 10;
+
+  CLI::App app{"berth-csi: a CSI driver serving volumes from a local pool of sparse images",
+               "berth-csi"};
+  app.set_version_flag("--version", std::string("berth-csi ") + berth::kVersion);
+  app.add_option("--endpoint", options.endpoint,
+                 "CSI endpoint, unix:///abs/path (default: "
+                 "unix://<kubelet-root>/plugins/<driver-name>/csi.sock)")
+      ->envname("CSI_ENDPOINT");
+  app.add_option("--node-id", options.node_id, "this node's ID (default: the host name)")
+      ->envname("NODE_ID");
+  app.add_option("--pool", options.pool, "pool directory holding volume images")->required();
+  app.add_option("--pool-image", options.pool_image,
+                 "XFS image file to create (if missing) and mount at --pool");
+  app.add_option("--pool-size", pool_size, "size of a new --pool-image, e.g. 20Gi");
+  app.add_option("--driver-name", options.driver_name, "CSI driver name")
+      ->capture_default_str();
+  app.add_option("--kubelet-root", options.kubelet_root, "kubelet's root directory")
+      ->capture_default_str();
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off")
+      ->capture_default_str();
+  app.add_option("--shutdown-grace", grace_seconds,
+                 "seconds in-flight calls may take to finish on SIGTERM/SIGINT")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  CLI11_PARSE(app, argc, argv);
+
+  if (absl::Status s = berth::InitLogging(log_level); !s.ok()) {
+    std::cerr << "berth-csi: " << s.message() << "\n";
+    return kExitUsage;
+  }
+  if (options.node_id.empty()) options.node_id = Hostname();
+  if (options.endpoint.empty()) {
+    options.endpoint =
+        "unix://" + options.kubelet_root + "/plugins/" + options.driver_name + "/csi.sock";
+  }
+  if (!pool_size.empty()) {
+    auto size = berth::ParseByteSize(pool_size);
+    if (!size.ok()) {
+      std::cerr << "berth-csi: --pool-size: " << size.status().message() << "\n";
+      return kExitUsage;
+    }
+    options.pool_size_bytes = *size;
+  }
+  if (absl::Status s = berth::driver::ValidateDriverOptions(options); !s.ok()) {
+    std::cerr << "berth-csi: " << s.message() << "\n";
+    return kExitUsage;
+  }
+  if (!options.pool_image.empty()) {
+    std::cerr << "berth-csi: --pool-image is not available in this build yet; "
+                 "prepare the pool directory and pass --pool alone\n";
+    return kExitUsage;
+  }
+  return Run(options, absl::Seconds(grace_seconds));
+}

@@ -1,0 +1,35 @@
+// berth-csi's configuration, as given on the command line, and its checks.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+
+namespace berth::driver {
+
+inline constexpr char kDefaultDriverName[] = "local.csi.berth.io";
+inline constexpr char kDefaultKubeletRoot[] = "/var/lib/kubelet";
+
+struct DriverOptions {
+  std::string endpoint;             // unix:///abs/path or /abs/path
+  std::string node_id;              // this node's ID in NodeGetInfo and topology
+  std::string pool;                 // pool directory (absolute)
+  std::string pool_image;           // optional self-contained pool image file
+  int64_t pool_size_bytes = 0;      // size of a new pool image
+  std::string driver_name = kDefaultDriverName;
+  std::string kubelet_root = kDefaultKubeletRoot;
+};
+
+// INVALID_ARGUMENT naming the flag when a value is unusable:
+//  - driver name: the spec's rules (at most 63 characters, alphanumerics,
+//    '-', '_' and '.', starting and ending with an alphanumeric);
+//  - node id: non-empty, at most 256 bytes, printable ASCII;
+//  - pool, kubelet root, pool image: absolute paths without "..";
+//  - pool image needs a positive pool size when the image does not exist yet.
+absl::Status ValidateDriverOptions(const DriverOptions& options);
+
+// The CSI spec's rule for a plugin name (GetPluginInfoResponse.name).
+absl::Status ValidateDriverName(const std::string& name);
+
+}  // namespace berth::driver
