@@ -3,13 +3,16 @@
 // Debian 12's abseil is built with its own absl::string_view (not an alias of
 // std::string_view), so absl::StrCat does not accept std::string_view. berth's
 // interfaces use std::string_view; this StrCat accepts it, plus strings,
-// C strings, characters and numbers (formatted by fmt).
+// absl::string_view (status messages), C strings, characters and numbers
+// (formatted by fmt).
 #pragma once
 
 #include <concepts>
 #include <string>
 #include <string_view>
+#include <vector>
 
+#include "absl/strings/string_view.h"
 #include "fmt/format.h"
 
 namespace berth {
@@ -17,6 +20,8 @@ namespace strings_internal {
 
 inline void Append(std::string& out, std::string_view s) { out.append(s); }
 inline void Append(std::string& out, const char* s) { out.append(s); }
+inline void Append(std::string& out, absl::string_view s) { out.append(s.data(), s.size()); }
+inline void Append(std::string& out, const std::string& s) { out.append(s); }
 inline void Append(std::string& out, char c) { out.push_back(c); }
 template <typename T>
   requires(std::integral<T> || std::floating_point<T>) && (!std::same_as<T, char>)
@@ -31,6 +36,21 @@ std::string StrCat(const Args&... args) {
   std::string out;
   (strings_internal::Append(out, args), ...);
   return out;
+}
+
+// Splits `s` at every `sep` (empty pieces kept). The views point into `s`.
+inline std::vector<std::string_view> Split(std::string_view s, char sep) {
+  std::vector<std::string_view> out;
+  size_t start = 0;
+  while (true) {
+    size_t end = s.find(sep, start);
+    if (end == std::string_view::npos) {
+      out.push_back(s.substr(start));
+      return out;
+    }
+    out.push_back(s.substr(start, end - start));
+    start = end + 1;
+  }
 }
 
 }  // namespace berth

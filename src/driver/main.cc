@@ -13,7 +13,8 @@
 #include "common/signals.h"
 #include "common/units.h"
 #include "csi/server.h"
-#include "driver/identity_service.h"
+#include "common/exec.h"
+#include "driver/driver.h"
 #include "driver/options.h"
 #include "spdlog/spdlog.h"
 
@@ -28,24 +29,18 @@ std::string Hostname() {
   return buf;
 }
 
-// The pool is usable when it is a writable directory.
-absl::StatusOr<bool> PoolReady(const std::string& pool) {
-  std::error_code ec;
-  if (!std::filesystem::is_directory(pool, ec)) return false;
-  return ::access(pool.c_str(), W_OK) == 0;
-}
-
 int Run(const berth::driver::DriverOptions& options, absl::Duration grace) {
-  using ::csi::v1::PluginCapability;
-  std::error_code ec;
-  std::filesystem::create_directories(options.pool, ec);
-  if (ec) {
-    spdlog::error("cannot create pool directory {}: {}", options.pool, ec.message());
+  berth::LinuxCommandRunner runner;
+  berth::driver::LinuxLoopDevices loops;
+  berth::driver::LinuxMounter mounter;
+  berth::driver::LinuxFormatter formatter(runner);
+  berth::driver::LinuxFreezer freezer;
+  auto driver = berth::driver::Driver::Open(options, {&loops, &mounter, &formatter, &freezer});
+  if (!driver.ok()) {
+    spdlog::error("cannot open the pool: {}", driver.status().ToString());
     return kExitFailure;
   }
-  berth::driver::IdentityService identity(options.driver_name, berth::kVersion, {},
-                                          [pool = options.pool] { return PoolReady(pool); });
-  auto server = berth::csi::CsiServer::Start({.endpoint = options.endpoint}, {&identity});
+  auto server = berth::csi::CsiServer::Start({.endpoint = options.endpoint}, (*driver)->services());
   if (!server.ok()) {
     spdlog::error("cannot serve CSI: {}", server.status().ToString());
     return kExitFailure;
@@ -87,6 +82,12 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--kubelet-root", options.kubelet_root, "kubelet's root directory")
       ->capture_default_str();
+  app.add_option("--overprovision-ratio", options.overprovision_ratio,
+                 "provisioned sizes may add up to pool size x this ratio")
+      ->capture_default_str();
+  app.add_option("--max-volumes", options.max_volumes,
+                 "volumes per node reported by NodeGetInfo (0: no limit)")
+      ->capture_default_str();
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off")
       ->capture_default_str();
   app.add_option("--shutdown-grace", grace_seconds,
@@ -114,11 +115,6 @@ int main(int argc, char** argv) {
   }
   if (absl::Status s = berth::driver::ValidateDriverOptions(options); !s.ok()) {
     std::cerr << "berth-csi: " << s.message() << "\n";
-    return kExitUsage;
-  }
-  if (!options.pool_image.empty()) {
-    std::cerr << "berth-csi: --pool-image is not available in this build yet; "
-                 "prepare the pool directory and pass --pool alone\n";
     return kExitUsage;
   }
   return Run(options, absl::Seconds(grace_seconds));

@@ -56,6 +56,10 @@ absl::Status ValidateDriverOptions(const DriverOptions& o) {
   }
   if (absl::Status s = ValidateAbsolutePath("pool", o.pool); !s.ok()) return s;
   if (absl::Status s = ValidateAbsolutePath("kubelet-root", o.kubelet_root); !s.ok()) return s;
+  if (!(o.overprovision_ratio > 0) || o.overprovision_ratio > 1000) {
+    return absl::InvalidArgumentError("--overprovision-ratio must be in (0, 1000]");
+  }
+  if (o.max_volumes < 0) return absl::InvalidArgumentError("--max-volumes must not be negative");
   if (!o.pool_image.empty()) {
     if (absl::Status s = ValidateAbsolutePath("pool-image", o.pool_image); !s.ok()) return s;
     if (o.pool_size_bytes < 0) return absl::InvalidArgumentError("--pool-size must be positive");

@@ -19,6 +19,8 @@ struct DriverOptions {
   int64_t pool_size_bytes = 0;      // size of a new pool image
   std::string driver_name = kDefaultDriverName;
   std::string kubelet_root = kDefaultKubeletRoot;
+  double overprovision_ratio = 1.0;  // thin provisioning factor
+  int64_t max_volumes = 0;           // NodeGetInfo max_volumes_per_node; 0 = no limit
 };
 
 // INVALID_ARGUMENT naming the flag when a value is unusable:

@@ -1,0 +1,66 @@
+// What berth-csi's services share: configuration, the pool, the kernel
+// interfaces, and the per-object operation locks.
+#pragma once
+
+#include <map>
+#include <string>
+
+#include "csi/v1/csi.pb.h"
+#include "driver/mount/filesystem.h"
+#include "driver/mount/loop.h"
+#include "driver/mount/mounter.h"
+#include "driver/operation_locks.h"
+#include "driver/options.h"
+#include "driver/pool/pool.h"
+
+namespace berth::driver {
+
+// The topology key berth-csi reports; its value is the node ID.
+inline constexpr char kTopologyKey[] = "topology.berth.io/node";
+
+// Not owned pointers; all outlive the services. Thread-safety: the members
+// are thread-safe.
+struct DriverContext {
+  DriverOptions options;  // kubelet_root and pool are canonical
+  Pool* pool = nullptr;
+  LoopDevices* loops = nullptr;
+  Mounter* mounter = nullptr;
+  Formatter* formatter = nullptr;
+  Freezer* freezer = nullptr;
+  OperationLocks locks;
+
+  // {topology.berth.io/node: <node id>}
+  ::csi::v1::Topology NodeTopology() const;
+
+  // Runs a clone of `source` with its filesystem frozen when it is staged
+  // here as a mounted filesystem (thaw guaranteed, also on error).
+  Quiesce QuiesceFor(const VolumeRecord& source);
+};
+
+// Freezes every path in `paths` (in order), runs `fn`, thaws all that were
+// frozen (in reverse order) whatever `fn` returned. A failed freeze thaws
+// what was frozen and returns the error without running `fn`.
+absl::Status WithFrozen(Freezer& freezer, const std::vector<std::string>& paths,
+                        const std::function<absl::Status()>& fn);
+
+// ---- Checks on CSI messages shared by the services ----
+
+// The filesystem a capability asks for, "ext4" when it names none.
+std::string RequestedFsType(const ::csi::v1::VolumeCapability& cap);
+
+// INVALID_ARGUMENT unless `cap` names an access type and a mode berth-csi
+// supports (single-node modes: volumes are local to one node) and a
+// supported filesystem.
+absl::Status CheckCapability(const ::csi::v1::VolumeCapability& cap);
+
+// Whether `cap` can be served by the volume `r` (same access type, same
+// filesystem); a message saying why not otherwise.
+absl::Status CheckCapabilityFits(const ::csi::v1::VolumeCapability& cap, const VolumeRecord& r);
+
+bool IsReadOnlyMode(const ::csi::v1::VolumeCapability& cap);
+
+// Fills a CSI Volume message from a record.
+void FillVolume(const VolumeRecord& r, const DriverContext& ctx, ::csi::v1::Volume* out);
+void FillSnapshot(const SnapshotRecord& r, ::csi::v1::Snapshot* out);
+
+}  // namespace berth::driver

@@ -1,0 +1,115 @@
+#include "driver/driver.h"
+
+#include <stdlib.h>
+
+#include <filesystem>
+
+#include "berth/version.h"
+#include "common/fs.h"
+#include "common/status.h"
+#include "common/strings.h"
+#include "driver/pool/pool_image.h"
+#include "spdlog/spdlog.h"
+
+namespace berth::driver {
+namespace {
+
+absl::StatusOr<std::string> Canonical(const std::string& path) {
+  BERTH_RETURN_IF_ERROR(MakeDirs(path, 0750));
+  char* real = ::realpath(path.c_str(), nullptr);
+  if (real == nullptr) return ErrnoStatus(errno, StrCat("resolve ", path));
+  std::string out = real;
+  ::free(real);
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Driver>> Driver::Open(DriverOptions options, Deps deps) {
+  std::unique_ptr<Driver> d(new Driver());
+  BERTH_ASSIGN_OR_RETURN(options.kubelet_root, Canonical(options.kubelet_root));
+  if (!options.pool_image.empty()) {
+    BERTH_RETURN_IF_ERROR(MakeDirs(options.pool, 0700));
+    BERTH_ASSIGN_OR_RETURN(std::string pool, Canonical(options.pool));
+    std::string image = options.pool_image;
+    if (char* real = ::realpath(image.c_str(), nullptr)) {
+      image = real;
+      ::free(real);
+    }
+    BERTH_RETURN_IF_ERROR(EnsurePoolImage(image, options.pool_size_bytes, pool, *deps.loops,
+                                          *deps.mounter, *deps.formatter));
+    options.pool_image = image;
+  }
+  BERTH_ASSIGN_OR_RETURN(options.pool, Canonical(options.pool));
+  BERTH_ASSIGN_OR_RETURN(d->pool_, Pool::Open({.dir = options.pool,
+                                               .overprovision_ratio = options.overprovision_ratio}));
+  d->ctx_.options = options;
+  d->ctx_.pool = d->pool_.get();
+  d->ctx_.loops = deps.loops;
+  d->ctx_.mounter = deps.mounter;
+  d->ctx_.formatter = deps.formatter;
+  d->ctx_.freezer = deps.freezer;
+  BERTH_RETURN_IF_ERROR(d->Repair());
+
+  using ::csi::v1::PluginCapability;
+  d->identity_ = std::make_unique<IdentityService>(
+      options.driver_name, kVersion,
+      std::vector<PluginCapability>{
+          ServiceCapability(PluginCapability::Service::CONTROLLER_SERVICE),
+          ServiceCapability(PluginCapability::Service::VOLUME_ACCESSIBILITY_CONSTRAINTS),
+          ServiceCapability(PluginCapability::Service::GROUP_CONTROLLER_SERVICE),
+          ExpansionCapability(PluginCapability::VolumeExpansion::ONLINE),
+          ExpansionCapability(PluginCapability::VolumeExpansion::OFFLINE)},
+      [raw = d.get()] { return raw->Ready(); });
+  d->controller_ = std::make_unique<ControllerService>(d->ctx_);
+  d->node_ = std::make_unique<NodeService>(d->ctx_);
+  d->group_ = std::make_unique<GroupControllerService>(d->ctx_);
+  return d;
+}
+
+std::vector<grpc::Service*> Driver::services() {
+  return {identity_.get(), controller_.get(), node_.get(), group_.get()};
+}
+
+absl::StatusOr<bool> Driver::Ready() {
+  if (!ctx_.options.pool_image.empty()) {
+    auto m = ctx_.mounter->Find(ctx_.options.pool);
+    if (!m.ok() || !m->has_value()) return false;
+  }
+  return pool_->Writable();
+}
+
+absl::Status Driver::Repair() {
+  // Group members whose group record was never written: the group was never
+  // acknowledged, so its members go.
+  for (const auto& s : pool_->ListSnapshots()) {
+    if (!s.group_snapshot_id.empty() && !pool_->GetGroupSnapshot(s.group_snapshot_id)) {
+      spdlog::warn("removing snapshot {}: member of group {} that was never completed", s.id,
+                   s.group_snapshot_id);
+      BERTH_RETURN_IF_ERROR(pool_->DeleteSnapshot(s.id));
+    }
+  }
+  // Loop devices of pool images that nothing mounts and no staged block
+  // volume owns were left by a crash between attach and use.
+  BERTH_ASSIGN_OR_RETURN(auto loops, ctx_.loops->List());
+  BERTH_ASSIGN_OR_RETURN(auto mounts, ctx_.mounter->List());
+  const std::string prefix = ctx_.options.pool + "/";
+  for (const auto& l : loops) {
+    std::string backing = l.backing_file;
+    if (backing.ends_with(" (deleted)")) backing.resize(backing.size() - 10);
+    if (!backing.starts_with(prefix)) continue;
+    bool mounted = false;
+    for (const auto& m : mounts) mounted = mounted || m.source == l.device;
+    if (mounted) continue;
+    const std::string stem = std::filesystem::path(backing).stem().string();
+    if (backing.starts_with(prefix + "volumes/")) {
+      auto r = pool_->GetVolume(stem);
+      if (r && r->access_type == AccessType::kBlock && r->block_device == l.device) continue;
+    }
+    spdlog::warn("detaching {} ({}): left attached by an interrupted operation", l.device, backing);
+    BERTH_RETURN_IF_ERROR(ctx_.loops->Detach(l.device));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace berth::driver

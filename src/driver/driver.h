@@ -1,0 +1,59 @@
+// berth-csi assembled: the pool, the kernel interfaces and the four CSI
+// services, plus the repair pass that runs at every start.
+//
+//   LinuxLoopDevices loops; LinuxMounter mounter; ...
+//   auto driver = Driver::Open(options, {&loops, &mounter, &formatter, &freezer});
+//   CsiServer::Start({.endpoint = options.endpoint}, (*driver)->services());
+//
+// Thread-safety: thread-safe once opened.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "driver/context.h"
+#include "driver/controller_service.h"
+#include "driver/group_controller_service.h"
+#include "driver/identity_service.h"
+#include "driver/node_service.h"
+#include "grpcpp/impl/service_type.h"
+
+namespace berth::driver {
+
+class Driver {
+ public:
+  struct Deps {
+    LoopDevices* loops;
+    Mounter* mounter;
+    Formatter* formatter;
+    Freezer* freezer;
+  };
+
+  // Mounts the pool image (if configured), opens and repairs the pool, and
+  // repairs node state: detaches loop devices of pool images that nothing
+  // uses and removes group-snapshot members whose group was never recorded.
+  static absl::StatusOr<std::unique_ptr<Driver>> Open(DriverOptions options, Deps deps);
+
+  std::vector<grpc::Service*> services();
+  Pool& pool() { return *pool_; }
+  ControllerService& controller() { return *controller_; }
+  NodeService& node() { return *node_; }
+  GroupControllerService& group_controller() { return *group_; }
+
+  // Probe: ready while the pool is mounted (if it is an image) and writable.
+  absl::StatusOr<bool> Ready();
+
+ private:
+  Driver() = default;
+  absl::Status Repair();
+
+  std::unique_ptr<Pool> pool_;
+  DriverContext ctx_;
+  std::unique_ptr<IdentityService> identity_;
+  std::unique_ptr<ControllerService> controller_;
+  std::unique_ptr<NodeService> node_;
+  std::unique_ptr<GroupControllerService> group_;
+};
+
+}  // namespace berth::driver

@@ -1,0 +1,187 @@
+#include "driver/mount/mounter.h"
+
+#include <sys/mount.h>
+
+#include <cerrno>
+#include <map>
+#include <optional>
+
+#include "common/fs.h"
+#include "common/status.h"
+#include "common/strings.h"
+
+namespace berth::driver {
+namespace {
+
+struct FlagBits {
+  unsigned long set;
+  unsigned long clear;
+};
+
+const std::map<std::string, FlagBits>& KnownFlags() {
+  static const auto* flags = new std::map<std::string, FlagBits>{
+      {"ro", {MS_RDONLY, 0}},          {"rw", {0, MS_RDONLY}},
+      {"nosuid", {MS_NOSUID, 0}},      {"suid", {0, MS_NOSUID}},
+      {"nodev", {MS_NODEV, 0}},        {"dev", {0, MS_NODEV}},
+      {"noexec", {MS_NOEXEC, 0}},      {"exec", {0, MS_NOEXEC}},
+      {"sync", {MS_SYNCHRONOUS, 0}},   {"async", {0, MS_SYNCHRONOUS}},
+      {"dirsync", {MS_DIRSYNC, 0}},    {"noatime", {MS_NOATIME, 0}},
+      {"atime", {0, MS_NOATIME}},      {"nodiratime", {MS_NODIRATIME, 0}},
+      {"diratime", {0, MS_NODIRATIME}}, {"relatime", {MS_RELATIME, 0}},
+      {"norelatime", {0, MS_RELATIME}}, {"strictatime", {MS_STRICTATIME, 0}},
+      {"lazytime", {MS_LAZYTIME, 0}},  {"nolazytime", {0, MS_LAZYTIME}},
+      {"silent", {MS_SILENT, 0}},      {"loud", {0, MS_SILENT}},
+      {"defaults", {0, 0}},
+  };
+  return *flags;
+}
+
+// Flags that change what a mount *is* rather than how it behaves; never
+// accepted from a request.
+bool Forbidden(std::string_view f) {
+  for (std::string_view bad : {"bind", "rbind", "move", "remount", "shared", "rshared", "private",
+                               "rprivate", "slave", "rslave", "unbindable", "runbindable"}) {
+    if (f == bad) return true;
+  }
+  return false;
+}
+
+// Undoes mountinfo's octal escapes (\040 for space, ...).
+std::string Unescape(std::string_view s) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '\\' && i + 3 < s.size()) {
+      const char a = s[i + 1], b = s[i + 2], c = s[i + 3];
+      if (a >= '0' && a <= '7' && b >= '0' && b <= '7' && c >= '0' && c <= '7') {
+        out.push_back(static_cast<char>((a - '0') * 64 + (b - '0') * 8 + (c - '0')));
+        i += 3;
+        continue;
+      }
+    }
+    out.push_back(s[i]);
+  }
+  return out;
+}
+
+}  // namespace
+
+bool MountEntry::read_only() const {
+  for (std::string_view o : Split(options, ',')) {
+    if (o == "ro") return true;
+  }
+  return false;
+}
+
+absl::StatusOr<std::optional<MountEntry>> Mounter::Find(const std::string& target) {
+  BERTH_ASSIGN_OR_RETURN(auto entries, List());
+  std::optional<MountEntry> found;
+  for (auto& e : entries) {
+    if (e.target == target) found = e;  // later lines are mounted on top
+  }
+  return found;
+}
+
+absl::Status ParseMountFlags(const std::vector<std::string>& flags, unsigned long* ms_flags,
+                             std::string* data) {
+  *ms_flags = 0;
+  data->clear();
+  for (const std::string& flag : flags) {
+    for (std::string_view f : Split(flag, ',')) {
+      if (f.empty()) continue;
+      for (char c : f) {
+        if (static_cast<unsigned char>(c) < 0x21 || c == 0x7f) {
+          return absl::InvalidArgumentError(
+              StrCat("mount flag \"", std::string(f), "\" contains whitespace or control characters"));
+        }
+      }
+      if (Forbidden(f)) {
+        return absl::InvalidArgumentError(
+            StrCat("mount flag \"", std::string(f), "\" is not allowed"));
+      }
+      auto it = KnownFlags().find(std::string(f));
+      if (it != KnownFlags().end()) {
+        *ms_flags = (*ms_flags | it->second.set) & ~it->second.clear;
+        continue;
+      }
+      if (!data->empty()) data->push_back(',');
+      data->append(f.data(), f.size());
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<MountEntry>> ParseMountInfo(const std::string& text) {
+  std::vector<MountEntry> out;
+  for (std::string_view line : Split(text, '\n')) {
+    if (line.empty()) continue;
+    std::vector<std::string_view> f = Split(line, ' ');
+    // id parent major:minor root mountpoint options [optional...] - fstype source superoptions
+    size_t dash = 0;
+    for (size_t i = 6; i < f.size(); ++i) {
+      if (f[i] == "-") {
+        dash = i;
+        break;
+      }
+    }
+    if (f.size() < 10 || dash == 0 || dash + 2 >= f.size()) {
+      return absl::DataLossError(StrCat("malformed mountinfo line: ", std::string(line)));
+    }
+    MountEntry e;
+    std::string_view dev = f[2];
+    size_t colon = dev.find(':');
+    if (colon != std::string_view::npos) {
+      e.major = static_cast<unsigned>(std::stoul(std::string(dev.substr(0, colon))));
+      e.minor = static_cast<unsigned>(std::stoul(std::string(dev.substr(colon + 1))));
+    }
+    e.root = Unescape(f[3]);
+    e.target = Unescape(f[4]);
+    e.options = std::string(f[5]);
+    e.fs_type = std::string(f[dash + 1]);
+    e.source = Unescape(f[dash + 2]);
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<MountEntry>> LinuxMounter::List() {
+  BERTH_ASSIGN_OR_RETURN(std::string text, ReadFile("/proc/self/mountinfo"));
+  return ParseMountInfo(text);
+}
+
+absl::Status LinuxMounter::Mount(const std::string& source, const std::string& target,
+                                 const std::string& fs_type,
+                                 const std::vector<std::string>& flags) {
+  unsigned long ms = 0;
+  std::string data;
+  BERTH_RETURN_IF_ERROR(ParseMountFlags(flags, &ms, &data));
+  if (::mount(source.c_str(), target.c_str(), fs_type.c_str(), ms,
+              data.empty() ? nullptr : data.c_str()) != 0) {
+    return ErrnoStatus(errno, StrCat("mount ", source, " (", fs_type, ") at ", target,
+                                     data.empty() ? "" : " with " + data));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status LinuxMounter::BindMount(const std::string& source, const std::string& target,
+                                     bool read_only) {
+  if (::mount(source.c_str(), target.c_str(), nullptr, MS_BIND, nullptr) != 0) {
+    return ErrnoStatus(errno, StrCat("bind mount ", source, " at ", target));
+  }
+  if (read_only &&
+      ::mount(nullptr, target.c_str(), nullptr, MS_BIND | MS_REMOUNT | MS_RDONLY, nullptr) != 0) {
+    absl::Status st = ErrnoStatus(errno, StrCat("remount ", target, " read-only"));
+    ::umount2(target.c_str(), 0);
+    return st;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status LinuxMounter::Unmount(const std::string& target) {
+  if (::umount2(target.c_str(), UMOUNT_NOFOLLOW) != 0) {
+    if (errno == EINVAL || errno == ENOENT) return absl::OkStatus();  // not a mount point
+    return ErrnoStatus(errno, StrCat("unmount ", target));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace berth::driver

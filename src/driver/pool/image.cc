@@ -1,0 +1,135 @@
+#include "driver/pool/image.h"
+
+#include <fcntl.h>
+#include <linux/fs.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+#include "common/status.h"
+#include "common/strings.h"
+
+namespace berth::driver {
+namespace {
+
+// Closes a file descriptor on scope exit.
+class Fd {
+ public:
+  explicit Fd(int fd) : fd_(fd) {}
+  ~Fd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  int get() const { return fd_; }
+  bool ok() const { return fd_ >= 0; }
+
+ private:
+  int fd_;
+};
+
+absl::Status SparseCopy(int in, int out, int64_t size, const std::string& src) {
+  off_t pos = 0;
+  while (pos < size) {
+    off_t data = ::lseek(in, pos, SEEK_DATA);
+    if (data < 0) {
+      if (errno == ENXIO) break;  // only a hole remains
+      return ErrnoStatus(errno, StrCat("seek data in ", src));
+    }
+    off_t hole = ::lseek(in, data, SEEK_HOLE);
+    if (hole < 0) return ErrnoStatus(errno, StrCat("seek hole in ", src));
+    off_t in_off = data;
+    off_t out_off = data;
+    while (in_off < hole) {
+      ssize_t n = ::copy_file_range(in, &in_off, out, &out_off, static_cast<size_t>(hole - in_off), 0);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        return ErrnoStatus(errno, StrCat("copy data of ", src));
+      }
+      if (n == 0) break;
+    }
+    pos = hole;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status CreateSparseImage(const std::string& path, int64_t size) {
+  Fd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+  if (!fd.ok()) return ErrnoStatus(errno, StrCat("create image ", path));
+  if (::ftruncate(fd.get(), size) != 0 || ::fsync(fd.get()) != 0) {
+    absl::Status st = ErrnoStatus(errno, StrCat("size image ", path));
+    ::unlink(path.c_str());
+    return st;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CopyImage(const std::string& src, const std::string& dst, bool reflink) {
+  Fd in(::open(src.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!in.ok()) return ErrnoStatus(errno, StrCat("open ", src));
+  struct stat st {};
+  if (::fstat(in.get(), &st) != 0) return ErrnoStatus(errno, StrCat("stat ", src));
+  Fd out(::open(dst.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+  if (!out.ok()) return ErrnoStatus(errno, StrCat("create image ", dst));
+  absl::Status result;
+  if (reflink) {
+    if (::ioctl(out.get(), FICLONE, in.get()) != 0) {
+      result = ErrnoStatus(errno, StrCat("reflink ", src, " to ", dst));
+    }
+  } else {
+    if (::ftruncate(out.get(), st.st_size) != 0) {
+      result = ErrnoStatus(errno, StrCat("size ", dst));
+    } else {
+      result = SparseCopy(in.get(), out.get(), st.st_size, src);
+    }
+  }
+  if (result.ok() && ::fsync(out.get()) != 0) result = ErrnoStatus(errno, StrCat("fsync ", dst));
+  if (!result.ok()) ::unlink(dst.c_str());
+  return result;
+}
+
+absl::Status GrowImage(const std::string& path, int64_t size) {
+  Fd fd(::open(path.c_str(), O_WRONLY | O_CLOEXEC));
+  if (!fd.ok()) return ErrnoStatus(errno, StrCat("open ", path));
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) return ErrnoStatus(errno, StrCat("stat ", path));
+  if (st.st_size >= size) return absl::OkStatus();
+  if (::ftruncate(fd.get(), size) != 0) return ErrnoStatus(errno, StrCat("grow ", path));
+  if (::fsync(fd.get()) != 0) return ErrnoStatus(errno, StrCat("fsync ", path));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> ImageSize(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return ErrnoStatus(errno, StrCat("stat ", path));
+  return static_cast<int64_t>(st.st_size);
+}
+
+absl::StatusOr<bool> ProbeReflink(const std::string& dir) {
+  const std::string a = StrCat(dir, "/.reflink-probe-a");
+  const std::string b = StrCat(dir, "/.reflink-probe-b");
+  ::unlink(a.c_str());
+  ::unlink(b.c_str());
+  Fd fa(::open(a.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+  if (!fa.ok()) return ErrnoStatus(errno, StrCat("create ", a));
+  Fd fb(::open(b.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+  if (!fb.ok()) {
+    absl::Status st = ErrnoStatus(errno, StrCat("create ", b));
+    ::unlink(a.c_str());
+    return st;
+  }
+  char block[4096] = {1};
+  bool supported = false;
+  if (::write(fa.get(), block, sizeof(block)) == static_cast<ssize_t>(sizeof(block))) {
+    supported = ::ioctl(fb.get(), FICLONE, fa.get()) == 0;
+  }
+  ::unlink(a.c_str());
+  ::unlink(b.c_str());
+  return supported;
+}
+
+}  // namespace berth::driver

@@ -1,0 +1,29 @@
+// The self-contained pool: an XFS filesystem in an image file, loop-mounted
+// at the pool directory (--pool-image FILE --pool-size SIZE). Nothing needs
+// preparing on a new machine, and XFS gives reflinks (constant-time
+// snapshots and clones) even when the host filesystem has none.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "driver/mount/filesystem.h"
+#include "driver/mount/loop.h"
+#include "driver/mount/mounter.h"
+
+namespace berth::driver {
+
+// Makes sure `image` is mounted at `pool_dir`:
+//  - already mounted there from `image`: nothing to do;
+//  - `pool_dir` has some other mount: FAILED_PRECONDITION;
+//  - `image` missing: created sparse with `size` bytes (INVALID_ARGUMENT if
+//    size is 0) and formatted XFS;
+//  - `image` blank (an earlier start died before mkfs): formatted XFS;
+//  - `image` holds a filesystem: mounted as it is, never formatted;
+//  - `size` larger than the image: the image and its filesystem are grown.
+// `image` and `pool_dir` must be canonical absolute paths.
+absl::Status EnsurePoolImage(const std::string& image, int64_t size, const std::string& pool_dir,
+                             LoopDevices& loops, Mounter& mounter, Formatter& formatter);
+
+}  // namespace berth::driver
