@@ -172,7 +172,6 @@ absl::Status NodeService::StageFilesystem(const ::csi::v1::NodeStageVolumeReques
   const std::string& dev = loop->device();
   BERTH_CRASH_POINT("node-stage/attached");
   BERTH_ASSIGN_OR_RETURN(std::string found, ctx_.formatter->Detect(dev));
-  bool grow = !r.source_snapshot_id.empty() || !r.source_volume_id.empty();
   if (!r.formatted && (found.empty() || r.formatting)) {
     // Blank, or a format that never finished: nothing on it was ever used.
     r.formatting = true;
@@ -182,9 +181,9 @@ absl::Status NodeService::StageFilesystem(const ::csi::v1::NodeStageVolumeReques
     BERTH_CRASH_POINT("node-stage/formatted");
     r.formatting = false;
     r.formatted = true;
+    r.fs_bytes = r.capacity_bytes;
     BERTH_RETURN_IF_ERROR(ctx_.pool->UpdateVolume(r));
     found = r.fs_type;
-    grow = false;
   }
   if (found != r.fs_type) {
     return absl::FailedPreconditionError(StrCat(
@@ -195,19 +194,27 @@ absl::Status NodeService::StageFilesystem(const ::csi::v1::NodeStageVolumeReques
     r.formatted = true;  // adopted: it came with a filesystem
     BERTH_RETURN_IF_ERROR(ctx_.pool->UpdateVolume(r));
   }
+  const bool readonly = IsReadOnlyMode(req.volume_capability());
+  // A clone or restore may be larger than its source's filesystem, and a
+  // volume may have been expanded while unstaged. ext4 grows best before it
+  // is mounted, xfs only while mounted.
+  const bool grow = !readonly && r.fs_bytes < r.capacity_bytes;
+  if (grow && r.fs_type == "ext4") {
+    BERTH_RETURN_IF_ERROR(ctx_.formatter->Grow(dev, "", r.fs_type));
+  }
   std::vector<std::string> flags(req.volume_capability().mount().mount_flags().begin(),
                                  req.volume_capability().mount().mount_flags().end());
-  if (IsReadOnlyMode(req.volume_capability())) flags.push_back("ro");
+  if (readonly) flags.push_back("ro");
   if (r.fs_type == "xfs") flags.push_back("nouuid");  // clones share the source's UUID
   BERTH_RETURN_IF_ERROR(ctx_.mounter->Mount(dev, staging, r.fs_type, flags));
   BERTH_CRASH_POINT("node-stage/mounted");
-  if (grow && !IsReadOnlyMode(req.volume_capability())) {
-    // A clone or restore may be larger than its source's filesystem.
+  if (grow && r.fs_type == "xfs") {
     if (absl::Status st = ctx_.formatter->Grow(dev, staging, r.fs_type); !st.ok()) {
       ctx_.mounter->Unmount(staging).IgnoreError();
       return st;
     }
   }
+  if (grow) r.fs_bytes = r.capacity_bytes;
   r.staging_path = staging;
   return ctx_.pool->UpdateVolume(r);
 }
@@ -507,8 +514,10 @@ absl::Status NodeService::DoExpand(const ::csi::v1::NodeExpandVolumeRequest& req
     return absl::FailedPreconditionError(StrCat("volume ", r->id, " is not attached on this node"));
   }
   BERTH_RETURN_IF_ERROR(ctx_.loops->RefreshCapacity(dev));
-  if (r->access_type == AccessType::kMount) {
+  if (r->access_type == AccessType::kMount && r->fs_bytes < r->capacity_bytes) {
     BERTH_RETURN_IF_ERROR(ctx_.formatter->Grow(dev, path, r->fs_type));
+    r->fs_bytes = r->capacity_bytes;
+    BERTH_RETURN_IF_ERROR(ctx_.pool->UpdateVolume(*r));
   }
   BERTH_ASSIGN_OR_RETURN(int64_t size, ctx_.loops->Size(dev));
   resp->set_capacity_bytes(size);

@@ -74,8 +74,31 @@ absl::Status LinuxFormatter::Mkfs(const std::string& device, const std::string& 
 
 absl::Status LinuxFormatter::Grow(const std::string& device, const std::string& mount_path,
                                   const std::string& fs_type) {
-  if (fs_type == "ext4") return RunChecked({"resize2fs", device}, absl::Minutes(30));
-  if (fs_type == "xfs") return RunChecked({"xfs_growfs", mount_path}, absl::Minutes(30));
+  if (fs_type == "ext4") {
+    if (mount_path.empty()) {
+      // resize2fs insists on a freshly checked filesystem when offline.
+      BERTH_ASSIGN_OR_RETURN(CommandResult fsck,
+                             runner_.Run({"e2fsck", "-f", "-p", device}, absl::Minutes(30)));
+      if (fsck.exit_code >= 4) {
+        return absl::InternalError(StrCat("e2fsck -f -p ", device, " found problems it could not fix (exit ",
+                                          fsck.exit_code, "): ", Trim(fsck.output)));
+      }
+    }
+    absl::Status st = RunChecked({"resize2fs", device}, absl::Minutes(30));
+    if (!st.ok() && !mount_path.empty() &&
+        st.message().find("Permission denied") != absl::string_view::npos) {
+      return absl::InternalError(StrCat(st.message(),
+                                        " (growing a mounted ext4 filesystem needs "
+                                        "CAP_SYS_RESOURCE; run berth-csi with it)"));
+    }
+    return st;
+  }
+  if (fs_type == "xfs") {
+    if (mount_path.empty()) {
+      return absl::InvalidArgumentError("xfs can only be grown while mounted");
+    }
+    return RunChecked({"xfs_growfs", mount_path}, absl::Minutes(30));
+  }
   return absl::InvalidArgumentError(StrCat("cannot grow filesystem type \"", fs_type, "\""));
 }
 

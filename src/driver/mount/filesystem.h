@@ -24,7 +24,9 @@ class Formatter {
   virtual absl::StatusOr<std::string> Detect(const std::string& device) = 0;
   // Makes a filesystem. Callers must have checked Detect() == "".
   virtual absl::Status Mkfs(const std::string& device, const std::string& fs_type) = 0;
-  // Grows the filesystem of `device`, mounted at `mount_path`, to fill it.
+  // Grows the filesystem of `device` to fill it: online when `mount_path`
+  // names a mount of it, offline (ext4 only: e2fsck -f, then resize2fs) when
+  // `mount_path` is empty. Online ext4 growth needs CAP_SYS_RESOURCE.
   virtual absl::Status Grow(const std::string& device, const std::string& mount_path,
                             const std::string& fs_type) = 0;
 };

@@ -61,6 +61,7 @@ std::string ToJson(const VolumeRecord& r) {
             {"targets", targets},
             {"formatting", r.formatting},
             {"formatted", r.formatted},
+            {"fs_bytes", r.fs_bytes},
             {"deleting", r.deleting}};
   return j.dump(2) + "\n";
 }
@@ -116,6 +117,7 @@ absl::StatusOr<VolumeRecord> VolumeFromJson(const std::string& text) {
     }
     r.formatting = j.at("formatting").get<bool>();
     r.formatted = j.at("formatted").get<bool>();
+    r.fs_bytes = j.at("fs_bytes").get<int64_t>();
     r.deleting = j.at("deleting").get<bool>();
     return r;
   });

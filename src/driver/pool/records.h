@@ -51,6 +51,9 @@ struct VolumeRecord {
   // mkfs was interrupted never held data and is formatted afresh.
   bool formatting = false;
   bool formatted = false;
+  // The volume size the filesystem was last made or grown for; a staged
+  // volume whose filesystem is smaller than the volume is grown at stage.
+  int64_t fs_bytes = 0;
   // Set before the image is removed; a record found so at start is finished.
   bool deleting = false;
 

@@ -1,0 +1,102 @@
+// Test helper: berth-csi as a child process on a sandboxed pool image and
+// kubelet root, with stubs for its services and a restart.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/testing/subprocess.h"
+#include "csi/client.h"
+#include "csi/v1/csi.grpc.pb.h"
+#include "driver/testing/sandbox.h"
+#include "grpcpp/client_context.h"
+#include "gtest/gtest.h"
+
+namespace berth::testing {
+
+class DriverProcess {
+ public:
+  // Paths inside `sandbox`: pool image + pool dir, kubelet root, socket.
+  explicit DriverProcess(const MountSandbox& sandbox, std::vector<std::string> extra = {})
+      : sandbox_(sandbox), extra_(std::move(extra)) {}
+
+  ~DriverProcess() { Stop(); }
+
+  std::string socket() const { return sandbox_.Join("csi.sock"); }
+  std::string kubelet() const { return sandbox_.Join("kubelet"); }
+  std::string pool() const { return sandbox_.Join("pool"); }
+
+  // Starts berth-csi (with `env` set, e.g. BERTH_CRASH_AT=...) and connects.
+  // Returns false if it did not come up.
+  bool Start(const std::vector<std::string>& env = {}) {
+    std::vector<std::string> argv = {BERTH_CSI_BINARY,
+                                     "--endpoint",      "unix://" + socket(),
+                                     "--node-id",       "node-a",
+                                     "--pool",          pool(),
+                                     "--pool-image",    sandbox_.Join("pool.img"),
+                                     "--pool-size",     "64Gi",
+                                     "--kubelet-root",  kubelet()};
+    argv.insert(argv.end(), extra_.begin(), extra_.end());
+    for (const auto& e : env) ::setenv(e.substr(0, e.find('=')).c_str(),
+                                       e.substr(e.find('=') + 1).c_str(), 1);
+    process_ = std::make_unique<Subprocess>(argv, sandbox_.Join("driver.log"));
+    for (const auto& e : env) ::unsetenv(e.substr(0, e.find('=')).c_str());
+    auto ch = csi::ConnectUnix("unix://" + socket(), {.timeout = absl::Seconds(30)});
+    if (!ch.ok()) {
+      ADD_FAILURE() << ch.status() << "\n" << process_->Output();
+      return false;
+    }
+    channel_ = *ch;
+    controller_ = ::csi::v1::Controller::NewStub(channel_);
+    node_ = ::csi::v1::Node::NewStub(channel_);
+    group_ = ::csi::v1::GroupController::NewStub(channel_);
+    identity_ = ::csi::v1::Identity::NewStub(channel_);
+    return true;
+  }
+
+  // SIGTERM and wait; returns the exit code.
+  int Stop() {
+    if (!process_) return 0;
+    process_->Signal(SIGTERM);
+    auto code = process_->Wait(absl::Seconds(30));
+    log_ += process_->Output();
+    process_.reset();
+    return code.value_or(-1);
+  }
+
+  // Waits for a process that is expected to die by itself (a crash point).
+  std::optional<int> WaitForExit() {
+    auto code = process_->Wait(absl::Seconds(60));
+    log_ += process_->Output();
+    process_.reset();
+    return code;
+  }
+
+  std::string Log() const { return log_ + (process_ ? process_->Output() : ""); }
+
+  ::csi::v1::Controller::Stub& controller() { return *controller_; }
+  ::csi::v1::Node::Stub& node() { return *node_; }
+  ::csi::v1::GroupController::Stub& group() { return *group_; }
+  ::csi::v1::Identity::Stub& identity() { return *identity_; }
+
+ private:
+  const MountSandbox& sandbox_;
+  std::vector<std::string> extra_;
+  std::unique_ptr<Subprocess> process_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<::csi::v1::Controller::Stub> controller_;
+  std::unique_ptr<::csi::v1::Node::Stub> node_;
+  std::unique_ptr<::csi::v1::GroupController::Stub> group_;
+  std::unique_ptr<::csi::v1::Identity::Stub> identity_;
+  std::string log_;
+};
+
+// A context with a generous deadline for one call.
+inline std::unique_ptr<grpc::ClientContext> Ctx() {
+  auto c = std::make_unique<grpc::ClientContext>();
+  c->set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(120)));
+  return c;
+}
+
+}  // namespace berth::testing
