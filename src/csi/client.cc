@@ -36,6 +36,10 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> ConnectUnix(std::string_view endp
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, initial_ms);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS,
               static_cast<int>(absl::ToInt64Milliseconds(options.backoff.max)));
+  // A channel of its own: gRPC otherwise shares connections between channels
+  // to the same address, and a new channel could inherit a connection to a
+  // driver process that has just died.
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   // A CSI socket is local: never try to resolve a DNS authority for it.
   args.SetString(GRPC_ARG_DEFAULT_AUTHORITY, "localhost");
   std::shared_ptr<grpc::Channel> channel =

@@ -3,8 +3,8 @@
 // BERTH_CRASH_POINT("create-volume/image-in-place") marks a step after which
 // a crash must leave a state that the next start (or the CO's retry)
 // repairs. When the environment variable BERTH_CRASH_AT names that point, the
-// process dies there at once with _exit(137), as if killed by SIGKILL: no
-// destructors, no flushing. Tests start berth-csi with BERTH_CRASH_AT set,
+// process kills itself there with SIGKILL: no destructors, no flushing,
+// nothing after that line runs. Tests start berth-csi with BERTH_CRASH_AT set,
 // drive the RPC, restart it without, and check the outcome.
 #pragma once
 
