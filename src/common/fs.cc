@@ -91,17 +91,15 @@ absl::Status RemoveFileDurably(const std::string& path) {
 }
 
 absl::Status MakeDirs(const std::string& path, mode_t mode) {
-  std::string cur;
-  for (const auto& part : std::filesystem::path(path)) {
-    if (part == "/") {
-      cur = "/";
-      continue;
+  // Create each prefix ending before a '/', then the path itself.
+  for (size_t pos = path.find('/', 1); pos != std::string::npos; pos = path.find('/', pos + 1)) {
+    const std::string prefix = path.substr(0, pos);
+    if (::mkdir(prefix.c_str(), mode) != 0 && errno != EEXIST) {
+      return ErrnoStatus(errno, StrCat("mkdir ", prefix));
     }
-    if (!cur.empty() && cur.back() != '/') cur += '/';
-    cur += part.string();
-    if (::mkdir(cur.c_str(), mode) != 0 && errno != EEXIST) {
-      return ErrnoStatus(errno, StrCat("mkdir ", cur));
-    }
+  }
+  if (::mkdir(path.c_str(), mode) != 0 && errno != EEXIST) {
+    return ErrnoStatus(errno, StrCat("mkdir ", path));
   }
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) return ErrnoStatus(errno, StrCat("stat ", path));
