@@ -1,0 +1,183 @@
+// The durable object store of the control plane.
+//
+// Objects are Kubernetes-shaped JSON documents kept in SQLite (WAL mode,
+// synchronous=FULL: a write is acknowledged only once it is on disk). The
+// store owns the metadata Kubernetes' storage layer owns: uid,
+// resourceVersion (one counter for everything), generation,
+// creationTimestamp, deletionTimestamp, and the life cycle that follows from
+// finalizers and ownerReferences:
+//
+//   - Delete of an object with finalizers only sets deletionTimestamp; the
+//     object disappears when an update removes its last finalizer.
+//   - When an object disappears, dependents lose their ownerReference to it
+//     and are deleted once they have no owner left (background GC).
+//   - Update with a resourceVersion that is not the stored one fails with
+//     ABORTED (HTTP 409 Conflict); create of an existing name with
+//     ALREADY_EXISTS.
+//
+// Writers are group-committed: concurrent mutations queue up and one writer
+// thread applies them in a single transaction (each in its own savepoint, so
+// one failing mutation does not affect the others) with one fsync.
+//
+// Watches replay history after a resourceVersion and then follow live
+// changes. History is kept in memory (bounded); a resourceVersion older than
+// the history is OUT_OF_RANGE (HTTP 410 Gone) and the client relists.
+//
+//   auto store = Store::Open({.path = "/var/lib/berth/state.db"});
+//   auto pvc = (*store)->Create("persistentvolumeclaims", obj);
+//   auto w = (*store)->Watch("persistentvolumeclaims", "default", rv, {});
+//   while (auto e = (*w)->Next(absl::Seconds(1))) ...
+//
+// Thread-safety: thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <thread>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "api/selector.h"
+#include "nlohmann/json.hpp"
+
+struct sqlite3;
+
+namespace berth::store {
+
+using Object = nlohmann::json;
+
+inline constexpr int kSchemaVersion = 1;
+
+enum class EventType { kAdded, kModified, kDeleted };
+const char* EventTypeName(EventType t);  // "ADDED", "MODIFIED", "DELETED"
+
+struct Event {
+  EventType type;
+  std::string resource;
+  Object object;        // the object after the change (the last state for DELETED)
+  int64_t resource_version = 0;
+};
+
+struct ListResult {
+  std::vector<Object> items;
+  int64_t resource_version = 0;  // the store's version when the list was read
+};
+
+class Store;
+
+// A watch subscription. Destroying it unsubscribes.
+class Watcher {
+ public:
+  ~Watcher();
+  Watcher(const Watcher&) = delete;
+  Watcher& operator=(const Watcher&) = delete;
+
+  // The next event, or nullopt after `timeout`. Returns nullopt at once when
+  // the watch was ended (see ended()).
+  std::optional<Event> Next(absl::Duration timeout);
+  // Set when the store ended this watch (it fell too far behind, or the
+  // store is closing); the client should relist and watch again.
+  bool ended() const;
+
+ private:
+  friend class Store;
+  struct Filter {
+    std::string resource;
+    std::string ns;  // "" = all namespaces
+    api::LabelSelector selector;
+  };
+  Watcher(Store* store, Filter filter) : store_(store), filter_(std::move(filter)) {}
+  // Called by the store with the event and the object before the change.
+  void Offer(const Event& e, const Object* before) ABSL_LOCKS_EXCLUDED(mu_);
+  void End() ABSL_LOCKS_EXCLUDED(mu_);
+
+  Store* const store_;
+  const Filter filter_;
+  mutable absl::Mutex mu_;
+  std::deque<Event> queue_ ABSL_GUARDED_BY(mu_);
+  bool ended_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+class Store {
+ public:
+  struct Options {
+    std::string path;            // the SQLite database file
+    size_t history = 100000;     // events kept for watches
+    size_t max_batch = 512;      // mutations per group commit
+    size_t watcher_queue = 100000;  // events a slow watcher may lag before it is ended
+  };
+
+  // Opens (creating if needed) the database. FAILED_PRECONDITION if it was
+  // written by a newer schema version.
+  static absl::StatusOr<std::unique_ptr<Store>> Open(const Options& options);
+  ~Store();
+
+  // `obj` needs metadata.name (or metadata.generateName); metadata.namespace
+  // is the caller's choice ("" or absent for cluster-scoped objects).
+  absl::StatusOr<Object> Create(const std::string& resource, Object obj);
+  absl::StatusOr<Object> Get(const std::string& resource, const std::string& ns,
+                             const std::string& name);
+  // ns "" lists all namespaces.
+  absl::StatusOr<ListResult> List(const std::string& resource, const std::string& ns,
+                                  const api::LabelSelector& selector = {});
+  // Replaces the stored object (matched by namespace/name). If
+  // metadata.resourceVersion is set it must equal the stored one (else
+  // ABORTED). uid, creationTimestamp and deletionTimestamp are kept from the
+  // stored object; generation grows when .spec changes.
+  absl::StatusOr<Object> Update(const std::string& resource, Object obj);
+  // Deletes, or marks for deletion when finalizers remain. Returns the
+  // object's last state. `expected_uid`, if set, must match (else ABORTED).
+  absl::StatusOr<Object> Delete(const std::string& resource, const std::string& ns,
+                                const std::string& name,
+                                const std::optional<std::string>& expected_uid = std::nullopt);
+
+  // Events for `resource` in `ns` ("" = all) matching `selector`, after
+  // `from_rv` (0: only changes from now on). OUT_OF_RANGE if `from_rv` is
+  // older than the kept history.
+  absl::StatusOr<std::unique_ptr<Watcher>> Watch(const std::string& resource,
+                                                 const std::string& ns, int64_t from_rv,
+                                                 const api::LabelSelector& selector = {});
+
+  int64_t ResourceVersion() const;
+
+ private:
+  struct Mutation;
+  struct Txn;
+  explicit Store(Options options);
+  absl::Status Init();
+  absl::StatusOr<Object> Submit(std::function<absl::StatusOr<Object>(Txn&)> fn);
+  void WriterLoop();
+  void Publish(std::vector<std::pair<Event, std::optional<Object>>> events);
+  void Unsubscribe(Watcher* w);
+  friend class Watcher;
+
+  const Options options_;
+  sqlite3* write_db_ = nullptr;  // used only by the writer thread
+  absl::Mutex read_mu_;
+  sqlite3* read_db_ ABSL_GUARDED_BY(read_mu_) = nullptr;
+
+  // Mutation queue for group commit.
+  absl::Mutex queue_mu_;
+  std::deque<std::shared_ptr<Mutation>> queue_ ABSL_GUARDED_BY(queue_mu_);
+  bool stopping_ ABSL_GUARDED_BY(queue_mu_) = false;
+  std::unique_ptr<std::thread> writer_;
+
+  // Committed resourceVersion, history and watchers.
+  mutable absl::Mutex watch_mu_;
+  int64_t committed_rv_ ABSL_GUARDED_BY(watch_mu_) = 0;
+  int64_t history_start_rv_ ABSL_GUARDED_BY(watch_mu_) = 0;  // events after this are kept
+  std::deque<std::pair<Event, std::optional<Object>>> history_ ABSL_GUARDED_BY(watch_mu_);
+  std::vector<Watcher*> watchers_ ABSL_GUARDED_BY(watch_mu_);
+
+  int64_t next_rv_ = 0;  // writer thread only
+};
+
+}  // namespace berth::store

@@ -1,0 +1,273 @@
+#include "store/store.h"
+
+#include <sqlite3.h>
+
+#include <atomic>
+#include <set>
+#include <thread>
+
+#include "common/testing/temp_dir.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace berth::store {
+namespace {
+
+using ::testing::HasSubstr;
+
+Object Pvc(const std::string& name, const std::string& ns = "default",
+           const std::map<std::string, std::string>& labels = {}) {
+  Object o = {{"apiVersion", "v1"},
+              {"kind", "PersistentVolumeClaim"},
+              {"metadata", {{"name", name}, {"namespace", ns}}},
+              {"spec", {{"resources", {{"requests", {{"storage", "1Gi"}}}}}}}};
+  if (!labels.empty()) o["metadata"]["labels"] = labels;
+  return o;
+}
+
+int64_t Rv(const Object& o) { return std::stoll(o["metadata"]["resourceVersion"].get<std::string>()); }
+
+class StoreTest : public ::testing::Test {
+ protected:
+  std::unique_ptr<Store> Open(size_t history = 100000) {
+    auto s = Store::Open({.path = dir_.Join("state.db"), .history = history});
+    EXPECT_TRUE(s.ok()) << s.status();
+    return s.ok() ? std::move(*s) : nullptr;
+  }
+  testing::TempDir dir_;
+};
+
+TEST_F(StoreTest, CreateGetListUpdateDelete) {
+  auto s = Open();
+  auto a = s->Create("persistentvolumeclaims", Pvc("a"));
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_FALSE((*a)["metadata"]["uid"].get<std::string>().empty());
+  EXPECT_EQ((*a)["metadata"]["generation"], 1);
+  EXPECT_THAT((*a)["metadata"]["creationTimestamp"].get<std::string>(), HasSubstr("T"));
+  EXPECT_EQ(s->Create("persistentvolumeclaims", Pvc("a")).status().code(),
+            absl::StatusCode::kAlreadyExists);
+  ASSERT_TRUE(s->Create("persistentvolumeclaims", Pvc("a", "other")).ok()) << "namespaces differ";
+
+  auto got = s->Get("persistentvolumeclaims", "default", "a");
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(*got, *a);
+  EXPECT_EQ(s->Get("persistentvolumeclaims", "default", "zz").status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(s->List("persistentvolumeclaims", "")->items.size(), 2u);
+  EXPECT_EQ(s->List("persistentvolumeclaims", "default")->items.size(), 1u);
+
+  // Update: spec change bumps generation; a stale resourceVersion conflicts.
+  Object changed = *a;
+  changed["spec"]["resources"]["requests"]["storage"] = "2Gi";
+  auto b = s->Update("persistentvolumeclaims", changed);
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ((*b)["metadata"]["generation"], 2);
+  EXPECT_GT(Rv(*b), Rv(*a));
+  EXPECT_EQ((*b)["metadata"]["uid"], (*a)["metadata"]["uid"]);
+  auto stale = s->Update("persistentvolumeclaims", changed);
+  EXPECT_EQ(stale.status().code(), absl::StatusCode::kAborted);
+  EXPECT_THAT(stale.status().message(), HasSubstr("the object has been modified"));
+  Object labels_only = *b;
+  labels_only["metadata"]["labels"] = {{"x", "y"}};
+  EXPECT_EQ((*s->Update("persistentvolumeclaims", labels_only))["metadata"]["generation"], 2);
+
+  ASSERT_TRUE(s->Delete("persistentvolumeclaims", "default", "a").ok());
+  EXPECT_EQ(s->Get("persistentvolumeclaims", "default", "a").status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(s->Delete("persistentvolumeclaims", "default", "a").status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+TEST_F(StoreTest, GenerateNameAndRequiredName) {
+  auto s = Open();
+  Object o = Pvc("");
+  o["metadata"].erase("name");
+  o["metadata"]["generateName"] = "data-";
+  auto c = s->Create("persistentvolumeclaims", o);
+  ASSERT_TRUE(c.ok());
+  EXPECT_THAT((*c)["metadata"]["name"].get<std::string>(), ::testing::MatchesRegex("data-[a-z0-9]{5}"));
+  o["metadata"].erase("generateName");
+  EXPECT_EQ(s->Create("persistentvolumeclaims", o).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(StoreTest, FinalizersDelayDeletionUntilRemoved) {
+  auto s = Open();
+  Object o = Pvc("p");
+  o["metadata"]["finalizers"] = {"kubernetes.io/pvc-protection"};
+  ASSERT_TRUE(s->Create("persistentvolumeclaims", o).ok());
+  auto marked = s->Delete("persistentvolumeclaims", "default", "p");
+  ASSERT_TRUE(marked.ok());
+  EXPECT_TRUE((*marked)["metadata"].contains("deletionTimestamp"));
+  auto still = s->Get("persistentvolumeclaims", "default", "p");
+  ASSERT_TRUE(still.ok()) << "kept while a finalizer remains";
+  // An update cannot clear deletionTimestamp.
+  Object attempt = *still;
+  attempt["metadata"].erase("deletionTimestamp");
+  auto kept = s->Update("persistentvolumeclaims", attempt);
+  ASSERT_TRUE(kept.ok());
+  EXPECT_TRUE((*kept)["metadata"].contains("deletionTimestamp"));
+  // Removing the last finalizer removes the object.
+  Object done = *kept;
+  done["metadata"]["finalizers"] = Object::array();
+  ASSERT_TRUE(s->Update("persistentvolumeclaims", done).ok());
+  EXPECT_EQ(s->Get("persistentvolumeclaims", "default", "p").status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+TEST_F(StoreTest, OwnerReferencesGarbageCollectDependents) {
+  auto s = Open();
+  auto owner = s->Create("volumesnapshots", Pvc("owner"));
+  auto other = s->Create("volumesnapshots", Pvc("other"));
+  auto ref = [](const Object& o) {
+    return Object{{"apiVersion", "v1"}, {"kind", "X"}, {"name", o["metadata"]["name"]},
+                  {"uid", o["metadata"]["uid"]}};
+  };
+  Object one = Pvc("one-owner");
+  one["metadata"]["ownerReferences"] = {ref(*owner)};
+  Object two = Pvc("two-owners");
+  two["metadata"]["ownerReferences"] = {ref(*owner), ref(*other)};
+  Object guarded = Pvc("guarded");
+  guarded["metadata"]["ownerReferences"] = {ref(*owner)};
+  guarded["metadata"]["finalizers"] = {"example.com/keep"};
+  ASSERT_TRUE(s->Create("events", one).ok());
+  ASSERT_TRUE(s->Create("events", two).ok());
+  ASSERT_TRUE(s->Create("events", guarded).ok());
+
+  ASSERT_TRUE(s->Delete("volumesnapshots", "default", "owner").ok());
+  EXPECT_EQ(s->Get("events", "default", "one-owner").status().code(), absl::StatusCode::kNotFound);
+  auto survivor = s->Get("events", "default", "two-owners");
+  ASSERT_TRUE(survivor.ok()) << "still owned by the other owner";
+  EXPECT_EQ((*survivor)["metadata"]["ownerReferences"].size(), 1u);
+  auto g = s->Get("events", "default", "guarded");
+  ASSERT_TRUE(g.ok());
+  EXPECT_TRUE((*g)["metadata"].contains("deletionTimestamp")) << "finalizers still apply";
+}
+
+TEST_F(StoreTest, WatchDeliversInOrderAndResumes) {
+  auto s = Open();
+  auto list = s->List("persistentvolumeclaims", "");
+  auto w = s->Watch("persistentvolumeclaims", "default", list->resource_version);
+  ASSERT_TRUE(w.ok()) << w.status();
+  auto a = s->Create("persistentvolumeclaims", Pvc("a"));
+  Object changed = *a;
+  changed["spec"]["x"] = 1;
+  auto b = s->Update("persistentvolumeclaims", changed);
+  ASSERT_TRUE(s->Create("persistentvolumeclaims", Pvc("elsewhere", "other")).ok());
+  ASSERT_TRUE(s->Create("storageclasses", Pvc("sc", "")).ok());
+  ASSERT_TRUE(s->Delete("persistentvolumeclaims", "default", "a").ok());
+
+  std::vector<std::string> seen;
+  int64_t last = 0;
+  while (auto e = (*w)->Next(absl::Milliseconds(200))) {
+    seen.push_back(std::string(EventTypeName(e->type)) + " " + e->object["metadata"]["name"].get<std::string>());
+    EXPECT_GT(e->resource_version, last);
+    last = e->resource_version;
+  }
+  EXPECT_THAT(seen, ::testing::ElementsAre("ADDED a", "MODIFIED a", "DELETED a"));
+
+  // Resume from the MODIFIED event: only what came after.
+  auto resumed = s->Watch("persistentvolumeclaims", "", Rv(*b));
+  ASSERT_TRUE(resumed.ok());
+  std::vector<std::string> after;
+  while (auto e = (*resumed)->Next(absl::Milliseconds(200))) {
+    after.push_back(e->object["metadata"]["name"].get<std::string>());
+  }
+  EXPECT_THAT(after, ::testing::ElementsAre("elsewhere", "a"));
+}
+
+TEST_F(StoreTest, TooOldResourceVersionIsGone) {
+  auto s = Open(/*history=*/3);
+  for (int i = 0; i < 10; ++i) ASSERT_TRUE(s->Create("pods", Pvc("p" + std::to_string(i))).ok());
+  auto w = s->Watch("pods", "", 2);
+  EXPECT_EQ(w.status().code(), absl::StatusCode::kOutOfRange);
+  EXPECT_THAT(w.status().message(), HasSubstr("too old resource version"));
+  EXPECT_TRUE(s->Watch("pods", "", s->ResourceVersion() - 2).ok());
+}
+
+TEST_F(StoreTest, SelectorWatchSeesObjectsEnterAndLeave) {
+  auto s = Open();
+  auto w = s->Watch("pods", "", s->ResourceVersion(), *api::LabelSelector::Parse("app=web"));
+  ASSERT_TRUE(w.ok());
+  auto p = s->Create("pods", Pvc("p", "default", {{"app", "db"}}));
+  Object in = *p;
+  in["metadata"]["labels"]["app"] = "web";
+  auto q = s->Update("pods", in);
+  Object out = *q;
+  out["metadata"]["labels"]["app"] = "cache";
+  ASSERT_TRUE(s->Update("pods", out).ok());
+  std::vector<std::string> types;
+  while (auto e = (*w)->Next(absl::Milliseconds(200))) types.push_back(EventTypeName(e->type));
+  EXPECT_THAT(types, ::testing::ElementsAre("ADDED", "DELETED"));
+}
+
+TEST_F(StoreTest, ConcurrentWritersShareCommitsAndGetDistinctVersions) {
+  auto s = Open();
+  constexpr int kThreads = 8, kEach = 200;
+  std::vector<std::thread> threads;
+  std::mutex mu;
+  std::set<int64_t> rvs;
+  std::atomic<int> failures{0};
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kEach; ++i) {
+        auto c = s->Create("pods", Pvc("p-" + std::to_string(t) + "-" + std::to_string(i)));
+        if (!c.ok()) {
+          ++failures;
+          continue;
+        }
+        std::lock_guard<std::mutex> l(mu);
+        rvs.insert(Rv(*c));
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(failures, 0);
+  EXPECT_EQ(rvs.size(), static_cast<size_t>(kThreads * kEach)) << "every write has its own version";
+  EXPECT_EQ(s->List("pods", "")->items.size(), static_cast<size_t>(kThreads * kEach));
+  // One failing mutation in a batch does not take the others down.
+  std::vector<std::thread> racers;
+  std::atomic<int> created{0}, exists{0};
+  for (int t = 0; t < 8; ++t) {
+    racers.emplace_back([&] {
+      auto c = s->Create("pods", Pvc("contended"));
+      if (c.ok()) ++created;
+      if (c.status().code() == absl::StatusCode::kAlreadyExists) ++exists;
+    });
+  }
+  for (auto& th : racers) th.join();
+  EXPECT_EQ(created, 1);
+  EXPECT_EQ(exists, 7);
+}
+
+TEST_F(StoreTest, SurvivesReopenAndKeepsCountingVersions) {
+  int64_t rv = 0;
+  {
+    auto s = Open();
+    ASSERT_TRUE(s->Create("pods", Pvc("a")).ok());
+    ASSERT_TRUE(s->Create("pods", Pvc("a2")).ok());
+    rv = s->ResourceVersion();
+  }
+  auto s = Open();
+  EXPECT_EQ(s->ResourceVersion(), rv);
+  ASSERT_TRUE(s->Get("pods", "default", "a").ok());
+  auto b = s->Create("pods", Pvc("b"));
+  EXPECT_EQ(Rv(*b), rv + 1);
+  // History does not survive a restart: older versions are gone, the current one is fine.
+  EXPECT_EQ(s->Watch("pods", "", rv - 1).status().code(), absl::StatusCode::kOutOfRange);
+}
+
+TEST_F(StoreTest, RefusesNewerSchema) {
+  { Open(); }
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(dir_.Join("state.db").c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, "UPDATE meta SET value='9' WHERE key='schema_version'", nullptr, nullptr, nullptr),
+            SQLITE_OK);
+  sqlite3_close(db);
+  auto s = Store::Open({.path = dir_.Join("state.db")});
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(s.status().message(), HasSubstr("schema version 9"));
+}
+
+}  // namespace
+}  // namespace berth::store
