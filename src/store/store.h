@@ -110,7 +110,7 @@ class Store {
  public:
   struct Options {
     std::string path;            // the SQLite database file
-    size_t history = 100000;     // events kept for watches
+    size_t history = 10000;      // events kept for watches
     size_t max_batch = 512;      // mutations per group commit
     size_t watcher_queue = 100000;  // events a slow watcher may lag before it is ended
   };
