@@ -1,6 +1,8 @@
 #include "driver/context.h"
 
+#include "common/status.h"
 #include "common/strings.h"
+#include "driver/pool/ids.h"
 #include "spdlog/spdlog.h"
 
 namespace berth::driver {
@@ -101,6 +103,12 @@ bool IsReadOnlyMode(const VolumeCapability& cap) {
   const auto m = cap.access_mode().mode();
   return m == VolumeCapability::AccessMode::SINGLE_NODE_READER_ONLY ||
          m == VolumeCapability::AccessMode::MULTI_NODE_READER_ONLY;
+}
+
+absl::Status CheckVolumeId(std::string_view field, const std::string& id) {
+  BERTH_ASSIGN_OR_RETURN(bool ours, CheckId(field, id, IdKind::kVolume));
+  if (!ours) return absl::NotFoundError(StrCat("volume ", id, " not found"));
+  return absl::OkStatus();
 }
 
 void FillVolume(const VolumeRecord& r, const DriverContext& ctx, ::csi::v1::Volume* out) {

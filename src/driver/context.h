@@ -59,6 +59,10 @@ absl::Status CheckCapabilityFits(const ::csi::v1::VolumeCapability& cap, const V
 
 bool IsReadOnlyMode(const ::csi::v1::VolumeCapability& cap);
 
+// A volume ID from a request: INVALID_ARGUMENT when malformed (see ids.h),
+// NOT_FOUND when it cannot be one of this pool's.
+absl::Status CheckVolumeId(std::string_view field, const std::string& id);
+
 // Fills a CSI Volume message from a record.
 void FillVolume(const VolumeRecord& r, const DriverContext& ctx, ::csi::v1::Volume* out);
 void FillSnapshot(const SnapshotRecord& r, ::csi::v1::Snapshot* out);

@@ -44,14 +44,6 @@ std::map<std::string, std::string> ToMap(const google::protobuf::Map<std::string
   return {m.begin(), m.end()};
 }
 
-// Checks a volume ID from a request: INVALID_ARGUMENT when malformed,
-// NOT_FOUND when it cannot be one of ours.
-absl::Status CheckVolumeId(std::string_view field, const std::string& id) {
-  BERTH_ASSIGN_OR_RETURN(bool ours, CheckId(field, id, IdKind::kVolume));
-  if (!ours) return absl::NotFoundError(StrCat("volume ", id, " not found"));
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 int64_t MinimumVolumeSize(const std::string& fs_type, bool block) {

@@ -22,11 +22,6 @@ namespace {
 using ::csi::v1::VolumeCapability;
 using csi::ToGrpcStatus;
 
-absl::Status CheckVolumeId(const std::string& id) {
-  BERTH_ASSIGN_OR_RETURN(bool ours, CheckId("volume_id", id, IdKind::kVolume));
-  if (!ours) return absl::NotFoundError(StrCat("volume ", id, " not found"));
-  return absl::OkStatus();
-}
 
 // Makes sure `path` is a directory we may mount on: created if missing;
 // refused if it is something else or holds anything.
@@ -130,7 +125,7 @@ absl::Status NodeService::DoStage(const ::csi::v1::NodeStageVolumeRequest& req) 
   }
   BERTH_RETURN_IF_ERROR(CheckCapability(req.volume_capability()));
   BERTH_RETURN_IF_ERROR(CheckPathInside(ctx_.options.kubelet_root, req.staging_target_path()));
-  BERTH_RETURN_IF_ERROR(CheckVolumeId(req.volume_id()));
+  BERTH_RETURN_IF_ERROR(CheckVolumeId("volume_id", req.volume_id()));
   BERTH_ASSIGN_OR_RETURN(auto guard, ctx_.locks.TryAcquire({req.volume_id()}));
   std::optional<VolumeRecord> r = ctx_.pool->GetVolume(req.volume_id());
   if (!r) return absl::NotFoundError(StrCat("volume ", req.volume_id(), " not found"));
@@ -240,7 +235,7 @@ absl::Status NodeService::DoUnstage(const ::csi::v1::NodeUnstageVolumeRequest& r
     return absl::InvalidArgumentError("staging_target_path is required");
   }
   BERTH_RETURN_IF_ERROR(CheckPathInside(ctx_.options.kubelet_root, req.staging_target_path()));
-  BERTH_RETURN_IF_ERROR(CheckVolumeId(req.volume_id()));
+  BERTH_RETURN_IF_ERROR(CheckVolumeId("volume_id", req.volume_id()));
   BERTH_ASSIGN_OR_RETURN(auto guard, ctx_.locks.TryAcquire({req.volume_id()}));
   std::optional<VolumeRecord> r = ctx_.pool->GetVolume(req.volume_id());
   if (!r) return absl::NotFoundError(StrCat("volume ", req.volume_id(), " not found"));
@@ -302,7 +297,7 @@ absl::Status NodeService::DoPublish(const ::csi::v1::NodePublishVolumeRequest& r
   }
   BERTH_RETURN_IF_ERROR(CheckPathInside(ctx_.options.kubelet_root, req.target_path()));
   BERTH_RETURN_IF_ERROR(CheckPathInside(ctx_.options.kubelet_root, req.staging_target_path()));
-  BERTH_RETURN_IF_ERROR(CheckVolumeId(req.volume_id()));
+  BERTH_RETURN_IF_ERROR(CheckVolumeId("volume_id", req.volume_id()));
   BERTH_ASSIGN_OR_RETURN(auto guard, ctx_.locks.TryAcquire({req.volume_id()}));
   std::optional<VolumeRecord> r = ctx_.pool->GetVolume(req.volume_id());
   if (!r) return absl::NotFoundError(StrCat("volume ", req.volume_id(), " not found"));
@@ -389,7 +384,7 @@ absl::Status NodeService::DoUnpublish(const ::csi::v1::NodeUnpublishVolumeReques
   if (req.volume_id().empty()) return absl::InvalidArgumentError("volume_id is required");
   if (req.target_path().empty()) return absl::InvalidArgumentError("target_path is required");
   BERTH_RETURN_IF_ERROR(CheckPathInside(ctx_.options.kubelet_root, req.target_path()));
-  BERTH_RETURN_IF_ERROR(CheckVolumeId(req.volume_id()));
+  BERTH_RETURN_IF_ERROR(CheckVolumeId("volume_id", req.volume_id()));
   BERTH_ASSIGN_OR_RETURN(auto guard, ctx_.locks.TryAcquire({req.volume_id()}));
   std::optional<VolumeRecord> r = ctx_.pool->GetVolume(req.volume_id());
   const std::string& target = req.target_path();
@@ -428,7 +423,7 @@ absl::Status NodeService::DoStats(const ::csi::v1::NodeGetVolumeStatsRequest& re
                                   ::csi::v1::NodeGetVolumeStatsResponse* resp) {
   if (req.volume_id().empty()) return absl::InvalidArgumentError("volume_id is required");
   if (req.volume_path().empty()) return absl::InvalidArgumentError("volume_path is required");
-  BERTH_RETURN_IF_ERROR(CheckVolumeId(req.volume_id()));
+  BERTH_RETURN_IF_ERROR(CheckVolumeId("volume_id", req.volume_id()));
   std::optional<VolumeRecord> r = ctx_.pool->GetVolume(req.volume_id());
   if (!r) return absl::NotFoundError(StrCat("volume ", req.volume_id(), " not found"));
   const std::string& path = req.volume_path();
@@ -486,7 +481,7 @@ absl::Status NodeService::DoExpand(const ::csi::v1::NodeExpandVolumeRequest& req
                                    ::csi::v1::NodeExpandVolumeResponse* resp) {
   if (req.volume_id().empty()) return absl::InvalidArgumentError("volume_id is required");
   if (req.volume_path().empty()) return absl::InvalidArgumentError("volume_path is required");
-  BERTH_RETURN_IF_ERROR(CheckVolumeId(req.volume_id()));
+  BERTH_RETURN_IF_ERROR(CheckVolumeId("volume_id", req.volume_id()));
   std::optional<VolumeRecord> r = ctx_.pool->GetVolume(req.volume_id());
   if (!r) return absl::NotFoundError(StrCat("volume ", req.volume_id(), " not found"));
   const std::string& path = req.volume_path();

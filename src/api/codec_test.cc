@@ -1,0 +1,121 @@
+#include "api/codec.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace berth::api {
+namespace {
+
+using nlohmann::json;
+
+// Manifests as people write them for Kubernetes.
+constexpr char kManifests[] = R"(# storage for the app
+apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata:
+  name: berth-local
+  annotations:
+    storageclass.kubernetes.io/is-default-class: "true"
+provisioner: local.csi.berth.io
+volumeBindingMode: WaitForFirstConsumer
+allowVolumeExpansion: true
+reclaimPolicy: Delete
+parameters:
+  fsType: xfs
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata:
+  name: data
+  namespace: default
+  labels: {app: web, tier: "1"}
+spec:
+  accessModes: [ReadWriteOnce]
+  storageClassName: berth-local
+  resources:
+    requests:
+      storage: 5Gi
+---
+---
+apiVersion: snapshot.storage.k8s.io/v1
+kind: VolumeSnapshot
+metadata:
+  name: data-snap
+spec:
+  volumeSnapshotClassName: berth-snapclass
+  source:
+    persistentVolumeClaimName: data
+)";
+
+TEST(CodecTest, DecodesMultiDocumentManifestsWithKubernetesTypes) {
+  auto docs = DecodeManifests(kManifests);
+  ASSERT_TRUE(docs.ok()) << docs.status();
+  ASSERT_EQ(docs->size(), 3u) << "empty documents are skipped";
+  const json& sc = (*docs)[0];
+  EXPECT_EQ(sc["kind"], "StorageClass");
+  EXPECT_EQ(sc["allowVolumeExpansion"], true);
+  EXPECT_EQ(sc["metadata"]["annotations"]["storageclass.kubernetes.io/is-default-class"], "true");
+  const json& pvc = (*docs)[1];
+  EXPECT_EQ(pvc["metadata"]["labels"]["tier"], "1") << "quoted numbers stay strings";
+  EXPECT_EQ(pvc["spec"]["accessModes"], json::array({"ReadWriteOnce"}));
+  EXPECT_EQ(pvc["spec"]["resources"]["requests"]["storage"], "5Gi");
+  EXPECT_EQ((*docs)[2]["spec"]["source"]["persistentVolumeClaimName"], "data");
+}
+
+TEST(CodecTest, ResolvesPlainScalarsLikeYaml11) {
+  auto docs = DecodeManifests(
+      "a: 1\nb: -2\nc: 1.5\nd: yes\ne: off\nf: ~\ng: null\nh: '007'\ni: 0x1F\nj: 010\nk: 1e3\n"
+      "l: hello world\nm:\nn: \"on\"\n");
+  ASSERT_TRUE(docs.ok()) << docs.status();
+  const json& o = (*docs)[0];
+  EXPECT_EQ(o["a"], 1);
+  EXPECT_EQ(o["b"], -2);
+  EXPECT_EQ(o["c"], 1.5);
+  EXPECT_EQ(o["d"], true);
+  EXPECT_EQ(o["e"], false);
+  EXPECT_TRUE(o["f"].is_null());
+  EXPECT_TRUE(o["g"].is_null());
+  EXPECT_EQ(o["h"], "007");
+  EXPECT_EQ(o["i"], 31);
+  EXPECT_EQ(o["j"], 8);
+  EXPECT_EQ(o["k"], 1000.0);
+  EXPECT_EQ(o["l"], "hello world");
+  EXPECT_TRUE(o["m"].is_null());
+  EXPECT_EQ(o["n"], "on");
+}
+
+TEST(CodecTest, JsonIsYamlAndListsExpand) {
+  auto docs = DecodeManifests(R"({"apiVersion": "v1", "kind": "List", "items": [
+      {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "a"}},
+      {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "b"}}]})");
+  ASSERT_TRUE(docs.ok()) << docs.status();
+  ASSERT_EQ(docs->size(), 2u);
+  EXPECT_EQ((*docs)[1]["metadata"]["name"], "b");
+}
+
+TEST(CodecTest, ErrorsNameTheLine) {
+  auto bad = DecodeManifests("a: 1\nb: [unclosed\nc: 2\n");
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(bad.status().message(), ::testing::HasSubstr("line"));
+  EXPECT_EQ(DecodeManifests("- a\n- b\n").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(DecodeManifests("a: 1\na: 2\n").status().message(), ::testing::HasSubstr("duplicate key"));
+}
+
+TEST(CodecTest, EncodeRoundTripsEveryTypeAndTrickyString) {
+  json o = {{"apiVersion", "v1"},
+            {"kind", "ConfigLike"},
+            {"s", {"true", "123", "", "null", "a: b", "- x", "# c", "yes", "multi\nline", "1.5", "ok"}},
+            {"n", {1, -2, 3.25, true, false, nullptr}},
+            {"empty", json::object()},
+            {"none", json::array()},
+            {"nested", {{"k.io/x", {{"deep", "v"}}}}}};
+  const std::string yaml = EncodeYaml(o);
+  auto back = DecodeManifests(yaml);
+  ASSERT_TRUE(back.ok()) << back.status() << "\n" << yaml;
+  ASSERT_EQ(back->size(), 1u);
+  EXPECT_EQ((*back)[0], o) << yaml;
+  EXPECT_THAT(yaml, ::testing::HasSubstr("kind: ConfigLike\n"));
+}
+
+}  // namespace
+}  // namespace berth::api
