@@ -1,9 +1,13 @@
 #include "api/codec.h"
 
+#include <cerrno>
 #include <cmath>
+#include <cstdlib>
 #include <regex>
+#include <sstream>
 
 #include "common/strings.h"
+#include "yaml-cpp/eventhandler.h"
 #include "yaml-cpp/yaml.h"
 
 namespace berth::api {
@@ -75,7 +79,10 @@ json ResolvePlain(const std::string& s) {
         s.find("NaN") != std::string::npos || s.find("NAN") != std::string::npos) {
       return s;  // JSON has no infinities or NaN; keep the text
     }
-    return std::stod(s);
+    errno = 0;
+    const double d = std::strtod(s.c_str(), nullptr);
+    if (errno == ERANGE || !std::isfinite(d)) return s;  // beyond a double: keep the text
+    return d;
   }
   return s;
 }
@@ -124,6 +131,80 @@ absl::StatusOr<json> ToJson(const YAML::Node& node, int depth = 0) {
   return json(nullptr);
 }
 
+// Byte offset of the first invalid UTF-8 sequence, or npos.
+size_t InvalidUtf8At(std::string_view s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 0;
+    if (n == 0 || i + n > s.size()) return i;
+    uint32_t cp = n == 1 ? c : c & (0x7f >> n);
+    for (size_t k = 1; k < n; ++k) {
+      const auto cc = static_cast<unsigned char>(s[i + k]);
+      if ((cc >> 6) != 0x2) return i;
+      cp = (cp << 6) | (cc & 0x3f);
+    }
+    // Overlong forms, surrogates and values past U+10FFFF are not UTF-8.
+    if ((n == 2 && cp < 0x80) || (n == 3 && cp < 0x800) || (n == 4 && cp < 0x10000) ||
+        (cp >= 0xd800 && cp <= 0xdfff) || cp > 0x10ffff) {
+      return i;
+    }
+    i += n;
+  }
+  return std::string_view::npos;
+}
+
+bool HasControl(const std::string& s) {
+  for (char c : s) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) return true;
+  }
+  return false;
+}
+
+// Splits a stream at "---" document markers (column 0, alone or followed by
+// a space); returns each document's text and its first line number.
+std::vector<std::pair<std::string, int>> SplitDocuments(std::string_view text) {
+  std::vector<std::pair<std::string, int>> out;
+  std::string current;
+  int line = 1, start = 1;
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    size_t end = text.find('\n', pos);
+    if (end == std::string_view::npos) end = text.size();
+    std::string_view l = text.substr(pos, end - pos);
+    if (l == "---" || l.starts_with("--- ") || l == "---\r") {
+      out.emplace_back(std::move(current), start);
+      current.clear();
+      start = line + 1;
+      // Content after "--- " on the same line belongs to the new document.
+      if (l.size() > 4) current.append(l.substr(4)).push_back('\n');
+    } else {
+      current.append(l).push_back('\n');
+    }
+    ++line;
+    pos = end + 1;
+  }
+  out.emplace_back(std::move(current), start);
+  return out;
+}
+
+// Counts nothing; only drives the parser.
+class NullHandler final : public YAML::EventHandler {
+ public:
+  // YAML::EventHandler
+  void OnDocumentStart(const YAML::Mark&) override {}
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t, const std::string&) override {}
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                       YAML::EmitterStyle::value) override {}
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                  YAML::EmitterStyle::value) override {}
+  void OnMapEnd() override {}
+};
+
 bool NeedsQuotes(const std::string& s) {
   if (s.empty()) return true;
   if (ResolvePlain(s).type() != json::value_t::string) return true;
@@ -156,8 +237,8 @@ void Emit(YAML::Emitter& out, const json& v) {
       break;
     case json::value_t::string: {
       const std::string& s = v.get_ref<const std::string&>();
-      if (s.find('\n') != std::string::npos) {
-        out << YAML::DoubleQuoted << s;
+      if (HasControl(s)) {
+        out << YAML::DoubleQuoted << s;  // escapes: \n, \t, \x03, ...
       } else if (NeedsQuotes(s)) {
         out << YAML::SingleQuoted << s;
       } else {
@@ -182,7 +263,9 @@ void Emit(YAML::Emitter& out, const json& v) {
       out << YAML::BeginMap;
       for (const auto& [k, item] : v.items()) {
         out << YAML::Key;
-        if (NeedsQuotes(k)) {
+        if (HasControl(k)) {
+          out << YAML::DoubleQuoted << k;
+        } else if (NeedsQuotes(k)) {
           out << YAML::SingleQuoted << k;
         } else {
           out << k;
@@ -200,13 +283,42 @@ void Emit(YAML::Emitter& out, const json& v) {
 }  // namespace
 
 absl::StatusOr<std::vector<json>> DecodeManifests(std::string_view text) {
-  std::vector<YAML::Node> docs;
-  try {
-    docs = YAML::LoadAll(std::string(text));
-  } catch (const YAML::Exception& e) {
-    return absl::InvalidArgumentError(StrCat("invalid YAML at line ", e.mark.line + 1, ", column ",
-                                             e.mark.column + 1, ": ", e.msg));
+  if (size_t bad = InvalidUtf8At(text); bad != std::string_view::npos) {
+    return absl::InvalidArgumentError(StrCat("input is not valid UTF-8 (byte ", bad, ")"));
   }
+  // YAML streams are printable text: control characters other than tab and
+  // line breaks may only appear escaped inside double-quoted strings.
+  for (size_t i = 0; i < text.size(); ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if ((c < 0x20 && c != '\t' && c != '\n' && c != '\r') || c == 0x7f) {
+      return absl::InvalidArgumentError(
+          StrCat("input contains control character 0x", fmt::format("{:02x}", c), " at byte ", i));
+    }
+  }
+  // yaml-cpp 0.7's LoadAll loops forever on some malformed streams (a stray
+  // ',' makes its parser stop advancing; found by tests/fuzz/codec_fuzz), so
+  // berth splits documents itself and checks that each chunk parses to
+  // exactly one document with a bounded number of parser calls.
+  std::vector<YAML::Node> docs;
+  int first_line = 1;
+  for (const auto& [chunk, line] : SplitDocuments(text)) {
+    try {
+      std::istringstream in(chunk);
+      YAML::Parser parser(in);
+      NullHandler events;
+      if (parser.HandleNextDocument(events) && parser.HandleNextDocument(events)) {
+        return absl::InvalidArgumentError(
+            StrCat("invalid YAML in the document starting at line ", line,
+                   ": content the parser cannot place (a stray ',' or ']'?)"));
+      }
+      docs.push_back(YAML::Load(chunk));
+    } catch (const YAML::Exception& e) {
+      return absl::InvalidArgumentError(StrCat("invalid YAML at line ", line + e.mark.line,
+                                               ", column ", e.mark.column + 1, ": ", e.msg));
+    }
+    first_line = line;
+  }
+  (void)first_line;
   std::vector<json> out;
   for (size_t i = 0; i < docs.size(); ++i) {
     auto doc = ToJson(docs[i]);

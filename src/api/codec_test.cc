@@ -82,6 +82,7 @@ TEST(CodecTest, ResolvesPlainScalarsLikeYaml11) {
   EXPECT_EQ(o["l"], "hello world");
   EXPECT_TRUE(o["m"].is_null());
   EXPECT_EQ(o["n"], "on");
+  EXPECT_EQ((*DecodeManifests("x: -44444e444\n"))[0]["x"], "-44444e444") << "no double holds it";
 }
 
 TEST(CodecTest, JsonIsYamlAndListsExpand) {
@@ -115,6 +116,33 @@ TEST(CodecTest, EncodeRoundTripsEveryTypeAndTrickyString) {
   ASSERT_EQ(back->size(), 1u);
   EXPECT_EQ((*back)[0], o) << yaml;
   EXPECT_THAT(yaml, ::testing::HasSubstr("kind: ConfigLike\n"));
+}
+
+// Found by tests/fuzz/codec_fuzz: yaml-cpp's LoadAll never returned on this.
+TEST(CodecTest, StrayCommaIsAnErrorNotAHang) {
+  auto r = DecodeManifests(",apere");
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  auto r2 = DecodeManifests("a: 1\n---\n,x\n");
+  EXPECT_EQ(r2.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(r2.status().message(), ::testing::HasSubstr("line 3"));
+  auto inline_doc = DecodeManifests("--- {a: 1}\n--- {b: 2}\n");
+  ASSERT_TRUE(inline_doc.ok()) << inline_doc.status();
+  EXPECT_EQ(inline_doc->size(), 2u);
+}
+
+// Found by tests/fuzz/codec_fuzz: invalid UTF-8 and control characters.
+TEST(CodecTest, RefusesInvalidUtf8AndRoundTripsControlCharacters) {
+  auto bad = DecodeManifests("a: \x9c\x8d\n");
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(bad.status().message(), ::testing::HasSubstr("UTF-8"));
+  EXPECT_FALSE(DecodeManifests("a: \xed\xa0\x80\n").ok()) << "surrogates are not UTF-8";
+  EXPECT_TRUE(DecodeManifests("name: caf\xc3\xa9\n").ok());
+  EXPECT_EQ(DecodeManifests(std::string("me\0ta: 1\n", 9)).status().code(),
+            absl::StatusCode::kInvalidArgument) << "raw control characters are not YAML";
+  json o = {{"k\x03ey", "v\x01al\tue"}, {"\xc3\xa9", "ok"}};
+  auto back = DecodeManifests(EncodeYaml(o));
+  ASSERT_TRUE(back.ok()) << back.status() << "\n" << EncodeYaml(o);
+  EXPECT_EQ((*back)[0], o) << EncodeYaml(o);
 }
 
 }  // namespace
