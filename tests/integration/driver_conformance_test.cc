@@ -13,30 +13,10 @@ namespace fs = std::filesystem;
 using ::csi::v1::VolumeCapability;
 using grpc::StatusCode;
 
-VolumeCapability Cap(bool block = false) {
-  VolumeCapability c;
-  if (block) {
-    c.mutable_block();
-  } else {
-    c.mutable_mount();
-  }
-  c.mutable_access_mode()->set_mode(VolumeCapability::AccessMode::SINGLE_NODE_WRITER);
-  return c;
-}
+VolumeCapability Cap(bool block = false) { return block ? BlockCapability() : MountCapability(); }
 
-class DriverConformanceTest : public ::testing::Test {
+class DriverConformanceTest : public DriverProcessTest {
  protected:
-  void SetUp() override {
-    BERTH_REQUIRE_ROOT();
-    driver_ = std::make_unique<DriverProcess>(sandbox_);
-    ASSERT_TRUE(driver_->Start());
-  }
-  void TearDown() override {
-    if (driver_) {
-      EXPECT_EQ(driver_->Stop(), 0);
-    }
-    if (HasFailure() && driver_) std::cerr << driver_->Log();
-  }
 
   grpc::Status Create(const std::string& name, int64_t required, int64_t limit,
                       ::csi::v1::CreateVolumeResponse* resp,
@@ -64,9 +44,6 @@ class DriverConformanceTest : public ::testing::Test {
     EXPECT_TRUE(st.ok()) << st.error_message();
     return resp.snapshot().snapshot_id();
   }
-
-  MountSandbox sandbox_;
-  std::unique_ptr<DriverProcess> driver_;
 };
 
 TEST_F(DriverConformanceTest, IdentityAdvertisesWhatIsServed) {

@@ -26,14 +26,7 @@ class DriverCrashTest : public ::testing::TestWithParam<Scenario> {
   void SetUp() override { BERTH_REQUIRE_ROOT(); }
 
   VolumeCapability Cap() const {
-    VolumeCapability c;
-    if (GetParam().block) {
-      c.mutable_block();
-    } else {
-      c.mutable_mount()->set_fs_type("ext4");
-    }
-    c.mutable_access_mode()->set_mode(VolumeCapability::AccessMode::SINGLE_NODE_WRITER);
-    return c;
+    return GetParam().block ? BlockCapability() : MountCapability("ext4");
   }
   std::string Staging() const { return driver_->kubelet() + "/staging/v"; }
   std::string Target() const { return driver_->kubelet() + "/pods/p/v/mount"; }

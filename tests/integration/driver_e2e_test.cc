@@ -20,19 +20,8 @@ namespace {
 namespace fs = std::filesystem;
 using ::csi::v1::VolumeCapability;
 
-VolumeCapability MountCap(const std::string& fs_type = "") {
-  VolumeCapability c;
-  c.mutable_mount()->set_fs_type(fs_type);
-  c.mutable_access_mode()->set_mode(VolumeCapability::AccessMode::SINGLE_NODE_WRITER);
-  return c;
-}
-
-VolumeCapability BlockCap() {
-  VolumeCapability c;
-  c.mutable_block();
-  c.mutable_access_mode()->set_mode(VolumeCapability::AccessMode::SINGLE_NODE_WRITER);
-  return c;
-}
+VolumeCapability MountCap(const std::string& fs_type = "") { return MountCapability(fs_type); }
+VolumeCapability BlockCap() { return BlockCapability(); }
 
 std::string RandomBytes(size_t n, uint64_t seed) {
   std::mt19937_64 gen(seed);
@@ -72,19 +61,8 @@ std::string ReadPrefix(const std::string& path, size_t n) {
   return s;
 }
 
-class DriverE2ETest : public ::testing::Test {
+class DriverE2ETest : public DriverProcessTest {
  protected:
-  void SetUp() override {
-    BERTH_REQUIRE_ROOT();
-    driver_ = std::make_unique<DriverProcess>(sandbox_);
-    ASSERT_TRUE(driver_->Start());
-  }
-  void TearDown() override {
-    if (driver_) {
-      EXPECT_EQ(driver_->Stop(), 0) << driver_->Log();
-      if (HasFailure()) std::cerr << driver_->Log();
-    }
-  }
 
   std::string Staging(const std::string& vol) { return driver_->kubelet() + "/staging/" + vol; }
   std::string Target(const std::string& pod, const std::string& vol) {
@@ -170,9 +148,6 @@ class DriverE2ETest : public ::testing::Test {
     EXPECT_TRUE(resp.snapshot().ready_to_use());
     return resp.snapshot().snapshot_id();
   }
-
-  MountSandbox sandbox_;
-  std::unique_ptr<DriverProcess> driver_;
 };
 
 TEST_F(DriverE2ETest, SnapshotDeleteRestoreKeepsData) {

@@ -92,6 +92,38 @@ class DriverProcess {
   std::string log_;
 };
 
+// SINGLE_NODE_WRITER capabilities for tests.
+inline ::csi::v1::VolumeCapability MountCapability(const std::string& fs_type = "") {
+  ::csi::v1::VolumeCapability c;
+  c.mutable_mount()->set_fs_type(fs_type);
+  c.mutable_access_mode()->set_mode(::csi::v1::VolumeCapability::AccessMode::SINGLE_NODE_WRITER);
+  return c;
+}
+inline ::csi::v1::VolumeCapability BlockCapability() {
+  ::csi::v1::VolumeCapability c;
+  c.mutable_block();
+  c.mutable_access_mode()->set_mode(::csi::v1::VolumeCapability::AccessMode::SINGLE_NODE_WRITER);
+  return c;
+}
+
+// A fixture with berth-csi running on a sandboxed pool (root only).
+class DriverProcessTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    BERTH_REQUIRE_ROOT();
+    driver_ = std::make_unique<DriverProcess>(sandbox_);
+    ASSERT_TRUE(driver_->Start());
+  }
+  void TearDown() override {
+    if (!driver_) return;
+    EXPECT_EQ(driver_->Stop(), 0);
+    if (HasFailure()) std::cerr << driver_->Log();
+  }
+
+  MountSandbox sandbox_;
+  std::unique_ptr<DriverProcess> driver_;
+};
+
 // A context with a generous deadline for one call.
 inline std::unique_ptr<grpc::ClientContext> Ctx() {
   auto c = std::make_unique<grpc::ClientContext>();
