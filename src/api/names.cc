@@ -7,6 +7,16 @@ namespace {
 
 bool LowerAlnum(char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); }
 
+// One dot-separated part of a subdomain (no length limit of its own:
+// Kubernetes bounds only the whole name).
+bool IsPart(std::string_view s) {
+  if (s.empty() || !LowerAlnum(s.front()) || !LowerAlnum(s.back())) return false;
+  for (char c : s) {
+    if (!LowerAlnum(c) && c != '-') return false;
+  }
+  return true;
+}
+
 bool IsLabel(std::string_view s) {
   if (s.empty() || s.size() > 63 || !LowerAlnum(s.front()) || !LowerAlnum(s.back())) return false;
   for (char c : s) {
@@ -20,7 +30,7 @@ bool IsLabel(std::string_view s) {
 absl::Status ValidateDns1123Subdomain(std::string_view field, std::string_view name) {
   bool ok = !name.empty() && name.size() <= 253;
   if (ok) {
-    for (std::string_view part : Split(name, '.')) ok = ok && IsLabel(part);
+    for (std::string_view part : Split(name, '.')) ok = ok && IsPart(part);
   }
   if (ok) return absl::OkStatus();
   if (name.size() > 253) {

@@ -253,6 +253,16 @@ std::optional<Event> Watcher::Next(absl::Duration timeout) {
   return e;
 }
 
+int64_t Watcher::BookmarkVersion() const {
+  absl::MutexLock lock(&mu_);
+  return queue_.empty() ? progress_rv_ : 0;
+}
+
+void Watcher::Progress(int64_t committed_rv) {
+  absl::MutexLock lock(&mu_);
+  progress_rv_ = std::max(progress_rv_, committed_rv);
+}
+
 bool Watcher::ended() const {
   absl::MutexLock lock(&mu_);
   return ended_ && queue_.empty();
@@ -453,6 +463,7 @@ void Store::Publish(std::vector<std::pair<Event, std::optional<Object>>> events)
     history_.emplace_back(std::move(e), std::move(before));
   }
   committed_rv_ = std::max(committed_rv_, next_rv_);  // also covers batches without events
+  for (Watcher* w : watchers_) w->Progress(committed_rv_);
   while (history_.size() > options_.history) {
     history_start_rv_ = history_.front().first.resource_version;
     history_.pop_front();
@@ -496,7 +507,7 @@ absl::StatusOr<Object> Store::Get(const std::string& resource, const std::string
 }
 
 absl::StatusOr<ListResult> Store::List(const std::string& resource, const std::string& ns,
-                                       const api::LabelSelector& selector) {
+                                       const api::LabelSelector& selector, const ListPage& page) {
   absl::MutexLock lock(&read_mu_);
   ListResult out;
   // One read transaction: the list and its resourceVersion are one snapshot.
@@ -504,13 +515,26 @@ absl::StatusOr<ListResult> Store::List(const std::string& resource, const std::s
   {
     Stmt rv(read_db_, "SELECT value FROM meta WHERE key='rv'");
     if (rv.Step() == SQLITE_ROW) out.resource_version = std::stoll(rv.Text(0));
-    Stmt s(read_db_, ns.empty()
-                         ? "SELECT data FROM objects WHERE resource=?1 ORDER BY namespace, name"
-                         : "SELECT data FROM objects WHERE resource=?1 AND namespace=?2 ORDER BY name");
+    const auto& after = page.after;
+    // Rows come in (namespace, name) order so a page ends at a stable key.
+    std::string sql = "SELECT data, namespace, name FROM objects WHERE resource=?1";
+    if (!ns.empty()) sql += " AND namespace=?2";
+    if (after) sql += " AND (namespace > ?3 OR (namespace = ?3 AND name > ?4))";
+    sql += " ORDER BY namespace, name";
+    Stmt s(read_db_, sql.c_str());
     s.Bind(1, resource);
     if (!ns.empty()) s.Bind(2, ns);
+    if (after) {
+      s.Bind(3, after->first);
+      s.Bind(4, after->second);
+    }
     int rc;
     while ((rc = s.Step()) == SQLITE_ROW) {
+      if (page.limit > 0 && out.items.size() == page.limit) {
+        out.next = {Namespace(out.items.back()), Name(out.items.back())};
+        rc = SQLITE_DONE;
+        break;
+      }
       Object o = Object::parse(s.Text(0));
       if (selector.empty() || selector.Matches(Labels(o))) out.items.push_back(std::move(o));
     }

@@ -69,6 +69,15 @@ struct Event {
 struct ListResult {
   std::vector<Object> items;
   int64_t resource_version = 0;  // the store's version when the list was read
+  // With a limit: set when more objects may follow; pass it as `after`.
+  std::optional<std::pair<std::string, std::string>> next;  // {namespace, name}
+};
+
+// One page of a list: at most `limit` matching objects (0 = all) whose
+// (namespace, name) sorts after `after`.
+struct ListPage {
+  size_t limit = 0;
+  std::optional<std::pair<std::string, std::string>> after;
 };
 
 class Store;
@@ -86,6 +95,9 @@ class Watcher {
   // Set when the store ended this watch (it fell too far behind, or the
   // store is closing); the client should relist and watch again.
   bool ended() const;
+  // When every event up to some resourceVersion has been taken with Next(),
+  // that resourceVersion (for a watch bookmark); 0 while events are queued.
+  int64_t BookmarkVersion() const;
 
  private:
   friend class Store;
@@ -98,12 +110,14 @@ class Watcher {
   // Called by the store with the event and the object before the change.
   void Offer(const Event& e, const Object* before) ABSL_LOCKS_EXCLUDED(mu_);
   void End() ABSL_LOCKS_EXCLUDED(mu_);
+  void Progress(int64_t committed_rv) ABSL_LOCKS_EXCLUDED(mu_);
 
   Store* const store_;
   const Filter filter_;
   mutable absl::Mutex mu_;
   std::deque<Event> queue_ ABSL_GUARDED_BY(mu_);
   bool ended_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t progress_rv_ ABSL_GUARDED_BY(mu_) = 0;  // all events up to this were offered
 };
 
 class Store {
@@ -127,7 +141,8 @@ class Store {
                              const std::string& name);
   // ns "" lists all namespaces.
   absl::StatusOr<ListResult> List(const std::string& resource, const std::string& ns,
-                                  const api::LabelSelector& selector = {});
+                                  const api::LabelSelector& selector = {},
+                                  const ListPage& page = {});
   // Replaces the stored object (matched by namespace/name). If
   // metadata.resourceVersion is set it must equal the stored one (else
   // ABORTED). uid, creationTimestamp and deletionTimestamp are kept from the

@@ -1,0 +1,92 @@
+#include "apiserver/control_plane.h"
+
+#include <sys/stat.h>
+
+#include "absl/strings/escaping.h"
+#include "api/codec.h"
+#include "apiserver/tls.h"
+#include "common/fs.h"
+#include "common/logging.h"
+#include "common/status.h"
+#include "common/strings.h"
+#include "openssl/rand.h"
+#include "spdlog/spdlog.h"
+
+namespace berth::apiserver {
+namespace {
+
+absl::StatusOr<std::string> LoadOrCreateToken(const std::string& path) {
+  auto existing = ReadFile(path);
+  if (existing.ok()) {
+    std::string token = *existing;
+    while (!token.empty() && (token.back() == '\n' || token.back() == ' ')) token.pop_back();
+    if (token.size() >= 32) return token;
+  } else if (existing.status().code() != absl::StatusCode::kNotFound) {
+    return existing.status();
+  }
+  unsigned char raw[32];
+  if (RAND_bytes(raw, sizeof(raw)) != 1) return absl::InternalError("no randomness for the API token");
+  std::string token = absl::BytesToHexString(absl::string_view(reinterpret_cast<char*>(raw), sizeof(raw)));
+  BERTH_RETURN_IF_ERROR(WriteFileAtomic(path, token + "\n", 0600));
+  return token;
+}
+
+}  // namespace
+
+std::string KubeconfigYaml(const std::string& server, const std::string& ca_pem, const std::string& token) {
+  nlohmann::json cfg = {
+      {"apiVersion", "v1"},
+      {"kind", "Config"},
+      {"clusters", {{{"name", "berth"}, {"cluster", {{"server", server}, {"certificate-authority-data", absl::Base64Escape(ca_pem)}}}}}},
+      {"contexts", {{{"name", "berth"}, {"context", {{"cluster", "berth"}, {"user", "berth-admin"}, {"namespace", "default"}}}}}},
+      {"current-context", "berth"},
+      {"users", {{{"name", "berth-admin"}, {"user", {{"token", token}}}}}},
+      {"preferences", nlohmann::json::object()},
+  };
+  return api::EncodeYaml(cfg);
+}
+
+absl::StatusOr<std::unique_ptr<ControlPlane>> ControlPlane::Start(const Options& options) {
+  std::unique_ptr<ControlPlane> cp(new ControlPlane());
+  BERTH_RETURN_IF_ERROR(MakeDirs(options.data_dir, 0700));
+  ::chmod(options.data_dir.c_str(), 0700);
+  BERTH_ASSIGN_OR_RETURN(cp->store_, store::Store::Open({.path = StrCat(options.data_dir, "/state.db")}));
+  cp->registry_ = std::make_unique<Registry>(*cp->store_);
+  BERTH_RETURN_IF_ERROR(cp->registry_->Bootstrap());
+  cp->handler_ = std::make_unique<ApiHandler>(*cp->registry_, options.handler);
+  HttpServer::Options http;
+  cp->socket_ = StrCat(options.data_dir, "/api.sock");
+  http.unix_socket = cp->socket_;
+  http.tcp_address = options.api_address;
+  if (!options.api_address.empty()) {
+    BERTH_ASSIGN_OR_RETURN(cp->token_, LoadOrCreateToken(StrCat(options.data_dir, "/api-token")));
+    http.bearer_token = cp->token_;
+    BERTH_ASSIGN_OR_RETURN(TlsIdentity tls, EnsureServingCertificate(StrCat(options.data_dir, "/tls")));
+    http.tls_cert_file = tls.cert_file;
+    http.tls_key_file = tls.key_file;
+    cp->ca_pem_ = tls.cert_pem;
+  }
+  ApiHandler* handler = cp->handler_.get();
+  BERTH_ASSIGN_OR_RETURN(cp->http_, HttpServer::Start(std::move(http), [handler](const HttpRequest& r, ResponseWriter& w) {
+                           handler->Handle(r, w);
+                         }));
+  if (!options.api_address.empty()) {
+    std::string host = options.api_address.substr(0, options.api_address.rfind(':'));
+    cp->kubeconfig_ = StrCat(options.data_dir, "/kubeconfig");
+    BERTH_RETURN_IF_ERROR(WriteFileAtomic(
+        cp->kubeconfig_, KubeconfigYaml(StrCat("https://", host, ":", cp->http_->tcp_port()), cp->ca_pem_, cp->token_), 0600));
+  }
+  return cp;
+}
+
+void ControlPlane::Shutdown() {
+  if (http_) http_->Shutdown();
+  http_.reset();
+  handler_.reset();
+  registry_.reset();
+  store_.reset();
+}
+
+ControlPlane::~ControlPlane() { Shutdown(); }
+
+}  // namespace berth::apiserver

@@ -1,0 +1,61 @@
+// The control plane's core on one data dir: the store (<data-dir>/state.db),
+// the registry, and the API server on <data-dir>/api.sock (root only) and on
+// loopback TCP (HTTPS, self-signed, tls/api.crt) with a bearer token; <data-dir>/kubeconfig (0600) points
+// kubectl at the TCP listener.
+//
+//   auto cp = ControlPlane::Start({.data_dir = "/var/lib/berth"});
+//   (*cp)->registry().Create(...);   // in-process callers
+//
+// The token is generated once (<data-dir>/api-token, 0600) and kept across
+// restarts; the kubeconfig is rewritten at every start (the port may change).
+//
+// Thread-safety: thread-safe.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "apiserver/handler.h"
+#include "apiserver/http.h"
+#include "apiserver/registry.h"
+#include "store/store.h"
+
+namespace berth::apiserver {
+
+class ControlPlane {
+ public:
+  struct Options {
+    std::string data_dir = "/var/lib/berth";
+    std::string api_address = "127.0.0.1:7443";  // "" = unix socket only
+    ApiHandler::Options handler;
+  };
+  static absl::StatusOr<std::unique_ptr<ControlPlane>> Start(const Options& options);
+  ~ControlPlane();
+
+  Registry& registry() { return *registry_; }
+  store::Store& store() { return *store_; }
+  int tcp_port() const { return http_->tcp_port(); }
+  const std::string& kubeconfig_path() const { return kubeconfig_; }
+  const std::string& socket_path() const { return socket_; }
+  const std::string& token() const { return token_; }
+
+  // Stops the API server (ends watches), then closes the store.
+  void Shutdown();
+
+ private:
+  ControlPlane() = default;
+  std::unique_ptr<store::Store> store_;
+  std::unique_ptr<Registry> registry_;
+  std::unique_ptr<ApiHandler> handler_;
+  std::unique_ptr<HttpServer> http_;
+  std::string kubeconfig_;
+  std::string socket_;
+  std::string token_;
+  std::string ca_pem_;
+};
+
+// The kubeconfig text for a server URL and token.
+std::string KubeconfigYaml(const std::string& server, const std::string& ca_pem, const std::string& token);
+
+}  // namespace berth::apiserver

@@ -1,0 +1,416 @@
+#include "apiserver/handler.h"
+
+#include "absl/strings/numbers.h"
+#include "api/codec.h"
+#include "api/errors.h"
+#include "api/table.h"
+#include "berth/version.h"
+#include "common/logging.h"
+#include "common/status.h"
+#include "common/strings.h"
+
+namespace berth::apiserver {
+namespace {
+
+using nlohmann::json;
+
+constexpr char kJson[] = "application/json";
+
+struct Route {
+  const api::KindInfo* kind = nullptr;
+  std::string ns;
+  std::string name;
+  std::string sub;
+};
+
+void SendJson(ResponseWriter& out, int code, const json& body) {
+  out.Send(code, kJson, body.dump(-1, ' ', false, json::error_handler_t::replace));
+}
+
+void SendError(ResponseWriter& out, const absl::Status& st) {
+  SendJson(out, api::ToHttpError(st).code, StatusObject(st));
+}
+
+std::vector<std::string> Segments(const std::string& path) {
+  std::vector<std::string> out;
+  for (auto s : Split(path, '/')) {
+    if (!s.empty()) out.emplace_back(s);
+  }
+  return out;
+}
+
+json ResourceList(std::string_view group, std::string_view version) {
+  json resources = json::array();
+  for (const auto& k : api::AllKinds()) {
+    if (k.group != group || k.version != version) continue;
+    json r = {{"name", k.resource},
+              {"singularName", k.singular},
+              {"namespaced", k.namespaced},
+              {"kind", k.kind},
+              {"verbs", {"create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"}}};
+    if (!k.short_names.empty()) {
+      r["shortNames"] = json::array();
+      for (auto s : k.short_names) r["shortNames"].push_back(s);
+    }
+    resources.push_back(r);
+    if (HasStatusSubresource(k)) {
+      resources.push_back({{"name", StrCat(k.resource, "/status")},
+                           {"singularName", ""},
+                           {"namespaced", k.namespaced},
+                           {"kind", k.kind},
+                           {"verbs", {"get", "patch", "update"}}});
+    }
+    if (k.kind == "Pod") {
+      resources.push_back({{"name", "pods/binding"},
+                           {"singularName", ""},
+                           {"namespaced", true},
+                           {"kind", "Binding"},
+                           {"verbs", {"create"}}});
+    }
+  }
+  std::string gv = group.empty() ? std::string(version) : StrCat(group, "/", version);
+  return {{"kind", "APIResourceList"}, {"apiVersion", "v1"}, {"groupVersion", gv}, {"resources", resources}};
+}
+
+json GroupList() {
+  json groups = json::array();
+  std::vector<std::string_view> seen;
+  for (const auto& k : api::AllKinds()) {
+    if (k.group.empty() || std::find(seen.begin(), seen.end(), k.group) != seen.end()) continue;
+    seen.push_back(k.group);
+    json v = {{"groupVersion", StrCat(k.group, "/", k.version)}, {"version", k.version}};
+    groups.push_back({{"name", k.group}, {"versions", json::array({v})}, {"preferredVersion", v}});
+  }
+  return {{"kind", "APIGroupList"}, {"apiVersion", "v1"}, {"groups", groups}};
+}
+
+json VersionInfo() {
+  return {{"major", "1"},
+          {"minor", "30"},
+          {"gitVersion", StrCat("v1.30.0+berth-", berth::kVersion)},
+          {"gitCommit", ""},
+          {"gitTreeState", "clean"},
+          {"buildDate", ""},
+          {"goVersion", ""},
+          {"compiler", "gcc"},
+          {"platform", "linux/amd64"}};
+}
+
+bool WantsTable(const HttpRequest& req) {
+  return req.Header("accept").find("as=Table") != std::string::npos;
+}
+
+absl::StatusOr<json> DecodeBody(const HttpRequest& req) {
+  const std::string ct = req.Header("content-type");
+  if (ct.find("protobuf") != std::string::npos) {
+    return api::UnsupportedMediaType("berth speaks JSON (and YAML), not protobuf");
+  }
+  if (ct.find("yaml") != std::string::npos) {
+    auto docs = api::DecodeManifests(req.body);
+    if (!docs.ok()) return api::BadRequest(std::string(docs.status().message()));
+    if (docs->size() != 1) return api::BadRequest("the request body must hold exactly one object");
+    return std::move((*docs)[0]);
+  }
+  json body = json::parse(req.body, nullptr, false);
+  if (body.is_discarded()) {
+    return api::BadRequest("couldn't decode the request body as JSON");
+  }
+  return body;
+}
+
+absl::StatusOr<Route> ParseRoute(const std::vector<std::string>& segs, size_t start,
+                                 std::string_view group, std::string_view version) {
+  Route r;
+  std::vector<std::string> rest(segs.begin() + static_cast<long>(start), segs.end());
+  auto find = [&](const std::string& resource) -> const api::KindInfo* {
+    const api::KindInfo* k = api::FindResource(group, resource);
+    return k != nullptr && k->version == version ? k : nullptr;
+  };
+  if (rest.size() >= 3 && rest[0] == "namespaces") {
+    const api::KindInfo* k = find(rest[2]);
+    if (k != nullptr && k->namespaced) {
+      r.kind = k;
+      r.ns = rest[1];
+      if (rest.size() >= 4) r.name = rest[3];
+      if (rest.size() >= 5) r.sub = rest[4];
+      if (rest.size() > 5) return absl::NotFoundError("the server could not find the requested resource");
+      return r;
+    }
+  }
+  if (rest.empty()) return absl::NotFoundError("the server could not find the requested resource");
+  r.kind = find(rest[0]);
+  if (r.kind == nullptr) return absl::NotFoundError("the server could not find the requested resource");
+  if (rest.size() >= 2) r.name = rest[1];
+  if (rest.size() >= 3) r.sub = rest[2];
+  if (rest.size() > 3) return absl::NotFoundError("the server could not find the requested resource");
+  return r;
+}
+
+json ListObject(const api::KindInfo& kind, const ListPage& page) {
+  json meta = {{"resourceVersion", std::to_string(page.resource_version)}};
+  if (!page.continue_token.empty()) meta["continue"] = page.continue_token;
+  return {{"kind", StrCat(kind.kind, "List")},
+          {"apiVersion", kind.api_version()},
+          {"metadata", meta},
+          {"items", page.items}};
+}
+
+absl::StatusOr<ListOptions> ListOptionsFrom(const HttpRequest& req) {
+  ListOptions o;
+  if (auto it = req.query.find("labelSelector"); it != req.query.end()) {
+    auto sel = api::LabelSelector::Parse(it->second);
+    if (!sel.ok()) return api::BadRequest(StrCat("unable to parse requirement: ", sel.status().message()));
+    o.labels = std::move(*sel);
+  }
+  if (auto it = req.query.find("fieldSelector"); it != req.query.end()) {
+    BERTH_ASSIGN_OR_RETURN(o.fields, FieldSelector::Parse(it->second));
+  }
+  if (auto it = req.query.find("limit"); it != req.query.end()) {
+    int64_t limit = 0;
+    if (!absl::SimpleAtoi(it->second, &limit) || limit < 0) return api::BadRequest("limit must be a non-negative integer");
+    o.limit = static_cast<size_t>(limit);
+  }
+  if (auto it = req.query.find("continue"); it != req.query.end()) o.continue_token = it->second;
+  return o;
+}
+
+bool QueryTrue(const HttpRequest& req, const std::string& key) {
+  auto it = req.query.find(key);
+  return it != req.query.end() && (it->second == "true" || it->second == "1" || it->second.empty());
+}
+
+json EventJson(const api::KindInfo& kind, const std::string& type, const json& object, bool table) {
+  if (!table || type == "BOOKMARK" || type == "ERROR") return {{"type", type}, {"object", object}};
+  std::string rv = object.value("metadata", json::object()).value("resourceVersion", "");
+  return {{"type", type}, {"object", api::BuildTable(kind, {object}, absl::Now(), rv)}};
+}
+
+}  // namespace
+
+json StatusObject(const absl::Status& st) {
+  if (st.ok()) {
+    return {{"kind", "Status"}, {"apiVersion", "v1"}, {"metadata", json::object()}, {"status", "Success"}};
+  }
+  api::HttpError e = api::ToHttpError(st);
+  return {{"kind", "Status"},
+          {"apiVersion", "v1"},
+          {"metadata", json::object()},
+          {"status", "Failure"},
+          {"message", std::string(st.message())},
+          {"reason", e.reason},
+          {"code", e.code}};
+}
+
+void ApiHandler::Handle(const HttpRequest& req, ResponseWriter& out) {
+  const std::vector<std::string> segs = Segments(req.path);
+  if (req.method == "GET") {
+    if (req.path == "/version" || req.path == "/version/") return SendJson(out, 200, VersionInfo());
+    if (req.path == "/healthz" || req.path == "/readyz" || req.path == "/livez") {
+      return out.Send(200, "text/plain; charset=utf-8", "ok");
+    }
+    if (req.path == "/api" || req.path == "/api/") {
+      return SendJson(out, 200, {{"kind", "APIVersions"}, {"versions", {"v1"}},
+                                 {"serverAddressByClientCIDRs", json::array()}});
+    }
+    if (req.path == "/apis" || req.path == "/apis/") return SendJson(out, 200, GroupList());
+    if (req.path == "/openapi/v2") {
+      // No published schema: an empty OpenAPI document (valid protobuf and
+      // JSON) makes kubectl skip client-side validation; the server
+      // validates strictly instead.
+      if (req.Header("accept").find("protobuf") != std::string::npos) {
+        return out.Send(200, "application/octet-stream", "");
+      }
+      return SendJson(out, 200, {{"swagger", "2.0"}, {"info", {{"title", "berth"}, {"version", berth::kVersion}}},
+                                 {"paths", json::object()}, {"definitions", json::object()}});
+    }
+  }
+  std::string_view group, version;
+  size_t start = 0;
+  if (segs.size() >= 2 && segs[0] == "api") {
+    version = segs[1];
+    start = 2;
+  } else if (segs.size() >= 3 && segs[0] == "apis") {
+    group = segs[1];
+    version = segs[2];
+    start = 3;
+  } else if (segs.size() == 2 && segs[0] == "apis" && req.method == "GET") {
+    for (const auto& k : api::AllKinds()) {
+      if (k.group == segs[1]) {
+        json v = {{"groupVersion", StrCat(k.group, "/", k.version)}, {"version", k.version}};
+        return SendJson(out, 200, {{"kind", "APIGroup"}, {"apiVersion", "v1"}, {"name", k.group},
+                                   {"versions", json::array({v})}, {"preferredVersion", v}});
+      }
+    }
+    return SendError(out, absl::NotFoundError("the server could not find the requested resource"));
+  } else {
+    return SendError(out, absl::NotFoundError("the server could not find the requested resource"));
+  }
+  if (segs.size() == start) {
+    bool known = false;
+    for (const auto& k : api::AllKinds()) known = known || (k.group == group && k.version == version);
+    if (!known || req.method != "GET") {
+      return SendError(out, absl::NotFoundError("the server could not find the requested resource"));
+    }
+    return SendJson(out, 200, ResourceList(group, version));
+  }
+  auto route = ParseRoute(segs, start, group, version);
+  if (!route.ok()) return SendError(out, route.status());
+  const api::KindInfo& kind = *route->kind;
+  const std::string& ns = route->ns;
+  const std::string& name = route->name;
+  if (!route->sub.empty() && route->sub != "status" && !(route->sub == "binding" && kind.kind == "Pod")) {
+    return SendError(out, absl::NotFoundError("the server could not find the requested resource"));
+  }
+  if (route->sub == "status" && !HasStatusSubresource(kind)) {
+    return SendError(out, absl::NotFoundError("the server could not find the requested resource"));
+  }
+  if (req.query.contains("dryRun")) {
+    return SendError(out, api::BadRequest("dry run is not supported by berth"));
+  }
+  if (kind.namespaced && ns.empty() && (req.method != "GET" || !name.empty())) {
+    return SendError(out, api::BadRequest(StrCat(kind.kind, " is namespaced: use /namespaces/<ns>/", kind.resource)));
+  }
+  const Subresource sub = route->sub == "status" ? Subresource::kStatus : Subresource::kMain;
+  const bool table = WantsTable(req);
+
+  if (req.method == "GET" && !name.empty()) {
+    auto got = registry_.Get(kind, ns, name);
+    if (!got.ok()) return SendError(out, got.status());
+    if (table) {
+      return SendJson(out, 200, api::BuildTable(kind, {*got}, absl::Now(),
+                                                (*got)["metadata"].value("resourceVersion", "")));
+    }
+    return SendJson(out, 200, *got);
+  }
+  if (req.method == "GET" && QueryTrue(req, "watch")) {
+    auto opts = ListOptionsFrom(req);
+    if (!opts.ok()) return SendError(out, opts.status());
+    std::string rv;
+    if (auto it = req.query.find("resourceVersion"); it != req.query.end()) rv = it->second;
+    auto stream = registry_.Watch(kind, ns, rv, opts->labels);
+    if (!stream.ok()) return SendError(out, stream.status());
+    absl::Duration limit = options_.max_watch;
+    if (auto it = req.query.find("timeoutSeconds"); it != req.query.end()) {
+      int64_t secs = 0;
+      if (absl::SimpleAtoi(it->second, &secs) && secs > 0) limit = std::min(limit, absl::Seconds(secs));
+    }
+    const bool bookmarks = QueryTrue(req, "allowWatchBookmarks");
+    if (!out.StartStream(200, kJson)) return;
+    auto send = [&](const std::string& type, const json& object) {
+      return out.WriteChunk(EventJson(kind, type, object, table).dump(-1, ' ', false, json::error_handler_t::replace) + "\n");
+    };
+    for (const auto& e : stream->initial) {
+      if (opts->fields.empty() || opts->fields.Matches(e.object)) {
+        if (!send("ADDED", e.object)) return;
+      }
+    }
+    const absl::Time deadline = absl::Now() + limit;
+    absl::Time next_bookmark = absl::Now() + options_.bookmark_interval;
+    int64_t last_bookmark = 0;
+    while (absl::Now() < deadline) {
+      auto e = stream->watcher->Next(absl::Milliseconds(250));
+      if (e) {
+        if (!opts->fields.empty() && !opts->fields.Matches(e->object)) continue;
+        if (!send(store::EventTypeName(e->type), e->object)) return;
+        continue;
+      }
+      if (stream->watcher->ended()) {
+        send("ERROR", StatusObject(absl::OutOfRangeError("the watch fell behind; relist and watch again")));
+        return;
+      }
+      if (out.Cancelled()) return;
+      if (bookmarks && absl::Now() >= next_bookmark) {
+        next_bookmark = absl::Now() + options_.bookmark_interval;
+        int64_t rv_now = stream->watcher->BookmarkVersion();
+        if (rv_now > last_bookmark) {
+          last_bookmark = rv_now;
+          json obj = {{"kind", kind.kind}, {"apiVersion", kind.api_version()},
+                      {"metadata", {{"resourceVersion", std::to_string(rv_now)}}}};
+          if (!send("BOOKMARK", obj)) return;
+        }
+      }
+    }
+    return;
+  }
+  if (req.method == "GET") {
+    auto opts = ListOptionsFrom(req);
+    if (!opts.ok()) return SendError(out, opts.status());
+    auto page = registry_.List(kind, ns, *opts);
+    if (!page.ok()) return SendError(out, page.status());
+    if (table) {
+      json t = api::BuildTable(kind, page->items, absl::Now(), std::to_string(page->resource_version));
+      if (!page->continue_token.empty()) t["metadata"]["continue"] = page->continue_token;
+      return SendJson(out, 200, t);
+    }
+    return SendJson(out, 200, ListObject(kind, *page));
+  }
+  if (req.method == "POST") {
+    auto body = DecodeBody(req);
+    if (!body.ok()) return SendError(out, body.status());
+    if (route->sub == "binding") {
+      std::string node = body->value("target", json::object()).value("name", "");
+      auto bound = registry_.BindPod(ns, name, node);
+      if (!bound.ok()) return SendError(out, bound.status());
+      return SendJson(out, 201, StatusObject(absl::OkStatus()));
+    }
+    if (!name.empty()) return SendError(out, api::MethodNotAllowed("POST is for collections"));
+    auto created = registry_.Create(kind, ns, std::move(*body));
+    if (!created.ok()) return SendError(out, created.status());
+    return SendJson(out, 201, *created);
+  }
+  if (req.method == "PUT") {
+    if (name.empty()) return SendError(out, api::MethodNotAllowed("PUT needs an object name"));
+    auto body = DecodeBody(req);
+    if (!body.ok()) return SendError(out, body.status());
+    auto updated = registry_.Update(kind, ns, name, std::move(*body), sub);
+    if (!updated.ok()) return SendError(out, updated.status());
+    return SendJson(out, 200, *updated);
+  }
+  if (req.method == "PATCH") {
+    if (name.empty()) return SendError(out, api::MethodNotAllowed("PATCH needs an object name"));
+    auto type = ParsePatchType(req.Header("content-type"));
+    if (!type.ok()) return SendError(out, type.status());
+    auto patched = registry_.Patch(kind, ns, name, req.body, *type, sub);
+    if (!patched.ok()) return SendError(out, patched.status());
+    return SendJson(out, 200, *patched);
+  }
+  if (req.method == "DELETE") {
+    DeleteOptions opts;
+    if (!req.body.empty()) {
+      json body = json::parse(req.body, nullptr, false);
+      if (body.is_discarded() || !body.is_object()) return SendError(out, api::BadRequest("DeleteOptions must be a JSON object"));
+      json pre = body.value("preconditions", json::object());
+      if (pre.is_object()) {
+        if (pre.contains("uid") && pre["uid"].is_string()) opts.uid = pre["uid"].get<std::string>();
+        if (pre.contains("resourceVersion") && pre["resourceVersion"].is_string()) {
+          opts.resource_version = pre["resourceVersion"].get<std::string>();
+        }
+      }
+    }
+    if (name.empty()) {
+      // deletecollection
+      auto lopts = ListOptionsFrom(req);
+      if (!lopts.ok()) return SendError(out, lopts.status());
+      auto page = registry_.List(kind, ns, *lopts);
+      if (!page.ok()) return SendError(out, page.status());
+      json deleted = json::array();
+      for (const auto& item : page->items) {
+        const json& md = item["metadata"];
+        auto d = registry_.Delete(kind, md.value("namespace", ""), md.value("name", ""));
+        if (!d.ok() && d.status().code() != absl::StatusCode::kNotFound) return SendError(out, d.status());
+        if (d.ok()) deleted.push_back(*d);
+      }
+      ListPage result{deleted.get<std::vector<json>>(), registry_.store().ResourceVersion(), ""};
+      return SendJson(out, 200, ListObject(kind, result));
+    }
+    auto deleted = registry_.Delete(kind, ns, name, opts);
+    if (!deleted.ok()) return SendError(out, deleted.status());
+    const bool pending = (*deleted)["metadata"].contains("deletionTimestamp") &&
+                         (*deleted)["metadata"].contains("finalizers") &&
+                         !(*deleted)["metadata"]["finalizers"].empty();
+    return SendJson(out, pending ? 202 : 200, *deleted);
+  }
+  SendError(out, api::MethodNotAllowed(StrCat("method ", req.method, " is not supported")));
+}
+
+}  // namespace berth::apiserver

@@ -1,0 +1,43 @@
+// The Kubernetes REST API over a Registry: paths, verbs, discovery, Table
+// output, watch streams, and errors as `Status` objects.
+//
+//   GET    /api/v1/namespaces/default/persistentvolumeclaims        list
+//   GET    ...?watch=1&resourceVersion=N                            watch
+//   GET    /apis/storage.k8s.io/v1/storageclasses/fast               get
+//   POST   /api/v1/namespaces/default/persistentvolumeclaims        create
+//   PUT    .../persistentvolumeclaims/data[/status]                 update
+//   PATCH  .../persistentvolumeclaims/data[/status]                 patch
+//   DELETE .../persistentvolumeclaims/data                          delete
+//   POST   /api/v1/namespaces/default/pods/web/binding              bind
+//   GET    /api /apis /api/v1 /apis/<group>/<version> /version      discovery
+//
+// Thread-safety: thread-safe; Handle() is called from many connections.
+#pragma once
+
+#include <string>
+
+#include "absl/time/time.h"
+#include "apiserver/http.h"
+#include "apiserver/registry.h"
+
+namespace berth::apiserver {
+
+class ApiHandler {
+ public:
+  struct Options {
+    absl::Duration bookmark_interval = absl::Seconds(30);
+    absl::Duration max_watch = absl::Minutes(30);
+  };
+  ApiHandler(Registry& registry, Options options) : registry_(registry), options_(options) {}
+
+  void Handle(const HttpRequest& request, ResponseWriter& out);
+
+ private:
+  Registry& registry_;
+  const Options options_;
+};
+
+// The Kubernetes Status object for an error (or success when `status` is ok).
+nlohmann::json StatusObject(const absl::Status& status);
+
+}  // namespace berth::apiserver

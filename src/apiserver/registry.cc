@@ -1,0 +1,464 @@
+#include "apiserver/registry.h"
+
+#include <random>
+
+#include "absl/strings/escaping.h"
+#include "api/errors.h"
+#include "api/schema.h"
+#include "api/validation.h"
+#include "common/status.h"
+#include "common/strings.h"
+
+namespace berth::apiserver {
+namespace {
+
+constexpr int kPatchRetries = 16;
+
+std::string Str(const json& v, std::string_view key) {
+  if (!v.is_object()) return "";
+  auto it = v.find(key);
+  return it != v.end() && it->is_string() ? it->get<std::string>() : "";
+}
+
+std::string NameOf(const json& o) { return Str(o.value("metadata", json::object()), "name"); }
+
+// Kubernetes' generated-name suffix: 5 characters without vowels or
+// look-alike characters.
+std::string RandomSuffix() {
+  static constexpr char kAlphabet[] = "bcdfghjklmnpqrstvwxz2456789";
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  std::string out;
+  for (int i = 0; i < 5; ++i) out += kAlphabet[rng() % (sizeof(kAlphabet) - 1)];
+  return out;
+}
+
+// The status a kind starts with: what clients send in status is ignored on
+// create, as Kubernetes' strategies do.
+void ResetStatusForCreate(const api::KindInfo& kind, json& obj) {
+  if (!HasStatusSubresource(kind) || kind.kind == "Node") return;
+  obj.erase("status");
+  if (kind.kind == "PersistentVolumeClaim" || kind.kind == "PersistentVolume" ||
+      kind.kind == "Pod") {
+    obj["status"] = {{"phase", "Pending"}};
+  } else if (kind.kind == "Namespace") {
+    obj["status"] = {{"phase", "Active"}};
+  }
+}
+
+// Status updates change status only: everything else stays as stored
+// (Kubernetes' ResetObjectMetaForStatus and spec reset).
+json StatusUpdate(const json& stored, const json& incoming) {
+  json out = stored;
+  if (incoming.contains("status")) {
+    out["status"] = incoming["status"];
+  } else {
+    out.erase("status");
+  }
+  out["metadata"]["resourceVersion"] = incoming["metadata"].value("resourceVersion", json());
+  return out;
+}
+
+std::string EncodeContinue(const std::pair<std::string, std::string>& key, int64_t rv) {
+  json token = {{"v", 1}, {"rv", rv}, {"ns", key.first}, {"name", key.second}};
+  return absl::WebSafeBase64Escape(token.dump());
+}
+
+absl::StatusOr<std::pair<std::string, std::string>> DecodeContinue(const std::string& token) {
+  std::string raw;
+  if (!absl::WebSafeBase64Unescape(token, &raw)) return api::BadRequest("continue key is not valid");
+  json t = json::parse(raw, nullptr, false);
+  if (t.is_discarded() || !t.is_object() || t.value("v", 0) != 1 || !t["ns"].is_string() ||
+      !t["name"].is_string()) {
+    return api::BadRequest("continue key is not valid");
+  }
+  return std::make_pair(t["ns"].get<std::string>(), t["name"].get<std::string>());
+}
+
+}  // namespace
+
+bool HasStatusSubresource(const api::KindInfo& kind) {
+  static constexpr std::string_view kWithStatus[] = {
+      "PersistentVolume", "PersistentVolumeClaim", "Pod", "Node", "Namespace",
+      "VolumeAttachment", "VolumeSnapshot", "VolumeSnapshotContent"};
+  for (auto k : kWithStatus) {
+    if (kind.kind == k) return true;
+  }
+  return false;
+}
+
+// ---- FieldSelector ----
+
+absl::StatusOr<FieldSelector> FieldSelector::Parse(std::string_view text) {
+  FieldSelector out;
+  for (std::string_view term : Split(text, ',')) {
+    if (term.empty()) continue;
+    Term t;
+    size_t pos;
+    std::string_view key, value;
+    if ((pos = term.find("!=")) != std::string_view::npos) {
+      key = term.substr(0, pos);
+      value = term.substr(pos + 2);
+      t.equal = false;
+    } else if ((pos = term.find("==")) != std::string_view::npos) {
+      key = term.substr(0, pos);
+      value = term.substr(pos + 2);
+      t.equal = true;
+    } else if ((pos = term.find('=')) != std::string_view::npos) {
+      key = term.substr(0, pos);
+      value = term.substr(pos + 1);
+      t.equal = true;
+    } else {
+      return api::BadRequest(StrCat("invalid field selector \"", text, "\": \"", term,
+                                    "\" is not key=value or key!=value"));
+    }
+    if (key.empty()) return api::BadRequest(StrCat("invalid field selector \"", text, "\""));
+    for (std::string_view part : Split(key, '.')) t.path.emplace_back(part);
+    t.value = std::string(value);
+    out.terms_.push_back(std::move(t));
+  }
+  return out;
+}
+
+bool FieldSelector::Matches(const json& object) const {
+  for (const auto& t : terms_) {
+    const json* cur = &object;
+    for (const auto& p : t.path) {
+      if (!cur->is_object() || !cur->contains(p)) {
+        cur = nullptr;
+        break;
+      }
+      cur = &(*cur)[p];
+    }
+    std::string value;
+    if (cur != nullptr && !cur->is_null()) value = cur->is_string() ? cur->get<std::string>() : cur->dump();
+    if ((value == t.value) != t.equal) return false;
+  }
+  return true;
+}
+
+// ---- Registry ----
+
+absl::Status Registry::Bootstrap() {
+  const api::KindInfo& ns_kind = *api::FindResource("", "namespaces");
+  for (const char* name : {"default", "kube-system", "kube-public"}) {
+    auto created = Create(ns_kind, "", {{"apiVersion", "v1"}, {"kind", "Namespace"},
+                                        {"metadata", {{"name", name}}}});
+    if (!created.ok() && created.status().code() != absl::StatusCode::kAlreadyExists) {
+      return created.status();
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Registry::CheckNamespace(const api::KindInfo& kind, const std::string& ns) {
+  if (!kind.namespaced) return absl::OkStatus();
+  if (ns.empty()) return api::BadRequest(StrCat(kind.kind, " is namespaced: a namespace is required"));
+  auto got = store_.Get("namespaces", "", ns);
+  if (!got.ok()) {
+    if (got.status().code() == absl::StatusCode::kNotFound) {
+      return absl::NotFoundError(StrCat("namespaces \"", ns, "\" not found"));
+    }
+    return got.status();
+  }
+  if (got->contains("metadata") && (*got)["metadata"].contains("deletionTimestamp")) {
+    return absl::PermissionDeniedError(
+        StrCat("unable to create new content in namespace ", ns, " because it is being terminated"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<json> Registry::Create(const api::KindInfo& kind, const std::string& ns,
+                                      json obj) {
+  if (!obj.is_object()) return api::BadRequest("the request body must be a JSON object");
+  const std::string api_version = kind.api_version();
+  if (obj.contains("apiVersion") && obj["apiVersion"] != api_version) {
+    return api::BadRequest(StrCat("the API version in the data (", obj["apiVersion"].is_string() ? obj["apiVersion"].get<std::string>() : obj["apiVersion"].dump(),
+                                  ") does not match the expected API version (", api_version, ")"));
+  }
+  if (obj.contains("kind") && obj["kind"] != kind.kind) {
+    return api::BadRequest(StrCat("the kind in the data does not match the expected kind (", kind.kind, ")"));
+  }
+  obj["apiVersion"] = api_version;
+  obj["kind"] = std::string(kind.kind);
+  if (!obj.contains("metadata") || obj["metadata"].is_null()) obj["metadata"] = json::object();
+  BERTH_RETURN_IF_ERROR(api::CheckSchema(obj, api::SchemaFor(kind)));
+  json& md = obj["metadata"];
+  if (kind.namespaced) {
+    std::string body_ns = Str(md, "namespace");
+    if (!body_ns.empty() && body_ns != ns) {
+      return api::BadRequest(
+          "the namespace of the provided object does not match the namespace sent on the request");
+    }
+    md["namespace"] = ns;
+  } else {
+    md.erase("namespace");
+  }
+  if (Str(md, "name").empty()) {
+    std::string gen = Str(md, "generateName");
+    if (gen.empty()) {
+      return api::Invalid(kind.kind, "", {{"metadata.name", "Required value: name or generateName is required"}});
+    }
+    md["name"] = gen + RandomSuffix();
+  }
+  for (const char* f : {"uid", "resourceVersion", "creationTimestamp", "deletionTimestamp",
+                        "deletionGracePeriodSeconds", "generation", "selfLink", "managedFields"}) {
+    md.erase(f);
+  }
+  api::Normalize(kind, obj);
+  api::ApplyDefaults(kind, obj);
+  ResetStatusForCreate(kind, obj);
+  BERTH_RETURN_IF_ERROR(api::Validate(kind, obj, nullptr));
+  BERTH_RETURN_IF_ERROR(CheckNamespace(kind, ns));
+  const std::string name = Str(md, "name");
+  auto created = store_.Create(std::string(kind.resource), std::move(obj));
+  if (!created.ok() && created.status().code() == absl::StatusCode::kAlreadyExists) {
+    std::string group = kind.group.empty() ? "" : StrCat(".", kind.group);
+    return absl::AlreadyExistsError(StrCat(kind.resource, group, " \"", name, "\" already exists"));
+  }
+  return created;
+}
+
+absl::StatusOr<json> Registry::Get(const api::KindInfo& kind, const std::string& ns,
+                                   const std::string& name) {
+  auto got = store_.Get(std::string(kind.resource), kind.namespaced ? ns : "", name);
+  if (!got.ok() && got.status().code() == absl::StatusCode::kNotFound) {
+    std::string group = kind.group.empty() ? "" : StrCat(".", kind.group);
+    return absl::NotFoundError(StrCat(kind.resource, group, " \"", name, "\" not found"));
+  }
+  return got;
+}
+
+absl::StatusOr<ListPage> Registry::List(const api::KindInfo& kind, const std::string& ns,
+                                        const ListOptions& options) {
+  store::ListPage page;
+  page.limit = options.limit;
+  if (!options.continue_token.empty()) {
+    BERTH_ASSIGN_OR_RETURN(page.after, DecodeContinue(options.continue_token));
+  }
+  ListPage out;
+  // Field selectors filter after the store's page; keep reading pages until
+  // the limit is met so a page is never spuriously short.
+  while (true) {
+    BERTH_ASSIGN_OR_RETURN(store::ListResult res,
+                           store_.List(std::string(kind.resource), kind.namespaced ? ns : "",
+                                       options.labels, page));
+    if (out.resource_version == 0) out.resource_version = res.resource_version;
+    for (auto& item : res.items) {
+      if (options.fields.empty() || options.fields.Matches(item)) out.items.push_back(std::move(item));
+    }
+    if (!res.next) return out;
+    if (options.limit == 0 || out.items.size() >= options.limit) {
+      out.continue_token = EncodeContinue(*res.next, res.resource_version);
+      return out;
+    }
+    page.after = res.next;
+    page.limit = options.limit - out.items.size();
+  }
+}
+
+absl::StatusOr<json> Registry::UpdateOnce(const api::KindInfo& kind, const std::string& ns,
+                                          const std::string& name, json obj, Subresource sub,
+                                          bool* unconditional) {
+  if (!obj.is_object()) return api::BadRequest("the request body must be a JSON object");
+  const std::string api_version = kind.api_version();
+  if (obj.contains("apiVersion") && obj["apiVersion"] != api_version) {
+    return api::BadRequest(StrCat("the API version in the data does not match the expected API version (", api_version, ")"));
+  }
+  if (obj.contains("kind") && obj["kind"] != kind.kind) {
+    return api::BadRequest(StrCat("the kind in the data does not match the expected kind (", kind.kind, ")"));
+  }
+  obj["apiVersion"] = api_version;
+  obj["kind"] = std::string(kind.kind);
+  if (!obj.contains("metadata") || !obj["metadata"].is_object()) obj["metadata"] = json::object();
+  BERTH_RETURN_IF_ERROR(api::CheckSchema(obj, api::SchemaFor(kind)));
+  json& md = obj["metadata"];
+  if (Str(md, "name").empty()) md["name"] = name;
+  if (Str(md, "name") != name) {
+    return api::BadRequest(StrCat("the name of the object (", Str(md, "name"),
+                                  ") does not match the name on the URL (", name, ")"));
+  }
+  if (kind.namespaced) {
+    if (!Str(md, "namespace").empty() && Str(md, "namespace") != ns) {
+      return api::BadRequest("the namespace of the provided object does not match the namespace sent on the request");
+    }
+    md["namespace"] = ns;
+  } else {
+    md.erase("namespace");
+  }
+  BERTH_ASSIGN_OR_RETURN(json old, Get(kind, ns, name));
+  *unconditional = Str(md, "resourceVersion").empty();
+  if (*unconditional) md["resourceVersion"] = old["metadata"]["resourceVersion"];
+  if (sub == Subresource::kStatus) {
+    obj = StatusUpdate(old, obj);
+  } else {
+    if (HasStatusSubresource(kind)) {
+      if (old.contains("status")) {
+        obj["status"] = old["status"];
+      } else {
+        obj.erase("status");
+      }
+    }
+    // The store owns these; what a client sends is ignored.
+    json& m = obj["metadata"];
+    for (const char* f : {"uid", "creationTimestamp", "deletionTimestamp", "generation"}) {
+      if (old["metadata"].contains(f)) {
+        m[f] = old["metadata"][f];
+      } else {
+        m.erase(f);
+      }
+    }
+    m.erase("managedFields");
+    m.erase("selfLink");
+    if (old["metadata"].contains("deletionTimestamp")) {
+      const json none = json::array();
+      const json& before = old["metadata"].value("finalizers", none);
+      for (const auto& f : m.value("finalizers", none)) {
+        if (std::find(before.begin(), before.end(), f) == before.end()) {
+          return api::Invalid(kind.kind, name, {{"metadata.finalizers", StrCat("Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers ", f.dump())}});
+        }
+      }
+    }
+    api::Normalize(kind, obj);
+    api::ApplyDefaults(kind, obj);
+  }
+  api::Normalize(kind, obj);
+  BERTH_RETURN_IF_ERROR(api::Validate(kind, obj, &old));
+  auto updated = store_.Update(std::string(kind.resource), std::move(obj));
+  if (!updated.ok() && updated.status().code() == absl::StatusCode::kAborted) {
+    std::string group = kind.group.empty() ? "" : StrCat(".", kind.group);
+    return absl::AbortedError(StrCat("Operation cannot be fulfilled on ", kind.resource, group, " \"", name,
+                                     "\": the object has been modified; please apply your changes "
+                                     "to the latest version and try again"));
+  }
+  return updated;
+}
+
+absl::StatusOr<json> Registry::Update(const api::KindInfo& kind, const std::string& ns,
+                                      const std::string& name, json object, Subresource sub) {
+  for (int attempt = 0;; ++attempt) {
+    bool unconditional = false;
+    auto out = UpdateOnce(kind, ns, name, object, sub, &unconditional);
+    // An unconditional update lost a race with another writer between our
+    // read and write: it asked for no precondition, so try again.
+    if (out.ok() || !unconditional || out.status().code() != absl::StatusCode::kAborted ||
+        attempt >= kPatchRetries) {
+      return out;
+    }
+  }
+}
+
+absl::StatusOr<json> Registry::Patch(const api::KindInfo& kind, const std::string& ns,
+                                     const std::string& name, std::string_view patch,
+                                     PatchType type, Subresource sub) {
+  for (int attempt = 0;; ++attempt) {
+    BERTH_ASSIGN_OR_RETURN(json old, Get(kind, ns, name));
+    const std::string old_rv = old["metadata"].value("resourceVersion", "");
+    BERTH_ASSIGN_OR_RETURN(json patched, ApplyPatch(old, patch, type, api::SchemaFor(kind)));
+    if (!patched.is_object()) return api::BadRequest("the patch does not produce an object");
+    if (!patched.contains("metadata") || !patched["metadata"].is_object()) patched["metadata"] = json::object();
+    // A patch that names a resourceVersion is a precondition; otherwise the
+    // patch applies to the version just read and is retried on a race.
+    const bool precondition = patched["metadata"].value("resourceVersion", "") != old_rv;
+    if (!precondition) patched["metadata"]["resourceVersion"] = old_rv;
+    bool unconditional = false;
+    auto out = UpdateOnce(kind, ns, name, std::move(patched), sub, &unconditional);
+    if (out.ok() || precondition || out.status().code() != absl::StatusCode::kAborted ||
+        attempt >= kPatchRetries) {
+      return out;
+    }
+  }
+}
+
+absl::StatusOr<json> Registry::Delete(const api::KindInfo& kind, const std::string& ns,
+                                      const std::string& name, const DeleteOptions& options) {
+  const std::string eff_ns = kind.namespaced ? ns : "";
+  if (kind.kind == "Namespace" && (name == "default" || name == "kube-system" || name == "kube-public")) {
+    return absl::PermissionDeniedError(StrCat("namespaces \"", name, "\" is forbidden: this namespace may not be deleted"));
+  }
+  std::optional<std::string> uid = options.uid;
+  if (options.resource_version) {
+    BERTH_ASSIGN_OR_RETURN(json cur, Get(kind, ns, name));
+    if (cur["metadata"].value("resourceVersion", "") != *options.resource_version) {
+      return absl::AbortedError(StrCat("Precondition failed: ResourceVersion in precondition: ", *options.resource_version,
+                                       ", ResourceVersion in object meta: ", cur["metadata"].value("resourceVersion", "")));
+    }
+    // Tie the delete to exactly the version checked.
+    uid = cur["metadata"].value("uid", "");
+    if (options.uid && *options.uid != *uid) {
+      return absl::AbortedError(StrCat("Precondition failed: UID in precondition: ", *options.uid, ", UID in object meta: ", *uid));
+    }
+  }
+  if (kind.kind == "Namespace") {
+    BERTH_RETURN_IF_ERROR(Get(kind, "", name).status());
+    for (const auto& k : api::AllKinds()) {
+      if (!k.namespaced) continue;
+      BERTH_ASSIGN_OR_RETURN(auto items, store_.List(std::string(k.resource), name));
+      for (const auto& item : items.items) {
+        auto st = store_.Delete(std::string(k.resource), name, NameOf(item)).status();
+        if (!st.ok() && st.code() != absl::StatusCode::kNotFound) return st;
+      }
+    }
+  }
+  auto out = store_.Delete(std::string(kind.resource), eff_ns, name, uid);
+  if (!out.ok()) {
+    std::string group = kind.group.empty() ? "" : StrCat(".", kind.group);
+    if (out.status().code() == absl::StatusCode::kNotFound) {
+      return absl::NotFoundError(StrCat(kind.resource, group, " \"", name, "\" not found"));
+    }
+    if (out.status().code() == absl::StatusCode::kAborted && uid) {
+      return absl::AbortedError(StrCat("Precondition failed: UID in precondition: ", *uid));
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<json> Registry::BindPod(const std::string& ns, const std::string& name,
+                                       const std::string& node_name) {
+  const api::KindInfo& pods = *api::FindResource("", "pods");
+  if (node_name.empty()) return api::Invalid("Binding", name, {{"target.name", "Required value"}});
+  for (int attempt = 0;; ++attempt) {
+    BERTH_ASSIGN_OR_RETURN(json pod, Get(pods, ns, name));
+    if (pod["metadata"].contains("deletionTimestamp")) {
+      return absl::FailedPreconditionError(StrCat("pod ", name, " is being deleted, cannot be assigned to a host"));
+    }
+    std::string current = pod.value("spec", json::object()).value("nodeName", "");
+    if (!current.empty()) {
+      return absl::AbortedError(StrCat("Operation cannot be fulfilled on pods/binding \"", name,
+                                       "\": pod ", name, " is already assigned to node \"", current, "\""));
+    }
+    pod["spec"]["nodeName"] = node_name;
+    auto out = store_.Update("pods", std::move(pod));
+    if (out.ok() || out.status().code() != absl::StatusCode::kAborted || attempt >= kPatchRetries) {
+      return out;
+    }
+  }
+}
+
+absl::StatusOr<Registry::WatchStream> Registry::Watch(const api::KindInfo& kind,
+                                                     const std::string& ns,
+                                                     const std::string& resource_version,
+                                                     const api::LabelSelector& labels) {
+  WatchStream out;
+  const std::string resource(kind.resource);
+  const std::string eff_ns = kind.namespaced ? ns : "";
+  if (resource_version.empty() || resource_version == "0") {
+    BERTH_ASSIGN_OR_RETURN(store::ListResult list, store_.List(resource, eff_ns, labels));
+    for (auto& item : list.items) {
+      out.initial.push_back({store::EventType::kAdded, resource, std::move(item), 0});
+    }
+    BERTH_ASSIGN_OR_RETURN(out.watcher, store_.Watch(resource, eff_ns, list.resource_version, labels));
+    return out;
+  }
+  int64_t rv = 0;
+  if (!absl::SimpleAtoi(std::string(resource_version), &rv) || rv < 0) {
+    return api::BadRequest(StrCat("invalid resourceVersion \"", resource_version, "\""));
+  }
+  auto watcher = store_.Watch(resource, eff_ns, rv, labels);
+  if (!watcher.ok() && watcher.status().code() == absl::StatusCode::kOutOfRange) {
+    return absl::OutOfRangeError(StrCat("too old resource version: ", rv));
+  }
+  BERTH_ASSIGN_OR_RETURN(out.watcher, std::move(watcher));
+  return out;
+}
+
+}  // namespace berth::apiserver

@@ -1,0 +1,122 @@
+// The API's semantics over the store: for every kind, what Kubernetes'
+// registry does between a request and etcd — strict decoding, defaults,
+// validation, immutable fields, status subresources, namespaces, generated
+// names, patches with conflict retry, pod binding.
+//
+// The HTTP layer (handler.h) and in-process callers (controllers, the node
+// agent) both go through a Registry, so the rules hold whoever writes.
+//
+//   Registry registry(*store);
+//   auto pvc = registry.Create(*api::FindResource("", "persistentvolumeclaims"),
+//                              "default", manifest);
+//
+// Thread-safety: thread-safe (the store serialises writes).
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "api/kinds.h"
+#include "api/selector.h"
+#include "apiserver/patch.h"
+#include "nlohmann/json.hpp"
+#include "store/store.h"
+
+namespace berth::apiserver {
+
+using nlohmann::json;
+
+// A field selector: "metadata.name=x,spec.nodeName!=" (=, ==, !=) over
+// dotted JSON paths of the object.
+class FieldSelector {
+ public:
+  static absl::StatusOr<FieldSelector> Parse(std::string_view text);
+  bool Matches(const json& object) const;
+  bool empty() const { return terms_.empty(); }
+
+ private:
+  struct Term {
+    std::vector<std::string> path;
+    std::string value;
+    bool equal;
+  };
+  std::vector<Term> terms_;
+};
+
+struct ListOptions {
+  api::LabelSelector labels;
+  FieldSelector fields;
+  size_t limit = 0;          // 0: everything
+  std::string continue_token;
+};
+
+struct ListPage {
+  std::vector<json> items;
+  int64_t resource_version = 0;
+  std::string continue_token;  // empty on the last page
+};
+
+struct DeleteOptions {
+  std::optional<std::string> uid;               // preconditions.uid
+  std::optional<std::string> resource_version;  // preconditions.resourceVersion
+};
+
+enum class Subresource { kMain, kStatus };
+
+class Registry {
+ public:
+  explicit Registry(store::Store& store) : store_(store) {}
+
+  // Creates the namespaces every cluster has (default, kube-system) if absent.
+  absl::Status Bootstrap();
+
+  // `ns` is the request's namespace ("" for cluster-scoped kinds).
+  absl::StatusOr<json> Create(const api::KindInfo& kind, const std::string& ns, json object);
+  absl::StatusOr<json> Get(const api::KindInfo& kind, const std::string& ns,
+                           const std::string& name);
+  absl::StatusOr<ListPage> List(const api::KindInfo& kind, const std::string& ns,
+                                const ListOptions& options);
+  // PUT. Without metadata.resourceVersion the update is unconditional.
+  absl::StatusOr<json> Update(const api::KindInfo& kind, const std::string& ns,
+                              const std::string& name, json object, Subresource sub);
+  absl::StatusOr<json> Patch(const api::KindInfo& kind, const std::string& ns,
+                             const std::string& name, std::string_view patch, PatchType type,
+                             Subresource sub);
+  // Returns the object's last state (with deletionTimestamp if finalizers
+  // keep it). Deleting a namespace deletes what is in it.
+  absl::StatusOr<json> Delete(const api::KindInfo& kind, const std::string& ns,
+                              const std::string& name, const DeleteOptions& options = {});
+  // pods/binding: sets spec.nodeName of an unscheduled pod.
+  absl::StatusOr<json> BindPod(const std::string& ns, const std::string& name,
+                               const std::string& node_name);
+
+  // A watch from `resource_version` ("" or "0": start with ADDED events for
+  // the current objects, as Kubernetes does). OUT_OF_RANGE (410) when older
+  // than the kept history.
+  struct WatchStream {
+    std::vector<store::Event> initial;  // synthetic ADDED events, then...
+    std::unique_ptr<store::Watcher> watcher;
+  };
+  absl::StatusOr<WatchStream> Watch(const api::KindInfo& kind, const std::string& ns,
+                                    const std::string& resource_version,
+                                    const api::LabelSelector& labels);
+
+  store::Store& store() { return store_; }
+
+ private:
+  absl::StatusOr<json> UpdateOnce(const api::KindInfo& kind, const std::string& ns,
+                                  const std::string& name, json object, Subresource sub,
+                                  bool* unconditional);
+  absl::Status CheckNamespace(const api::KindInfo& kind, const std::string& ns);
+
+  store::Store& store_;
+};
+
+// Whether the kind has a /status subresource (its status is written only
+// there, and reset on create).
+bool HasStatusSubresource(const api::KindInfo& kind);
+
+}  // namespace berth::apiserver

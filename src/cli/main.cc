@@ -1,0 +1,143 @@
+// berth: the command line of the berth control plane. A thin main over
+// berth::cli (commands) and berth::apiserver (serve).
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "apiserver/client.h"
+#include "apiserver/control_plane.h"
+#include "berth/version.h"
+#include "cli/commands.h"
+#include "common/logging.h"
+#include "common/signals.h"
+#include "common/units.h"
+#include "spdlog/spdlog.h"
+
+namespace {
+
+constexpr int kExitFailure = 1;
+
+int Fail(const absl::Status& st) {
+  std::cerr << "error: " << st.message() << "\n";
+  return kExitFailure;
+}
+
+absl::StatusOr<absl::Duration> ParseTimeout(const std::string& text) {
+  absl::Duration d;
+  if (!absl::ParseDuration(text, &d) || d < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--timeout must be a duration like 30s, 5m or 1h");
+  }
+  return d;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"berth: a Kubernetes-shaped storage control plane for CSI drivers"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", std::string(berth::kVersion));
+  std::string data_dir = "/var/lib/berth";
+  std::string kubeconfig;
+  app.add_option("--data-dir", data_dir, "berth's data directory (API socket, state)");
+  app.add_option("--kubeconfig", kubeconfig, "talk to the API over TCP with this kubeconfig");
+  berth::cli::Target target;
+  auto add_ns = [&](CLI::App* cmd, bool all) {
+    cmd->add_option("-n,--namespace", target.namespace_, "namespace (default: the context's)");
+    if (all) cmd->add_flag("-A,--all-namespaces", target.all_namespaces, "across all namespaces");
+  };
+
+  // serve
+  auto* serve = app.add_subcommand("serve", "run the store and the API server (the control plane core)");
+  std::string api_address = "127.0.0.1:7443", log_level = "info";
+  serve->add_option("--api-address", api_address, "loopback TCP address for kubectl (\"\" to disable)");
+  serve->add_option("--log-level", log_level, "trace|debug|info|warn|error");
+
+  // apply
+  auto* apply = app.add_subcommand("apply", "create or update objects from manifests");
+  std::vector<std::string> files;
+  apply->add_option("-f,--filename", files, "FILE, DIR or - (stdin)")->required();
+  add_ns(apply, false);
+
+  // get
+  auto* get = app.add_subcommand("get", "list objects or show some");
+  std::string kind, output, selector;
+  std::vector<std::string> names;
+  bool watch = false;
+  get->add_option("kind", kind, "kind, plural or short name (pvc, pv, sc, vs ...)")->required();
+  get->add_option("names", names, "object names");
+  get->add_option("-o,--output", output, "wide|yaml|json|name");
+  get->add_option("-l,--selector", selector, "label selector");
+  get->add_flag("-w,--watch", watch, "after listing, watch for changes");
+  add_ns(get, true);
+
+  // describe
+  auto* describe = app.add_subcommand("describe", "show objects in detail, with their events");
+  describe->add_option("kind", kind)->required();
+  describe->add_option("names", names);
+  add_ns(describe, false);
+
+  // delete
+  auto* del = app.add_subcommand("delete", "delete objects by name or from manifests");
+  bool wait = true;
+  std::string timeout_text = "60s";
+  del->add_option("kind", kind);
+  del->add_option("names", names);
+  del->add_option("-f,--filename", files, "FILE, DIR or -");
+  del->add_option("--wait", wait, "wait until the objects are gone (default true)");
+  del->add_option("--timeout", timeout_text, "how long --wait waits");
+  add_ns(del, false);
+
+  // wait
+  auto* wait_cmd = app.add_subcommand("wait", "wait for a condition on an object");
+  std::string object, for_condition;
+  wait_cmd->add_option("object", object, "KIND/NAME")->required();
+  wait_cmd->add_option("--for", for_condition, "delete | condition=NAME[=VALUE] | jsonpath='{...}'=VALUE")->required();
+  wait_cmd->add_option("--timeout", timeout_text, "give up after this long");
+  add_ns(wait_cmd, false);
+
+  // events
+  auto* events = app.add_subcommand("events", "list events, oldest first");
+  std::string for_object;
+  events->add_option("--for", for_object, "only events about KIND/NAME");
+  add_ns(events, true);
+
+  CLI11_PARSE(app, argc, argv);
+
+  if (serve->parsed()) {
+    berth::BlockTerminationSignals();
+    if (auto st = berth::InitLogging(log_level); !st.ok()) return Fail(st);
+    berth::apiserver::ControlPlane::Options options;
+    options.data_dir = data_dir;
+    options.api_address = api_address;
+    auto cp = berth::apiserver::ControlPlane::Start(options);
+    if (!cp.ok()) return Fail(cp.status());
+    spdlog::info("berth API on {} (root only){}", (*cp)->socket_path(),
+                 (*cp)->kubeconfig_path().empty() ? "" : fmt::format(" and 127.0.0.1:{}; kubeconfig {}", (*cp)->tcp_port(), (*cp)->kubeconfig_path()));
+    int sig = berth::WaitForTerminationSignal();
+    spdlog::info("signal {}: stopping", sig);
+    (*cp)->Shutdown();
+    return 0;
+  }
+
+  auto client = kubeconfig.empty() ? berth::apiserver::ApiClient::ForDataDir(data_dir)
+                                   : berth::apiserver::ApiClient::ForKubeconfig(kubeconfig);
+  if (!client.ok()) return Fail(client.status());
+  auto timeout = ParseTimeout(timeout_text);
+  if (!timeout.ok()) return Fail(timeout.status());
+  absl::Status st;
+  if (apply->parsed()) {
+    st = berth::cli::Apply(**client, files, target, std::cout);
+  } else if (get->parsed()) {
+    st = berth::cli::Get(**client, kind, names, target, output, selector, watch, std::cout);
+  } else if (describe->parsed()) {
+    st = berth::cli::Describe(**client, kind, names, target, std::cout);
+  } else if (del->parsed()) {
+    st = berth::cli::Delete(**client, kind, names, files, target, wait, *timeout, std::cout);
+  } else if (wait_cmd->parsed()) {
+    st = berth::cli::Wait(**client, object, for_condition, target, *timeout, std::cout);
+  } else if (events->parsed()) {
+    st = berth::cli::Events(**client, target, for_object, std::cout);
+  }
+  return st.ok() ? 0 : Fail(st);
+}
