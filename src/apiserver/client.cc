@@ -154,7 +154,7 @@ absl::StatusOr<ApiResponse> ApiClient::Call(const std::string& method, const std
     boost::system::error_code ec;
     conn_->With([&](auto& sock) { http::write(sock, req, ec); });
     http::response_parser<http::string_body> parser;
-    parser.body_limit(boost::none);
+    parser.body_limit(std::numeric_limits<std::uint64_t>::max());
     if (!ec) conn_->With([&](auto& sock) { http::read(sock, conn_->buffer, parser, ec); });
     if (ec) {
       conn_.reset();
@@ -181,7 +181,7 @@ absl::StatusOr<ApiResponse> ApiClient::Stream(const std::string& target, const s
   conn->With([&](auto& sock) { http::write(sock, req, ec); });
   if (ec) return absl::UnavailableError(StrCat("berth API connection failed: ", ec.message()));
   http::response_parser<http::string_body> parser;
-  parser.body_limit(boost::none);
+  parser.body_limit(std::numeric_limits<std::uint64_t>::max());
   conn->With([&](auto& sock) { http::read_header(sock, conn->buffer, parser, ec); });
   if (ec) return absl::UnavailableError(StrCat("berth API connection failed: ", ec.message()));
   ApiResponse out{static_cast<int>(parser.get().result_int()), std::string(parser.get()[http::field::content_type]), ""};

@@ -12,7 +12,10 @@
 namespace berth::apiserver {
 namespace {
 
-constexpr int kPatchRetries = 16;
+// Read-modify-write loops retry on a conflict like Kubernetes'
+// GuaranteedUpdate; under heavy contention on one object a writer may lose
+// many group-commit rounds in a row, so the bound is generous.
+constexpr int kPatchRetries = 1000;
 
 std::string Str(const json& v, std::string_view key) {
   if (!v.is_object()) return "";

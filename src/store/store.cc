@@ -633,6 +633,7 @@ absl::StatusOr<std::unique_ptr<Watcher>> Store::Watch(const std::string& resourc
       if (e.resource_version > from_rv) w->Offer(e, before ? &*before : nullptr);
     }
   }
+  w->Progress(committed_rv_);  // everything up to here is offered (or not wanted)
   watchers_.push_back(w.get());
   return w;
 }

@@ -1,0 +1,214 @@
+#include "apiserver/handler.h"
+
+#include "common/testing/temp_dir.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace berth::apiserver {
+namespace {
+
+using nlohmann::json;
+using ::testing::HasSubstr;
+
+// Records what a handler answers.
+class RecordingWriter : public ResponseWriter {
+ public:
+  void Send(int c, const std::string& ct, const std::string& b) override {
+    code = c;
+    content_type = ct;
+    body = b;
+  }
+  bool StartStream(int c, const std::string& ct) override {
+    code = c;
+    content_type = ct;
+    return true;
+  }
+  bool WriteChunk(const std::string& data) override {
+    chunks.push_back(data);
+    return static_cast<int>(chunks.size()) < stop_after;
+  }
+  bool Cancelled() override { return static_cast<int>(chunks.size()) >= stop_after; }
+  json Json() const { return json::parse(body); }
+
+  int code = 0;
+  std::string content_type, body;
+  std::vector<std::string> chunks;
+  int stop_after = 1 << 30;
+};
+
+class HandlerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    store_ = std::move(*store::Store::Open({.path = dir_.path() + "/state.db"}));
+    registry_ = std::make_unique<Registry>(*store_);
+    ASSERT_TRUE(registry_->Bootstrap().ok());
+    handler_ = std::make_unique<ApiHandler>(*registry_, ApiHandler::Options{.bookmark_interval = absl::Milliseconds(10),
+                                                                           .max_watch = absl::Seconds(20)});
+  }
+  RecordingWriter Do(const std::string& method, const std::string& target, const std::string& body = "",
+                     const std::string& content_type = "application/json", const std::string& accept = "application/json") {
+    std::string raw = method + " " + target + " HTTP/1.1\r\nHost: x\r\nAccept: " + accept +
+                      "\r\nContent-Type: " + content_type + "\r\nContent-Length: " + std::to_string(body.size()) +
+                      "\r\n\r\n" + body;
+    auto req = ParseRequest(raw);
+    EXPECT_TRUE(req.ok()) << req.status();
+    RecordingWriter w;
+    handler_->Handle(*req, w);
+    return w;
+  }
+  static std::string Claim(const std::string& name) {
+    return json({{"apiVersion", "v1"}, {"kind", "PersistentVolumeClaim"}, {"metadata", {{"name", name}}},
+                 {"spec", {{"accessModes", {"ReadWriteOnce"}}, {"resources", {{"requests", {{"storage", "1Gi"}}}}}}}})
+        .dump();
+  }
+
+  berth::testing::TempDir dir_;
+  std::unique_ptr<store::Store> store_;
+  std::unique_ptr<Registry> registry_;
+  std::unique_ptr<ApiHandler> handler_;
+};
+
+constexpr char kClaims[] = "/api/v1/namespaces/default/persistentvolumeclaims";
+
+TEST_F(HandlerTest, DiscoveryDescribesEveryKind) {
+  auto api = Do("GET", "/api");
+  EXPECT_EQ(api.code, 200);
+  EXPECT_EQ(api.Json()["versions"], json({"v1"}));
+  auto groups = Do("GET", "/apis").Json();
+  std::vector<std::string> names;
+  for (const auto& g : groups["groups"]) names.push_back(g["name"]);
+  EXPECT_THAT(names, ::testing::UnorderedElementsAre("storage.k8s.io", "snapshot.storage.k8s.io"));
+  auto core = Do("GET", "/api/v1").Json();
+  bool found_pvc = false, found_status = false;
+  for (const auto& r : core["resources"]) {
+    if (r["name"] == "persistentvolumeclaims") {
+      found_pvc = true;
+      EXPECT_EQ(r["shortNames"], json({"pvc"}));
+      EXPECT_EQ(r["namespaced"], true);
+      EXPECT_EQ(r["kind"], "PersistentVolumeClaim");
+    }
+    found_status = found_status || r["name"] == "persistentvolumeclaims/status";
+  }
+  EXPECT_TRUE(found_pvc);
+  EXPECT_TRUE(found_status);
+  EXPECT_EQ(Do("GET", "/apis/snapshot.storage.k8s.io/v1").Json()["groupVersion"], "snapshot.storage.k8s.io/v1");
+  EXPECT_EQ(Do("GET", "/version").Json()["major"], "1");
+  EXPECT_EQ(Do("GET", "/apis/nosuch.io/v1").code, 404);
+  EXPECT_EQ(Do("GET", "/openapi/v2", "", "", "application/com.github.proto-openapi.spec.v2@v1.0+protobuf").body, "");
+}
+
+TEST_F(HandlerTest, CrudWithKubernetesStatusCodes) {
+  auto created = Do("POST", kClaims, Claim("data"));
+  ASSERT_EQ(created.code, 201) << created.body;
+  EXPECT_EQ(created.Json()["status"]["phase"], "Pending");
+  auto dup = Do("POST", kClaims, Claim("data"));
+  EXPECT_EQ(dup.code, 409);
+  EXPECT_EQ(dup.Json()["kind"], "Status");
+  EXPECT_EQ(dup.Json()["reason"], "AlreadyExists");
+
+  auto missing = Do("GET", std::string(kClaims) + "/nosuch");
+  EXPECT_EQ(missing.code, 404);
+  EXPECT_EQ(missing.Json()["reason"], "NotFound");
+  EXPECT_EQ(missing.Json()["message"], "persistentvolumeclaims \"nosuch\" not found");
+
+  auto invalid = Do("POST", kClaims, R"({"apiVersion":"v1","kind":"PersistentVolumeClaim","metadata":{"name":"x"},"spec":{}})");
+  EXPECT_EQ(invalid.code, 422);
+  EXPECT_EQ(invalid.Json()["reason"], "Invalid");
+  EXPECT_THAT(invalid.Json()["message"].get<std::string>(), HasSubstr("spec.accessModes: Required value"));
+
+  auto unknown = Do("POST", kClaims, R"({"apiVersion":"v1","kind":"PersistentVolumeClaim","metadata":{"name":"x"},"spek":{}})");
+  EXPECT_EQ(unknown.code, 400);
+  EXPECT_THAT(unknown.Json()["message"].get<std::string>(), HasSubstr("unknown field \"spek\""));
+  EXPECT_EQ(Do("POST", kClaims, "{not json").code, 400);
+
+  json got = Do("GET", std::string(kClaims) + "/data").Json();
+  json stale = got;
+  got["metadata"]["labels"] = {{"a", "b"}};
+  EXPECT_EQ(Do("PUT", std::string(kClaims) + "/data", got.dump()).code, 200);
+  stale["metadata"]["labels"] = {{"a", "c"}};
+  auto conflict = Do("PUT", std::string(kClaims) + "/data", stale.dump());
+  EXPECT_EQ(conflict.code, 409);
+  EXPECT_EQ(conflict.Json()["reason"], "Conflict");
+
+  auto patched = Do("PATCH", std::string(kClaims) + "/data", R"({"metadata":{"labels":{"x":"y"}}})",
+                    "application/merge-patch+json");
+  EXPECT_EQ(patched.code, 200);
+  EXPECT_EQ(patched.Json()["metadata"]["labels"], json({{"a", "b"}, {"x", "y"}}));
+  auto status = Do("PATCH", std::string(kClaims) + "/data/status", R"({"status":{"phase":"Bound"}})",
+                   "application/merge-patch+json");
+  EXPECT_EQ(status.code, 200);
+  EXPECT_EQ(status.Json()["status"]["phase"], "Bound");
+  EXPECT_EQ(Do("PATCH", std::string(kClaims) + "/data", "{}", "text/plain").code, 415);
+  EXPECT_EQ(Do("GET", std::string(kClaims) + "/data/nosub").code, 404);
+
+  auto deleted = Do("DELETE", std::string(kClaims) + "/data");
+  EXPECT_EQ(deleted.code, 200);
+  EXPECT_EQ(Do("GET", std::string(kClaims) + "/data").code, 404);
+  EXPECT_EQ(Do("DELETE", std::string(kClaims) + "/data").code, 404);
+}
+
+TEST_F(HandlerTest, ListAsTableAndAcrossNamespaces) {
+  ASSERT_EQ(Do("POST", kClaims, Claim("a")).code, 201);
+  ASSERT_EQ(Do("POST", kClaims, Claim("b")).code, 201);
+  auto list = Do("GET", "/api/v1/persistentvolumeclaims").Json();
+  EXPECT_EQ(list["kind"], "PersistentVolumeClaimList");
+  EXPECT_EQ(list["items"].size(), 2u);
+  auto table = Do("GET", kClaims, "", "", "application/json;as=Table;v=v1;g=meta.k8s.io,application/json").Json();
+  EXPECT_EQ(table["kind"], "Table");
+  EXPECT_EQ(table["rows"].size(), 2u);
+  EXPECT_EQ(table["rows"][0]["cells"][0], "a");
+  EXPECT_EQ(table["columnDefinitions"][1]["name"], "Status");
+  auto page = Do("GET", std::string(kClaims) + "?limit=1").Json();
+  EXPECT_EQ(page["items"].size(), 1u);
+  EXPECT_FALSE(page["metadata"]["continue"].get<std::string>().empty());
+  auto selected = Do("GET", std::string(kClaims) + "?fieldSelector=metadata.name%3Db").Json();
+  ASSERT_EQ(selected["items"].size(), 1u);
+  EXPECT_EQ(Do("GET", std::string(kClaims) + "?labelSelector=a%20in%20(").code, 400);
+}
+
+TEST_F(HandlerTest, WatchStreamsEventsInOrderAndExpiredIs410) {
+  ASSERT_EQ(Do("POST", kClaims, Claim("a")).code, 201);
+  std::string rv = Do("GET", kClaims).Json()["metadata"]["resourceVersion"];
+  ASSERT_EQ(Do("PATCH", std::string(kClaims) + "/a", R"({"metadata":{"labels":{"x":"1"}}})", "application/merge-patch+json").code, 200);
+  ASSERT_EQ(Do("DELETE", std::string(kClaims) + "/a").code, 200);
+  std::string raw = "GET " + std::string(kClaims) + "?watch=1&resourceVersion=" + rv +
+                    "&allowWatchBookmarks=true HTTP/1.1\r\nHost: x\r\n\r\n";
+  auto req = ParseRequest(raw);
+  ASSERT_TRUE(req.ok());
+  RecordingWriter w;
+  w.stop_after = 3;  // MODIFIED, DELETED, BOOKMARK
+  handler_->Handle(*req, w);
+  ASSERT_EQ(w.chunks.size(), 3u);
+  EXPECT_EQ(json::parse(w.chunks[0])["type"], "MODIFIED");
+  EXPECT_EQ(json::parse(w.chunks[0])["object"]["metadata"]["labels"]["x"], "1");
+  EXPECT_EQ(json::parse(w.chunks[1])["type"], "DELETED");
+  json bookmark = json::parse(w.chunks[2]);
+  EXPECT_EQ(bookmark["type"], "BOOKMARK");
+  EXPECT_EQ(bookmark["object"]["metadata"]["resourceVersion"],
+            json::parse(w.chunks[1])["object"]["metadata"]["resourceVersion"]);
+  EXPECT_EQ(Do("GET", std::string(kClaims) + "?watch=1&resourceVersion=abc").code, 400);
+}
+
+TEST_F(HandlerTest, SecretsNeverInTables) {
+  auto created = Do("POST", "/api/v1/namespaces/default/secrets",
+                    R"({"apiVersion":"v1","kind":"Secret","metadata":{"name":"s"},"stringData":{"password":"hunter2"}})");
+  ASSERT_EQ(created.code, 201) << created.body;
+  auto table = Do("GET", "/api/v1/namespaces/default/secrets", "", "", "application/json;as=Table;v=v1;g=meta.k8s.io");
+  EXPECT_THAT(table.body, ::testing::Not(HasSubstr("aHVudGVyMg")));
+  EXPECT_THAT(table.body, ::testing::Not(HasSubstr("hunter2")));
+  EXPECT_EQ(table.Json()["rows"][0]["cells"][2], 1);  // DATA: one key
+}
+
+TEST_F(HandlerTest, PodBindingSubresource) {
+  ASSERT_EQ(Do("POST", "/api/v1/namespaces/default/pods",
+                R"({"apiVersion":"v1","kind":"Pod","metadata":{"name":"p"},"spec":{"containers":[{"name":"c","image":"x"}]}})")
+                .code,
+            201);
+  auto bound = Do("POST", "/api/v1/namespaces/default/pods/p/binding",
+                  R"({"apiVersion":"v1","kind":"Binding","metadata":{"name":"p"},"target":{"kind":"Node","name":"n1"}})");
+  EXPECT_EQ(bound.code, 201);
+  EXPECT_EQ(Do("GET", "/api/v1/namespaces/default/pods/p").Json()["spec"]["nodeName"], "n1");
+}
+
+}  // namespace
+}  // namespace berth::apiserver
