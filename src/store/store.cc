@@ -16,7 +16,7 @@ namespace {
 // A prepared statement, finalized on scope exit.
 class Stmt {
  public:
-  Stmt(sqlite3* db, const char* sql) : db_(db) {
+  Stmt(sqlite3* db, const char* sql) {
     if (sqlite3_prepare_v2(db, sql, -1, &stmt_, nullptr) != SQLITE_OK) stmt_ = nullptr;
   }
   ~Stmt() { sqlite3_finalize(stmt_); }
@@ -41,7 +41,6 @@ class Stmt {
   int64_t Int(int col) { return sqlite3_column_int64(stmt_, col); }
 
  private:
-  sqlite3* db_;
   sqlite3_stmt* stmt_ = nullptr;
 };
 
