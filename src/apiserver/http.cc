@@ -20,6 +20,7 @@
 #include <boost/beast/http/parser.hpp>
 
 #include "common/logging.h"
+#include "spdlog/spdlog.h"
 #include "common/status.h"
 #include "common/strings.h"
 #include "openssl/crypto.h"
@@ -198,6 +199,7 @@ class ConnectionWriter : public ResponseWriter {
   void Send(int code, const std::string& content_type, const std::string& body) override {
     if (sent_) return;
     sent_ = true;
+    code_ = code;
     std::string head = StrCat("HTTP/1.1 ", code, " ", StatusText(code), "\r\nContent-Type: ", content_type,
                               "\r\nContent-Length: ", body.size(), "\r\nCache-Control: no-cache, private\r\n",
                               keep_alive_ ? "" : "Connection: close\r\n", "\r\n");
@@ -206,6 +208,7 @@ class ConnectionWriter : public ResponseWriter {
   bool StartStream(int code, const std::string& content_type) override {
     if (sent_) return false;
     sent_ = true;
+    code_ = code;
     streaming_ = true;
     std::string head = StrCat("HTTP/1.1 ", code, " ", StatusText(code), "\r\nContent-Type: ", content_type,
                               "\r\nTransfer-Encoding: chunked\r\nCache-Control: no-cache, private\r\n\r\n");
@@ -221,6 +224,7 @@ class ConnectionWriter : public ResponseWriter {
     return ok_;
   }
   bool Cancelled() override { return !ok_ || stream_.PeerGone(); }
+  int code() const { return code_; }
 
   // Ends a stream; whether the connection can be reused.
   bool Finish() {
@@ -235,6 +239,7 @@ class ConnectionWriter : public ResponseWriter {
   bool sent_ = false;
   bool streaming_ = false;
   bool ok_ = true;
+  int code_ = 0;
 };
 
 HttpRequest FromBeast(http::request<http::string_body>&& req) {
@@ -531,7 +536,11 @@ void HttpServer::Serve(int fd, bool unix_socket) {
     }
     stream.set_timeout(options_.io_timeout);
     ConnectionWriter writer(stream, keep_alive);
+    const absl::Time start = absl::Now();
     handler_(req, writer);
+    // Method and path only: bodies (Secrets) and query strings never reach logs.
+    spdlog::debug("{} {} {} {}ms{}", req.method, req.path, writer.code(),
+                  absl::ToInt64Milliseconds(absl::Now() - start), unix_socket ? " (unix)" : "");
     if (!writer.Finish()) return;
   }
 }

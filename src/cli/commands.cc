@@ -94,8 +94,10 @@ std::string NamespaceFor(const ApiClient& client, const Target& t) {
   return t.namespace_.empty() ? client.default_namespace() : t.namespace_;
 }
 
-// Lists all pages of a collection.
-absl::StatusOr<std::vector<json>> ListAll(ApiClient& client, const std::string& path, const std::string& query) {
+// Lists all pages of a collection; `resource_version`, if given, gets the
+// version of the first page (where a watch should start).
+absl::StatusOr<std::vector<json>> ListAll(ApiClient& client, const std::string& path, const std::string& query,
+                                          std::string* resource_version = nullptr) {
   std::vector<json> items;
   std::string cont;
   while (true) {
@@ -104,6 +106,9 @@ absl::StatusOr<std::vector<json>> ListAll(ApiClient& client, const std::string& 
     BERTH_ASSIGN_OR_RETURN(ApiResponse r, client.Call("GET", target));
     if (r.code != 200) return ServerError(r);
     BERTH_ASSIGN_OR_RETURN(json list, ParseBody(r));
+    if (resource_version != nullptr && resource_version->empty()) {
+      *resource_version = list["metadata"].value("resourceVersion", "");
+    }
     for (auto& item : list["items"]) items.push_back(std::move(item));
     cont = list["metadata"].value("continue", "");
     if (cont.empty()) return items;
@@ -339,8 +344,16 @@ absl::Status Get(ApiClient& client, const std::string& kind_name, const std::vec
   std::string list_rv;
   if (names.empty()) {
     std::string query = selector.empty() ? "" : StrCat("labelSelector=", UrlEscape(selector));
-    BERTH_ASSIGN_OR_RETURN(items, ListAll(client, CollectionPath(*kind, ns), query));
+    BERTH_ASSIGN_OR_RETURN(items, ListAll(client, CollectionPath(*kind, ns), query, &list_rv));
   } else {
+    if (watch) {
+      // The version to watch from, read before the objects: a change in
+      // between is seen twice rather than never.
+      BERTH_ASSIGN_OR_RETURN(ApiResponse lr, client.Call("GET", StrCat(CollectionPath(*kind, ns), "?limit=1")));
+      if (lr.code != 200) return ServerError(lr);
+      BERTH_ASSIGN_OR_RETURN(json list, ParseBody(lr));
+      list_rv = list["metadata"].value("resourceVersion", "");
+    }
     for (const auto& n : names) {
       BERTH_ASSIGN_OR_RETURN(ApiResponse r, client.Call("GET", ObjectPath(*kind, ns, n)));
       if (r.code != 200) return ServerError(r);
@@ -380,13 +393,9 @@ absl::Status Get(ApiClient& client, const std::string& kind_name, const std::vec
   }
   out.flush();
   if (!watch) return absl::OkStatus();
-  // Watch from the list: resourceVersion of the newest object we printed is
-  // not enough (objects may have changed since); ask for the current list
-  // version and stream changes after it.
-  BERTH_ASSIGN_OR_RETURN(ApiResponse lr, client.Call("GET", StrCat(CollectionPath(*kind, ns), "?limit=1")));
-  if (lr.code != 200) return ServerError(lr);
-  BERTH_ASSIGN_OR_RETURN(json list, ParseBody(lr));
-  std::string rv = list["metadata"].value("resourceVersion", "0");
+  // Watch from the version the list was read at, so no change between the
+  // list and the watch is lost.
+  std::string rv = list_rv.empty() ? "0" : list_rv;
   std::string query = StrCat("?watch=1&resourceVersion=", rv);
   if (!selector.empty()) query += StrCat("&labelSelector=", UrlEscape(selector));
   if (names.size() == 1) query += StrCat("&fieldSelector=metadata.name%3D", UrlEscape(names[0]));
