@@ -4,6 +4,7 @@
 
 #include "absl/strings/escaping.h"
 #include "api/errors.h"
+#include "api/quantity.h"
 #include "api/schema.h"
 #include "api/validation.h"
 #include "common/status.h"
@@ -149,6 +150,31 @@ absl::Status Registry::Bootstrap() {
     if (!created.ok() && created.status().code() != absl::StatusCode::kAlreadyExists) {
       return created.status();
     }
+  }
+  return absl::OkStatus();
+}
+
+// Kubernetes' PersistentVolumeClaimResize admission: a claim may grow only
+// if its StorageClass allows expansion.
+absl::Status Registry::CheckClaimResize(const json& old, const json& updated) {
+  auto size = [](const json& pvc) {
+    const json& spec = pvc.value("spec", json::object());
+    return spec.value("resources", json::object()).value("requests", json::object()).value("storage", "");
+  };
+  if (size(old) == size(updated)) return absl::OkStatus();
+  auto before = api::Quantity::Parse(size(old)), after = api::Quantity::Parse(size(updated));
+  if (!before.ok() || !after.ok() || *after <= *before) return absl::OkStatus();  // validation decides
+  const std::string class_name = updated.value("spec", json::object()).value("storageClassName", "");
+  bool allowed = false;
+  if (!class_name.empty()) {
+    auto sc = store_.Get("storageclasses", "", class_name);
+    allowed = sc.ok() && sc->value("allowVolumeExpansion", false) == true;
+  }
+  if (!allowed) {
+    return absl::PermissionDeniedError(StrCat(
+        "persistentvolumeclaims \"", NameOf(updated),
+        "\" is forbidden: only dynamically provisioned pvc can be resized and the storageclass that "
+        "provisions the pvc must support resize"));
   }
   return absl::OkStatus();
 }
@@ -326,6 +352,9 @@ absl::StatusOr<json> Registry::UpdateOnce(const api::KindInfo& kind, const std::
   }
   api::Normalize(kind, obj);
   BERTH_RETURN_IF_ERROR(api::Validate(kind, obj, &old));
+  if (kind.kind == "PersistentVolumeClaim" && sub == Subresource::kMain) {
+    BERTH_RETURN_IF_ERROR(CheckClaimResize(old, obj));
+  }
   auto updated = store_.Update(std::string(kind.resource), std::move(obj));
   if (!updated.ok() && updated.status().code() == absl::StatusCode::kAborted) {
     std::string group = kind.group.empty() ? "" : StrCat(".", kind.group);

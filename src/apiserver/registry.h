@@ -111,6 +111,7 @@ class Registry {
                                   const std::string& name, json object, Subresource sub,
                                   bool* unconditional);
   absl::Status CheckNamespace(const api::KindInfo& kind, const std::string& ns);
+  absl::Status CheckClaimResize(const json& old, const json& updated);
 
   store::Store& store_;
 };

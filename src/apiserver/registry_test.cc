@@ -90,6 +90,32 @@ TEST_F(RegistryTest, MainUpdateKeepsStatusAndStatusUpdateKeepsSpec) {
   EXPECT_EQ((*relabeled)["metadata"]["labels"]["app"], "db");
 }
 
+TEST_F(RegistryTest, ClaimGrowsOnlyWhenItsClassAllowsExpansion) {
+  for (bool allow : {false, true}) {
+    std::string cls = allow ? "expandable" : "fixed";
+    ASSERT_TRUE(registry_->Create(Kind("storageclasses", "storage.k8s.io"), "",
+                                  {{"metadata", {{"name", cls}}}, {"provisioner", "x.csi.io"},
+                                   {"allowVolumeExpansion", allow}})
+                    .ok());
+    json c = Claim("on-" + cls);
+    c["spec"]["storageClassName"] = cls;
+    ASSERT_TRUE(registry_->Create(Kind("persistentvolumeclaims"), "default", c).ok());
+    ASSERT_TRUE(registry_->Patch(Kind("persistentvolumeclaims"), "default", "on-" + cls,
+                                 R"({"status":{"phase":"Bound"}})", PatchType::kMerge, Subresource::kStatus)
+                    .ok());
+    auto grown = registry_->Patch(Kind("persistentvolumeclaims"), "default", "on-" + cls,
+                                  R"({"spec":{"resources":{"requests":{"storage":"2Gi"}}}})", PatchType::kMerge,
+                                  Subresource::kMain);
+    if (allow) {
+      ASSERT_TRUE(grown.ok()) << grown.status();
+      EXPECT_EQ((*grown)["spec"]["resources"]["requests"]["storage"], "2Gi");
+    } else {
+      EXPECT_EQ(api::ToHttpError(grown.status()).code, 403);
+      EXPECT_THAT(grown.status().message(), HasSubstr("storageclass that provisions the pvc must support resize"));
+    }
+  }
+}
+
 TEST_F(RegistryTest, StaleResourceVersionConflictsAndUnconditionalUpdateDoesNot) {
   auto pvc = registry_->Create(Kind("persistentvolumeclaims"), "default", Claim("data"));
   ASSERT_TRUE(pvc.ok());
