@@ -205,8 +205,22 @@ class NullHandler final : public YAML::EventHandler {
   void OnMapEnd() override {}
 };
 
+// YAML 1.1 timestamps (2001-12-14, 2001-12-14t21:59:43.10-05:00): readers
+// such as PyYAML would load them as dates; go-yaml quotes them too.
+bool LooksLikeTimestamp(const std::string& s) {
+  auto digits = [&](size_t from, size_t n) {
+    if (from + n > s.size()) return false;
+    for (size_t i = from; i < from + n; ++i) {
+      if (!std::isdigit(static_cast<unsigned char>(s[i]))) return false;
+    }
+    return true;
+  };
+  return s.size() >= 8 && digits(0, 4) && s[4] == '-' && std::isdigit(static_cast<unsigned char>(s[5]));
+}
+
 bool NeedsQuotes(const std::string& s) {
   if (s.empty()) return true;
+  if (LooksLikeTimestamp(s)) return true;
   if (ResolvePlain(s).type() != json::value_t::string) return true;
   // Indicators and characters with meaning at the start or anywhere.
   if (std::string_view("-?:,[]{}#&*!|>'\"%@`").find(s.front()) != std::string_view::npos) return true;

@@ -2,11 +2,27 @@
 
 #include "absl/strings/cord.h"
 #include "common/strings.h"
+#include "nlohmann/json.hpp"
 
 namespace berth::api {
 namespace {
 
 constexpr char kReasonUrl[] = "type.berth.dev/k8s-reason";
+constexpr char kDetailsUrl[] = "type.berth.dev/k8s-details";
+
+// Kubernetes' CauseType for a field error's detail ("Required value: ...").
+std::string CauseReason(std::string_view detail) {
+  static constexpr std::pair<std::string_view, std::string_view> kReasons[] = {
+      {"Required value", "FieldValueRequired"}, {"Unsupported value", "FieldValueNotSupported"},
+      {"Forbidden", "FieldValueForbidden"},     {"Duplicate value", "FieldValueDuplicate"},
+      {"Not found", "FieldValueNotFound"},      {"Too long", "FieldValueTooLong"},
+      {"Too many", "FieldValueTooMany"},
+  };
+  for (const auto& [prefix, reason] : kReasons) {
+    if (detail.starts_with(prefix)) return std::string(reason);
+  }
+  return "FieldValueInvalid";
+}
 
 absl::Status WithReason(absl::StatusCode code, std::string_view message, std::string_view reason) {
   absl::Status st(code, std::string(message));
@@ -24,7 +40,24 @@ absl::Status Invalid(std::string_view kind, std::string_view name, const FieldEr
     msg += errors[i].field.empty() ? errors[i].detail : StrCat(errors[i].field, ": ", errors[i].detail);
   }
   if (errors.size() > 1) msg += "]";
-  return WithReason(absl::StatusCode::kInvalidArgument, msg, "Invalid");
+  absl::Status st = WithReason(absl::StatusCode::kInvalidArgument, msg, "Invalid");
+  // kubectl 1.20 prints an Invalid error from details.kind/name/causes only.
+  nlohmann::json causes = nlohmann::json::array();
+  for (const auto& e : errors) {
+    causes.push_back({{"reason", CauseReason(e.detail)}, {"message", e.detail}, {"field", e.field}});
+  }
+  nlohmann::json details = {{"name", std::string(name)}, {"kind", std::string(kind)}, {"causes", causes}};
+  st.SetPayload(kDetailsUrl, absl::Cord(details.dump()));
+  return st;
+}
+
+std::string StatusDetails(const absl::Status& status) {
+  if (auto p = status.GetPayload(kDetailsUrl)) return std::string(*p);
+  return "";
+}
+
+absl::Status Unprocessable(std::string_view message) {
+  return WithReason(absl::StatusCode::kInvalidArgument, message, "Invalid");
 }
 
 absl::Status BadRequest(std::string_view message) {

@@ -28,6 +28,11 @@ using FieldErrors = std::vector<FieldError>;
 
 // 422 Invalid: `<Kind> "<name>" is invalid: <field>: <detail>, ...`.
 absl::Status Invalid(std::string_view kind, std::string_view name, const FieldErrors& errors);
+// 422 with reason Invalid and no field list (a patch that does not apply).
+absl::Status Unprocessable(std::string_view message);
+// The Status `details` JSON an error carries ("" if none): for Invalid,
+// {"name","kind","causes":[{"reason","message","field"}]}.
+std::string StatusDetails(const absl::Status& status);
 // 400 BadRequest.
 absl::Status BadRequest(std::string_view message);
 // 405 MethodNotAllowed.

@@ -66,8 +66,16 @@ class Errors {
   void NotFound(const std::string& field, const json& value) {
     Add(field, StrCat("Not found: ", value.is_string() ? Quote(String(value)) : value.dump()));
   }
+  // A status from names.h: "<field>: <detail>".
   void FromStatus(const absl::Status& st) {
-    if (!st.ok()) list_.push_back({"", std::string(st.message())});
+    if (st.ok()) return;
+    std::string msg(st.message());
+    size_t sep = msg.find(": ");
+    if (sep == std::string::npos) {
+      list_.push_back({"", msg});
+    } else {
+      list_.push_back({msg.substr(0, sep), msg.substr(sep + 2)});
+    }
   }
   void Add(const std::string& field, std::string detail) {
     list_.push_back({field, std::move(detail)});

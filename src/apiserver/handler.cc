@@ -192,13 +192,18 @@ json StatusObject(const absl::Status& st) {
     return {{"kind", "Status"}, {"apiVersion", "v1"}, {"metadata", json::object()}, {"status", "Success"}};
   }
   api::HttpError e = api::ToHttpError(st);
-  return {{"kind", "Status"},
-          {"apiVersion", "v1"},
-          {"metadata", json::object()},
-          {"status", "Failure"},
-          {"message", std::string(st.message())},
-          {"reason", e.reason},
-          {"code", e.code}};
+  json out = {{"kind", "Status"},
+              {"apiVersion", "v1"},
+              {"metadata", json::object()},
+              {"status", "Failure"},
+              {"message", std::string(st.message())},
+              {"reason", e.reason},
+              {"code", e.code}};
+  if (std::string details = api::StatusDetails(st); !details.empty()) {
+    json d = json::parse(details, nullptr, false);
+    if (d.is_object()) out["details"] = std::move(d);
+  }
+  return out;
 }
 
 void ApiHandler::Handle(const HttpRequest& req, ResponseWriter& out) {
@@ -370,6 +375,10 @@ void ApiHandler::Handle(const HttpRequest& req, ResponseWriter& out) {
     if (name.empty()) return SendError(out, api::MethodNotAllowed("PATCH needs an object name"));
     auto type = ParsePatchType(req.Header("content-type"));
     if (!type.ok()) return SendError(out, type.status());
+    if (*type == PatchType::kApply) {
+      return SendError(out, api::UnsupportedMediaType(
+                                "server-side apply is not supported; use client-side apply (kubectl apply)"));
+    }
     auto patched = registry_.Patch(kind, ns, name, req.body, *type, sub);
     if (!patched.ok()) return SendError(out, patched.status());
     return SendJson(out, 200, *patched);

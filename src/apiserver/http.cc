@@ -5,6 +5,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <signal.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -347,6 +348,9 @@ HttpServer::HttpServer(Options options, HttpHandler handler)
 HttpServer::~HttpServer() { Shutdown(); }
 
 absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(Options options, HttpHandler handler) {
+  // OpenSSL writes with write(2): a client that went away must make a write
+  // fail with EPIPE, not kill the process.
+  ::signal(SIGPIPE, SIG_IGN);
   if (!options.tcp_address.empty() && (options.bearer_token.empty() || options.tls_cert_file.empty() ||
                                        options.tls_key_file.empty())) {
     return absl::InvalidArgumentError("a TCP listener needs a bearer token and a TLS certificate and key");

@@ -170,7 +170,12 @@ absl::StatusOr<json> ApplyPatch(const json& original, std::string_view patch_tex
       try {
         return original.patch(patch);
       } catch (const json::exception& e) {
-        return api::BadRequest(StrCat("the server rejected our request due to an error in our request: ", e.what()));
+        // "[json.exception.out_of_range.403] key 'x' not found" → the text.
+        std::string what = e.what();
+        if (size_t end = what.find("] "); what.starts_with("[json.exception") && end != std::string::npos) {
+          what = what.substr(end + 2);
+        }
+        return api::Unprocessable(StrCat("the JSON patch does not apply: ", what));
       }
     }
     case PatchType::kMerge: {

@@ -54,9 +54,10 @@ TEST(PatchTest, JsonPatchAppliesOrFailsCleanly) {
   EXPECT_EQ(out["metadata"]["labels"]["x"], "y");
   auto failed = ApplyPatch(kPod, R"([{"op":"test","path":"/metadata/name","value":"other"}])",
                            PatchType::kJson, PodSchema());
-  EXPECT_EQ(api::ToHttpError(failed.status()).code, 400);
+  EXPECT_EQ(api::ToHttpError(failed.status()).code, 422);
   auto missing = ApplyPatch(kPod, R"([{"op":"remove","path":"/nope"}])", PatchType::kJson, PodSchema());
-  EXPECT_EQ(api::ToHttpError(missing.status()).code, 400);
+  EXPECT_EQ(api::ToHttpError(missing.status()).code, 422);
+  EXPECT_EQ(missing.status().message(), "the JSON patch does not apply: key 'nope' not found");
   auto garbage = ApplyPatch(kPod, "{not json", PatchType::kMerge, PodSchema());
   EXPECT_EQ(api::ToHttpError(garbage.status()).code, 400);
 }

@@ -352,6 +352,7 @@ absl::StatusOr<json> Registry::UpdateOnce(const api::KindInfo& kind, const std::
   }
   api::Normalize(kind, obj);
   BERTH_RETURN_IF_ERROR(api::Validate(kind, obj, &old));
+  if (obj == old) return old;  // nothing changes: no write, no event (as Kubernetes)
   if (kind.kind == "PersistentVolumeClaim" && sub == Subresource::kMain) {
     BERTH_RETURN_IF_ERROR(CheckClaimResize(old, obj));
   }

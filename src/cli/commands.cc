@@ -166,6 +166,24 @@ std::string Indent(const std::string& text, int spaces) {
   return out;
 }
 
+// Errors of a command that carries on past failures (apply, delete): all
+// reported at the end, one "error: " line each (main adds the first prefix).
+class ErrorList {
+ public:
+  void Add(const absl::Status& st) {
+    if (first_.ok()) first_ = st;
+    if (!text_.empty()) text_ += "\nerror: ";
+    text_ += std::string(st.message());
+  }
+  absl::Status status() const {
+    return first_.ok() ? absl::OkStatus() : absl::Status(first_.code(), text_);
+  }
+
+ private:
+  absl::Status first_;
+  std::string text_;
+};
+
 std::string Capitalised(std::string_view s) {
   std::string out(s);
   if (!out.empty()) out[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(out[0])));
@@ -262,7 +280,7 @@ absl::Status Apply(ApiClient& client, const std::vector<std::string>& files, con
                    std::ostream& out) {
   if (files.empty()) return absl::InvalidArgumentError("must specify -f FILE|DIR|-");
   BERTH_ASSIGN_OR_RETURN(std::vector<json> manifests, ReadManifests(files));
-  absl::Status first_error;
+  ErrorList errors;
   for (json& m : manifests) {
     const std::string api_version = m.value("apiVersion", ""), kind_name = m.value("kind", "");
     const api::KindInfo* kind = api::FindKind(api_version, kind_name);
@@ -321,13 +339,9 @@ absl::Status Apply(ApiClient& client, const std::vector<std::string>& files, con
     } else {
       st = ServerError(got);
     }
-    if (!st.ok()) {
-      out.flush();
-      std::cerr << "error: " << st.message() << "\n";
-      if (first_error.ok()) first_error = st;
-    }
+    if (!st.ok()) errors.Add(st);
   }
-  return first_error;
+  return errors.status();
 }
 
 absl::Status Get(ApiClient& client, const std::string& kind_name, const std::vector<std::string>& names,
@@ -507,7 +521,7 @@ absl::Status Delete(ApiClient& client, const std::string& kind_name, const std::
     BERTH_ASSIGN_OR_RETURN(const api::KindInfo* k, ResolveKind(kind_name));
     for (const auto& n : names) todo.emplace_back(k, k->namespaced ? NamespaceFor(client, target) : "", n);
   }
-  absl::Status first_error;
+  ErrorList errors;
   std::vector<std::tuple<const api::KindInfo*, std::string, std::string>> deleted;
   for (const auto& [k, ns, name] : todo) {
     BERTH_ASSIGN_OR_RETURN(ApiResponse r, client.Call("DELETE", ObjectPath(*k, ns, name),
@@ -516,10 +530,7 @@ absl::Status Delete(ApiClient& client, const std::string& kind_name, const std::
       out << Quoted(*k, name) << " deleted\n";
       deleted.emplace_back(k, ns, name);
     } else {
-      absl::Status st = ServerError(r);
-      out.flush();
-      std::cerr << "error: " << st.message() << "\n";
-      if (first_error.ok()) first_error = st;
+      errors.Add(ServerError(r));
     }
   }
   if (wait) {
@@ -536,7 +547,7 @@ absl::Status Delete(ApiClient& client, const std::string& kind_name, const std::
       }
     }
   }
-  return first_error;
+  return errors.status();
 }
 
 absl::Status Wait(ApiClient& client, const std::string& kind_slash_name, const std::string& for_condition,

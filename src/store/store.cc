@@ -478,7 +478,9 @@ absl::StatusOr<Object> Store::Create(const std::string& resource, Object obj) {
     if (gen.empty()) return absl::InvalidArgumentError("metadata.name or metadata.generateName is required");
     md["name"] = gen + RandomSuffix();
   }
-  if (!md.contains("namespace")) md["namespace"] = "";
+  // Cluster-scoped objects have no metadata.namespace (as in Kubernetes);
+  // the table's namespace column is "" for them.
+  if (md.contains("namespace") && Str(md, "namespace").empty()) md.erase("namespace");
   md["uid"] = NewUid();
   md["creationTimestamp"] = Now();
   md["generation"] = 1;
@@ -573,7 +575,11 @@ absl::StatusOr<Object> Store::Update(const std::string& resource, Object obj) {
     }
     md["uid"] = smd["uid"];
     md["creationTimestamp"] = smd["creationTimestamp"];
-    md["namespace"] = smd.value("namespace", "");
+    if (std::string stored_ns = Str(smd, "namespace"); !stored_ns.empty()) {
+      md["namespace"] = stored_ns;
+    } else {
+      md.erase("namespace");
+    }
     if (smd.contains("deletionTimestamp")) {
       md["deletionTimestamp"] = smd["deletionTimestamp"];
     } else {
