@@ -154,6 +154,32 @@ absl::Status Registry::Bootstrap() {
   return absl::OkStatus();
 }
 
+// Kubernetes' DefaultStorageClass admission: a claim that names no class
+// (the field absent, not "") gets the default one — the class annotated
+// storageclass.kubernetes.io/is-default-class=true (the newest if several).
+void Registry::SetDefaultStorageClass(json& claim) {
+  json& spec = claim["spec"];
+  if (!spec.is_object() || spec.contains("storageClassName")) return;
+  const json& ann = claim["metadata"].value("annotations", json::object());
+  if (ann.contains("volume.beta.kubernetes.io/storage-class")) return;
+  auto classes = store_.List("storageclasses", "");
+  if (!classes.ok()) return;
+  std::string best, best_created;
+  for (const auto& sc : classes->items) {
+    const json md = sc.value("metadata", json::object());
+    const json a = md.value("annotations", json::object());
+    const bool is_default = a.value("storageclass.kubernetes.io/is-default-class", "") == "true" ||
+                            a.value("storageclass.beta.kubernetes.io/is-default-class", "") == "true";
+    if (!is_default) continue;
+    const std::string created = md.value("creationTimestamp", "");
+    if (best.empty() || created > best_created || (created == best_created && md.value("name", "") < best)) {
+      best = md.value("name", "");
+      best_created = created;
+    }
+  }
+  if (!best.empty()) spec["storageClassName"] = best;
+}
+
 // Kubernetes' PersistentVolumeClaimResize admission: a claim may grow only
 // if its StorageClass allows expansion.
 absl::Status Registry::CheckClaimResize(const json& old, const json& updated) {
@@ -236,6 +262,7 @@ absl::StatusOr<json> Registry::Create(const api::KindInfo& kind, const std::stri
   api::Normalize(kind, obj);
   api::ApplyDefaults(kind, obj);
   ResetStatusForCreate(kind, obj);
+  if (kind.kind == "PersistentVolumeClaim") SetDefaultStorageClass(obj);
   BERTH_RETURN_IF_ERROR(api::Validate(kind, obj, nullptr));
   BERTH_RETURN_IF_ERROR(CheckNamespace(kind, ns));
   const std::string name = Str(md, "name");

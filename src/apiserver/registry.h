@@ -112,6 +112,7 @@ class Registry {
                                   bool* unconditional);
   absl::Status CheckNamespace(const api::KindInfo& kind, const std::string& ns);
   absl::Status CheckClaimResize(const json& old, const json& updated);
+  void SetDefaultStorageClass(json& claim);
 
   store::Store& store_;
 };

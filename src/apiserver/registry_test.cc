@@ -116,6 +116,24 @@ TEST_F(RegistryTest, ClaimGrowsOnlyWhenItsClassAllowsExpansion) {
   }
 }
 
+TEST_F(RegistryTest, ClaimWithoutAClassGetsTheDefaultOne) {
+  for (const char* name : {"plain", "the-default"}) {
+    json sc = {{"metadata", {{"name", name}}}, {"provisioner", "x.csi.io"}};
+    if (std::string(name) == "the-default") {
+      sc["metadata"]["annotations"] = {{"storageclass.kubernetes.io/is-default-class", "true"}};
+    }
+    ASSERT_TRUE(registry_->Create(Kind("storageclasses", "storage.k8s.io"), "", sc).ok());
+  }
+  auto unnamed = registry_->Create(Kind("persistentvolumeclaims"), "default", Claim("a"));
+  ASSERT_TRUE(unnamed.ok());
+  EXPECT_EQ((*unnamed)["spec"]["storageClassName"], "the-default");
+  json explicit_none = Claim("b");
+  explicit_none["spec"]["storageClassName"] = "";  // "" means: no class, static binding only
+  auto none = registry_->Create(Kind("persistentvolumeclaims"), "default", explicit_none);
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ((*none)["spec"]["storageClassName"], "");
+}
+
 TEST_F(RegistryTest, StaleResourceVersionConflictsAndUnconditionalUpdateDoesNot) {
   auto pvc = registry_->Create(Kind("persistentvolumeclaims"), "default", Claim("data"));
   ASSERT_TRUE(pvc.ok());

@@ -1,0 +1,162 @@
+#include "controllers/informer.h"
+
+#include "common/strings.h"
+#include "spdlog/spdlog.h"
+
+namespace berth::controllers {
+
+std::string ObjectKey(const json& object) {
+  const json md = object.value("metadata", json::object());
+  const std::string ns = md.value("namespace", "");
+  const std::string name = md.value("name", "");
+  return ns.empty() ? name : StrCat(ns, "/", name);
+}
+
+std::pair<std::string, std::string> SplitKey(const std::string& key) {
+  size_t slash = key.find('/');
+  if (slash == std::string::npos) return {"", key};
+  return {key.substr(0, slash), key.substr(slash + 1)};
+}
+
+Informer::Informer(apiserver::Registry& registry, const api::KindInfo& kind, absl::Duration resync)
+    : registry_(registry), kind_(kind), resync_(resync) {}
+
+Informer::~Informer() { Stop(); }
+
+void Informer::AddHandlers(Handlers handlers) { handlers_.push_back(std::move(handlers)); }
+
+void Informer::Start() { thread_ = std::thread([this] { Run(); }); }
+
+void Informer::Stop() {
+  {
+    absl::MutexLock lock(&mu_);
+    stop_ = true;
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+bool Informer::stopping() const {
+  absl::MutexLock lock(&mu_);
+  return stop_;
+}
+
+bool Informer::WaitForSync(absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  auto synced = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return synced_; };
+  return mu_.AwaitWithTimeout(absl::Condition(&synced), timeout);
+}
+
+std::optional<json> Informer::Get(const std::string& ns, const std::string& name) const {
+  return GetByKey(ns.empty() ? name : StrCat(ns, "/", name));
+}
+
+std::optional<json> Informer::GetByKey(const std::string& key) const {
+  absl::MutexLock lock(&mu_);
+  auto it = cache_.find(key);
+  if (it == cache_.end()) return std::nullopt;
+  return it->second;
+}
+
+std::vector<json> Informer::List(const std::string& ns) const {
+  absl::MutexLock lock(&mu_);
+  std::vector<json> out;
+  const std::string prefix = ns.empty() ? "" : ns + "/";
+  for (auto it = cache_.lower_bound(prefix); it != cache_.end(); ++it) {
+    if (!prefix.empty() && !it->first.starts_with(prefix)) break;
+    out.push_back(it->second);
+  }
+  return out;
+}
+
+std::optional<int64_t> Informer::Relist() {
+  while (!stopping()) {
+    auto page = registry_.List(kind_, "", {});
+    if (!page.ok()) {
+      spdlog::warn("informer {}: list failed: {}; retrying", kind_.resource, page.status().ToString());
+      absl::SleepFor(absl::Seconds(1));
+      continue;
+    }
+    std::map<std::string, json> fresh;
+    for (auto& item : page->items) fresh.emplace(ObjectKey(item), std::move(item));
+    std::map<std::string, json> before;
+    {
+      absl::MutexLock lock(&mu_);
+      before.swap(cache_);
+      cache_ = fresh;
+      synced_ = true;
+    }
+    for (const auto& [key, obj] : fresh) {
+      auto it = before.find(key);
+      for (const auto& h : handlers_) {
+        if (it == before.end()) {
+          if (h.on_add) h.on_add(obj);
+        } else if (h.on_update) {
+          h.on_update(it->second, obj);
+        }
+      }
+    }
+    for (const auto& [key, obj] : before) {
+      if (fresh.contains(key)) continue;
+      for (const auto& h : handlers_) {
+        if (h.on_delete) h.on_delete(obj);
+      }
+    }
+    return page->resource_version;
+  }
+  return std::nullopt;
+}
+
+void Informer::Apply(const store::Event& e) {
+  const std::string key = ObjectKey(e.object);
+  std::optional<json> before;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = cache_.find(key);
+    if (it != cache_.end()) before = it->second;
+    if (e.type == store::EventType::kDeleted) {
+      cache_.erase(key);
+    } else {
+      cache_[key] = e.object;
+    }
+  }
+  for (const auto& h : handlers_) {
+    if (e.type == store::EventType::kDeleted) {
+      if (h.on_delete) h.on_delete(e.object);
+    } else if (before) {
+      if (h.on_update) h.on_update(*before, e.object);
+    } else if (h.on_add) {
+      h.on_add(e.object);
+    }
+  }
+}
+
+void Informer::Run() {
+  while (!stopping()) {
+    std::optional<int64_t> rv = Relist();
+    if (!rv) return;
+    auto stream = registry_.Watch(kind_, "", std::to_string(*rv), {});
+    if (!stream.ok()) {
+      spdlog::info("informer {}: watch from {}: {}; relisting", kind_.resource, *rv, stream.status().ToString());
+      continue;
+    }
+    absl::Time next_resync = absl::Now() + resync_;
+    while (!stopping()) {
+      auto e = stream->watcher->Next(absl::Milliseconds(200));
+      if (e) {
+        Apply(*e);
+        continue;
+      }
+      if (stream->watcher->ended()) break;  // fell behind: relist
+      if (absl::Now() >= next_resync) {
+        next_resync = absl::Now() + resync_;
+        for (const auto& obj : List()) {
+          for (const auto& h : handlers_) {
+            if (h.on_update) h.on_update(obj, obj);
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace berth::controllers

@@ -1,0 +1,86 @@
+// A cache of one kind's objects kept current from the registry — list, then
+// watch from the list's resourceVersion, relist when the watch expires (410)
+// or ends — with handlers called on every change and on a periodic resync
+// (client-go's shared informer, in process).
+//
+//   Informer claims(registry, *api::FindResource("", "persistentvolumeclaims"));
+//   claims.AddHandlers({.on_add = [&](const json& o) { queue.Add(Key(o)); }, ...});
+//   claims.Start();
+//   claims.WaitForSync(absl::Seconds(10));
+//   std::optional<json> pvc = claims.Get("default", "data");
+//
+// Handlers run on the informer's thread, one at a time, after the cache was
+// updated; they must be quick (typically: put a key on a work queue).
+//
+// Thread-safety: thread-safe; AddHandlers only before Start.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "api/kinds.h"
+#include "apiserver/registry.h"
+#include "nlohmann/json.hpp"
+
+namespace berth::controllers {
+
+using nlohmann::json;
+
+// "namespace/name", or "name" for cluster-scoped objects.
+std::string ObjectKey(const json& object);
+std::pair<std::string, std::string> SplitKey(const std::string& key);
+
+class Informer {
+ public:
+  struct Handlers {
+    std::function<void(const json&)> on_add;
+    std::function<void(const json& before, const json& after)> on_update;
+    std::function<void(const json&)> on_delete;
+  };
+
+  Informer(apiserver::Registry& registry, const api::KindInfo& kind,
+           absl::Duration resync = absl::Minutes(5));
+  ~Informer();  // Stop()
+
+  void AddHandlers(Handlers handlers);
+  void Start();
+  void Stop();
+  // True once the first list is in the cache.
+  bool WaitForSync(absl::Duration timeout);
+
+  std::optional<json> Get(const std::string& ns, const std::string& name) const;
+  std::optional<json> GetByKey(const std::string& key) const;
+  // ns "" = all namespaces.
+  std::vector<json> List(const std::string& ns = "") const;
+
+  const api::KindInfo& kind() const { return kind_; }
+
+ private:
+  void Run();
+  // Lists and replaces the cache (handlers for the differences); returns
+  // the list's resourceVersion, or nullopt when stopping.
+  std::optional<int64_t> Relist();
+  void Apply(const store::Event& e);
+  bool stopping() const;
+
+  apiserver::Registry& registry_;
+  const api::KindInfo& kind_;
+  const absl::Duration resync_;
+  std::vector<Handlers> handlers_;  // immutable after Start()
+  std::thread thread_;
+
+  mutable absl::Mutex mu_;
+  std::map<std::string, json> cache_ ABSL_GUARDED_BY(mu_);
+  bool synced_ ABSL_GUARDED_BY(mu_) = false;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace berth::controllers

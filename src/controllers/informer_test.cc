@@ -1,0 +1,94 @@
+#include "controllers/informer.h"
+
+#include <atomic>
+
+#include "absl/synchronization/notification.h"
+#include "common/testing/temp_dir.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace berth::controllers {
+namespace {
+
+const api::KindInfo& Claims() { return *api::FindResource("", "persistentvolumeclaims"); }
+
+json Claim(const std::string& name) {
+  return {{"apiVersion", "v1"},
+          {"kind", "PersistentVolumeClaim"},
+          {"metadata", {{"name", name}}},
+          {"spec", {{"accessModes", {"ReadWriteOnce"}}, {"resources", {{"requests", {{"storage", "1Gi"}}}}}}}};
+}
+
+template <class Pred>
+bool Eventually(Pred pred, absl::Duration timeout = absl::Seconds(10)) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (absl::Now() < deadline) {
+    if (pred()) return true;
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  return pred();
+}
+
+class InformerTest : public ::testing::Test {
+ protected:
+  void Open(size_t watcher_queue = 100000) {
+    store_ = std::move(*store::Store::Open({.path = dir_.path() + "/state.db", .watcher_queue = watcher_queue}));
+    registry_ = std::make_unique<apiserver::Registry>(*store_);
+    ASSERT_TRUE(registry_->Bootstrap().ok());
+  }
+  berth::testing::TempDir dir_;
+  std::unique_ptr<store::Store> store_;
+  std::unique_ptr<apiserver::Registry> registry_;
+};
+
+TEST_F(InformerTest, ListsThenFollowsAddsUpdatesAndDeletes) {
+  Open();
+  ASSERT_TRUE(registry_->Create(Claims(), "default", Claim("before")).ok());
+  absl::Mutex mu;
+  std::vector<std::string> seen;
+  Informer informer(*registry_, Claims());
+  informer.AddHandlers({
+      .on_add = [&](const json& o) { absl::MutexLock l(&mu); seen.push_back("add " + ObjectKey(o)); },
+      .on_update = [&](const json&, const json& o) { absl::MutexLock l(&mu); seen.push_back("update " + ObjectKey(o)); },
+      .on_delete = [&](const json& o) { absl::MutexLock l(&mu); seen.push_back("delete " + ObjectKey(o)); },
+  });
+  informer.Start();
+  ASSERT_TRUE(informer.WaitForSync(absl::Seconds(10)));
+  EXPECT_TRUE(informer.Get("default", "before").has_value());
+  ASSERT_TRUE(registry_->Create(Claims(), "default", Claim("after")).ok());
+  ASSERT_TRUE(registry_->Patch(Claims(), "default", "after", R"({"metadata":{"labels":{"a":"b"}}})",
+                               apiserver::PatchType::kMerge, apiserver::Subresource::kMain)
+                  .ok());
+  ASSERT_TRUE(registry_->Delete(Claims(), "default", "before").ok());
+  ASSERT_TRUE(Eventually([&] { absl::MutexLock l(&mu); return seen.size() >= 4; }));
+  {
+    absl::MutexLock l(&mu);
+    EXPECT_THAT(seen, ::testing::ElementsAre("add default/before", "add default/after", "update default/after",
+                                             "delete default/before"));
+  }
+  EXPECT_FALSE(informer.Get("default", "before").has_value());
+  EXPECT_EQ((*informer.Get("default", "after"))["metadata"]["labels"]["a"], "b");
+  EXPECT_EQ(informer.List("default").size(), 1u);
+  EXPECT_EQ(informer.List("other").size(), 0u);
+}
+
+TEST_F(InformerTest, AWatchThatFallsBehindRelistsAndConverges) {
+  Open(/*watcher_queue=*/2);
+  absl::Notification release;
+  std::atomic<int> deletes{0};
+  Informer informer(*registry_, Claims());
+  informer.AddHandlers({.on_add = [&](const json&) { release.WaitForNotification(); },
+                        .on_update = nullptr,
+                        .on_delete = [&](const json&) { deletes.fetch_add(1); }});
+  informer.Start();
+  ASSERT_TRUE(informer.WaitForSync(absl::Seconds(10)));
+  // The handler blocks on the first add while more changes pile up than
+  // the watch may queue: the store ends the watch and the informer relists.
+  for (int i = 0; i < 10; ++i) ASSERT_TRUE(registry_->Create(Claims(), "default", Claim("c" + std::to_string(i))).ok());
+  ASSERT_TRUE(registry_->Delete(Claims(), "default", "c0").ok());
+  release.Notify();
+  EXPECT_TRUE(Eventually([&] { return informer.List().size() == 9 && !informer.Get("default", "c0"); }));
+}
+
+}  // namespace
+}  // namespace berth::controllers

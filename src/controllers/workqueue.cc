@@ -1,0 +1,129 @@
+#include "controllers/workqueue.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace berth::controllers {
+
+void WorkQueue::AddLocked(const std::string& key) {
+  ++changes_;
+  if (shutdown_ || dirty_.contains(key)) return;
+  dirty_.insert(key);
+  if (!processing_.contains(key)) queue_.push_back(key);
+}
+
+void WorkQueue::Add(const std::string& key) {
+  absl::MutexLock lock(&mu_);
+  AddLocked(key);
+}
+
+void WorkQueue::AddAfter(const std::string& key, absl::Duration delay) {
+  absl::MutexLock lock(&mu_);
+  if (shutdown_) return;
+  if (delay <= absl::ZeroDuration()) {
+    AddLocked(key);
+    return;
+  }
+  const absl::Time at = absl::Now() + delay;
+  // Keep only the earliest pending time per key.
+  if (auto it = delayed_at_.find(key); it != delayed_at_.end()) {
+    if (it->second <= at) return;
+    auto range = delayed_.equal_range(it->second);
+    for (auto d = range.first; d != range.second; ++d) {
+      if (d->second == key) {
+        delayed_.erase(d);
+        break;
+      }
+    }
+  }
+  delayed_at_[key] = at;
+  delayed_.emplace(at, key);
+  ++changes_;  // a sleeping Get() may need to wake up earlier
+}
+
+void WorkQueue::AddRateLimited(const std::string& key) {
+  absl::Duration delay;
+  {
+    absl::MutexLock lock(&mu_);
+    const int n = failures_[key]++;
+    const double factor = std::ldexp(1.0, std::min(n, 40));
+    delay = std::min(options_.base_delay * factor, options_.max_delay);
+    std::uniform_real_distribution<double> jitter(0.75, 1.25);
+    delay = std::min(delay * jitter(rng_), options_.max_delay);
+  }
+  AddAfter(key, delay);
+}
+
+void WorkQueue::Forget(const std::string& key) {
+  absl::MutexLock lock(&mu_);
+  failures_.erase(key);
+}
+
+int WorkQueue::Failures(const std::string& key) const {
+  absl::MutexLock lock(&mu_);
+  auto it = failures_.find(key);
+  return it == failures_.end() ? 0 : it->second;
+}
+
+void WorkQueue::PromoteLocked(absl::Time now) {
+  while (!delayed_.empty() && delayed_.begin()->first <= now) {
+    std::string key = delayed_.begin()->second;
+    delayed_.erase(delayed_.begin());
+    delayed_at_.erase(key);
+    AddLocked(key);
+  }
+}
+
+std::optional<std::string> WorkQueue::Get() {
+  absl::MutexLock lock(&mu_);
+  while (true) {
+    PromoteLocked(absl::Now());
+    if (shutdown_) return std::nullopt;
+    if (!queue_.empty()) {
+      std::string key = std::move(queue_.front());
+      queue_.pop_front();
+      dirty_.erase(key);
+      processing_.insert(key);
+      return key;
+    }
+    // Sleep until something is added, the next delayed key is due, or
+    // shutdown.
+    const uint64_t seen = changes_;
+    auto changed = [this, seen]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return shutdown_ || changes_ != seen;
+    };
+    if (delayed_.empty()) {
+      mu_.Await(absl::Condition(&changed));
+    } else {
+      mu_.AwaitWithDeadline(absl::Condition(&changed), delayed_.begin()->first);
+    }
+  }
+}
+
+void WorkQueue::Done(const std::string& key) {
+  absl::MutexLock lock(&mu_);
+  processing_.erase(key);
+  // Added while in process: it was kept out of the queue until now.
+  if (dirty_.contains(key)) {
+    queue_.push_back(key);
+    ++changes_;
+  }
+}
+
+void WorkQueue::ShutDown() {
+  absl::MutexLock lock(&mu_);
+  shutdown_ = true;
+  ++changes_;
+}
+
+bool WorkQueue::shutting_down() const {
+  absl::MutexLock lock(&mu_);
+  return shutdown_;
+}
+
+size_t WorkQueue::Len() const {
+  absl::MutexLock lock(&mu_);
+  return queue_.size();
+}
+
+}  // namespace berth::controllers

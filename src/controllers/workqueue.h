@@ -1,0 +1,82 @@
+// The work queue every berth controller runs on (client-go's rate-limited
+// workqueue, in berth's shape):
+//
+//   - keys are de-duplicated: a key added many times before a worker takes
+//     it is processed once; a key added while it is being processed is
+//     processed again after Done();
+//   - failures back off per key: AddRateLimited waits base·2^n (jittered
+//     ±25%, capped), Forget resets n after a success;
+//   - AddAfter schedules a key (resyncs, waits for an outside condition);
+//   - ShutDown wakes every Get() with nullopt.
+//
+//   WorkQueue q;
+//   q.Add("default/data");
+//   while (auto key = q.Get()) {
+//     absl::Status st = Reconcile(*key);
+//     st.ok() ? q.Forget(*key) : q.AddRateLimited(*key);
+//     q.Done(*key);
+//   }
+//
+// Thread-safety: thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <optional>
+#include <random>
+#include <set>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+
+namespace berth::controllers {
+
+class WorkQueue {
+ public:
+  struct Options {
+    absl::Duration base_delay = absl::Milliseconds(5);
+    absl::Duration max_delay = absl::Minutes(5);
+  };
+  WorkQueue() : WorkQueue(Options{}) {}
+  explicit WorkQueue(Options options) : options_(options) {}
+
+  void Add(const std::string& key) ABSL_LOCKS_EXCLUDED(mu_);
+  void AddAfter(const std::string& key, absl::Duration delay) ABSL_LOCKS_EXCLUDED(mu_);
+  // Adds after this key's backoff, and lengthens it.
+  void AddRateLimited(const std::string& key) ABSL_LOCKS_EXCLUDED(mu_);
+  // Forgets the key's failures (its next backoff is base_delay again).
+  void Forget(const std::string& key) ABSL_LOCKS_EXCLUDED(mu_);
+  int Failures(const std::string& key) const ABSL_LOCKS_EXCLUDED(mu_);
+
+  // The next key to process (blocks); nullopt once shut down.
+  std::optional<std::string> Get() ABSL_LOCKS_EXCLUDED(mu_);
+  // Marks `key` processed; it is queued again if added meanwhile.
+  void Done(const std::string& key) ABSL_LOCKS_EXCLUDED(mu_);
+
+  void ShutDown() ABSL_LOCKS_EXCLUDED(mu_);
+  bool shutting_down() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Keys queued (not counting delayed or in-process ones).
+  size_t Len() const ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  void AddLocked(const std::string& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Moves delayed keys whose time has come into the queue.
+  void PromoteLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const Options options_;
+  mutable absl::Mutex mu_;
+  std::deque<std::string> queue_ ABSL_GUARDED_BY(mu_);
+  std::set<std::string> dirty_ ABSL_GUARDED_BY(mu_);       // queued or to re-queue
+  std::set<std::string> processing_ ABSL_GUARDED_BY(mu_);
+  std::multimap<absl::Time, std::string> delayed_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, absl::Time> delayed_at_ ABSL_GUARDED_BY(mu_);  // earliest per key
+  std::map<std::string, int> failures_ ABSL_GUARDED_BY(mu_);
+  std::mt19937_64 rng_ ABSL_GUARDED_BY(mu_){std::random_device{}()};
+  bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t changes_ ABSL_GUARDED_BY(mu_) = 0;  // wakes sleeping Get()s
+};
+
+}  // namespace berth::controllers
