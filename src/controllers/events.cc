@@ -1,0 +1,61 @@
+#include "controllers/events.h"
+
+#include "absl/time/clock.h"
+#include "api/kinds.h"
+#include "common/hash.h"
+#include "common/strings.h"
+#include "spdlog/spdlog.h"
+
+namespace berth::controllers {
+
+using nlohmann::json;
+
+void EventRecorder::Record(const json& object, const std::string& type, const std::string& reason,
+                           const std::string& message) {
+  const json md = object.value("metadata", json::object());
+  const std::string uid = md.value("uid", ""), name = md.value("name", "");
+  const std::string ns = md.value("namespace", "").empty() ? "default" : md.value("namespace", "");
+  const std::string now = absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", absl::Now(), absl::UTCTimeZone());
+  const api::KindInfo& events = *api::FindResource("", "events");
+  const std::string id = StrCat(uid, "\n", reason, "\n", message);
+  absl::MutexLock lock(&mu_);
+  if (auto it = names_.find(id); it != names_.end()) {
+    auto current = registry_.Get(events, ns, it->second);
+    if (current.ok()) {
+      const int count = current->value("count", 1);
+      auto bumped = registry_.Patch(events, ns, it->second,
+                                    json({{"count", count + 1}, {"lastTimestamp", now}}).dump(),
+                                    apiserver::PatchType::kMerge, apiserver::Subresource::kMain);
+      if (bumped.ok()) return;
+    }
+    names_.erase(it);  // the event was deleted meanwhile: make a new one
+  }
+  // Kubernetes names events <object>.<hex timestamp>; a hash keeps it short.
+  const std::string event_name = StrCat(name, ".", Sha256Hex(StrCat(id, now)).substr(0, 16));
+  json ev = {{"apiVersion", "v1"},
+             {"kind", "Event"},
+             {"metadata", {{"name", event_name}, {"namespace", ns}}},
+             {"involvedObject",
+              {{"kind", object.value("kind", "")},
+               {"apiVersion", object.value("apiVersion", "")},
+               {"name", name},
+               {"uid", uid},
+               {"resourceVersion", md.value("resourceVersion", "")}}},
+             {"reason", reason},
+             {"message", message},
+             {"type", type},
+             {"count", 1},
+             {"firstTimestamp", now},
+             {"lastTimestamp", now},
+             {"source", {{"component", component_}}},
+             {"reportingComponent", component_}};
+  if (!md.value("namespace", "").empty()) ev["involvedObject"]["namespace"] = ns;
+  auto created = registry_.Create(events, ns, ev);
+  if (!created.ok()) {
+    spdlog::warn("event {} on {}/{}: {}", reason, ns, name, created.status().ToString());
+    return;
+  }
+  names_[id] = event_name;
+}
+
+}  // namespace berth::controllers

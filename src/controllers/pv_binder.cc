@@ -1,0 +1,537 @@
+#include "controllers/pv_binder.h"
+
+#include <algorithm>
+
+#include "api/quantity.h"
+#include "api/selector.h"
+#include "common/status.h"
+#include "common/strings.h"
+#include "spdlog/spdlog.h"
+
+namespace berth::controllers {
+namespace {
+
+using nlohmann::json;
+
+const json& Field(const json& o, std::string_view key) {
+  static const json* const kNull = new json();
+  if (!o.is_object()) return *kNull;
+  auto it = o.find(key);
+  return it == o.end() ? *kNull : *it;
+}
+
+std::string Str(const json& o, std::initializer_list<std::string_view> path) {
+  const json* cur = &o;
+  for (auto k : path) cur = &Field(*cur, k);
+  return cur->is_string() ? cur->get<std::string>() : "";
+}
+
+std::string Annotation(const json& o, const std::string& key) {
+  return Str(o, {"metadata", "annotations", key});
+}
+
+std::string ClaimClass(const json& claim) {
+  if (const json& c = Field(Field(claim, "spec"), "storageClassName"); c.is_string()) return c.get<std::string>();
+  return Annotation(claim, "volume.beta.kubernetes.io/storage-class");
+}
+
+std::string VolumeClass(const json& pv) {
+  if (const json& c = Field(Field(pv, "spec"), "storageClassName"); c.is_string()) return c.get<std::string>();
+  return Annotation(pv, "volume.beta.kubernetes.io/storage-class");
+}
+
+std::optional<api::Quantity> Size(const json& q) {
+  if (!q.is_string()) return std::nullopt;
+  auto parsed = api::Quantity::Parse(q.get<std::string>());
+  if (!parsed.ok()) return std::nullopt;
+  return *parsed;
+}
+
+std::string VolumeMode(const json& o) {
+  std::string m = Str(o, {"spec", "volumeMode"});
+  return m.empty() ? "Filesystem" : m;
+}
+
+bool HasFinalizer(const json& o, const std::string& f) {
+  const json& list = Field(Field(o, "metadata"), "finalizers");
+  return list.is_array() && std::find(list.begin(), list.end(), f) != list.end();
+}
+
+bool Deleting(const json& o) { return !Field(Field(o, "metadata"), "deletionTimestamp").is_null(); }
+
+std::string Uid(const json& o) { return Str(o, {"metadata", "uid"}); }
+std::string Name(const json& o) { return Str(o, {"metadata", "name"}); }
+std::string Ns(const json& o) { return Str(o, {"metadata", "namespace"}); }
+
+// Does `labels` satisfy a v1.NodeSelector (terms ORed, expressions ANDed)?
+bool NodeSelectorMatches(const json& selector, const json& labels) {
+  const json& terms = Field(selector, "nodeSelectorTerms");
+  if (!terms.is_array() || terms.empty()) return true;
+  for (const auto& term : terms) {
+    bool all = true;
+    const json& exprs = Field(term, "matchExpressions");
+    if (exprs.is_array()) {
+      for (const auto& e : exprs) {
+        const std::string key = Str(e, {"key"}), op = Str(e, {"operator"});
+        const json& values = Field(e, "values");
+        const bool has = labels.is_object() && labels.contains(key);
+        const std::string value = has && labels[key].is_string() ? labels[key].get<std::string>() : "";
+        const bool in = values.is_array() && std::find(values.begin(), values.end(), value) != values.end();
+        bool ok = true;
+        if (op == "In") ok = has && in;
+        else if (op == "NotIn") ok = !has || !in;
+        else if (op == "Exists") ok = has;
+        else if (op == "DoesNotExist") ok = !has;
+        else ok = false;  // Gt/Lt: not used for topology
+        all = all && ok;
+      }
+    }
+    if (all) return true;
+  }
+  return false;
+}
+
+const api::KindInfo& ClaimsKind() { return *api::FindResource("", "persistentvolumeclaims"); }
+const api::KindInfo& VolumesKind() { return *api::FindResource("", "persistentvolumes"); }
+
+// Reads the object fresh, applies `mutate` (returns false: nothing to do)
+// and writes it back conditionally; a conflict is returned (the caller's
+// work queue retries with backoff).
+absl::Status Mutate(apiserver::Registry& registry, const api::KindInfo& kind, const std::string& ns,
+                    const std::string& name, apiserver::Subresource sub,
+                    const std::function<bool(json&)>& mutate) {
+  auto current = registry.Get(kind, ns, name);
+  if (!current.ok()) return current.status();
+  json obj = *current;
+  if (!mutate(obj)) return absl::OkStatus();
+  return registry.Update(kind, ns, name, std::move(obj), sub).status();
+}
+
+}  // namespace
+
+PvBinder::PvBinder(apiserver::Registry& registry, BinderInformers informers, Options options)
+    : registry_(registry), informers_(informers), options_(options), events_(registry, "persistentvolume-controller") {}
+
+PvBinder::~PvBinder() { Stop(); }
+
+void PvBinder::RegisterHandlers() {
+  informers_.claims.AddHandlers({
+      .on_add = [this](const json& o) { claim_queue_.Add(ObjectKey(o)); },
+      .on_update = [this](const json&, const json& o) { claim_queue_.Add(ObjectKey(o)); },
+      .on_delete =
+          [this](const json& o) {
+            // Its volume is released.
+            if (std::string v = Str(o, {"spec", "volumeName"}); !v.empty()) volume_queue_.Add(v);
+          },
+  });
+  informers_.volumes.AddHandlers({
+      .on_add = [this](const json& o) { volume_queue_.Add(Name(o)); },
+      .on_update =
+          [this](const json&, const json& o) {
+            volume_queue_.Add(Name(o));
+            // A volume that became Available may satisfy a waiting claim;
+            // one naming a claim lets that claim finish binding.
+            if (std::string c = Str(o, {"spec", "claimRef", "name"}); !c.empty()) {
+              claim_queue_.Add(StrCat(Str(o, {"spec", "claimRef", "namespace"}), "/", c));
+            }
+          },
+      .on_delete =
+          [this](const json& o) {
+            if (std::string c = Str(o, {"spec", "claimRef", "name"}); !c.empty()) {
+              claim_queue_.Add(StrCat(Str(o, {"spec", "claimRef", "namespace"}), "/", c));
+            }
+          },
+  });
+  // Pods going away may release a deleted claim's protection.
+  informers_.pods.AddHandlers({
+      .on_add = nullptr,
+      .on_update = nullptr,
+      .on_delete =
+          [this](const json& pod) {
+            const json& vols = Field(Field(pod, "spec"), "volumes");
+            if (!vols.is_array()) return;
+            for (const auto& v : vols) {
+              if (std::string c = Str(v, {"persistentVolumeClaim", "claimName"}); !c.empty()) {
+                claim_queue_.Add(StrCat(Ns(pod), "/", c));
+              }
+            }
+          },
+  });
+}
+
+void PvBinder::Start() {
+  for (int i = 0; i < options_.workers; ++i) {
+    workers_.emplace_back([this] { Work(claim_queue_, true); });
+    workers_.emplace_back([this] { Work(volume_queue_, false); });
+  }
+}
+
+void PvBinder::Stop() {
+  claim_queue_.ShutDown();
+  volume_queue_.ShutDown();
+  for (auto& w : workers_) w.join();
+  workers_.clear();
+}
+
+void PvBinder::Work(WorkQueue& queue, bool claims) {
+  while (auto key = queue.Get()) {
+    absl::Status st = claims ? SyncClaim(*key) : SyncVolume(*key);
+    if (st.ok()) {
+      queue.Forget(*key);
+    } else {
+      if (st.code() != absl::StatusCode::kAborted) {
+        spdlog::info("pv binder: {} {}: {}", claims ? "claim" : "volume", *key, st.ToString());
+      }
+      queue.AddRateLimited(*key);
+    }
+    queue.Done(*key);
+  }
+}
+
+const json* PvBinder::FindBestMatch(const json& claim, const std::vector<json>& volumes, const json* node_labels) {
+  const std::string cls = ClaimClass(claim), mode = VolumeMode(claim);
+  auto request = Size(Field(Field(Field(Field(claim, "spec"), "resources"), "requests"), "storage"));
+  if (!request) return nullptr;
+  const json& want_modes = Field(Field(claim, "spec"), "accessModes");
+  auto selector = api::LabelSelector::FromJson(Field(Field(claim, "spec"), "selector"));
+  const json* best = nullptr;
+  std::optional<api::Quantity> best_size;
+  for (const auto& pv : volumes) {
+    if (Deleting(pv)) continue;
+    const json& ref = Field(Field(pv, "spec"), "claimRef");
+    if (!ref.is_null()) {
+      // Pre-bound to this claim: take it if it fits at all.
+      const bool ours = Str(ref, {"namespace"}) == Ns(claim) && Str(ref, {"name"}) == Name(claim) &&
+                        (Str(ref, {"uid"}).empty() || Str(ref, {"uid"}) == Uid(claim));
+      if (!ours) continue;
+    } else {
+      const std::string phase = Str(pv, {"status", "phase"});
+      if (phase == "Released" || phase == "Failed") continue;
+    }
+    if (VolumeClass(pv) != cls || VolumeMode(pv) != mode) continue;
+    auto capacity = Size(Field(Field(Field(pv, "spec"), "capacity"), "storage"));
+    if (!capacity || *capacity < *request) continue;
+    const json& have_modes = Field(Field(pv, "spec"), "accessModes");
+    bool modes_ok = want_modes.is_array() && have_modes.is_array();
+    if (modes_ok) {
+      for (const auto& m : want_modes) {
+        modes_ok = modes_ok && std::find(have_modes.begin(), have_modes.end(), m) != have_modes.end();
+      }
+    }
+    if (!modes_ok) continue;
+    if (selector.ok() && !selector->empty()) {
+      std::map<std::string, std::string> labels;
+      const json& l = Field(Field(pv, "metadata"), "labels");
+      if (l.is_object()) {
+        for (const auto& [k, v] : l.items()) labels[k] = v.is_string() ? v.get<std::string>() : "";
+      }
+      if (!selector->Matches(labels)) continue;
+    } else if (!selector.ok()) {
+      continue;
+    }
+    if (node_labels != nullptr) {
+      const json& required = Field(Field(Field(pv, "spec"), "nodeAffinity"), "required");
+      if (!required.is_null() && !NodeSelectorMatches(required, *node_labels)) continue;
+    }
+    if (!ref.is_null()) return &pv;  // pre-bound wins
+    if (best == nullptr || *capacity < *best_size) {
+      best = &pv;
+      best_size = capacity;
+    }
+  }
+  return best;
+}
+
+absl::Status PvBinder::SyncClaim(const std::string& key) {
+  std::optional<json> claim = informers_.claims.GetByKey(key);
+  if (!claim) return absl::OkStatus();
+  if (Deleting(*claim)) return ProtectClaim(*claim);
+  if (!HasFinalizer(*claim, kPvcProtection)) {
+    BERTH_RETURN_IF_ERROR(Mutate(registry_, ClaimsKind(), Ns(*claim), Name(*claim), apiserver::Subresource::kMain,
+                                 [](json& o) {
+                                   if (Deleting(o) || HasFinalizer(o, kPvcProtection)) return false;
+                                   o["metadata"]["finalizers"].push_back(kPvcProtection);
+                                   return true;
+                                 }));
+    return absl::OkStatus();  // the update brings the claim back through the queue
+  }
+  if (Annotation(*claim, kAnnBindCompleted).empty()) return SyncUnboundClaim(*claim);
+  return SyncBoundClaim(*claim);
+}
+
+absl::Status PvBinder::SyncUnboundClaim(const json& claim) {
+  const std::string volume_name = Str(claim, {"spec", "volumeName"});
+  if (!volume_name.empty()) {
+    // Pre-bound by the user (or by us before a crash).
+    std::optional<json> pv = informers_.volumes.Get("", volume_name);
+    if (!pv) {
+      events_.Record(claim, "Warning", "FailedBinding", StrCat("volume \"", volume_name, "\" not found"));
+      return SetClaimPhase(claim, "Pending", nullptr);
+    }
+    const json& ref = Field(Field(*pv, "spec"), "claimRef");
+    if (!ref.is_null() && !(Str(ref, {"uid"}) == Uid(claim) ||
+                            (Str(ref, {"uid"}).empty() && Str(ref, {"name"}) == Name(claim) &&
+                             Str(ref, {"namespace"}) == Ns(claim)))) {
+      events_.Record(claim, "Warning", "FailedBinding",
+                     StrCat("volume \"", volume_name, "\" already bound to a different claim."));
+      return SetClaimPhase(claim, "Pending", nullptr);
+    }
+    return Bind(claim, *pv);
+  }
+  // Which node, for WaitForFirstConsumer classes.
+  const std::string cls = ClaimClass(claim);
+  std::optional<json> sc = cls.empty() ? std::nullopt : informers_.classes.Get("", cls);
+  const bool wait_for_consumer = sc && Str(*sc, {"volumeBindingMode"}) == "WaitForFirstConsumer";
+  const std::string selected = Annotation(claim, kAnnSelectedNode);
+  if (wait_for_consumer && selected.empty()) {
+    events_.Record(claim, "Normal", "WaitForFirstConsumer",
+                   "waiting for first consumer to be created before binding");
+    return SetClaimPhase(claim, "Pending", nullptr);
+  }
+  std::optional<json> node_labels;
+  if (wait_for_consumer) {
+    std::optional<json> node = informers_.nodes.Get("", selected);
+    node_labels = node ? Field(Field(*node, "metadata"), "labels") : json::object();
+    if (node_labels->is_null()) node_labels = json::object();
+    (*node_labels)["kubernetes.io/hostname"] = (*node_labels).value("kubernetes.io/hostname", selected);
+  }
+  std::vector<json> volumes = informers_.volumes.List();
+  if (const json* pv = FindBestMatch(claim, volumes, node_labels ? &*node_labels : nullptr)) {
+    return Bind(claim, *pv);
+  }
+  if (sc && !Str(*sc, {"provisioner"}).empty()) {
+    const std::string provisioner = Str(*sc, {"provisioner"});
+    if (Annotation(claim, kAnnStorageProvisioner) != provisioner) {
+      BERTH_RETURN_IF_ERROR(Mutate(registry_, ClaimsKind(), Ns(claim), Name(claim), apiserver::Subresource::kMain,
+                                   [&](json& o) {
+                                     if (Deleting(o)) return false;
+                                     o["metadata"]["annotations"][kAnnStorageProvisioner] = provisioner;
+                                     o["metadata"]["annotations"][kAnnBetaStorageProvisioner] = provisioner;
+                                     return true;
+                                   }));
+    }
+    events_.Record(claim, "Normal", "ExternalProvisioning",
+                   StrCat("Waiting for a volume to be created either by the external provisioner '", provisioner,
+                          "' or manually by the system administrator. If volume creation is delayed, please "
+                          "verify that the provisioner is running and correctly registered."));
+    return SetClaimPhase(claim, "Pending", nullptr);
+  }
+  if (!cls.empty() && !sc) {
+    events_.Record(claim, "Warning", "ProvisioningFailed", StrCat("storageclass.storage.k8s.io \"", cls, "\" not found"));
+  } else {
+    events_.Record(claim, "Normal", "FailedBinding",
+                   "no persistent volumes available for this claim and no storage class is set");
+  }
+  return SetClaimPhase(claim, "Pending", nullptr);
+}
+
+absl::Status PvBinder::Bind(const json& claim, const json& volume) {
+  const std::string pv_name = Name(volume);
+  // 1. The volume points at the claim.
+  BERTH_RETURN_IF_ERROR(Mutate(registry_, VolumesKind(), "", pv_name, apiserver::Subresource::kMain, [&](json& pv) {
+    const json& ref = Field(pv["spec"], "claimRef");
+    if (!ref.is_null() && Str(ref, {"uid"}) == Uid(claim)) return false;
+    if (!ref.is_null() && !Str(ref, {"uid"}).empty()) return false;  // someone else's now: the sync below sees it
+    pv["spec"]["claimRef"] = {{"kind", "PersistentVolumeClaim"},
+                              {"namespace", Ns(claim)},
+                              {"name", Name(claim)},
+                              {"uid", Uid(claim)},
+                              {"apiVersion", "v1"},
+                              {"resourceVersion", Str(claim, {"metadata", "resourceVersion"})}};
+    if (ref.is_null()) pv["metadata"]["annotations"][kAnnBoundByController] = "yes";
+    return true;
+  }));
+  auto fresh_pv = registry_.Get(VolumesKind(), "", pv_name);
+  if (!fresh_pv.ok()) return fresh_pv.status();
+  if (Str(*fresh_pv, {"spec", "claimRef", "uid"}) != Uid(claim)) {
+    return absl::AbortedError(StrCat("volume ", pv_name, " was bound to another claim meanwhile"));
+  }
+  // 2. Its status.
+  BERTH_RETURN_IF_ERROR(SetVolumePhase(*fresh_pv, "Bound"));
+  // 3. The claim points at the volume.
+  BERTH_RETURN_IF_ERROR(Mutate(registry_, ClaimsKind(), Ns(claim), Name(claim), apiserver::Subresource::kMain,
+                               [&](json& pvc) {
+                                 if (Uid(pvc) != Uid(claim)) return false;
+                                 bool changed = false;
+                                 if (Str(pvc, {"spec", "volumeName"}).empty()) {
+                                   pvc["spec"]["volumeName"] = pv_name;
+                                   pvc["metadata"]["annotations"][kAnnBoundByController] = "yes";
+                                   changed = true;
+                                 }
+                                 if (Annotation(pvc, kAnnBindCompleted) != "yes") {
+                                   pvc["metadata"]["annotations"][kAnnBindCompleted] = "yes";
+                                   changed = true;
+                                 }
+                                 return changed;
+                               }));
+  // 4. Its status.
+  BERTH_RETURN_IF_ERROR(SetClaimPhase(claim, "Bound", &*fresh_pv));
+  events_.Record(claim, "Normal", "Bound", StrCat("bound to volume \"", pv_name, "\""));
+  return absl::OkStatus();
+}
+
+absl::Status PvBinder::SyncBoundClaim(const json& claim) {
+  const std::string volume_name = Str(claim, {"spec", "volumeName"});
+  std::optional<json> pv = volume_name.empty() ? std::nullopt : informers_.volumes.Get("", volume_name);
+  if (!pv) {
+    // Let the cache catch up before declaring loss: read the store.
+    auto stored = volume_name.empty() ? absl::StatusOr<json>(absl::NotFoundError("")) :
+                                        registry_.Get(VolumesKind(), "", volume_name);
+    if (stored.ok()) {
+      pv = *stored;
+    } else {
+      if (Str(claim, {"status", "phase"}) != "Lost") {
+        events_.Record(claim, "Warning", "ClaimLost", "Bound claim has lost its PersistentVolume. Data on the volume is lost!");
+      }
+      return SetClaimPhase(claim, "Lost", nullptr);
+    }
+  }
+  const std::string ref_uid = Str(*pv, {"spec", "claimRef", "uid"});
+  if (Field(Field(*pv, "spec"), "claimRef").is_null() || ref_uid.empty()) return Bind(claim, *pv);
+  if (ref_uid != Uid(claim)) {
+    events_.Record(claim, "Warning", "ClaimMisbound",
+                   "Two claims are bound to the same volume, this one is bound incorrectly");
+    return SetClaimPhase(claim, "Lost", nullptr);
+  }
+  if (Str(*pv, {"status", "phase"}) != "Bound") BERTH_RETURN_IF_ERROR(SetVolumePhase(*pv, "Bound"));
+  return SetClaimPhase(claim, "Bound", &*pv);
+}
+
+absl::Status PvBinder::SyncVolume(const std::string& name) {
+  std::optional<json> pv = informers_.volumes.Get("", name);
+  if (!pv) return absl::OkStatus();
+  if (Deleting(*pv)) return ProtectVolume(*pv);
+  if (!HasFinalizer(*pv, kPvProtection)) {
+    return Mutate(registry_, VolumesKind(), "", name, apiserver::Subresource::kMain, [](json& o) {
+      if (Deleting(o) || HasFinalizer(o, kPvProtection)) return false;
+      o["metadata"]["finalizers"].push_back(kPvProtection);
+      return true;
+    });
+  }
+  const json& ref = Field(Field(*pv, "spec"), "claimRef");
+  const std::string phase = Str(*pv, {"status", "phase"});
+  if (ref.is_null()) {
+    return phase == "Available" ? absl::OkStatus() : SetVolumePhase(*pv, "Available");
+  }
+  if (Str(ref, {"uid"}).empty()) {
+    // Pre-bound to a claim by name: the claim's sync binds it.
+    claim_queue_.Add(StrCat(Str(ref, {"namespace"}), "/", Str(ref, {"name"})));
+    return phase == "Available" ? absl::OkStatus() : SetVolumePhase(*pv, "Available");
+  }
+  std::optional<json> claim = informers_.claims.Get(Str(ref, {"namespace"}), Str(ref, {"name"}));
+  if (!claim || Uid(*claim) != Str(ref, {"uid"})) {
+    // The cache may lag: confirm with the store before releasing.
+    auto stored = registry_.Get(ClaimsKind(), Str(ref, {"namespace"}), Str(ref, {"name"}));
+    if (stored.ok() && Uid(*stored) == Str(ref, {"uid"})) {
+      claim = *stored;
+    } else if (!stored.ok() && stored.status().code() != absl::StatusCode::kNotFound) {
+      return stored.status();
+    } else {
+      return ReleaseOrUnbind(*pv);
+    }
+  }
+  const std::string claim_volume = Str(*claim, {"spec", "volumeName"});
+  if (claim_volume.empty()) {
+    claim_queue_.Add(ObjectKey(*claim));  // binding in progress
+    return absl::OkStatus();
+  }
+  if (claim_volume == name) {
+    return phase == "Bound" ? absl::OkStatus() : SetVolumePhase(*pv, "Bound");
+  }
+  // The claim is bound to another volume. If we bound this one, undo it.
+  if (Annotation(*pv, kAnnBoundByController) == "yes") {
+    return Mutate(registry_, VolumesKind(), "", name, apiserver::Subresource::kMain, [&](json& o) {
+      if (Str(o, {"spec", "claimRef", "uid"}) != Uid(*claim)) return false;
+      o["spec"].erase("claimRef");
+      o["metadata"]["annotations"].erase(kAnnBoundByController);
+      return true;
+    });
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PvBinder::ReleaseOrUnbind(const json& pv) {
+  const std::string phase = Str(pv, {"status", "phase"});
+  const std::string policy = Str(pv, {"spec", "persistentVolumeReclaimPolicy"});
+  if (policy == "Recycle") {
+    if (phase != "Failed") {
+      events_.Record(pv, "Warning", "VolumeFailedRecycle", "Recycle is not supported; use Delete or Retain");
+      return SetVolumePhase(pv, "Failed", "Recycle is not supported");
+    }
+    return absl::OkStatus();
+  }
+  if (phase != "Released" && phase != "Failed") {
+    BERTH_RETURN_IF_ERROR(SetVolumePhase(pv, "Released"));
+    if (policy == "Retain") {
+      events_.Record(pv, "Normal", "VolumeReleased", "claim is gone; the volume is retained (reclaim policy Retain)");
+    }
+  }
+  return absl::OkStatus();  // Delete: the provisioner that made the volume deletes it
+}
+
+bool PvBinder::ClaimInUse(const json& claim) const {
+  for (const auto& pod : informers_.pods.List(Ns(claim))) {
+    const std::string phase = Str(pod, {"status", "phase"});
+    if (phase == "Succeeded" || phase == "Failed") continue;
+    const json& vols = Field(Field(pod, "spec"), "volumes");
+    if (!vols.is_array()) continue;
+    for (const auto& v : vols) {
+      if (Str(v, {"persistentVolumeClaim", "claimName"}) == Name(claim)) return true;
+    }
+  }
+  return false;
+}
+
+absl::Status PvBinder::ProtectClaim(const json& claim) {
+  if (!HasFinalizer(claim, kPvcProtection) || ClaimInUse(claim)) return absl::OkStatus();
+  return Mutate(registry_, ClaimsKind(), Ns(claim), Name(claim), apiserver::Subresource::kMain, [&](json& o) {
+    if (!HasFinalizer(o, kPvcProtection) || ClaimInUse(o)) return false;
+    json& f = o["metadata"]["finalizers"];
+    f.erase(std::remove(f.begin(), f.end(), json(kPvcProtection)), f.end());
+    return true;
+  });
+}
+
+absl::Status PvBinder::ProtectVolume(const json& pv) {
+  if (!HasFinalizer(pv, kPvProtection) || Str(pv, {"status", "phase"}) == "Bound") return absl::OkStatus();
+  return Mutate(registry_, VolumesKind(), "", Name(pv), apiserver::Subresource::kMain, [&](json& o) {
+    if (!HasFinalizer(o, kPvProtection) || Str(o, {"status", "phase"}) == "Bound") return false;
+    json& f = o["metadata"]["finalizers"];
+    f.erase(std::remove(f.begin(), f.end(), json(kPvProtection)), f.end());
+    return true;
+  });
+}
+
+absl::Status PvBinder::SetClaimPhase(const json& claim, const std::string& phase, const json* volume) {
+  return Mutate(registry_, ClaimsKind(), Ns(claim), Name(claim), apiserver::Subresource::kStatus, [&](json& o) {
+    if (Uid(o) != Uid(claim)) return false;
+    json status = o.value("status", json::object());
+    json before = status;
+    status["phase"] = phase;
+    if (volume != nullptr && phase == "Bound") {
+      status["capacity"] = Field(Field(*volume, "spec"), "capacity");
+      status["accessModes"] = Field(Field(*volume, "spec"), "accessModes");
+    }
+    if (status == before) return false;
+    o["status"] = status;
+    return true;
+  });
+}
+
+absl::Status PvBinder::SetVolumePhase(const json& volume, const std::string& phase, const std::string& message) {
+  return Mutate(registry_, VolumesKind(), "", Name(volume), apiserver::Subresource::kStatus, [&](json& o) {
+    json status = o.value("status", json::object());
+    if (status.value("phase", "") == phase && status.value("message", "") == message) return false;
+    status["phase"] = phase;
+    if (message.empty()) {
+      status.erase("message");
+    } else {
+      status["message"] = message;
+    }
+    status["lastPhaseTransitionTime"] = absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", absl::Now(), absl::UTCTimeZone());
+    o["status"] = status;
+    return true;
+  });
+}
+
+}  // namespace berth::controllers

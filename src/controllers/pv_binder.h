@@ -1,0 +1,104 @@
+// The PV binder (kube-controller-manager's persistentvolume controller, seed
+// 003): binds claims to volumes and keeps both sides' phases right.
+//
+// Claims: an unbound claim gets the smallest Available volume that fits
+// (FindBestMatch: class, access modes, volume mode, size, label selector,
+// the selected node for WaitForFirstConsumer), or — when none fits and its
+// class has a provisioner — the volume.kubernetes.io/storage-provisioner
+// annotation that hands it to dynamic provisioning. WaitForFirstConsumer
+// claims wait for volume.kubernetes.io/selected-node. Binding writes the
+// volume side first (claimRef), then the claim (volumeName,
+// pv.kubernetes.io/bind-completed, bound-by-controller), then both
+// statuses; every step is idempotent, so a crash between any two steps is
+// finished by the next sync. A bound claim whose volume disappeared is Lost.
+//
+// Volumes: no claimRef → Available; claim gone → Released (reclaim Retain
+// keeps it; Delete is left to the provisioner that made it; Recycle is not
+// supported → Failed); bound to a claim that bound elsewhere → unbound if we
+// bound it.
+//
+// Protection: claims and volumes get kubernetes.io/pvc-protection and
+// kubernetes.io/pv-protection; a deleted claim keeps its finalizer while a
+// pod that is not finished uses it, a deleted volume while it is Bound.
+//
+// Thread-safety: thread-safe; Start/Stop from one thread.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "apiserver/registry.h"
+#include "controllers/events.h"
+#include "controllers/informer.h"
+#include "controllers/workqueue.h"
+
+namespace berth::controllers {
+
+inline constexpr char kAnnBindCompleted[] = "pv.kubernetes.io/bind-completed";
+inline constexpr char kAnnBoundByController[] = "pv.kubernetes.io/bound-by-controller";
+inline constexpr char kAnnSelectedNode[] = "volume.kubernetes.io/selected-node";
+inline constexpr char kAnnStorageProvisioner[] = "volume.kubernetes.io/storage-provisioner";
+inline constexpr char kAnnBetaStorageProvisioner[] = "volume.beta.kubernetes.io/storage-provisioner";
+inline constexpr char kAnnProvisionedBy[] = "pv.kubernetes.io/provisioned-by";
+inline constexpr char kPvcProtection[] = "kubernetes.io/pvc-protection";
+inline constexpr char kPvProtection[] = "kubernetes.io/pv-protection";
+
+// The informers a binder reads (shared with other controllers).
+struct BinderInformers {
+  Informer& claims;
+  Informer& volumes;
+  Informer& classes;
+  Informer& pods;
+  Informer& nodes;
+};
+
+class PvBinder {
+ public:
+  struct Options {
+    int workers = 2;
+  };
+  PvBinder(apiserver::Registry& registry, BinderInformers informers, Options options);
+  ~PvBinder();
+
+  // Registers handlers (call before the informers start) and starts workers.
+  void RegisterHandlers();
+  void Start();
+  void Stop();
+
+  // One reconcile of a claim ("ns/name") or a volume ("name"); public for tests.
+  absl::Status SyncClaim(const std::string& key);
+  absl::Status SyncVolume(const std::string& name);
+
+  // The best Available volume for `claim` among `volumes`, or nullptr.
+  // Exposed for tests; `node_labels` is the selected node's labels (or null).
+  static const nlohmann::json* FindBestMatch(const nlohmann::json& claim,
+                                             const std::vector<nlohmann::json>& volumes,
+                                             const nlohmann::json* node_labels);
+
+ private:
+  absl::Status SyncUnboundClaim(const nlohmann::json& claim);
+  absl::Status SyncBoundClaim(const nlohmann::json& claim);
+  absl::Status Bind(const nlohmann::json& claim, const nlohmann::json& volume);
+  absl::Status ReleaseOrUnbind(const nlohmann::json& volume);
+  absl::Status ProtectClaim(const nlohmann::json& claim);
+  absl::Status ProtectVolume(const nlohmann::json& volume);
+  absl::Status SetClaimPhase(const nlohmann::json& claim, const std::string& phase,
+                             const nlohmann::json* volume);
+  absl::Status SetVolumePhase(const nlohmann::json& volume, const std::string& phase,
+                              const std::string& message = "");
+  bool ClaimInUse(const nlohmann::json& claim) const;
+  void Work(WorkQueue& queue, bool claims);
+
+  apiserver::Registry& registry_;
+  BinderInformers informers_;
+  const Options options_;
+  EventRecorder events_;
+  WorkQueue claim_queue_;
+  WorkQueue volume_queue_;
+  std::vector<std::thread> workers_;
+};
+
+}  // namespace berth::controllers

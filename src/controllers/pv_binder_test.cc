@@ -1,0 +1,243 @@
+#include "controllers/pv_binder.h"
+
+#include "common/testing/temp_dir.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace berth::controllers {
+namespace {
+
+const api::KindInfo& K(std::string_view resource, std::string_view group = "") {
+  return *api::FindResource(group, resource);
+}
+
+json Claim(const std::string& name, const std::string& size, const std::string& cls = "",
+           std::vector<std::string> modes = {"ReadWriteOnce"}) {
+  return {{"apiVersion", "v1"},
+          {"kind", "PersistentVolumeClaim"},
+          {"metadata", {{"name", name}}},
+          {"spec", {{"accessModes", modes}, {"storageClassName", cls}, {"resources", {{"requests", {{"storage", size}}}}}}}};
+}
+
+json Volume(const std::string& name, const std::string& size, const std::string& cls = "",
+            std::vector<std::string> modes = {"ReadWriteOnce"}) {
+  return {{"apiVersion", "v1"},
+          {"kind", "PersistentVolume"},
+          {"metadata", {{"name", name}}},
+          {"spec",
+           {{"capacity", {{"storage", size}}},
+            {"accessModes", modes},
+            {"storageClassName", cls},
+            {"persistentVolumeReclaimPolicy", "Retain"},
+            {"csi", {{"driver", "x.csi.io"}, {"volumeHandle", name}}}}}};
+}
+
+json OnNode(const std::string& node) {
+  return json::parse(R"({"required":{"nodeSelectorTerms":[{"matchExpressions":[
+      {"key":"kubernetes.io/hostname","operator":"In","values":[")" + node + R"("]}]}]}})");
+}
+
+template <class Pred>
+bool Eventually(Pred pred, absl::Duration timeout = absl::Seconds(10)) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (absl::Now() < deadline) {
+    if (pred()) return true;
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  return pred();
+}
+
+class PvBinderTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    store_ = std::move(*store::Store::Open({.path = dir_.path() + "/state.db"}));
+    registry_ = std::make_unique<apiserver::Registry>(*store_);
+    ASSERT_TRUE(registry_->Bootstrap().ok());
+  }
+  void TearDown() override { StopBinder(); }
+
+  void StartBinder() {
+    claims_ = std::make_unique<Informer>(*registry_, K("persistentvolumeclaims"));
+    volumes_ = std::make_unique<Informer>(*registry_, K("persistentvolumes"));
+    classes_ = std::make_unique<Informer>(*registry_, K("storageclasses", "storage.k8s.io"));
+    pods_ = std::make_unique<Informer>(*registry_, K("pods"));
+    nodes_ = std::make_unique<Informer>(*registry_, K("nodes"));
+    binder_ = std::make_unique<PvBinder>(*registry_, BinderInformers{*claims_, *volumes_, *classes_, *pods_, *nodes_},
+                                         PvBinder::Options{});
+    binder_->RegisterHandlers();
+    for (Informer* i : {classes_.get(), nodes_.get(), pods_.get(), volumes_.get(), claims_.get()}) {
+      i->Start();
+      ASSERT_TRUE(i->WaitForSync(absl::Seconds(10)));
+    }
+    binder_->Start();
+  }
+  void StopBinder() {
+    if (binder_) binder_->Stop();
+    for (auto* i : {&claims_, &volumes_, &classes_, &pods_, &nodes_}) {
+      if (*i) (*i)->Stop();
+    }
+    binder_.reset();
+  }
+  json Get(std::string_view resource, const std::string& ns, const std::string& name) {
+    auto got = registry_->Get(K(resource, resource == "storageclasses" ? "storage.k8s.io" : ""), ns, name);
+    return got.ok() ? *got : json();
+  }
+  std::string Phase(std::string_view resource, const std::string& ns, const std::string& name) {
+    json o = Get(resource, ns, name);
+    return o.is_null() ? "<gone>" : o.value("status", json::object()).value("phase", "");
+  }
+  void Create(std::string_view resource, const std::string& ns, const json& obj) {
+    auto got = registry_->Create(K(resource, resource == "storageclasses" ? "storage.k8s.io" : ""), ns, obj);
+    ASSERT_TRUE(got.ok()) << got.status();
+  }
+
+  berth::testing::TempDir dir_;
+  std::unique_ptr<store::Store> store_;
+  std::unique_ptr<apiserver::Registry> registry_;
+  std::unique_ptr<Informer> claims_, volumes_, classes_, pods_, nodes_;
+  std::unique_ptr<PvBinder> binder_;
+};
+
+TEST(FindBestMatchTest, SmallestThatFitsClassModesModeAndSelector) {
+  std::vector<json> pvs = {Volume("big", "10Gi"), Volume("small", "1Gi"), Volume("right", "2Gi"),
+                           Volume("rwx-only", "2Gi", "", {"ReadWriteMany"}), Volume("other-class", "2Gi", "fast")};
+  pvs[2]["metadata"]["labels"] = {{"tier", "gold"}};
+  pvs[0]["metadata"]["labels"] = {{"tier", "silver"}};
+  json claim = Claim("c", "1500Mi");
+  const json* m = PvBinder::FindBestMatch(claim, pvs, nullptr);
+  ASSERT_NE(m, nullptr);
+  EXPECT_EQ((*m)["metadata"]["name"], "right");
+  claim["spec"]["selector"] = {{"matchLabels", {{"tier", "silver"}}}};
+  m = PvBinder::FindBestMatch(claim, pvs, nullptr);
+  ASSERT_NE(m, nullptr);
+  EXPECT_EQ((*m)["metadata"]["name"], "big");  // the only silver one
+  claim["spec"]["volumeMode"] = "Block";
+  EXPECT_EQ(PvBinder::FindBestMatch(claim, pvs, nullptr), nullptr);
+}
+
+TEST(FindBestMatchTest, NodeAffinityAgainstTheSelectedNode) {
+  json pv = Volume("local", "1Gi");
+  pv["spec"]["nodeAffinity"] = OnNode("node-a");
+  std::vector<json> pvs = {pv};
+  json a = {{"kubernetes.io/hostname", "node-a"}}, b = {{"kubernetes.io/hostname", "node-b"}};
+  EXPECT_NE(PvBinder::FindBestMatch(Claim("c", "1Gi"), pvs, &a), nullptr);
+  EXPECT_EQ(PvBinder::FindBestMatch(Claim("c", "1Gi"), pvs, &b), nullptr);
+}
+
+TEST_F(PvBinderTest, BindsTheSmallestFittingVolumeOnBothSides) {
+  Create("persistentvolumes", "", Volume("pv-5", "5Gi"));
+  Create("persistentvolumes", "", Volume("pv-2", "2Gi"));
+  Create("persistentvolumes", "", Volume("pv-1", "1Gi"));
+  StartBinder();
+  ASSERT_TRUE(Eventually([&] { return Phase("persistentvolumes", "", "pv-1") == "Available"; }));
+  Create("persistentvolumeclaims", "default", Claim("data", "2Gi"));
+  ASSERT_TRUE(Eventually([&] { return Phase("persistentvolumeclaims", "default", "data") == "Bound"; }));
+  json pvc = Get("persistentvolumeclaims", "default", "data");
+  json pv = Get("persistentvolumes", "", "pv-2");
+  EXPECT_EQ(pvc["spec"]["volumeName"], "pv-2");
+  EXPECT_EQ(pvc["metadata"]["annotations"][kAnnBindCompleted], "yes");
+  EXPECT_EQ(pvc["metadata"]["annotations"][kAnnBoundByController], "yes");
+  EXPECT_EQ(pvc["status"]["capacity"]["storage"], "2Gi");
+  EXPECT_THAT(pvc["metadata"]["finalizers"], ::testing::Contains(kPvcProtection));
+  EXPECT_EQ(pv["spec"]["claimRef"]["uid"], pvc["metadata"]["uid"]);
+  EXPECT_EQ(Phase("persistentvolumes", "", "pv-2"), "Bound");
+  EXPECT_THAT(pv["metadata"]["finalizers"], ::testing::Contains(kPvProtection));
+  EXPECT_EQ(Phase("persistentvolumes", "", "pv-5"), "Available");
+}
+
+TEST_F(PvBinderTest, PreBoundClaimGetsItsVolume) {
+  Create("persistentvolumes", "", Volume("small", "1Gi"));
+  Create("persistentvolumes", "", Volume("wanted", "9Gi"));
+  json c = Claim("data", "1Gi");
+  c["spec"]["volumeName"] = "wanted";
+  Create("persistentvolumeclaims", "default", c);
+  StartBinder();
+  ASSERT_TRUE(Eventually([&] { return Phase("persistentvolumeclaims", "default", "data") == "Bound"; }));
+  EXPECT_EQ(Get("persistentvolumes", "", "wanted")["spec"]["claimRef"]["name"], "data");
+  EXPECT_EQ(Phase("persistentvolumes", "", "small"), "Available");
+}
+
+TEST_F(PvBinderTest, WaitForFirstConsumerWaitsForTheSelectedNode) {
+  Create("storageclasses", "", {{"metadata", {{"name", "local"}}}, {"provisioner", "kubernetes.io/no-provisioner"},
+                                {"volumeBindingMode", "WaitForFirstConsumer"}});
+  for (const char* node : {"node-a", "node-b"}) {
+    json pv = Volume(std::string("pv-") + node, "1Gi", "local");
+    pv["spec"]["nodeAffinity"] = OnNode(node);
+    Create("persistentvolumes", "", pv);
+  }
+  Create("persistentvolumeclaims", "default", Claim("data", "1Gi", "local"));
+  StartBinder();
+  absl::SleepFor(absl::Milliseconds(300));
+  EXPECT_EQ(Phase("persistentvolumeclaims", "default", "data"), "Pending");
+  ASSERT_TRUE(registry_->Patch(K("persistentvolumeclaims"), "default", "data",
+                               json({{"metadata", {{"annotations", {{kAnnSelectedNode, "node-b"}}}}}}).dump(),
+                               apiserver::PatchType::kMerge, apiserver::Subresource::kMain)
+                  .ok());
+  ASSERT_TRUE(Eventually([&] { return Phase("persistentvolumeclaims", "default", "data") == "Bound"; }));
+  EXPECT_EQ(Get("persistentvolumeclaims", "default", "data")["spec"]["volumeName"], "pv-node-b");
+}
+
+TEST_F(PvBinderTest, NoMatchHandsTheClaimToItsProvisioner) {
+  Create("storageclasses", "", {{"metadata", {{"name", "fast"}}}, {"provisioner", "x.csi.io"}});
+  Create("persistentvolumeclaims", "default", Claim("data", "1Gi", "fast"));
+  StartBinder();
+  ASSERT_TRUE(Eventually([&] {
+    json md = Get("persistentvolumeclaims", "default", "data").value("metadata", json::object());
+    return md.value("annotations", json::object()).value(kAnnStorageProvisioner, "") == "x.csi.io";
+  }));
+  EXPECT_EQ(Phase("persistentvolumeclaims", "default", "data"), "Pending");
+  auto events = registry_->List(K("events"), "default", {});
+  bool seen = false;
+  for (const auto& e : events->items) seen = seen || e["reason"] == "ExternalProvisioning";
+  EXPECT_TRUE(seen);
+}
+
+TEST_F(PvBinderTest, DeletedClaimWaitsForItsPodThenReleasesTheVolume) {
+  Create("persistentvolumes", "", Volume("pv", "1Gi"));
+  Create("persistentvolumeclaims", "default", Claim("data", "1Gi"));
+  Create("pods", "default", {{"apiVersion", "v1"}, {"kind", "Pod"}, {"metadata", {{"name", "app"}}},
+                             {"spec", {{"containers", {{{"name", "c"}, {"image", "busybox"}}}},
+                                       {"volumes", {{{"name", "d"}, {"persistentVolumeClaim", {{"claimName", "data"}}}}}}}}});
+  StartBinder();
+  ASSERT_TRUE(Eventually([&] { return Phase("persistentvolumeclaims", "default", "data") == "Bound"; }));
+  ASSERT_TRUE(registry_->Delete(K("persistentvolumeclaims"), "default", "data").ok());
+  absl::SleepFor(absl::Milliseconds(300));
+  EXPECT_NE(Phase("persistentvolumeclaims", "default", "data"), "<gone>");  // protected: the pod uses it
+  ASSERT_TRUE(registry_->Delete(K("pods"), "default", "app").ok());
+  ASSERT_TRUE(Eventually([&] { return Phase("persistentvolumeclaims", "default", "data") == "<gone>"; }));
+  ASSERT_TRUE(Eventually([&] { return Phase("persistentvolumes", "", "pv") == "Released"; }));
+}
+
+TEST_F(PvBinderTest, RestartFinishesAHalfDoneBinding) {
+  // A binder crashed after writing the volume side only.
+  Create("persistentvolumeclaims", "default", Claim("data", "1Gi"));
+  json claim = Get("persistentvolumeclaims", "default", "data");
+  json pv = Volume("pv", "1Gi");
+  pv["spec"]["claimRef"] = {{"kind", "PersistentVolumeClaim"}, {"namespace", "default"}, {"name", "data"},
+                            {"uid", claim["metadata"]["uid"]}, {"apiVersion", "v1"}};
+  pv["metadata"]["annotations"] = {{kAnnBoundByController, "yes"}};
+  Create("persistentvolumes", "", pv);
+  StartBinder();
+  ASSERT_TRUE(Eventually([&] { return Phase("persistentvolumeclaims", "default", "data") == "Bound"; }));
+  EXPECT_EQ(Get("persistentvolumeclaims", "default", "data")["spec"]["volumeName"], "pv");
+  EXPECT_EQ(Phase("persistentvolumes", "", "pv"), "Bound");
+}
+
+TEST_F(PvBinderTest, BoundClaimWhoseVolumeIsGoneIsLost) {
+  Create("persistentvolumes", "", Volume("pv", "1Gi"));
+  Create("persistentvolumeclaims", "default", Claim("data", "1Gi"));
+  StartBinder();
+  ASSERT_TRUE(Eventually([&] { return Phase("persistentvolumeclaims", "default", "data") == "Bound"; }));
+  // A bound volume is protected: deleting it only marks it...
+  ASSERT_TRUE(registry_->Delete(K("persistentvolumes"), "", "pv").ok());
+  absl::SleepFor(absl::Milliseconds(200));
+  EXPECT_NE(Phase("persistentvolumes", "", "pv"), "<gone>");
+  // ...until someone forces it away by removing the finalizer.
+  ASSERT_TRUE(registry_->Patch(K("persistentvolumes"), "", "pv", R"({"metadata":{"finalizers":null}})",
+                               apiserver::PatchType::kMerge, apiserver::Subresource::kMain).ok());
+  EXPECT_EQ(Phase("persistentvolumes", "", "pv"), "<gone>");
+  ASSERT_TRUE(Eventually([&] { return Phase("persistentvolumeclaims", "default", "data") == "Lost"; }));
+}
+
+}  // namespace
+}  // namespace berth::controllers
