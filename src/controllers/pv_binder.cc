@@ -120,8 +120,15 @@ void PvBinder::RegisterHandlers() {
       .on_update = [this](const json&, const json& o) { claim_queue_.Add(ObjectKey(o)); },
       .on_delete =
           [this](const json& o) {
-            // Its volume is released.
-            if (std::string v = Str(o, {"spec", "volumeName"}); !v.empty()) volume_queue_.Add(v);
+            // Its volume is released: the one it names, or one that points
+            // at it without the claim knowing yet (provisioned meanwhile).
+            if (std::string v = Str(o, {"spec", "volumeName"}); !v.empty()) {
+              volume_queue_.Add(v);
+              return;
+            }
+            for (const auto& pv : informers_.volumes.List()) {
+              if (Str(pv, {"spec", "claimRef", "uid"}) == Uid(o)) volume_queue_.Add(Name(pv));
+            }
           },
   });
   informers_.volumes.AddHandlers({

@@ -1,0 +1,51 @@
+// Where each CSI driver can be reached, for the controllers: driver name →
+// endpoints, either cluster-wide (a controller service anywhere) or per node
+// (a node-local driver such as berth-csi, whose controller service must be
+// called on the node that holds the storage). The node agent fills this at
+// plugin registration; `berth up --external-driver` and tests add entries.
+//
+//   directory.Add("local.csi.berth.io", "node-1", "unix:///.../csi.sock");
+//   auto channel = directory.Channel("local.csi.berth.io", "node-1");
+//
+// Channels are dialled lazily and cached per endpoint.
+//
+// Thread-safety: thread-safe.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "grpcpp/channel.h"
+
+namespace berth::controllers {
+
+class DriverDirectory {
+ public:
+  // `node` "" = reachable for any node.
+  void Add(const std::string& driver, const std::string& node, const std::string& endpoint)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  void Remove(const std::string& driver, const std::string& node) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // The nodes a driver is registered on ("" included if cluster-wide).
+  std::vector<std::string> Nodes(const std::string& driver) const ABSL_LOCKS_EXCLUDED(mu_);
+  bool Known(const std::string& driver) const ABSL_LOCKS_EXCLUDED(mu_);
+
+  // A channel to the driver for `node`: the node's own endpoint, else the
+  // cluster-wide one. UNAVAILABLE when neither is registered or the socket
+  // does not answer.
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> Channel(const std::string& driver,
+                                                         const std::string& node)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  mutable absl::Mutex mu_;
+  std::map<std::string, std::map<std::string, std::string>> endpoints_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::shared_ptr<grpc::Channel>> channels_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace berth::controllers

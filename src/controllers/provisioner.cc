@@ -1,0 +1,544 @@
+#include "controllers/provisioner.h"
+
+#include <algorithm>
+#include <functional>
+#include <set>
+
+#include "absl/strings/escaping.h"
+#include "api/quantity.h"
+#include "common/status.h"
+#include "common/strings.h"
+#include "controllers/pv_binder.h"
+#include "csi/grpc_status.h"
+#include "grpcpp/client_context.h"
+#include "spdlog/spdlog.h"
+
+namespace berth::controllers {
+namespace {
+
+using nlohmann::json;
+
+constexpr std::string_view kReservedPrefix = "csi.storage.k8s.io/";
+
+const json& Field(const json& o, std::string_view key) {
+  static const json* const kNull = new json();
+  if (!o.is_object()) return *kNull;
+  auto it = o.find(key);
+  return it == o.end() ? *kNull : *it;
+}
+
+std::string Str(const json& o, std::initializer_list<std::string_view> path) {
+  const json* cur = &o;
+  for (auto k : path) cur = &Field(*cur, k);
+  return cur->is_string() ? cur->get<std::string>() : "";
+}
+
+std::string Annotation(const json& o, const std::string& key) { return Str(o, {"metadata", "annotations", key}); }
+std::string Uid(const json& o) { return Str(o, {"metadata", "uid"}); }
+std::string Name(const json& o) { return Str(o, {"metadata", "name"}); }
+std::string Ns(const json& o) { return Str(o, {"metadata", "namespace"}); }
+bool Deleting(const json& o) { return !Field(Field(o, "metadata"), "deletionTimestamp").is_null(); }
+
+bool HasFinalizer(const json& o, const std::string& f) {
+  const json& list = Field(Field(o, "metadata"), "finalizers");
+  return list.is_array() && std::find(list.begin(), list.end(), f) != list.end();
+}
+
+std::string ClaimClass(const json& claim) {
+  if (const json& c = Field(Field(claim, "spec"), "storageClassName"); c.is_string()) return c.get<std::string>();
+  return Annotation(claim, "volume.beta.kubernetes.io/storage-class");
+}
+
+const api::KindInfo& K(std::string_view resource, std::string_view group = "") {
+  return *api::FindResource(group, resource);
+}
+
+// ${pvc.name}, ${pvc.namespace}, ${pv.name} in secret references.
+std::string Expand(std::string text, const json& claim) {
+  auto replace = [&](const std::string& from, const std::string& to) {
+    for (size_t pos; (pos = text.find(from)) != std::string::npos;) text.replace(pos, from.size(), to);
+  };
+  replace("${pvc.name}", Name(claim));
+  replace("${pvc.namespace}", Ns(claim));
+  replace("${pv.name}", StrCat("pvc-", Uid(claim)));
+  return text;
+}
+
+// A final error: the driver will not create the volume on a retry of the
+// same request, so nothing can exist (external-provisioner's rule).
+bool FinalError(const absl::Status& st) {
+  switch (st.code()) {
+    case absl::StatusCode::kDeadlineExceeded:
+    case absl::StatusCode::kUnavailable:
+    case absl::StatusCode::kAborted:
+    case absl::StatusCode::kCancelled:
+    case absl::StatusCode::kResourceExhausted:  // may still be in progress on some drivers
+    case absl::StatusCode::kUnknown:
+    case absl::StatusCode::kInternal:
+      return false;
+    default:
+      return true;
+  }
+}
+
+}  // namespace
+
+Provisioner::Provisioner(apiserver::Registry& registry, DriverDirectory& drivers, ProvisionerInformers informers,
+                         Options options)
+    : registry_(registry),
+      drivers_(drivers),
+      informers_(informers),
+      options_(std::move(options)),
+      events_(registry, StrCat(options_.driver, "_berth-provisioner")) {}
+
+Provisioner::~Provisioner() { Stop(); }
+
+void Provisioner::RegisterHandlers() {
+  informers_.claims.AddHandlers({
+      .on_add = [this](const json& o) { claim_queue_.Add(ObjectKey(o)); },
+      .on_update = [this](const json&, const json& o) { claim_queue_.Add(ObjectKey(o)); },
+      .on_delete = nullptr,
+  });
+  informers_.volumes.AddHandlers({
+      .on_add = [this](const json& o) { volume_queue_.Add(Name(o)); },
+      .on_update = [this](const json&, const json& o) { volume_queue_.Add(Name(o)); },
+      .on_delete = nullptr,
+  });
+}
+
+void Provisioner::Start() {
+  for (int i = 0; i < options_.workers; ++i) {
+    workers_.emplace_back([this] { Work(claim_queue_, true); });
+  }
+  workers_.emplace_back([this] { Work(volume_queue_, false); });
+}
+
+void Provisioner::Stop() {
+  claim_queue_.ShutDown();
+  volume_queue_.ShutDown();
+  for (auto& w : workers_) w.join();
+  workers_.clear();
+}
+
+void Provisioner::Work(WorkQueue& queue, bool claims) {
+  while (auto key = queue.Get()) {
+    absl::Status st = claims ? SyncClaim(*key) : SyncVolume(*key);
+    if (st.ok()) {
+      queue.Forget(*key);
+    } else {
+      spdlog::info("provisioner {}: {} {}: {}", options_.driver, claims ? "claim" : "volume", *key, st.ToString());
+      queue.AddRateLimited(*key);
+    }
+    queue.Done(*key);
+  }
+}
+
+bool Provisioner::Ours(const json& claim, json* storage_class) const {
+  if (Annotation(claim, kAnnStorageProvisioner) != options_.driver &&
+      Annotation(claim, kAnnBetaStorageProvisioner) != options_.driver) {
+    return false;
+  }
+  const std::string cls = ClaimClass(claim);
+  if (cls.empty()) return false;
+  std::optional<json> sc = informers_.classes.Get("", cls);
+  if (!sc || Str(*sc, {"provisioner"}) != options_.driver) return false;
+  *storage_class = *sc;
+  return true;
+}
+
+std::map<std::string, std::string> Provisioner::Segment(const std::string& node) const {
+  std::map<std::string, std::string> out;
+  std::optional<json> csinode = informers_.csinodes.Get("", node);
+  std::optional<json> n = informers_.nodes.Get("", node);
+  if (!csinode || !n) return out;
+  const json& drivers = Field(Field(*csinode, "spec"), "drivers");
+  if (!drivers.is_array()) return out;
+  for (const auto& d : drivers) {
+    if (Str(d, {"name"}) != options_.driver) continue;
+    const json& keys = Field(d, "topologyKeys");
+    if (!keys.is_array()) continue;
+    for (const auto& k : keys) {
+      if (!k.is_string()) continue;
+      std::string v = Str(*n, {"metadata", "labels", k.get<std::string>()});
+      if (!v.empty()) out[k.get<std::string>()] = v;
+    }
+  }
+  return out;
+}
+
+std::string Provisioner::NodeForClaim(const json& claim) const {
+  std::string selected = Annotation(claim, kAnnSelectedNode);
+  if (!selected.empty()) return selected;
+  std::vector<std::string> nodes = drivers_.Nodes(options_.driver);
+  if (nodes.empty() || std::find(nodes.begin(), nodes.end(), "") != nodes.end()) return "";
+  // A node-local driver without a chosen node: spread claims by their uid.
+  return nodes[std::hash<std::string>{}(Uid(claim)) % nodes.size()];
+}
+
+absl::StatusOr<::csi::v1::CreateVolumeRequest> Provisioner::BuildRequest(const json& claim, const json& sc,
+                                                                       const std::string& node) {
+  ::csi::v1::CreateVolumeRequest req;
+  req.set_name(StrCat("pvc-", Uid(claim)));
+  const json& spec = Field(claim, "spec");
+  auto request = api::Quantity::Parse(Str(spec, {"resources", "requests", "storage"}));
+  if (!request.ok()) return absl::InvalidArgumentError("the claim has no valid resources.requests.storage");
+  req.mutable_capacity_range()->set_required_bytes(request->Value());
+  if (auto limit = api::Quantity::Parse(Str(spec, {"resources", "limits", "storage"})); limit.ok()) {
+    req.mutable_capacity_range()->set_limit_bytes(limit->Value());
+  }
+  const json& params = Field(sc, "parameters");
+  std::string fstype;
+  std::map<std::string, std::string> reserved;
+  if (params.is_object()) {
+    for (const auto& [k, v] : params.items()) {
+      if (!v.is_string()) continue;
+      if (k.starts_with(kReservedPrefix)) {
+        reserved[k.substr(kReservedPrefix.size())] = v.get<std::string>();
+      } else {
+        (*req.mutable_parameters())[k] = v.get<std::string>();
+      }
+    }
+  }
+  fstype = reserved["fstype"];
+  const bool block = Str(spec, {"volumeMode"}) == "Block";
+  const json& modes = Field(spec, "accessModes");
+  if (!modes.is_array() || modes.empty()) return absl::InvalidArgumentError("the claim has no accessModes");
+  for (const auto& m : modes) {
+    auto* cap = req.add_volume_capabilities();
+    using Mode = ::csi::v1::VolumeCapability::AccessMode;
+    Mode::Mode mode = Mode::SINGLE_NODE_WRITER;
+    if (m == "ReadOnlyMany") mode = Mode::MULTI_NODE_READER_ONLY;
+    if (m == "ReadWriteMany") mode = Mode::MULTI_NODE_MULTI_WRITER;
+    if (m == "ReadWriteOncePod") mode = Mode::SINGLE_NODE_SINGLE_WRITER;
+    cap->mutable_access_mode()->set_mode(mode);
+    if (block) {
+      cap->mutable_block();
+    } else {
+      auto* mount = cap->mutable_mount();
+      mount->set_fs_type(fstype);
+      const json& flags = Field(sc, "mountOptions");
+      if (flags.is_array()) {
+        for (const auto& f : flags) {
+          if (f.is_string()) mount->add_mount_flags(f.get<std::string>());
+        }
+      }
+    }
+  }
+  // Provisioner secrets.
+  const std::string secret_name = Expand(reserved["provisioner-secret-name"], claim);
+  const std::string secret_ns = Expand(reserved["provisioner-secret-namespace"], claim);
+  if (!secret_name.empty()) {
+    auto secret = registry_.Get(K("secrets"), secret_ns, secret_name);
+    if (!secret.ok()) {
+      return absl::FailedPreconditionError(StrCat("provisioner secret ", secret_ns, "/", secret_name, ": ",
+                                                  secret.status().message()));
+    }
+    const json& data = Field(*secret, "data");
+    if (data.is_object()) {
+      for (const auto& [k, v] : data.items()) {
+        std::string decoded;
+        if (v.is_string() && absl::Base64Unescape(v.get<std::string>(), &decoded)) {
+          (*req.mutable_secrets())[k] = decoded;
+        }
+      }
+    }
+  }
+  // Topology.
+  std::vector<std::map<std::string, std::string>> requisite;
+  const json& allowed = Field(sc, "allowedTopologies");
+  if (allowed.is_array() && !allowed.empty()) {
+    for (const auto& term : allowed) {
+      std::vector<std::map<std::string, std::string>> segments = {{}};
+      const json& exprs = Field(term, "matchLabelExpressions");
+      if (!exprs.is_array()) continue;
+      for (const auto& e : exprs) {
+        std::vector<std::map<std::string, std::string>> next;
+        for (const auto& seg : segments) {
+          for (const auto& v : Field(e, "values")) {
+            auto s = seg;
+            s[Str(e, {"key"})] = v.is_string() ? v.get<std::string>() : "";
+            next.push_back(std::move(s));
+          }
+        }
+        segments = std::move(next);
+      }
+      for (auto& s : segments) requisite.push_back(std::move(s));
+    }
+  } else {
+    std::set<std::map<std::string, std::string>> all;
+    for (const auto& csinode : informers_.csinodes.List()) {
+      auto seg = Segment(Name(csinode));
+      if (!seg.empty()) all.insert(seg);
+    }
+    requisite.assign(all.begin(), all.end());
+  }
+  std::vector<std::map<std::string, std::string>> preferred = requisite;
+  if (!node.empty()) {
+    auto mine = Segment(node);
+    if (!mine.empty()) {
+      if (std::find(requisite.begin(), requisite.end(), mine) == requisite.end()) {
+        if (allowed.is_array() && !allowed.empty()) {
+          return absl::FailedPreconditionError(StrCat("node ", node, " is not in the class's allowedTopologies"));
+        }
+        requisite.push_back(mine);
+      }
+      preferred.erase(std::remove(preferred.begin(), preferred.end(), mine), preferred.end());
+      preferred.insert(preferred.begin(), mine);
+    }
+  } else if (!preferred.empty()) {
+    // Spread Immediate claims: start at a point given by the claim's name
+    // (StatefulSet replicas "data-web-0", "-1" ... land apart).
+    size_t start = std::hash<std::string>{}(Name(claim)) % preferred.size();
+    std::rotate(preferred.begin(), preferred.begin() + static_cast<long>(start), preferred.end());
+  }
+  if (!requisite.empty()) {
+    auto* ar = req.mutable_accessibility_requirements();
+    for (const auto& seg : requisite) {
+      auto* t = ar->add_requisite();
+      for (const auto& [k, v] : seg) (*t->mutable_segments())[k] = v;
+    }
+    for (const auto& seg : preferred) {
+      auto* t = ar->add_preferred();
+      for (const auto& [k, v] : seg) (*t->mutable_segments())[k] = v;
+    }
+  }
+  // Content source.
+  const json& ds = Field(spec, "dataSourceRef").is_null() ? Field(spec, "dataSource") : Field(spec, "dataSourceRef");
+  if (!ds.is_null()) {
+    const std::string kind = Str(ds, {"kind"}), name = Str(ds, {"name"});
+    if (kind == "VolumeSnapshot") {
+      auto vs = registry_.Get(K("volumesnapshots", "snapshot.storage.k8s.io"), Ns(claim), name);
+      if (!vs.ok()) return absl::FailedPreconditionError(StrCat("volumesnapshot ", name, ": ", vs.status().message()));
+      if (Field(Field(*vs, "status"), "readyToUse") != true) {
+        return absl::FailedPreconditionError(StrCat("volumesnapshot ", name, " is not ready to use"));
+      }
+      auto vsc = registry_.Get(K("volumesnapshotcontents", "snapshot.storage.k8s.io"), "",
+                               Str(*vs, {"status", "boundVolumeSnapshotContentName"}));
+      if (!vsc.ok()) return absl::FailedPreconditionError(StrCat("the content of volumesnapshot ", name, " is missing"));
+      std::string handle = Str(*vsc, {"status", "snapshotHandle"});
+      if (handle.empty()) handle = Str(*vsc, {"spec", "source", "snapshotHandle"});
+      req.mutable_volume_content_source()->mutable_snapshot()->set_snapshot_id(handle);
+    } else if (kind == "PersistentVolumeClaim") {
+      auto src = registry_.Get(K("persistentvolumeclaims"), Ns(claim), name);
+      if (!src.ok()) return absl::FailedPreconditionError(StrCat("source claim ", name, ": ", src.status().message()));
+      auto pv = registry_.Get(K("persistentvolumes"), "", Str(*src, {"spec", "volumeName"}));
+      if (!pv.ok() || Str(*pv, {"spec", "csi", "driver"}) != options_.driver) {
+        return absl::FailedPreconditionError(StrCat("source claim ", name, " is not bound to a volume of ", options_.driver));
+      }
+      req.mutable_volume_content_source()->mutable_volume()->set_volume_id(Str(*pv, {"spec", "csi", "volumeHandle"}));
+    } else {
+      return absl::InvalidArgumentError(StrCat("data source kind ", kind, " is not supported"));
+    }
+  }
+  return req;
+}
+
+absl::StatusOr<::csi::v1::CreateVolumeResponse> Provisioner::CreateVolume(const ::csi::v1::CreateVolumeRequest& request,
+                                                                        const std::string& node) {
+  BERTH_ASSIGN_OR_RETURN(auto channel, drivers_.Channel(options_.driver, node));
+  auto stub = ::csi::v1::Controller::NewStub(channel);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
+  ::csi::v1::CreateVolumeResponse response;
+  grpc::Status st = stub->CreateVolume(&ctx, request, &response);
+  if (!st.ok()) return csi::FromGrpcStatus(st);
+  return response;
+}
+
+absl::Status Provisioner::DeleteVolume(const std::string& handle, const std::string& node,
+                                       const google::protobuf::Map<std::string, std::string>& secrets) {
+  BERTH_ASSIGN_OR_RETURN(auto channel, drivers_.Channel(options_.driver, node));
+  auto stub = ::csi::v1::Controller::NewStub(channel);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
+  ::csi::v1::DeleteVolumeRequest req;
+  req.set_volume_id(handle);
+  *req.mutable_secrets() = secrets;
+  ::csi::v1::DeleteVolumeResponse response;
+  grpc::Status st = stub->DeleteVolume(&ctx, req, &response);
+  if (!st.ok() && st.error_code() != grpc::StatusCode::NOT_FOUND) return csi::FromGrpcStatus(st);
+  return absl::OkStatus();
+}
+
+absl::Status Provisioner::SetFinalizer(const json& claim, bool present) {
+  auto current = registry_.Get(K("persistentvolumeclaims"), Ns(claim), Name(claim));
+  if (!current.ok()) return current.status().code() == absl::StatusCode::kNotFound ? absl::OkStatus() : current.status();
+  json obj = *current;
+  if (Uid(obj) != Uid(claim) || HasFinalizer(obj, kProvisioningFinalizer) == present) return absl::OkStatus();
+  if (present && Deleting(obj)) return absl::OkStatus();
+  json& f = obj["metadata"]["finalizers"];
+  if (present) {
+    f.push_back(kProvisioningFinalizer);
+  } else {
+    f.erase(std::remove(f.begin(), f.end(), json(kProvisioningFinalizer)), f.end());
+  }
+  return registry_.Update(K("persistentvolumeclaims"), Ns(claim), Name(claim), obj, apiserver::Subresource::kMain)
+      .status();
+}
+
+absl::Status Provisioner::CreatePersistentVolume(const json& claim, const json& sc,
+                                                 const ::csi::v1::CreateVolumeRequest& request,
+                                                 const ::csi::v1::CreateVolumeResponse& response) {
+  const auto& vol = response.volume();
+  int64_t bytes = vol.capacity_bytes() > 0 ? vol.capacity_bytes() : request.capacity_range().required_bytes();
+  const json& spec = Field(claim, "spec");
+  json pv = {{"apiVersion", "v1"},
+             {"kind", "PersistentVolume"},
+             {"metadata", {{"name", request.name()}, {"annotations", {{kAnnProvisionedBy, options_.driver}}}}},
+             {"spec",
+              {{"capacity", {{"storage", api::Quantity::FromBytes(bytes).ToString()}}},
+               {"accessModes", Field(spec, "accessModes")},
+               {"persistentVolumeReclaimPolicy", Str(sc, {"reclaimPolicy"}).empty() ? "Delete" : Str(sc, {"reclaimPolicy"})},
+               {"storageClassName", Name(sc)},
+               {"volumeMode", Str(spec, {"volumeMode"}).empty() ? "Filesystem" : Str(spec, {"volumeMode"})},
+               {"claimRef",
+                {{"kind", "PersistentVolumeClaim"},
+                 {"apiVersion", "v1"},
+                 {"namespace", Ns(claim)},
+                 {"name", Name(claim)},
+                 {"uid", Uid(claim)},
+                 {"resourceVersion", Str(claim, {"metadata", "resourceVersion"})}}},
+               {"csi", {{"driver", options_.driver}, {"volumeHandle", vol.volume_id()}}}}}};
+  if (!Field(sc, "mountOptions").is_null()) pv["spec"]["mountOptions"] = Field(sc, "mountOptions");
+  json& csi = pv["spec"]["csi"];
+  if (!vol.volume_context().empty()) {
+    for (const auto& [k, v] : vol.volume_context()) csi["volumeAttributes"][k] = v;
+  }
+  const json& params = Field(sc, "parameters");
+  auto param = [&](const std::string& key) { return Expand(Str(params, {StrCat(kReservedPrefix, key)}), claim); };
+  if (Str(spec, {"volumeMode"}) != "Block") {
+    if (std::string fs = param("fstype"); !fs.empty()) csi["fsType"] = fs;
+  }
+  static constexpr std::pair<const char*, const char*> kSecretRefs[] = {
+      {"controller-publish", "controllerPublishSecretRef"}, {"node-stage", "nodeStageSecretRef"},
+      {"node-publish", "nodePublishSecretRef"},             {"controller-expand", "controllerExpandSecretRef"},
+      {"node-expand", "nodeExpandSecretRef"}};
+  for (const auto& [prefix, field] : kSecretRefs) {
+    std::string name = param(StrCat(prefix, "-secret-name"));
+    if (!name.empty()) csi[field] = {{"name", name}, {"namespace", param(StrCat(prefix, "-secret-namespace"))}};
+  }
+  if (std::string name = param("provisioner-secret-name"); !name.empty()) {
+    pv["metadata"]["annotations"]["volume.kubernetes.io/provisioner-deletion-secret-name"] = name;
+    pv["metadata"]["annotations"]["volume.kubernetes.io/provisioner-deletion-secret-namespace"] =
+        param("provisioner-secret-namespace");
+  }
+  if (vol.accessible_topology_size() > 0) {
+    json terms = json::array();
+    for (const auto& topo : vol.accessible_topology()) {
+      json exprs = json::array();
+      std::map<std::string, std::string> sorted(topo.segments().begin(), topo.segments().end());
+      for (const auto& [k, v] : sorted) exprs.push_back({{"key", k}, {"operator", "In"}, {"values", {v}}});
+      terms.push_back({{"matchExpressions", exprs}});
+    }
+    pv["spec"]["nodeAffinity"] = {{"required", {{"nodeSelectorTerms", terms}}}};
+  }
+  auto created = registry_.Create(K("persistentvolumes"), "", pv);
+  if (!created.ok() && created.status().code() != absl::StatusCode::kAlreadyExists) return created.status();
+  return absl::OkStatus();
+}
+
+absl::Status Provisioner::SyncClaim(const std::string& key) {
+  std::optional<json> claim = informers_.claims.GetByKey(key);
+  if (!claim) return absl::OkStatus();
+  json sc;
+  const bool ours = Ours(*claim, &sc);
+  const bool pending_finalizer = HasFinalizer(*claim, kProvisioningFinalizer);
+  if (!ours && !pending_finalizer) return absl::OkStatus();
+  const std::string pv_name = StrCat("pvc-", Uid(*claim));
+  const bool pv_exists = informers_.volumes.Get("", pv_name).has_value() ||
+                         registry_.Get(K("persistentvolumes"), "", pv_name).ok();
+  if (Deleting(*claim)) {
+    if (!pending_finalizer) return absl::OkStatus();
+    if (!pv_exists && ours) {
+      // CreateVolume may have succeeded before we lost track: ask again
+      // (idempotent by name) and delete what exists.
+      auto req = BuildRequest(*claim, sc, NodeForClaim(*claim));
+      if (req.ok()) {
+        auto resp = CreateVolume(*req, NodeForClaim(*claim));
+        if (resp.ok()) {
+          BERTH_RETURN_IF_ERROR(DeleteVolume(resp->volume().volume_id(), NodeForClaim(*claim), req->secrets()));
+          events_.Record(*claim, "Normal", "ProvisioningCancelled",
+                         StrCat("the claim was deleted while volume ", pv_name, " was being created; deleted it"));
+        } else if (!FinalError(resp.status())) {
+          return resp.status();  // outcome unknown: keep the finalizer, try again
+        }
+      }
+    }
+    return SetFinalizer(*claim, false);
+  }
+  if (!ours) return SetFinalizer(*claim, false);
+  if (pv_exists || !Str(*claim, {"spec", "volumeName"}).empty()) {
+    return pending_finalizer ? SetFinalizer(*claim, false) : absl::OkStatus();
+  }
+  const bool wait_for_consumer = Str(sc, {"volumeBindingMode"}) == "WaitForFirstConsumer";
+  const std::string selected = Annotation(*claim, kAnnSelectedNode);
+  if (wait_for_consumer && selected.empty()) return absl::OkStatus();
+  const std::string node = NodeForClaim(*claim);
+  auto req = BuildRequest(*claim, sc, wait_for_consumer ? selected : "");
+  if (!req.ok()) {
+    events_.Record(*claim, "Warning", "ProvisioningFailed", std::string(req.status().message()));
+    return req.status();
+  }
+  if (!pending_finalizer) BERTH_RETURN_IF_ERROR(SetFinalizer(*claim, true));
+  events_.Record(*claim, "Normal", "Provisioning",
+                 StrCat("External provisioner is provisioning volume for claim \"", key, "\""));
+  auto resp = CreateVolume(*req, node);
+  if (!resp.ok()) {
+    events_.Record(*claim, "Warning", "ProvisioningFailed",
+                   StrCat("failed to provision volume with StorageClass \"", Name(sc), "\": ", resp.status().message()));
+    if (resp.status().code() == absl::StatusCode::kResourceExhausted && wait_for_consumer) {
+      // Let the scheduler choose another node.
+      auto current = registry_.Get(K("persistentvolumeclaims"), Ns(*claim), Name(*claim));
+      if (current.ok() && Uid(*current) == Uid(*claim)) {
+        json obj = *current;
+        obj["metadata"]["annotations"].erase(kAnnSelectedNode);
+        (void)registry_.Update(K("persistentvolumeclaims"), Ns(*claim), Name(*claim), obj, apiserver::Subresource::kMain);
+      }
+    }
+    if (FinalError(resp.status())) (void)SetFinalizer(*claim, false);
+    return resp.status();
+  }
+  BERTH_RETURN_IF_ERROR(CreatePersistentVolume(*claim, sc, *req, *resp));
+  events_.Record(*claim, "Normal", "ProvisioningSucceeded", StrCat("Successfully provisioned volume ", pv_name));
+  return SetFinalizer(*claim, false);
+}
+
+absl::Status Provisioner::SyncVolume(const std::string& name) {
+  std::optional<json> pv = informers_.volumes.Get("", name);
+  if (!pv || Deleting(*pv)) return absl::OkStatus();
+  if (Annotation(*pv, kAnnProvisionedBy) != options_.driver) return absl::OkStatus();
+  if (Str(*pv, {"status", "phase"}) != "Released" || Str(*pv, {"spec", "persistentVolumeReclaimPolicy"}) != "Delete") {
+    return absl::OkStatus();
+  }
+  google::protobuf::Map<std::string, std::string> secrets;
+  if (std::string secret = Annotation(*pv, "volume.kubernetes.io/provisioner-deletion-secret-name"); !secret.empty()) {
+    auto s = registry_.Get(K("secrets"), Annotation(*pv, "volume.kubernetes.io/provisioner-deletion-secret-namespace"),
+                           secret);
+    if (s.ok() && Field(*s, "data").is_object()) {
+      for (const auto& [k, v] : Field(*s, "data").items()) {
+        std::string decoded;
+        if (v.is_string() && absl::Base64Unescape(v.get<std::string>(), &decoded)) secrets[k] = decoded;
+      }
+    }
+  }
+  // A node-local volume is deleted where it lives: the node in its affinity.
+  std::string node;
+  const json& terms = Field(Field(Field(Field(*pv, "spec"), "nodeAffinity"), "required"), "nodeSelectorTerms");
+  if (terms.is_array() && !terms.empty()) {
+    for (const auto& e : Field(terms[0], "matchExpressions")) {
+      if (Str(e, {"key"}) == "kubernetes.io/hostname" && Field(e, "values").is_array() && !Field(e, "values").empty()) {
+        node = Field(e, "values")[0].get<std::string>();
+      }
+    }
+  }
+  absl::Status st = DeleteVolume(Str(*pv, {"spec", "csi", "volumeHandle"}), node, secrets);
+  if (!st.ok()) {
+    events_.Record(*pv, "Warning", "VolumeFailedDelete", std::string(st.message()));
+    return st;
+  }
+  auto deleted = registry_.Delete(K("persistentvolumes"), "", name);
+  if (!deleted.ok() && deleted.status().code() != absl::StatusCode::kNotFound) return deleted.status();
+  return absl::OkStatus();
+}
+
+}  // namespace berth::controllers

@@ -1,0 +1,103 @@
+// Dynamic provisioning for one CSI driver (external-provisioner semantics,
+// seeds 000 and 003), in process.
+//
+// A claim is ours when the binder handed it over (annotation
+// volume.kubernetes.io/storage-provisioner = our driver) and its class names
+// our driver. WaitForFirstConsumer claims wait for the scheduler's
+// volume.kubernetes.io/selected-node. Then:
+//   1. finalizer volume.berth.io/provisioning on the claim (leak protection),
+//   2. CreateVolume: name pvc-<claim uid>, capacity range from the claim,
+//      capabilities from accessModes/volumeMode and csi.storage.k8s.io/fstype,
+//      class parameters without the reserved csi.storage.k8s.io/* keys,
+//      provisioner secrets resolved from Secret objects, topology (requisite
+//      from allowedTopologies or the CSINode segments of all nodes; the
+//      selected node's segment first), content source from a VolumeSnapshot
+//      or another claim,
+//   3. the PV: pvc-<uid>, claimRef to the claim (the binder completes the
+//      binding), nodeAffinity from accessible_topology, secrets refs,
+//      pv.kubernetes.io/provisioned-by,
+//   4. the finalizer comes off.
+// A claim deleted while CreateVolume is in flight keeps its finalizer until
+// the outcome is known: the provisioner repeats the (idempotent) CreateVolume
+// and deletes what it returns. RESOURCE_EXHAUSTED under WaitForFirstConsumer
+// clears selected-node so the scheduler picks again. Released volumes with
+// reclaim policy Delete that we provisioned are deleted (DeleteVolume, then
+// the PV object).
+//
+// Thread-safety: thread-safe; Start/Stop from one thread.
+#pragma once
+
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "apiserver/registry.h"
+#include "controllers/drivers.h"
+#include "controllers/events.h"
+#include "controllers/informer.h"
+#include "controllers/workqueue.h"
+#include "csi/v1/csi.grpc.pb.h"
+
+namespace berth::controllers {
+
+inline constexpr char kProvisioningFinalizer[] = "volume.berth.io/provisioning";
+
+struct ProvisionerInformers {
+  Informer& claims;
+  Informer& volumes;
+  Informer& classes;
+  Informer& nodes;
+  Informer& csinodes;
+};
+
+class Provisioner {
+ public:
+  struct Options {
+    std::string driver;  // the CSI driver name (StorageClass provisioner)
+    int workers = 4;
+    absl::Duration rpc_timeout = absl::Minutes(1);
+  };
+  Provisioner(apiserver::Registry& registry, DriverDirectory& drivers, ProvisionerInformers informers,
+              Options options);
+  ~Provisioner();
+
+  void RegisterHandlers();
+  void Start();
+  void Stop();
+
+  absl::Status SyncClaim(const std::string& key);
+  absl::Status SyncVolume(const std::string& name);
+
+  // The CreateVolume request for `claim` of `storage_class` (public for
+  // tests). `node` is the selected node ("" for none).
+  absl::StatusOr<::csi::v1::CreateVolumeRequest> BuildRequest(const nlohmann::json& claim,
+                                                             const nlohmann::json& storage_class,
+                                                             const std::string& node);
+
+ private:
+  bool Ours(const nlohmann::json& claim, nlohmann::json* storage_class) const;
+  absl::StatusOr<::csi::v1::CreateVolumeResponse> CreateVolume(const ::csi::v1::CreateVolumeRequest& request,
+                                                             const std::string& node);
+  absl::Status DeleteVolume(const std::string& handle, const std::string& node,
+                            const google::protobuf::Map<std::string, std::string>& secrets);
+  absl::Status CreatePersistentVolume(const nlohmann::json& claim, const nlohmann::json& storage_class,
+                                      const ::csi::v1::CreateVolumeRequest& request,
+                                      const ::csi::v1::CreateVolumeResponse& response);
+  absl::Status SetFinalizer(const nlohmann::json& claim, bool present);
+  // The topology segment of `node` for our driver ({} if none).
+  std::map<std::string, std::string> Segment(const std::string& node) const;
+  std::string NodeForClaim(const nlohmann::json& claim) const;
+  void Work(WorkQueue& queue, bool claims);
+
+  apiserver::Registry& registry_;
+  DriverDirectory& drivers_;
+  ProvisionerInformers informers_;
+  const Options options_;
+  EventRecorder events_;
+  WorkQueue claim_queue_;
+  WorkQueue volume_queue_;
+  std::vector<std::thread> workers_;
+};
+
+}  // namespace berth::controllers

@@ -1,0 +1,222 @@
+// Provisioning flows against a fake CSI driver over a real unix socket, with
+// the PV binder running alongside as in berth up.
+#include "controllers/provisioner.h"
+
+#include "common/testing/temp_dir.h"
+#include "controllers/pv_binder.h"
+#include "controllers/testing/fake_csi.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace berth::controllers {
+namespace {
+
+constexpr char kDriver[] = "fake.csi.berth.io";
+
+const api::KindInfo& K(std::string_view resource, std::string_view group = "") {
+  return *api::FindResource(group, resource);
+}
+
+template <class Pred>
+bool Eventually(Pred pred, absl::Duration timeout = absl::Seconds(15)) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (absl::Now() < deadline) {
+    if (pred()) return true;
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  return pred();
+}
+
+json Claim(const std::string& name, const std::string& cls, const std::string& size = "1Gi") {
+  return {{"apiVersion", "v1"},
+          {"kind", "PersistentVolumeClaim"},
+          {"metadata", {{"name", name}}},
+          {"spec", {{"accessModes", {"ReadWriteOnce"}}, {"storageClassName", cls}, {"resources", {{"requests", {{"storage", size}}}}}}}};
+}
+
+class ProvisionerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    store_ = std::move(*store::Store::Open({.path = dir_.path() + "/state.db"}));
+    registry_ = std::make_unique<apiserver::Registry>(*store_);
+    ASSERT_TRUE(registry_->Bootstrap().ok());
+    driver_ = std::make_unique<testing::FakeCsiDriver>(kDriver);
+    socket_ = dir_.path() + "/csi.sock";
+    ASSERT_TRUE(driver_->Serve(socket_).ok());
+  }
+  void TearDown() override {
+    if (provisioner_) provisioner_->Stop();
+    if (binder_) binder_->Stop();
+    for (auto* i : {&claims_, &volumes_, &classes_, &pods_, &nodes_, &csinodes_}) {
+      if (*i) (*i)->Stop();
+    }
+  }
+  void Start(const std::string& node_for_driver = "") {
+    directory_.Add(kDriver, node_for_driver, "unix://" + socket_);
+    claims_ = std::make_unique<Informer>(*registry_, K("persistentvolumeclaims"));
+    volumes_ = std::make_unique<Informer>(*registry_, K("persistentvolumes"));
+    classes_ = std::make_unique<Informer>(*registry_, K("storageclasses", "storage.k8s.io"));
+    pods_ = std::make_unique<Informer>(*registry_, K("pods"));
+    nodes_ = std::make_unique<Informer>(*registry_, K("nodes"));
+    csinodes_ = std::make_unique<Informer>(*registry_, K("csinodes", "storage.k8s.io"));
+    binder_ = std::make_unique<PvBinder>(*registry_, BinderInformers{*claims_, *volumes_, *classes_, *pods_, *nodes_},
+                                         PvBinder::Options{});
+    provisioner_ = std::make_unique<Provisioner>(
+        *registry_, directory_, ProvisionerInformers{*claims_, *volumes_, *classes_, *nodes_, *csinodes_},
+        Provisioner::Options{.driver = kDriver, .workers = 2, .rpc_timeout = absl::Seconds(10)});
+    binder_->RegisterHandlers();
+    provisioner_->RegisterHandlers();
+    for (Informer* i : {classes_.get(), nodes_.get(), csinodes_.get(), pods_.get(), volumes_.get(), claims_.get()}) {
+      i->Start();
+      ASSERT_TRUE(i->WaitForSync(absl::Seconds(10)));
+    }
+    binder_->Start();
+    provisioner_->Start();
+  }
+  void Create(std::string_view resource, std::string_view group, const std::string& ns, const json& obj) {
+    auto got = registry_->Create(K(resource, group), ns, obj);
+    ASSERT_TRUE(got.ok()) << got.status();
+  }
+  void Class(const std::string& name, const std::string& binding = "Immediate", json params = json::object()) {
+    Create("storageclasses", "storage.k8s.io", "",
+           {{"metadata", {{"name", name}}}, {"provisioner", kDriver}, {"volumeBindingMode", binding},
+            {"reclaimPolicy", "Delete"}, {"parameters", params}});
+  }
+  json Get(std::string_view resource, const std::string& ns, const std::string& name) {
+    auto got = registry_->Get(K(resource), ns, name);
+    return got.ok() ? *got : json();
+  }
+  std::string ClaimPhase(const std::string& name) {
+    json o = Get("persistentvolumeclaims", "default", name);
+    return o.is_null() ? "<gone>" : o.value("status", json::object()).value("phase", "");
+  }
+
+  berth::testing::TempDir dir_;
+  std::unique_ptr<store::Store> store_;
+  std::unique_ptr<apiserver::Registry> registry_;
+  std::unique_ptr<testing::FakeCsiDriver> driver_;
+  std::string socket_;
+  DriverDirectory directory_;
+  std::unique_ptr<Informer> claims_, volumes_, classes_, pods_, nodes_, csinodes_;
+  std::unique_ptr<PvBinder> binder_;
+  std::unique_ptr<Provisioner> provisioner_;
+};
+
+TEST_F(ProvisionerTest, ProvisionsBindsAndDeletesWithTheReclaimPolicy) {
+  Create("secrets", "", "default", {{"metadata", {{"name", "creds"}}}, {"stringData", {{"token", "s3cr3t"}}}});
+  Class("fast", "Immediate",
+        {{"csi.storage.k8s.io/fstype", "xfs"}, {"tier", "gold"},
+         {"csi.storage.k8s.io/provisioner-secret-name", "creds"},
+         {"csi.storage.k8s.io/provisioner-secret-namespace", "${pvc.namespace}"},
+         {"csi.storage.k8s.io/node-stage-secret-name", "creds"},
+         {"csi.storage.k8s.io/node-stage-secret-namespace", "default"}});
+  Start();
+  Create("persistentvolumeclaims", "", "default", Claim("data", "fast", "1500Mi"));
+  ASSERT_TRUE(Eventually([&] { return ClaimPhase("data") == "Bound"; }));
+  json claim = Get("persistentvolumeclaims", "default", "data");
+  const std::string pv_name = "pvc-" + claim["metadata"]["uid"].get<std::string>();
+  EXPECT_EQ(claim["spec"]["volumeName"], pv_name);
+  EXPECT_THAT(claim["metadata"]["finalizers"], ::testing::Not(::testing::Contains(kProvisioningFinalizer)));
+  json pv = Get("persistentvolumes", "", pv_name);
+  EXPECT_EQ(pv["metadata"]["annotations"][kAnnProvisionedBy], kDriver);
+  EXPECT_EQ(pv["spec"]["csi"]["volumeHandle"], "fake-" + pv_name);
+  EXPECT_EQ(pv["spec"]["csi"]["fsType"], "xfs");
+  EXPECT_EQ(pv["spec"]["csi"]["volumeAttributes"]["fake"], "yes");
+  EXPECT_EQ(pv["spec"]["csi"]["nodeStageSecretRef"]["name"], "creds");
+  EXPECT_EQ(pv["spec"]["persistentVolumeReclaimPolicy"], "Delete");
+  EXPECT_EQ(pv["spec"]["capacity"]["storage"], "1500Mi");
+
+  auto req = driver_->last_request();
+  ASSERT_TRUE(req.has_value());
+  EXPECT_EQ(req->name(), pv_name);
+  EXPECT_EQ(req->capacity_range().required_bytes(), 1500LL << 20);
+  EXPECT_EQ(req->parameters().at("tier"), "gold");
+  EXPECT_EQ(req->parameters().count("csi.storage.k8s.io/fstype"), 0u);  // reserved keys stay out
+  EXPECT_EQ(req->secrets().at("token"), "s3cr3t");
+  ASSERT_EQ(req->volume_capabilities_size(), 1);
+  EXPECT_EQ(req->volume_capabilities(0).mount().fs_type(), "xfs");
+  EXPECT_EQ(req->volume_capabilities(0).access_mode().mode(), ::csi::v1::VolumeCapability::AccessMode::SINGLE_NODE_WRITER);
+
+  ASSERT_TRUE(registry_->Delete(K("persistentvolumeclaims"), "default", "data").ok());
+  ASSERT_TRUE(Eventually([&] { return Get("persistentvolumes", "", pv_name).is_null(); }));
+  EXPECT_TRUE(driver_->volumes().empty());
+}
+
+TEST_F(ProvisionerTest, WaitForFirstConsumerUsesTheSelectedNodesTopology) {
+  Class("local", "WaitForFirstConsumer");
+  for (const char* node : {"node-a", "node-b"}) {
+    Create("nodes", "", "", {{"metadata", {{"name", node}, {"labels", {{"kubernetes.io/hostname", node}}}}}});
+    Create("csinodes", "storage.k8s.io", "",
+           {{"metadata", {{"name", node}}},
+            {"spec", {{"drivers", {{{"name", kDriver}, {"nodeID", node}, {"topologyKeys", {"kubernetes.io/hostname"}}}}}}}});
+  }
+  Start();
+  Create("persistentvolumeclaims", "", "default", Claim("data", "local"));
+  absl::SleepFor(absl::Milliseconds(300));
+  EXPECT_EQ(driver_->create_calls(), 0);  // no consumer yet
+  ASSERT_TRUE(registry_->Patch(K("persistentvolumeclaims"), "default", "data",
+                               json({{"metadata", {{"annotations", {{kAnnSelectedNode, "node-b"}}}}}}).dump(),
+                               apiserver::PatchType::kMerge, apiserver::Subresource::kMain)
+                  .ok());
+  ASSERT_TRUE(Eventually([&] { return ClaimPhase("data") == "Bound"; }));
+  auto req = driver_->last_request();
+  ASSERT_EQ(req->accessibility_requirements().requisite_size(), 2);
+  EXPECT_EQ(req->accessibility_requirements().preferred(0).segments().at("kubernetes.io/hostname"), "node-b");
+  json pv = Get("persistentvolumes", "", Get("persistentvolumeclaims", "default", "data")["spec"]["volumeName"]);
+  EXPECT_EQ(pv["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"][0]["matchExpressions"][0]["values"][0], "node-b");
+}
+
+TEST_F(ProvisionerTest, ALostAnswerIsRetriedWithoutASecondVolume) {
+  Class("fast");
+  driver_->FailCreates(grpc::StatusCode::DEADLINE_EXCEEDED, 1, /*after_create=*/true);
+  Start();
+  Create("persistentvolumeclaims", "", "default", Claim("data", "fast"));
+  ASSERT_TRUE(Eventually([&] { return ClaimPhase("data") == "Bound"; }));
+  EXPECT_GE(driver_->create_calls(), 2);
+  EXPECT_EQ(driver_->volumes().size(), 1u);
+}
+
+TEST_F(ProvisionerTest, ClaimDeletedDuringCreateVolumeLeaksNothing) {
+  Class("fast");
+  driver_->SetCreateDelay(absl::Milliseconds(800));
+  Start();
+  Create("persistentvolumeclaims", "", "default", Claim("data", "fast"));
+  ASSERT_TRUE(Eventually([&] { return driver_->create_calls() >= 1; }));
+  ASSERT_TRUE(registry_->Delete(K("persistentvolumeclaims"), "default", "data").ok());
+  // The finalizer holds the claim until the outcome is known...
+  EXPECT_NE(ClaimPhase("data"), "<gone>");
+  // ...then everything is gone: the claim, any PV, the driver's volume.
+  ASSERT_TRUE(Eventually([&] {
+    return ClaimPhase("data") == "<gone>" && driver_->volumes().empty() &&
+           registry_->List(K("persistentvolumes"), "", {})->items.empty();
+  }));
+}
+
+TEST_F(ProvisionerTest, ResourceExhaustedUnderWaitForFirstConsumerClearsTheSelectedNode) {
+  Class("local", "WaitForFirstConsumer");
+  driver_->FailCreates(grpc::StatusCode::RESOURCE_EXHAUSTED, 1000);
+  Start();
+  json c = Claim("data", "local");
+  c["metadata"]["annotations"] = {{kAnnSelectedNode, "node-a"}};
+  Create("persistentvolumeclaims", "", "default", c);
+  ASSERT_TRUE(Eventually([&] {
+    json md = Get("persistentvolumeclaims", "default", "data")["metadata"];
+    return !md.value("annotations", json::object()).contains(kAnnSelectedNode);
+  }));
+  EXPECT_EQ(ClaimPhase("data"), "Pending");
+  EXPECT_TRUE(driver_->volumes().empty());
+}
+
+TEST_F(ProvisionerTest, DriverCrashAndRestartStillProvisions) {
+  Class("fast");
+  driver_->Crash();
+  Start();
+  Create("persistentvolumeclaims", "", "default", Claim("data", "fast"));
+  absl::SleepFor(absl::Milliseconds(300));
+  EXPECT_EQ(ClaimPhase("data"), "Pending");
+  ASSERT_TRUE(driver_->Serve(socket_).ok());
+  ASSERT_TRUE(Eventually([&] { return ClaimPhase("data") == "Bound"; }, absl::Seconds(30)));
+}
+
+}  // namespace
+}  // namespace berth::controllers
