@@ -42,7 +42,7 @@ long CurrentRssKiB() {
 
 int main(int argc, char** argv) {
   const int total = argc > 1 ? std::atoi(argv[1]) : 10000;
-  spdlog::set_level(spdlog::level::warn);
+  spdlog::set_level(std::getenv("BENCH_VERBOSE") ? spdlog::level::info : spdlog::level::warn);
   char tmpl[] = "/tmp/berth-controllers-bench-XXXXXX";
   if (::mkdtemp(tmpl) == nullptr) return 1;
   const std::string dir = tmpl;

@@ -18,17 +18,24 @@ void EventRecorder::Record(const json& object, const std::string& type, const st
   const std::string now = absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", absl::Now(), absl::UTCTimeZone());
   const api::KindInfo& events = *api::FindResource("", "events");
   const std::string id = StrCat(uid, "\n", reason, "\n", message);
-  absl::MutexLock lock(&mu_);
-  if (auto it = names_.find(id); it != names_.end()) {
-    auto current = registry_.Get(events, ns, it->second);
+  // The lock guards the name map only: writes happen outside it, so
+  // workers recording events do not queue behind each other's fsyncs.
+  std::string existing;
+  {
+    absl::MutexLock lock(&mu_);
+    if (auto it = names_.find(id); it != names_.end()) existing = it->second;
+  }
+  if (!existing.empty()) {
+    auto current = registry_.Get(events, ns, existing);
     if (current.ok()) {
       const int count = current->value("count", 1);
-      auto bumped = registry_.Patch(events, ns, it->second,
+      auto bumped = registry_.Patch(events, ns, existing,
                                     json({{"count", count + 1}, {"lastTimestamp", now}}).dump(),
                                     apiserver::PatchType::kMerge, apiserver::Subresource::kMain);
       if (bumped.ok()) return;
     }
-    names_.erase(it);  // the event was deleted meanwhile: make a new one
+    absl::MutexLock lock(&mu_);
+    names_.erase(id);  // the event was deleted meanwhile: make a new one
   }
   // Kubernetes names events <object>.<hex timestamp>; a hash keeps it short.
   const std::string event_name = StrCat(name, ".", Sha256Hex(StrCat(id, now)).substr(0, 16));
@@ -55,6 +62,7 @@ void EventRecorder::Record(const json& object, const std::string& type, const st
     spdlog::warn("event {} on {}/{}: {}", reason, ns, name, created.status().ToString());
     return;
   }
+  absl::MutexLock lock(&mu_);
   names_[id] = event_name;
 }
 

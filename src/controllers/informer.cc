@@ -68,6 +68,15 @@ std::vector<json> Informer::List(const std::string& ns) const {
   return out;
 }
 
+std::vector<json> Informer::Select(const std::function<bool(const json&)>& pred) const {
+  absl::MutexLock lock(&mu_);
+  std::vector<json> out;
+  for (const auto& [key, obj] : cache_) {
+    if (pred(obj)) out.push_back(obj);
+  }
+  return out;
+}
+
 std::optional<int64_t> Informer::Relist() {
   while (!stopping()) {
     auto page = registry_.List(kind_, "", {});

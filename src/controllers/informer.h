@@ -60,6 +60,8 @@ class Informer {
   std::optional<json> GetByKey(const std::string& key) const;
   // ns "" = all namespaces.
   std::vector<json> List(const std::string& ns = "") const;
+  // The objects for which `pred` is true (only those are copied).
+  std::vector<json> Select(const std::function<bool(const json&)>& pred) const;
 
   const api::KindInfo& kind() const { return kind_; }
 

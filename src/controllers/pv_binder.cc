@@ -126,8 +126,10 @@ void PvBinder::RegisterHandlers() {
               volume_queue_.Add(v);
               return;
             }
-            for (const auto& pv : informers_.volumes.List()) {
-              if (Str(pv, {"spec", "claimRef", "uid"}) == Uid(o)) volume_queue_.Add(Name(pv));
+            const std::string uid = Uid(o);
+            for (const auto& pv : informers_.volumes.Select(
+                     [&](const json& v) { return Str(v, {"spec", "claimRef", "uid"}) == uid; })) {
+              volume_queue_.Add(Name(pv));
             }
           },
   });
@@ -302,7 +304,13 @@ absl::Status PvBinder::SyncUnboundClaim(const json& claim) {
     if (node_labels->is_null()) node_labels = json::object();
     (*node_labels)["kubernetes.io/hostname"] = (*node_labels).value("kubernetes.io/hostname", selected);
   }
-  std::vector<json> volumes = informers_.volumes.List();
+  // Only volumes that could be this claim's: same class, and free or
+  // pointing at this claim (copying every volume per sync is O(n²)).
+  std::vector<json> volumes = informers_.volumes.Select([&](const json& pv) {
+    if (VolumeClass(pv) != cls) return false;
+    const json& ref = Field(Field(pv, "spec"), "claimRef");
+    return ref.is_null() || (Str(ref, {"name"}) == Name(claim) && Str(ref, {"namespace"}) == Ns(claim));
+  });
   if (const json* pv = FindBestMatch(claim, volumes, node_labels ? &*node_labels : nullptr)) {
     return Bind(claim, *pv);
   }
