@@ -4,6 +4,7 @@
 
 #include "common/testing/temp_dir.h"
 #include "controllers/pv_binder.h"
+#include "controllers/resizer.h"
 #include "controllers/testing/fake_csi.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -45,6 +46,7 @@ class ProvisionerTest : public ::testing::Test {
     ASSERT_TRUE(driver_->Serve(socket_).ok());
   }
   void TearDown() override {
+    if (resizer_) resizer_->Stop();
     if (provisioner_) provisioner_->Stop();
     if (binder_) binder_->Stop();
     for (auto* i : {&claims_, &volumes_, &classes_, &pods_, &nodes_, &csinodes_}) {
@@ -64,14 +66,18 @@ class ProvisionerTest : public ::testing::Test {
     provisioner_ = std::make_unique<Provisioner>(
         *registry_, directory_, ProvisionerInformers{*claims_, *volumes_, *classes_, *nodes_, *csinodes_},
         Provisioner::Options{.driver = kDriver, .workers = 2, .rpc_timeout = absl::Seconds(10)});
+    resizer_ = std::make_unique<Resizer>(*registry_, directory_, *claims_, *volumes_,
+                                         Resizer::Options{.driver = kDriver, .workers = 1, .rpc_timeout = absl::Seconds(10)});
     binder_->RegisterHandlers();
     provisioner_->RegisterHandlers();
+    resizer_->RegisterHandlers();
     for (Informer* i : {classes_.get(), nodes_.get(), csinodes_.get(), pods_.get(), volumes_.get(), claims_.get()}) {
       i->Start();
       ASSERT_TRUE(i->WaitForSync(absl::Seconds(10)));
     }
     binder_->Start();
     provisioner_->Start();
+    resizer_->Start();
   }
   void Create(std::string_view resource, std::string_view group, const std::string& ns, const json& obj) {
     auto got = registry_->Create(K(resource, group), ns, obj);
@@ -80,7 +86,19 @@ class ProvisionerTest : public ::testing::Test {
   void Class(const std::string& name, const std::string& binding = "Immediate", json params = json::object()) {
     Create("storageclasses", "storage.k8s.io", "",
            {{"metadata", {{"name", name}}}, {"provisioner", kDriver}, {"volumeBindingMode", binding},
-            {"reclaimPolicy", "Delete"}, {"parameters", params}});
+            {"reclaimPolicy", "Delete"}, {"parameters", params}, {"allowVolumeExpansion", true}});
+  }
+  void Grow(const std::string& name, const std::string& size) {
+    auto st = registry_->Patch(K("persistentvolumeclaims"), "default", name,
+                               json({{"spec", {{"resources", {{"requests", {{"storage", size}}}}}}}}).dump(),
+                               apiserver::PatchType::kMerge, apiserver::Subresource::kMain);
+    ASSERT_TRUE(st.ok()) << st.status();
+  }
+  json Condition(const json& claim, const std::string& type) {
+    for (const auto& c : claim.value("status", json::object()).value("conditions", json::array())) {
+      if (c.value("type", "") == type) return c;
+    }
+    return json();
   }
   json Get(std::string_view resource, const std::string& ns, const std::string& name) {
     auto got = registry_->Get(K(resource), ns, name);
@@ -100,6 +118,7 @@ class ProvisionerTest : public ::testing::Test {
   std::unique_ptr<Informer> claims_, volumes_, classes_, pods_, nodes_, csinodes_;
   std::unique_ptr<PvBinder> binder_;
   std::unique_ptr<Provisioner> provisioner_;
+  std::unique_ptr<Resizer> resizer_;
 };
 
 TEST_F(ProvisionerTest, ProvisionsBindsAndDeletesWithTheReclaimPolicy) {
@@ -216,6 +235,55 @@ TEST_F(ProvisionerTest, DriverCrashAndRestartStillProvisions) {
   EXPECT_EQ(ClaimPhase("data"), "Pending");
   ASSERT_TRUE(driver_->Serve(socket_).ok());
   ASSERT_TRUE(Eventually([&] { return ClaimPhase("data") == "Bound"; }, absl::Seconds(30)));
+}
+
+TEST_F(ProvisionerTest, ExpansionGrowsTheVolumeThenWaitsForTheNode) {
+  Class("fast");
+  Start();
+  Create("persistentvolumeclaims", "", "default", Claim("data", "fast", "1Gi"));
+  ASSERT_TRUE(Eventually([&] { return ClaimPhase("data") == "Bound"; }));
+  Grow("data", "3Gi");
+  ASSERT_TRUE(Eventually([&] {
+    return !Condition(Get("persistentvolumeclaims", "default", "data"), "FileSystemResizePending").is_null();
+  }));
+  json claim = Get("persistentvolumeclaims", "default", "data");
+  EXPECT_EQ(claim["status"]["capacity"]["storage"], "1Gi");  // the filesystem is not grown yet
+  EXPECT_EQ(claim["status"]["allocatedResources"]["storage"], "3Gi");
+  EXPECT_EQ(claim["status"]["allocatedResourceStatuses"]["storage"], "NodeResizePending");
+  EXPECT_EQ(Get("persistentvolumes", "", claim["spec"]["volumeName"])["spec"]["capacity"]["storage"], "3Gi");
+  EXPECT_EQ(driver_->volumes().begin()->second.bytes, 3LL << 30);
+  EXPECT_EQ(driver_->expand_calls(), 1);
+}
+
+TEST_F(ProvisionerTest, ExpansionWithoutNodeStepCompletesTheClaim) {
+  Class("fast");
+  driver_->SetExpand(/*node_expansion_required=*/false);
+  Start();
+  Create("persistentvolumeclaims", "", "default", Claim("data", "fast", "1Gi"));
+  ASSERT_TRUE(Eventually([&] { return ClaimPhase("data") == "Bound"; }));
+  Grow("data", "2Gi");
+  ASSERT_TRUE(Eventually([&] {
+    return Get("persistentvolumeclaims", "default", "data")["status"]["capacity"]["storage"] == "2Gi";
+  }));
+  json claim = Get("persistentvolumeclaims", "default", "data");
+  EXPECT_TRUE(Condition(claim, "Resizing").is_null());
+  EXPECT_TRUE(Condition(claim, "FileSystemResizePending").is_null());
+}
+
+TEST_F(ProvisionerTest, InfeasibleExpansionIsReportedOnTheClaim) {
+  Class("fast");
+  driver_->SetExpand(true, grpc::StatusCode::OUT_OF_RANGE);
+  Start();
+  Create("persistentvolumeclaims", "", "default", Claim("data", "fast", "1Gi"));
+  ASSERT_TRUE(Eventually([&] { return ClaimPhase("data") == "Bound"; }));
+  Grow("data", "100Ti");
+  ASSERT_TRUE(Eventually([&] {
+    json s = Get("persistentvolumeclaims", "default", "data")["status"];
+    return s.value("allocatedResourceStatuses", json::object()).value("storage", "") == "ControllerResizeInfeasible";
+  }));
+  json claim = Get("persistentvolumeclaims", "default", "data");
+  EXPECT_EQ(claim["status"]["capacity"]["storage"], "1Gi");
+  EXPECT_EQ(Get("persistentvolumes", "", claim["spec"]["volumeName"])["spec"]["capacity"]["storage"], "1Gi");
 }
 
 }  // namespace

@@ -522,11 +522,14 @@ absl::Status PvBinder::SetClaimPhase(const json& claim, const std::string& phase
     if (Uid(o) != Uid(claim)) return false;
     json status = o.value("status", json::object());
     json before = status;
-    status["phase"] = phase;
-    if (volume != nullptr && phase == "Bound") {
+    // Capacity only when the claim becomes Bound (as Kubernetes does): later
+    // a smaller claim capacity than the volume's means a resize in progress.
+    if (volume != nullptr && phase == "Bound" &&
+        (before.value("phase", "") != "Bound" || !before.contains("capacity"))) {
       status["capacity"] = Field(Field(*volume, "spec"), "capacity");
       status["accessModes"] = Field(Field(*volume, "spec"), "accessModes");
     }
+    status["phase"] = phase;
     if (status == before) return false;
     o["status"] = status;
     return true;

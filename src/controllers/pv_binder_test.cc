@@ -186,10 +186,13 @@ TEST_F(PvBinderTest, NoMatchHandsTheClaimToItsProvisioner) {
     return md.value("annotations", json::object()).value(kAnnStorageProvisioner, "") == "x.csi.io";
   }));
   EXPECT_EQ(Phase("persistentvolumeclaims", "default", "data"), "Pending");
-  auto events = registry_->List(K("events"), "default", {});
-  bool seen = false;
-  for (const auto& e : events->items) seen = seen || e["reason"] == "ExternalProvisioning";
-  EXPECT_TRUE(seen);
+  EXPECT_TRUE(Eventually([&] {
+    auto events = registry_->List(K("events"), "default", {});
+    if (!events.ok()) return false;
+    const std::vector<json> items = events->items;
+    return std::any_of(items.begin(), items.end(),
+                       [](const json& e) { return e.value("reason", "") == "ExternalProvisioning"; });
+  }));
 }
 
 TEST_F(PvBinderTest, DeletedClaimWaitsForItsPodThenReleasesTheVolume) {

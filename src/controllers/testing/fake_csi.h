@@ -126,7 +126,30 @@ class FakeCsiDriver : public ::csi::v1::Identity::Service, public ::csi::v1::Con
   grpc::Status ControllerGetCapabilities(grpc::ServerContext*, const ::csi::v1::ControllerGetCapabilitiesRequest*,
                                          ::csi::v1::ControllerGetCapabilitiesResponse* out) override {
     out->add_capabilities()->mutable_rpc()->set_type(::csi::v1::ControllerServiceCapability::RPC::CREATE_DELETE_VOLUME);
+    out->add_capabilities()->mutable_rpc()->set_type(::csi::v1::ControllerServiceCapability::RPC::EXPAND_VOLUME);
     return grpc::Status::OK;
+  }
+  grpc::Status ControllerExpandVolume(grpc::ServerContext*, const ::csi::v1::ControllerExpandVolumeRequest* req,
+                                      ::csi::v1::ControllerExpandVolumeResponse* out) override {
+    absl::MutexLock l(&mu_);
+    ++expand_calls_;
+    if (expand_fail_ != grpc::StatusCode::OK) return grpc::Status(expand_fail_, "injected expand failure");
+    const std::string prefix = "fake-";
+    auto it = volumes_.find(req->volume_id().substr(std::min(prefix.size(), req->volume_id().size())));
+    if (it == volumes_.end()) return grpc::Status(grpc::StatusCode::NOT_FOUND, "no such volume");
+    it->second.bytes = std::max(it->second.bytes, req->capacity_range().required_bytes());
+    out->set_capacity_bytes(it->second.bytes);
+    out->set_node_expansion_required(node_expansion_required_);
+    return grpc::Status::OK;
+  }
+  void SetExpand(bool node_expansion_required, grpc::StatusCode fail = grpc::StatusCode::OK) {
+    absl::MutexLock l(&mu_);
+    node_expansion_required_ = node_expansion_required;
+    expand_fail_ = fail;
+  }
+  int expand_calls() const {
+    absl::MutexLock l(&mu_);
+    return expand_calls_;
   }
 
  private:
@@ -139,6 +162,9 @@ class FakeCsiDriver : public ::csi::v1::Identity::Service, public ::csi::v1::Con
   bool fail_after_create_ ABSL_GUARDED_BY(mu_) = false;
   absl::Duration create_delay_ ABSL_GUARDED_BY(mu_);
   int create_calls_ ABSL_GUARDED_BY(mu_) = 0;
+  int expand_calls_ ABSL_GUARDED_BY(mu_) = 0;
+  bool node_expansion_required_ ABSL_GUARDED_BY(mu_) = true;
+  grpc::StatusCode expand_fail_ ABSL_GUARDED_BY(mu_) = grpc::StatusCode::OK;
   std::optional<::csi::v1::CreateVolumeRequest> last_request_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -1,0 +1,282 @@
+#include "controllers/resizer.h"
+
+#include <algorithm>
+
+#include "absl/strings/escaping.h"
+#include "api/quantity.h"
+#include "common/status.h"
+#include "common/strings.h"
+#include "csi/grpc_status.h"
+#include "csi/v1/csi.grpc.pb.h"
+#include "grpcpp/client_context.h"
+#include "spdlog/spdlog.h"
+
+namespace berth::controllers {
+namespace {
+
+using nlohmann::json;
+
+const json& Field(const json& o, std::string_view key) {
+  static const json* const kNull = new json();
+  if (!o.is_object()) return *kNull;
+  auto it = o.find(key);
+  return it == o.end() ? *kNull : *it;
+}
+
+std::string Str(const json& o, std::initializer_list<std::string_view> path) {
+  const json* cur = &o;
+  for (auto k : path) cur = &Field(*cur, k);
+  return cur->is_string() ? cur->get<std::string>() : "";
+}
+
+std::optional<api::Quantity> Size(const std::string& text) {
+  auto q = api::Quantity::Parse(text);
+  if (!q.ok()) return std::nullopt;
+  return *q;
+}
+
+const api::KindInfo& K(std::string_view resource) { return *api::FindResource("", resource); }
+
+std::string Now() { return absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", absl::Now(), absl::UTCTimeZone()); }
+
+// Sets (or with status "" removes) a claim condition of `type`.
+void SetCondition(json& status, const std::string& type, const std::string& value, const std::string& message = "") {
+  json conditions = json::array();
+  if (status.contains("conditions") && status["conditions"].is_array()) {
+    for (const auto& c : status["conditions"]) {
+      if (Str(c, {"type"}) != type) conditions.push_back(c);
+    }
+  }
+  if (!value.empty()) {
+    json c = {{"type", type}, {"status", value}, {"lastTransitionTime", Now()}, {"lastProbeTime", nullptr}};
+    if (!message.empty()) c["message"] = message;
+    conditions.push_back(c);
+  }
+  if (conditions.empty()) {
+    status.erase("conditions");
+  } else {
+    status["conditions"] = conditions;
+  }
+}
+
+bool HasCondition(const json& claim, const std::string& type) {
+  const json& conditions = Field(Field(claim, "status"), "conditions");
+  if (!conditions.is_array()) return false;
+  for (const auto& c : conditions) {
+    if (Str(c, {"type"}) == type && Str(c, {"status"}) == "True") return true;
+  }
+  return false;
+}
+
+bool FinalError(const absl::Status& st) {
+  return st.code() == absl::StatusCode::kInvalidArgument || st.code() == absl::StatusCode::kOutOfRange ||
+         st.code() == absl::StatusCode::kNotFound || st.code() == absl::StatusCode::kUnimplemented;
+}
+
+}  // namespace
+
+Resizer::Resizer(apiserver::Registry& registry, DriverDirectory& drivers, Informer& claims, Informer& volumes,
+                 Options options)
+    : registry_(registry),
+      drivers_(drivers),
+      claims_(claims),
+      volumes_(volumes),
+      options_(std::move(options)),
+      events_(registry, StrCat(options_.driver, "_berth-resizer")) {}
+
+Resizer::~Resizer() { Stop(); }
+
+void Resizer::RegisterHandlers() {
+  claims_.AddHandlers({
+      .on_add = [this](const json& o) { queue_.Add(ObjectKey(o)); },
+      .on_update = [this](const json&, const json& o) { queue_.Add(ObjectKey(o)); },
+      .on_delete = nullptr,
+  });
+}
+
+void Resizer::Start() {
+  for (int i = 0; i < options_.workers; ++i) {
+    workers_.emplace_back([this] {
+      while (auto key = queue_.Get()) {
+        absl::Status st = SyncClaim(*key);
+        if (st.ok()) {
+          queue_.Forget(*key);
+        } else {
+          spdlog::info("resizer {}: claim {}: {}", options_.driver, *key, st.ToString());
+          queue_.AddRateLimited(*key);
+        }
+        queue_.Done(*key);
+      }
+    });
+  }
+}
+
+void Resizer::Stop() {
+  queue_.ShutDown();
+  for (auto& w : workers_) w.join();
+  workers_.clear();
+}
+
+absl::StatusOr<bool> Resizer::ControllerCanExpand(const std::string& node) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (can_expand_) return *can_expand_;
+  }
+  BERTH_ASSIGN_OR_RETURN(auto channel, drivers_.Channel(options_.driver, node));
+  auto stub = ::csi::v1::Controller::NewStub(channel);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
+  ::csi::v1::ControllerGetCapabilitiesResponse resp;
+  grpc::Status st = stub->ControllerGetCapabilities(&ctx, {}, &resp);
+  if (!st.ok()) return csi::FromGrpcStatus(st);
+  bool can = false;
+  for (const auto& c : resp.capabilities()) {
+    can = can || c.rpc().type() == ::csi::v1::ControllerServiceCapability::RPC::EXPAND_VOLUME;
+  }
+  absl::MutexLock lock(&mu_);
+  can_expand_ = can;
+  return can;
+}
+
+absl::Status Resizer::UpdateClaimStatus(const json& claim, const std::function<void(json& status)>& edit) {
+  auto current = registry_.Get(K("persistentvolumeclaims"), Str(claim, {"metadata", "namespace"}),
+                               Str(claim, {"metadata", "name"}));
+  if (!current.ok()) return current.status();
+  json obj = *current;
+  if (Str(obj, {"metadata", "uid"}) != Str(claim, {"metadata", "uid"})) return absl::OkStatus();
+  json status = obj.value("status", json::object());
+  const json before = status;
+  edit(status);
+  if (status == before) return absl::OkStatus();
+  obj["status"] = status;
+  return registry_
+      .Update(K("persistentvolumeclaims"), Str(obj, {"metadata", "namespace"}), Str(obj, {"metadata", "name"}), obj,
+              apiserver::Subresource::kStatus)
+      .status();
+}
+
+absl::Status Resizer::SyncClaim(const std::string& key) {
+  std::optional<json> cached = claims_.GetByKey(key);
+  if (!cached || Str(*cached, {"status", "phase"}) != "Bound") return absl::OkStatus();
+  // Decide on fresh copies: the claim and volume caches may lag each other
+  // (a volume already grown next to a claim not yet marked pending).
+  auto [ns, name] = SplitKey(key);
+  auto fresh_claim = registry_.Get(K("persistentvolumeclaims"), ns, name);
+  if (!fresh_claim.ok()) {
+    return fresh_claim.status().code() == absl::StatusCode::kNotFound ? absl::OkStatus() : fresh_claim.status();
+  }
+  std::optional<json> claim = *fresh_claim;
+  const std::string pv_name = Str(*claim, {"spec", "volumeName"});
+  if (pv_name.empty() || !volumes_.Get("", pv_name)) return absl::OkStatus();
+  auto fresh_pv = registry_.Get(K("persistentvolumes"), "", pv_name);
+  if (!fresh_pv.ok()) return absl::OkStatus();
+  std::optional<json> pv = *fresh_pv;
+  if (Str(*pv, {"spec", "csi", "driver"}) != options_.driver) return absl::OkStatus();
+  auto desired = Size(Str(*claim, {"spec", "resources", "requests", "storage"}));
+  auto status_size = Size(Str(*claim, {"status", "capacity", "storage"}));
+  auto pv_size = Size(Str(*pv, {"spec", "capacity", "storage"}));
+  if (!desired || !pv_size) return absl::OkStatus();
+  if (status_size && *status_size >= *desired) return absl::OkStatus();  // nothing asked
+  if (HasCondition(*claim, "FileSystemResizePending")) return absl::OkStatus();  // the node's turn
+  if (*pv_size >= *desired) {
+    // The volume already has it (an earlier pass, or a restart after the
+    // controller call): the claim catches up.
+    return UpdateClaimStatus(*claim, [&](json& s) {
+      if (HasCondition(json({{"status", s}}), "FileSystemResizePending")) return;  // raced: the node's turn
+      s["capacity"]["storage"] = pv_size->ToString();
+      SetCondition(s, "Resizing", "");
+      if (s.contains("allocatedResourceStatuses")) s["allocatedResourceStatuses"].erase("storage");
+    });
+  }
+  // Which node serves a node-local volume: its affinity's hostname.
+  std::string node;
+  const json& terms = Field(Field(Field(Field(*pv, "spec"), "nodeAffinity"), "required"), "nodeSelectorTerms");
+  if (terms.is_array() && !terms.empty()) {
+    for (const auto& e : Field(terms[0], "matchExpressions")) {
+      if (Str(e, {"key"}) == "kubernetes.io/hostname" && Field(e, "values").is_array() && !Field(e, "values").empty()) {
+        node = Field(e, "values")[0].get<std::string>();
+      }
+    }
+  }
+  BERTH_RETURN_IF_ERROR(UpdateClaimStatus(*claim, [&](json& s) {
+    SetCondition(s, "Resizing", "True");
+    s["allocatedResources"]["storage"] = desired->ToString();
+    s["allocatedResourceStatuses"]["storage"] = "ControllerResizeInProgress";
+  }));
+  BERTH_ASSIGN_OR_RETURN(bool can_expand, ControllerCanExpand(node));
+  int64_t new_bytes = desired->Value();
+  bool node_expansion = true;
+  if (can_expand) {
+    ::csi::v1::ControllerExpandVolumeRequest req;
+    req.set_volume_id(Str(*pv, {"spec", "csi", "volumeHandle"}));
+    req.mutable_capacity_range()->set_required_bytes(desired->Value());
+    auto* cap = req.mutable_volume_capability();
+    cap->mutable_access_mode()->set_mode(::csi::v1::VolumeCapability::AccessMode::SINGLE_NODE_WRITER);
+    if (Str(*pv, {"spec", "volumeMode"}) == "Block") {
+      cap->mutable_block();
+    } else {
+      cap->mutable_mount()->set_fs_type(Str(*pv, {"spec", "csi", "fsType"}));
+    }
+    if (std::string secret = Str(*pv, {"spec", "csi", "controllerExpandSecretRef", "name"}); !secret.empty()) {
+      auto s = registry_.Get(K("secrets"), Str(*pv, {"spec", "csi", "controllerExpandSecretRef", "namespace"}), secret);
+      if (s.ok() && Field(*s, "data").is_object()) {
+        for (const auto& [k, v] : Field(*s, "data").items()) {
+          std::string decoded;
+          if (v.is_string() && absl::Base64Unescape(v.get<std::string>(), &decoded)) (*req.mutable_secrets())[k] = decoded;
+        }
+      }
+    }
+    BERTH_ASSIGN_OR_RETURN(auto channel, drivers_.Channel(options_.driver, node));
+    auto stub = ::csi::v1::Controller::NewStub(channel);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
+    ::csi::v1::ControllerExpandVolumeResponse resp;
+    grpc::Status gst = stub->ControllerExpandVolume(&ctx, req, &resp);
+    if (!gst.ok()) {
+      absl::Status st = csi::FromGrpcStatus(gst);
+      events_.Record(*claim, "Warning", "VolumeResizeFailed", StrCat("resize volume \"", pv_name, "\" failed: ", st.message()));
+      if (FinalError(st)) {
+        (void)UpdateClaimStatus(*claim, [&](json& s) {
+          SetCondition(s, "Resizing", "");
+          s["allocatedResourceStatuses"]["storage"] = "ControllerResizeInfeasible";
+        });
+      }
+      return st;
+    }
+    new_bytes = std::max<int64_t>(resp.capacity_bytes(), desired->Value());
+    node_expansion = resp.node_expansion_required();
+  }
+  const std::string new_size = api::Quantity::FromBytes(new_bytes).ToString();
+  {
+    auto current = registry_.Get(K("persistentvolumes"), "", pv_name);
+    if (!current.ok()) return current.status();
+    json obj = *current;
+    auto have = Size(Str(obj, {"spec", "capacity", "storage"}));
+    if (!have || *have < api::Quantity::FromBytes(new_bytes)) {
+      obj["spec"]["capacity"]["storage"] = new_size;
+      BERTH_RETURN_IF_ERROR(
+          registry_.Update(K("persistentvolumes"), "", pv_name, obj, apiserver::Subresource::kMain).status());
+    }
+  }
+  if (node_expansion) {
+    events_.Record(*claim, "Normal", "FileSystemResizeRequired",
+                   "Require file system resize of volume on node");
+    return UpdateClaimStatus(*claim, [&](json& s) {
+      SetCondition(s, "Resizing", "");
+      SetCondition(s, "FileSystemResizePending", "True",
+                   "Waiting for user to (re-)start a pod to finish file system resize of volume on node.");
+      s["allocatedResourceStatuses"]["storage"] = "NodeResizePending";
+    });
+  }
+  events_.Record(*claim, "Normal", "VolumeResizeSuccessful", StrCat("resize volume \"", pv_name, "\" successful"));
+  return UpdateClaimStatus(*claim, [&](json& s) {
+    SetCondition(s, "Resizing", "");
+    s["capacity"]["storage"] = new_size;
+    if (s.contains("allocatedResourceStatuses")) s["allocatedResourceStatuses"].erase("storage");
+    if (s.contains("allocatedResourceStatuses") && s["allocatedResourceStatuses"].empty()) {
+      s.erase("allocatedResourceStatuses");
+    }
+  });
+}
+
+}  // namespace berth::controllers
