@@ -64,17 +64,16 @@ std::string Expand(std::string text, const json& claim) {
   return text;
 }
 
-// A final error: the driver will not create the volume on a retry of the
-// same request, so nothing can exist (external-provisioner's rule).
+// A final error: the driver is not working on the volume any more, so
+// nothing can exist for this attempt (external-provisioner's checkError:
+// only CANCELLED, DEADLINE_EXCEEDED, UNAVAILABLE and ABORTED — or no gRPC
+// answer at all — mean "maybe still in progress").
 bool FinalError(const absl::Status& st) {
   switch (st.code()) {
     case absl::StatusCode::kDeadlineExceeded:
     case absl::StatusCode::kUnavailable:
     case absl::StatusCode::kAborted:
     case absl::StatusCode::kCancelled:
-    case absl::StatusCode::kResourceExhausted:  // may still be in progress on some drivers
-    case absl::StatusCode::kUnknown:
-    case absl::StatusCode::kInternal:
       return false;
     default:
       return true;
@@ -486,7 +485,10 @@ absl::Status Provisioner::SyncClaim(const std::string& key) {
   if (!resp.ok()) {
     events_.Record(*claim, "Warning", "ProvisioningFailed",
                    StrCat("failed to provision volume with StorageClass \"", Name(sc), "\": ", resp.status().message()));
-    if (resp.status().code() == absl::StatusCode::kResourceExhausted && wait_for_consumer) {
+    // Reschedule only when the request was tied to the node's topology:
+    // another node may have room.
+    if (resp.status().code() == absl::StatusCode::kResourceExhausted && wait_for_consumer &&
+        req->has_accessibility_requirements()) {
       // Let the scheduler choose another node.
       auto current = registry_.Get(K("persistentvolumeclaims"), Ns(*claim), Name(*claim));
       if (current.ok() && Uid(*current) == Uid(*claim)) {

@@ -213,6 +213,12 @@ TEST_F(ProvisionerTest, ClaimDeletedDuringCreateVolumeLeaksNothing) {
 
 TEST_F(ProvisionerTest, ResourceExhaustedUnderWaitForFirstConsumerClearsTheSelectedNode) {
   Class("local", "WaitForFirstConsumer");
+  // A topology-aware driver: the request names the node's segment, so
+  // another node may have room.
+  Create("nodes", "", "", {{"metadata", {{"name", "node-a"}, {"labels", {{"kubernetes.io/hostname", "node-a"}}}}}});
+  Create("csinodes", "storage.k8s.io", "",
+         {{"metadata", {{"name", "node-a"}}},
+          {"spec", {{"drivers", {{{"name", kDriver}, {"nodeID", "node-a"}, {"topologyKeys", {"kubernetes.io/hostname"}}}}}}}});
   driver_->FailCreates(grpc::StatusCode::RESOURCE_EXHAUSTED, 1000);
   Start();
   json c = Claim("data", "local");

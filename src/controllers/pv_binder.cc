@@ -453,7 +453,13 @@ absl::Status PvBinder::SyncVolume(const std::string& name) {
   if (claim_volume == name) {
     return phase == "Bound" ? absl::OkStatus() : SetVolumePhase(*pv, "Bound");
   }
-  // The claim is bound to another volume. If we bound this one, undo it.
+  // The claim is bound to another volume. A volume provisioned for it with
+  // reclaim Delete is released (the provisioner deletes it: nothing leaks);
+  // one we bound is unbound; one the user bound is left alone.
+  if (!Annotation(*pv, kAnnProvisionedBy).empty() &&
+      Str(*pv, {"spec", "persistentVolumeReclaimPolicy"}) == "Delete") {
+    return phase == "Released" ? absl::OkStatus() : SetVolumePhase(*pv, "Released");
+  }
   if (Annotation(*pv, kAnnBoundByController) == "yes") {
     return Mutate(registry_, VolumesKind(), "", name, apiserver::Subresource::kMain, [&](json& o) {
       if (Str(o, {"spec", "claimRef", "uid"}) != Uid(*claim)) return false;

@@ -226,6 +226,24 @@ TEST_F(PvBinderTest, RestartFinishesAHalfDoneBinding) {
   EXPECT_EQ(Phase("persistentvolumes", "", "pv"), "Bound");
 }
 
+TEST_F(PvBinderTest, ProvisionedVolumeForAClaimThatBoundElsewhereIsReleased) {
+  // The claim took a static volume while a provisioner made one for it: the
+  // provisioned one must not be stranded (reclaim Delete → Released).
+  Create("persistentvolumes", "", Volume("static", "1Gi"));
+  Create("persistentvolumeclaims", "default", Claim("data", "1Gi"));
+  StartBinder();
+  ASSERT_TRUE(Eventually([&] { return Phase("persistentvolumeclaims", "default", "data") == "Bound"; }));
+  json claim = Get("persistentvolumeclaims", "default", "data");
+  json pv = Volume("pvc-extra", "1Gi");
+  pv["metadata"]["annotations"] = {{kAnnProvisionedBy, "x.csi.io"}};
+  pv["spec"]["persistentVolumeReclaimPolicy"] = "Delete";
+  pv["spec"]["claimRef"] = {{"kind", "PersistentVolumeClaim"}, {"namespace", "default"}, {"name", "data"},
+                            {"uid", claim["metadata"]["uid"]}, {"apiVersion", "v1"}};
+  Create("persistentvolumes", "", pv);
+  ASSERT_TRUE(Eventually([&] { return Phase("persistentvolumes", "", "pvc-extra") == "Released"; }));
+  EXPECT_EQ(Get("persistentvolumeclaims", "default", "data")["spec"]["volumeName"], "static");
+}
+
 TEST_F(PvBinderTest, BoundClaimWhoseVolumeIsGoneIsLost) {
   Create("persistentvolumes", "", Volume("pv", "1Gi"));
   Create("persistentvolumeclaims", "default", Claim("data", "1Gi"));

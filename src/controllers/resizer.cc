@@ -48,7 +48,14 @@ void SetCondition(json& status, const std::string& type, const std::string& valu
     }
   }
   if (!value.empty()) {
+    // An unchanged condition keeps its timestamps: rewriting them would turn
+    // every retry into a write and a watch event (a hot loop).
     json c = {{"type", type}, {"status", value}, {"lastTransitionTime", Now()}, {"lastProbeTime", nullptr}};
+    if (status.contains("conditions") && status["conditions"].is_array()) {
+      for (const auto& old : status["conditions"]) {
+        if (Str(old, {"type"}) == type && Str(old, {"status"}) == value) c = old;
+      }
+    }
     if (!message.empty()) c["message"] = message;
     conditions.push_back(c);
   }
@@ -178,9 +185,25 @@ absl::Status Resizer::SyncClaim(const std::string& key) {
   if (!desired || !pv_size) return absl::OkStatus();
   if (status_size && *status_size >= *desired) return absl::OkStatus();  // nothing asked
   if (HasCondition(*claim, "FileSystemResizePending")) return absl::OkStatus();  // the node's turn
+  const std::string resize_status = Str(*claim, {"status", "allocatedResourceStatuses", "storage"});
+  const std::string allocated = Str(*claim, {"status", "allocatedResources", "storage"});
+  if (resize_status == "ControllerResizeInfeasible" && allocated == desired->ToString()) {
+    return absl::OkStatus();  // the same request failed for good; wait for a new size
+  }
+  if (*pv_size >= *desired && resize_status == "ControllerResizeInProgress") {
+    // A restart between growing the volume and recording the node's turn:
+    // whether the node must grow the filesystem is unknown, so hand it to
+    // the node (NodeExpandVolume on a grown filesystem is a no-op).
+    return UpdateClaimStatus(*claim, [&](json& s) {
+      SetCondition(s, "Resizing", "");
+      SetCondition(s, "FileSystemResizePending", "True",
+                   "Waiting for user to (re-)start a pod to finish file system resize of volume on node.");
+      s["allocatedResourceStatuses"]["storage"] = "NodeResizePending";
+    });
+  }
   if (*pv_size >= *desired) {
-    // The volume already has it (an earlier pass, or a restart after the
-    // controller call): the claim catches up.
+    // The volume already has it (e.g. a statically sized PV): the claim
+    // catches up.
     return UpdateClaimStatus(*claim, [&](json& s) {
       if (HasCondition(json({{"status", s}}), "FileSystemResizePending")) return;  // raced: the node's turn
       s["capacity"]["storage"] = pv_size->ToString();
