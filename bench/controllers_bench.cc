@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench_util.h"
 #include "controllers/provisioner.h"
 #include "controllers/pv_binder.h"
 #include "controllers/testing/fake_csi.h"
@@ -28,15 +29,7 @@ const berth::api::KindInfo& K(std::string_view resource, std::string_view group 
   return *berth::api::FindResource(group, resource);
 }
 
-long CurrentRssKiB() {
-  FILE* f = std::fopen("/proc/self/statm", "r");
-  long pages = 0, resident = 0;
-  if (f != nullptr) {
-    if (std::fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
-    std::fclose(f);
-  }
-  return resident * (sysconf(_SC_PAGESIZE) / 1024);
-}
+using berth::bench::CurrentRssKiB;
 
 }  // namespace
 

@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench_util.h"
 #include "apiserver/client.h"
 #include "apiserver/control_plane.h"
 #include "spdlog/spdlog.h"
@@ -39,15 +40,7 @@ std::string Pvc(const std::string& name) {
       .dump();
 }
 
-long CurrentRssKiB() {
-  FILE* f = std::fopen("/proc/self/statm", "r");
-  long pages = 0, resident = 0;
-  if (f != nullptr) {
-    if (std::fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
-    std::fclose(f);
-  }
-  return resident * (sysconf(_SC_PAGESIZE) / 1024);
-}
+using berth::bench::CurrentRssKiB;
 
 // Creates `count` claims named <prefix>-<i> from `clients` threads.
 double CreateRate(const std::function<std::unique_ptr<ApiClient>()>& connect, const std::string& prefix,

@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench_util.h"
 #include "spdlog/spdlog.h"
 #include "store/store.h"
 
@@ -39,15 +40,7 @@ long RssKiB() {
   return ru.ru_maxrss;
 }
 
-long CurrentRssKiB() {
-  FILE* f = std::fopen("/proc/self/statm", "r");
-  long pages = 0, resident = 0;
-  if (f != nullptr) {
-    if (std::fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
-    std::fclose(f);
-  }
-  return resident * (sysconf(_SC_PAGESIZE) / 1024);
-}
+using berth::bench::CurrentRssKiB;
 
 }  // namespace
 

@@ -3,6 +3,7 @@
 #include <atomic>
 
 #include "absl/synchronization/notification.h"
+#include "common/testing/eventually.h"
 #include "common/testing/temp_dir.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -19,14 +20,10 @@ json Claim(const std::string& name) {
           {"spec", {{"accessModes", {"ReadWriteOnce"}}, {"resources", {{"requests", {{"storage", "1Gi"}}}}}}}};
 }
 
+// Controllers converge asynchronously.
 template <class Pred>
 bool Eventually(Pred pred, absl::Duration timeout = absl::Seconds(10)) {
-  const absl::Time deadline = absl::Now() + timeout;
-  while (absl::Now() < deadline) {
-    if (pred()) return true;
-    absl::SleepFor(absl::Milliseconds(5));
-  }
-  return pred();
+  return berth::testing::Eventually(pred, timeout);
 }
 
 class InformerTest : public ::testing::Test {

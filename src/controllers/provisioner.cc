@@ -4,10 +4,10 @@
 #include <functional>
 #include <set>
 
-#include "absl/strings/escaping.h"
 #include "api/quantity.h"
 #include "common/status.h"
 #include "common/strings.h"
+#include "controllers/object.h"
 #include "controllers/pv_binder.h"
 #include "csi/grpc_status.h"
 #include "grpcpp/client_context.h"
@@ -19,35 +19,6 @@ namespace {
 using nlohmann::json;
 
 constexpr std::string_view kReservedPrefix = "csi.storage.k8s.io/";
-
-const json& Field(const json& o, std::string_view key) {
-  static const json* const kNull = new json();
-  if (!o.is_object()) return *kNull;
-  auto it = o.find(key);
-  return it == o.end() ? *kNull : *it;
-}
-
-std::string Str(const json& o, std::initializer_list<std::string_view> path) {
-  const json* cur = &o;
-  for (auto k : path) cur = &Field(*cur, k);
-  return cur->is_string() ? cur->get<std::string>() : "";
-}
-
-std::string Annotation(const json& o, const std::string& key) { return Str(o, {"metadata", "annotations", key}); }
-std::string Uid(const json& o) { return Str(o, {"metadata", "uid"}); }
-std::string Name(const json& o) { return Str(o, {"metadata", "name"}); }
-std::string Ns(const json& o) { return Str(o, {"metadata", "namespace"}); }
-bool Deleting(const json& o) { return !Field(Field(o, "metadata"), "deletionTimestamp").is_null(); }
-
-bool HasFinalizer(const json& o, const std::string& f) {
-  const json& list = Field(Field(o, "metadata"), "finalizers");
-  return list.is_array() && std::find(list.begin(), list.end(), f) != list.end();
-}
-
-std::string ClaimClass(const json& claim) {
-  if (const json& c = Field(Field(claim, "spec"), "storageClassName"); c.is_string()) return c.get<std::string>();
-  return Annotation(claim, "volume.beta.kubernetes.io/storage-class");
-}
 
 const api::KindInfo& K(std::string_view resource, std::string_view group = "") {
   return *api::FindResource(group, resource);
@@ -106,10 +77,15 @@ void Provisioner::RegisterHandlers() {
 }
 
 void Provisioner::Start() {
+  const std::string name = StrCat("provisioner ", options_.driver);
   for (int i = 0; i < options_.workers; ++i) {
-    workers_.emplace_back([this] { Work(claim_queue_, true); });
+    workers_.emplace_back([this, name] {
+      RunWorker(claim_queue_, name + ": claim", [this](const std::string& k) { return SyncClaim(k); });
+    });
   }
-  workers_.emplace_back([this] { Work(volume_queue_, false); });
+  workers_.emplace_back([this, name] {
+    RunWorker(volume_queue_, name + ": volume", [this](const std::string& k) { return SyncVolume(k); });
+  });
 }
 
 void Provisioner::Stop() {
@@ -117,19 +93,6 @@ void Provisioner::Stop() {
   volume_queue_.ShutDown();
   for (auto& w : workers_) w.join();
   workers_.clear();
-}
-
-void Provisioner::Work(WorkQueue& queue, bool claims) {
-  while (auto key = queue.Get()) {
-    absl::Status st = claims ? SyncClaim(*key) : SyncVolume(*key);
-    if (st.ok()) {
-      queue.Forget(*key);
-    } else {
-      spdlog::info("provisioner {}: {} {}: {}", options_.driver, claims ? "claim" : "volume", *key, st.ToString());
-      queue.AddRateLimited(*key);
-    }
-    queue.Done(*key);
-  }
 }
 
 bool Provisioner::Ours(const json& claim, json* storage_class) const {
@@ -232,15 +195,7 @@ absl::StatusOr<::csi::v1::CreateVolumeRequest> Provisioner::BuildRequest(const j
       return absl::FailedPreconditionError(StrCat("provisioner secret ", secret_ns, "/", secret_name, ": ",
                                                   secret.status().message()));
     }
-    const json& data = Field(*secret, "data");
-    if (data.is_object()) {
-      for (const auto& [k, v] : data.items()) {
-        std::string decoded;
-        if (v.is_string() && absl::Base64Unescape(v.get<std::string>(), &decoded)) {
-          (*req.mutable_secrets())[k] = decoded;
-        }
-      }
-    }
+    for (const auto& [k, v] : DecodedSecretData(*secret)) (*req.mutable_secrets())[k] = v;
   }
   // Topology.
   std::vector<std::map<std::string, std::string>> requisite;
@@ -516,23 +471,12 @@ absl::Status Provisioner::SyncVolume(const std::string& name) {
   if (std::string secret = Annotation(*pv, "volume.kubernetes.io/provisioner-deletion-secret-name"); !secret.empty()) {
     auto s = registry_.Get(K("secrets"), Annotation(*pv, "volume.kubernetes.io/provisioner-deletion-secret-namespace"),
                            secret);
-    if (s.ok() && Field(*s, "data").is_object()) {
-      for (const auto& [k, v] : Field(*s, "data").items()) {
-        std::string decoded;
-        if (v.is_string() && absl::Base64Unescape(v.get<std::string>(), &decoded)) secrets[k] = decoded;
-      }
+    if (s.ok()) {
+      for (const auto& [k, v] : DecodedSecretData(*s)) secrets[k] = v;
     }
   }
-  // A node-local volume is deleted where it lives: the node in its affinity.
-  std::string node;
-  const json& terms = Field(Field(Field(Field(*pv, "spec"), "nodeAffinity"), "required"), "nodeSelectorTerms");
-  if (terms.is_array() && !terms.empty()) {
-    for (const auto& e : Field(terms[0], "matchExpressions")) {
-      if (Str(e, {"key"}) == "kubernetes.io/hostname" && Field(e, "values").is_array() && !Field(e, "values").empty()) {
-        node = Field(e, "values")[0].get<std::string>();
-      }
-    }
-  }
+  // A node-local volume is deleted where it lives.
+  const std::string node = NodeOfVolume(*pv);
   absl::Status st = DeleteVolume(Str(*pv, {"spec", "csi", "volumeHandle"}), node, secrets);
   if (!st.ok()) {
     events_.Record(*pv, "Warning", "VolumeFailedDelete", std::string(st.message()));

@@ -88,7 +88,6 @@ class Provisioner {
   // The topology segment of `node` for our driver ({} if none).
   std::map<std::string, std::string> Segment(const std::string& node) const;
   std::string NodeForClaim(const nlohmann::json& claim) const;
-  void Work(WorkQueue& queue, bool claims);
 
   apiserver::Registry& registry_;
   DriverDirectory& drivers_;

@@ -2,6 +2,7 @@
 // the PV binder running alongside as in berth up.
 #include "controllers/provisioner.h"
 
+#include "common/testing/eventually.h"
 #include "common/testing/temp_dir.h"
 #include "controllers/pv_binder.h"
 #include "controllers/resizer.h"
@@ -18,14 +19,10 @@ const api::KindInfo& K(std::string_view resource, std::string_view group = "") {
   return *api::FindResource(group, resource);
 }
 
+// Controllers converge asynchronously.
 template <class Pred>
 bool Eventually(Pred pred, absl::Duration timeout = absl::Seconds(15)) {
-  const absl::Time deadline = absl::Now() + timeout;
-  while (absl::Now() < deadline) {
-    if (pred()) return true;
-    absl::SleepFor(absl::Milliseconds(5));
-  }
-  return pred();
+  return berth::testing::Eventually(pred, timeout);
 }
 
 json Claim(const std::string& name, const std::string& cls, const std::string& size = "1Gi") {

@@ -6,34 +6,13 @@
 #include "api/selector.h"
 #include "common/status.h"
 #include "common/strings.h"
+#include "controllers/object.h"
 #include "spdlog/spdlog.h"
 
 namespace berth::controllers {
 namespace {
 
 using nlohmann::json;
-
-const json& Field(const json& o, std::string_view key) {
-  static const json* const kNull = new json();
-  if (!o.is_object()) return *kNull;
-  auto it = o.find(key);
-  return it == o.end() ? *kNull : *it;
-}
-
-std::string Str(const json& o, std::initializer_list<std::string_view> path) {
-  const json* cur = &o;
-  for (auto k : path) cur = &Field(*cur, k);
-  return cur->is_string() ? cur->get<std::string>() : "";
-}
-
-std::string Annotation(const json& o, const std::string& key) {
-  return Str(o, {"metadata", "annotations", key});
-}
-
-std::string ClaimClass(const json& claim) {
-  if (const json& c = Field(Field(claim, "spec"), "storageClassName"); c.is_string()) return c.get<std::string>();
-  return Annotation(claim, "volume.beta.kubernetes.io/storage-class");
-}
 
 std::string VolumeClass(const json& pv) {
   if (const json& c = Field(Field(pv, "spec"), "storageClassName"); c.is_string()) return c.get<std::string>();
@@ -51,17 +30,6 @@ std::string VolumeMode(const json& o) {
   std::string m = Str(o, {"spec", "volumeMode"});
   return m.empty() ? "Filesystem" : m;
 }
-
-bool HasFinalizer(const json& o, const std::string& f) {
-  const json& list = Field(Field(o, "metadata"), "finalizers");
-  return list.is_array() && std::find(list.begin(), list.end(), f) != list.end();
-}
-
-bool Deleting(const json& o) { return !Field(Field(o, "metadata"), "deletionTimestamp").is_null(); }
-
-std::string Uid(const json& o) { return Str(o, {"metadata", "uid"}); }
-std::string Name(const json& o) { return Str(o, {"metadata", "name"}); }
-std::string Ns(const json& o) { return Str(o, {"metadata", "namespace"}); }
 
 // Does `labels` satisfy a v1.NodeSelector (terms ORed, expressions ANDed)?
 bool NodeSelectorMatches(const json& selector, const json& labels) {
@@ -170,8 +138,12 @@ void PvBinder::RegisterHandlers() {
 
 void PvBinder::Start() {
   for (int i = 0; i < options_.workers; ++i) {
-    workers_.emplace_back([this] { Work(claim_queue_, true); });
-    workers_.emplace_back([this] { Work(volume_queue_, false); });
+    workers_.emplace_back([this] {
+      RunWorker(claim_queue_, "pv binder: claim", [this](const std::string& k) { return SyncClaim(k); });
+    });
+    workers_.emplace_back([this] {
+      RunWorker(volume_queue_, "pv binder: volume", [this](const std::string& k) { return SyncVolume(k); });
+    });
   }
 }
 
@@ -180,21 +152,6 @@ void PvBinder::Stop() {
   volume_queue_.ShutDown();
   for (auto& w : workers_) w.join();
   workers_.clear();
-}
-
-void PvBinder::Work(WorkQueue& queue, bool claims) {
-  while (auto key = queue.Get()) {
-    absl::Status st = claims ? SyncClaim(*key) : SyncVolume(*key);
-    if (st.ok()) {
-      queue.Forget(*key);
-    } else {
-      if (st.code() != absl::StatusCode::kAborted) {
-        spdlog::info("pv binder: {} {}: {}", claims ? "claim" : "volume", *key, st.ToString());
-      }
-      queue.AddRateLimited(*key);
-    }
-    queue.Done(*key);
-  }
 }
 
 const json* PvBinder::FindBestMatch(const json& claim, const std::vector<json>& volumes, const json* node_labels) {

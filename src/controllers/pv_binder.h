@@ -90,7 +90,6 @@ class PvBinder {
   absl::Status SetVolumePhase(const nlohmann::json& volume, const std::string& phase,
                               const std::string& message = "");
   bool ClaimInUse(const nlohmann::json& claim) const;
-  void Work(WorkQueue& queue, bool claims);
 
   apiserver::Registry& registry_;
   BinderInformers informers_;

@@ -1,5 +1,6 @@
 #include "controllers/pv_binder.h"
 
+#include "common/testing/eventually.h"
 #include "common/testing/temp_dir.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -37,14 +38,10 @@ json OnNode(const std::string& node) {
       {"key":"kubernetes.io/hostname","operator":"In","values":[")" + node + R"("]}]}]}})");
 }
 
+// Controllers converge asynchronously.
 template <class Pred>
 bool Eventually(Pred pred, absl::Duration timeout = absl::Seconds(10)) {
-  const absl::Time deadline = absl::Now() + timeout;
-  while (absl::Now() < deadline) {
-    if (pred()) return true;
-    absl::SleepFor(absl::Milliseconds(5));
-  }
-  return pred();
+  return berth::testing::Eventually(pred, timeout);
 }
 
 class PvBinderTest : public ::testing::Test {

@@ -2,10 +2,10 @@
 
 #include <algorithm>
 
-#include "absl/strings/escaping.h"
 #include "api/quantity.h"
 #include "common/status.h"
 #include "common/strings.h"
+#include "controllers/object.h"
 #include "csi/grpc_status.h"
 #include "csi/v1/csi.grpc.pb.h"
 #include "grpcpp/client_context.h"
@@ -15,19 +15,6 @@ namespace berth::controllers {
 namespace {
 
 using nlohmann::json;
-
-const json& Field(const json& o, std::string_view key) {
-  static const json* const kNull = new json();
-  if (!o.is_object()) return *kNull;
-  auto it = o.find(key);
-  return it == o.end() ? *kNull : *it;
-}
-
-std::string Str(const json& o, std::initializer_list<std::string_view> path) {
-  const json* cur = &o;
-  for (auto k : path) cur = &Field(*cur, k);
-  return cur->is_string() ? cur->get<std::string>() : "";
-}
 
 std::optional<api::Quantity> Size(const std::string& text) {
   auto q = api::Quantity::Parse(text);
@@ -104,16 +91,8 @@ void Resizer::RegisterHandlers() {
 void Resizer::Start() {
   for (int i = 0; i < options_.workers; ++i) {
     workers_.emplace_back([this] {
-      while (auto key = queue_.Get()) {
-        absl::Status st = SyncClaim(*key);
-        if (st.ok()) {
-          queue_.Forget(*key);
-        } else {
-          spdlog::info("resizer {}: claim {}: {}", options_.driver, *key, st.ToString());
-          queue_.AddRateLimited(*key);
-        }
-        queue_.Done(*key);
-      }
+      RunWorker(queue_, StrCat("resizer ", options_.driver, ": claim"),
+                [this](const std::string& k) { return SyncClaim(k); });
     });
   }
 }
@@ -211,16 +190,7 @@ absl::Status Resizer::SyncClaim(const std::string& key) {
       if (s.contains("allocatedResourceStatuses")) s["allocatedResourceStatuses"].erase("storage");
     });
   }
-  // Which node serves a node-local volume: its affinity's hostname.
-  std::string node;
-  const json& terms = Field(Field(Field(Field(*pv, "spec"), "nodeAffinity"), "required"), "nodeSelectorTerms");
-  if (terms.is_array() && !terms.empty()) {
-    for (const auto& e : Field(terms[0], "matchExpressions")) {
-      if (Str(e, {"key"}) == "kubernetes.io/hostname" && Field(e, "values").is_array() && !Field(e, "values").empty()) {
-        node = Field(e, "values")[0].get<std::string>();
-      }
-    }
-  }
+  const std::string node = NodeOfVolume(*pv);
   BERTH_RETURN_IF_ERROR(UpdateClaimStatus(*claim, [&](json& s) {
     SetCondition(s, "Resizing", "True");
     s["allocatedResources"]["storage"] = desired->ToString();
@@ -242,11 +212,8 @@ absl::Status Resizer::SyncClaim(const std::string& key) {
     }
     if (std::string secret = Str(*pv, {"spec", "csi", "controllerExpandSecretRef", "name"}); !secret.empty()) {
       auto s = registry_.Get(K("secrets"), Str(*pv, {"spec", "csi", "controllerExpandSecretRef", "namespace"}), secret);
-      if (s.ok() && Field(*s, "data").is_object()) {
-        for (const auto& [k, v] : Field(*s, "data").items()) {
-          std::string decoded;
-          if (v.is_string() && absl::Base64Unescape(v.get<std::string>(), &decoded)) (*req.mutable_secrets())[k] = decoded;
-        }
+      if (s.ok()) {
+        for (const auto& [k, v] : DecodedSecretData(*s)) (*req.mutable_secrets())[k] = v;
       }
     }
     BERTH_ASSIGN_OR_RETURN(auto channel, drivers_.Channel(options_.driver, node));

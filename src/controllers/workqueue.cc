@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "spdlog/spdlog.h"
+
 namespace berth::controllers {
 
 void WorkQueue::AddLocked(const std::string& key) {
@@ -124,6 +126,20 @@ bool WorkQueue::shutting_down() const {
 size_t WorkQueue::Len() const {
   absl::MutexLock lock(&mu_);
   return queue_.size();
+}
+
+void RunWorker(WorkQueue& queue, const std::string& name,
+               const std::function<absl::Status(const std::string& key)>& sync) {
+  while (auto key = queue.Get()) {
+    absl::Status st = sync(*key);
+    if (st.ok()) {
+      queue.Forget(*key);
+    } else {
+      if (st.code() != absl::StatusCode::kAborted) spdlog::info("{} {}: {}", name, *key, st.ToString());
+      queue.AddRateLimited(*key);
+    }
+    queue.Done(*key);
+  }
 }
 
 }  // namespace berth::controllers

@@ -22,6 +22,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <optional>
 #include <random>
@@ -29,6 +30,7 @@
 #include <string>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 
@@ -78,5 +80,11 @@ class WorkQueue {
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t changes_ ABSL_GUARDED_BY(mu_) = 0;  // wakes sleeping Get()s
 };
+
+// A controller worker: takes keys from `queue` until it shuts down, runs
+// `sync`, forgets the key's failures on success and re-adds it with backoff
+// on error (logged, except conflicts, which are routine and retried).
+void RunWorker(WorkQueue& queue, const std::string& name,
+               const std::function<absl::Status(const std::string& key)>& sync);
 
 }  // namespace berth::controllers

@@ -1,0 +1,80 @@
+// Reading Kubernetes objects (JSON) in controllers, tolerant of missing and
+// ill-typed fields: a missing path reads as null / "".
+//
+// Thread-safety: stateless; safe to call concurrently.
+#pragma once
+
+#include <algorithm>
+#include <initializer_list>
+#include <map>
+#include <string>
+#include <string_view>
+
+#include "absl/strings/escaping.h"
+#include "nlohmann/json.hpp"
+
+namespace berth::controllers {
+
+// `o[key]`, or a null when `o` is not an object or has no `key`.
+inline const nlohmann::json& Field(const nlohmann::json& o, std::string_view key) {
+  static const nlohmann::json* const kNull = new nlohmann::json();
+  if (!o.is_object()) return *kNull;
+  auto it = o.find(key);
+  return it == o.end() ? *kNull : *it;
+}
+
+// The string at `path`, or "".
+inline std::string Str(const nlohmann::json& o, std::initializer_list<std::string_view> path) {
+  const nlohmann::json* cur = &o;
+  for (auto k : path) cur = &Field(*cur, k);
+  return cur->is_string() ? cur->get<std::string>() : "";
+}
+
+inline std::string Annotation(const nlohmann::json& o, const std::string& key) {
+  return Str(o, {"metadata", "annotations", key});
+}
+inline std::string Uid(const nlohmann::json& o) { return Str(o, {"metadata", "uid"}); }
+inline std::string Name(const nlohmann::json& o) { return Str(o, {"metadata", "name"}); }
+inline std::string Ns(const nlohmann::json& o) { return Str(o, {"metadata", "namespace"}); }
+inline bool Deleting(const nlohmann::json& o) {
+  return !Field(Field(o, "metadata"), "deletionTimestamp").is_null();
+}
+inline bool HasFinalizer(const nlohmann::json& o, const std::string& f) {
+  const nlohmann::json& list = Field(Field(o, "metadata"), "finalizers");
+  return list.is_array() && std::find(list.begin(), list.end(), f) != list.end();
+}
+
+// A claim's class: spec.storageClassName, else the beta annotation.
+inline std::string ClaimClass(const nlohmann::json& claim) {
+  if (const auto& c = Field(Field(claim, "spec"), "storageClassName"); c.is_string()) return c.get<std::string>();
+  return Annotation(claim, "volume.beta.kubernetes.io/storage-class");
+}
+
+// The node a node-local volume lives on: the kubernetes.io/hostname value
+// of its nodeAffinity's first term ("" if none).
+inline std::string NodeOfVolume(const nlohmann::json& pv) {
+  const auto& terms = Field(Field(Field(Field(pv, "spec"), "nodeAffinity"), "required"), "nodeSelectorTerms");
+  if (!terms.is_array() || terms.empty()) return "";
+  for (const auto& e : Field(terms[0], "matchExpressions")) {
+    const auto& values = Field(e, "values");
+    if (Str(e, {"key"}) == "kubernetes.io/hostname" && values.is_array() && !values.empty() &&
+        values[0].is_string()) {
+      return values[0].get<std::string>();
+    }
+  }
+  return "";
+}
+
+// A Secret's data, base64-decoded (undecodable entries are skipped).
+inline std::map<std::string, std::string> DecodedSecretData(const nlohmann::json& secret) {
+  std::map<std::string, std::string> out;
+  const auto& data = Field(secret, "data");
+  if (!data.is_object()) return out;
+  for (const auto& [k, v] : data.items()) {
+    std::string decoded;
+    if (v.is_string() && absl::Base64Unescape(v.get<std::string>(), &decoded)) out[k] = decoded;
+  }
+  return out;
+}
+
+}  // namespace berth::controllers
