@@ -1,14 +1,23 @@
 #include "controllers/drivers.h"
 
+#include <algorithm>
+
 #include "common/strings.h"
 #include "csi/client.h"
+#include "csi/grpc_status.h"
+#include "csi/v1/csi.grpc.pb.h"
+#include "grpcpp/client_context.h"
 
 namespace berth::controllers {
 
 void DriverDirectory::Add(const std::string& driver, const std::string& node, const std::string& endpoint) {
   absl::MutexLock lock(&mu_);
   auto& nodes = endpoints_[driver];
-  if (auto it = nodes.find(node); it != nodes.end() && it->second != endpoint) channels_.erase(it->second);
+  if (auto it = nodes.find(node); it != nodes.end() && it->second != endpoint) {
+    channels_.erase(it->second);
+    capabilities_.erase(it->second);
+  }
+  capabilities_.erase(endpoint);  // a re-registered driver may have changed
   nodes[node] = endpoint;
 }
 
@@ -18,9 +27,18 @@ void DriverDirectory::Remove(const std::string& driver, const std::string& node)
   if (it == endpoints_.end()) return;
   if (auto n = it->second.find(node); n != it->second.end()) {
     channels_.erase(n->second);
+    capabilities_.erase(n->second);
     it->second.erase(n);
   }
   if (it->second.empty()) endpoints_.erase(it);
+}
+
+std::string DriverDirectory::EndpointLocked(const std::string& driver, const std::string& node) const {
+  auto it = endpoints_.find(driver);
+  if (it == endpoints_.end()) return "";
+  if (auto n = it->second.find(node); n != it->second.end()) return n->second;
+  if (auto any = it->second.find(""); any != it->second.end()) return any->second;
+  return "";
 }
 
 std::vector<std::string> DriverDirectory::Nodes(const std::string& driver) const {
@@ -42,14 +60,7 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> DriverDirectory::Channel(const st
   std::string endpoint;
   {
     absl::MutexLock lock(&mu_);
-    auto it = endpoints_.find(driver);
-    if (it != endpoints_.end()) {
-      if (auto n = it->second.find(node); n != it->second.end()) {
-        endpoint = n->second;
-      } else if (auto any = it->second.find(""); any != it->second.end()) {
-        endpoint = any->second;
-      }
-    }
+    endpoint = EndpointLocked(driver, node);
     if (endpoint.empty()) {
       return absl::UnavailableError(StrCat("CSI driver ", driver, " is not registered",
                                            node.empty() ? "" : StrCat(" for node ", node)));
@@ -64,6 +75,32 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> DriverDirectory::Channel(const st
   absl::MutexLock lock(&mu_);
   channels_[endpoint] = *channel;
   return *channel;
+}
+
+absl::StatusOr<bool> DriverDirectory::ControllerHasCapability(
+    const std::string& driver, const std::string& node, ::csi::v1::ControllerServiceCapability::RPC::Type rpc) {
+  std::string endpoint;
+  {
+    absl::MutexLock lock(&mu_);
+    endpoint = EndpointLocked(driver, node);
+    if (auto it = capabilities_.find(endpoint); it != capabilities_.end()) {
+      return std::find(it->second.begin(), it->second.end(), rpc) != it->second.end();
+    }
+  }
+  auto channel = Channel(driver, node);
+  if (!channel.ok()) return channel.status();
+  auto stub = ::csi::v1::Controller::NewStub(*channel);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
+  ::csi::v1::ControllerGetCapabilitiesResponse resp;
+  grpc::Status st = stub->ControllerGetCapabilities(&ctx, {}, &resp);
+  if (!st.ok()) return csi::FromGrpcStatus(st);
+  std::vector<int> types;
+  for (const auto& c : resp.capabilities()) types.push_back(c.rpc().type());
+  const bool has = std::find(types.begin(), types.end(), rpc) != types.end();
+  absl::MutexLock lock(&mu_);
+  capabilities_[endpoint] = std::move(types);
+  return has;
 }
 
 }  // namespace berth::controllers

@@ -20,6 +20,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "csi/v1/csi.pb.h"
 #include "grpcpp/channel.h"
 
 namespace berth::controllers {
@@ -42,10 +43,23 @@ class DriverDirectory {
                                                          const std::string& node)
       ABSL_LOCKS_EXCLUDED(mu_);
 
+  // Whether the driver's controller service for `node` reports `rpc` in
+  // ControllerGetCapabilities. Answers are cached per endpoint (until the
+  // endpoint is re-registered); errors are not cached.
+  absl::StatusOr<bool> ControllerHasCapability(const std::string& driver, const std::string& node,
+                                               ::csi::v1::ControllerServiceCapability::RPC::Type rpc)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
  private:
+  // The endpoint for `node`, else the cluster-wide one, else "".
+  std::string EndpointLocked(const std::string& driver, const std::string& node) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   mutable absl::Mutex mu_;
   std::map<std::string, std::map<std::string, std::string>> endpoints_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::shared_ptr<grpc::Channel>> channels_ ABSL_GUARDED_BY(mu_);
+  // endpoint → the controller capabilities it reported.
+  std::map<std::string, std::vector<int>> capabilities_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace berth::controllers

@@ -1,0 +1,169 @@
+// Attaching volumes to nodes (seeds 000 and 003), as two controllers the way
+// Kubernetes splits it:
+//
+// AttachDetachController (kube-controller-manager's attach-detach
+// controller) compares, per node, the volumes its pods need (desired state:
+// every PVC of a pod scheduled there and not finished, through the bound PV
+// to its CSI driver) with the VolumeAttachment objects for that node (actual
+// state), and creates or deletes VolumeAttachments named
+// csi-<sha256(volumeHandle + driver + node)> for drivers that require attach
+// (CSIDriver attachRequired, true when there is no CSIDriver object). A
+// volume the node still reports in status.volumesInUse is not detached until
+// the node agent has unmounted it (or kMaxWaitForUnmount passed); Node
+// status.volumesAttached lists what is attached; pods get
+// SuccessfulAttachVolume / FailedAttachVolume events. Nodes annotated
+// volumes.kubernetes.io/keep-terminated-pod-volumes=true keep the volumes of
+// finished pods attached.
+//
+// Attacher (external-attacher, one per driver) acts on the VolumeAttachments
+// of its driver: finalizer external-attacher/<driver> on the attachment and
+// on the PV, ControllerPublishVolume with the node ID from CSINode (kept in
+// the attachment's csi.alpha.kubernetes.io/node-id annotation so detach works
+// after the CSINode is gone), then status.attached + attachmentMetadata, or
+// status.attachError {time, message} and a retry with backoff. A deleted
+// attachment → ControllerUnpublishVolume → status.detachError on failure, or
+// the finalizer comes off; the PV's finalizer comes off once no attachment
+// of this driver refers to it. Drivers without PUBLISH_UNPUBLISH_VOLUME are
+// marked attached without a call.
+//
+//   AttachDetachController ad(registry, {pods, nodes, volumes, claims, csidrivers, attachments}, {});
+//   Attacher attacher(registry, directory, {attachments, volumes, csinodes}, {.driver = "x"});
+//   ad.RegisterHandlers(); attacher.RegisterHandlers();  // before informers start
+//   ad.Start(); attacher.Start();
+//
+// Thread-safety: thread-safe; Start/Stop from one thread.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "apiserver/registry.h"
+#include "controllers/drivers.h"
+#include "controllers/events.h"
+#include "controllers/informer.h"
+#include "controllers/workqueue.h"
+
+namespace berth::controllers {
+
+inline constexpr char kAnnKeepTerminatedPodVolumes[] = "volumes.kubernetes.io/keep-terminated-pod-volumes";
+inline constexpr char kAnnAttachNodeId[] = "csi.alpha.kubernetes.io/node-id";
+
+// VolumeAttachment name for a volume handle, driver and node (kubelet's and
+// the attach-detach controller's getAttachmentName).
+std::string AttachmentName(const std::string& volume_handle, const std::string& driver,
+                           const std::string& node);
+// "kubernetes.io/csi/<driver>^<handle>": a CSI volume's name in Node
+// status.volumesAttached / volumesInUse.
+std::string UniqueVolumeName(const std::string& driver, const std::string& volume_handle);
+// external-attacher/<driver with characters other than [A-Za-z0-9-._] as '-'>.
+std::string AttacherFinalizer(const std::string& driver);
+
+struct AttachDetachInformers {
+  Informer& pods;
+  Informer& nodes;
+  Informer& volumes;
+  Informer& claims;
+  Informer& csidrivers;
+  Informer& attachments;
+};
+
+class AttachDetachController {
+ public:
+  struct Options {
+    int workers = 2;
+    // How long a volume the node still reports in use may stay attached
+    // after no pod wants it (Kubernetes' maxWaitForUnmountDuration).
+    absl::Duration max_wait_for_unmount = absl::Minutes(6);
+  };
+  AttachDetachController(apiserver::Registry& registry, AttachDetachInformers informers, Options options);
+  ~AttachDetachController();
+
+  void RegisterHandlers();
+  void Start();
+  void Stop();
+
+  // One reconcile of a node's attachments; public for tests.
+  absl::Status SyncNode(const std::string& node);
+
+ private:
+  struct Wanted {
+    std::string pv;
+    std::string driver;
+    std::string handle;
+    std::vector<nlohmann::json> pods;  // the pods that need it
+  };
+  // Attachment name → what the node's pods need.
+  std::map<std::string, Wanted> DesiredState(const std::string& node) const;
+  bool AttachRequired(const std::string& driver) const;
+  void EnqueueAllNodes();
+  absl::Status UpdateNodeVolumesAttached(const std::string& node,
+                                         const std::vector<nlohmann::json>& attachments);
+  void ReportToPods(const Wanted& wanted, const nlohmann::json& attachment) ABSL_LOCKS_EXCLUDED(mu_);
+
+  apiserver::Registry& registry_;
+  AttachDetachInformers informers_;
+  const Options options_;
+  EventRecorder events_;
+  WorkQueue queue_;
+  std::vector<std::thread> workers_;
+
+  absl::Mutex mu_;
+  // Attachment name → when it stopped being wanted while the node still
+  // had the volume in use.
+  std::map<std::string, absl::Time> unwanted_since_ ABSL_GUARDED_BY(mu_);
+  // (pod uid, attachment, outcome) already reported as a pod event.
+  std::map<std::string, std::string> reported_ ABSL_GUARDED_BY(mu_);
+};
+
+struct AttacherInformers {
+  Informer& attachments;
+  Informer& volumes;
+  Informer& csinodes;
+};
+
+class Attacher {
+ public:
+  struct Options {
+    std::string driver;
+    int workers = 4;
+    absl::Duration rpc_timeout = absl::Minutes(1);
+  };
+  Attacher(apiserver::Registry& registry, DriverDirectory& drivers, AttacherInformers informers,
+           Options options);
+  ~Attacher();
+
+  void RegisterHandlers();
+  void Start();
+  void Stop();
+
+  // Public for tests.
+  absl::Status SyncAttachment(const std::string& name);
+  absl::Status SyncVolume(const std::string& name);
+
+ private:
+  absl::Status Attach(const nlohmann::json& attachment);
+  absl::Status Detach(const nlohmann::json& attachment);
+  // The node whose controller endpoint serves `pv` (node-local drivers: the
+  // volume's node; else the attachment's node).
+  std::string EndpointNode(const nlohmann::json& pv, const nlohmann::json& attachment) const;
+  absl::StatusOr<google::protobuf::Map<std::string, std::string>> PublishSecrets(const nlohmann::json& pv);
+
+  apiserver::Registry& registry_;
+  DriverDirectory& drivers_;
+  AttacherInformers informers_;
+  const Options options_;
+  const std::string finalizer_;
+  EventRecorder events_;
+  WorkQueue attachment_queue_;
+  WorkQueue volume_queue_;
+  std::vector<std::thread> workers_;
+};
+
+}  // namespace berth::controllers

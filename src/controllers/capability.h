@@ -1,0 +1,66 @@
+// Kubernetes volume fields → CSI request fields, shared by the provisioner,
+// the attacher and the node agent so every call describes a volume the same
+// way (external-provisioner / external-attacher / kubelet's csi plugin).
+//
+//   ::csi::v1::VolumeCapability cap = PvVolumeCapability(pv);
+//
+// Thread-safety: stateless.
+#pragma once
+
+#include <string>
+
+#include "controllers/object.h"
+#include "csi/v1/csi.pb.h"
+#include "nlohmann/json.hpp"
+
+namespace berth::controllers {
+
+// A Kubernetes access mode ("ReadWriteOnce"...) as a CSI access mode
+// (unknown values map to SINGLE_NODE_WRITER, like ReadWriteOnce).
+inline ::csi::v1::VolumeCapability::AccessMode::Mode CsiAccessMode(const std::string& mode) {
+  using Mode = ::csi::v1::VolumeCapability::AccessMode;
+  if (mode == "ReadOnlyMany") return Mode::MULTI_NODE_READER_ONLY;
+  if (mode == "ReadWriteMany") return Mode::MULTI_NODE_MULTI_WRITER;
+  if (mode == "ReadWriteOncePod") return Mode::SINGLE_NODE_SINGLE_WRITER;
+  return Mode::SINGLE_NODE_WRITER;
+}
+
+// One capability with `access_mode`: block, or a mount with `fstype` and
+// `mount_options` (a JSON array of strings, or null).
+inline ::csi::v1::VolumeCapability MakeVolumeCapability(const std::string& access_mode, bool block,
+                                                        const std::string& fstype,
+                                                        const nlohmann::json& mount_options) {
+  ::csi::v1::VolumeCapability cap;
+  cap.mutable_access_mode()->set_mode(CsiAccessMode(access_mode));
+  if (block) {
+    cap.mutable_block();
+    return cap;
+  }
+  auto* mount = cap.mutable_mount();
+  mount->set_fs_type(fstype);
+  if (mount_options.is_array()) {
+    for (const auto& f : mount_options) {
+      if (f.is_string()) mount->add_mount_flags(f.get<std::string>());
+    }
+  }
+  return cap;
+}
+
+// The capability a bound PV is used with: its first access mode (as kubelet
+// and external-attacher choose, with ReadWriteOncePod taking precedence),
+// volumeMode, spec.csi.fsType and spec.mountOptions.
+inline ::csi::v1::VolumeCapability PvVolumeCapability(const nlohmann::json& pv) {
+  const nlohmann::json& spec = Field(pv, "spec");
+  std::string mode = "ReadWriteOnce";
+  const nlohmann::json& modes = Field(spec, "accessModes");
+  if (modes.is_array() && !modes.empty()) {
+    mode = modes[0].is_string() ? modes[0].get<std::string>() : mode;
+    for (const auto& m : modes) {
+      if (m == "ReadWriteOncePod") mode = "ReadWriteOncePod";
+    }
+  }
+  return MakeVolumeCapability(mode, Str(spec, {"volumeMode"}) == "Block", Str(spec, {"csi", "fsType"}),
+                              Field(spec, "mountOptions"));
+}
+
+}  // namespace berth::controllers

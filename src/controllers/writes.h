@@ -1,0 +1,83 @@
+// The writes every controller makes, done one way: on a fresh copy of the
+// object, only when the uid is still the one the decision was made for, and
+// not at all when nothing changes (no-op writes would wake every watcher).
+//
+//   BERTH_RETURN_IF_ERROR(EditStatus(registry, K("volumeattachments", "storage.k8s.io"), va,
+//                                    [](json& s) { s["attached"] = true; }));
+//
+// Conflicts surface as ABORTED and are retried by the worker with backoff.
+//
+// Thread-safety: stateless.
+#pragma once
+
+#include <algorithm>
+#include <functional>
+#include <map>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "apiserver/registry.h"
+#include "controllers/object.h"
+#include "nlohmann/json.hpp"
+
+namespace berth::controllers {
+
+// Applies `edit` to the stored object's status (the /status subresource
+// where the kind has one). NotFound and a different uid are success: the
+// object the decision was about is gone.
+inline absl::Status EditStatus(apiserver::Registry& registry, const api::KindInfo& kind, const nlohmann::json& object,
+                               const std::function<void(nlohmann::json& status)>& edit) {
+  auto current = registry.Get(kind, Ns(object), Name(object));
+  if (!current.ok()) return current.status().code() == absl::StatusCode::kNotFound ? absl::OkStatus() : current.status();
+  nlohmann::json obj = *current;
+  if (Uid(obj) != Uid(object)) return absl::OkStatus();
+  nlohmann::json status = obj.value("status", nlohmann::json::object());
+  const nlohmann::json before = status;
+  edit(status);
+  if (status == before) return absl::OkStatus();
+  obj["status"] = std::move(status);
+  return registry
+      .Update(kind, Ns(obj), Name(obj), obj,
+              apiserver::HasStatusSubresource(kind) ? apiserver::Subresource::kStatus : apiserver::Subresource::kMain)
+      .status();
+}
+
+// Adds (`present`) or removes `finalizer` on the stored object named like
+// `object` with its uid, setting `annotations` in the same write when
+// adding. No finalizer is added to an object being deleted (the API refuses
+// it). NotFound / another uid are success.
+inline absl::Status EditFinalizer(apiserver::Registry& registry, const api::KindInfo& kind,
+                                  const nlohmann::json& object, const std::string& finalizer, bool present,
+                                  const std::map<std::string, std::string>& annotations = {}) {
+  auto current = registry.Get(kind, Ns(object), Name(object));
+  if (!current.ok()) return current.status().code() == absl::StatusCode::kNotFound ? absl::OkStatus() : current.status();
+  nlohmann::json obj = *current;
+  if (Uid(obj) != Uid(object)) return absl::OkStatus();
+  bool changed = false;
+  if (present) {
+    for (const auto& [k, v] : annotations) {
+      if (Annotation(obj, k) != v) {
+        obj["metadata"]["annotations"][k] = v;
+        changed = true;
+      }
+    }
+  }
+  if (HasFinalizer(obj, finalizer) != present && !(present && Deleting(obj))) {
+    nlohmann::json& list = obj["metadata"]["finalizers"];
+    if (present) {
+      list.push_back(finalizer);
+    } else {
+      list.erase(std::remove(list.begin(), list.end(), nlohmann::json(finalizer)), list.end());
+    }
+    changed = true;
+  }
+  if (!changed) return absl::OkStatus();
+  return registry.Update(kind, Ns(obj), Name(obj), obj, apiserver::Subresource::kMain).status();
+}
+
+// RFC 3339 in UTC with seconds, as Kubernetes writes metav1.Time.
+inline std::string NowRfc3339() { return absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", absl::Now(), absl::UTCTimeZone()); }
+
+}  // namespace berth::controllers
