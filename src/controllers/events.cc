@@ -4,6 +4,7 @@
 #include "api/kinds.h"
 #include "common/hash.h"
 #include "common/strings.h"
+#include "controllers/writes.h"
 #include "spdlog/spdlog.h"
 
 namespace berth::controllers {
@@ -15,7 +16,7 @@ void EventRecorder::Record(const json& object, const std::string& type, const st
   const json md = object.value("metadata", json::object());
   const std::string uid = md.value("uid", ""), name = md.value("name", "");
   const std::string ns = md.value("namespace", "").empty() ? "default" : md.value("namespace", "");
-  const std::string now = absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", absl::Now(), absl::UTCTimeZone());
+  const std::string now = NowRfc3339();
   const api::KindInfo& events = *api::FindResource("", "events");
   const std::string id = StrCat(uid, "\n", reason, "\n", message);
   // The lock guards the name map only: writes happen outside it, so
@@ -23,7 +24,14 @@ void EventRecorder::Record(const json& object, const std::string& type, const st
   std::string existing;
   {
     absl::MutexLock lock(&mu_);
-    if (auto it = names_.find(id); it != names_.end()) existing = it->second;
+    if (auto it = names_.find(id); it != names_.end()) {
+      // The same event again within the repeat interval is dropped: a level-
+      // triggered controller re-syncing must not write on every pass
+      // (client-go's event correlator filters spam the same way).
+      if (absl::Now() - it->second.last < repeat_interval_) return;
+      it->second.last = absl::Now();
+      existing = it->second.name;
+    }
   }
   if (!existing.empty()) {
     auto current = registry_.Get(events, ns, existing);
@@ -63,7 +71,8 @@ void EventRecorder::Record(const json& object, const std::string& type, const st
     return;
   }
   absl::MutexLock lock(&mu_);
-  names_[id] = event_name;
+  if (names_.size() >= kMaxRemembered) names_.clear();  // bounded memory; worst case a duplicate event
+  names_[id] = {event_name, absl::Now()};
 }
 
 }  // namespace berth::controllers

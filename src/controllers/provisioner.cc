@@ -7,7 +7,9 @@
 #include "api/quantity.h"
 #include "common/status.h"
 #include "common/strings.h"
+#include "controllers/capability.h"
 #include "controllers/object.h"
+#include "controllers/writes.h"
 #include "controllers/pv_binder.h"
 #include "csi/grpc_status.h"
 #include "grpcpp/client_context.h"
@@ -122,13 +124,16 @@ std::map<std::string, std::string> Provisioner::Segment(const std::string& node)
     for (const auto& k : keys) {
       if (!k.is_string()) continue;
       std::string v = Str(*n, {"metadata", "labels", k.get<std::string>()});
-      if (!v.empty()) out[k.get<std::string>()] = v;
+      // A node without a value for every key is not (yet) a usable segment.
+      if (v.empty()) return {};
+      out[k.get<std::string>()] = v;
     }
   }
   return out;
 }
 
 std::string Provisioner::NodeForClaim(const json& claim) const {
+  if (std::string recorded = Annotation(claim, kAnnProvisioningNode); !recorded.empty()) return recorded;
   std::string selected = Annotation(claim, kAnnSelectedNode);
   if (!selected.empty()) return selected;
   std::vector<std::string> nodes = drivers_.Nodes(options_.driver);
@@ -166,25 +171,8 @@ absl::StatusOr<::csi::v1::CreateVolumeRequest> Provisioner::BuildRequest(const j
   const json& modes = Field(spec, "accessModes");
   if (!modes.is_array() || modes.empty()) return absl::InvalidArgumentError("the claim has no accessModes");
   for (const auto& m : modes) {
-    auto* cap = req.add_volume_capabilities();
-    using Mode = ::csi::v1::VolumeCapability::AccessMode;
-    Mode::Mode mode = Mode::SINGLE_NODE_WRITER;
-    if (m == "ReadOnlyMany") mode = Mode::MULTI_NODE_READER_ONLY;
-    if (m == "ReadWriteMany") mode = Mode::MULTI_NODE_MULTI_WRITER;
-    if (m == "ReadWriteOncePod") mode = Mode::SINGLE_NODE_SINGLE_WRITER;
-    cap->mutable_access_mode()->set_mode(mode);
-    if (block) {
-      cap->mutable_block();
-    } else {
-      auto* mount = cap->mutable_mount();
-      mount->set_fs_type(fstype);
-      const json& flags = Field(sc, "mountOptions");
-      if (flags.is_array()) {
-        for (const auto& f : flags) {
-          if (f.is_string()) mount->add_mount_flags(f.get<std::string>());
-        }
-      }
-    }
+    *req.add_volume_capabilities() =
+        MakeVolumeCapability(m.is_string() ? m.get<std::string>() : "", block, fstype, Field(sc, "mountOptions"));
   }
   // Provisioner secrets.
   const std::string secret_name = Expand(reserved["provisioner-secret-name"], claim);
@@ -229,20 +217,53 @@ absl::StatusOr<::csi::v1::CreateVolumeRequest> Provisioner::BuildRequest(const j
   std::vector<std::map<std::string, std::string>> preferred = requisite;
   if (!node.empty()) {
     auto mine = Segment(node);
+    if (mine.empty() && !requisite.empty()) {
+      // The driver is topology-aware but the node has not registered it (or
+      // lacks its labels): retried until it has.
+      return absl::FailedPreconditionError(
+          StrCat("node ", node, " has no topology for driver ", options_.driver,
+                 " (its CSINode entry or topology labels are missing)"));
+    }
     if (!mine.empty()) {
-      if (std::find(requisite.begin(), requisite.end(), mine) == requisite.end()) {
-        if (allowed.is_array() && !allowed.empty()) {
+      // The node's segment must fall within a requisite segment (an
+      // allowedTopologies term may name fewer keys than the driver has).
+      auto within = [&](const std::map<std::string, std::string>& term) {
+        return std::all_of(term.begin(), term.end(), [&](const auto& kv) {
+          auto it = mine.find(kv.first);
+          return it != mine.end() && it->second == kv.second;
+        });
+      };
+      const bool restricted = allowed.is_array() && !allowed.empty();
+      if (restricted) {
+        if (std::none_of(requisite.begin(), requisite.end(), within)) {
           return absl::FailedPreconditionError(StrCat("node ", node, " is not in the class's allowedTopologies"));
         }
-        requisite.push_back(mine);
+        // Preferred: the terms the node is in first, the rest after.
+        std::stable_partition(preferred.begin(), preferred.end(), within);
+      } else {
+        if (std::find(requisite.begin(), requisite.end(), mine) == requisite.end()) requisite.push_back(mine);
+        preferred = requisite;
+        preferred.erase(std::remove(preferred.begin(), preferred.end(), mine), preferred.end());
+        preferred.insert(preferred.begin(), mine);
       }
-      preferred.erase(std::remove(preferred.begin(), preferred.end(), mine), preferred.end());
-      preferred.insert(preferred.begin(), mine);
     }
   } else if (!preferred.empty()) {
-    // Spread Immediate claims: start at a point given by the claim's name
-    // (StatefulSet replicas "data-web-0", "-1" ... land apart).
-    size_t start = std::hash<std::string>{}(Name(claim)) % preferred.size();
+    // Spread Immediate claims as external-provisioner does: a StatefulSet's
+    // claims "<template>-<set>-<ordinal>" start at hash(prefix) + ordinal,
+    // so consecutive replicas land on consecutive segments.
+    std::sort(preferred.begin(), preferred.end());
+    const std::string claim_name = Name(claim);
+    std::string prefix = claim_name;
+    uint64_t ordinal = 0;
+    if (size_t dash = claim_name.rfind('-'); dash != std::string::npos && dash + 1 < claim_name.size() &&
+                                              std::all_of(claim_name.begin() + static_cast<long>(dash) + 1,
+                                                          claim_name.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+      prefix = claim_name.substr(0, dash);
+      ordinal = std::strtoull(claim_name.c_str() + dash + 1, nullptr, 10);
+    }
+    uint64_t h = 1469598103934665603ULL;  // FNV-1a: stable across restarts and builds
+    for (unsigned char c : prefix) h = (h ^ c) * 1099511628211ULL;
+    const size_t start = static_cast<size_t>((h + ordinal) % preferred.size());
     std::rotate(preferred.begin(), preferred.begin() + static_cast<long>(start), preferred.end());
   }
   if (!requisite.empty()) {
@@ -314,20 +335,37 @@ absl::Status Provisioner::DeleteVolume(const std::string& handle, const std::str
   return absl::OkStatus();
 }
 
-absl::Status Provisioner::SetFinalizer(const json& claim, bool present) {
-  auto current = registry_.Get(K("persistentvolumeclaims"), Ns(claim), Name(claim));
-  if (!current.ok()) return current.status().code() == absl::StatusCode::kNotFound ? absl::OkStatus() : current.status();
-  json obj = *current;
-  if (Uid(obj) != Uid(claim) || HasFinalizer(obj, kProvisioningFinalizer) == present) return absl::OkStatus();
-  if (present && Deleting(obj)) return absl::OkStatus();
-  json& f = obj["metadata"]["finalizers"];
-  if (present) {
-    f.push_back(kProvisioningFinalizer);
-  } else {
-    f.erase(std::remove(f.begin(), f.end(), json(kProvisioningFinalizer)), f.end());
-  }
-  return registry_.Update(K("persistentvolumeclaims"), Ns(claim), Name(claim), obj, apiserver::Subresource::kMain)
-      .status();
+absl::Status Provisioner::SetFinalizer(const json& claim, bool present, const std::string& node) {
+  // The node goes with the finalizer: a retry after a crash, or the clean-up
+  // of a claim deleted mid-flight, must ask the same node's driver.
+  return MutateObject(registry_, K("persistentvolumeclaims"), claim, apiserver::Subresource::kMain, [&](json& obj) {
+    bool changed = false;
+    if (present && !Deleting(obj)) {
+      if (!HasFinalizer(obj, kProvisioningFinalizer)) {
+        obj["metadata"]["finalizers"].push_back(kProvisioningFinalizer);
+        changed = true;
+      }
+      if (Annotation(obj, kAnnProvisioningNode) != node) {
+        if (node.empty()) {
+          obj["metadata"]["annotations"].erase(kAnnProvisioningNode);
+        } else {
+          obj["metadata"]["annotations"][kAnnProvisioningNode] = node;
+        }
+        changed = true;
+      }
+    } else if (!present) {
+      if (HasFinalizer(obj, kProvisioningFinalizer)) {
+        json& f = obj["metadata"]["finalizers"];
+        f.erase(std::remove(f.begin(), f.end(), json(kProvisioningFinalizer)), f.end());
+        changed = true;
+      }
+      if (!Annotation(obj, kAnnProvisioningNode).empty()) {
+        obj["metadata"]["annotations"].erase(kAnnProvisioningNode);
+        changed = true;
+      }
+    }
+    return changed;
+  });
 }
 
 absl::Status Provisioner::CreatePersistentVolume(const json& claim, const json& sc,
@@ -386,6 +424,9 @@ absl::Status Provisioner::CreatePersistentVolume(const json& claim, const json& 
     }
     pv["spec"]["nodeAffinity"] = {{"required", {{"nodeSelectorTerms", terms}}}};
   }
+  if (Str(pv, {"spec", "persistentVolumeReclaimPolicy"}) == "Delete") {
+    pv["metadata"]["finalizers"] = {kProvisionerFinalizer};
+  }
   auto created = registry_.Create(K("persistentvolumes"), "", pv);
   if (!created.ok() && created.status().code() != absl::StatusCode::kAlreadyExists) return created.status();
   return absl::OkStatus();
@@ -403,20 +444,30 @@ absl::Status Provisioner::SyncClaim(const std::string& key) {
                          registry_.Get(K("persistentvolumes"), "", pv_name).ok();
   if (Deleting(*claim)) {
     if (!pending_finalizer) return absl::OkStatus();
-    if (!pv_exists && ours) {
-      // CreateVolume may have succeeded before we lost track: ask again
-      // (idempotent by name) and delete what exists.
-      auto req = BuildRequest(*claim, sc, NodeForClaim(*claim));
-      if (req.ok()) {
-        auto resp = CreateVolume(*req, NodeForClaim(*claim));
-        if (resp.ok()) {
-          BERTH_RETURN_IF_ERROR(DeleteVolume(resp->volume().volume_id(), NodeForClaim(*claim), req->secrets()));
-          events_.Record(*claim, "Normal", "ProvisioningCancelled",
-                         StrCat("the claim was deleted while volume ", pv_name, " was being created; deleted it"));
-        } else if (!FinalError(resp.status())) {
-          return resp.status();  // outcome unknown: keep the finalizer, try again
-        }
-      }
+    if (pv_exists) return SetFinalizer(*claim, false);  // the PV is released and reclaimed as usual
+    if (!ours) {
+      // The request cannot be rebuilt (the class is gone or changed), so
+      // whether a volume exists is unknown: keep the claim rather than leak.
+      absl::Status blocked = absl::FailedPreconditionError(StrCat(
+          "the claim was deleted while its volume was being created and StorageClass \"", ClaimClass(*claim),
+          "\" of provisioner ", options_.driver,
+          " is gone: recreate the class so the volume can be cleaned up, or remove finalizer ",
+          kProvisioningFinalizer, " if no volume ", pv_name, " exists"));
+      events_.Record(*claim, "Warning", "ProvisioningCleanupBlocked", std::string(blocked.message()));
+      return blocked;
+    }
+    // CreateVolume may have succeeded before we lost track: ask again
+    // (idempotent by name, on the same node) and delete what exists.
+    const std::string node = NodeForClaim(*claim);
+    auto req = BuildRequest(*claim, sc, node);
+    if (!req.ok()) return req.status();  // e.g. a secret is missing: retried, the finalizer stays
+    auto resp = CreateVolume(*req, node);
+    if (resp.ok()) {
+      BERTH_RETURN_IF_ERROR(DeleteVolume(resp->volume().volume_id(), node, req->secrets()));
+      events_.Record(*claim, "Normal", "ProvisioningCancelled",
+                     StrCat("the claim was deleted while volume ", pv_name, " was being created; deleted it"));
+    } else if (!FinalError(resp.status())) {
+      return resp.status();  // outcome unknown: keep the finalizer, try again
     }
     return SetFinalizer(*claim, false);
   }
@@ -426,14 +477,18 @@ absl::Status Provisioner::SyncClaim(const std::string& key) {
   }
   const bool wait_for_consumer = Str(sc, {"volumeBindingMode"}) == "WaitForFirstConsumer";
   const std::string selected = Annotation(*claim, kAnnSelectedNode);
-  if (wait_for_consumer && selected.empty()) return absl::OkStatus();
+  if (wait_for_consumer && selected.empty() && Annotation(*claim, kAnnProvisioningNode).empty()) {
+    return absl::OkStatus();
+  }
   const std::string node = NodeForClaim(*claim);
-  auto req = BuildRequest(*claim, sc, wait_for_consumer ? selected : "");
+  auto req = BuildRequest(*claim, sc, node);
   if (!req.ok()) {
     events_.Record(*claim, "Warning", "ProvisioningFailed", std::string(req.status().message()));
     return req.status();
   }
-  if (!pending_finalizer) BERTH_RETURN_IF_ERROR(SetFinalizer(*claim, true));
+  if (!pending_finalizer || Annotation(*claim, kAnnProvisioningNode) != node) {
+    BERTH_RETURN_IF_ERROR(SetFinalizer(*claim, true, node));
+  }
   events_.Record(*claim, "Normal", "Provisioning",
                  StrCat("External provisioner is provisioning volume for claim \"", key, "\""));
   auto resp = CreateVolume(*req, node);
@@ -445,14 +500,20 @@ absl::Status Provisioner::SyncClaim(const std::string& key) {
     if (resp.status().code() == absl::StatusCode::kResourceExhausted && wait_for_consumer &&
         req->has_accessibility_requirements()) {
       // Let the scheduler choose another node.
-      auto current = registry_.Get(K("persistentvolumeclaims"), Ns(*claim), Name(*claim));
-      if (current.ok() && Uid(*current) == Uid(*claim)) {
-        json obj = *current;
-        obj["metadata"]["annotations"].erase(kAnnSelectedNode);
-        (void)registry_.Update(K("persistentvolumeclaims"), Ns(*claim), Name(*claim), obj, apiserver::Subresource::kMain);
-      }
+      absl::Status cleared = MutateObject(registry_, K("persistentvolumeclaims"), *claim,
+                                          apiserver::Subresource::kMain, [](json& obj) {
+                                            if (Annotation(obj, kAnnSelectedNode).empty()) return false;
+                                            obj["metadata"]["annotations"].erase(kAnnSelectedNode);
+                                            return true;
+                                          });
+      if (!cleared.ok()) spdlog::warn("provisioner: clearing selected-node of {}: {}", key, cleared.ToString());
     }
-    if (FinalError(resp.status())) (void)SetFinalizer(*claim, false);
+    if (FinalError(resp.status())) {
+      // Nothing exists for this attempt: the claim is free to go (or to be
+      // tried again elsewhere).
+      absl::Status released = SetFinalizer(*claim, false);
+      if (!released.ok()) spdlog::warn("provisioner: releasing {}: {}", key, released.ToString());
+    }
     return resp.status();
   }
   BERTH_RETURN_IF_ERROR(CreatePersistentVolume(*claim, sc, *req, *resp));
@@ -461,30 +522,59 @@ absl::Status Provisioner::SyncClaim(const std::string& key) {
 }
 
 absl::Status Provisioner::SyncVolume(const std::string& name) {
-  std::optional<json> pv = informers_.volumes.Get("", name);
-  if (!pv || Deleting(*pv)) return absl::OkStatus();
-  if (Annotation(*pv, kAnnProvisionedBy) != options_.driver) return absl::OkStatus();
-  if (Str(*pv, {"status", "phase"}) != "Released" || Str(*pv, {"spec", "persistentVolumeReclaimPolicy"}) != "Delete") {
-    return absl::OkStatus();
+  std::optional<json> cached = informers_.volumes.Get("", name);
+  if (!cached || Annotation(*cached, kAnnProvisionedBy) != options_.driver) return absl::OkStatus();
+  // Decide on the stored object: deleting storage on a stale view loses data.
+  auto fresh = registry_.Get(K("persistentvolumes"), "", name);
+  if (!fresh.ok()) return fresh.status().code() == absl::StatusCode::kNotFound ? absl::OkStatus() : fresh.status();
+  const json pv = *fresh;
+  if (Annotation(pv, kAnnProvisionedBy) != options_.driver) return absl::OkStatus();
+  const bool deleting = Deleting(pv);
+  const std::string phase = Str(pv, {"status", "phase"});
+  if (Str(pv, {"spec", "persistentVolumeReclaimPolicy"}) != "Delete") {
+    // Retain (possibly changed after provisioning): the storage stays.
+    return HasFinalizer(pv, kProvisionerFinalizer)
+               ? EditFinalizer(registry_, K("persistentvolumes"), pv, kProvisionerFinalizer, false)
+               : absl::OkStatus();
+  }
+  if (!deleting && !HasFinalizer(pv, kProvisionerFinalizer) && phase != "Released") {
+    // Provisioned before the finalizer existed, or it was removed by hand.
+    return EditFinalizer(registry_, K("persistentvolumes"), pv, kProvisionerFinalizer, true);
+  }
+  const bool reclaim = phase == "Released" || (deleting && phase != "Bound");
+  if (!reclaim) return absl::OkStatus();
+  // Released means its claim is gone: make sure against the store (a claim
+  // with the referenced uid still holding it means the phase is stale).
+  const json& ref = Field(Field(pv, "spec"), "claimRef");
+  if (!Str(ref, {"uid"}).empty()) {
+    auto claim = registry_.Get(K("persistentvolumeclaims"), Str(ref, {"namespace"}), Str(ref, {"name"}));
+    if (claim.ok() && Uid(*claim) == Str(ref, {"uid"})) return absl::OkStatus();
+    if (!claim.ok() && claim.status().code() != absl::StatusCode::kNotFound) return claim.status();
   }
   google::protobuf::Map<std::string, std::string> secrets;
-  if (std::string secret = Annotation(*pv, "volume.kubernetes.io/provisioner-deletion-secret-name"); !secret.empty()) {
-    auto s = registry_.Get(K("secrets"), Annotation(*pv, "volume.kubernetes.io/provisioner-deletion-secret-namespace"),
-                           secret);
-    if (s.ok()) {
-      for (const auto& [k, v] : DecodedSecretData(*s)) secrets[k] = v;
+  if (std::string secret = Annotation(pv, "volume.kubernetes.io/provisioner-deletion-secret-name"); !secret.empty()) {
+    const std::string secret_ns = Annotation(pv, "volume.kubernetes.io/provisioner-deletion-secret-namespace");
+    auto s = registry_.Get(K("secrets"), secret_ns, secret);
+    if (!s.ok()) {
+      absl::Status st = absl::FailedPreconditionError(
+          StrCat("provisioner deletion secret ", secret_ns, "/", secret, ": ", s.status().message()));
+      events_.Record(pv, "Warning", "VolumeFailedDelete", std::string(st.message()));
+      return st;
     }
+    for (const auto& [k, v] : DecodedSecretData(*s)) secrets[k] = v;
   }
   // A node-local volume is deleted where it lives.
-  const std::string node = NodeOfVolume(*pv);
-  absl::Status st = DeleteVolume(Str(*pv, {"spec", "csi", "volumeHandle"}), node, secrets);
+  absl::Status st = DeleteVolume(Str(pv, {"spec", "csi", "volumeHandle"}), NodeOfVolume(pv), secrets);
   if (!st.ok()) {
-    events_.Record(*pv, "Warning", "VolumeFailedDelete", std::string(st.message()));
+    events_.Record(pv, "Warning", "VolumeFailedDelete", std::string(st.message()));
     return st;
   }
-  auto deleted = registry_.Delete(K("persistentvolumes"), "", name);
-  if (!deleted.ok() && deleted.status().code() != absl::StatusCode::kNotFound) return deleted.status();
-  return absl::OkStatus();
+  if (!deleting) {
+    auto deleted = registry_.Delete(K("persistentvolumes"), "", name,
+                                    {.uid = Uid(pv), .resource_version = Str(pv, {"metadata", "resourceVersion"})});
+    if (!deleted.ok() && deleted.status().code() != absl::StatusCode::kNotFound) return deleted.status();
+  }
+  return EditFinalizer(registry_, K("persistentvolumes"), pv, kProvisionerFinalizer, false);
 }
 
 }  // namespace berth::controllers

@@ -17,12 +17,20 @@
 //      binding), nodeAffinity from accessible_topology, secrets refs,
 //      pv.kubernetes.io/provisioned-by,
 //   4. the finalizer comes off.
-// A claim deleted while CreateVolume is in flight keeps its finalizer until
-// the outcome is known: the provisioner repeats the (idempotent) CreateVolume
-// and deletes what it returns. RESOURCE_EXHAUSTED under WaitForFirstConsumer
-// clears selected-node so the scheduler picks again. Released volumes with
-// reclaim policy Delete that we provisioned are deleted (DeleteVolume, then
-// the PV object).
+// The finalizer carries the node the request went to
+// (volume.berth.io/provisioning-node), so a retry after a crash asks the same
+// node. A claim deleted while CreateVolume is in flight keeps its finalizer
+// until the outcome is known: the provisioner repeats the (idempotent)
+// CreateVolume and deletes what it returns; if the request cannot be rebuilt
+// (its StorageClass is gone) the finalizer stays, with a warning event.
+// RESOURCE_EXHAUSTED under WaitForFirstConsumer clears selected-node so the
+// scheduler picks again.
+//
+// Provisioned PVs with reclaim policy Delete carry
+// external-provisioner.volume.kubernetes.io/finalizer: once Released (its
+// claim gone, confirmed against the store), or deleted while not Bound, the
+// storage is deleted (DeleteVolume on the volume's node), then the PV object
+// (with uid and resourceVersion preconditions), then the finalizer.
 //
 // Thread-safety: thread-safe; Start/Stop from one thread.
 #pragma once
@@ -42,6 +50,12 @@
 namespace berth::controllers {
 
 inline constexpr char kProvisioningFinalizer[] = "volume.berth.io/provisioning";
+// The node whose driver a claim's in-flight CreateVolume went to (set with
+// kProvisioningFinalizer, removed with it).
+inline constexpr char kAnnProvisioningNode[] = "volume.berth.io/provisioning-node";
+// On provisioned PVs with reclaim policy Delete: the storage is deleted
+// before the PV object may go (external-provisioner's finalizer).
+inline constexpr char kProvisionerFinalizer[] = "external-provisioner.volume.kubernetes.io/finalizer";
 
 struct ProvisionerInformers {
   Informer& claims;
@@ -84,7 +98,7 @@ class Provisioner {
   absl::Status CreatePersistentVolume(const nlohmann::json& claim, const nlohmann::json& storage_class,
                                       const ::csi::v1::CreateVolumeRequest& request,
                                       const ::csi::v1::CreateVolumeResponse& response);
-  absl::Status SetFinalizer(const nlohmann::json& claim, bool present);
+  absl::Status SetFinalizer(const nlohmann::json& claim, bool present, const std::string& node = "");
   // The topology segment of `node` for our driver ({} if none).
   std::map<std::string, std::string> Segment(const std::string& node) const;
   std::string NodeForClaim(const nlohmann::json& claim) const;

@@ -2,6 +2,8 @@
 // the PV binder running alongside as in berth up.
 #include "controllers/provisioner.h"
 
+#include <set>
+
 #include "common/testing/eventually.h"
 #include "common/testing/temp_dir.h"
 #include "controllers/pv_binder.h"
@@ -287,6 +289,136 @@ TEST_F(ProvisionerTest, InfeasibleExpansionIsReportedOnTheClaim) {
   json claim = Get("persistentvolumeclaims", "default", "data");
   EXPECT_EQ(claim["status"]["capacity"]["storage"], "1Gi");
   EXPECT_EQ(Get("persistentvolumes", "", claim["spec"]["volumeName"])["spec"]["capacity"]["storage"], "1Gi");
+}
+
+
+TEST_F(ProvisionerTest, DeletedBoundVolumeKeepsItsStorageUntilTheClaimGoes) {
+  Class("fast");
+  Start();
+  Create("persistentvolumeclaims", "", "default", Claim("data", "fast"));
+  ASSERT_TRUE(Eventually([&] { return ClaimPhase("data") == "Bound"; }));
+  const std::string pv_name = Get("persistentvolumeclaims", "default", "data")["spec"]["volumeName"];
+  EXPECT_THAT(Get("persistentvolumes", "", pv_name)["metadata"]["finalizers"],
+              ::testing::Contains(kProvisionerFinalizer));
+  // Deleting the PV object while its claim uses it deletes nothing.
+  ASSERT_TRUE(registry_->Delete(K("persistentvolumes"), "", pv_name).ok());
+  absl::SleepFor(absl::Milliseconds(400));
+  EXPECT_FALSE(Get("persistentvolumes", "", pv_name).is_null());
+  EXPECT_EQ(driver_->volumes().size(), 1u);
+  EXPECT_EQ(ClaimPhase("data"), "Bound");
+  // The claim goes: the volume is released, its storage deleted, the PV gone.
+  ASSERT_TRUE(registry_->Delete(K("persistentvolumeclaims"), "default", "data").ok());
+  ASSERT_TRUE(Eventually([&] { return Get("persistentvolumes", "", pv_name).is_null(); }));
+  EXPECT_TRUE(driver_->volumes().empty());
+}
+
+TEST_F(ProvisionerTest, RetainedVolumeKeepsItsStorage) {
+  Create("storageclasses", "storage.k8s.io", "",
+         {{"metadata", {{"name", "keep"}}}, {"provisioner", kDriver}, {"reclaimPolicy", "Retain"}});
+  Start();
+  Create("persistentvolumeclaims", "", "default", Claim("data", "keep"));
+  ASSERT_TRUE(Eventually([&] { return ClaimPhase("data") == "Bound"; }));
+  const std::string pv_name = Get("persistentvolumeclaims", "default", "data")["spec"]["volumeName"];
+  EXPECT_THAT(Get("persistentvolumes", "", pv_name)["metadata"]["finalizers"],
+              ::testing::Not(::testing::Contains(kProvisionerFinalizer)));
+  ASSERT_TRUE(registry_->Delete(K("persistentvolumeclaims"), "default", "data").ok());
+  ASSERT_TRUE(Eventually([&] { return Get("persistentvolumes", "", pv_name)["status"]["phase"] == "Released"; }));
+  absl::SleepFor(absl::Milliseconds(300));
+  EXPECT_EQ(driver_->volumes().size(), 1u);
+}
+
+TEST_F(ProvisionerTest, ClaimDeletedMidFlightWithItsClassGoneKeepsItsFinalizer) {
+  Class("fast");
+  driver_->SetCreateDelay(absl::Milliseconds(600));
+  driver_->FailCreates(grpc::StatusCode::DEADLINE_EXCEEDED, 1, /*after_create=*/true);
+  Start();
+  Create("persistentvolumeclaims", "", "default", Claim("data", "fast"));
+  ASSERT_TRUE(Eventually([&] { return driver_->create_calls() >= 1; }));
+  ASSERT_TRUE(registry_->Delete(K("storageclasses", "storage.k8s.io"), "", "fast").ok());
+  ASSERT_TRUE(registry_->Delete(K("persistentvolumeclaims"), "default", "data").ok());
+  // The volume was created but its answer lost; the request cannot be
+  // rebuilt without the class: the claim must stay.
+  absl::SleepFor(absl::Seconds(2));
+  EXPECT_NE(ClaimPhase("data"), "<gone>");
+  EXPECT_EQ(driver_->volumes().size(), 1u);
+  EXPECT_EQ(Get("persistentvolumeclaims", "default", "data")["metadata"]["annotations"].value(kAnnProvisioningNode, "x"), "x");
+  // The class comes back: the volume is cleaned up and the claim goes.
+  driver_->SetCreateDelay(absl::ZeroDuration());
+  Class("fast");
+  ASSERT_TRUE(Eventually([&] { return ClaimPhase("data") == "<gone>" && driver_->volumes().empty(); }, absl::Seconds(30)));
+}
+
+class BuildRequestTest : public ProvisionerTest {
+ protected:
+  void Nodes(std::vector<std::string> names, bool with_zone = false) {
+    for (const auto& n : names) {
+      json labels = {{"kubernetes.io/hostname", n}};
+      json keys = {"kubernetes.io/hostname"};
+      if (with_zone) {
+        labels["topology.kubernetes.io/zone"] = "z1";
+        keys.push_back("topology.kubernetes.io/zone");
+      }
+      Create("nodes", "", "", {{"metadata", {{"name", n}, {"labels", labels}}}});
+      Create("csinodes", "storage.k8s.io", "",
+             {{"metadata", {{"name", n}}}, {"spec", {{"drivers", {{{"name", kDriver}, {"nodeID", n}, {"topologyKeys", keys}}}}}}});
+    }
+  }
+  std::string FirstPreferred(const ::csi::v1::CreateVolumeRequest& req) {
+    return req.accessibility_requirements().preferred(0).segments().at("kubernetes.io/hostname");
+  }
+};
+
+TEST_F(BuildRequestTest, StatefulSetReplicasSpreadOverConsecutiveSegments) {
+  Nodes({"n1", "n2", "n3"});
+  Start();
+  json sc = {{"metadata", {{"name", "fast"}}}, {"provisioner", kDriver}};
+  std::set<std::string> first;
+  std::vector<std::string> order;
+  for (int i = 0; i < 3; ++i) {
+    json claim = Claim("data-web-" + std::to_string(i), "fast");
+    claim["metadata"]["uid"] = "u" + std::to_string(i);
+    claim["metadata"]["namespace"] = "default";
+    auto req = provisioner_->BuildRequest(claim, sc, "");
+    ASSERT_TRUE(req.ok()) << req.status();
+    EXPECT_EQ(req->accessibility_requirements().requisite_size(), 3);
+    first.insert(FirstPreferred(*req));
+    order.push_back(FirstPreferred(*req));
+  }
+  EXPECT_EQ(first.size(), 3u) << "replicas 0..2 must start on three different segments";
+  // Stable: the same claim always starts at the same place.
+  json claim = Claim("data-web-1", "fast");
+  claim["metadata"]["uid"] = "other";
+  EXPECT_EQ(FirstPreferred(*provisioner_->BuildRequest(claim, sc, "")), order[1]);
+}
+
+TEST_F(BuildRequestTest, SelectedNodeMustHaveTheDriversTopology) {
+  Nodes({"n1"});
+  Create("nodes", "", "", {{"metadata", {{"name", "bare"}, {"labels", {{"kubernetes.io/hostname", "bare"}}}}}});
+  Start();
+  json sc = {{"metadata", {{"name", "fast"}}}, {"provisioner", kDriver}};
+  json claim = Claim("data", "fast");
+  claim["metadata"]["uid"] = "u";
+  auto req = provisioner_->BuildRequest(claim, sc, "bare");
+  ASSERT_FALSE(req.ok());
+  EXPECT_EQ(req.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(req.status().message()), ::testing::HasSubstr("no topology for driver"));
+}
+
+TEST_F(BuildRequestTest, AllowedTopologiesMayNameFewerKeysThanTheDriver) {
+  Nodes({"n1", "n2"}, /*with_zone=*/true);
+  Start();
+  json sc = {{"metadata", {{"name", "zonal"}}},
+             {"provisioner", kDriver},
+             {"allowedTopologies", {{{"matchLabelExpressions", {{{"key", "topology.kubernetes.io/zone"}, {"values", {"z1"}}}}}}}}};
+  json claim = Claim("data", "zonal");
+  claim["metadata"]["uid"] = "u";
+  auto req = provisioner_->BuildRequest(claim, sc, "n2");
+  ASSERT_TRUE(req.ok()) << req.status();
+  EXPECT_EQ(req->accessibility_requirements().requisite(0).segments().at("topology.kubernetes.io/zone"), "z1");
+  sc["allowedTopologies"][0]["matchLabelExpressions"][0]["values"] = {"z9"};
+  auto refused = provisioner_->BuildRequest(claim, sc, "n2");
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(std::string(refused.status().message()), ::testing::HasSubstr("allowedTopologies"));
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include "common/status.h"
 #include "common/strings.h"
 #include "controllers/object.h"
+#include "controllers/writes.h"
 #include "spdlog/spdlog.h"
 
 namespace berth::controllers {
@@ -64,12 +65,12 @@ const api::KindInfo& VolumesKind() { return *api::FindResource("", "persistentvo
 
 // Reads the object fresh, applies `mutate` (returns false: nothing to do)
 // and writes it back conditionally; a conflict is returned (the caller's
-// work queue retries with backoff).
+// work queue retries with backoff). An object that is gone needs nothing.
 absl::Status Mutate(apiserver::Registry& registry, const api::KindInfo& kind, const std::string& ns,
                     const std::string& name, apiserver::Subresource sub,
                     const std::function<bool(json&)>& mutate) {
   auto current = registry.Get(kind, ns, name);
-  if (!current.ok()) return current.status();
+  if (!current.ok()) return current.status().code() == absl::StatusCode::kNotFound ? absl::OkStatus() : current.status();
   json obj = *current;
   if (!mutate(obj)) return absl::OkStatus();
   return registry.Update(kind, ns, name, std::move(obj), sub).status();
@@ -101,11 +102,27 @@ void PvBinder::RegisterHandlers() {
             }
           },
   });
+  // A free volume appearing may satisfy claims waiting for one.
+  auto offer = [this](const json& pv) {
+    if (!Field(Field(pv, "spec"), "claimRef").is_null() || Deleting(pv)) return;
+    const std::string cls = VolumeClass(pv);
+    informers_.claims.Select([&](const json& c) {
+      if (Str(c, {"spec", "volumeName"}).empty() && ClaimClass(c) == cls && !Deleting(c)) {
+        claim_queue_.Add(ObjectKey(c));
+      }
+      return false;
+    });
+  };
   informers_.volumes.AddHandlers({
-      .on_add = [this](const json& o) { volume_queue_.Add(Name(o)); },
-      .on_update =
-          [this](const json&, const json& o) {
+      .on_add =
+          [this, offer](const json& o) {
             volume_queue_.Add(Name(o));
+            offer(o);
+          },
+      .on_update =
+          [this, offer](const json& before, const json& o) {
+            volume_queue_.Add(Name(o));
+            if (Str(before, {"status", "phase"}) != "Available" && Str(o, {"status", "phase"}) == "Available") offer(o);
             // A volume that became Available may satisfy a waiting claim;
             // one naming a claim lets that claim finish binding.
             if (std::string c = Str(o, {"spec", "claimRef", "name"}); !c.empty()) {
@@ -303,7 +320,10 @@ absl::Status PvBinder::Bind(const json& claim, const json& volume) {
   BERTH_RETURN_IF_ERROR(Mutate(registry_, VolumesKind(), "", pv_name, apiserver::Subresource::kMain, [&](json& pv) {
     const json& ref = Field(pv["spec"], "claimRef");
     if (!ref.is_null() && Str(ref, {"uid"}) == Uid(claim)) return false;
-    if (!ref.is_null() && !Str(ref, {"uid"}).empty()) return false;  // someone else's now: the sync below sees it
+    // Someone else's (by uid, or pre-bound by name to another claim): the
+    // check below sees it.
+    if (!ref.is_null() && !Str(ref, {"uid"}).empty()) return false;
+    if (!ref.is_null() && (Str(ref, {"name"}) != Name(claim) || Str(ref, {"namespace"}) != Ns(claim))) return false;
     pv["spec"]["claimRef"] = {{"kind", "PersistentVolumeClaim"},
                               {"namespace", Ns(claim)},
                               {"name", Name(claim)},
@@ -324,6 +344,12 @@ absl::Status PvBinder::Bind(const json& claim, const json& volume) {
   BERTH_RETURN_IF_ERROR(Mutate(registry_, ClaimsKind(), Ns(claim), Name(claim), apiserver::Subresource::kMain,
                                [&](json& pvc) {
                                  if (Uid(pvc) != Uid(claim)) return false;
+                                 // Never complete a binding to a volume the
+                                 // claim does not name.
+                                 if (const std::string named = Str(pvc, {"spec", "volumeName"});
+                                     !named.empty() && named != pv_name) {
+                                   return false;
+                                 }
                                  bool changed = false;
                                  if (Str(pvc, {"spec", "volumeName"}).empty()) {
                                    pvc["spec"]["volumeName"] = pv_name;
@@ -336,6 +362,11 @@ absl::Status PvBinder::Bind(const json& claim, const json& volume) {
                                  }
                                  return changed;
                                }));
+  if (auto fresh_claim = registry_.Get(ClaimsKind(), Ns(claim), Name(claim));
+      fresh_claim.ok() && Str(*fresh_claim, {"spec", "volumeName"}) != pv_name) {
+    return absl::AbortedError(StrCat("claim ", ObjectKey(claim), " names volume ",
+                                     Str(*fresh_claim, {"spec", "volumeName"}), ", not ", pv_name));
+  }
   // 4. Its status.
   BERTH_RETURN_IF_ERROR(SetClaimPhase(claim, "Bound", &*fresh_pv));
   events_.Record(claim, "Normal", "Bound", StrCat("bound to volume \"", pv_name, "\""));
@@ -372,8 +403,12 @@ absl::Status PvBinder::SyncBoundClaim(const json& claim) {
 absl::Status PvBinder::SyncVolume(const std::string& name) {
   std::optional<json> pv = informers_.volumes.Get("", name);
   if (!pv) return absl::OkStatus();
-  if (Deleting(*pv)) return ProtectVolume(*pv);
-  if (!HasFinalizer(*pv, kPvProtection)) {
+  if (Deleting(*pv)) {
+    // A deleted volume keeps its phase current (its claim may go meanwhile:
+    // Released lets the provisioner reclaim it), and loses pv-protection
+    // once it is not Bound.
+    BERTH_RETURN_IF_ERROR(ProtectVolume(*pv));
+  } else if (!HasFinalizer(*pv, kPvProtection)) {
     return Mutate(registry_, VolumesKind(), "", name, apiserver::Subresource::kMain, [](json& o) {
       if (Deleting(o) || HasFinalizer(o, kPvProtection)) return false;
       o["metadata"]["finalizers"].push_back(kPvProtection);
@@ -448,22 +483,32 @@ absl::Status PvBinder::ReleaseOrUnbind(const json& pv) {
 }
 
 bool PvBinder::ClaimInUse(const json& claim) const {
-  for (const auto& pod : informers_.pods.List(Ns(claim))) {
-    const std::string phase = Str(pod, {"status", "phase"});
-    if (phase == "Succeeded" || phase == "Failed") continue;
+  // Kubernetes' rule (pvc-protection controller): any pod scheduled to a
+  // node that references the claim uses it, whatever its phase — kubelet
+  // may still be tearing its volumes down.
+  auto uses = [&](const json& pod) {
+    if (Str(pod, {"spec", "nodeName"}).empty()) return false;
     const json& vols = Field(Field(pod, "spec"), "volumes");
-    if (!vols.is_array()) continue;
+    if (!vols.is_array()) return false;
     for (const auto& v : vols) {
       if (Str(v, {"persistentVolumeClaim", "claimName"}) == Name(claim)) return true;
     }
-  }
-  return false;
+    return false;
+  };
+  const std::string ns = Ns(claim);
+  if (!informers_.pods.Select([&](const json& pod) { return Ns(pod) == ns && uses(pod); }).empty()) return true;
+  // The cache may not have a just-created pod yet: confirm with the store
+  // before letting the claim go.
+  auto live = registry_.List(*api::FindResource("", "pods"), ns, {});
+  if (!live.ok()) return true;  // unknown: keep protecting
+  std::vector<json> pods = std::move(live->items);
+  return std::any_of(pods.begin(), pods.end(), uses);
 }
 
 absl::Status PvBinder::ProtectClaim(const json& claim) {
   if (!HasFinalizer(claim, kPvcProtection) || ClaimInUse(claim)) return absl::OkStatus();
   return Mutate(registry_, ClaimsKind(), Ns(claim), Name(claim), apiserver::Subresource::kMain, [&](json& o) {
-    if (!HasFinalizer(o, kPvcProtection) || ClaimInUse(o)) return false;
+    if (Uid(o) != Uid(claim) || !HasFinalizer(o, kPvcProtection)) return false;
     json& f = o["metadata"]["finalizers"];
     f.erase(std::remove(f.begin(), f.end(), json(kPvcProtection)), f.end());
     return true;
@@ -492,6 +537,11 @@ absl::Status PvBinder::SetClaimPhase(const json& claim, const std::string& phase
       status["capacity"] = Field(Field(*volume, "spec"), "capacity");
       status["accessModes"] = Field(Field(*volume, "spec"), "accessModes");
     }
+    if (volume == nullptr) {
+      // Without a volume the claim has neither (Kubernetes resets both).
+      status.erase("capacity");
+      status.erase("accessModes");
+    }
     status["phase"] = phase;
     if (status == before) return false;
     o["status"] = status;
@@ -509,7 +559,7 @@ absl::Status PvBinder::SetVolumePhase(const json& volume, const std::string& pha
     } else {
       status["message"] = message;
     }
-    status["lastPhaseTransitionTime"] = absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", absl::Now(), absl::UTCTimeZone());
+    status["lastPhaseTransitionTime"] = NowRfc3339();
     o["status"] = status;
     return true;
   });

@@ -195,8 +195,9 @@ TEST_F(PvBinderTest, NoMatchHandsTheClaimToItsProvisioner) {
 TEST_F(PvBinderTest, DeletedClaimWaitsForItsPodThenReleasesTheVolume) {
   Create("persistentvolumes", "", Volume("pv", "1Gi"));
   Create("persistentvolumeclaims", "default", Claim("data", "1Gi"));
+  // Scheduled: only pods on a node hold a claim (Kubernetes' rule).
   Create("pods", "default", {{"apiVersion", "v1"}, {"kind", "Pod"}, {"metadata", {{"name", "app"}}},
-                             {"spec", {{"containers", {{{"name", "c"}, {"image", "busybox"}}}},
+                             {"spec", {{"nodeName", "node-1"}, {"containers", {{{"name", "c"}, {"image", "busybox"}}}},
                                        {"volumes", {{{"name", "d"}, {"persistentVolumeClaim", {{"claimName", "data"}}}}}}}}});
   StartBinder();
   ASSERT_TRUE(Eventually([&] { return Phase("persistentvolumeclaims", "default", "data") == "Bound"; }));
@@ -255,6 +256,55 @@ TEST_F(PvBinderTest, BoundClaimWhoseVolumeIsGoneIsLost) {
                                apiserver::PatchType::kMerge, apiserver::Subresource::kMain).ok());
   EXPECT_EQ(Phase("persistentvolumes", "", "pv"), "<gone>");
   ASSERT_TRUE(Eventually([&] { return Phase("persistentvolumeclaims", "default", "data") == "Lost"; }));
+}
+
+
+TEST_F(PvBinderTest, VolumePreBoundByNameToAnotherClaimIsNotTaken) {
+  json pv = Volume("pv", "1Gi");
+  pv["spec"]["claimRef"] = {{"namespace", "default"}, {"name", "someone-else"}};
+  Create("persistentvolumes", "", pv);
+  Create("persistentvolumeclaims", "default", Claim("data", "1Gi"));
+  StartBinder();
+  absl::SleepFor(absl::Milliseconds(500));
+  EXPECT_EQ(Phase("persistentvolumeclaims", "default", "data"), "Pending");
+  EXPECT_EQ(Get("persistentvolumes", "", "pv")["spec"]["claimRef"]["name"], "someone-else");
+}
+
+TEST_F(PvBinderTest, ANewVolumeWakesAWaitingClaim) {
+  Create("persistentvolumeclaims", "default", Claim("data", "1Gi"));
+  StartBinder();
+  absl::SleepFor(absl::Milliseconds(300));
+  EXPECT_EQ(Phase("persistentvolumeclaims", "default", "data"), "Pending");
+  Create("persistentvolumes", "", Volume("pv", "1Gi"));
+  // No resync needed: the volume's arrival re-queues the claim.
+  ASSERT_TRUE(Eventually([&] { return Phase("persistentvolumeclaims", "default", "data") == "Bound"; }, absl::Seconds(5)));
+}
+
+TEST_F(PvBinderTest, UnscheduledPodDoesNotHoldADeletedClaim) {
+  Create("persistentvolumes", "", Volume("pv", "1Gi"));
+  Create("persistentvolumeclaims", "default", Claim("data", "1Gi"));
+  Create("pods", "default", {{"apiVersion", "v1"}, {"kind", "Pod"}, {"metadata", {{"name", "app"}}},
+                             {"spec", {{"containers", {{{"name", "c"}, {"image", "busybox"}}}},
+                                       {"volumes", {{{"name", "d"}, {"persistentVolumeClaim", {{"claimName", "data"}}}}}}}}});
+  StartBinder();
+  ASSERT_TRUE(Eventually([&] { return Phase("persistentvolumeclaims", "default", "data") == "Bound"; }));
+  ASSERT_TRUE(registry_->Delete(K("persistentvolumeclaims"), "default", "data").ok());
+  ASSERT_TRUE(Eventually([&] { return Phase("persistentvolumeclaims", "default", "data") == "<gone>"; }));
+}
+
+TEST_F(PvBinderTest, LostClaimHasNoCapacity) {
+  Create("persistentvolumes", "", Volume("pv", "1Gi"));
+  Create("persistentvolumeclaims", "default", Claim("data", "1Gi"));
+  StartBinder();
+  ASSERT_TRUE(Eventually([&] { return Phase("persistentvolumeclaims", "default", "data") == "Bound"; }));
+  json pv = Get("persistentvolumes", "", "pv");
+  pv["metadata"]["finalizers"] = json::array();
+  ASSERT_TRUE(registry_->Update(K("persistentvolumes"), "", "pv", pv, apiserver::Subresource::kMain).ok());
+  ASSERT_TRUE(registry_->Delete(K("persistentvolumes"), "", "pv").ok());
+  ASSERT_TRUE(Eventually([&] { return Phase("persistentvolumeclaims", "default", "data") == "Lost"; }));
+  json status = Get("persistentvolumeclaims", "default", "data")["status"];
+  EXPECT_FALSE(status.contains("capacity"));
+  EXPECT_FALSE(status.contains("accessModes"));
 }
 
 }  // namespace

@@ -5,7 +5,9 @@
 #include "api/quantity.h"
 #include "common/status.h"
 #include "common/strings.h"
+#include "controllers/capability.h"
 #include "controllers/object.h"
+#include "controllers/writes.h"
 #include "csi/grpc_status.h"
 #include "csi/v1/csi.grpc.pb.h"
 #include "grpcpp/client_context.h"
@@ -24,7 +26,6 @@ std::optional<api::Quantity> Size(const std::string& text) {
 
 const api::KindInfo& K(std::string_view resource) { return *api::FindResource("", resource); }
 
-std::string Now() { return absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", absl::Now(), absl::UTCTimeZone()); }
 
 // Sets (or with status "" removes) a claim condition of `type`.
 void SetCondition(json& status, const std::string& type, const std::string& value, const std::string& message = "") {
@@ -37,7 +38,7 @@ void SetCondition(json& status, const std::string& type, const std::string& valu
   if (!value.empty()) {
     // An unchanged condition keeps its timestamps: rewriting them would turn
     // every retry into a write and a watch event (a hot loop).
-    json c = {{"type", type}, {"status", value}, {"lastTransitionTime", Now()}, {"lastProbeTime", nullptr}};
+    json c = {{"type", type}, {"status", value}, {"lastTransitionTime", NowRfc3339()}, {"lastProbeTime", nullptr}};
     if (status.contains("conditions") && status["conditions"].is_array()) {
       for (const auto& old : status["conditions"]) {
         if (Str(old, {"type"}) == type && Str(old, {"status"}) == value) c = old;
@@ -103,44 +104,6 @@ void Resizer::Stop() {
   workers_.clear();
 }
 
-absl::StatusOr<bool> Resizer::ControllerCanExpand(const std::string& node) {
-  {
-    absl::MutexLock lock(&mu_);
-    if (can_expand_) return *can_expand_;
-  }
-  BERTH_ASSIGN_OR_RETURN(auto channel, drivers_.Channel(options_.driver, node));
-  auto stub = ::csi::v1::Controller::NewStub(channel);
-  grpc::ClientContext ctx;
-  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
-  ::csi::v1::ControllerGetCapabilitiesResponse resp;
-  grpc::Status st = stub->ControllerGetCapabilities(&ctx, {}, &resp);
-  if (!st.ok()) return csi::FromGrpcStatus(st);
-  bool can = false;
-  for (const auto& c : resp.capabilities()) {
-    can = can || c.rpc().type() == ::csi::v1::ControllerServiceCapability::RPC::EXPAND_VOLUME;
-  }
-  absl::MutexLock lock(&mu_);
-  can_expand_ = can;
-  return can;
-}
-
-absl::Status Resizer::UpdateClaimStatus(const json& claim, const std::function<void(json& status)>& edit) {
-  auto current = registry_.Get(K("persistentvolumeclaims"), Str(claim, {"metadata", "namespace"}),
-                               Str(claim, {"metadata", "name"}));
-  if (!current.ok()) return current.status();
-  json obj = *current;
-  if (Str(obj, {"metadata", "uid"}) != Str(claim, {"metadata", "uid"})) return absl::OkStatus();
-  json status = obj.value("status", json::object());
-  const json before = status;
-  edit(status);
-  if (status == before) return absl::OkStatus();
-  obj["status"] = status;
-  return registry_
-      .Update(K("persistentvolumeclaims"), Str(obj, {"metadata", "namespace"}), Str(obj, {"metadata", "name"}), obj,
-              apiserver::Subresource::kStatus)
-      .status();
-}
-
 absl::Status Resizer::SyncClaim(const std::string& key) {
   std::optional<json> cached = claims_.GetByKey(key);
   if (!cached || Str(*cached, {"status", "phase"}) != "Bound") return absl::OkStatus();
@@ -158,6 +121,9 @@ absl::Status Resizer::SyncClaim(const std::string& key) {
   if (!fresh_pv.ok()) return absl::OkStatus();
   std::optional<json> pv = *fresh_pv;
   if (Str(*pv, {"spec", "csi", "driver"}) != options_.driver) return absl::OkStatus();
+  // Only the volume that is really this claim's (not one that names it by
+  // name only, or an older claim of the same name).
+  if (Str(*pv, {"spec", "claimRef", "uid"}) != Uid(*claim)) return absl::OkStatus();
   auto desired = Size(Str(*claim, {"spec", "resources", "requests", "storage"}));
   auto status_size = Size(Str(*claim, {"status", "capacity", "storage"}));
   auto pv_size = Size(Str(*pv, {"spec", "capacity", "storage"}));
@@ -173,7 +139,7 @@ absl::Status Resizer::SyncClaim(const std::string& key) {
     // A restart between growing the volume and recording the node's turn:
     // whether the node must grow the filesystem is unknown, so hand it to
     // the node (NodeExpandVolume on a grown filesystem is a no-op).
-    return UpdateClaimStatus(*claim, [&](json& s) {
+    return EditStatus(registry_, K("persistentvolumeclaims"), *claim, [&](json& s) {
       SetCondition(s, "Resizing", "");
       SetCondition(s, "FileSystemResizePending", "True",
                    "Waiting for user to (re-)start a pod to finish file system resize of volume on node.");
@@ -183,7 +149,7 @@ absl::Status Resizer::SyncClaim(const std::string& key) {
   if (*pv_size >= *desired) {
     // The volume already has it (e.g. a statically sized PV): the claim
     // catches up.
-    return UpdateClaimStatus(*claim, [&](json& s) {
+    return EditStatus(registry_, K("persistentvolumeclaims"), *claim, [&](json& s) {
       if (HasCondition(json({{"status", s}}), "FileSystemResizePending")) return;  // raced: the node's turn
       s["capacity"]["storage"] = pv_size->ToString();
       SetCondition(s, "Resizing", "");
@@ -191,25 +157,21 @@ absl::Status Resizer::SyncClaim(const std::string& key) {
     });
   }
   const std::string node = NodeOfVolume(*pv);
-  BERTH_RETURN_IF_ERROR(UpdateClaimStatus(*claim, [&](json& s) {
+  BERTH_RETURN_IF_ERROR(EditStatus(registry_, K("persistentvolumeclaims"), *claim, [&](json& s) {
     SetCondition(s, "Resizing", "True");
     s["allocatedResources"]["storage"] = desired->ToString();
     s["allocatedResourceStatuses"]["storage"] = "ControllerResizeInProgress";
   }));
-  BERTH_ASSIGN_OR_RETURN(bool can_expand, ControllerCanExpand(node));
+  BERTH_ASSIGN_OR_RETURN(bool can_expand, drivers_.ControllerHasCapability(
+                                             options_.driver, node,
+                                             ::csi::v1::ControllerServiceCapability::RPC::EXPAND_VOLUME));
   int64_t new_bytes = desired->Value();
   bool node_expansion = true;
   if (can_expand) {
     ::csi::v1::ControllerExpandVolumeRequest req;
     req.set_volume_id(Str(*pv, {"spec", "csi", "volumeHandle"}));
     req.mutable_capacity_range()->set_required_bytes(desired->Value());
-    auto* cap = req.mutable_volume_capability();
-    cap->mutable_access_mode()->set_mode(::csi::v1::VolumeCapability::AccessMode::SINGLE_NODE_WRITER);
-    if (Str(*pv, {"spec", "volumeMode"}) == "Block") {
-      cap->mutable_block();
-    } else {
-      cap->mutable_mount()->set_fs_type(Str(*pv, {"spec", "csi", "fsType"}));
-    }
+    *req.mutable_volume_capability() = PvVolumeCapability(*pv);
     if (std::string secret = Str(*pv, {"spec", "csi", "controllerExpandSecretRef", "name"}); !secret.empty()) {
       auto s = registry_.Get(K("secrets"), Str(*pv, {"spec", "csi", "controllerExpandSecretRef", "namespace"}), secret);
       if (s.ok()) {
@@ -226,7 +188,7 @@ absl::Status Resizer::SyncClaim(const std::string& key) {
       absl::Status st = csi::FromGrpcStatus(gst);
       events_.Record(*claim, "Warning", "VolumeResizeFailed", StrCat("resize volume \"", pv_name, "\" failed: ", st.message()));
       if (FinalError(st)) {
-        (void)UpdateClaimStatus(*claim, [&](json& s) {
+        (void)EditStatus(registry_, K("persistentvolumeclaims"), *claim, [&](json& s) {
           SetCondition(s, "Resizing", "");
           s["allocatedResourceStatuses"]["storage"] = "ControllerResizeInfeasible";
         });
@@ -251,7 +213,7 @@ absl::Status Resizer::SyncClaim(const std::string& key) {
   if (node_expansion) {
     events_.Record(*claim, "Normal", "FileSystemResizeRequired",
                    "Require file system resize of volume on node");
-    return UpdateClaimStatus(*claim, [&](json& s) {
+    return EditStatus(registry_, K("persistentvolumeclaims"), *claim, [&](json& s) {
       SetCondition(s, "Resizing", "");
       SetCondition(s, "FileSystemResizePending", "True",
                    "Waiting for user to (re-)start a pod to finish file system resize of volume on node.");
@@ -259,7 +221,7 @@ absl::Status Resizer::SyncClaim(const std::string& key) {
     });
   }
   events_.Record(*claim, "Normal", "VolumeResizeSuccessful", StrCat("resize volume \"", pv_name, "\" successful"));
-  return UpdateClaimStatus(*claim, [&](json& s) {
+  return EditStatus(registry_, K("persistentvolumeclaims"), *claim, [&](json& s) {
     SetCondition(s, "Resizing", "");
     s["capacity"]["storage"] = new_size;
     if (s.contains("allocatedResourceStatuses")) s["allocatedResourceStatuses"].erase("storage");

@@ -48,11 +48,6 @@ class Resizer {
   absl::Status SyncClaim(const std::string& key);
 
  private:
-  // Whether the driver's controller can expand (asked once, then cached).
-  absl::StatusOr<bool> ControllerCanExpand(const std::string& node);
-  absl::Status UpdateClaimStatus(const nlohmann::json& claim,
-                                 const std::function<void(nlohmann::json& status)>& edit);
-
   apiserver::Registry& registry_;
   DriverDirectory& drivers_;
   Informer& claims_;
@@ -61,8 +56,6 @@ class Resizer {
   EventRecorder events_;
   WorkQueue queue_;
   std::vector<std::thread> workers_;
-  absl::Mutex mu_;
-  std::optional<bool> can_expand_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace berth::controllers

@@ -24,57 +24,64 @@
 
 namespace berth::controllers {
 
-// Applies `edit` to the stored object's status (the /status subresource
-// where the kind has one). NotFound and a different uid are success: the
-// object the decision was about is gone.
-inline absl::Status EditStatus(apiserver::Registry& registry, const api::KindInfo& kind, const nlohmann::json& object,
-                               const std::function<void(nlohmann::json& status)>& edit) {
+// Reads the stored object named like `object`, applies `mutate` (false:
+// nothing to do) and writes it back conditionally on its resourceVersion.
+// NotFound and a different uid are success: the object the decision was
+// about is gone.
+inline absl::Status MutateObject(apiserver::Registry& registry, const api::KindInfo& kind,
+                                 const nlohmann::json& object, apiserver::Subresource sub,
+                                 const std::function<bool(nlohmann::json&)>& mutate) {
   auto current = registry.Get(kind, Ns(object), Name(object));
   if (!current.ok()) return current.status().code() == absl::StatusCode::kNotFound ? absl::OkStatus() : current.status();
   nlohmann::json obj = *current;
-  if (Uid(obj) != Uid(object)) return absl::OkStatus();
-  nlohmann::json status = obj.value("status", nlohmann::json::object());
-  const nlohmann::json before = status;
-  edit(status);
-  if (status == before) return absl::OkStatus();
-  obj["status"] = std::move(status);
-  return registry
-      .Update(kind, Ns(obj), Name(obj), obj,
-              apiserver::HasStatusSubresource(kind) ? apiserver::Subresource::kStatus : apiserver::Subresource::kMain)
-      .status();
+  if (Uid(obj) != Uid(object) || !mutate(obj)) return absl::OkStatus();
+  const std::string ns = Ns(obj), name = Name(obj);  // before obj is moved
+  return registry.Update(kind, ns, name, std::move(obj), sub).status();
 }
 
-// Adds (`present`) or removes `finalizer` on the stored object named like
-// `object` with its uid, setting `annotations` in the same write when
-// adding. No finalizer is added to an object being deleted (the API refuses
-// it). NotFound / another uid are success.
+// Applies `edit` to the stored object's status (the /status subresource
+// where the kind has one); writes only when the status changed.
+inline absl::Status EditStatus(apiserver::Registry& registry, const api::KindInfo& kind, const nlohmann::json& object,
+                               const std::function<void(nlohmann::json& status)>& edit) {
+  const auto sub =
+      apiserver::HasStatusSubresource(kind) ? apiserver::Subresource::kStatus : apiserver::Subresource::kMain;
+  return MutateObject(registry, kind, object, sub, [&](nlohmann::json& obj) {
+    nlohmann::json status = obj.value("status", nlohmann::json::object());
+    const nlohmann::json before = status;
+    edit(status);
+    if (status == before) return false;
+    obj["status"] = std::move(status);
+    return true;
+  });
+}
+
+// Adds (`present`) or removes `finalizer`, setting `annotations` in the same
+// write when adding. No finalizer is added to an object being deleted (the
+// API refuses it).
 inline absl::Status EditFinalizer(apiserver::Registry& registry, const api::KindInfo& kind,
                                   const nlohmann::json& object, const std::string& finalizer, bool present,
                                   const std::map<std::string, std::string>& annotations = {}) {
-  auto current = registry.Get(kind, Ns(object), Name(object));
-  if (!current.ok()) return current.status().code() == absl::StatusCode::kNotFound ? absl::OkStatus() : current.status();
-  nlohmann::json obj = *current;
-  if (Uid(obj) != Uid(object)) return absl::OkStatus();
-  bool changed = false;
-  if (present) {
-    for (const auto& [k, v] : annotations) {
-      if (Annotation(obj, k) != v) {
-        obj["metadata"]["annotations"][k] = v;
-        changed = true;
+  return MutateObject(registry, kind, object, apiserver::Subresource::kMain, [&](nlohmann::json& obj) {
+    bool changed = false;
+    if (present) {
+      for (const auto& [k, v] : annotations) {
+        if (Annotation(obj, k) != v) {
+          obj["metadata"]["annotations"][k] = v;
+          changed = true;
+        }
       }
     }
-  }
-  if (HasFinalizer(obj, finalizer) != present && !(present && Deleting(obj))) {
-    nlohmann::json& list = obj["metadata"]["finalizers"];
-    if (present) {
-      list.push_back(finalizer);
-    } else {
-      list.erase(std::remove(list.begin(), list.end(), nlohmann::json(finalizer)), list.end());
+    if (HasFinalizer(obj, finalizer) != present && !(present && Deleting(obj))) {
+      nlohmann::json& list = obj["metadata"]["finalizers"];
+      if (present) {
+        list.push_back(finalizer);
+      } else {
+        list.erase(std::remove(list.begin(), list.end(), nlohmann::json(finalizer)), list.end());
+      }
+      changed = true;
     }
-    changed = true;
-  }
-  if (!changed) return absl::OkStatus();
-  return registry.Update(kind, Ns(obj), Name(obj), obj, apiserver::Subresource::kMain).status();
+    return changed;
+  });
 }
 
 // RFC 3339 in UTC with seconds, as Kubernetes writes metav1.Time.
