@@ -42,6 +42,7 @@ int main(int argc, char** argv) {
   {
     auto store = std::move(*berth::store::Store::Open({.path = dir + "/state.db"}));
     berth::apiserver::Registry registry(*store);
+    registry.EnableStorageProtectionAdmission(true);
     (void)registry.Bootstrap();
     bc::testing::FakeCsiDriver driver("fake.csi.berth.io");
     if (!driver.Serve(dir + "/csi.sock").ok()) return 1;

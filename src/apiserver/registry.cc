@@ -157,6 +157,23 @@ absl::Status Registry::Bootstrap() {
 // Kubernetes' DefaultStorageClass admission: a claim that names no class
 // (the field absent, not "") gets the default one — the class annotated
 // storageclass.kubernetes.io/is-default-class=true (the newest if several).
+namespace {
+
+// Kubernetes' StorageObjectInUseProtection admission: claims and volumes
+// are born with their protection finalizer, so the controllers need not
+// write it (and nothing can be removed before they have looked at it).
+void AddProtectionFinalizer(const api::KindInfo& kind, json& obj) {
+  const char* finalizer = kind.kind == "PersistentVolumeClaim" ? "kubernetes.io/pvc-protection"
+                          : kind.kind == "PersistentVolume"    ? "kubernetes.io/pv-protection"
+                                                               : nullptr;
+  if (finalizer == nullptr) return;
+  json& list = obj["metadata"]["finalizers"];
+  if (!list.is_array()) list = json::array();
+  if (std::find(list.begin(), list.end(), finalizer) == list.end()) list.push_back(finalizer);
+}
+
+}  // namespace
+
 void Registry::SetDefaultStorageClass(json& claim) {
   json& spec = claim["spec"];
   if (!spec.is_object() || spec.contains("storageClassName")) return;
@@ -263,6 +280,7 @@ absl::StatusOr<json> Registry::Create(const api::KindInfo& kind, const std::stri
   api::ApplyDefaults(kind, obj);
   ResetStatusForCreate(kind, obj);
   if (kind.kind == "PersistentVolumeClaim") SetDefaultStorageClass(obj);
+  if (storage_protection_admission_) AddProtectionFinalizer(kind, obj);
   BERTH_RETURN_IF_ERROR(api::Validate(kind, obj, nullptr));
   BERTH_RETURN_IF_ERROR(CheckNamespace(kind, ns));
   const std::string name = Str(md, "name");

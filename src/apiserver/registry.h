@@ -13,6 +13,7 @@
 // Thread-safety: thread-safe (the store serialises writes).
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <optional>
 #include <string>
@@ -106,6 +107,12 @@ class Registry {
 
   store::Store& store() { return store_; }
 
+  // Kubernetes' StorageObjectInUseProtection admission: new claims and
+  // volumes get kubernetes.io/pvc-protection / pv-protection at create.
+  // Only sensible while the PV binder (which removes them) runs, so off
+  // by default; the controller manager turns it on.
+  void EnableStorageProtectionAdmission(bool on) { storage_protection_admission_ = on; }
+
  private:
   absl::StatusOr<json> UpdateOnce(const api::KindInfo& kind, const std::string& ns,
                                   const std::string& name, json object, Subresource sub,
@@ -115,6 +122,7 @@ class Registry {
   void SetDefaultStorageClass(json& claim);
 
   store::Store& store_;
+  std::atomic<bool> storage_protection_admission_{false};
 };
 
 // Whether the kind has a /status subresource (its status is written only

@@ -283,5 +283,22 @@ TEST_F(RegistryTest, SecretStringDataBecomesData) {
   EXPECT_FALSE(created->contains("stringData"));
 }
 
+
+TEST_F(RegistryTest, StorageProtectionAdmissionAddsFinalizersAtCreate) {
+  auto plain = registry_->Create(Kind("persistentvolumeclaims"), "default", Claim("plain"));
+  ASSERT_TRUE(plain.ok());
+  EXPECT_FALSE((*plain)["metadata"].contains("finalizers"));
+  registry_->EnableStorageProtectionAdmission(true);
+  auto protected_claim = registry_->Create(Kind("persistentvolumeclaims"), "default", Claim("guarded"));
+  ASSERT_TRUE(protected_claim.ok());
+  EXPECT_EQ((*protected_claim)["metadata"]["finalizers"], json({"kubernetes.io/pvc-protection"}));
+  json pv = {{"metadata", {{"name", "pv1"}, {"finalizers", {"example.com/x"}}}},
+             {"spec", {{"capacity", {{"storage", "1Gi"}}}, {"accessModes", {"ReadWriteOnce"}},
+                       {"hostPath", {{"path", "/tmp/x"}}}}}};
+  auto created = registry_->Create(Kind("persistentvolumes"), "", pv);
+  ASSERT_TRUE(created.ok()) << created.status();
+  EXPECT_EQ((*created)["metadata"]["finalizers"], json({"example.com/x", "kubernetes.io/pv-protection"}));
+}
+
 }  // namespace
 }  // namespace berth::apiserver

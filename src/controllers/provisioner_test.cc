@@ -39,6 +39,7 @@ class ProvisionerTest : public ::testing::Test {
   void SetUp() override {
     store_ = std::move(*store::Store::Open({.path = dir_.path() + "/state.db"}));
     registry_ = std::make_unique<apiserver::Registry>(*store_);
+    registry_->EnableStorageProtectionAdmission(true);  // as berth up runs it
     ASSERT_TRUE(registry_->Bootstrap().ok());
     driver_ = std::make_unique<testing::FakeCsiDriver>(kDriver);
     socket_ = dir_.path() + "/csi.sock";
