@@ -77,6 +77,38 @@ std::vector<json> Informer::Select(const std::function<bool(const json&)>& pred)
   return out;
 }
 
+void Informer::AddIndex(const std::string& name, IndexFunc fn) { index_funcs_[name] = std::move(fn); }
+
+void Informer::ReindexLocked(const std::string& key, const json* before, const json* after) {
+  for (const auto& [name, fn] : index_funcs_) {
+    auto& index = indexes_[name];
+    if (before != nullptr) {
+      for (const auto& v : fn(*before)) {
+        auto it = index.find(v);
+        if (it == index.end()) continue;
+        it->second.erase(key);
+        if (it->second.empty()) index.erase(it);
+      }
+    }
+    if (after != nullptr) {
+      for (const auto& v : fn(*after)) index[v].insert(key);
+    }
+  }
+}
+
+std::vector<json> Informer::ByIndex(const std::string& index, const std::string& value) const {
+  std::vector<json> out;
+  absl::MutexLock lock(&mu_);
+  auto idx = indexes_.find(index);
+  if (idx == indexes_.end()) return out;
+  auto keys = idx->second.find(value);
+  if (keys == idx->second.end()) return out;
+  for (const auto& key : keys->second) {
+    if (auto it = cache_.find(key); it != cache_.end()) out.push_back(it->second);
+  }
+  return out;
+}
+
 std::optional<int64_t> Informer::Relist() {
   while (!stopping()) {
     auto page = registry_.List(kind_, "", {});
@@ -92,6 +124,8 @@ std::optional<int64_t> Informer::Relist() {
       absl::MutexLock lock(&mu_);
       before.swap(cache_);
       cache_ = fresh;
+      indexes_.clear();
+      for (const auto& [key, obj] : cache_) ReindexLocked(key, nullptr, &obj);
       synced_ = true;
     }
     for (const auto& [key, obj] : fresh) {
@@ -123,8 +157,10 @@ void Informer::Apply(const store::Event& e) {
     auto it = cache_.find(key);
     if (it != cache_.end()) before = it->second;
     if (e.type == store::EventType::kDeleted) {
+      ReindexLocked(key, before ? &*before : nullptr, nullptr);
       cache_.erase(key);
     } else {
+      ReindexLocked(key, before ? &*before : nullptr, &e.object);
       cache_[key] = e.object;
     }
   }

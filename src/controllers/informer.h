@@ -18,6 +18,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <utility>
@@ -51,6 +52,10 @@ class Informer {
   ~Informer();  // Stop()
 
   void AddHandlers(Handlers handlers);
+  // An index: `fn` maps an object to the values it is found under (client-
+  // go's indexers), so lookups by them need not scan the cache. Before Start.
+  using IndexFunc = std::function<std::vector<std::string>(const json&)>;
+  void AddIndex(const std::string& name, IndexFunc fn);
   void Start();
   void Stop();
   // True once the first list is in the cache.
@@ -62,6 +67,8 @@ class Informer {
   std::vector<json> List(const std::string& ns = "") const;
   // The objects for which `pred` is true (only those are copied).
   std::vector<json> Select(const std::function<bool(const json&)>& pred) const;
+  // The objects `index` files under `value` (an unknown index: none).
+  std::vector<json> ByIndex(const std::string& index, const std::string& value) const;
 
   const api::KindInfo& kind() const { return kind_; }
 
@@ -71,16 +78,23 @@ class Informer {
   // the list's resourceVersion, or nullopt when stopping.
   std::optional<int64_t> Relist();
   void Apply(const store::Event& e);
+  // Moves `key` in every index from where `before` filed it to where `after`
+  // files it (either may be null).
+  void ReindexLocked(const std::string& key, const json* before, const json* after)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool stopping() const;
 
   apiserver::Registry& registry_;
   const api::KindInfo& kind_;
   const absl::Duration resync_;
   std::vector<Handlers> handlers_;  // immutable after Start()
+  std::map<std::string, IndexFunc> index_funcs_;  // immutable after Start()
   std::thread thread_;
 
   mutable absl::Mutex mu_;
   std::map<std::string, json> cache_ ABSL_GUARDED_BY(mu_);
+  // index → value → keys.
+  std::map<std::string, std::map<std::string, std::set<std::string>>> indexes_ ABSL_GUARDED_BY(mu_);
   bool synced_ ABSL_GUARDED_BY(mu_) = false;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
 };

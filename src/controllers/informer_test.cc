@@ -87,5 +87,38 @@ TEST_F(InformerTest, AWatchThatFallsBehindRelistsAndConverges) {
   EXPECT_TRUE(Eventually([&] { return informer.List().size() == 9 && !informer.Get("default", "c0"); }));
 }
 
+TEST_F(InformerTest, IndexesFollowAddsUpdatesDeletesAndRelists) {
+  Open();
+  ASSERT_TRUE(registry_->Create(Claims(), "default", Claim("a")).ok());
+  Informer informer(*registry_, Claims());
+  informer.AddIndex("label", [](const json& o) -> std::vector<std::string> {
+    const json& labels = o["metadata"].value("labels", json::object());
+    if (!labels.contains("tier")) return {};
+    return {labels["tier"].get<std::string>()};
+  });
+  informer.Start();
+  ASSERT_TRUE(informer.WaitForSync(absl::Seconds(10)));
+  auto names = [&](const std::string& v) {
+    std::vector<std::string> out;
+    for (const auto& o : informer.ByIndex("label", v)) out.push_back(o["metadata"]["name"]);
+    return out;
+  };
+  EXPECT_TRUE(names("gold").empty());
+  auto label = [&](const std::string& name, const std::string& tier) {
+    ASSERT_TRUE(registry_->Patch(Claims(), "default", name, json({{"metadata", {{"labels", {{"tier", tier}}}}}}).dump(),
+                                 apiserver::PatchType::kMerge, apiserver::Subresource::kMain)
+                    .ok());
+  };
+  label("a", "gold");
+  ASSERT_TRUE(registry_->Create(Claims(), "default", Claim("b")).ok());
+  label("b", "gold");
+  ASSERT_TRUE(Eventually([&] { return names("gold") == std::vector<std::string>{"a", "b"}; }));
+  label("a", "silver");
+  ASSERT_TRUE(Eventually([&] { return names("gold") == std::vector<std::string>{"b"} && names("silver").size() == 1; }));
+  ASSERT_TRUE(registry_->Delete(Claims(), "default", "b").ok());
+  ASSERT_TRUE(Eventually([&] { return names("gold").empty(); }));
+  EXPECT_TRUE(informer.ByIndex("no-such-index", "gold").empty());
+}
+
 }  // namespace
 }  // namespace berth::controllers

@@ -83,7 +83,24 @@ PvBinder::PvBinder(apiserver::Registry& registry, BinderInformers informers, Opt
 
 PvBinder::~PvBinder() { Stop(); }
 
+namespace {
+// Volume indexes: free volumes by class, and volumes by the claim
+// ("ns/name") their claimRef names — what a claim's sync looks at, without
+// scanning every volume.
+constexpr char kFreeByClass[] = "binder/free-by-class";
+constexpr char kByClaim[] = "binder/by-claim";
+}  // namespace
+
 void PvBinder::RegisterHandlers() {
+  informers_.volumes.AddIndex(kFreeByClass, [](const json& pv) -> std::vector<std::string> {
+    if (!Field(Field(pv, "spec"), "claimRef").is_null()) return {};
+    return {VolumeClass(pv)};
+  });
+  informers_.volumes.AddIndex(kByClaim, [](const json& pv) -> std::vector<std::string> {
+    const json& ref = Field(Field(pv, "spec"), "claimRef");
+    if (ref.is_null()) return {};
+    return {StrCat(Str(ref, {"namespace"}), "/", Str(ref, {"name"}))};
+  });
   informers_.claims.AddHandlers({
       .on_add = [this](const json& o) { claim_queue_.Add(ObjectKey(o)); },
       .on_update = [this](const json&, const json& o) { claim_queue_.Add(ObjectKey(o)); },
@@ -96,9 +113,8 @@ void PvBinder::RegisterHandlers() {
               return;
             }
             const std::string uid = Uid(o);
-            for (const auto& pv : informers_.volumes.Select(
-                     [&](const json& v) { return Str(v, {"spec", "claimRef", "uid"}) == uid; })) {
-              volume_queue_.Add(Name(pv));
+            for (const auto& pv : informers_.volumes.ByIndex(kByClaim, ObjectKey(o))) {
+              if (Str(pv, {"spec", "claimRef", "uid"}) == uid) volume_queue_.Add(Name(pv));
             }
           },
   });
@@ -280,11 +296,10 @@ absl::Status PvBinder::SyncUnboundClaim(const json& claim) {
   }
   // Only volumes that could be this claim's: same class, and free or
   // pointing at this claim (copying every volume per sync is O(n²)).
-  std::vector<json> volumes = informers_.volumes.Select([&](const json& pv) {
-    if (VolumeClass(pv) != cls) return false;
-    const json& ref = Field(Field(pv, "spec"), "claimRef");
-    return ref.is_null() || (Str(ref, {"name"}) == Name(claim) && Str(ref, {"namespace"}) == Ns(claim));
-  });
+  std::vector<json> volumes = informers_.volumes.ByIndex(kFreeByClass, cls);
+  for (auto& pv : informers_.volumes.ByIndex(kByClaim, ObjectKey(claim))) {
+    if (VolumeClass(pv) == cls) volumes.push_back(std::move(pv));
+  }
   if (const json* pv = FindBestMatch(claim, volumes, node_labels ? &*node_labels : nullptr)) {
     return Bind(claim, *pv);
   }
