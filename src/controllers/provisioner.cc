@@ -480,6 +480,18 @@ absl::Status Provisioner::SyncClaim(const std::string& key) {
   if (wait_for_consumer && selected.empty() && Annotation(*claim, kAnnProvisioningNode).empty()) {
     return absl::OkStatus();
   }
+  if (wait_for_consumer && !selected.empty() && !pending_finalizer && !informers_.nodes.Get("", selected) &&
+      !registry_.Get(K("nodes"), "", selected).ok()) {
+    // The chosen node is gone: let the scheduler choose again
+    // (external-provisioner does the same).
+    events_.Record(*claim, "Warning", "ProvisioningFailed",
+                   StrCat("the selected node \"", selected, "\" does not exist; rescheduling"));
+    return MutateObject(registry_, K("persistentvolumeclaims"), *claim, apiserver::Subresource::kMain, [&](json& obj) {
+      if (Annotation(obj, kAnnSelectedNode) != selected) return false;
+      obj["metadata"]["annotations"].erase(kAnnSelectedNode);
+      return true;
+    });
+  }
   const std::string node = NodeForClaim(*claim);
   auto req = BuildRequest(*claim, sc, node);
   if (!req.ok()) {

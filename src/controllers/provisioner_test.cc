@@ -422,5 +422,17 @@ TEST_F(BuildRequestTest, AllowedTopologiesMayNameFewerKeysThanTheDriver) {
   EXPECT_THAT(std::string(refused.status().message()), ::testing::HasSubstr("allowedTopologies"));
 }
 
+TEST_F(ProvisionerTest, SelectedNodeThatDoesNotExistIsClearedForTheScheduler) {
+  Class("local", "WaitForFirstConsumer");
+  Start();
+  json c = Claim("data", "local");
+  c["metadata"]["annotations"] = {{kAnnSelectedNode, "gone-node"}};
+  Create("persistentvolumeclaims", "", "default", c);
+  ASSERT_TRUE(Eventually([&] {
+    return !Get("persistentvolumeclaims", "default", "data")["metadata"]["annotations"].contains(kAnnSelectedNode);
+  }));
+  EXPECT_EQ(driver_->create_calls(), 0);
+}
+
 }  // namespace
 }  // namespace berth::controllers

@@ -283,6 +283,13 @@ absl::Status PvBinder::SyncUnboundClaim(const json& claim) {
   const bool wait_for_consumer = sc && Str(*sc, {"volumeBindingMode"}) == "WaitForFirstConsumer";
   const std::string selected = Annotation(claim, kAnnSelectedNode);
   if (wait_for_consumer && selected.empty()) {
+    // A volume pre-bound to this claim needs no node choice (Kubernetes
+    // binds it at once too).
+    std::vector<json> prebound = informers_.volumes.ByIndex(kByClaim, ObjectKey(claim));
+    if (const json* pv = FindBestMatch(claim, prebound, nullptr);
+        pv != nullptr && !Field(Field(*pv, "spec"), "claimRef").is_null()) {
+      return Bind(claim, *pv);
+    }
     events_.Record(claim, "Normal", "WaitForFirstConsumer",
                    "waiting for first consumer to be created before binding");
     return SetClaimPhase(claim, "Pending", nullptr);

@@ -297,14 +297,28 @@ TEST_F(PvBinderTest, LostClaimHasNoCapacity) {
   Create("persistentvolumeclaims", "default", Claim("data", "1Gi"));
   StartBinder();
   ASSERT_TRUE(Eventually([&] { return Phase("persistentvolumeclaims", "default", "data") == "Bound"; }));
-  json pv = Get("persistentvolumes", "", "pv");
-  pv["metadata"]["finalizers"] = json::array();
-  ASSERT_TRUE(registry_->Update(K("persistentvolumes"), "", "pv", pv, apiserver::Subresource::kMain).ok());
+  // Forced away under the binder's feet: deleted, then its finalizers
+  // stripped by hand.
   ASSERT_TRUE(registry_->Delete(K("persistentvolumes"), "", "pv").ok());
+  ASSERT_TRUE(registry_
+                  ->Patch(K("persistentvolumes"), "", "pv", R"({"metadata":{"finalizers":null}})",
+                          apiserver::PatchType::kMerge, apiserver::Subresource::kMain)
+                  .ok());
   ASSERT_TRUE(Eventually([&] { return Phase("persistentvolumeclaims", "default", "data") == "Lost"; }));
   json status = Get("persistentvolumeclaims", "default", "data")["status"];
   EXPECT_FALSE(status.contains("capacity"));
   EXPECT_FALSE(status.contains("accessModes"));
+}
+
+TEST_F(PvBinderTest, WaitForFirstConsumerClaimBindsAVolumePreBoundToItAtOnce) {
+  Create("storageclasses", "", {{"metadata", {{"name", "late"}}}, {"provisioner", "kubernetes.io/no-provisioner"},
+                                {"volumeBindingMode", "WaitForFirstConsumer"}});
+  json pv = Volume("pv", "1Gi", "late");
+  pv["spec"]["claimRef"] = {{"namespace", "default"}, {"name", "data"}};
+  Create("persistentvolumes", "", pv);
+  Create("persistentvolumeclaims", "default", Claim("data", "1Gi", "late"));
+  StartBinder();
+  ASSERT_TRUE(Eventually([&] { return Phase("persistentvolumeclaims", "default", "data") == "Bound"; }));
 }
 
 }  // namespace
