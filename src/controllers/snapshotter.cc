@@ -1,1 +1,999 @@
-// (in progress)
+#include "controllers/snapshotter.h"
+
+#include <algorithm>
+#include <functional>
+#include <utility>
+
+#include "api/quantity.h"
+#include "common/status.h"
+#include "common/strings.h"
+#include "controllers/object.h"
+#include "controllers/writes.h"
+#include "csi/client.h"
+#include "csi/grpc_status.h"
+#include "grpcpp/client_context.h"
+
+namespace berth::controllers {
+namespace {
+
+using nlohmann::json;
+
+constexpr std::string_view kReservedPrefix = "csi.storage.k8s.io/";
+constexpr char kGroup[] = "snapshot.storage.k8s.io";
+constexpr char kApiVersion[] = "snapshot.storage.k8s.io/v1";
+
+const api::KindInfo& SnapshotsKind() { return *api::FindResource(kGroup, "volumesnapshots"); }
+const api::KindInfo& ContentsKind() { return *api::FindResource(kGroup, "volumesnapshotcontents"); }
+const api::KindInfo& ClassesKind() { return *api::FindResource(kGroup, "volumesnapshotclasses"); }
+const api::KindInfo& CoreKind(std::string_view resource) { return *api::FindResource("", resource); }
+
+std::string Rfc3339(absl::Time t) { return absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", t, absl::UTCTimeZone()); }
+
+bool Ready(const json& o) { return Field(Field(o, "status"), "readyToUse") == true; }
+std::string ClaimSource(const json& s) { return Str(s, {"spec", "source", "persistentVolumeClaimName"}); }
+std::string ContentSource(const json& s) { return Str(s, {"spec", "source", "volumeSnapshotContentName"}); }
+// Upstream's fixed name of a dynamic snapshot's content.
+std::string DynamicContentName(const json& snapshot) { return StrCat("snapcontent-", Uid(snapshot)); }
+std::string SnapshotKey(const json& s) { return StrCat(Ns(s), "/", Name(s)); }
+
+// Whether the content's volumeSnapshotRef names `snapshot`; an empty ref uid
+// (a pre-provisioned content not bound yet) counts only with `allow_unbound`.
+bool RefersTo(const json& content, const json& snapshot, bool allow_unbound) {
+  const json& ref = Field(Field(content, "spec"), "volumeSnapshotRef");
+  if (Str(ref, {"name"}) != Name(snapshot) || Str(ref, {"namespace"}) != Ns(snapshot)) return false;
+  const std::string uid = Str(ref, {"uid"});
+  return uid == Uid(snapshot) || (allow_unbound && uid.empty());
+}
+
+// The content a snapshot is (or will be) bound to.
+std::string ContentNameFor(const json& snapshot) {
+  if (std::string bound = Str(snapshot, {"status", "boundVolumeSnapshotContentName"}); !bound.empty()) return bound;
+  if (std::string pre = ContentSource(snapshot); !pre.empty()) return pre;
+  return DynamicContentName(snapshot);
+}
+
+bool AddFinalizer(json& o, const std::string& f) {
+  if (HasFinalizer(o, f)) return false;
+  o["metadata"]["finalizers"].push_back(f);
+  return true;
+}
+bool RemoveFinalizer(json& o, const std::string& f) {
+  if (!HasFinalizer(o, f)) return false;
+  json& list = o["metadata"]["finalizers"];
+  list.erase(std::remove(list.begin(), list.end(), json(f)), list.end());
+  return true;
+}
+bool SetAnnotation(json& o, const std::string& key, const std::string& value) {
+  if (Annotation(o, key) == value) return false;
+  o["metadata"]["annotations"][key] = value;
+  return true;
+}
+bool RemoveAnnotation(json& o, const std::string& key) {
+  json& md = o["metadata"];
+  if (!md.contains("annotations") || !md["annotations"].is_object() || !md["annotations"].contains(key)) return false;
+  md["annotations"].erase(key);
+  return true;
+}
+
+// Reads the object fresh and, while it is still the object with `uid`,
+// applies `edit` (false: nothing to change) and writes it back
+// conditionally. Returns the object as stored afterwards, or nullopt when it
+// is gone or was replaced (not an error: there is nothing left to edit). A
+// concurrent writer makes it ABORTED, which the work queue retries. (writes.h's
+// MutateObject, plus the stored result: callers here must know whether a
+// protection really is in place before they go on.)
+absl::StatusOr<std::optional<json>> Edit(apiserver::Registry& registry, const api::KindInfo& kind,
+                                         const std::string& ns, const std::string& name, const std::string& uid,
+                                         apiserver::Subresource sub, const std::function<bool(json&)>& edit) {
+  auto current = registry.Get(kind, ns, name);
+  if (!current.ok()) {
+    if (current.status().code() == absl::StatusCode::kNotFound) return std::optional<json>();
+    return current.status();
+  }
+  json obj = *current;
+  if (Uid(obj) != uid) return std::optional<json>();
+  if (!edit(obj)) return std::optional<json>(std::move(obj));
+  auto updated = registry.Update(kind, ns, name, std::move(obj), sub);
+  if (!updated.ok()) {
+    if (updated.status().code() == absl::StatusCode::kNotFound) return std::optional<json>();
+    return updated.status();
+  }
+  return std::optional<json>(*updated);
+}
+
+// Sets status.error and readyToUse false unless the same message is there
+// already (an unchanged error is not rewritten: no hot loop of updates).
+bool SetError(json& o, const std::string& message) {
+  json& status = o["status"];
+  if (!status.is_object()) status = json::object();
+  if (Str(status, {"error", "message"}) == message) return false;
+  status["error"] = {{"time", NowRfc3339()}, {"message", message}};
+  status["readyToUse"] = false;
+  return true;
+}
+
+// A final error: the driver is not working on the snapshot any more
+// (external-snapshotter's isCSIFinalError). CANCELLED, DEADLINE_EXCEEDED,
+// UNAVAILABLE, RESOURCE_EXHAUSTED and ABORTED may leave a CreateSnapshot
+// running, so its outcome is unknown.
+bool FinalError(const absl::Status& st) {
+  switch (st.code()) {
+    case absl::StatusCode::kCancelled:
+    case absl::StatusCode::kDeadlineExceeded:
+    case absl::StatusCode::kUnavailable:
+    case absl::StatusCode::kResourceExhausted:
+    case absl::StatusCode::kAborted:
+      return false;
+    default:
+      return true;
+  }
+}
+
+// ${...} tokens of a secret reference template.
+absl::StatusOr<std::string> Resolve(const std::string& text, const std::map<std::string, std::string>& vars) {
+  std::string out;
+  size_t pos = 0;
+  while (true) {
+    const size_t open = text.find("${", pos);
+    if (open == std::string::npos) {
+      out.append(text, pos);
+      return out;
+    }
+    const size_t close = text.find('}', open);
+    if (close == std::string::npos) return absl::InvalidArgumentError(StrCat("\"", text, "\": unterminated ${"));
+    const std::string key = text.substr(open + 2, close - open - 2);
+    auto it = vars.find(key);
+    if (it == vars.end()) {
+      return absl::InvalidArgumentError(StrCat("\"", text, "\": ${", key, "} cannot be resolved here"));
+    }
+    out.append(text, pos, open - pos);
+    out += it->second;
+    pos = close + 1;
+  }
+}
+
+struct SecretRef {
+  std::string name, ns;
+};
+
+// The secret that class parameters csi.storage.k8s.io/<which>-secret-name
+// and -namespace name (both or neither), templates resolved as upstream's
+// GetSecretReference does: ${volumesnapshotcontent.name} in both,
+// ${volumesnapshot.namespace} in both and ${volumesnapshot.name} in the name
+// when the snapshot is known. An empty ref when the class names none.
+absl::StatusOr<SecretRef> ClassSecret(const json& cls, const std::string& which, const std::string& content_name,
+                                      const json* snapshot) {
+  const json& params = Field(cls, "parameters");
+  const std::string name_key = StrCat(kReservedPrefix, which, "-secret-name");
+  const std::string ns_key = StrCat(kReservedPrefix, which, "-secret-namespace");
+  const bool has_name = Field(params, name_key).is_string(), has_ns = Field(params, ns_key).is_string();
+  if (has_name != has_ns) {
+    return absl::InvalidArgumentError(
+        StrCat("either name and namespace for ", which, " secrets specified, both must be specified"));
+  }
+  if (!has_name) return SecretRef{};
+  const std::string name_template = Str(params, {name_key}), ns_template = Str(params, {ns_key});
+  if (name_template.empty() || ns_template.empty()) {
+    return absl::InvalidArgumentError(
+        StrCat(which, " secrets specified in parameters but value of either namespace or name is empty"));
+  }
+  std::map<std::string, std::string> vars = {{"volumesnapshotcontent.name", content_name}};
+  if (snapshot != nullptr) vars["volumesnapshot.namespace"] = Ns(*snapshot);
+  BERTH_ASSIGN_OR_RETURN(std::string ns, Resolve(ns_template, vars));
+  if (snapshot != nullptr) vars["volumesnapshot.name"] = Name(*snapshot);
+  BERTH_ASSIGN_OR_RETURN(std::string name, Resolve(name_template, vars));
+  if (ns.empty() || name.empty()) return absl::InvalidArgumentError(StrCat(which, " secret resolves to an empty name"));
+  return SecretRef{std::move(name), std::move(ns)};
+}
+
+// A snapshot class by name: the cache, else the store.
+std::optional<json> GetClass(apiserver::Registry& registry, const Informer& classes, const std::string& name) {
+  if (name.empty()) return std::nullopt;
+  if (auto cls = classes.Get("", name)) return cls;
+  auto got = registry.Get(ClassesKind(), "", name);
+  if (!got.ok()) return std::nullopt;
+  return *got;
+}
+
+}  // namespace
+
+// ===========================================================================
+// SnapshotController
+
+SnapshotController::SnapshotController(apiserver::Registry& registry, SnapshotInformers informers, Options options)
+    : registry_(registry), informers_(informers), options_(options), events_(registry, "snapshot-controller") {}
+
+SnapshotController::~SnapshotController() { Stop(); }
+
+void SnapshotController::RegisterHandlers() {
+  informers_.snapshots.AddHandlers({
+      .on_add = [this](const json& o) { snapshot_queue_.Add(ObjectKey(o)); },
+      .on_update = [this](const json&, const json& o) { snapshot_queue_.Add(ObjectKey(o)); },
+      .on_delete =
+          [this](const json& o) {
+            if (std::string claim = ClaimSource(o); !claim.empty()) claim_queue_.Add(StrCat(Ns(o), "/", claim));
+          },
+  });
+  // A content change concerns the snapshot it names, and (when it appears
+  // or goes) pre-provisioned snapshots that name it — maybe wrongly.
+  auto content_changed = [this](const json& o, bool appeared_or_gone) {
+    const json& ref = Field(Field(o, "spec"), "volumeSnapshotRef");
+    if (!Str(ref, {"name"}).empty()) snapshot_queue_.Add(StrCat(Str(ref, {"namespace"}), "/", Str(ref, {"name"})));
+    if (!appeared_or_gone) return;
+    const std::string name = Name(o);
+    for (const auto& s : informers_.snapshots.Select([&](const json& s) { return ContentSource(s) == name; })) {
+      snapshot_queue_.Add(ObjectKey(s));
+    }
+  };
+  informers_.contents.AddHandlers({
+      .on_add =
+          [this, content_changed](const json& o) {
+            content_queue_.Add(Name(o));
+            content_changed(o, true);
+          },
+      .on_update =
+          [this, content_changed](const json&, const json& o) {
+            content_queue_.Add(Name(o));
+            content_changed(o, false);
+          },
+      .on_delete = [content_changed](const json& o) { content_changed(o, true); },
+  });
+  // Claims: a source claim becoming Bound lets its snapshots proceed; a
+  // restored claim leaving Pending lets its source snapshot be deleted; a
+  // claim with our finalizer is checked for release.
+  auto claim_changed = [this](const json& o, bool changed) {
+    if (HasFinalizer(o, kPvcAsSourceFinalizer)) claim_queue_.Add(ObjectKey(o));
+    if (!changed) return;
+    const std::string ns = Ns(o), name = Name(o);
+    for (const auto& s : informers_.snapshots.Select(
+             [&](const json& s) { return Ns(s) == ns && ClaimSource(s) == name && !Ready(s); })) {
+      snapshot_queue_.Add(ObjectKey(s));
+    }
+    for (const char* field : {"dataSource", "dataSourceRef"}) {
+      const json& ds = Field(Field(o, "spec"), field);
+      if (Str(ds, {"kind"}) == "VolumeSnapshot" && !Str(ds, {"name"}).empty()) {
+        snapshot_queue_.Add(StrCat(ns, "/", Str(ds, {"name"})));
+      }
+    }
+  };
+  informers_.claims.AddHandlers({
+      .on_add = [claim_changed](const json& o) { claim_changed(o, true); },
+      .on_update = [claim_changed](const json& before, const json& after) { claim_changed(after, before != after); },
+      .on_delete = nullptr,
+  });
+}
+
+void SnapshotController::Start() {
+  for (int i = 0; i < options_.workers; ++i) {
+    workers_.emplace_back([this] {
+      RunWorker(snapshot_queue_, "snapshot-controller: snapshot",
+                [this](const std::string& k) { return SyncSnapshot(k); });
+    });
+  }
+  workers_.emplace_back([this] {
+    RunWorker(content_queue_, "snapshot-controller: content", [this](const std::string& k) { return SyncContent(k); });
+  });
+  workers_.emplace_back([this] {
+    RunWorker(claim_queue_, "snapshot-controller: claim", [this](const std::string& k) { return SyncClaim(k); });
+  });
+}
+
+void SnapshotController::Stop() {
+  snapshot_queue_.ShutDown();
+  content_queue_.ShutDown();
+  claim_queue_.ShutDown();
+  for (auto& w : workers_) w.join();
+  workers_.clear();
+}
+
+std::optional<json> SnapshotController::GetContent(const std::string& name) {
+  if (auto cached = informers_.contents.Get("", name)) return cached;
+  auto got = registry_.Get(ContentsKind(), "", name);
+  if (!got.ok()) return std::nullopt;
+  return *got;
+}
+
+absl::Status SnapshotController::Fail(const json& snapshot, const std::string& reason, const std::string& message) {
+  bool changed = false;
+  absl::Status st = MutateObject(registry_, SnapshotsKind(), snapshot, apiserver::Subresource::kStatus,
+                                 [&](json& s) { return changed = SetError(s, message); });
+  if (changed) events_.Record(snapshot, "Warning", reason, message);
+  if (!st.ok()) return st;
+  return absl::FailedPreconditionError(message);
+}
+
+absl::Status SnapshotController::SyncSnapshot(const std::string& key) {
+  std::optional<json> cached = informers_.snapshots.GetByKey(key);
+  if (!cached) return absl::OkStatus();
+  const json& snapshot = *cached;
+  // Whatever happens to a snapshot may release its source claim.
+  if (std::string claim = ClaimSource(snapshot); !claim.empty()) claim_queue_.Add(StrCat(Ns(snapshot), "/", claim));
+  if (Deleting(snapshot)) return ProcessDeletion(snapshot);
+  if (ClaimSource(snapshot).empty() == ContentSource(snapshot).empty()) {
+    return Fail(snapshot, "SnapshotValidationError",
+                "Exactly one of PersistentVolumeClaimName and VolumeSnapshotContentName should be specified");
+  }
+  // as-source protection first, before a content can exist: a snapshot
+  // deleted at any later moment is held until ProcessDeletion has seen it
+  // (and its content).
+  if (!HasFinalizer(snapshot, kSnapshotAsSourceFinalizer)) {
+    BERTH_ASSIGN_OR_RETURN(
+        std::optional<json> fresh,
+        Edit(registry_, SnapshotsKind(), Ns(snapshot), Name(snapshot), Uid(snapshot), apiserver::Subresource::kMain,
+             [](json& s) { return !Deleting(s) && AddFinalizer(s, kSnapshotAsSourceFinalizer); }));
+    // Deleted meanwhile, before it could be protected: nothing may be made
+    // for it (its own update brings it back if anything is left to do).
+    if (!fresh || !HasFinalizer(*fresh, kSnapshotAsSourceFinalizer)) return absl::OkStatus();
+  }
+  BERTH_ASSIGN_OR_RETURN(json content, BoundContent(snapshot));
+  BERTH_RETURN_IF_ERROR(EnsureFinalizers(snapshot, content));
+  return UpdateStatus(snapshot, content);
+}
+
+absl::StatusOr<json> SnapshotController::BoundContent(const json& snapshot) {
+  const std::string bound = Str(snapshot, {"status", "boundVolumeSnapshotContentName"});
+  if (const std::string wanted = ContentSource(snapshot); !wanted.empty()) {
+    // Pre-provisioned: the content must name this snapshot back.
+    std::optional<json> content = GetContent(wanted);
+    if (!content)
+      return Fail(snapshot, "SnapshotContentMissing", StrCat("VolumeSnapshotContent ", wanted, " is missing"));
+    if (Str(*content, {"spec", "source", "snapshotHandle"}).empty()) {
+      return Fail(snapshot, "SnapshotContentMismatch",
+                  StrCat("VolumeSnapshotContent ", wanted,
+                         " is dynamically provisioned while expecting a pre-provisioned one"));
+    }
+    if (!RefersTo(*content, snapshot, /*allow_unbound=*/true)) {
+      return Fail(snapshot, "SnapshotContentMisbound",
+                  StrCat("VolumeSnapshotContent ", wanted, " is bound to a different snapshot"));
+    }
+    const std::string cls = Str(snapshot, {"spec", "volumeSnapshotClassName"});
+    if (!RefersTo(*content, snapshot, false) ||
+        (!cls.empty() && Str(*content, {"spec", "volumeSnapshotClassName"}).empty())) {
+      // Bind the content's side: its ref gets our uid (and our class), and
+      // from then on its protection.
+      BERTH_ASSIGN_OR_RETURN(
+          std::optional<json> edited,
+          Edit(registry_, ContentsKind(), "", wanted, Uid(*content), apiserver::Subresource::kMain, [&](json& c) {
+            if (!RefersTo(c, snapshot, true)) return false;
+            bool changed = false;
+            if (Str(c, {"spec", "volumeSnapshotRef", "uid"}).empty()) {
+              c["spec"]["volumeSnapshotRef"]["uid"] = Uid(snapshot);
+              if (!Deleting(c)) AddFinalizer(c, kContentBoundFinalizer);
+              changed = true;
+            }
+            if (!cls.empty() && Str(c, {"spec", "volumeSnapshotClassName"}).empty()) {
+              c["spec"]["volumeSnapshotClassName"] = cls;
+              changed = true;
+            }
+            return changed;
+          }));
+      if (!edited || !RefersTo(*edited, snapshot, false)) {
+        return absl::AbortedError(StrCat("VolumeSnapshotContent ", wanted, " changed while binding"));
+      }
+      content = std::move(edited);
+    }
+    return *content;
+  }
+  // Dynamic.
+  const std::string name = bound.empty() ? DynamicContentName(snapshot) : bound;
+  if (std::optional<json> content = GetContent(name)) {
+    if (Str(*content, {"spec", "source", "volumeHandle"}).empty()) {
+      return Fail(
+          snapshot, "SnapshotContentMismatch",
+          StrCat("VolumeSnapshotContent ", name, " is pre-provisioned while expecting a dynamically provisioned one"));
+    }
+    if (!RefersTo(*content, snapshot, false)) {
+      return Fail(snapshot, "SnapshotContentMisbound",
+                  StrCat("VolumeSnapshotContent ", name, " is bound to a different snapshot"));
+    }
+    return *content;
+  }
+  // A snapshot that was bound never gets a new content: the old one (and
+  // maybe its storage snapshot) is what went missing.
+  if (!bound.empty())
+    return Fail(snapshot, "SnapshotContentMissing", StrCat("VolumeSnapshotContent ", bound, " is missing"));
+  return CreateContent(snapshot);
+}
+
+absl::StatusOr<json> SnapshotController::SnapshotClass(const json& snapshot, const std::string& driver) {
+  if (std::string name = Str(snapshot, {"spec", "volumeSnapshotClassName"}); !name.empty()) {
+    std::optional<json> cls = GetClass(registry_, informers_.classes, name);
+    if (!cls) return absl::NotFoundError(StrCat("volumesnapshotclass ", name, " not found"));
+    return *cls;
+  }
+  std::vector<json> defaults = informers_.classes.Select(
+      [&](const json& c) { return Annotation(c, kAnnDefaultSnapshotClass) == "true" && Str(c, {"driver"}) == driver; });
+  if (defaults.empty())
+    return absl::FailedPreconditionError(StrCat("cannot find default snapshot class for driver ", driver));
+  if (defaults.size() > 1) {
+    return absl::FailedPreconditionError(
+        StrCat(defaults.size(), " default snapshot classes were found for driver ", driver));
+  }
+  // Record the choice, as upstream does: the class is then fixed (immutable).
+  BERTH_ASSIGN_OR_RETURN(std::optional<json> fresh, Edit(registry_, SnapshotsKind(), Ns(snapshot), Name(snapshot),
+                                                         Uid(snapshot), apiserver::Subresource::kMain, [&](json& s) {
+                                                           if (!Str(s, {"spec", "volumeSnapshotClassName"}).empty())
+                                                             return false;
+                                                           s["spec"]["volumeSnapshotClassName"] = Name(defaults[0]);
+                                                           return true;
+                                                         }));
+  if (!fresh || Str(*fresh, {"spec", "volumeSnapshotClassName"}) != Name(defaults[0])) {
+    return absl::AbortedError(StrCat("volumesnapshot ", SnapshotKey(snapshot), " changed while choosing its class"));
+  }
+  return defaults[0];
+}
+
+absl::StatusOr<json> SnapshotController::CreateContent(const json& snapshot) {
+  const std::string ns = Ns(snapshot), claim_name = ClaimSource(snapshot);
+  auto fail = [&](const absl::Status& st) -> absl::Status {
+    if (st.code() == absl::StatusCode::kAborted) return st;  // a write conflict: just retry
+    return Fail(snapshot, "SnapshotContentCreationFailed",
+                StrCat("Failed to create snapshot content with error ", st.message()));
+  };
+  auto claim = registry_.Get(CoreKind("persistentvolumeclaims"), ns, claim_name);
+  if (!claim.ok()) return fail(claim.status());
+  if (Str(*claim, {"status", "phase"}) != "Bound" || Str(*claim, {"spec", "volumeName"}).empty()) {
+    return fail(absl::FailedPreconditionError(
+        StrCat("the PVC ", claim_name, " is not yet bound to a PV, will not attempt to take a snapshot")));
+  }
+  const std::string pv_name = Str(*claim, {"spec", "volumeName"});
+  auto pv = registry_.Get(CoreKind("persistentvolumes"), "", pv_name);
+  if (!pv.ok()) return fail(pv.status());
+  const json& ref = Field(Field(*pv, "spec"), "claimRef");
+  if (Str(ref, {"name"}) != claim_name || Str(ref, {"namespace"}) != ns ||
+      (!Str(ref, {"uid"}).empty() && Str(ref, {"uid"}) != Uid(*claim))) {
+    return fail(absl::FailedPreconditionError(
+        StrCat("the binding between PV ", pv_name, " and PVC ", claim_name, " is broken")));
+  }
+  const std::string handle = Str(*pv, {"spec", "csi", "volumeHandle"});
+  const std::string driver = Str(*pv, {"spec", "csi", "driver"});
+  if (handle.empty() || driver.empty()) {
+    return fail(absl::FailedPreconditionError(StrCat("cannot find CSI PersistentVolumeSource for volume ", pv_name)));
+  }
+  auto cls = SnapshotClass(snapshot, driver);
+  if (!cls.ok()) return fail(cls.status());
+  if (Str(*cls, {"driver"}) != driver) {
+    return fail(absl::FailedPreconditionError(StrCat("volumesnapshotclass ", Name(*cls), " is for driver ",
+                                                     Str(*cls, {"driver"}), " but volume ", pv_name, " is served by ",
+                                                     driver)));
+  }
+  const std::string content_name = DynamicContentName(snapshot);
+  auto secret = ClassSecret(*cls, "snapshotter", content_name, &snapshot);
+  if (!secret.ok()) return fail(secret.status());
+  // Protect the source before anything can be cut from it.
+  if (!HasFinalizer(*claim, kPvcAsSourceFinalizer)) {
+    if (Deleting(*claim)) {
+      return fail(absl::FailedPreconditionError(
+          StrCat("cannot add finalizer on claim ", claim_name, " because it is being deleted")));
+    }
+    BERTH_ASSIGN_OR_RETURN(
+        std::optional<json> protected_claim,
+        Edit(registry_, CoreKind("persistentvolumeclaims"), ns, claim_name, Uid(*claim), apiserver::Subresource::kMain,
+             [](json& c) { return !Deleting(c) && AddFinalizer(c, kPvcAsSourceFinalizer); }));
+    if (!protected_claim || !HasFinalizer(*protected_claim, kPvcAsSourceFinalizer)) {
+      return fail(absl::FailedPreconditionError(
+          StrCat("cannot add finalizer on claim ", claim_name, " because it is being deleted")));
+    }
+  }
+  json content = {
+      {"apiVersion", kApiVersion},
+      {"kind", "VolumeSnapshotContent"},
+      // Created with its finalizer: there is no moment without protection.
+      {"metadata", {{"name", content_name}, {"finalizers", {kContentBoundFinalizer}}}},
+      {"spec",
+       {{"volumeSnapshotRef",
+         {{"kind", "VolumeSnapshot"},
+          {"apiVersion", kApiVersion},
+          {"namespace", ns},
+          {"name", Name(snapshot)},
+          {"uid", Uid(snapshot)}}},
+        {"source", {{"volumeHandle", handle}}},
+        {"volumeSnapshotClassName", Name(*cls)},
+        {"deletionPolicy", Str(*cls, {"deletionPolicy"}).empty() ? "Delete" : Str(*cls, {"deletionPolicy"})},
+        {"driver", driver},
+        {"sourceVolumeMode", Str(*pv, {"spec", "volumeMode"}) == "Block" ? "Block" : "Filesystem"}}}};
+  if (!secret->name.empty()) {
+    content["metadata"]["annotations"][kAnnDeletionSecretName] = secret->name;
+    content["metadata"]["annotations"][kAnnDeletionSecretNamespace] = secret->ns;
+  }
+  if (std::string node = NodeOfVolume(*pv); !node.empty()) content["metadata"]["annotations"][kAnnSnapshotNode] = node;
+  auto created = registry_.Create(ContentsKind(), "", content);
+  if (!created.ok()) {
+    if (created.status().code() != absl::StatusCode::kAlreadyExists) return fail(created.status());
+    // Made by an earlier attempt whose answer we lost.
+    auto existing = registry_.Get(ContentsKind(), "", content_name);
+    if (!existing.ok()) return existing.status();
+    if (!RefersTo(*existing, snapshot, false)) {
+      return Fail(snapshot, "SnapshotContentMisbound",
+                  StrCat("VolumeSnapshotContent ", content_name, " is bound to a different snapshot"));
+    }
+    return *existing;
+  }
+  events_.Record(snapshot, "Normal", "CreatingSnapshot",
+                 StrCat("Waiting for a snapshot ", SnapshotKey(snapshot), " to be created by the CSI driver."));
+  return *created;
+}
+
+absl::Status SnapshotController::EnsureFinalizers(const json& snapshot, const json& content) {
+  const bool bound = Str(content, {"spec", "deletionPolicy"}) == "Delete";
+  if (HasFinalizer(snapshot, kSnapshotAsSourceFinalizer) &&
+      (!bound || HasFinalizer(snapshot, kSnapshotBoundFinalizer))) {
+    return absl::OkStatus();
+  }
+  return MutateObject(registry_, SnapshotsKind(), snapshot, apiserver::Subresource::kMain, [&](json& s) {
+    if (Deleting(s)) return false;  // no new finalizers on the way out
+    bool changed = AddFinalizer(s, kSnapshotAsSourceFinalizer);
+    if (bound) changed = AddFinalizer(s, kSnapshotBoundFinalizer) || changed;
+    return changed;
+  });
+}
+
+absl::Status SnapshotController::UpdateStatus(const json& snapshot, const json& content) {
+  const json& cs = Field(content, "status");
+  bool created = false, became_ready = false;
+  std::string new_error;
+  BERTH_RETURN_IF_ERROR(
+      MutateObject(registry_, SnapshotsKind(), snapshot, apiserver::Subresource::kStatus, [&](json& s) {
+        json status = Field(s, "status").is_object() ? s["status"] : json::object();
+        const json before = status;
+        status["boundVolumeSnapshotContentName"] = Name(content);
+        if (const json& t = Field(cs, "creationTime"); t.is_number() && !status.contains("creationTime")) {
+          status["creationTime"] = Rfc3339(absl::FromUnixNanos(t.get<int64_t>()));
+          created = true;
+        }
+        const bool ready = Field(cs, "readyToUse") == true;
+        became_ready = ready && Field(before, "readyToUse") != true;
+        status["readyToUse"] = ready;
+        if (const json& size = Field(cs, "restoreSize"); size.is_number() && size.get<int64_t>() > 0) {
+          auto have = api::Quantity::Parse(Str(status, {"restoreSize"}));
+          if (!have.ok() || have->Value() == 0) {
+            status["restoreSize"] = api::Quantity::FromBytes(size.get<int64_t>()).ToString();
+          }
+        }
+        // The error is the content's current one: problems from before the
+        // binding are over once a content exists.
+        if (const json& err = Field(cs, "error"); err.is_object()) {
+          if (Str(status, {"error", "message"}) != Str(err, {"message"})) new_error = Str(err, {"message"});
+          status["error"] = err;
+        } else {
+          status.erase("error");
+        }
+        if (status == before) return false;
+        s["status"] = status;
+        return true;
+      }));
+  const std::string key = SnapshotKey(snapshot);
+  if (!new_error.empty()) {
+    const bool dynamic = !Str(content, {"spec", "source", "volumeHandle"}).empty();
+    events_.Record(snapshot, "Warning", dynamic ? "SnapshotCreationFailed" : "SnapshotContentCheckandUpdateFailed",
+                   new_error);
+  }
+  if (created) {
+    events_.Record(snapshot, "Normal", "SnapshotCreated",
+                   StrCat("Snapshot ", key, " was successfully created by the CSI driver."));
+  }
+  if (became_ready) events_.Record(snapshot, "Normal", "SnapshotReady", StrCat("Snapshot ", key, " is ready to use."));
+  return absl::OkStatus();
+}
+
+bool SnapshotController::RestoreInProgress(const json& snapshot) const {
+  const std::string ns = Ns(snapshot), name = Name(snapshot);
+  return !informers_.claims
+              .Select([&](const json& c) {
+                if (Ns(c) != ns || Str(c, {"status", "phase"}) != "Pending") return false;
+                for (const char* field : {"dataSource", "dataSourceRef"}) {
+                  const json& ds = Field(Field(c, "spec"), field);
+                  if (Str(ds, {"kind"}) == "VolumeSnapshot" && Str(ds, {"apiGroup"}) == kGroup &&
+                      Str(ds, {"name"}) == name) {
+                    return true;
+                  }
+                }
+                return false;
+              })
+              .empty();
+}
+
+absl::Status SnapshotController::ProcessDeletion(const json& snapshot) {
+  // Only a content that names this snapshot back is touched: never delete
+  // data on a one-sided reference.
+  const std::string content_name = ContentNameFor(snapshot);
+  std::optional<json> content;
+  if (auto got = registry_.Get(ContentsKind(), "", content_name); got.ok()) {
+    if (RefersTo(*got, snapshot, false)) content = *got;
+  } else if (got.status().code() != absl::StatusCode::kNotFound) {
+    return got.status();
+  }
+  const bool delete_content = content && Str(*content, {"spec", "deletionPolicy"}) == "Delete";
+  if (content && RestoreInProgress(snapshot)) {
+    events_.Record(snapshot, "Warning", "SnapshotDeletePending", "Snapshot is being used to restore a PVC");
+    snapshot_queue_.AddAfter(SnapshotKey(snapshot), options_.restore_wait);
+    return absl::OkStatus();
+  }
+  if (content) {
+    // Tells the snapshotter the content may go (with Delete: the storage
+    // snapshot too) once no CreateSnapshot is outstanding.
+    BERTH_RETURN_IF_ERROR(MutateObject(registry_, ContentsKind(), *content, apiserver::Subresource::kMain,
+                                       [](json& c) { return SetAnnotation(c, kAnnSnapshotBeingDeleted, "yes"); }));
+    if (delete_content && !Deleting(*content)) {
+      auto deleted =
+          registry_.Delete(ContentsKind(), "", content_name, {.uid = Uid(*content), .resource_version = std::nullopt});
+      if (!deleted.ok() && deleted.status().code() != absl::StatusCode::kNotFound) {
+        events_.Record(snapshot, "Warning", "SnapshotContentObjectDeleteError",
+                       "Failed to delete snapshot content API object");
+        return deleted.status();
+      }
+    }
+  }
+  // The bound finalizer stays while a content with Delete is on its way out;
+  // its deletion event brings the snapshot back here.
+  return MutateObject(registry_, SnapshotsKind(), snapshot, apiserver::Subresource::kMain, [&](json& s) {
+    bool changed = RemoveFinalizer(s, kSnapshotAsSourceFinalizer);
+    if (!delete_content) changed = RemoveFinalizer(s, kSnapshotBoundFinalizer) || changed;
+    return changed;
+  });
+}
+
+absl::Status SnapshotController::SyncContent(const std::string& name) {
+  std::optional<json> content = informers_.contents.Get("", name);
+  if (!content || Deleting(*content) || HasFinalizer(*content, kContentBoundFinalizer)) return absl::OkStatus();
+  // A pre-provisioned content not bound yet needs no protection.
+  if (Str(*content, {"spec", "volumeSnapshotRef", "uid"}).empty()) return absl::OkStatus();
+  return MutateObject(registry_, ContentsKind(), *content, apiserver::Subresource::kMain,
+                      [](json& c) { return !Deleting(c) && AddFinalizer(c, kContentBoundFinalizer); });
+}
+
+bool SnapshotController::ClaimInUse(const json& claim) const {
+  const std::string ns = Ns(claim), name = Name(claim);
+  // A snapshot of the claim is being cut while it is not ready — unless it
+  // is being deleted and no CreateSnapshot of it is outstanding.
+  return !informers_.snapshots
+              .Select([&](const json& s) {
+                if (Ns(s) != ns || ClaimSource(s) != name || Ready(s)) return false;
+                if (!Deleting(s)) return true;
+                std::optional<json> content = informers_.contents.Get("", ContentNameFor(s));
+                return content && RefersTo(*content, s, false) &&
+                       !Annotation(*content, kAnnSnapshotBeingCreated).empty();
+              })
+              .empty();
+}
+
+absl::Status SnapshotController::SyncClaim(const std::string& key) {
+  std::optional<json> claim = informers_.claims.GetByKey(key);
+  if (!claim || !HasFinalizer(*claim, kPvcAsSourceFinalizer) || ClaimInUse(*claim)) return absl::OkStatus();
+  return MutateObject(registry_, CoreKind("persistentvolumeclaims"), *claim, apiserver::Subresource::kMain,
+                      [](json& c) { return RemoveFinalizer(c, kPvcAsSourceFinalizer); });
+}
+
+// ===========================================================================
+// Snapshotter
+
+Snapshotter::Snapshotter(apiserver::Registry& registry, DriverDirectory& drivers, Informer& contents, Informer& classes,
+                         Options options)
+    : registry_(registry),
+      drivers_(drivers),
+      contents_(contents),
+      classes_(classes),
+      options_(std::move(options)),
+      events_(registry, StrCat(options_.driver, "_berth-snapshotter")) {}
+
+Snapshotter::~Snapshotter() { Stop(); }
+
+void Snapshotter::RegisterHandlers() {
+  auto changed = [this](const json& o) {
+    if (Str(o, {"spec", "driver"}) == options_.driver) queue_.Add(Name(o));
+  };
+  contents_.AddHandlers({
+      .on_add = changed,
+      .on_update = [changed](const json&, const json& o) { changed(o); },
+      .on_delete = [this](const json& o) { ResetPoll(Name(o)); },
+  });
+}
+
+void Snapshotter::Start() {
+  const std::string name = StrCat("snapshotter ", options_.driver, ": content");
+  for (int i = 0; i < options_.workers; ++i) {
+    workers_.emplace_back(
+        [this, name] { RunWorker(queue_, name, [this](const std::string& k) { return SyncContent(k); }); });
+  }
+}
+
+void Snapshotter::Stop() {
+  queue_.ShutDown();
+  for (auto& w : workers_) w.join();
+  workers_.clear();
+}
+
+void Snapshotter::SchedulePoll(const std::string& name) {
+  absl::Duration delay = options_.poll_initial;
+  {
+    absl::MutexLock lock(&mu_);
+    for (int n = polls_[name]++; n > 0 && delay < options_.poll_max; --n) delay *= 2;
+  }
+  queue_.AddAfter(name, std::min(delay, options_.poll_max));
+}
+
+void Snapshotter::ResetPoll(const std::string& name) {
+  absl::MutexLock lock(&mu_);
+  polls_.erase(name);
+}
+
+absl::StatusOr<std::map<std::string, std::string>> Snapshotter::Secrets(const std::string& ns,
+                                                                        const std::string& name) {
+  if (ns.empty() && name.empty()) return std::map<std::string, std::string>();
+  if (ns.empty() || name.empty()) {
+    return absl::InvalidArgumentError("secret name or namespace not specified");
+  }
+  auto secret = registry_.Get(CoreKind("secrets"), ns, name);
+  if (!secret.ok()) {
+    return absl::FailedPreconditionError(
+        StrCat("cannot get credentials from secret ", ns, "/", name, ": ", secret.status().message()));
+  }
+  return DecodedSecretData(*secret);
+}
+
+absl::StatusOr<std::unique_ptr<::csi::v1::Controller::Stub>> Snapshotter::Stub(const json& content) {
+  const std::string node = Annotation(content, kAnnSnapshotNode);
+  auto channel = drivers_.Channel(options_.driver, node);
+  if (!channel.ok() && node.empty()) {
+    // A node-local driver and a content that names no node (pre-provisioned):
+    // only unambiguous with one node.
+    std::vector<std::string> nodes = drivers_.Nodes(options_.driver);
+    if (nodes.size() == 1) channel = drivers_.Channel(options_.driver, nodes[0]);
+  }
+  if (!channel.ok()) return channel.status();
+  return ::csi::v1::Controller::NewStub(*channel);
+}
+
+absl::StatusOr<bool> Snapshotter::CanListSnapshots(const json& content) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (can_list_) return *can_list_;
+  }
+  BERTH_ASSIGN_OR_RETURN(auto stub, Stub(content));
+  ::csi::v1::ControllerGetCapabilitiesResponse resp;
+  grpc::Status st = csi::CallWithRetry(
+      [&] {
+        grpc::ClientContext ctx;
+        ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
+        resp.Clear();
+        return stub->ControllerGetCapabilities(&ctx, {}, &resp);
+      },
+      std::min(options_.rpc_timeout, absl::Seconds(5)));
+  if (!st.ok()) return csi::FromGrpcStatus(st);
+  bool can = false;
+  for (const auto& c : resp.capabilities()) {
+    can = can || c.rpc().type() == ::csi::v1::ControllerServiceCapability::RPC::LIST_SNAPSHOTS;
+  }
+  absl::MutexLock lock(&mu_);
+  can_list_ = can;
+  return can;
+}
+
+absl::Status Snapshotter::Fail(const json& content, const std::string& reason, const std::string& message,
+                               absl::Status st) {
+  bool changed = false;
+  absl::Status written = MutateObject(registry_, ContentsKind(), content, apiserver::Subresource::kStatus,
+                                      [&](json& c) { return changed = SetError(c, message); });
+  if (changed) events_.Record(content, "Warning", reason, message);
+  return st.ok() ? written : st;
+}
+
+absl::Status Snapshotter::RecordSnapshot(const json& content, const ::csi::v1::Snapshot& snapshot) {
+  const int64_t created = snapshot.has_creation_time()
+                              ? snapshot.creation_time().seconds() * 1'000'000'000 + snapshot.creation_time().nanos()
+                              : absl::ToUnixNanos(absl::Now());
+  return MutateObject(registry_, ContentsKind(), content, apiserver::Subresource::kStatus, [&](json& c) {
+    json status = Field(c, "status").is_object() ? c["status"] : json::object();
+    const json before = status;
+    if (Str(status, {"snapshotHandle"}).empty()) status["snapshotHandle"] = snapshot.snapshot_id();
+    status["readyToUse"] = snapshot.ready_to_use();
+    if (!Field(status, "creationTime").is_number()) status["creationTime"] = created;
+    if (!Field(status, "restoreSize").is_number() && snapshot.size_bytes() > 0) {
+      status["restoreSize"] = snapshot.size_bytes();
+    }
+    status.erase("error");  // the driver answered: no error now
+    if (status == before) return false;
+    c["status"] = status;
+    return true;
+  });
+}
+
+absl::Status Snapshotter::SyncContent(const std::string& name) {
+  std::optional<json> cached = contents_.Get("", name);
+  if (!cached || Str(*cached, {"spec", "driver"}) != options_.driver) {
+    ResetPoll(name);
+    return absl::OkStatus();
+  }
+  const json& content = *cached;
+  const bool dynamic = !Str(content, {"spec", "source", "volumeHandle"}).empty();
+  const bool being_created = !Annotation(content, kAnnSnapshotBeingCreated).empty();
+  if (Deleting(content)) {
+    const bool unbound = !dynamic && Str(content, {"spec", "volumeSnapshotRef", "uid"}).empty();
+    if (unbound || (!being_created && !Annotation(content, kAnnSnapshotBeingDeleted).empty())) {
+      ResetPoll(name);
+      return DeleteContent(content);
+    }
+    // Either its snapshot's deletion has not reached it yet, or a
+    // CreateSnapshot's outcome is unknown: that one is finished first, so
+    // whatever it made is known (and deleted) before the content goes.
+    if (!dynamic || !being_created) return absl::OkStatus();
+  }
+  if (Ready(content)) {
+    ResetPoll(name);
+    if (!being_created) return absl::OkStatus();
+    return MutateObject(registry_, ContentsKind(), content, apiserver::Subresource::kMain,
+                        [](json& c) { return RemoveAnnotation(c, kAnnSnapshotBeingCreated); });
+  }
+  return dynamic ? CreateSnapshot(content) : CheckPreprovisioned(content);
+}
+
+absl::Status Snapshotter::CreateSnapshot(const json& content) {
+  const std::string name = Name(content);
+  const std::string uid = Str(content, {"spec", "volumeSnapshotRef", "uid"});
+  const std::string handle = Str(content, {"spec", "source", "volumeHandle"});
+  auto fail = [&](absl::Status st) {
+    return Fail(content, "SnapshotCreationFailed", StrCat("Failed to create snapshot: ", st.message()), st);
+  };
+  if (uid.empty()) return fail(absl::InvalidArgumentError("the content's volumeSnapshotRef has no uid"));
+  const std::string class_name = Str(content, {"spec", "volumeSnapshotClassName"});
+  if (class_name.empty()) {
+    return fail(absl::InvalidArgumentError(StrCat("failed to take snapshot ", name, " without a snapshot class")));
+  }
+  std::optional<json> cls = GetClass(registry_, classes_, class_name);
+  if (!cls) return fail(absl::NotFoundError(StrCat("volumesnapshotclass ", class_name, " not found")));
+  auto secrets = Secrets(Annotation(content, kAnnDeletionSecretNamespace), Annotation(content, kAnnDeletionSecretName));
+  if (!secrets.ok()) return fail(secrets.status());
+
+  // Mark the call before making it: until its outcome is known the content
+  // must not go, or a snapshot it made would be left behind.
+  if (Annotation(content, kAnnSnapshotBeingCreated).empty()) {
+    BERTH_ASSIGN_OR_RETURN(
+        std::optional<json> marked,
+        Edit(registry_, ContentsKind(), "", name, Uid(content), apiserver::Subresource::kMain,
+             [](json& c) { return !Deleting(c) && SetAnnotation(c, kAnnSnapshotBeingCreated, "yes"); }));
+    if (!marked || Annotation(*marked, kAnnSnapshotBeingCreated).empty()) {
+      return absl::AbortedError(StrCat("VolumeSnapshotContent ", name, " is gone or being deleted"));
+    }
+  }
+
+  ::csi::v1::CreateSnapshotRequest req;
+  // Deterministic: repeating the call (a lost answer, a restart) is
+  // idempotent in the driver and never makes a second snapshot.
+  req.set_name(StrCat("snapshot-", uid));
+  req.set_source_volume_id(handle);
+  const json& params = Field(*cls, "parameters");
+  if (params.is_object()) {
+    for (const auto& [k, v] : params.items()) {
+      if (v.is_string() && !std::string_view(k).starts_with(kReservedPrefix)) {
+        (*req.mutable_parameters())[k] = v.get<std::string>();
+      }
+    }
+  }
+  for (const auto& [k, v] : *secrets) (*req.mutable_secrets())[k] = v;
+
+  ::csi::v1::CreateSnapshotResponse resp;
+  absl::Status st;
+  if (auto stub = Stub(content); !stub.ok()) {
+    st = stub.status();
+  } else {
+    st = csi::FromGrpcStatus(csi::CallWithRetry(
+        [&] {
+          grpc::ClientContext ctx;
+          ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
+          resp.Clear();
+          return (*stub)->CreateSnapshot(&ctx, req, &resp);
+        },
+        std::min(options_.rpc_timeout, absl::Seconds(5))));
+  }
+  if (!st.ok()) {
+    if (FinalError(st)) {
+      // The driver is not working on it: nothing was made by this call.
+      BERTH_RETURN_IF_ERROR(MutateObject(registry_, ContentsKind(), content, apiserver::Subresource::kMain,
+                                         [](json& c) { return RemoveAnnotation(c, kAnnSnapshotBeingCreated); }));
+    }
+    return fail(absl::Status(st.code(), StrCat("failed to take snapshot of the volume ", handle, ": ", st.message())));
+  }
+  // Status first, then the marker: a crash in between repeats a harmless call.
+  BERTH_RETURN_IF_ERROR(RecordSnapshot(content, resp.snapshot()));
+  BERTH_RETURN_IF_ERROR(MutateObject(registry_, ContentsKind(), content, apiserver::Subresource::kMain,
+                                     [](json& c) { return RemoveAnnotation(c, kAnnSnapshotBeingCreated); }));
+  if (resp.snapshot().ready_to_use()) {
+    ResetPoll(name);
+  } else {
+    SchedulePoll(name);  // asked again (CreateSnapshot is idempotent) until ready
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Snapshotter::CheckPreprovisioned(const json& content) {
+  const std::string name = Name(content);
+  const std::string handle = Str(content, {"spec", "source", "snapshotHandle"});
+  auto fail = [&](absl::Status st) {
+    return Fail(content, "SnapshotContentCheckandUpdateFailed",
+                StrCat("Failed to check and update snapshot content: ", st.message()), st);
+  };
+  std::map<std::string, std::string> secrets;
+  if (std::string class_name = Str(content, {"spec", "volumeSnapshotClassName"}); !class_name.empty()) {
+    std::optional<json> cls = GetClass(registry_, classes_, class_name);
+    if (!cls) return fail(absl::NotFoundError(StrCat("volumesnapshotclass ", class_name, " not found")));
+    auto ref = ClassSecret(*cls, "snapshotter-list", name, nullptr);
+    if (!ref.ok()) return fail(ref.status());
+    auto got = Secrets(ref->ns, ref->name);
+    if (!got.ok()) return fail(got.status());
+    secrets = std::move(*got);
+  }
+  auto can_list = CanListSnapshots(content);
+  if (!can_list.ok()) return fail(can_list.status());
+  if (!*can_list) {
+    // Nothing to ask: the handle is taken as ready (upstream does the same).
+    ::csi::v1::Snapshot assumed;
+    assumed.set_snapshot_id(handle);
+    assumed.set_ready_to_use(true);
+    return RecordSnapshot(content, assumed);
+  }
+  ::csi::v1::ListSnapshotsRequest req;
+  req.set_snapshot_id(handle);
+  for (const auto& [k, v] : secrets) (*req.mutable_secrets())[k] = v;
+  BERTH_ASSIGN_OR_RETURN(auto stub, Stub(content));
+  ::csi::v1::ListSnapshotsResponse resp;
+  grpc::Status gst = csi::CallWithRetry(
+      [&] {
+        grpc::ClientContext ctx;
+        ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
+        resp.Clear();
+        return stub->ListSnapshots(&ctx, req, &resp);
+      },
+      std::min(options_.rpc_timeout, absl::Seconds(5)));
+  if (!gst.ok()) return fail(csi::FromGrpcStatus(gst));
+  const ::csi::v1::ListSnapshotsResponse::Entry* entry = nullptr;
+  for (const auto& e : resp.entries()) {
+    if (e.snapshot().snapshot_id() == handle) entry = &e;
+  }
+  if (entry == nullptr) return fail(absl::NotFoundError(StrCat("snapshot ", handle, " not found by the driver")));
+  BERTH_RETURN_IF_ERROR(RecordSnapshot(content, entry->snapshot()));
+  if (entry->snapshot().ready_to_use()) {
+    ResetPoll(name);
+  } else {
+    SchedulePoll(name);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Snapshotter::DeleteContent(const json& content) {
+  const std::string name = Name(content);
+  if (Str(content, {"spec", "deletionPolicy"}) == "Delete") {
+    std::string handle = Str(content, {"status", "snapshotHandle"});
+    if (handle.empty()) handle = Str(content, {"spec", "source", "snapshotHandle"});
+    if (!handle.empty()) {
+      auto secrets =
+          Secrets(Annotation(content, kAnnDeletionSecretNamespace), Annotation(content, kAnnDeletionSecretName));
+      if (!secrets.ok()) {
+        events_.Record(content, "Warning", "SnapshotDeleteError",
+                       StrCat("Failed to get snapshot credentials: ", secrets.status().message()));
+        return secrets.status();
+      }
+      ::csi::v1::DeleteSnapshotRequest req;
+      req.set_snapshot_id(handle);
+      for (const auto& [k, v] : *secrets) (*req.mutable_secrets())[k] = v;
+      BERTH_ASSIGN_OR_RETURN(auto stub, Stub(content));
+      grpc::Status gst = csi::CallWithRetry(
+          [&] {
+            grpc::ClientContext ctx;
+            ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
+            ::csi::v1::DeleteSnapshotResponse resp;
+            return stub->DeleteSnapshot(&ctx, req, &resp);
+          },
+          std::min(options_.rpc_timeout, absl::Seconds(5)));
+      if (!gst.ok() && gst.error_code() != grpc::StatusCode::NOT_FOUND) {
+        absl::Status st = csi::FromGrpcStatus(gst);
+        events_.Record(content, "Warning", "SnapshotDeleteError", StrCat("Failed to delete snapshot: ", st.message()));
+        return st;
+      }
+    }
+  }
+  // DeleteSnapshot is idempotent, so a crash before this write only repeats it.
+  return MutateObject(registry_, ContentsKind(), content, apiserver::Subresource::kMain,
+                      [](json& c) { return RemoveFinalizer(c, kContentBoundFinalizer); });
+}
+
+}  // namespace berth::controllers
