@@ -8,6 +8,7 @@
 #include "common/status.h"
 #include "common/strings.h"
 #include "controllers/capability.h"
+#include "controllers/node_affinity.h"
 #include "controllers/object.h"
 #include "controllers/writes.h"
 #include "csi/grpc_status.h"
@@ -383,7 +384,7 @@ absl::Status Attacher::SyncAttachment(const std::string& name) {
 }
 
 std::string Attacher::EndpointNode(const json& pv, const json& attachment) const {
-  std::string node = NodeOfVolume(pv);
+  std::string node = VolumeNode(registry_, pv);
   return node.empty() ? NodeNameOf(attachment) : node;
 }
 

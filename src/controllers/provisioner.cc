@@ -8,6 +8,7 @@
 #include "common/status.h"
 #include "common/strings.h"
 #include "controllers/capability.h"
+#include "controllers/node_affinity.h"
 #include "controllers/object.h"
 #include "controllers/writes.h"
 #include "controllers/pv_binder.h"
@@ -576,7 +577,7 @@ absl::Status Provisioner::SyncVolume(const std::string& name) {
     for (const auto& [k, v] : DecodedSecretData(*s)) secrets[k] = v;
   }
   // A node-local volume is deleted where it lives.
-  absl::Status st = DeleteVolume(Str(pv, {"spec", "csi", "volumeHandle"}), NodeOfVolume(pv), secrets);
+  absl::Status st = DeleteVolume(Str(pv, {"spec", "csi", "volumeHandle"}), VolumeNode(registry_, pv), secrets);
   if (!st.ok()) {
     events_.Record(pv, "Warning", "VolumeFailedDelete", std::string(st.message()));
     return st;

@@ -6,6 +6,7 @@
 #include "api/selector.h"
 #include "common/status.h"
 #include "common/strings.h"
+#include "controllers/node_affinity.h"
 #include "controllers/object.h"
 #include "controllers/writes.h"
 #include "spdlog/spdlog.h"
@@ -30,34 +31,6 @@ std::optional<api::Quantity> Size(const json& q) {
 std::string VolumeMode(const json& o) {
   std::string m = Str(o, {"spec", "volumeMode"});
   return m.empty() ? "Filesystem" : m;
-}
-
-// Does `labels` satisfy a v1.NodeSelector (terms ORed, expressions ANDed)?
-bool NodeSelectorMatches(const json& selector, const json& labels) {
-  const json& terms = Field(selector, "nodeSelectorTerms");
-  if (!terms.is_array() || terms.empty()) return true;
-  for (const auto& term : terms) {
-    bool all = true;
-    const json& exprs = Field(term, "matchExpressions");
-    if (exprs.is_array()) {
-      for (const auto& e : exprs) {
-        const std::string key = Str(e, {"key"}), op = Str(e, {"operator"});
-        const json& values = Field(e, "values");
-        const bool has = labels.is_object() && labels.contains(key);
-        const std::string value = has && labels[key].is_string() ? labels[key].get<std::string>() : "";
-        const bool in = values.is_array() && std::find(values.begin(), values.end(), value) != values.end();
-        bool ok = true;
-        if (op == "In") ok = has && in;
-        else if (op == "NotIn") ok = !has || !in;
-        else if (op == "Exists") ok = has;
-        else if (op == "DoesNotExist") ok = !has;
-        else ok = false;  // Gt/Lt: not used for topology
-        all = all && ok;
-      }
-    }
-    if (all) return true;
-  }
-  return false;
 }
 
 const api::KindInfo& ClaimsKind() { return *api::FindResource("", "persistentvolumeclaims"); }
@@ -230,7 +203,14 @@ const json* PvBinder::FindBestMatch(const json& claim, const std::vector<json>& 
     }
     if (node_labels != nullptr) {
       const json& required = Field(Field(Field(pv, "spec"), "nodeAffinity"), "required");
-      if (!required.is_null() && !NodeSelectorMatches(required, *node_labels)) continue;
+      if (!required.is_null()) {
+        std::map<std::string, std::string> labels;
+        for (const auto& [k, v] : node_labels->items()) {
+          if (v.is_string()) labels[k] = v.get<std::string>();
+        }
+        const std::string host = labels.count(kHostnameLabel) ? labels[kHostnameLabel] : "";
+        if (!NodeSelectorMatchesLabels(required, labels, host)) continue;
+      }
     }
     if (!ref.is_null()) return &pv;  // pre-bound wins
     if (best == nullptr || *capacity < *best_size) {

@@ -6,6 +6,7 @@
 #include "common/status.h"
 #include "common/strings.h"
 #include "controllers/capability.h"
+#include "controllers/node_affinity.h"
 #include "controllers/object.h"
 #include "controllers/writes.h"
 #include "csi/grpc_status.h"
@@ -156,7 +157,7 @@ absl::Status Resizer::SyncClaim(const std::string& key) {
       if (s.contains("allocatedResourceStatuses")) s["allocatedResourceStatuses"].erase("storage");
     });
   }
-  const std::string node = NodeOfVolume(*pv);
+  const std::string node = VolumeNode(registry_, *pv);
   BERTH_RETURN_IF_ERROR(EditStatus(registry_, K("persistentvolumeclaims"), *claim, [&](json& s) {
     SetCondition(s, "Resizing", "True");
     s["allocatedResources"]["storage"] = desired->ToString();

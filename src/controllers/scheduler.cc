@@ -1,5 +1,7 @@
 #include "controllers/scheduler.h"
 
+#include "controllers/node_affinity.h"
+
 #include <algorithm>
 #include <functional>
 #include <set>
@@ -32,7 +34,6 @@ constexpr char kUnboundImmediate[] = "pod has unbound immediate PersistentVolume
 constexpr char kNoNodes[] = "no nodes available to schedule pods";
 
 constexpr char kNoProvisioner[] = "kubernetes.io/no-provisioner";
-constexpr char kHostnameLabel[] = "kubernetes.io/hostname";
 constexpr char kTaintUnschedulable[] = "node.kubernetes.io/unschedulable";
 constexpr char kTaintNotReady[] = "node.kubernetes.io/not-ready";
 constexpr char kTaintUnreachable[] = "node.kubernetes.io/unreachable";
@@ -61,86 +62,6 @@ int64_t ClaimRequest(const json& claim) {
   return Bytes(Field(Field(Field(Field(claim, "spec"), "resources"), "requests"), "storage")).value_or(0);
 }
 
-// A node's labels, with kubernetes.io/hostname defaulting to its name (the
-// label kubelet always sets; embedded nodes may lack it).
-std::map<std::string, std::string> NodeLabels(const json& node) {
-  std::map<std::string, std::string> out;
-  const json& labels = Field(Field(node, "metadata"), "labels");
-  if (labels.is_object()) {
-    for (const auto& [k, v] : labels.items()) {
-      if (v.is_string()) out[k] = v.get<std::string>();
-    }
-  }
-  out.emplace(kHostnameLabel, Name(node));
-  return out;
-}
-
-std::vector<std::string> Strings(const json& values) {
-  std::vector<std::string> out;
-  if (!values.is_array()) return out;
-  for (const auto& v : values) {
-    if (v.is_string()) out.push_back(v.get<std::string>());
-  }
-  return out;
-}
-
-bool Contains(const std::vector<std::string>& values, const std::string& v) {
-  return std::find(values.begin(), values.end(), v) != values.end();
-}
-
-// One NodeSelectorRequirement against labels (an invalid one — wrong value
-// count, non-integer Gt/Lt — does not match, as Kubernetes' conversion to a
-// selector fails for it).
-bool RequirementMatches(const json& req, const std::map<std::string, std::string>& labels) {
-  const std::string key = Str(req, {"key"}), op = Str(req, {"operator"});
-  const std::vector<std::string> values = Strings(Field(req, "values"));
-  auto it = labels.find(key);
-  const bool has = it != labels.end();
-  if (op == "In") return !values.empty() && has && Contains(values, it->second);
-  if (op == "NotIn") return !values.empty() && (!has || !Contains(values, it->second));
-  if (op == "Exists") return values.empty() && has;
-  if (op == "DoesNotExist") return values.empty() && !has;
-  if (op == "Gt" || op == "Lt") {
-    int64_t want = 0, have = 0;
-    if (values.size() != 1 || !absl::SimpleAtoi(values[0], &want)) return false;
-    if (!has || !absl::SimpleAtoi(it->second, &have)) return false;
-    return op == "Gt" ? have > want : have < want;
-  }
-  return false;
-}
-
-// matchFields: only metadata.name, with In / NotIn and exactly one value.
-bool FieldRequirementMatches(const json& req, const std::string& node_name) {
-  const std::vector<std::string> values = Strings(Field(req, "values"));
-  if (Str(req, {"key"}) != "metadata.name" || values.size() != 1) return false;
-  const std::string op = Str(req, {"operator"});
-  if (op == "In") return values[0] == node_name;
-  if (op == "NotIn") return values[0] != node_name;
-  return false;
-}
-
-bool NodeSelectorMatchesLabels(const json& selector, const std::map<std::string, std::string>& labels,
-                               const std::string& node_name) {
-  const json& terms = Field(selector, "nodeSelectorTerms");
-  if (!terms.is_array()) return false;
-  for (const auto& term : terms) {
-    const json& exprs = Field(term, "matchExpressions");
-    const json& fields = Field(term, "matchFields");
-    const bool has_exprs = exprs.is_array() && !exprs.empty();
-    const bool has_fields = fields.is_array() && !fields.empty();
-    if (!has_exprs && !has_fields) continue;  // an empty term selects nothing
-    bool all = true;
-    if (has_exprs) {
-      for (const auto& e : exprs) all = all && RequirementMatches(e, labels);
-    }
-    if (has_fields) {
-      for (const auto& f : fields) all = all && FieldRequirementMatches(f, node_name);
-    }
-    if (all) return true;
-  }
-  return false;
-}
-
 // A PV's required nodeAffinity against a node (no affinity: any node).
 bool VolumeFitsNode(const json& pv, const std::map<std::string, std::string>& labels, const std::string& node_name) {
   const json& required = Field(Field(Field(pv, "spec"), "nodeAffinity"), "required");
@@ -157,7 +78,7 @@ bool TopologyAllows(const json& allowed, const std::map<std::string, std::string
     bool all = true;
     for (const auto& e : exprs) {
       auto it = labels.find(Str(e, {"key"}));
-      all = all && it != labels.end() && Contains(Strings(Field(e, "values")), it->second);
+      all = all && it != labels.end() && ContainsString(StringList(Field(e, "values")), it->second);
     }
     if (all) return true;
   }
@@ -339,10 +260,6 @@ std::string ChooseNode(const std::vector<NodeCandidate>& candidates, NodeWeighti
   }
   return (*std::min_element(tied.begin(), tied.end(), [](const auto* a, const auto* b) { return a->name < b->name; }))
       ->name;
-}
-
-bool MatchesNodeSelector(const json& node_selector, const json& node) {
-  return NodeSelectorMatchesLabels(node_selector, NodeLabels(node), Name(node));
 }
 
 bool PodFitsNodeAffinity(const json& pod, const json& node) { return PodFitsLabels(pod, NodeLabels(node), Name(node)); }

@@ -80,6 +80,7 @@
 #include "apiserver/registry.h"
 #include "controllers/events.h"
 #include "controllers/informer.h"
+#include "controllers/node_affinity.h"
 #include "controllers/workqueue.h"
 #include "nlohmann/json.hpp"
 
@@ -118,13 +119,6 @@ struct NodeCandidate {
 // tied candidates. Pure; exposed for tests.
 std::string ChooseNode(const std::vector<NodeCandidate>& candidates, NodeWeighting weighting,
                        std::mt19937_64* rng = nullptr);
-
-// Does `node` satisfy a core/v1 NodeSelector (terms ORed; within a term,
-// matchExpressions on labels and matchFields on metadata.name ANDed; In,
-// NotIn, Exists, DoesNotExist, Gt, Lt)? As in Kubernetes, an empty term list
-// or an empty term matches nothing, and an invalid requirement fails its
-// term.
-bool MatchesNodeSelector(const nlohmann::json& node_selector, const nlohmann::json& node);
 
 // Does the pod's spec.nodeSelector and required node affinity admit `node`?
 bool PodFitsNodeAffinity(const nlohmann::json& pod, const nlohmann::json& node);

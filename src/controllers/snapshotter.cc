@@ -7,6 +7,7 @@
 #include "api/quantity.h"
 #include "common/status.h"
 #include "common/strings.h"
+#include "controllers/node_affinity.h"
 #include "controllers/object.h"
 #include "controllers/writes.h"
 #include "csi/client.h"
@@ -496,7 +497,7 @@ absl::StatusOr<json> SnapshotController::CreateContent(const json& snapshot) {
     content["metadata"]["annotations"][kAnnDeletionSecretName] = secret->name;
     content["metadata"]["annotations"][kAnnDeletionSecretNamespace] = secret->ns;
   }
-  if (std::string node = NodeOfVolume(*pv); !node.empty()) content["metadata"]["annotations"][kAnnSnapshotNode] = node;
+  if (std::string node = VolumeNode(registry_, *pv); !node.empty()) content["metadata"]["annotations"][kAnnSnapshotNode] = node;
   auto created = registry_.Create(ContentsKind(), "", content);
   if (!created.ok()) {
     if (created.status().code() != absl::StatusCode::kAlreadyExists) return fail(created.status());

@@ -1,0 +1,82 @@
+// The controller manager: every storage controller of berth's orchestrator
+// wired to one set of shared informers (kube-controller-manager, the
+// scheduler's volume binding and the kubernetes-csi sidecars, in process).
+//
+//   DriverDirectory drivers;
+//   drivers.Add("local.csi.berth.io", "node-1", "unix:///run/berth/node-1/csi.sock");
+//   ControllerManager manager(registry, drivers, {.drivers = {"local.csi.berth.io"}});
+//   BERTH_RETURN_IF_ERROR(manager.Start());
+//   ...
+//   manager.Stop();
+//
+// Cluster-wide: the PV binder, the attach-detach controller, the scheduler
+// and the snapshot controller. Per CSI driver: provisioner, attacher,
+// resizer, snapshotter and capacity tracker. Turns on the registry's
+// storage-protection admission (the binder removes those finalizers).
+//
+// Thread-safety: Start/Stop from one thread; the controllers are thread-safe.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "apiserver/registry.h"
+#include "controllers/attacher.h"
+#include "controllers/capacity.h"
+#include "controllers/drivers.h"
+#include "controllers/informer.h"
+#include "controllers/provisioner.h"
+#include "controllers/pv_binder.h"
+#include "controllers/resizer.h"
+#include "controllers/scheduler.h"
+#include "controllers/snapshotter.h"
+
+namespace berth::controllers {
+
+class ControllerManager {
+ public:
+  struct Options {
+    // The CSI drivers to run per-driver controllers for (their endpoints are
+    // looked up in the DriverDirectory at each call).
+    std::vector<std::string> drivers;
+    absl::Duration rpc_timeout = absl::Minutes(1);
+    absl::Duration capacity_poll_interval = absl::Minutes(1);
+    absl::Duration informer_sync_timeout = absl::Seconds(60);
+    int provisioner_workers = 8;
+    int binder_workers = 4;
+  };
+  ControllerManager(apiserver::Registry& registry, DriverDirectory& drivers, Options options);
+  ~ControllerManager();  // Stop()
+
+  // Registers every controller, starts the informers, waits for their first
+  // list, then starts the workers. DEADLINE_EXCEEDED if a list never came.
+  absl::Status Start();
+  void Stop();
+
+  Informer& informer(const std::string& resource) const;
+
+ private:
+  struct PerDriver {
+    std::unique_ptr<Provisioner> provisioner;
+    std::unique_ptr<Attacher> attacher;
+    std::unique_ptr<Resizer> resizer;
+    std::unique_ptr<Snapshotter> snapshotter;
+    std::unique_ptr<CapacityTracker> capacity;
+  };
+
+  apiserver::Registry& registry_;
+  DriverDirectory& drivers_;
+  const Options options_;
+  // resource → informer (one per kind, shared by every controller).
+  std::map<std::string, std::unique_ptr<Informer>> informers_;
+  std::unique_ptr<PvBinder> binder_;
+  std::unique_ptr<AttachDetachController> attach_detach_;
+  std::unique_ptr<Scheduler> scheduler_;
+  std::unique_ptr<SnapshotController> snapshot_controller_;
+  std::vector<PerDriver> per_driver_;
+  bool started_ = false;
+};
+
+}  // namespace berth::controllers

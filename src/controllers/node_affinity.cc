@@ -1,0 +1,115 @@
+#include "controllers/node_affinity.h"
+
+#include <algorithm>
+
+#include "absl/strings/numbers.h"
+#include "controllers/object.h"
+
+namespace berth::controllers {
+
+using nlohmann::json;
+
+namespace {
+
+// One NodeSelectorRequirement against labels (an invalid one — wrong value
+// count, non-integer Gt/Lt — does not match, as Kubernetes' conversion to a
+// selector fails for it).
+bool RequirementMatches(const json& req, const std::map<std::string, std::string>& labels) {
+  const std::string key = Str(req, {"key"}), op = Str(req, {"operator"});
+  const std::vector<std::string> values = StringList(Field(req, "values"));
+  auto it = labels.find(key);
+  const bool has = it != labels.end();
+  if (op == "In") return !values.empty() && has && ContainsString(values, it->second);
+  if (op == "NotIn") return !values.empty() && (!has || !ContainsString(values, it->second));
+  if (op == "Exists") return values.empty() && has;
+  if (op == "DoesNotExist") return values.empty() && !has;
+  if (op == "Gt" || op == "Lt") {
+    int64_t want = 0, have = 0;
+    if (values.size() != 1 || !absl::SimpleAtoi(values[0], &want)) return false;
+    if (!has || !absl::SimpleAtoi(it->second, &have)) return false;
+    return op == "Gt" ? have > want : have < want;
+  }
+  return false;
+}
+
+// matchFields: only metadata.name, with In / NotIn and exactly one value.
+bool FieldRequirementMatches(const json& req, const std::string& node_name) {
+  const std::vector<std::string> values = StringList(Field(req, "values"));
+  if (Str(req, {"key"}) != "metadata.name" || values.size() != 1) return false;
+  const std::string op = Str(req, {"operator"});
+  if (op == "In") return values[0] == node_name;
+  if (op == "NotIn") return values[0] != node_name;
+  return false;
+}
+
+}  // namespace
+
+// A node's labels, with kubernetes.io/hostname defaulting to its name (the
+// label kubelet always sets; embedded nodes may lack it).
+std::map<std::string, std::string> NodeLabels(const json& node) {
+  std::map<std::string, std::string> out;
+  const json& labels = Field(Field(node, "metadata"), "labels");
+  if (labels.is_object()) {
+    for (const auto& [k, v] : labels.items()) {
+      if (v.is_string()) out[k] = v.get<std::string>();
+    }
+  }
+  out.emplace(kHostnameLabel, Name(node));
+  return out;
+}
+
+std::vector<std::string> StringList(const json& values) {
+  std::vector<std::string> out;
+  if (!values.is_array()) return out;
+  for (const auto& v : values) {
+    if (v.is_string()) out.push_back(v.get<std::string>());
+  }
+  return out;
+}
+
+bool ContainsString(const std::vector<std::string>& values, const std::string& v) {
+  return std::find(values.begin(), values.end(), v) != values.end();
+}
+
+bool NodeSelectorMatchesLabels(const json& selector, const std::map<std::string, std::string>& labels,
+                               const std::string& node_name) {
+  const json& terms = Field(selector, "nodeSelectorTerms");
+  if (!terms.is_array()) return false;
+  for (const auto& term : terms) {
+    const json& exprs = Field(term, "matchExpressions");
+    const json& fields = Field(term, "matchFields");
+    const bool has_exprs = exprs.is_array() && !exprs.empty();
+    const bool has_fields = fields.is_array() && !fields.empty();
+    if (!has_exprs && !has_fields) continue;  // an empty term selects nothing
+    bool all = true;
+    if (has_exprs) {
+      for (const auto& e : exprs) all = all && RequirementMatches(e, labels);
+    }
+    if (has_fields) {
+      for (const auto& f : fields) all = all && FieldRequirementMatches(f, node_name);
+    }
+    if (all) return true;
+  }
+  return false;
+}
+
+bool MatchesNodeSelector(const json& node_selector, const json& node) {
+  return NodeSelectorMatchesLabels(node_selector, NodeLabels(node), Name(node));
+}
+
+std::string VolumeNode(apiserver::Registry& registry, const json& pv) {
+  if (std::string node = NodeOfVolume(pv); !node.empty()) return node;
+  const json& required = Field(Field(Field(pv, "spec"), "nodeAffinity"), "required");
+  if (required.is_null()) return "";
+  auto nodes = registry.List(*api::FindResource("", "nodes"), "", {});
+  if (!nodes.ok()) return "";
+  std::string found;
+  for (const auto& n : nodes->items) {
+    if (!MatchesNodeSelector(required, n)) continue;
+    if (!found.empty()) return "";  // not pinned to one node
+    found = Name(n);
+  }
+  return found;
+}
+
+}  // namespace berth::controllers

@@ -1,0 +1,43 @@
+// Node selection by labels: core/v1 NodeSelector matching (PV nodeAffinity,
+// pod required node affinity) and finding the node a node-local volume
+// lives on — shared by the scheduler, the binder and every controller that
+// must call a node-local driver on the right node.
+//
+// Thread-safety: stateless (VolumeNode reads the registry).
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "apiserver/registry.h"
+#include "nlohmann/json.hpp"
+
+namespace berth::controllers {
+
+inline constexpr char kHostnameLabel[] = "kubernetes.io/hostname";
+
+// A node's labels, with kubernetes.io/hostname defaulting to its name (the
+// label kubelet always sets; embedded nodes may lack it).
+std::map<std::string, std::string> NodeLabels(const nlohmann::json& node);
+
+// Does a node with `labels` and `node_name` satisfy a core/v1 NodeSelector
+// (terms ORed; within a term, matchExpressions on labels and matchFields on
+// metadata.name ANDed; In, NotIn, Exists, DoesNotExist, Gt, Lt)? As in
+// Kubernetes, an empty term list or an empty term matches nothing, and an
+// invalid requirement fails its term.
+bool NodeSelectorMatchesLabels(const nlohmann::json& selector, const std::map<std::string, std::string>& labels,
+                               const std::string& node_name);
+bool MatchesNodeSelector(const nlohmann::json& node_selector, const nlohmann::json& node);
+
+// The node a volume is pinned to: the one node whose labels satisfy the
+// PV's required nodeAffinity (kubernetes.io/hostname answered without a
+// lookup). "" when the PV has no affinity or several/no nodes match — then
+// the driver's cluster-wide endpoint serves it.
+std::string VolumeNode(apiserver::Registry& registry, const nlohmann::json& pv);
+
+// The strings of a JSON array (other elements skipped).
+std::vector<std::string> StringList(const nlohmann::json& values);
+bool ContainsString(const std::vector<std::string>& values, const std::string& v);
+
+}  // namespace berth::controllers
