@@ -34,8 +34,13 @@ bool PodFinished(const json& pod) {
   return phase == "Succeeded" || phase == "Failed";
 }
 
-json ErrorStatus(const absl::Status& st) {
-  return {{"time", NowRfc3339()}, {"message", std::string(st.message())}};
+// Sets status[field] to the error, keeping the time of an identical one: a
+// repeated failure writes nothing, so the write cannot re-trigger the sync
+// and defeat the work queue's backoff.
+void SetError(json& status, const char* field, const absl::Status& st) {
+  const std::string message(st.message());
+  if (Str(status, {field, "message"}) == message) return;
+  status[field] = {{"time", NowRfc3339()}, {"message", message}};
 }
 
 }  // namespace
@@ -404,11 +409,16 @@ absl::StatusOr<google::protobuf::Map<std::string, std::string>> Attacher::Publis
 }
 
 absl::Status Attacher::Attach(const json& va) {
+  // Attached stays attached: nothing below (a driver blip, a lagging cache)
+  // may turn a done attachment back into a failed one.
+  if (const json& done = Field(Field(va, "status"), "attached"); done.is_boolean() && done.get<bool>()) {
+    return absl::OkStatus();
+  }
   auto fail = [&](const absl::Status& st) {
     events_.Record(va, "Warning", "AttachFailed", std::string(st.message()));
     absl::Status written = EditStatus(registry_, Attachments(), va, [&](json& s) {
       s["attached"] = false;
-      s["attachError"] = ErrorStatus(st);
+      SetError(s, "attachError", st);
     });
     if (!written.ok()) spdlog::warn("attacher: recording the error on {}: {}", Name(va), written.ToString());
     return st;
@@ -427,12 +437,13 @@ absl::Status Attacher::Attach(const json& va) {
                     ? absl::NotFoundError(StrCat("persistentvolume \"", pv_name, "\" not found"))
                     : pv.status());
   }
+  if (Deleting(*pv)) {
+    return fail(absl::FailedPreconditionError(StrCat("persistentvolume \"", pv_name, "\" is marked for deletion")));
+  }
   const std::string endpoint_node = EndpointNode(*pv, va);
   auto can_publish = drivers_.ControllerHasCapability(
       options_.driver, endpoint_node, ::csi::v1::ControllerServiceCapability::RPC::PUBLISH_UNPUBLISH_VOLUME);
   if (!can_publish.ok()) return fail(can_publish.status());
-  const json& attached = Field(Field(va, "status"), "attached");
-  const bool is_attached = attached.is_boolean() && attached.get<bool>();
   if (!*can_publish) {
     // Nothing to call: the attachment is a formality (external-attacher's
     // trivial handler).
@@ -441,8 +452,6 @@ absl::Status Attacher::Attach(const json& va) {
       s.erase("attachError");
     });
   }
-  if (is_attached && HasFinalizer(va, finalizer_)) return absl::OkStatus();
-
   // The node's ID for this driver: from CSINode, else the one recorded when
   // the attach started.
   const std::string node = NodeNameOf(va);
@@ -465,7 +474,6 @@ absl::Status Attacher::Attach(const json& va) {
   BERTH_RETURN_IF_ERROR(EditFinalizer(registry_, K("persistentvolumes"), *pv, finalizer_, true));
   BERTH_RETURN_IF_ERROR(
       EditFinalizer(registry_, Attachments(), va, finalizer_, true, {{kAnnAttachNodeId, node_id}}));
-  if (is_attached) return absl::OkStatus();
 
   ::csi::v1::ControllerPublishVolumeRequest req;
   req.set_volume_id(Str(*pv, {"spec", "csi", "volumeHandle"}));
@@ -503,7 +511,7 @@ absl::Status Attacher::Detach(const json& va) {
   auto fail = [&](const absl::Status& st) {
     events_.Record(va, "Warning", "DetachFailed", std::string(st.message()));
     absl::Status written =
-        EditStatus(registry_, Attachments(), va, [&](json& s) { s["detachError"] = ErrorStatus(st); });
+        EditStatus(registry_, Attachments(), va, [&](json& s) { SetError(s, "detachError", st); });
     if (!written.ok()) spdlog::warn("attacher: recording the error on {}: {}", Name(va), written.ToString());
     return st;
   };
@@ -559,7 +567,10 @@ absl::Status Attacher::Detach(const json& va) {
 absl::Status Attacher::SyncVolume(const std::string& name) {
   auto pv = registry_.Get(K("persistentvolumes"), "", name);
   if (!pv.ok()) return pv.status().code() == absl::StatusCode::kNotFound ? absl::OkStatus() : pv.status();
-  if (!HasFinalizer(*pv, finalizer_)) return absl::OkStatus();
+  // Only a PV being deleted gives the finalizer up (as external-attacher):
+  // deciding on a live PV races with a new attachment that found the
+  // finalizer already there.
+  if (!HasFinalizer(*pv, finalizer_) || !Deleting(*pv)) return absl::OkStatus();
   // Ask the store, not the cache: an attachment created a moment ago must
   // keep the finalizer.
   BERTH_ASSIGN_OR_RETURN(auto selector,

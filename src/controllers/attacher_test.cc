@@ -200,10 +200,12 @@ TEST_F(AttacherTest, AttachesForAPodAndDetachesWhenItIsGone) {
   ASSERT_TRUE(Eventually([&] { return Attachment().is_null(); }));
   EXPECT_TRUE(driver_->published().empty());
   EXPECT_EQ(driver_->unpublish_calls(), 1);
-  ASSERT_TRUE(Eventually([&] {
-    return !Get("persistentvolumes", "", "", "pv-1")["metadata"].value("finalizers", json::array()).contains(
-        AttacherFinalizer(kDriver));
-  }));
+  // The PV keeps the attacher's finalizer until the PV itself is deleted
+  // (as external-attacher): then, with no attachment left, it goes.
+  EXPECT_THAT(Get("persistentvolumes", "", "", "pv-1")["metadata"]["finalizers"],
+              ::testing::Contains(AttacherFinalizer(kDriver)));
+  ASSERT_TRUE(registry_->Delete(K("persistentvolumes"), "", "pv-1").ok());
+  ASSERT_TRUE(Eventually([&] { return Get("persistentvolumes", "", "", "pv-1").is_null(); }));
   ASSERT_TRUE(Eventually([&] { return Field(Field(Get("nodes", "", "", kNode), "status"), "volumesAttached").is_null(); }));
 }
 
@@ -359,6 +361,35 @@ TEST_F(AttacherTest, AttachmentForADeletedNodeIsDetached) {
   // The node ID recorded at attach time lets the detach go through.
   ASSERT_TRUE(Eventually([&] { return Attachment().is_null(); }));
   EXPECT_TRUE(driver_->published().empty());
+}
+
+TEST_F(AttacherTest, RepeatedFailureWritesNothingNewAndBacksOff) {
+  driver_->FailPublishes(grpc::StatusCode::INTERNAL, 1000, 0);
+  Standard();
+  Pod();
+  StartControllers();
+  ASSERT_TRUE(Eventually([&] { return Attachment()["status"].contains("attachError"); }));
+  const std::string first = Attachment()["status"]["attachError"]["time"];
+  const std::string rv = Attachment()["metadata"]["resourceVersion"];
+  absl::SleepFor(absl::Seconds(2));
+  // Backoff (5 ms doubling): a handful of calls, not one per write.
+  EXPECT_LT(driver_->publish_calls(), 15);
+  EXPECT_EQ(Attachment()["status"]["attachError"]["time"], first);
+  EXPECT_EQ(Attachment()["metadata"]["resourceVersion"], rv) << "an unchanged error must not be rewritten";
+}
+
+TEST_F(AttacherTest, VolumeMarkedForDeletionIsNotAttached) {
+  Standard();
+  json pv = Get("persistentvolumes", "", "", "pv-1");
+  pv["metadata"]["finalizers"] = {"example.com/hold"};
+  ASSERT_TRUE(registry_->Update(K("persistentvolumes"), "", "pv-1", pv, apiserver::Subresource::kMain).ok());
+  ASSERT_TRUE(registry_->Delete(K("persistentvolumes"), "", "pv-1").ok());
+  Pod();
+  StartControllers();
+  ASSERT_TRUE(Eventually([&] {
+    return Str(Attachment(), {"status", "attachError", "message"}).find("marked for deletion") != std::string::npos;
+  }));
+  EXPECT_EQ(driver_->publish_calls(), 0);
 }
 
 }  // namespace

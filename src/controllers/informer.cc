@@ -1,5 +1,8 @@
 #include "controllers/informer.h"
 
+#include <algorithm>
+#include <random>
+
 #include "common/strings.h"
 #include "spdlog/spdlog.h"
 
@@ -176,7 +179,18 @@ void Informer::Apply(const store::Event& e) {
 }
 
 void Informer::Run() {
+  // Relists back off (jittered, doubling to 5 s, reset by a watch that
+  // lasted): each one replays every object to every handler, so relisting
+  // in a tight loop would feed the very overload that ended the watch.
+  absl::Duration backoff = absl::ZeroDuration();
+  std::mt19937_64 rng(std::random_device{}());
   while (!stopping()) {
+    if (backoff > absl::ZeroDuration()) {
+      std::uniform_real_distribution<double> jitter(0.5, 1.5);
+      const absl::Time until = absl::Now() + backoff * jitter(rng);
+      while (!stopping() && absl::Now() < until) absl::SleepFor(absl::Milliseconds(20));
+    }
+    backoff = std::min(std::max(backoff * 2, absl::Milliseconds(100)), absl::Seconds(5));
     std::optional<int64_t> rv = Relist();
     if (!rv) return;
     auto stream = registry_.Watch(kind_, "", std::to_string(*rv), {});
@@ -184,6 +198,7 @@ void Informer::Run() {
       spdlog::info("informer {}: watch from {}: {}; relisting", kind_.resource, *rv, stream.status().ToString());
       continue;
     }
+    const absl::Time watch_start = absl::Now();
     absl::Time next_resync = absl::Now() + resync_;
     while (!stopping()) {
       auto e = stream->watcher->Next(absl::Milliseconds(200));
@@ -191,7 +206,10 @@ void Informer::Run() {
         Apply(*e);
         continue;
       }
-      if (stream->watcher->ended()) break;  // fell behind: relist
+      if (stream->watcher->ended()) {  // fell behind: relist
+        if (absl::Now() - watch_start > absl::Seconds(30)) backoff = absl::ZeroDuration();
+        break;
+      }
       if (absl::Now() >= next_resync) {
         next_resync = absl::Now() + resync_;
         for (const auto& obj : List()) {

@@ -337,6 +337,15 @@ absl::Status Provisioner::DeleteVolume(const std::string& handle, const std::str
 }
 
 absl::Status Provisioner::SetFinalizer(const json& claim, bool present, const std::string& node) {
+  if (present) {
+    // CreateVolume may only run under the finalizer: a claim already being
+    // deleted (or replaced) is not provisioned.
+    auto current = registry_.Get(K("persistentvolumeclaims"), Ns(claim), Name(claim));
+    if (!current.ok()) return current.status();
+    if (Uid(*current) != Uid(claim) || Deleting(*current)) {
+      return absl::FailedPreconditionError(StrCat("claim ", Ns(claim), "/", Name(claim), " is being deleted"));
+    }
+  }
   // The node goes with the finalizer: a retry after a crash, or the clean-up
   // of a claim deleted mid-flight, must ask the same node's driver.
   return MutateObject(registry_, K("persistentvolumeclaims"), claim, apiserver::Subresource::kMain, [&](json& obj) {

@@ -56,11 +56,21 @@ inline absl::Status EditStatus(apiserver::Registry& registry, const api::KindInf
 }
 
 // Adds (`present`) or removes `finalizer`, setting `annotations` in the same
-// write when adding. No finalizer is added to an object being deleted (the
-// API refuses it).
+// write when adding. Adding fails with FAILED_PRECONDITION when the object
+// is gone, replaced (another uid) or being deleted — the caller must not go
+// on as if it were protected; removing from a gone object is success.
 inline absl::Status EditFinalizer(apiserver::Registry& registry, const api::KindInfo& kind,
                                   const nlohmann::json& object, const std::string& finalizer, bool present,
                                   const std::map<std::string, std::string>& annotations = {}) {
+  if (present) {
+    auto current = registry.Get(kind, Ns(object), Name(object));
+    if (!current.ok() && current.status().code() != absl::StatusCode::kNotFound) return current.status();
+    if (!current.ok() || Uid(*current) != Uid(object) || Deleting(*current)) {
+      if (current.ok() && Uid(*current) == Uid(object) && HasFinalizer(*current, finalizer)) return absl::OkStatus();
+      return absl::FailedPreconditionError(
+          std::string(kind.kind) + " " + Name(object) + " is gone or being deleted; not adding " + finalizer);
+    }
+  }
   return MutateObject(registry, kind, object, apiserver::Subresource::kMain, [&](nlohmann::json& obj) {
     bool changed = false;
     if (present) {
