@@ -105,6 +105,16 @@ absl::Status SqlError(sqlite3* db, std::string_view what) {
   return absl::InternalError(StrCat("sqlite ", what, ": ", sqlite3_errmsg(db)));
 }
 
+// One statement through the pool (for the per-batch BEGIN / SAVEPOINT /
+// COMMIT: sqlite3_exec would parse them every time).
+absl::Status Run(sqlite3* db, const char* sql) {
+  Stmt s(db, sql);
+  if (!s.ok()) return SqlError(db, sql);
+  const int rc = s.Step();
+  if (rc != SQLITE_DONE && rc != SQLITE_ROW) return SqlError(db, sql);
+  return absl::OkStatus();
+}
+
 absl::Status Exec(sqlite3* db, const char* sql) {
   char* err = nullptr;
   if (sqlite3_exec(db, sql, nullptr, nullptr, &err) != SQLITE_OK) {
@@ -474,12 +484,12 @@ void Store::WriterLoop() {
     const int64_t rv_before = next_rv_;
     std::vector<absl::StatusOr<Object>> results;
     std::vector<std::pair<Event, std::optional<Object>>> events;
-    absl::Status batch_status = Exec(write_db_, "BEGIN IMMEDIATE");
+    absl::Status batch_status = Run(write_db_, "BEGIN IMMEDIATE");
     if (batch_status.ok()) {
       for (auto& m : batch) {
         Txn txn{write_db_, &next_rv_, {}};
         const int64_t rv_at = next_rv_;
-        (void)Exec(write_db_, "SAVEPOINT m");
+        (void)Run(write_db_, "SAVEPOINT m");
         absl::StatusOr<Object> r;
         try {
           r = m->fn(txn);
@@ -487,11 +497,11 @@ void Store::WriterLoop() {
           r = absl::InvalidArgumentError(StrCat("malformed object: ", e.what()));
         }
         if (r.ok()) {
-          (void)Exec(write_db_, "RELEASE m");
+          (void)Run(write_db_, "RELEASE m");
           for (auto& e : txn.events) events.push_back(std::move(e));
         } else {
-          (void)Exec(write_db_, "ROLLBACK TO m");
-          (void)Exec(write_db_, "RELEASE m");
+          (void)Run(write_db_, "ROLLBACK TO m");
+          (void)Run(write_db_, "RELEASE m");
           next_rv_ = rv_at;
         }
         results.push_back(std::move(r));
@@ -499,8 +509,8 @@ void Store::WriterLoop() {
       Stmt s(write_db_, "UPDATE meta SET value=?1 WHERE key='rv'");
       s.Bind(1, std::to_string(next_rv_));
       if (s.Step() != SQLITE_DONE) batch_status = SqlError(write_db_, "update rv");
-      if (batch_status.ok()) batch_status = Exec(write_db_, "COMMIT");
-      if (!batch_status.ok()) (void)Exec(write_db_, "ROLLBACK");
+      if (batch_status.ok()) batch_status = Run(write_db_, "COMMIT");
+      if (!batch_status.ok()) (void)Run(write_db_, "ROLLBACK");
     }
     if (!batch_status.ok()) {
       spdlog::error("store commit failed: {}", batch_status.ToString());
@@ -571,7 +581,7 @@ absl::StatusOr<ListResult> Store::List(const std::string& resource, const std::s
   absl::MutexLock lock(&read_mu_);
   ListResult out;
   // One read transaction: the list and its resourceVersion are one snapshot.
-  if (absl::Status st = Exec(read_db_, "BEGIN"); !st.ok()) return st;
+  if (absl::Status st = Run(read_db_, "BEGIN"); !st.ok()) return st;
   {
     Stmt rv(read_db_, "SELECT value FROM meta WHERE key='rv'");
     if (rv.Step() == SQLITE_ROW) out.resource_version = std::stoll(rv.Text(0));
@@ -600,11 +610,11 @@ absl::StatusOr<ListResult> Store::List(const std::string& resource, const std::s
     }
     if (rc != SQLITE_DONE) {
       absl::Status st = SqlError(read_db_, "list");
-      (void)Exec(read_db_, "COMMIT");
+      (void)Run(read_db_, "COMMIT");
       return st;
     }
   }
-  (void)Exec(read_db_, "COMMIT");
+  (void)Run(read_db_, "COMMIT");
   return out;
 }
 
