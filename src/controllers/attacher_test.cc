@@ -258,7 +258,7 @@ TEST_F(AttacherTest, DriverWithoutPublishIsMarkedAttachedWithoutACall) {
 }
 
 TEST_F(AttacherTest, PublishFailureIsReportedThenRetried) {
-  driver_->FailPublishes(grpc::StatusCode::RESOURCE_EXHAUSTED, 2, 0);
+  driver_->FailPublishes(grpc::StatusCode::RESOURCE_EXHAUSTED, 1000, 0);
   Standard();
   Pod();
   StartControllers();
@@ -270,9 +270,10 @@ TEST_F(AttacherTest, PublishFailureIsReportedThenRetried) {
               ::testing::HasSubstr("injected publish failure"));
   EXPECT_FALSE(Attachment()["status"]["attachError"].value("time", "").empty());
   ASSERT_TRUE(Eventually([&] { return PodEvent("FailedAttachVolume"); }));
+  driver_->FailPublishes(grpc::StatusCode::OK, 0, 0);  // the driver recovers
   ASSERT_TRUE(Eventually([&] { return Attached(); }));
   EXPECT_FALSE(Attachment()["status"].contains("attachError"));
-  EXPECT_EQ(driver_->publish_calls(), 3);
+  EXPECT_GE(driver_->publish_calls(), 2);
 }
 
 TEST_F(AttacherTest, WaitsForTheNodeToRegisterTheDriver) {
@@ -294,7 +295,7 @@ TEST_F(AttacherTest, DetachFailureKeepsTheAttachmentUntilItSucceeds) {
   Pod();
   StartControllers();
   ASSERT_TRUE(Eventually([&] { return Attached(); }));
-  driver_->FailPublishes(grpc::StatusCode::INTERNAL, 0, 2);
+  driver_->FailPublishes(grpc::StatusCode::INTERNAL, 0, 1000);
   ASSERT_TRUE(registry_->Delete(K("pods"), "default", "app").ok());
   ASSERT_TRUE(Eventually([&] {
     json va = Attachment();
@@ -302,9 +303,11 @@ TEST_F(AttacherTest, DetachFailureKeepsTheAttachmentUntilItSucceeds) {
   }));
   EXPECT_FALSE(Attachment()["metadata"].value("deletionTimestamp", "").empty());
   EXPECT_FALSE(driver_->published().empty());
+  EXPECT_THAT(Str(Attachment(), {"status", "detachError", "message"}), ::testing::HasSubstr("injected unpublish failure"));
+  driver_->FailPublishes(grpc::StatusCode::OK, 0, 0);  // the driver recovers
   ASSERT_TRUE(Eventually([&] { return Attachment().is_null(); }));
   EXPECT_TRUE(driver_->published().empty());
-  EXPECT_EQ(driver_->unpublish_calls(), 3);
+  EXPECT_GE(driver_->unpublish_calls(), 2);
 }
 
 TEST_F(AttacherTest, FinishedPodsReleaseTheirVolumesUnlessTheNodeKeepsThem) {

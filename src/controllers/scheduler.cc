@@ -1,6 +1,7 @@
 #include "controllers/scheduler.h"
 
 #include "controllers/node_affinity.h"
+#include "controllers/writes.h"
 
 #include <algorithm>
 #include <functional>
@@ -210,7 +211,6 @@ std::map<std::string, json> ByName(std::vector<json> objects) {
   return out;
 }
 
-std::string Now() { return absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", absl::Now(), absl::UTCTimeZone()); }
 
 }  // namespace
 
@@ -1048,7 +1048,7 @@ absl::Status Scheduler::SetScheduledCondition(const json& pod, const std::string
                            [](const json& c) { return Str(c, {"type"}) == "PodScheduled"; });
     json cond = it == conditions.end() ? json{{"type", "PodScheduled"}} : *it;
     const json before = cond;
-    if (Str(cond, {"status"}) != status) cond["lastTransitionTime"] = Now();
+    if (Str(cond, {"status"}) != status) cond["lastTransitionTime"] = NowRfc3339();
     cond["status"] = status;
     if (reason.empty()) {
       cond.erase("reason");

@@ -28,7 +28,6 @@ const api::KindInfo& ContentsKind() { return *api::FindResource(kGroup, "volumes
 const api::KindInfo& ClassesKind() { return *api::FindResource(kGroup, "volumesnapshotclasses"); }
 const api::KindInfo& CoreKind(std::string_view resource) { return *api::FindResource("", resource); }
 
-std::string Rfc3339(absl::Time t) { return absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", t, absl::UTCTimeZone()); }
 
 bool Ready(const json& o) { return Field(Field(o, "status"), "readyToUse") == true; }
 std::string ClaimSource(const json& s) { return Str(s, {"spec", "source", "persistentVolumeClaimName"}); }

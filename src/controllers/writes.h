@@ -95,6 +95,7 @@ inline absl::Status EditFinalizer(apiserver::Registry& registry, const api::Kind
 }
 
 // RFC 3339 in UTC with seconds, as Kubernetes writes metav1.Time.
-inline std::string NowRfc3339() { return absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", absl::Now(), absl::UTCTimeZone()); }
+inline std::string Rfc3339(absl::Time t) { return absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", t, absl::UTCTimeZone()); }
+inline std::string NowRfc3339() { return Rfc3339(absl::Now()); }
 
 }  // namespace berth::controllers
