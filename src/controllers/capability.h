@@ -7,13 +7,36 @@
 // Thread-safety: stateless.
 #pragma once
 
+#include <map>
 #include <string>
+#include <string_view>
 
 #include "controllers/object.h"
 #include "csi/v1/csi.pb.h"
 #include "nlohmann/json.hpp"
 
 namespace berth::controllers {
+
+// Class parameters with this prefix are for the sidecars (fstype, secret
+// references), never passed to the driver.
+inline constexpr std::string_view kReservedPrefix = "csi.storage.k8s.io/";
+
+// Splits StorageClass / VolumeSnapshotClass `parameters` into what the
+// driver gets (`driver`, may be null) and the reserved keys without their
+// prefix (`reserved`, may be null). Non-string values are skipped.
+inline void SplitClassParameters(const nlohmann::json& parameters,
+                                 google::protobuf::Map<std::string, std::string>* driver,
+                                 std::map<std::string, std::string>* reserved) {
+  if (!parameters.is_object()) return;
+  for (const auto& [k, v] : parameters.items()) {
+    if (!v.is_string()) continue;
+    if (std::string_view(k).starts_with(kReservedPrefix)) {
+      if (reserved != nullptr) (*reserved)[k.substr(kReservedPrefix.size())] = v.get<std::string>();
+    } else if (driver != nullptr) {
+      (*driver)[k] = v.get<std::string>();
+    }
+  }
+}
 
 // A Kubernetes access mode ("ReadWriteOnce"...) as a CSI access mode
 // (unknown values map to SINGLE_NODE_WRITER, like ReadWriteOnce).

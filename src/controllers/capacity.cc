@@ -7,6 +7,7 @@
 #include "api/quantity.h"
 #include "common/status.h"
 #include "common/strings.h"
+#include "controllers/capability.h"
 #include "controllers/object.h"
 #include "csi/grpc_status.h"
 #include "grpcpp/client_context.h"
@@ -17,7 +18,6 @@ namespace {
 
 using nlohmann::json;
 
-constexpr std::string_view kReservedPrefix = "csi.storage.k8s.io/";
 // Work keys that are not items; item keys always contain '|'.
 constexpr char kTopologyKey[] = "@topology";
 constexpr char kPollKey[] = "@poll";
@@ -183,18 +183,9 @@ void CapacityTracker::RefreshNode(const std::string& node) {
 
 ::csi::v1::GetCapacityRequest CapacityTracker::BuildRequest(const json& storage_class, const TopologySegment& segment) {
   ::csi::v1::GetCapacityRequest req;
-  std::string fstype;
-  const json& params = Field(storage_class, "parameters");
-  if (params.is_object()) {
-    for (const auto& [k, v] : params.items()) {
-      if (!v.is_string()) continue;
-      if (k.starts_with(kReservedPrefix)) {
-        if (k.substr(kReservedPrefix.size()) == "fstype") fstype = v.get<std::string>();
-      } else {
-        (*req.mutable_parameters())[k] = v.get<std::string>();
-      }
-    }
-  }
+  std::map<std::string, std::string> reserved;
+  SplitClassParameters(Field(storage_class, "parameters"), req.mutable_parameters(), &reserved);
+  const std::string fstype = reserved["fstype"];
   // The spec requires a capability; capacity does not depend on it for
   // most drivers. external-provisioner sends access mode UNKNOWN, which
   // drivers that validate capabilities (berth-csi) refuse with zero
@@ -277,36 +268,23 @@ absl::StatusOr<bool> CapacityTracker::SupportsGetCapacity() {
   std::optional<bool> known;
   {
     absl::MutexLock lock(&mu_);
-    if (get_capacity_ && absl::Now() - capability_checked_ < options_.poll_interval) return *get_capacity_;
     known = get_capacity_;
   }
+  // The directory caches each endpoint's answer until it re-registers.
   absl::Status last = absl::UnavailableError(StrCat("CSI driver ", options_.driver, " is not registered"));
   for (const std::string& node : drivers_.Nodes(options_.driver)) {
-    auto channel = drivers_.Channel(options_.driver, node);
-    if (!channel.ok()) {
-      last = channel.status();
+    auto has = drivers_.ControllerHasCapability(options_.driver, node,
+                                                ::csi::v1::ControllerServiceCapability::RPC::GET_CAPACITY);
+    if (!has.ok()) {
+      last = has.status();
       continue;
-    }
-    auto stub = ::csi::v1::Controller::NewStub(*channel);
-    grpc::ClientContext ctx;
-    ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
-    ::csi::v1::ControllerGetCapabilitiesResponse resp;
-    grpc::Status st = stub->ControllerGetCapabilities(&ctx, {}, &resp);
-    if (!st.ok()) {
-      last = csi::FromGrpcStatus(st);
-      continue;
-    }
-    bool has = false;
-    for (const auto& c : resp.capabilities()) {
-      has = has || c.rpc().type() == ::csi::v1::ControllerServiceCapability::RPC::GET_CAPACITY;
     }
     absl::MutexLock lock(&mu_);
-    if (get_capacity_ != has) {
-      spdlog::info("capacity {}: the driver {} GET_CAPACITY", options_.driver, has ? "reports" : "does not report");
+    if (get_capacity_ != *has) {
+      spdlog::info("capacity {}: the driver {} GET_CAPACITY", options_.driver, *has ? "reports" : "does not report");
     }
-    get_capacity_ = has;
-    capability_checked_ = absl::Now();
-    return has;
+    get_capacity_ = *has;
+    return *has;
   }
   if (known) {
     spdlog::warn("capacity {}: ControllerGetCapabilities: {}; keeping the last answer", options_.driver,
@@ -318,10 +296,6 @@ absl::StatusOr<bool> CapacityTracker::SupportsGetCapacity() {
 
 absl::Status CapacityTracker::Sync(const std::string& key) {
   if (key == kPollKey) {
-    {
-      absl::MutexLock lock(&mu_);
-      capability_checked_ = absl::InfinitePast();  // ask the driver again
-    }
     Refresh();
     queue_.AddAfter(kPollKey, options_.poll_interval);
     return absl::OkStatus();

@@ -188,7 +188,6 @@ class CapacityTracker {
   std::map<std::string, nlohmann::json> written_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::string> written_names_ ABSL_GUARDED_BY(mu_);
   std::optional<bool> get_capacity_ ABSL_GUARDED_BY(mu_);
-  absl::Time capability_checked_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
 };
 
 }  // namespace berth::controllers

@@ -21,7 +21,6 @@ namespace {
 
 using nlohmann::json;
 
-constexpr std::string_view kReservedPrefix = "csi.storage.k8s.io/";
 
 const api::KindInfo& K(std::string_view resource, std::string_view group = "") {
   return *api::FindResource(group, resource);
@@ -154,20 +153,9 @@ absl::StatusOr<::csi::v1::CreateVolumeRequest> Provisioner::BuildRequest(const j
   if (auto limit = api::Quantity::Parse(Str(spec, {"resources", "limits", "storage"})); limit.ok()) {
     req.mutable_capacity_range()->set_limit_bytes(limit->Value());
   }
-  const json& params = Field(sc, "parameters");
-  std::string fstype;
   std::map<std::string, std::string> reserved;
-  if (params.is_object()) {
-    for (const auto& [k, v] : params.items()) {
-      if (!v.is_string()) continue;
-      if (k.starts_with(kReservedPrefix)) {
-        reserved[k.substr(kReservedPrefix.size())] = v.get<std::string>();
-      } else {
-        (*req.mutable_parameters())[k] = v.get<std::string>();
-      }
-    }
-  }
-  fstype = reserved["fstype"];
+  SplitClassParameters(Field(sc, "parameters"), req.mutable_parameters(), &reserved);
+  const std::string fstype = reserved["fstype"];
   const bool block = Str(spec, {"volumeMode"}) == "Block";
   const json& modes = Field(spec, "accessModes");
   if (!modes.is_array() || modes.empty()) return absl::InvalidArgumentError("the claim has no accessModes");

@@ -7,6 +7,7 @@
 #include "api/quantity.h"
 #include "common/status.h"
 #include "common/strings.h"
+#include "controllers/capability.h"
 #include "controllers/node_affinity.h"
 #include "controllers/object.h"
 #include "controllers/writes.h"
@@ -19,7 +20,6 @@ namespace {
 
 using nlohmann::json;
 
-constexpr std::string_view kReservedPrefix = "csi.storage.k8s.io/";
 constexpr char kGroup[] = "snapshot.storage.k8s.io";
 constexpr char kApiVersion[] = "snapshot.storage.k8s.io/v1";
 
@@ -861,14 +861,7 @@ absl::Status Snapshotter::CreateSnapshot(const json& content) {
   // idempotent in the driver and never makes a second snapshot.
   req.set_name(StrCat("snapshot-", uid));
   req.set_source_volume_id(handle);
-  const json& params = Field(*cls, "parameters");
-  if (params.is_object()) {
-    for (const auto& [k, v] : params.items()) {
-      if (v.is_string() && !std::string_view(k).starts_with(kReservedPrefix)) {
-        (*req.mutable_parameters())[k] = v.get<std::string>();
-      }
-    }
-  }
+  SplitClassParameters(Field(*cls, "parameters"), req.mutable_parameters(), nullptr);
   for (const auto& [k, v] : *secrets) (*req.mutable_secrets())[k] = v;
 
   ::csi::v1::CreateSnapshotResponse resp;
