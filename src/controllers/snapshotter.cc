@@ -646,15 +646,19 @@ bool SnapshotController::ClaimInUse(const json& claim) const {
   const std::string ns = Ns(claim), name = Name(claim);
   // A snapshot of the claim is being cut while it is not ready — unless it
   // is being deleted and no CreateSnapshot of it is outstanding.
-  return !informers_.snapshots
-              .Select([&](const json& s) {
-                if (Ns(s) != ns || ClaimSource(s) != name || Ready(s)) return false;
-                if (!Deleting(s)) return true;
-                std::optional<json> content = informers_.contents.Get("", ContentNameFor(s));
-                return content && RefersTo(*content, s, false) &&
-                       !Annotation(*content, kAnnSnapshotBeingCreated).empty();
-              })
-              .empty();
+  auto cutting = [&](const json& s) {
+    if (Ns(s) != ns || ClaimSource(s) != name || Ready(s)) return false;
+    if (!Deleting(s)) return true;
+    std::optional<json> content = informers_.contents.Get("", ContentNameFor(s));
+    return content && RefersTo(*content, s, false) && !Annotation(*content, kAnnSnapshotBeingCreated).empty();
+  };
+  if (!informers_.snapshots.Select(cutting).empty()) return true;
+  // The cache may not have a snapshot created a moment ago: confirm with
+  // the store before the claim loses its protection.
+  auto live = registry_.List(*api::FindResource(kGroup, "volumesnapshots"), ns, {});
+  if (!live.ok()) return true;  // unknown: keep protecting
+  std::vector<json> snapshots = std::move(live->items);
+  return std::any_of(snapshots.begin(), snapshots.end(), cutting);
 }
 
 absl::Status SnapshotController::SyncClaim(const std::string& key) {
