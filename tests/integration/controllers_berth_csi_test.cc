@@ -138,7 +138,9 @@ TEST_F(ControllersBerthCsiTest, ClaimPodSnapshotRestoreExpandAndDeleteOnTheRealD
   NewClaim("data", "1Gi");
   NewPod("app", "data");
   ASSERT_TRUE(Eventually([&] { return Scheduled("app"); })) << driver_->Log();
-  ASSERT_EQ(Str(Claim("data"), {"status", "phase"}), "Bound");
+  // The pod may be bound a moment before the claim's status says Bound
+  // (binding = volumeName + bind-completed, as in Kubernetes).
+  ASSERT_TRUE(Eventually([&] { return Str(Claim("data"), {"status", "phase"}) == "Bound"; }));
   EXPECT_EQ(controllers::Annotation(Claim("data"), "volume.kubernetes.io/selected-node"), kNode);
   ASSERT_TRUE(Eventually([&] { return AttachedFor("data"); }));
   json pv = Get("persistentvolumes", "", "", Str(Claim("data"), {"spec", "volumeName"}));
