@@ -6,24 +6,19 @@
 #include "common/testing/eventually.h"
 #include "common/testing/temp_dir.h"
 #include "controllers/testing/fake_csi.h"
+#include "controllers/testing/helpers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace berth::controllers {
 namespace {
 
+using testing::Eventually;
+using testing::K;
+
 constexpr char kDriver[] = "fake.csi.berth.io";
 constexpr char kNode[] = "node-1";
 constexpr char kHandle[] = "fake-vol-1";
-
-const api::KindInfo& K(std::string_view resource, std::string_view group = "") {
-  return *api::FindResource(group, resource);
-}
-
-template <class Pred>
-bool Eventually(Pred pred, absl::Duration timeout = absl::Seconds(15)) {
-  return berth::testing::Eventually(pred, timeout);
-}
 
 class AttacherTest : public ::testing::Test {
  protected:

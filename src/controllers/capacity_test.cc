@@ -8,25 +8,20 @@
 #include "common/testing/eventually.h"
 #include "common/testing/temp_dir.h"
 #include "controllers/testing/fake_csi.h"
+#include "controllers/testing/helpers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace berth::controllers {
 namespace {
 
+using testing::Eventually;
+using testing::K;
+
 constexpr char kDriver[] = "fake.csi.berth.io";
 constexpr char kHostname[] = "kubernetes.io/hostname";
 constexpr char kNs[] = "kube-system";
 constexpr int64_t kGi = 1LL << 30;
-
-const api::KindInfo& K(std::string_view resource, std::string_view group = "") {
-  return *api::FindResource(group, resource);
-}
-
-template <class Pred>
-bool Eventually(Pred pred, absl::Duration timeout = absl::Seconds(15)) {
-  return berth::testing::Eventually(pred, timeout);
-}
 
 // The fake driver plus what these tests need of GetCapacity: a
 // maximum_volume_size in answers, and drivers without GET_CAPACITY.

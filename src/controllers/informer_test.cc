@@ -5,11 +5,14 @@
 #include "absl/synchronization/notification.h"
 #include "common/testing/eventually.h"
 #include "common/testing/temp_dir.h"
+#include "controllers/testing/helpers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace berth::controllers {
 namespace {
+
+using testing::Eventually;
 
 const api::KindInfo& Claims() { return *api::FindResource("", "persistentvolumeclaims"); }
 
@@ -18,12 +21,6 @@ json Claim(const std::string& name) {
           {"kind", "PersistentVolumeClaim"},
           {"metadata", {{"name", name}}},
           {"spec", {{"accessModes", {"ReadWriteOnce"}}, {"resources", {{"requests", {{"storage", "1Gi"}}}}}}}};
-}
-
-// Controllers converge asynchronously.
-template <class Pred>
-bool Eventually(Pred pred, absl::Duration timeout = absl::Seconds(10)) {
-  return berth::testing::Eventually(pred, timeout);
 }
 
 class InformerTest : public ::testing::Test {

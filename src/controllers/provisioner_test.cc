@@ -9,23 +9,17 @@
 #include "controllers/pv_binder.h"
 #include "controllers/resizer.h"
 #include "controllers/testing/fake_csi.h"
+#include "controllers/testing/helpers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace berth::controllers {
 namespace {
 
+using testing::Eventually;
+using testing::K;
+
 constexpr char kDriver[] = "fake.csi.berth.io";
-
-const api::KindInfo& K(std::string_view resource, std::string_view group = "") {
-  return *api::FindResource(group, resource);
-}
-
-// Controllers converge asynchronously.
-template <class Pred>
-bool Eventually(Pred pred, absl::Duration timeout = absl::Seconds(15)) {
-  return berth::testing::Eventually(pred, timeout);
-}
 
 json Claim(const std::string& name, const std::string& cls, const std::string& size = "1Gi") {
   return {{"apiVersion", "v1"},

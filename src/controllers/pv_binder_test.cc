@@ -2,15 +2,15 @@
 
 #include "common/testing/eventually.h"
 #include "common/testing/temp_dir.h"
+#include "controllers/testing/helpers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace berth::controllers {
 namespace {
 
-const api::KindInfo& K(std::string_view resource, std::string_view group = "") {
-  return *api::FindResource(group, resource);
-}
+using testing::Eventually;
+using testing::K;
 
 json Claim(const std::string& name, const std::string& size, const std::string& cls = "",
            std::vector<std::string> modes = {"ReadWriteOnce"}) {
@@ -36,12 +36,6 @@ json Volume(const std::string& name, const std::string& size, const std::string&
 json OnNode(const std::string& node) {
   return json::parse(R"({"required":{"nodeSelectorTerms":[{"matchExpressions":[
       {"key":"kubernetes.io/hostname","operator":"In","values":[")" + node + R"("]}]}]}})");
-}
-
-// Controllers converge asynchronously.
-template <class Pred>
-bool Eventually(Pred pred, absl::Duration timeout = absl::Seconds(10)) {
-  return berth::testing::Eventually(pred, timeout);
 }
 
 class PvBinderTest : public ::testing::Test {

@@ -9,31 +9,26 @@
 #include "controllers/provisioner.h"
 #include "controllers/pv_binder.h"
 #include "controllers/testing/fake_csi.h"
+#include "controllers/testing/helpers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace berth::controllers {
 namespace {
 
+using testing::Eventually;
+using testing::K;
+
 using ::testing::HasSubstr;
 
 constexpr char kDriver[] = "local.csi.berth.io";
 constexpr char kZone[] = "topology.kubernetes.io/zone";
-
-const api::KindInfo& K(std::string_view resource, std::string_view group = "") {
-  return *api::FindResource(group, resource);
-}
 
 std::string_view GroupOf(std::string_view resource) {
   for (auto r : {"storageclasses", "csinodes", "csidrivers", "csistoragecapacities"}) {
     if (resource == r) return "storage.k8s.io";
   }
   return "";
-}
-
-template <class Pred>
-bool Eventually(Pred pred, absl::Duration timeout = absl::Seconds(15)) {
-  return berth::testing::Eventually(pred, timeout);
 }
 
 // ---- Objects ----

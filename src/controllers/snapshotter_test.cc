@@ -9,11 +9,15 @@
 #include "common/testing/temp_dir.h"
 #include "controllers/object.h"
 #include "controllers/testing/fake_csi.h"
+#include "controllers/testing/helpers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace berth::controllers {
 namespace {
+
+using testing::Eventually;
+using testing::K;
 
 using ::testing::Contains;
 using ::testing::HasSubstr;
@@ -21,15 +25,6 @@ using ::testing::Not;
 
 constexpr char kDriver[] = "fake.csi.berth.io";
 constexpr char kGroup[] = "snapshot.storage.k8s.io";
-
-const api::KindInfo& K(std::string_view resource, std::string_view group = "") {
-  return *api::FindResource(group, resource);
-}
-
-template <class Pred>
-bool Eventually(Pred pred, absl::Duration timeout = absl::Seconds(15)) {
-  return berth::testing::Eventually(pred, timeout);
-}
 
 bool IsReady(const json& o) { return o.is_object() && o.value("status", json::object()).value("readyToUse", false); }
 std::string ErrorMessage(const json& o) {
