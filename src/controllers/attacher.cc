@@ -26,6 +26,9 @@ const api::KindInfo& K(std::string_view resource, std::string_view group = "") {
 }
 const api::KindInfo& Attachments() { return K("volumeattachments", "storage.k8s.io"); }
 
+// Pods informer index: "ns/claim" → the pods whose volumes name that claim.
+constexpr char kPodsByClaim[] = "attach-detach/pods-by-claim";
+
 std::string NodeNameOf(const json& o) { return Str(o, {"spec", "nodeName"}); }
 std::string SourcePv(const json& attachment) { return Str(attachment, {"spec", "source", "persistentVolumeName"}); }
 
@@ -116,17 +119,40 @@ void AttachDetachController::RegisterHandlers() {
           },
       .on_delete = [this](const json& n) { queue_.Add(Name(n)); },
   });
-  // A claim becoming Bound, a PV appearing or a CSIDriver changing its
-  // attachRequired can change any node's desired state.
-  auto claim_changed = [this](const json& before, const json& after) {
-    if (Str(before, {"status", "phase"}) != Str(after, {"status", "phase"}) ||
-        Str(before, {"spec", "volumeName"}) != Str(after, {"spec", "volumeName"})) {
-      EnqueueAllNodes();
+  // A claim becoming Bound or its PV appearing changes the desired state of
+  // the nodes whose pods use that claim only (found by index: this runs
+  // once per provisioned volume, so no scan of every node and attachment).
+  informers_.pods.AddIndex(kPodsByClaim, [](const json& pod) {
+    std::vector<std::string> claims;
+    for (const auto& v : Field(Field(pod, "spec"), "volumes")) {
+      if (std::string c = Str(v, {"persistentVolumeClaim", "claimName"}); !c.empty()) claims.push_back(Ns(pod) + "/" + c);
+    }
+    return claims;
+  });
+  auto claim_nodes = [this](const std::string& claim_key) {
+    for (const auto& pod : informers_.pods.ByIndex(kPodsByClaim, claim_key)) {
+      if (std::string n = NodeNameOf(pod); !n.empty()) queue_.Add(n);
     }
   };
-  informers_.claims.AddHandlers({.on_add = nullptr, .on_update = claim_changed, .on_delete = nullptr});
+  informers_.claims.AddHandlers({.on_add = nullptr,
+                                 .on_update =
+                                     [claim_nodes](const json& before, const json& after) {
+                                       if (Str(before, {"status", "phase"}) != Str(after, {"status", "phase"}) ||
+                                           Str(before, {"spec", "volumeName"}) != Str(after, {"spec", "volumeName"})) {
+                                         claim_nodes(ObjectKey(after));
+                                       }
+                                     },
+                                 .on_delete = nullptr});
+  informers_.volumes.AddHandlers({
+      .on_add =
+          [claim_nodes](const json& pv) {
+            const json& ref = Field(Field(pv, "spec"), "claimRef");
+            if (!ref.is_null()) claim_nodes(Str(ref, {"namespace"}) + "/" + Str(ref, {"name"}));
+          },
+      .on_update = nullptr,
+      .on_delete = [this](const json&) { EnqueueAllNodes(); },  // rare: every node re-checks
+  });
   auto any = [this](const json&) { EnqueueAllNodes(); };
-  informers_.volumes.AddHandlers({.on_add = any, .on_update = nullptr, .on_delete = any});
   informers_.csidrivers.AddHandlers(
       {.on_add = any, .on_update = [this](const json&, const json&) { EnqueueAllNodes(); }, .on_delete = any});
 }
