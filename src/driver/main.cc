@@ -12,8 +12,11 @@
 #include "common/logging.h"
 #include "common/signals.h"
 #include "common/units.h"
+#include "csi/endpoint.h"
+#include "csi/registration.h"
 #include "csi/server.h"
 #include "common/exec.h"
+#include "common/fs.h"
 #include "driver/driver.h"
 #include "driver/options.h"
 #include "spdlog/spdlog.h"
@@ -29,7 +32,8 @@ std::string Hostname() {
   return buf;
 }
 
-int Run(const berth::driver::DriverOptions& options, absl::Duration grace) {
+int Run(const berth::driver::DriverOptions& options, const std::string& registration_dir,
+        absl::Duration grace) {
   berth::LinuxCommandRunner runner;
   berth::driver::LinuxLoopDevices loops;
   berth::driver::LinuxMounter mounter;
@@ -45,11 +49,35 @@ int Run(const berth::driver::DriverOptions& options, absl::Duration grace) {
     spdlog::error("cannot serve CSI: {}", server.status().ToString());
     return kExitFailure;
   }
+  // kubelet-style registration: a node agent watching registration_dir
+  // finds this socket and learns where the CSI socket is.
+  std::unique_ptr<berth::csi::RegistrationService> registration;
+  std::unique_ptr<berth::csi::CsiServer> registration_server;
+  if (!registration_dir.empty()) {
+    auto csi_socket = berth::csi::ParseUnixEndpoint(options.endpoint);
+    if (!csi_socket.ok()) {
+      spdlog::error("--endpoint: {}", csi_socket.status().ToString());
+      return kExitFailure;
+    }
+    registration = std::make_unique<berth::csi::RegistrationService>(
+        berth::csi::RegistrationService::Info{.name = options.driver_name, .endpoint = *csi_socket});
+    auto reg = berth::csi::CsiServer::Start(
+        {.endpoint = berth::csi::RegistrationSocketPath(registration_dir, options.driver_name)},
+        {registration.get()});
+    if (!reg.ok()) {
+      spdlog::error("cannot serve plugin registration: {}", reg.status().ToString());
+      (*server)->Shutdown(absl::ZeroDuration());
+      return kExitFailure;
+    }
+    registration_server = std::move(*reg);
+  }
   spdlog::info("berth-csi {} driver={} node={} pool={}", berth::kVersion, options.driver_name,
                options.node_id, options.pool);
   const int sig = berth::WaitForTerminationSignal();
   spdlog::info("signal {} received; draining calls for up to {}", sig,
                absl::FormatDuration(grace));
+  // Deregister first, so the node agent stops sending calls, then drain.
+  if (registration_server) registration_server->Shutdown(absl::ZeroDuration());
   (*server)->Shutdown(grace);
   return 0;
 }
@@ -64,6 +92,7 @@ int main(int argc, char** argv) {
   std::string pool_size;
   std::string log_level = "info";
   double grace_seconds = 10;
+  std::string registration_dir;
 
   CLI::App app{"berth-csi: a CSI driver serving volumes from a local pool of sparse images",
                "berth-csi"};
@@ -88,6 +117,9 @@ int main(int argc, char** argv) {
   app.add_option("--max-volumes", options.max_volumes,
                  "volumes per node reported by NodeGetInfo (0: no limit)")
       ->capture_default_str();
+  app.add_option("--registration-dir", registration_dir,
+                 "serve kubelet plugin registration in this directory (e.g. "
+                 "<kubelet-root>/plugins_registry), so no node-driver-registrar is needed");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off")
       ->capture_default_str();
   app.add_option("--shutdown-grace", grace_seconds,
@@ -117,5 +149,9 @@ int main(int argc, char** argv) {
     std::cerr << "berth-csi: " << s.message() << "\n";
     return kExitUsage;
   }
-  return Run(options, absl::Seconds(grace_seconds));
+  if (!registration_dir.empty() && !berth::IsCanonicalAbsolutePath(registration_dir)) {
+    std::cerr << "berth-csi: --registration-dir must be a canonical absolute path\n";
+    return kExitUsage;
+  }
+  return Run(options, registration_dir, absl::Seconds(grace_seconds));
 }

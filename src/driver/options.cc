@@ -1,9 +1,9 @@
 #include "driver/options.h"
 
-#include <cctype>
 #include <filesystem>
 
 #include "common/strings.h"
+#include "csi/registration.h"
 
 namespace berth::driver {
 namespace {
@@ -25,21 +25,9 @@ absl::Status ValidateAbsolutePath(const std::string& flag, const std::string& pa
 }  // namespace
 
 absl::Status ValidateDriverName(const std::string& name) {
-  auto bad = [&](std::string_view why) {
-    return absl::InvalidArgumentError(StrCat("--driver-name \"", name, "\": ", why));
-  };
-  if (name.empty()) return bad("must not be empty");
-  if (name.size() > 63) return bad("longer than 63 characters");
-  for (char c : name) {
-    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.') {
-      return bad("only letters, digits, '-', '_' and '.' are allowed");
-    }
-  }
-  if (!std::isalnum(static_cast<unsigned char>(name.front())) ||
-      !std::isalnum(static_cast<unsigned char>(name.back()))) {
-    return bad("must begin and end with a letter or digit");
-  }
-  return absl::OkStatus();
+  absl::Status st = csi::CheckDriverName(name);
+  if (st.ok()) return st;
+  return absl::InvalidArgumentError(StrCat("--driver-name: ", st.message()));
 }
 
 absl::Status ValidateDriverOptions(const DriverOptions& o) {

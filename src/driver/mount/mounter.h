@@ -12,19 +12,12 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/mountinfo.h"
 
 namespace berth::driver {
 
-struct MountEntry {
-  std::string source;      // e.g. /dev/loop3
-  std::string target;      // mount point
-  std::string fs_type;     // ext4, xfs, ...
-  std::string root;        // root of the mount within its filesystem
-  std::string options;     // per-mount options ("rw,noatime")
-  unsigned int major = 0;  // device of the mounted filesystem
-  unsigned int minor = 0;
-  bool read_only() const;
-};
+using ::berth::MountEntry;
+using ::berth::ParseMountInfo;
 
 class Mounter {
  public:
@@ -69,8 +62,5 @@ class LinuxMounter final : public Mounter {
 // characters that cannot be passed safely.
 absl::Status ParseMountFlags(const std::vector<std::string>& flags, unsigned long* ms_flags,
                              std::string* data);
-
-// Parses the text of /proc/self/mountinfo.
-absl::StatusOr<std::vector<MountEntry>> ParseMountInfo(const std::string& text);
 
 }  // namespace berth::driver

@@ -1,0 +1,76 @@
+// The node agent: kubelet's storage side for one node — the Node object
+// and its heartbeat, plugin registration (the plugins_registry watcher and
+// the CSI plugin handler, which publishes CSINode and the node ID), and the
+// volume manager.
+//
+//   NodeAgent agent(registry, directory, {.node_name = "node-1", .root = "/var/lib/berth/nodes/node-1"});
+//   BERTH_RETURN_IF_ERROR(agent.Start());
+//   agent.AddStaticDriver("hostpath.csi.k8s.io", "/run/hostpath/csi.sock");  // --external-driver
+//
+// Thread-safety: Start/Stop from one thread; the rest is thread-safe.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "apiserver/registry.h"
+#include "controllers/drivers.h"
+#include "node/csi_plugins.h"
+#include "node/node_status.h"
+#include "node/plugin_watcher.h"
+#include "node/volume_manager.h"
+
+namespace berth::node {
+
+class NodeAgent {
+ public:
+  struct Options {
+    std::string node_name;
+    std::string root;  // the node's kubelet root (canonical, absolute)
+    std::map<std::string, std::string> labels;
+    absl::Duration heartbeat = absl::Seconds(10);
+    int workers = 4;
+    // The mount table the volume manager reads (tests substitute one).
+    std::function<absl::StatusOr<std::vector<MountEntry>>()> mount_table = ReadMountTable;
+  };
+  NodeAgent(apiserver::Registry& registry, controllers::DriverDirectory& directory, Options options);
+  ~NodeAgent();  // Stop()
+
+  absl::Status Start();
+  // Stops every loop; mounts and registrations stay as they are (the next
+  // start picks them up).
+  void Stop();
+
+  // Registers a driver that has no registration socket (berth up
+  // --external-driver), retrying until it answers.
+  void AddStaticDriver(const std::string& name, const std::string& endpoint) ABSL_LOCKS_EXCLUDED(mu_);
+
+  VolumeManager& volumes() { return *volumes_; }
+  CsiPlugins& plugins() { return *plugins_; }
+  const std::string& registration_dir() const { return registration_dir_; }
+
+ private:
+  void StaticLoop();
+
+  apiserver::Registry& registry_;
+  controllers::DriverDirectory& directory_;
+  const Options options_;
+  const std::string registration_dir_;
+  std::unique_ptr<NodeStatus> status_;
+  std::unique_ptr<CsiPlugins> plugins_;
+  std::unique_ptr<PluginWatcher> watcher_;
+  std::unique_ptr<VolumeManager> volumes_;
+  std::thread static_thread_;
+  absl::Mutex mu_;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::map<std::string, std::string> static_drivers_ ABSL_GUARDED_BY(mu_);  // name → endpoint
+};
+
+}  // namespace berth::node

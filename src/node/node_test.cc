@@ -1,0 +1,415 @@
+// The node agent against a fake CSI node driver over real unix sockets,
+// objects in a real store: registration (CSINode, node ID annotation,
+// labels), the volume manager's stage/publish/unpublish/unstage/expand,
+// attach waits, failures, and restart reconstruction.
+#include <sys/stat.h>
+
+#include <filesystem>
+
+#include "common/hash.h"
+#include "common/testing/temp_dir.h"
+#include "controllers/attacher.h"
+#include "controllers/object.h"
+#include "controllers/testing/helpers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "node/agent.h"
+#include "node/testing/fake_node.h"
+#include "store/store.h"
+
+namespace berth::node {
+namespace {
+
+using controllers::Field;
+using controllers::Str;
+using controllers::testing::Eventually;
+using controllers::testing::K;
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+constexpr char kDriver[] = "fake.csi.berth.io";
+constexpr char kNode[] = "node-1";
+constexpr char kHandle[] = "vol-1";
+
+class NodeAgentTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    store_ = std::move(*store::Store::Open({.path = dir_.path() + "/state.db"}));
+    registry_ = std::make_unique<apiserver::Registry>(*store_);
+    ASSERT_TRUE(registry_->Bootstrap().ok());
+    root_ = dir_.path() + "/node";
+    driver_ = std::make_unique<testing::FakeNodeDriver>(kDriver, "fake-" + std::string(kNode));
+    driver_->SetTopology({{"topology.fake/zone", "z1"}, {"topology.fake/rack", "r1"}});
+    driver_->SetMaxVolumes(7);
+  }
+  void TearDown() override {
+    if (agent_) agent_->Stop();
+    driver_->Shutdown();
+  }
+
+  void StartAgent() {
+    agent_ = std::make_unique<NodeAgent>(
+        *registry_, directory_,
+        NodeAgent::Options{.node_name = kNode, .root = root_, .labels = {}, .heartbeat = absl::Seconds(1), .workers = 2,
+                           .mount_table = [this] { return driver_->MountTable(); }});
+    ASSERT_TRUE(agent_->Start().ok());
+  }
+  void StopAgent() {
+    agent_->Stop();
+    agent_.reset();
+  }
+  void ServeDriver() {
+    ASSERT_TRUE(driver_->Serve(dir_.path() + "/csi.sock", root_ + "/plugins_registry").ok());
+  }
+  bool Registered() {
+    auto csinode = registry_->Get(K("csinodes", "storage.k8s.io"), "", kNode);
+    return csinode.ok() && Field(Field(*csinode, "spec"), "drivers").size() == 1;
+  }
+
+  json Get(const char* resource, const std::string& ns, const std::string& name, const char* group = "") {
+    auto o = registry_->Get(K(resource, group), ns, name);
+    return o.ok() ? *o : json();
+  }
+  void Create(const char* resource, const std::string& ns, json obj, const char* group = "") {
+    auto created = registry_->Create(K(resource, group), ns, obj);
+    ASSERT_TRUE(created.ok()) << created.status();
+    if (obj.contains("status")) {
+      json updated = *created;
+      updated["status"] = obj["status"];
+      auto st = registry_->Update(K(resource, group), ns, controllers::Name(updated), updated, apiserver::Subresource::kStatus);
+      ASSERT_TRUE(st.ok()) << st.status();
+    }
+  }
+  void AttachNotRequired() {
+    Create("csidrivers", "",
+           {{"apiVersion", "storage.k8s.io/v1"}, {"kind", "CSIDriver"}, {"metadata", {{"name", kDriver}}},
+            {"spec", {{"attachRequired", false}, {"podInfoOnMount", true}}}},
+           "storage.k8s.io");
+  }
+  // A CSI PV bound to claim `claim`.
+  void CreateVolume(const std::string& claim, const std::string& pv, const std::string& handle, bool block = false,
+                    const std::string& size = "1Gi") {
+    Create("persistentvolumes", "",
+           {{"apiVersion", "v1"}, {"kind", "PersistentVolume"}, {"metadata", {{"name", pv}}},
+            {"spec", {{"capacity", {{"storage", size}}}, {"accessModes", {"ReadWriteOnce"}},
+                      {"volumeMode", block ? "Block" : "Filesystem"},
+                      {"persistentVolumeReclaimPolicy", "Delete"},
+                      {"claimRef", {{"namespace", "default"}, {"name", claim}}},
+                      {"csi", {{"driver", kDriver}, {"volumeHandle", handle}, {"fsType", "ext4"},
+                               {"volumeAttributes", {{"color", "blue"}}}}}}},
+            {"status", {{"phase", "Bound"}}}});
+    Create("persistentvolumeclaims", "default",
+           {{"apiVersion", "v1"}, {"kind", "PersistentVolumeClaim"}, {"metadata", {{"name", claim}}},
+            {"spec", {{"accessModes", {"ReadWriteOnce"}}, {"volumeName", pv}, {"volumeMode", block ? "Block" : "Filesystem"},
+                      {"resources", {{"requests", {{"storage", size}}}}}}},
+            {"status", {{"phase", "Bound"}, {"capacity", {{"storage", size}}}}}});
+  }
+  std::string CreatePod(const std::string& name, const std::string& claim, bool read_only = false) {
+    Create("pods", "default",
+           {{"apiVersion", "v1"}, {"kind", "Pod"}, {"metadata", {{"name", name}}},
+            {"spec", {{"nodeName", kNode},
+                      {"containers", {{{"name", "c"}, {"image", "busybox"}}}},
+                      {"volumes", {{{"name", "data"},
+                                    {"persistentVolumeClaim", {{"claimName", claim}, {"readOnly", read_only}}}}}}}}});
+    return controllers::Uid(Get("pods", "default", name));
+  }
+  std::string PodPhase(const std::string& name) { return Str(Get("pods", "default", name), {"status", "phase"}); }
+  json VolumesInUse() { return Field(Field(Get("nodes", "", kNode), "status"), "volumesInUse"); }
+  std::string Staging(const std::string& handle) {
+    return root_ + "/plugins/kubernetes.io/csi/" + kDriver + "/" + Sha256Hex(handle) + "/globalmount";
+  }
+  std::string Target(const std::string& uid, const std::string& pv) {
+    return root_ + "/pods/" + uid + "/volumes/kubernetes.io~csi/" + pv + "/mount";
+  }
+
+  berth::testing::TempDir dir_;
+  std::unique_ptr<store::Store> store_;
+  std::unique_ptr<apiserver::Registry> registry_;
+  controllers::DriverDirectory directory_;
+  std::string root_;
+  std::unique_ptr<testing::FakeNodeDriver> driver_;
+  std::unique_ptr<NodeAgent> agent_;
+};
+
+TEST_F(NodeAgentTest, CreatesTheNodeWithLabelsAndHeartbeats) {
+  StartAgent();
+  json node = Get("nodes", "", kNode);
+  EXPECT_EQ(Str(node, {"metadata", "labels", "kubernetes.io/hostname"}), kNode);
+  std::string first;
+  for (const auto& c : Field(Field(node, "status"), "conditions")) {
+    if (Str(c, {"type"}) == "Ready") first = Str(c, {"lastHeartbeatTime"});
+  }
+  ASSERT_FALSE(first.empty());
+  EXPECT_TRUE(Eventually([&] {
+    const json obj = Get("nodes", "", kNode);
+    for (const auto& c : Field(Field(obj, "status"), "conditions")) {
+      if (Str(c, {"type"}) == "Ready") return Str(c, {"status"}) == "True" && Str(c, {"lastHeartbeatTime"}) != first;
+    }
+    return false;
+  }, absl::Seconds(5)));
+}
+
+TEST_F(NodeAgentTest, RegistrationPublishesCsiNodeAnnotationAndLabels) {
+  StartAgent();
+  ServeDriver();
+  ASSERT_TRUE(Eventually([&] { return Registered(); }));
+  json csinode = Get("csinodes", "", kNode, "storage.k8s.io");
+  const json& d = csinode["spec"]["drivers"][0];
+  EXPECT_EQ(d["name"], kDriver);
+  EXPECT_EQ(d["nodeID"], "fake-node-1");
+  EXPECT_EQ(d["topologyKeys"], json({"topology.fake/rack", "topology.fake/zone"}));
+  EXPECT_EQ(d["allocatable"]["count"], 7);
+  EXPECT_EQ(csinode["metadata"]["ownerReferences"][0]["kind"], "Node");
+  json node = Get("nodes", "", kNode);
+  EXPECT_EQ(json::parse(Str(node, {"metadata", "annotations", kAnnNodeId})), json({{kDriver, "fake-node-1"}}));
+  EXPECT_EQ(Str(node, {"metadata", "labels", "topology.fake/zone"}), "z1");
+  ASSERT_TRUE(Eventually([&] { return driver_->registration()->last_status().has_value(); }));
+  EXPECT_TRUE(driver_->registration()->last_status()->plugin_registered());
+  EXPECT_TRUE(directory_.Channel(kDriver, kNode).ok());
+
+  // The registration socket goes away: the driver is deregistered.
+  driver_->StopRegistration();
+  ASSERT_TRUE(Eventually([&] { return !Registered(); }));
+  node = Get("nodes", "", kNode);
+  EXPECT_EQ(Str(node, {"metadata", "annotations", kAnnNodeId}), "");
+  EXPECT_EQ(Str(node, {"metadata", "labels", "topology.fake/zone"}), "z1");  // labels stay, as in kubelet
+  EXPECT_FALSE(agent_->plugins().Get(kDriver).has_value());
+  // ...and comes back.
+  ASSERT_TRUE(driver_->ServeRegistration(root_ + "/plugins_registry").ok());
+  EXPECT_TRUE(Eventually([&] { return Registered(); }));
+}
+
+TEST_F(NodeAgentTest, RefusesPluginsWithoutCsi1Versions) {
+  StartAgent();
+  ASSERT_TRUE(driver_->Serve(dir_.path() + "/csi.sock").ok());
+  ASSERT_TRUE(driver_->ServeRegistration(root_ + "/plugins_registry", {"0.3.0", "2.0.0"}).ok());
+  ASSERT_TRUE(Eventually([&] { return driver_->registration()->last_status().has_value(); }));
+  EXPECT_FALSE(driver_->registration()->last_status()->plugin_registered());
+  EXPECT_THAT(driver_->registration()->last_status()->error(), ::testing::HasSubstr("CSI 1.x"));
+  EXPECT_FALSE(Registered());
+}
+
+TEST_F(NodeAgentTest, VersionCheckFollowsKubelet) {
+  EXPECT_TRUE(CheckCsiVersions({"1.0.0"}).ok());
+  EXPECT_TRUE(CheckCsiVersions({"v1.2", "2.0.0"}).ok());
+  EXPECT_FALSE(CheckCsiVersions({}).ok());
+  EXPECT_FALSE(CheckCsiVersions({"0.3.0"}).ok());
+  EXPECT_FALSE(CheckCsiVersions({"2.0.0", "junk"}).ok());
+}
+
+TEST_F(NodeAgentTest, TopologyLabelCollisionFailsRegistration) {
+  StartAgent();
+  ASSERT_TRUE(UpdateObject(*registry_, K("nodes"), "", kNode, apiserver::Subresource::kMain, [](json& n) {
+    n["metadata"]["labels"]["topology.fake/zone"] = "other";
+    return true;
+  }).ok());
+  ServeDriver();
+  ASSERT_TRUE(Eventually([&] { return driver_->registration()->last_status().has_value(); }));
+  EXPECT_FALSE(driver_->registration()->last_status()->plugin_registered());
+  EXPECT_THAT(driver_->registration()->last_status()->error(), ::testing::HasSubstr("collides"));
+  EXPECT_FALSE(Registered());
+}
+
+TEST_F(NodeAgentTest, NodeGetInfoFailureIsRetried) {
+  driver_->Fail("info", 1, grpc::StatusCode::UNAVAILABLE);
+  StartAgent();
+  ServeDriver();
+  EXPECT_TRUE(Eventually([&] { return Registered(); }));
+  EXPECT_GE(driver_->Calls("info"), 2);
+}
+
+TEST_F(NodeAgentTest, StagesAndPublishesThenTearsDown) {
+  AttachNotRequired();
+  CreateVolume("data", "pv-1", kHandle);
+  StartAgent();
+  ServeDriver();
+  const std::string uid = CreatePod("app", "data");
+  ASSERT_TRUE(Eventually([&] { return PodPhase("app") == "Running"; }));
+  EXPECT_EQ(driver_->Staged(), (std::map<std::string, std::string>{{kHandle, Staging(kHandle)}}));
+  EXPECT_EQ(driver_->Published(), (std::map<std::string, std::string>{{Target(uid, "pv-1"), kHandle}}));
+  EXPECT_TRUE(fs::is_directory(Target(uid, "pv-1")));
+  EXPECT_TRUE(fs::exists(root_ + "/pods/" + uid + "/volumes/kubernetes.io~csi/pv-1/vol_data.json"));
+  EXPECT_EQ(VolumesInUse(), json({std::string("kubernetes.io/csi/") + kDriver + "^" + kHandle}));
+  auto reqs = driver_->PublishRequests();
+  ASSERT_EQ(reqs.size(), 1u);
+  EXPECT_FALSE(reqs[0].readonly());
+  EXPECT_EQ(reqs[0].volume_context().at("color"), "blue");
+  EXPECT_EQ(reqs[0].volume_context().at("csi.storage.k8s.io/pod.name"), "app");  // podInfoOnMount
+  EXPECT_EQ(reqs[0].volume_capability().mount().fs_type(), "ext4");
+  bool ready = false;
+  const json obj = Get("pods", "default", "app");
+    for (const auto& c : Field(Field(obj, "status"), "conditions")) {
+    if (Str(c, {"type"}) == "Ready") ready = Str(c, {"status"}) == "True";
+  }
+  EXPECT_TRUE(ready);
+
+  ASSERT_TRUE(registry_->Delete(K("pods"), "default", "app").ok());
+  ASSERT_TRUE(Eventually([&] { return driver_->Published().empty() && driver_->Staged().empty(); }));
+  EXPECT_TRUE(Eventually([&] { return VolumesInUse().is_null(); }));
+  EXPECT_TRUE(Eventually([&] { return !fs::exists(root_ + "/pods/" + uid); }));
+  EXPECT_FALSE(fs::exists(fs::path(Staging(kHandle)).parent_path()));
+}
+
+TEST_F(NodeAgentTest, TwoPodsShareOneStagedVolume) {
+  AttachNotRequired();
+  CreateVolume("data", "pv-1", kHandle);
+  StartAgent();
+  ServeDriver();
+  CreatePod("a", "data");
+  const std::string b = CreatePod("b", "data", /*read_only=*/true);
+  ASSERT_TRUE(Eventually([&] { return PodPhase("a") == "Running" && PodPhase("b") == "Running"; }));
+  EXPECT_EQ(driver_->Calls("stage"), 1);
+  EXPECT_EQ(driver_->Published().size(), 2u);
+  for (const auto& r : driver_->PublishRequests()) {
+    EXPECT_EQ(r.readonly(), r.target_path() == Target(b, "pv-1")) << r.target_path();
+  }
+  ASSERT_TRUE(registry_->Delete(K("pods"), "default", "a").ok());
+  ASSERT_TRUE(Eventually([&] { return driver_->Published().size() == 1; }));
+  absl::SleepFor(absl::Milliseconds(500));
+  EXPECT_EQ(driver_->Staged().size(), 1u);  // b still uses it
+  ASSERT_TRUE(registry_->Delete(K("pods"), "default", "b").ok());
+  EXPECT_TRUE(Eventually([&] { return driver_->Staged().empty(); }));
+}
+
+TEST_F(NodeAgentTest, WaitsForTheVolumeAttachment) {
+  // No CSIDriver object: attach is required.
+  CreateVolume("data", "pv-1", kHandle);
+  StartAgent();
+  ServeDriver();
+  CreatePod("app", "data");
+  ASSERT_TRUE(Eventually([&] {
+    const json obj = Get("pods", "default", "app");
+    for (const auto& c : Field(Field(obj, "status"), "conditions")) {
+      if (Str(c, {"type"}) == "Ready") return Str(c, {"message"}).find("VolumeAttachment") != std::string::npos;
+    }
+    return false;
+  }));
+  EXPECT_EQ(driver_->Calls("stage"), 0);
+  const std::string va = controllers::AttachmentName(kHandle, kDriver, kNode);
+  Create("volumeattachments", "",
+         {{"apiVersion", "storage.k8s.io/v1"}, {"kind", "VolumeAttachment"}, {"metadata", {{"name", va}}},
+          {"spec", {{"attacher", kDriver}, {"nodeName", kNode}, {"source", {{"persistentVolumeName", "pv-1"}}}}},
+          {"status", {{"attached", true}, {"attachmentMetadata", {{"device", "/dev/fake0"}}}}}},
+         "storage.k8s.io");
+  ASSERT_TRUE(Eventually([&] { return PodPhase("app") == "Running"; }));
+  EXPECT_EQ(driver_->PublishRequests()[0].publish_context().at("device"), "/dev/fake0");
+}
+
+TEST_F(NodeAgentTest, FailuresBecomeEventsAndConditionsThenRecover) {
+  AttachNotRequired();
+  CreateVolume("data", "pv-1", kHandle);
+  driver_->Fail("publish", 2, grpc::StatusCode::INTERNAL, "disk on fire");
+  StartAgent();
+  ServeDriver();
+  CreatePod("app", "data");
+  ASSERT_TRUE(Eventually([&] {
+    auto events = registry_->List(K("events"), "default", {});
+    if (!events.ok()) return false;
+    for (const auto& e : events->items) {
+      if (Str(e, {"reason"}) == "FailedMount" && Str(e, {"message"}).find("disk on fire") != std::string::npos &&
+          Str(e, {"involvedObject", "name"}) == "app") {
+        return true;
+      }
+    }
+    return false;
+  }));
+  EXPECT_TRUE(Eventually([&] { return PodPhase("app") == "Running"; }));
+  EXPECT_EQ(driver_->Calls("publish"), 3);
+}
+
+TEST_F(NodeAgentTest, RestartRebuildsStateWithoutRemounting) {
+  AttachNotRequired();
+  CreateVolume("data", "pv-1", kHandle);
+  CreateVolume("logs", "pv-2", "vol-2");
+  StartAgent();
+  ServeDriver();
+  CreatePod("app", "data");
+  CreatePod("gone", "logs");
+  ASSERT_TRUE(Eventually([&] { return PodPhase("app") == "Running" && PodPhase("gone") == "Running"; }));
+  StopAgent();
+  const int stages = driver_->Calls("stage"), publishes = driver_->Calls("publish");
+  // While the agent is down, one pod goes away.
+  ASSERT_TRUE(registry_->Delete(K("pods"), "default", "gone").ok());
+  StartAgent();
+  EXPECT_TRUE(Eventually([&] { return driver_->Published().size() == 1 && driver_->Staged().size() == 1; }));
+  absl::SleepFor(absl::Seconds(1));
+  EXPECT_EQ(driver_->Calls("stage"), stages);
+  EXPECT_EQ(driver_->Calls("publish"), publishes);
+  EXPECT_EQ(driver_->Staged().count(kHandle), 1u);
+  EXPECT_EQ(PodPhase("app"), "Running");
+}
+
+TEST_F(NodeAgentTest, AfterARebootWantedVolumesAreMountedAgain) {
+  AttachNotRequired();
+  CreateVolume("data", "pv-1", kHandle);
+  StartAgent();
+  ServeDriver();
+  const std::string uid = CreatePod("app", "data");
+  ASSERT_TRUE(Eventually([&] { return PodPhase("app") == "Running"; }));
+  StopAgent();
+  driver_->Reboot();
+  StartAgent();
+  EXPECT_TRUE(Eventually([&] { return driver_->Published().count(Target(uid, "pv-1")) == 1; }));
+  EXPECT_EQ(driver_->Calls("stage"), 2);
+}
+
+TEST_F(NodeAgentTest, ExpandsOnTheNodeAndFinishesTheClaim) {
+  AttachNotRequired();
+  CreateVolume("data", "pv-1", kHandle);
+  StartAgent();
+  ServeDriver();
+  CreatePod("app", "data");
+  ASSERT_TRUE(Eventually([&] { return PodPhase("app") == "Running"; }));
+  // The resizer's part: the PV grew, the claim waits for the node.
+  ASSERT_TRUE(UpdateObject(*registry_, K("persistentvolumes"), "", "pv-1", apiserver::Subresource::kMain, [](json& pv) {
+    pv["spec"]["capacity"]["storage"] = "2Gi";
+    return true;
+  }).ok());
+  ASSERT_TRUE(UpdateObject(*registry_, K("persistentvolumeclaims"), "default", "data", apiserver::Subresource::kStatus,
+                           [](json& c) {
+    c["status"]["allocatedResourceStatuses"] = {{"storage", "NodeResizePending"}};
+    c["status"]["conditions"] = json::array({{{"type", "FileSystemResizePending"}, {"status", "True"}}});
+    return true;
+  }).ok());
+  ASSERT_TRUE(Eventually([&] { return Str(Get("persistentvolumeclaims", "default", "data"), {"status", "capacity", "storage"}) == "2Gi"; }));
+  EXPECT_EQ(driver_->Expanded().at(kHandle), int64_t{2} << 30);
+  json status = Get("persistentvolumeclaims", "default", "data")["status"];
+  EXPECT_FALSE(status.contains("conditions"));
+  EXPECT_FALSE(status.contains("allocatedResourceStatuses"));
+}
+
+TEST_F(NodeAgentTest, BlockVolumesArePublishedUnderVolumeDevices) {
+  AttachNotRequired();
+  CreateVolume("raw", "pv-b", "vol-b", /*block=*/true);
+  StartAgent();
+  ServeDriver();
+  const std::string uid = CreatePod("app", "raw");
+  ASSERT_TRUE(Eventually([&] { return PodPhase("app") == "Running"; }));
+  const std::string target = root_ + "/pods/" + uid + "/volumeDevices/kubernetes.io~csi/pv-b";
+  EXPECT_EQ(driver_->Published().count(target), 1u);
+  EXPECT_TRUE(fs::is_regular_file(target));
+  EXPECT_TRUE(driver_->PublishRequests()[0].volume_capability().has_block());
+  ASSERT_TRUE(registry_->Delete(K("pods"), "default", "app").ok());
+  EXPECT_TRUE(Eventually([&] { return driver_->Staged().empty(); }));
+  EXPECT_TRUE(Eventually([&] { return !fs::exists(root_ + "/pods/" + uid); }));
+}
+
+TEST_F(NodeAgentTest, PodsOfOtherNodesAreIgnored) {
+  AttachNotRequired();
+  CreateVolume("data", "pv-1", kHandle);
+  StartAgent();
+  ServeDriver();
+  Create("pods", "default",
+         {{"apiVersion", "v1"}, {"kind", "Pod"}, {"metadata", {{"name", "elsewhere"}}},
+          {"spec", {{"nodeName", "node-2"}, {"containers", {{{"name", "c"}, {"image", "busybox"}}}},
+                    {"volumes", {{{"name", "data"}, {"persistentVolumeClaim", {{"claimName", "data"}}}}}}}}});
+  ASSERT_TRUE(Eventually([&] { return Registered(); }));
+  absl::SleepFor(absl::Seconds(1));
+  EXPECT_EQ(driver_->Calls("stage"), 0);
+  const json pod = Get("pods", "default", "elsewhere");
+  EXPECT_NE(PodPhase("elsewhere"), "Running");
+  EXPECT_TRUE(Field(Field(pod, "status"), "conditions").is_null()) << pod.dump();
+}
+
+}  // namespace
+}  // namespace berth::node

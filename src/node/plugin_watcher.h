@@ -1,0 +1,95 @@
+// kubelet's plugin watcher: finds registration sockets in a directory
+// (<kubelet-root>/plugins_registry/), asks each plugin who it is over
+// pluginregistration v1 (GetInfo), hands it to the PluginHandler, and tells
+// the plugin the verdict (NotifyRegistrationStatus). A socket that goes away
+// deregisters its plugin; one that is replaced (a new inode: the plugin
+// restarted) registers again. Names starting with "." are ignored, as are
+// files that are not sockets. Failed registrations are retried with backoff.
+//
+//   PluginWatcher watcher(root + "/plugins_registry", csi_plugins);
+//   BERTH_RETURN_IF_ERROR(watcher.Start());
+//
+// Changes are seen through inotify at once and by a periodic rescan.
+//
+// Thread-safety: Start/Stop from one thread; the handler is called from the
+// watcher's thread only.
+#pragma once
+
+#include <sys/types.h>
+
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+
+namespace berth::node {
+
+class PluginHandler {
+ public:
+  virtual ~PluginHandler() = default;
+  // Checks and registers the plugin; the error's message goes back to it.
+  virtual absl::Status RegisterPlugin(const std::string& name, const std::string& endpoint,
+                                      const std::vector<std::string>& versions) = 0;
+  virtual void DeregisterPlugin(const std::string& name) = 0;
+};
+
+class PluginWatcher {
+ public:
+  struct Options {
+    absl::Duration rescan = absl::Seconds(2);
+    absl::Duration call_timeout = absl::Seconds(10);
+    absl::Duration max_retry = absl::Seconds(30);
+  };
+  PluginWatcher(std::string dir, PluginHandler& handler) : PluginWatcher(std::move(dir), handler, Options{}) {}
+  PluginWatcher(std::string dir, PluginHandler& handler, Options options);
+  ~PluginWatcher();  // Stop()
+
+  // Creates the directory (0750) if missing and starts watching.
+  absl::Status Start();
+  // Stops watching; registered plugins stay registered (as when kubelet stops).
+  void Stop();
+
+  // The plugins registered now: socket path → plugin name.
+  std::map<std::string, std::string> Registered() const ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  struct Plugin {
+    std::string name;
+    ino_t inode = 0;
+  };
+  struct Retry {
+    ino_t inode = 0;
+    int failures = 0;
+    absl::Time next;
+  };
+  void Run();
+  void Rescan();
+  // Sockets under dir_ (recursively, skipping "." names): path → inode.
+  std::map<std::string, ino_t> Sockets() const;
+  // GetInfo + handler + NotifyRegistrationStatus. The plugin's name on
+  // success.
+  absl::StatusOr<std::string> Register(const std::string& socket);
+
+  const std::string dir_;
+  PluginHandler& handler_;
+  const Options options_;
+  int inotify_fd_ = -1;
+  int wake_fd_ = -1;  // eventfd to stop the thread
+  std::thread thread_;
+  std::map<std::string, Retry> retries_;  // watcher thread only
+
+  mutable absl::Mutex mu_;
+  std::map<std::string, Plugin> plugins_ ABSL_GUARDED_BY(mu_);  // socket → plugin
+};
+
+// kubelet's check of a CSI plugin's supported_versions: the highest version
+// with major 1 (0.x is too old, ≥2 unknown); INVALID_ARGUMENT when none.
+absl::Status CheckCsiVersions(const std::vector<std::string>& versions);
+
+}  // namespace berth::node

@@ -1,0 +1,175 @@
+// The node agent's volume manager (kubelet's, seed 003): the volumes the
+// pods bound to this node want, against what is staged and published here,
+// made equal by a reconciler.
+//
+// Desired state: for every pod with spec.nodeName = this node that is not
+// finished, its persistentVolumeClaim (and generic ephemeral) volumes whose
+// claim is Bound to a CSI PersistentVolume. Actual state: what this agent
+// staged and published, kept on disk beside the mounts (vol_data.json) so a
+// restarted agent rebuilds it from the pod directories and the mount table.
+//
+// For each wanted volume the reconciler
+//   (a) waits until the driver is registered on this node and, when the
+//       driver requires attach (CSIDriver.attachRequired, or no CSIDriver
+//       object), until its VolumeAttachment is attached (publish_context =
+//       attachmentMetadata);
+//   (b) lists it in the Node's status.volumesInUse, then NodeStageVolume to
+//       <root>/plugins/kubernetes.io/csi/<driver>/<sha256(handle)>/globalmount
+//       if the driver has STAGE_UNSTAGE;
+//   (c) NodePublishVolume to <root>/pods/<uid>/volumes/kubernetes.io~csi/<pv>/mount
+//       (block: <root>/pods/<uid>/volumeDevices/kubernetes.io~csi/<pv>);
+//   (d) NodeExpandVolume when the claim waits for the node's part of a
+//       resize, then records the new size in the claim's status;
+// and for what is no longer wanted: NodeUnpublishVolume, then, once no pod
+// here uses the volume, NodeUnstageVolume and volumesInUse. A pod is
+// Running once all its volumes are published; failures become FailedMount
+// events and the pod's Ready condition. Operations on one volume never
+// overlap; failed ones back off per operation.
+//
+// Thread-safety: Start/Stop from one thread; the rest is thread-safe.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "apiserver/registry.h"
+#include "common/mountinfo.h"
+#include "controllers/drivers.h"
+#include "controllers/events.h"
+#include "controllers/informer.h"
+#include "node/csi_plugins.h"
+#include "node/node_status.h"
+
+namespace berth::node {
+
+class VolumeManager {
+ public:
+  struct Options {
+    std::string node_name;
+    std::string root;  // kubelet root: canonical, absolute
+    absl::Duration call_timeout = absl::Minutes(2);
+    absl::Duration resync = absl::Seconds(1);
+    int workers = 4;
+    // The mount table (tests substitute one).
+    std::function<absl::StatusOr<std::vector<MountEntry>>()> mount_table = ReadMountTable;
+  };
+  VolumeManager(apiserver::Registry& registry, CsiPlugins& plugins, controllers::DriverDirectory& directory,
+                NodeStatus& node_status, Options options);
+  ~VolumeManager();  // Stop()
+
+  // Rebuilds the actual state from disk, starts informers, reconciler and
+  // workers.
+  absl::Status Start();
+  void Stop();
+  // Asks for a reconcile pass soon.
+  void Wake() ABSL_LOCKS_EXCLUDED(mu_);
+
+  // What is staged (unique volume names) and published ("<pod uid>/<pv>").
+  std::set<std::string> StagedVolumes() const ABSL_LOCKS_EXCLUDED(mu_);
+  std::set<std::string> PublishedVolumes() const ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Paths (exposed for tests and the docs).
+  std::string StagingPath(const std::string& driver, const std::string& handle, const std::string& pv,
+                          bool block) const;
+  std::string TargetPath(const std::string& pod_uid, const std::string& pv, bool block) const;
+
+ private:
+  // A volume as the driver knows it.
+  struct Volume {
+    std::string driver;
+    std::string handle;
+    std::string pv;
+    bool block = false;
+    std::string unique;  // kubernetes.io/csi/<driver>^<handle>
+  };
+  struct Staged {
+    Volume volume;
+    std::string path;
+    bool certain = true;  // false: found on disk but not mounted; stage again or clean up
+  };
+  struct Published {
+    Volume volume;
+    std::string pod_uid;
+    std::string target;
+    bool certain = true;
+  };
+  // One pod volume this node should have.
+  struct Wanted {
+    nlohmann::json pod;
+    nlohmann::json claim;
+    nlohmann::json pv;
+    Volume volume;
+    std::string pod_uid;
+    bool read_only = false;
+  };
+  struct Op {
+    std::string lock_key;  // the volume: ops on it never overlap
+    std::string id;        // "stage/<unique>", "publish/<uid>/<pv>", ...: backoff per id
+    std::function<absl::Status()> run;
+    nlohmann::json pod;    // FailedMount events go to the pod (null: none)
+    std::string what;      // "MountVolume.MountDevice failed for volume \"pv\""
+  };
+  struct Backoff {
+    int failures = 0;
+    absl::Time next;
+  };
+
+  void ReconcileLoop();
+  void WorkerLoop();
+  void Reconcile();
+  absl::Status Reconstruct();
+  // Desired state; `waiting` collects per-pod reasons a volume is not ready.
+  std::vector<Wanted> Desired(std::map<std::string, std::string>* waiting,
+                              std::map<std::string, nlohmann::json>* pods);
+  void Dispatch(Op op) ABSL_LOCKS_EXCLUDED(mu_);
+  void UpdatePodStatus(const nlohmann::json& pod, bool ready, const std::string& reason, const std::string& message);
+
+  // The operations (run on workers).
+  absl::Status Stage(const Wanted& w);
+  absl::Status Unstage(const Staged& s);
+  absl::Status Publish(const Wanted& w, const std::string& staging);
+  absl::Status Unpublish(const Published& p);
+  absl::Status Expand(const Wanted& w, const std::string& target, const std::string& staging);
+
+  // Whether the driver needs the VolumeAttachment; its attachmentMetadata
+  // when attached, else an error saying what is awaited.
+  absl::StatusOr<std::map<std::string, std::string>> PublishContext(const Volume& v);
+  absl::StatusOr<std::map<std::string, std::string>> SecretsOf(const nlohmann::json& pv, const char* ref);
+  std::map<std::string, std::string> VolumeContext(const Wanted& w);
+  absl::Status CheckInsideRoot(const std::string& path) const;
+
+  apiserver::Registry& registry_;
+  CsiPlugins& plugins_;
+  controllers::DriverDirectory& directory_;
+  NodeStatus& node_status_;
+  const Options options_;
+  controllers::EventRecorder events_;
+  std::map<std::string, std::unique_ptr<controllers::Informer>> informers_;
+  std::thread reconciler_;
+  std::vector<std::thread> workers_;
+
+  mutable absl::Mutex mu_;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  bool dirty_ ABSL_GUARDED_BY(mu_) = true;
+  std::map<std::string, Staged> staged_ ABSL_GUARDED_BY(mu_);                             // unique →
+  std::map<std::pair<std::string, std::string>, Published> published_ ABSL_GUARDED_BY(mu_);  // (uid, pv) →
+  std::set<std::string> locked_ ABSL_GUARDED_BY(mu_);                                     // volumes with an op running
+  std::deque<Op> queue_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, Backoff> backoff_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::string> errors_ ABSL_GUARDED_BY(mu_);  // pod uid → last mount error
+};
+
+}  // namespace berth::node
