@@ -54,7 +54,7 @@ absl::StatusOr<std::unique_ptr<ControlPlane>> ControlPlane::Start(const Options&
   cp->registry_ = std::make_unique<Registry>(*cp->store_);
   BERTH_RETURN_IF_ERROR(cp->registry_->Bootstrap());
   cp->handler_ = std::make_unique<ApiHandler>(*cp->registry_, options.handler);
-  HttpServer::Options http;
+  http::HttpServer::Options http;
   cp->socket_ = StrCat(options.data_dir, "/api.sock");
   http.unix_socket = cp->socket_;
   http.tcp_address = options.api_address;
@@ -67,7 +67,7 @@ absl::StatusOr<std::unique_ptr<ControlPlane>> ControlPlane::Start(const Options&
     cp->ca_pem_ = tls.cert_pem;
   }
   ApiHandler* handler = cp->handler_.get();
-  BERTH_ASSIGN_OR_RETURN(cp->http_, HttpServer::Start(std::move(http), [handler](const HttpRequest& r, ResponseWriter& w) {
+  BERTH_ASSIGN_OR_RETURN(cp->http_, http::HttpServer::Start(std::move(http), [handler](const HttpRequest& r, ResponseWriter& w) {
                            handler->Handle(r, w);
                          }));
   if (!options.api_address.empty()) {

@@ -17,8 +17,8 @@
 
 #include "absl/status/statusor.h"
 #include "apiserver/handler.h"
-#include "apiserver/http.h"
 #include "apiserver/registry.h"
+#include "http/server.h"
 #include "store/store.h"
 
 namespace berth::apiserver {
@@ -48,7 +48,7 @@ class ControlPlane {
   std::unique_ptr<store::Store> store_;
   std::unique_ptr<Registry> registry_;
   std::unique_ptr<ApiHandler> handler_;
-  std::unique_ptr<HttpServer> http_;
+  std::unique_ptr<http::HttpServer> http_;
   std::string kubeconfig_;
   std::string socket_;
   std::string token_;

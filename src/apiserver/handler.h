@@ -17,10 +17,14 @@
 #include <string>
 
 #include "absl/time/time.h"
-#include "apiserver/http.h"
 #include "apiserver/registry.h"
+#include "http/server.h"
 
 namespace berth::apiserver {
+
+// The API is served over berth's HTTP server.
+using ::berth::http::HttpRequest;
+using ::berth::http::ResponseWriter;
 
 class ApiHandler {
  public:

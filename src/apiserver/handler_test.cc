@@ -50,7 +50,7 @@ class HandlerTest : public ::testing::Test {
     std::string raw = method + " " + target + " HTTP/1.1\r\nHost: x\r\nAccept: " + accept +
                       "\r\nContent-Type: " + content_type + "\r\nContent-Length: " + std::to_string(body.size()) +
                       "\r\n\r\n" + body;
-    auto req = ParseRequest(raw);
+    auto req = http::ParseRequest(raw);
     EXPECT_TRUE(req.ok()) << req.status();
     RecordingWriter w;
     handler_->Handle(*req, w);
@@ -173,7 +173,7 @@ TEST_F(HandlerTest, WatchStreamsEventsInOrderAndExpiredIs410) {
   ASSERT_EQ(Do("DELETE", std::string(kClaims) + "/a").code, 200);
   std::string raw = "GET " + std::string(kClaims) + "?watch=1&resourceVersion=" + rv +
                     "&allowWatchBookmarks=true HTTP/1.1\r\nHost: x\r\n\r\n";
-  auto req = ParseRequest(raw);
+  auto req = http::ParseRequest(raw);
   ASSERT_TRUE(req.ok());
   RecordingWriter w;
   w.stop_after = 3;  // MODIFIED, DELETED, BOOKMARK

@@ -25,11 +25,13 @@ const google::protobuf::MethodDescriptor* FindMethod(const char* path) {
 
 class CallLogger final : public grpc::experimental::Interceptor {
  public:
-  CallLogger(grpc::experimental::ServerRpcInfo* info, std::shared_ptr<InFlightCalls> in_flight)
+  CallLogger(grpc::experimental::ServerRpcInfo* info, std::shared_ptr<InFlightCalls> in_flight,
+             CallObserver* observer)
       : method_name_(info->method() ? info->method() : "?"),
         method_(FindMethod(info->method())),
         start_(absl::Now()),
-        in_flight_(std::move(in_flight)) {
+        in_flight_(std::move(in_flight)),
+        observer_(observer) {
     in_flight_->Started();
   }
   ~CallLogger() override { in_flight_->Finished(); }
@@ -62,14 +64,8 @@ class CallLogger final : public grpc::experimental::Interceptor {
  private:
   void Log(const grpc::Status& status) {
     const absl::Duration took = absl::Now() - start_;
-    static constexpr const char* kCodeNames[] = {
-        "OK",          "CANCELLED",         "UNKNOWN",        "INVALID_ARGUMENT",
-        "DEADLINE_EXCEEDED", "NOT_FOUND",   "ALREADY_EXISTS", "PERMISSION_DENIED",
-        "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE",
-        "UNIMPLEMENTED", "INTERNAL",        "UNAVAILABLE",    "DATA_LOSS",
-        "UNAUTHENTICATED"};
-    const int code = status.error_code();
-    const char* code_name = (code >= 0 && code <= 16) ? kCodeNames[code] : "?";
+    const char* code_name = StatusCodeName(status.error_code());
+    if (observer_ != nullptr) observer_->CallFinished(method_name_, status.error_code(), took);
     if (status.ok()) {
       spdlog::info("csi call method={} code={} duration={} request={} response={}", method_name_,
                    code_name, absl::FormatDuration(took), request_, response_);
@@ -84,26 +80,39 @@ class CallLogger final : public grpc::experimental::Interceptor {
   const google::protobuf::MethodDescriptor* const method_;
   const absl::Time start_;
   const std::shared_ptr<InFlightCalls> in_flight_;
+  CallObserver* const observer_;
   std::string request_ = "{}";
   std::string response_ = "{}";
 };
 
 class CallLoggerFactory final : public grpc::experimental::ServerInterceptorFactoryInterface {
  public:
-  explicit CallLoggerFactory(std::shared_ptr<InFlightCalls> in_flight)
-      : in_flight_(std::move(in_flight)) {}
+  CallLoggerFactory(std::shared_ptr<InFlightCalls> in_flight, CallObserver* observer)
+      : in_flight_(std::move(in_flight)), observer_(observer) {}
 
   // grpc::experimental::ServerInterceptorFactoryInterface
   grpc::experimental::Interceptor* CreateServerInterceptor(
       grpc::experimental::ServerRpcInfo* info) override {
-    return new CallLogger(info, in_flight_);  // gRPC takes ownership.
+    return new CallLogger(info, in_flight_, observer_);  // gRPC takes ownership.
   }
 
  private:
   const std::shared_ptr<InFlightCalls> in_flight_;
+  CallObserver* const observer_;
 };
 
 }  // namespace
+
+const char* StatusCodeName(grpc::StatusCode code) {
+  static constexpr const char* kCodeNames[] = {
+      "OK",           "CANCELLED",          "UNKNOWN",             "INVALID_ARGUMENT",
+      "DEADLINE_EXCEEDED", "NOT_FOUND",     "ALREADY_EXISTS",      "PERMISSION_DENIED",
+      "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED",      "OUT_OF_RANGE",
+      "UNIMPLEMENTED", "INTERNAL",          "UNAVAILABLE",         "DATA_LOSS",
+      "UNAUTHENTICATED"};
+  const int c = static_cast<int>(code);
+  return (c >= 0 && c <= 16) ? kCodeNames[c] : "UNKNOWN_CODE";
+}
 
 void InFlightCalls::Started() {
   absl::MutexLock lock(&mu_);
@@ -127,8 +136,8 @@ bool InFlightCalls::WaitForNone(absl::Time deadline) const {
 }
 
 std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface> NewCallLoggerFactory(
-    std::shared_ptr<InFlightCalls> in_flight) {
-  return std::make_unique<CallLoggerFactory>(std::move(in_flight));
+    std::shared_ptr<InFlightCalls> in_flight, CallObserver* observer) {
+  return std::make_unique<CallLoggerFactory>(std::move(in_flight), observer);
 }
 
 }  // namespace berth::csi

@@ -24,7 +24,7 @@ absl::StatusOr<std::unique_ptr<CsiServer>> CsiServer::Start(
   for (grpc::Service* service : services) builder.RegisterService(service);
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> factories;
   auto in_flight = std::make_shared<InFlightCalls>();
-  factories.push_back(NewCallLoggerFactory(in_flight));
+  factories.push_back(NewCallLoggerFactory(in_flight, options.observer));
   builder.experimental().SetInterceptorCreators(std::move(factories));
   // The sync server's polling threads notice shutdown only when their
   // completion-queue wait times out (gRPC's default is seconds); keep the wait
@@ -58,9 +58,14 @@ CsiServer::CsiServer(std::string socket_path, std::unique_ptr<grpc::Server> serv
 
 CsiServer::~CsiServer() { Shutdown(absl::ZeroDuration()); }
 
+bool CsiServer::Serving() const {
+  if (shut_down_) return false;
+  struct stat st {};
+  return ::lstat(socket_path_.c_str(), &st) == 0 && S_ISSOCK(st.st_mode);
+}
+
 void CsiServer::Shutdown(absl::Duration grace) {
-  if (shut_down_) return;
-  shut_down_ = true;
+  if (shut_down_.exchange(true)) return;
   const absl::Time deadline = absl::Now() + grace;
   // 1. No new connections: the socket file goes first.
   RemoveSocketFile(socket_path_);

@@ -22,6 +22,7 @@
 
 #include <sys/types.h>
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
@@ -33,6 +34,7 @@
 
 namespace berth::csi {
 
+class CallObserver;
 class InFlightCalls;
 
 struct ServerOptions {
@@ -41,6 +43,9 @@ struct ServerOptions {
   // Permissions of the socket file; only root and the socket's group may
   // connect by default.
   mode_t socket_mode = 0660;
+  // Told about every finished call (metrics); not owned, may be null, must
+  // outlive the server.
+  CallObserver* observer = nullptr;
 };
 
 class CsiServer {
@@ -66,6 +71,11 @@ class CsiServer {
 
   const std::string& socket_path() const { return socket_path_; }
 
+  // True from Start until Shutdown begins, while the socket file is still a
+  // socket at socket_path() (a deleted socket cannot be reached any more).
+  // Thread-safe.
+  bool Serving() const;
+
  private:
   CsiServer(std::string socket_path, std::unique_ptr<grpc::Server> server,
             std::shared_ptr<InFlightCalls> in_flight);
@@ -73,7 +83,7 @@ class CsiServer {
   const std::string socket_path_;
   std::unique_ptr<grpc::Server> server_;
   const std::shared_ptr<InFlightCalls> in_flight_;
-  bool shut_down_ = false;
+  std::atomic<bool> shut_down_{false};
 };
 
 }  // namespace berth::csi

@@ -131,6 +131,10 @@ grpc::Status ControllerService::ControllerGetCapabilities(
                     Rpc::CLONE_VOLUME, Rpc::PUBLISH_READONLY, Rpc::EXPAND_VOLUME,
                     Rpc::LIST_VOLUMES_PUBLISHED_NODES, Rpc::VOLUME_CONDITION, Rpc::GET_VOLUME,
                     Rpc::SINGLE_NODE_MULTI_WRITER}) {
+    // Without controller expansion, resizers grow only the PV object and
+    // kubelet's NodeExpandVolume (on the node that holds the volume) grows
+    // the image and its filesystem.
+    if (type == Rpc::EXPAND_VOLUME && !ctx_.options.controller_expansion) continue;
     resp->add_capabilities()->mutable_rpc()->set_type(type);
   }
   return grpc::Status::OK;

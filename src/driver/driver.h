@@ -37,6 +37,8 @@ class Driver {
 
   std::vector<grpc::Service*> services();
   Pool& pool() { return *pool_; }
+  // The options in force (pool and kubelet root canonical).
+  const DriverOptions& options() const { return ctx_.options; }
   ControllerService& controller() { return *controller_; }
   NodeService& node() { return *node_; }
   GroupControllerService& group_controller() { return *group_; }

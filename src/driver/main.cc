@@ -18,7 +18,10 @@
 #include "common/exec.h"
 #include "common/fs.h"
 #include "driver/driver.h"
+#include "driver/http_endpoint.h"
+#include "driver/metrics.h"
 #include "driver/options.h"
+#include "http/server.h"
 #include "spdlog/spdlog.h"
 
 namespace {
@@ -33,7 +36,7 @@ std::string Hostname() {
 }
 
 int Run(const berth::driver::DriverOptions& options, const std::string& registration_dir,
-        absl::Duration grace) {
+        const std::string& http_endpoint, absl::Duration grace) {
   berth::LinuxCommandRunner runner;
   berth::driver::LinuxLoopDevices loops;
   berth::driver::LinuxMounter mounter;
@@ -44,10 +47,27 @@ int Run(const berth::driver::DriverOptions& options, const std::string& registra
     spdlog::error("cannot open the pool: {}", driver.status().ToString());
     return kExitFailure;
   }
-  auto server = berth::csi::CsiServer::Start({.endpoint = options.endpoint}, (*driver)->services());
+  berth::driver::DriverMetrics metrics(**driver);
+  berth::csi::ServerOptions server_options;
+  server_options.endpoint = options.endpoint;
+  server_options.observer = &metrics;
+  auto server = berth::csi::CsiServer::Start(server_options, (*driver)->services());
   if (!server.ok()) {
     spdlog::error("cannot serve CSI: {}", server.status().ToString());
     return kExitFailure;
+  }
+  std::unique_ptr<berth::http::HttpServer> http;
+  if (!http_endpoint.empty()) {
+    auto started = berth::driver::StartHttpEndpoint(http_endpoint, **driver, metrics,
+                                                    [s = server->get()] { return s->Serving(); });
+    if (!started.ok()) {
+      spdlog::error("cannot serve --http-endpoint {}: {}", http_endpoint,
+                    started.status().ToString());
+      (*server)->Shutdown(absl::ZeroDuration());
+      return kExitFailure;
+    }
+    http = std::move(*started);
+    spdlog::info("serving /healthz and /metrics on http://{}", http_endpoint);
   }
   // kubelet-style registration: a node agent watching registration_dir
   // finds this socket and learns where the CSI socket is.
@@ -79,6 +99,7 @@ int Run(const berth::driver::DriverOptions& options, const std::string& registra
   // Deregister first, so the node agent stops sending calls, then drain.
   if (registration_server) registration_server->Shutdown(absl::ZeroDuration());
   (*server)->Shutdown(grace);
+  if (http) http->Shutdown();
   return 0;
 }
 
@@ -92,6 +113,8 @@ int main(int argc, char** argv) {
   std::string pool_size;
   std::string log_level = "info";
   double grace_seconds = 10;
+  std::string http_endpoint;
+  bool node_expansion_only = false;
   std::string registration_dir;
 
   CLI::App app{"berth-csi: a CSI driver serving volumes from a local pool of sparse images",
@@ -101,7 +124,9 @@ int main(int argc, char** argv) {
                  "CSI endpoint, unix:///abs/path (default: "
                  "unix://<kubelet-root>/plugins/<driver-name>/csi.sock)")
       ->envname("CSI_ENDPOINT");
-  app.add_option("--node-id", options.node_id, "this node's ID (default: the host name)")
+  app.add_option("--node-id", options.node_id,
+                 "this node's ID, the value of topology.berth.io/node (default: the host name; "
+                 "a DaemonSet sets NODE_ID from spec.nodeName)")
       ->envname("NODE_ID");
   app.add_option("--pool", options.pool, "pool directory holding volume images")->required();
   app.add_option("--pool-image", options.pool_image,
@@ -120,6 +145,12 @@ int main(int argc, char** argv) {
   app.add_option("--registration-dir", registration_dir,
                  "serve kubelet plugin registration in this directory (e.g. "
                  "<kubelet-root>/plugins_registry), so no node-driver-registrar is needed");
+  app.add_option("--http-endpoint", http_endpoint,
+                 "serve GET /healthz and /metrics (Prometheus) over plain HTTP on this address, "
+                 "host:port, e.g. 127.0.0.1:9809 or $(POD_IP):9809 (default: off)");
+  app.add_flag("--node-expansion-only", node_expansion_only,
+               "do not advertise ControllerExpandVolume: a cluster-wide external-resizer then "
+               "only updates the PV, and NodeExpandVolume on the volume's node grows it");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off")
       ->capture_default_str();
   app.add_option("--shutdown-grace", grace_seconds,
@@ -149,9 +180,16 @@ int main(int argc, char** argv) {
     std::cerr << "berth-csi: " << s.message() << "\n";
     return kExitUsage;
   }
+  options.controller_expansion = !node_expansion_only;
+  if (!http_endpoint.empty()) {
+    if (auto addr = berth::http::ParseTcpAddress(http_endpoint); !addr.ok()) {
+      std::cerr << "berth-csi: --http-endpoint: " << addr.status().message() << "\n";
+      return kExitUsage;
+    }
+  }
   if (!registration_dir.empty() && !berth::IsCanonicalAbsolutePath(registration_dir)) {
     std::cerr << "berth-csi: --registration-dir must be a canonical absolute path\n";
     return kExitUsage;
   }
-  return Run(options, registration_dir, absl::Seconds(grace_seconds));
+  return Run(options, registration_dir, http_endpoint, absl::Seconds(grace_seconds));
 }

@@ -21,6 +21,11 @@ struct DriverOptions {
   std::string kubelet_root = kDefaultKubeletRoot;
   double overprovision_ratio = 1.0;  // thin provisioning factor
   int64_t max_volumes = 0;           // NodeGetInfo max_volumes_per_node; 0 = no limit
+  // Advertise the controller's EXPAND_VOLUME. Off for deployments where the
+  // caller of ControllerExpandVolume cannot reach the node holding the volume
+  // (a cluster-wide external-resizer): expansion is then node-only, and
+  // NodeExpandVolume on the volume's node grows image and filesystem.
+  bool controller_expansion = true;
 };
 
 // INVALID_ARGUMENT naming the flag when a value is unusable:

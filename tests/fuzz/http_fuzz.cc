@@ -10,13 +10,13 @@
 #include <string>
 
 #include "apiserver/handler.h"
-#include "apiserver/http.h"
 #include "apiserver/registry.h"
+#include "http/server.h"
 #include "store/store.h"
 
 namespace {
 
-class NullWriter : public berth::apiserver::ResponseWriter {
+class NullWriter : public berth::http::ResponseWriter {
  public:
   void Send(int code, const std::string&, const std::string& body) override {
     if (code < 200 || code > 599) __builtin_trap();
@@ -60,7 +60,7 @@ struct World {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static World* world = new World();
-  auto req = berth::apiserver::ParseRequest(std::string_view(reinterpret_cast<const char*>(data), size));
+  auto req = berth::http::ParseRequest(std::string_view(reinterpret_cast<const char*>(data), size));
   if (!req.ok()) return 0;
   NullWriter out;
   world->handler->Handle(*req, out);

@@ -1,11 +1,17 @@
-// HTTP/1.1 for the API server, on Boost.Beast's parser.
+// berth's HTTP/1.1 server, on Boost.Beast's parser: the API server's
+// transport (unix socket; HTTPS with a bearer token on TCP) and berth-csi's
+// health and metrics endpoint (plain HTTP on an address the operator names).
+//
+//   auto server = HttpServer::Start(
+//       {.tcp_address = "127.0.0.1:9809", .tcp_mode = HttpServer::TcpMode::kPlainHttp},
+//       [](const HttpRequest& r, ResponseWriter& w) { w.Send(200, "text/plain", "ok\n"); });
 //
 // Requests are parsed by Beast (boost::beast::http::request_parser) over a
 // small blocking stream on a file descriptor whose reads and writes poll
 // with timeouts and wake up when the server shuts down. One thread per
-// connection: the API serves a handful of local clients (the CLI, kubectl,
-// in-process controllers use the registry directly), and long-lived watches
-// are simply blocked threads.
+// connection: the servers have a handful of local clients (the CLI, kubectl,
+// a Prometheus scraper, a kubelet probe), and long-lived watches are simply
+// blocked threads.
 //
 // Thread-safety: HttpServer is thread-safe; a ResponseWriter belongs to the
 // connection thread that calls the handler.
@@ -25,7 +31,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 
-namespace berth::apiserver {
+namespace berth::http {
 
 struct HttpRequest {
   std::string method;                         // "GET"
@@ -67,13 +73,34 @@ std::optional<std::string> PercentDecode(std::string_view s, bool plus_is_space)
 // INVALID_ARGUMENT for what the server would answer 400.
 absl::StatusOr<HttpRequest> ParseRequest(std::string_view bytes);
 
+// A TCP listening address: "127.0.0.1:9809", "[::1]:9809", or an IPv6
+// address without brackets ("fd00::5:9809": the port follows the last ':'),
+// as a pod IP substituted into "$(POD_IP):9809" gives.
+struct TcpAddress {
+  std::string host;  // the address without brackets
+  int port = 0;      // 0: any free port
+  bool ipv6 = false;
+  bool loopback = false;  // 127.0.0.0/8 or ::1
+};
+// INVALID_ARGUMENT naming what is wrong; host names are not resolved.
+absl::StatusOr<TcpAddress> ParseTcpAddress(std::string_view address);
+
 class HttpServer {
  public:
+  // How the TCP listener serves: HTTPS where every request must carry the
+  // bearer token (the API), or plain HTTP without authentication, for
+  // read-only endpoints that carry no secrets (health and metrics).
+  enum class TcpMode { kHttpsWithToken, kPlainHttp };
+
   struct Options {
     std::string unix_socket;                  // "" = none; created mode 0600
-    std::string tcp_address = "127.0.0.1:0";  // "" = none; loopback only
-    std::string bearer_token;                 // required on TCP
-    std::string tls_cert_file;                // required on TCP (HTTPS)
+    std::string tcp_address = "127.0.0.1:0";  // "" = none; see ParseTcpAddress
+    TcpMode tcp_mode = TcpMode::kHttpsWithToken;
+    // Refuse TCP addresses outside loopback. Off only where the operator
+    // names the address to serve on (berth-csi's --http-endpoint).
+    bool loopback_only = true;
+    std::string bearer_token;                 // required for kHttpsWithToken
+    std::string tls_cert_file;                // required for kHttpsWithToken
     std::string tls_key_file;
     size_t max_connections = 512;
     size_t max_body_bytes = 8 << 20;
@@ -100,8 +127,8 @@ class HttpServer {
   int tcp_fd_ = -1;
   int unix_fd_ = -1;
   int tcp_port_ = 0;
-  int wake_fd_ = -1;
-  void* ssl_ctx_ = nullptr;  // SSL_CTX for the TCP listener  // eventfd: readable once shutting down
+  int wake_fd_ = -1;  // eventfd: readable once shutting down
+  void* ssl_ctx_ = nullptr;  // SSL_CTX for the TCP listener (kHttpsWithToken)
   std::atomic<bool> stopping_{false};
   std::vector<std::thread> acceptors_;
 
@@ -112,4 +139,4 @@ class HttpServer {
   std::shared_ptr<Connections> connections_ = std::make_shared<Connections>();
 };
 
-}  // namespace berth::apiserver
+}  // namespace berth::http

@@ -1,4 +1,4 @@
-#include "apiserver/http.h"
+#include "http/server.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -20,6 +20,7 @@
 #include <boost/beast/http/string_body.hpp>
 #include <boost/beast/http/parser.hpp>
 
+#include "absl/strings/numbers.h"
 #include "common/logging.h"
 #include "spdlog/spdlog.h"
 #include "common/status.h"
@@ -28,11 +29,11 @@
 #include "openssl/err.h"
 #include "openssl/ssl.h"
 
-namespace berth::apiserver {
+namespace berth::http {
 namespace {
 
 namespace beast = boost::beast;
-namespace http = boost::beast::http;
+namespace bhttp = boost::beast::http;
 
 // Blocking stream over a socket (optionally TLS) with poll()-based
 // timeouts that also wakes on the server's shutdown eventfd. The socket is
@@ -243,7 +244,7 @@ class ConnectionWriter : public ResponseWriter {
   int code_ = 0;
 };
 
-HttpRequest FromBeast(http::request<http::string_body>&& req) {
+HttpRequest FromBeast(bhttp::request<bhttp::string_body>&& req) {
   HttpRequest out;
   out.method = std::string(req.method_string());
   out.target = std::string(req.target());
@@ -325,7 +326,7 @@ std::map<std::string, std::string> ParseQuery(std::string_view query) {
 }
 
 absl::StatusOr<HttpRequest> ParseRequest(std::string_view bytes) {
-  http::request_parser<http::string_body> parser;
+  bhttp::request_parser<bhttp::string_body> parser;
   parser.header_limit(64 * 1024);
   parser.body_limit(8 << 20);
   boost::system::error_code ec;
@@ -342,6 +343,36 @@ absl::StatusOr<HttpRequest> ParseRequest(std::string_view bytes) {
   return r;
 }
 
+absl::StatusOr<TcpAddress> ParseTcpAddress(std::string_view address) {
+  auto bad = [&](std::string_view why) {
+    return absl::InvalidArgumentError(
+        StrCat("bad TCP address \"", address, "\": ", why, " (want host:port, e.g. 127.0.0.1:9809 or [::1]:9809)"));
+  };
+  const size_t colon = address.rfind(':');
+  if (colon == std::string_view::npos) return bad("no port");
+  std::string_view host = address.substr(0, colon);
+  std::string_view port = address.substr(colon + 1);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  if (host.empty()) return bad("no host: name the address to listen on");
+  TcpAddress out;
+  out.host = std::string(host);
+  if (port.empty() || port.size() > 5 || port.find_first_not_of("0123456789") != std::string_view::npos ||
+      !absl::SimpleAtoi(std::string(port), &out.port) || out.port > 65535) {
+    return bad("the port must be a number from 0 to 65535");
+  }
+  in_addr v4{};
+  in6_addr v6{};
+  if (::inet_pton(AF_INET, out.host.c_str(), &v4) == 1) {
+    out.loopback = (ntohl(v4.s_addr) >> 24) == 127;
+  } else if (::inet_pton(AF_INET6, out.host.c_str(), &v6) == 1) {
+    out.ipv6 = true;
+    out.loopback = IN6_IS_ADDR_LOOPBACK(&v6);
+  } else {
+    return bad("the host must be an IPv4 or IPv6 address");
+  }
+  return out;
+}
+
 HttpServer::HttpServer(Options options, HttpHandler handler)
     : options_(std::move(options)), handler_(std::move(handler)) {}
 
@@ -351,19 +382,19 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(Options options, H
   // OpenSSL writes with write(2): a client that went away must make a write
   // fail with EPIPE, not kill the process.
   ::signal(SIGPIPE, SIG_IGN);
-  if (!options.tcp_address.empty() && (options.bearer_token.empty() || options.tls_cert_file.empty() ||
-                                       options.tls_key_file.empty())) {
-    return absl::InvalidArgumentError("a TCP listener needs a bearer token and a TLS certificate and key");
+  const bool https = !options.tcp_address.empty() && options.tcp_mode == TcpMode::kHttpsWithToken;
+  if (https && (options.bearer_token.empty() || options.tls_cert_file.empty() || options.tls_key_file.empty())) {
+    return absl::InvalidArgumentError("an HTTPS listener needs a bearer token and a TLS certificate and key");
   }
   std::unique_ptr<HttpServer> server(new HttpServer(std::move(options), std::move(handler)));
-  if (!server->options_.tcp_address.empty()) {
+  if (https) {
     SSL_CTX* ctx = SSL_CTX_new(TLS_server_method());
     server->ssl_ctx_ = ctx;
     if (ctx == nullptr || SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION) != 1 ||
         SSL_CTX_use_certificate_chain_file(ctx, server->options_.tls_cert_file.c_str()) != 1 ||
         SSL_CTX_use_PrivateKey_file(ctx, server->options_.tls_key_file.c_str(), SSL_FILETYPE_PEM) != 1 ||
         SSL_CTX_check_private_key(ctx) != 1) {
-      return absl::FailedPreconditionError(StrCat("cannot load the API's TLS certificate ",
+      return absl::FailedPreconditionError(StrCat("cannot load the TLS certificate ",
                                                   server->options_.tls_cert_file, " and key"));
     }
     SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
@@ -396,34 +427,39 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(Options options, H
 
 absl::Status HttpServer::Listen() {
   if (!options_.tcp_address.empty()) {
-    const std::string& addr = options_.tcp_address;
-    size_t colon = addr.rfind(':');
-    if (colon == std::string::npos) return absl::InvalidArgumentError(StrCat("bad TCP address \"", addr, "\""));
-    std::string host = addr.substr(0, colon);
-    int port = 0;
-    if (!absl::SimpleAtoi(addr.substr(colon + 1), &port) || port < 0 || port > 65535) {
-      return absl::InvalidArgumentError(StrCat("bad TCP port in \"", addr, "\""));
+    BERTH_ASSIGN_OR_RETURN(TcpAddress addr, ParseTcpAddress(options_.tcp_address));
+    if (options_.loopback_only && !addr.loopback) {
+      return absl::InvalidArgumentError(
+          StrCat("this server listens on loopback only (127.0.0.0/8 or [::1]), not ", addr.host));
     }
-    sockaddr_in sin{};
-    sin.sin_family = AF_INET;
-    sin.sin_port = htons(static_cast<uint16_t>(port));
-    if (::inet_pton(AF_INET, host.c_str(), &sin.sin_addr) != 1) {
-      return absl::InvalidArgumentError(StrCat("bad TCP host \"", host, "\" (an IPv4 address)"));
+    sockaddr_storage ss{};
+    socklen_t ss_len = 0;
+    if (addr.ipv6) {
+      auto* sin6 = reinterpret_cast<sockaddr_in6*>(&ss);
+      sin6->sin6_family = AF_INET6;
+      sin6->sin6_port = htons(static_cast<uint16_t>(addr.port));
+      ::inet_pton(AF_INET6, addr.host.c_str(), &sin6->sin6_addr);
+      ss_len = sizeof(sockaddr_in6);
+    } else {
+      auto* sin = reinterpret_cast<sockaddr_in*>(&ss);
+      sin->sin_family = AF_INET;
+      sin->sin_port = htons(static_cast<uint16_t>(addr.port));
+      ::inet_pton(AF_INET, addr.host.c_str(), &sin->sin_addr);
+      ss_len = sizeof(sockaddr_in);
     }
-    if ((ntohl(sin.sin_addr.s_addr) >> 24) != 127) {
-      return absl::InvalidArgumentError(StrCat("the API listens on loopback only, not ", host));
-    }
-    tcp_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    tcp_fd_ = ::socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (tcp_fd_ < 0) return ErrnoStatus(errno, "socket");
     int one = 1;
     ::setsockopt(tcp_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    if (::bind(tcp_fd_, reinterpret_cast<sockaddr*>(&sin), sizeof(sin)) != 0) {
-      return ErrnoStatus(errno, StrCat("bind ", addr));
+    if (addr.ipv6) ::setsockopt(tcp_fd_, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
+    if (::bind(tcp_fd_, reinterpret_cast<sockaddr*>(&ss), ss_len) != 0) {
+      return ErrnoStatus(errno, StrCat("bind ", options_.tcp_address));
     }
     if (::listen(tcp_fd_, 128) != 0) return ErrnoStatus(errno, "listen");
-    socklen_t len = sizeof(sin);
-    ::getsockname(tcp_fd_, reinterpret_cast<sockaddr*>(&sin), &len);
-    tcp_port_ = ntohs(sin.sin_port);
+    socklen_t len = sizeof(ss);
+    ::getsockname(tcp_fd_, reinterpret_cast<sockaddr*>(&ss), &len);
+    tcp_port_ = ntohs(addr.ipv6 ? reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port
+                                : reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
   }
   if (!options_.unix_socket.empty()) {
     const std::string& path = options_.unix_socket;
@@ -495,8 +531,9 @@ void HttpServer::AcceptLoop(int listen_fd, bool unix_socket) {
 }
 
 void HttpServer::Serve(int fd, bool unix_socket) {
+  const bool https = !unix_socket && options_.tcp_mode == TcpMode::kHttpsWithToken;
   std::unique_ptr<SSL, decltype(&SSL_free)> ssl(nullptr, &SSL_free);
-  if (!unix_socket) {
+  if (https) {
     ssl.reset(SSL_new(static_cast<SSL_CTX*>(ssl_ctx_)));
     if (!ssl || SSL_set_fd(ssl.get(), fd) != 1) return;
   }
@@ -504,21 +541,21 @@ void HttpServer::Serve(int fd, bool unix_socket) {
   if (ssl && !stream.Handshake()) return;
   beast::flat_buffer buffer;
   while (!stopping_) {
-    http::request_parser<http::string_body> parser;
+    bhttp::request_parser<bhttp::string_body> parser;
     parser.header_limit(64 * 1024);
     parser.body_limit(options_.max_body_bytes);
     boost::system::error_code ec;
     stream.set_timeout(options_.idle_timeout);
-    http::read_header(stream, buffer, parser, ec);
+    bhttp::read_header(stream, buffer, parser, ec);
     if (!ec) {
       stream.set_timeout(options_.io_timeout);
-      http::read(stream, buffer, parser, ec);
+      bhttp::read(stream, buffer, parser, ec);
     }
-    if (ec == http::error::end_of_stream || ec == boost::asio::error::eof ||
+    if (ec == bhttp::error::end_of_stream || ec == boost::asio::error::eof ||
         ec == boost::asio::error::timed_out || ec == boost::asio::error::operation_aborted) {
       return;
     }
-    if (ec == http::error::body_limit) {
+    if (ec == bhttp::error::body_limit) {
       SendPlain(stream, 413, "request body too large");
       return;
     }
@@ -534,7 +571,7 @@ void HttpServer::Serve(int fd, bool unix_socket) {
       return;
     }
     // TCP clients prove themselves with the token; nothing else runs first.
-    if (!unix_socket && !TokenMatches(req.Header("authorization"), options_.bearer_token)) {
+    if (https && !TokenMatches(req.Header("authorization"), options_.bearer_token)) {
       SendPlain(stream, 401, "Unauthorized");
       return;
     }
@@ -570,4 +607,4 @@ void HttpServer::Shutdown() {
   ssl_ctx_ = nullptr;
 }
 
-}  // namespace berth::apiserver
+}  // namespace berth::http

@@ -1,6 +1,7 @@
-// The HTTP server over real sockets: unix socket, HTTPS with the bearer
-// token, malformed requests, streaming, shutdown.
-#include "apiserver/http.h"
+// The control plane's API over real sockets: file modes, the unix socket,
+// HTTPS with the bearer token, watches streamed and ended by shutdown.
+// (The HTTP server itself is tested in src/http/server_test.cc.)
+#include "apiserver/control_plane.h"
 
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -8,7 +9,6 @@
 #include <unistd.h>
 
 #include "apiserver/client.h"
-#include "apiserver/control_plane.h"
 #include "apiserver/tls.h"
 #include "common/testing/temp_dir.h"
 #include "gmock/gmock.h"
@@ -19,7 +19,7 @@ namespace {
 
 using nlohmann::json;
 
-class HttpTest : public ::testing::Test {
+class ControlPlaneHttpTest : public ::testing::Test {
  protected:
   void SetUp() override {
     ControlPlane::Options o;
@@ -29,27 +29,11 @@ class HttpTest : public ::testing::Test {
     ASSERT_TRUE(cp.ok()) << cp.status();
     cp_ = std::move(*cp);
   }
-  // Raw bytes over the unix socket; returns the whole answer.
-  std::string RawUnix(const std::string& bytes) {
-    int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
-    sockaddr_un sun{};
-    sun.sun_family = AF_UNIX;
-    std::strncpy(sun.sun_path, cp_->socket_path().c_str(), sizeof(sun.sun_path) - 1);
-    EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&sun), sizeof(sun)), 0);
-    EXPECT_EQ(::write(fd, bytes.data(), bytes.size()), static_cast<ssize_t>(bytes.size()));
-    std::string out;
-    char buf[4096];
-    ssize_t n;
-    while ((n = ::read(fd, buf, sizeof(buf))) > 0) out.append(buf, static_cast<size_t>(n));
-    ::close(fd);
-    return out;
-  }
-
   berth::testing::TempDir dir_;
   std::unique_ptr<ControlPlane> cp_;
 };
 
-TEST_F(HttpTest, FilesAreRootOnly) {
+TEST_F(ControlPlaneHttpTest, FilesAreRootOnly) {
   struct stat st;
   ASSERT_EQ(::stat(cp_->socket_path().c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0600u);
@@ -59,7 +43,7 @@ TEST_F(HttpTest, FilesAreRootOnly) {
   EXPECT_EQ(st.st_mode & 0777, 0600u);
 }
 
-TEST_F(HttpTest, UnixSocketNeedsNoToken) {
+TEST_F(ControlPlaneHttpTest, UnixSocketNeedsNoToken) {
   auto client = ApiClient::ForUnixSocket(cp_->socket_path());
   auto r = client->Call("GET", "/api/v1/namespaces");
   ASSERT_TRUE(r.ok()) << r.status();
@@ -68,7 +52,7 @@ TEST_F(HttpTest, UnixSocketNeedsNoToken) {
   EXPECT_EQ(client->Call("GET", "/version")->code, 200);
 }
 
-TEST_F(HttpTest, TcpIsHttpsAndNeedsTheToken) {
+TEST_F(ControlPlaneHttpTest, TcpIsHttpsAndNeedsTheToken) {
   auto good = ApiClient::ForKubeconfig(cp_->kubeconfig_path());
   ASSERT_TRUE(good.ok()) << good.status();
   auto created = (*good)->Call("POST", "/api/v1/namespaces",
@@ -96,16 +80,7 @@ TEST_F(HttpTest, TcpIsHttpsAndNeedsTheToken) {
   EXPECT_EQ(untrusting->Call("GET", "/version").status().code(), absl::StatusCode::kUnavailable);
 }
 
-TEST_F(HttpTest, MalformedRequestsGet400AndServerCarriesOn) {
-  std::string r = RawUnix("GARBAGE\r\n\r\n");
-  EXPECT_THAT(r, ::testing::StartsWith("HTTP/1.1 400"));
-  r = RawUnix("GET /api/%zz HTTP/1.1\r\nHost: x\r\n\r\n");
-  EXPECT_THAT(r, ::testing::StartsWith("HTTP/1.1 400"));
-  r = RawUnix("GET /version HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
-  EXPECT_THAT(r, ::testing::StartsWith("HTTP/1.1 200"));
-}
-
-TEST_F(HttpTest, WatchStreamsOverChunkedEncodingAndShutdownEndsIt) {
+TEST_F(ControlPlaneHttpTest, WatchStreamsOverChunkedEncodingAndShutdownEndsIt) {
   auto client = ApiClient::ForUnixSocket(cp_->socket_path());
   std::vector<std::string> seen;
   std::thread watcher([&] {
@@ -135,16 +110,6 @@ TEST_F(HttpTest, WatchStreamsOverChunkedEncodingAndShutdownEndsIt) {
   cp_->Shutdown();
   open_watch.join();
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));
-}
-
-TEST(ParseRequestTest, QueryAndPathDecoding) {
-  auto r = ParseRequest("GET /api/v1/namespaces/a%2Db/pods?labelSelector=app%3Dweb&watch HTTP/1.1\r\nHost: x\r\n\r\n");
-  ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_EQ(r->path, "/api/v1/namespaces/a-b/pods");
-  EXPECT_EQ(r->query.at("labelSelector"), "app=web");
-  EXPECT_EQ(r->query.at("watch"), "");
-  EXPECT_FALSE(ParseRequest("GET /x%0 HTTP/1.1\r\n\r\n").ok());
-  EXPECT_FALSE(ParseRequest("GET /x HTTP/1.1\r\nContent-Length: 5\r\n\r\nab").ok());
 }
 
 }  // namespace
