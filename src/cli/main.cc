@@ -9,6 +9,7 @@
 #include "apiserver/control_plane.h"
 #include "berth/version.h"
 #include "cli/commands.h"
+#include "cli/up.h"
 #include "common/logging.h"
 #include "common/signals.h"
 #include "common/units.h"
@@ -52,6 +53,21 @@ int main(int argc, char** argv) {
   std::string api_address = "127.0.0.1:7443", log_level = "info";
   serve->add_option("--api-address", api_address, "loopback TCP address for kubectl (\"\" to disable)");
   serve->add_option("--log-level", log_level, "trace|debug|info|warn|error");
+
+  // up
+  auto* up = app.add_subcommand("up", "run the whole stack on this machine: API, controllers, node agents, berth-csi");
+  berth::cli::UpOptions up_options;
+  up->add_option("--pool", up_options.pool, "use this existing directory as the pool (one node)");
+  up->add_option("--pool-size", up_options.pool_size, "size of each node's sparse pool image")->capture_default_str();
+  up->add_option("--nodes", up_options.nodes, "simulated nodes, each with its own pool, agent and berth-csi")
+      ->capture_default_str();
+  up->add_option("--node-name", up_options.node_name, "node name (default: the host name; -1..-N with --nodes N)");
+  up->add_option("--external-driver", up_options.external_drivers,
+                 "NAME=unix:///path/csi.sock: drive an already-running CSI driver too (repeatable)");
+  up->add_option("--api-address", up_options.api_address, "loopback TCP address for kubectl (\"\" to disable)")
+      ->capture_default_str();
+  up->add_option("--csi-binary", up_options.csi_binary, "berth-csi to run (default: beside this binary)");
+  up->add_option("--log-level", up_options.log_level, "trace|debug|info|warn|error")->capture_default_str();
 
   // apply
   auto* apply = app.add_subcommand("apply", "create or update objects from manifests");
@@ -118,6 +134,14 @@ int main(int argc, char** argv) {
     spdlog::info("signal {}: stopping", sig);
     (*cp)->Shutdown();
     return 0;
+  }
+
+  if (up->parsed()) {
+    berth::BlockTerminationSignals();
+    if (auto st = berth::InitLogging(up_options.log_level); !st.ok()) return Fail(st);
+    up_options.data_dir = data_dir;
+    absl::Status st = berth::cli::RunUp(up_options);
+    return st.ok() ? 0 : Fail(st);
   }
 
   auto client = kubeconfig.empty() ? berth::apiserver::ApiClient::ForDataDir(data_dir)

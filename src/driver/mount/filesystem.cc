@@ -61,13 +61,19 @@ absl::StatusOr<std::string> LinuxFormatter::Detect(const std::string& device) {
 absl::Status LinuxFormatter::Mkfs(const std::string& device, const std::string& fs_type) {
   if (fs_type == "ext4") {
     // lazy init keeps mkfs fast on large sparse images; the kernel finishes
-    // inode table zeroing in the background.
-    return RunChecked({"mkfs.ext4", "-q", "-F", "-E", "lazy_itable_init=1,lazy_journal_init=1",
+    // inode table zeroing in the background. 4 KiB blocks always: a loop
+    // device's logical block size can differ between attaches (direct I/O
+    // takes the backing filesystem's), and a small filesystem made with
+    // mke2fs's default 1 KiB blocks then fails to mount ("bad block size")
+    // — e.g. a clone or restore of a volume formatted on a 512-byte device.
+    return RunChecked({"mkfs.ext4", "-q", "-F", "-b", "4096", "-E", "lazy_itable_init=1,lazy_journal_init=1",
                        "-m", "0", device},
                       absl::Minutes(10));
   }
   if (fs_type == "xfs") {
-    return RunChecked({"mkfs.xfs", "-q", device}, absl::Minutes(10));
+    // 4 KiB sectors for the same reason (an XFS with 512-byte sectors does
+    // not mount on a 4 KiB device; the reverse works).
+    return RunChecked({"mkfs.xfs", "-q", "-s", "size=4096", device}, absl::Minutes(10));
   }
   return absl::InvalidArgumentError(StrCat("unsupported filesystem type \"", fs_type, "\""));
 }

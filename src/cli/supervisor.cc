@@ -1,0 +1,175 @@
+#include "cli/supervisor.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <fstream>
+
+#include "common/fs.h"
+#include "common/strings.h"
+#include "spdlog/spdlog.h"
+
+namespace berth::cli {
+namespace {
+
+// The PID in `pid_file` if that process still runs the same binary.
+pid_t LivePid(const std::string& pid_file, const std::string& binary) {
+  std::ifstream in(pid_file);
+  pid_t pid = -1;
+  if (!(in >> pid) || pid <= 1) return -1;
+  auto exe = ReadFile(StrCat("/proc/", pid, "/cmdline"));
+  if (!exe.ok() || exe->rfind(binary, 0) != 0) return -1;
+  return pid;
+}
+
+bool Alive(pid_t pid) { return ::kill(pid, 0) == 0; }
+
+}  // namespace
+
+Supervisor::~Supervisor() { Stop(absl::ZeroDuration()); }
+
+void Supervisor::Add(Child child) {
+  absl::MutexLock lock(&mu_);
+  children_.push_back(State{.child = std::move(child), .pid = -1, .starts = 0, .failures = 0,
+                            .started = absl::InfinitePast(), .next_start = absl::InfinitePast()});
+}
+
+void Supervisor::Start(absl::Duration grace) {
+  absl::MutexLock lock(&mu_);
+  stop_ = false;
+  // A child of an earlier berth up that was killed got SIGTERM; let it
+  // finish (it removes its sockets) before a new one takes its place.
+  for (auto& s : children_) {
+    pid_t old = LivePid(s.child.pid_file, s.child.argv[0]);
+    if (old <= 0) continue;
+    spdlog::info("waiting for {} (pid {}) from an earlier run to exit", s.child.name, old);
+    ::kill(old, SIGTERM);
+    const absl::Time deadline = absl::Now() + grace;
+    while (Alive(old) && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(50));
+    if (Alive(old)) ::kill(old, SIGKILL);
+    while (Alive(old)) absl::SleepFor(absl::Milliseconds(20));
+  }
+  // Spawned from the monitor thread: PR_SET_PDEATHSIG fires when the
+  // thread that forked exits, so that must be the long-lived one.
+  monitor_ = std::thread([this] { Monitor(); });
+}
+
+void Supervisor::Spawn(State& s) {
+  std::vector<char*> argv;
+  for (auto& a : s.child.argv) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  int log = ::open(s.child.log_file.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0640);
+  const pid_t parent = ::getpid();
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    // Only async-signal-safe calls until exec.
+    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (::getppid() != parent) ::_exit(127);  // the parent died already
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    int devnull = ::open("/dev/null", O_RDONLY);
+    if (devnull >= 0) ::dup2(devnull, 0);
+    if (log >= 0) {
+      ::dup2(log, 1);
+      ::dup2(log, 2);
+    }
+    ::setpgid(0, 0);  // a terminal's Ctrl-C goes to berth up, which stops the children in order
+    ::execv(argv[0], argv.data());
+    ::_exit(127);
+  }
+  if (log >= 0) ::close(log);
+  s.started = absl::Now();
+  ++s.starts;
+  if (pid < 0) {
+    spdlog::error("cannot start {}: {}", s.child.name, std::strerror(errno));
+    s.pid = -1;
+    s.next_start = absl::Now() + absl::Seconds(1);
+    return;
+  }
+  s.pid = pid;
+  WriteFileAtomic(s.child.pid_file, StrCat(pid, "\n"), 0644).IgnoreError();
+  spdlog::info("started {} (pid {}), log {}", s.child.name, pid, s.child.log_file);
+}
+
+void Supervisor::Monitor() {
+  for (;;) {
+    absl::MutexLock lock(&mu_);
+    if (stop_) return;
+    const absl::Time now = absl::Now();
+    for (auto& s : children_) {
+      if (s.pid > 0) {
+        int status = 0;
+        pid_t r = ::waitpid(s.pid, &status, WNOHANG);
+        if (r != s.pid) continue;
+        const bool ran_long = now - s.started > absl::Minutes(1);
+        s.failures = ran_long ? 1 : s.failures + 1;
+        const absl::Duration delay = std::min(absl::Seconds(1) * (1 << std::min(s.failures - 1, 5)), absl::Seconds(30));
+        spdlog::warn("{} (pid {}) {} {}; restarting in {}", s.child.name, s.pid,
+                     WIFEXITED(status) ? "exited with" : "was killed by signal",
+                     WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status), absl::FormatDuration(delay));
+        s.pid = -1;
+        s.next_start = now + delay;
+      }
+      if (s.pid <= 0 && now >= s.next_start) Spawn(s);
+    }
+    auto stopping = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stop_; };
+    mu_.AwaitWithTimeout(absl::Condition(&stopping), absl::Milliseconds(100));
+  }
+}
+
+void Supervisor::Stop(absl::Duration grace) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (stop_ && !monitor_.joinable()) return;
+    stop_ = true;
+  }
+  if (monitor_.joinable()) monitor_.join();
+  absl::MutexLock lock(&mu_);
+  for (auto& s : children_) {
+    if (s.pid > 0) ::kill(s.pid, SIGTERM);
+  }
+  const absl::Time deadline = absl::Now() + grace;
+  for (auto& s : children_) {
+    while (s.pid > 0) {
+      int status = 0;
+      pid_t r = ::waitpid(s.pid, &status, WNOHANG);
+      if (r == s.pid || (r < 0 && errno == ECHILD)) {
+        s.pid = -1;
+        ::unlink(s.child.pid_file.c_str());
+        break;
+      }
+      if (absl::Now() >= deadline) {
+        spdlog::warn("{} (pid {}) did not stop in time; killing it", s.child.name, s.pid);
+        ::kill(s.pid, SIGKILL);
+        ::waitpid(s.pid, &status, 0);
+        s.pid = -1;
+        ::unlink(s.child.pid_file.c_str());
+        break;
+      }
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+  }
+}
+
+int Supervisor::starts(const std::string& name) const {
+  absl::MutexLock lock(&mu_);
+  for (const auto& s : children_) {
+    if (s.child.name == name) return s.starts;
+  }
+  return 0;
+}
+
+pid_t Supervisor::pid(const std::string& name) const {
+  absl::MutexLock lock(&mu_);
+  for (const auto& s : children_) {
+    if (s.child.name == name) return s.pid;
+  }
+  return -1;
+}
+
+}  // namespace berth::cli

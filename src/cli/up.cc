@@ -1,0 +1,258 @@
+#include "cli/up.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cctype>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+
+#include "apiserver/control_plane.h"
+#include "cli/supervisor.h"
+#include "common/fs.h"
+#include "common/signals.h"
+#include "common/status.h"
+#include "common/strings.h"
+#include "common/units.h"
+#include "controllers/drivers.h"
+#include "controllers/manager.h"
+#include "csi/endpoint.h"
+#include "csi/registration.h"
+#include "node/agent.h"
+#include "nlohmann/json.hpp"
+#include "spdlog/spdlog.h"
+
+namespace berth::cli {
+namespace {
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+std::string Hostname() {
+  char buf[256] = {};
+  if (::gethostname(buf, sizeof(buf) - 1) != 0) return "";
+  return buf;
+}
+
+// A host name as a node name: lower case, DNS label characters only.
+std::string NodeNameFrom(std::string host) {
+  std::string out;
+  for (char c : host) {
+    c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '.') out.push_back(c);
+  }
+  while (!out.empty() && !std::isalnum(static_cast<unsigned char>(out.front()))) out.erase(out.begin());
+  while (!out.empty() && !std::isalnum(static_cast<unsigned char>(out.back()))) out.pop_back();
+  return out.empty() ? "berth-node" : out.substr(0, 60);
+}
+
+struct External {
+  std::string name;
+  std::string endpoint;
+};
+
+absl::StatusOr<External> ParseExternal(const std::string& text) {
+  const size_t eq = text.find('=');
+  if (eq == std::string::npos) {
+    return absl::InvalidArgumentError(StrCat("--external-driver \"", text, "\": want NAME=unix:///path/csi.sock"));
+  }
+  External e{.name = text.substr(0, eq), .endpoint = text.substr(eq + 1)};
+  if (absl::Status st = csi::CheckDriverName(e.name); !st.ok()) {
+    return absl::InvalidArgumentError(StrCat("--external-driver: ", st.message()));
+  }
+  if (e.name == kBerthDriver) {
+    return absl::InvalidArgumentError(StrCat("--external-driver: ", kBerthDriver, " is berth's own driver"));
+  }
+  if (auto path = csi::ParseUnixEndpoint(e.endpoint); !path.ok()) {
+    return absl::InvalidArgumentError(StrCat("--external-driver ", e.name, ": ", path.status().message()));
+  }
+  return e;
+}
+
+const api::KindInfo& K(std::string_view resource, std::string_view group = "") {
+  return *api::FindResource(group, resource);
+}
+
+// Creates the objects a fresh cluster needs, leaving existing ones (the
+// user may have changed them) alone.
+absl::Status CreateDefaults(apiserver::Registry& registry) {
+  const std::vector<std::pair<const api::KindInfo*, json>> defaults = {
+      {&K("csidrivers", "storage.k8s.io"),
+       {{"apiVersion", "storage.k8s.io/v1"},
+        {"kind", "CSIDriver"},
+        {"metadata", {{"name", kBerthDriver}}},
+        {"spec",
+         {{"attachRequired", true},
+          {"podInfoOnMount", false},
+          {"storageCapacity", true},
+          {"fsGroupPolicy", "File"},
+          {"requiresRepublish", false},
+          {"volumeLifecycleModes", json::array({"Persistent"})}}}}},
+      {&K("storageclasses", "storage.k8s.io"),
+       {{"apiVersion", "storage.k8s.io/v1"},
+        {"kind", "StorageClass"},
+        {"metadata",
+         {{"name", "berth-local"}, {"annotations", {{"storageclass.kubernetes.io/is-default-class", "true"}}}}},
+        {"provisioner", kBerthDriver},
+        {"volumeBindingMode", "WaitForFirstConsumer"},
+        {"allowVolumeExpansion", true},
+        {"reclaimPolicy", "Delete"}}},
+      {&K("volumesnapshotclasses", "snapshot.storage.k8s.io"),
+       {{"apiVersion", "snapshot.storage.k8s.io/v1"},
+        {"kind", "VolumeSnapshotClass"},
+        {"metadata",
+         {{"name", "berth-snapshots"},
+          {"annotations", {{"snapshot.storage.kubernetes.io/is-default-class", "true"}}}}},
+        {"driver", kBerthDriver},
+        {"deletionPolicy", "Delete"}}},
+  };
+  for (const auto& [kind, object] : defaults) {
+    auto created = registry.Create(*kind, "", object);
+    if (!created.ok() && created.status().code() != absl::StatusCode::kAlreadyExists) {
+      return absl::Status(created.status().code(),
+                          StrCat("creating the default ", kind->kind, ": ", created.status().message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::string SelfDir() {
+  std::error_code ec;
+  fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  return ec ? "" : self.parent_path().string();
+}
+
+}  // namespace
+
+std::vector<std::string> UpNodeNames(const UpOptions& options) {
+  const std::string base = options.node_name.empty() ? NodeNameFrom(Hostname()) : options.node_name;
+  if (options.nodes <= 1) return {base};
+  std::vector<std::string> names;
+  for (int i = 1; i <= options.nodes; ++i) names.push_back(StrCat(base, "-", i));
+  return names;
+}
+
+absl::Status ValidateUpOptions(const UpOptions& o) {
+  if (!IsCanonicalAbsolutePath(o.data_dir)) {
+    return absl::InvalidArgumentError(StrCat("--data-dir \"", o.data_dir, "\": want a canonical absolute path"));
+  }
+  if (o.nodes < 1 || o.nodes > 64) return absl::InvalidArgumentError("--nodes must be between 1 and 64");
+  if (!o.pool.empty()) {
+    if (!IsCanonicalAbsolutePath(o.pool)) {
+      return absl::InvalidArgumentError(StrCat("--pool \"", o.pool, "\": want a canonical absolute path"));
+    }
+    if (o.nodes > 1) return absl::InvalidArgumentError("--pool serves one node; use --pool-size with --nodes");
+  }
+  auto size = ParseByteSize(o.pool_size);
+  if (!size.ok()) return absl::InvalidArgumentError(StrCat("--pool-size: ", size.status().message()));
+  if (*size < (int64_t{512} << 20)) return absl::InvalidArgumentError("--pool-size must be at least 512Mi");
+  if (!o.node_name.empty()) {
+    for (char c : o.node_name) {
+      if (!std::islower(static_cast<unsigned char>(c)) && !std::isdigit(static_cast<unsigned char>(c)) && c != '-' &&
+          c != '.') {
+        return absl::InvalidArgumentError(StrCat("--node-name \"", o.node_name, "\": lower-case letters, digits, '-' and '.' only"));
+      }
+    }
+  }
+  for (const auto& e : o.external_drivers) BERTH_RETURN_IF_ERROR(ParseExternal(e).status());
+  return absl::OkStatus();
+}
+
+absl::Status RunUp(UpOptions options) {
+  BERTH_RETURN_IF_ERROR(ValidateUpOptions(options));
+  if (options.csi_binary.empty()) options.csi_binary = SelfDir() + "/berth-csi";
+  if (::access(options.csi_binary.c_str(), X_OK) != 0) {
+    return absl::FailedPreconditionError(StrCat("berth-csi not found at ", options.csi_binary, " (--csi-binary)"));
+  }
+  BERTH_RETURN_IF_ERROR(MakeDirs(options.data_dir, 0700));
+  // One berth up per data directory.
+  const std::string lock_path = options.data_dir + "/berth-up.lock";
+  int lock_fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (lock_fd < 0 || ::flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
+    if (lock_fd >= 0) ::close(lock_fd);
+    return absl::FailedPreconditionError(StrCat("another berth up is running on ", options.data_dir));
+  }
+  std::vector<External> externals;
+  for (const auto& e : options.external_drivers) externals.push_back(*ParseExternal(e));
+
+  apiserver::ControlPlane::Options cp_options;
+  cp_options.data_dir = options.data_dir;
+  cp_options.api_address = options.api_address;
+  BERTH_ASSIGN_OR_RETURN(auto cp, apiserver::ControlPlane::Start(cp_options));
+  apiserver::Registry& registry = cp->registry();
+  BERTH_RETURN_IF_ERROR(CreateDefaults(registry));
+
+  controllers::DriverDirectory directory;
+  for (const auto& e : externals) directory.Add(e.name, "", e.endpoint);
+
+  // Nodes: an agent and a berth-csi each.
+  Supervisor supervisor;
+  std::vector<std::unique_ptr<node::NodeAgent>> agents;
+  for (const std::string& name : UpNodeNames(options)) {
+    const std::string dir = StrCat(options.data_dir, "/nodes/", name);
+    const std::string root = dir + "/kubelet";
+    BERTH_RETURN_IF_ERROR(MakeDirs(root, 0750));
+    auto agent = std::make_unique<node::NodeAgent>(registry, directory,
+                                                   node::NodeAgent::Options{.node_name = name,
+                                                                            .root = root,
+                                                                            .labels = {},
+                                                                            .heartbeat = absl::Seconds(10),
+                                                                            .workers = 4,
+                                                                            .mount_table = ReadMountTable});
+    std::vector<std::string> argv = {options.csi_binary,
+                                     "--endpoint=unix://" + root + "/plugins/" + kBerthDriver + "/csi.sock",
+                                     "--node-id=" + name,
+                                     "--kubelet-root=" + root,
+                                     "--registration-dir=" + agent->registration_dir(),
+                                     "--log-level=" + options.log_level};
+    if (!options.pool.empty()) {
+      argv.push_back("--pool=" + options.pool);
+    } else {
+      argv.push_back("--pool=" + dir + "/pool");
+      argv.push_back("--pool-image=" + dir + "/pool.img");
+      argv.push_back("--pool-size=" + options.pool_size);
+    }
+    supervisor.Add({.name = "berth-csi/" + name,
+                    .argv = argv,
+                    .log_file = dir + "/berth-csi.log",
+                    .pid_file = dir + "/berth-csi.pid"});
+    for (const auto& e : externals) agent->AddStaticDriver(e.name, e.endpoint);
+    agents.push_back(std::move(agent));
+  }
+  supervisor.Start();
+  absl::Status st;
+  for (auto& agent : agents) {
+    st.Update(agent->Start());
+  }
+  std::vector<std::string> drivers = {kBerthDriver};
+  for (const auto& e : externals) drivers.push_back(e.name);
+  controllers::ControllerManager::Options cm_options;
+  cm_options.drivers = drivers;
+  // GetCapacity is a statfs on a local pool: poll often, placement follows.
+  cm_options.capacity_poll_interval = absl::Seconds(10);
+  controllers::ControllerManager manager(registry, directory, cm_options);
+  if (st.ok()) st = manager.Start();
+  if (st.ok()) {
+    std::cout << "berth is up: " << agents.size() << " node(s), data in " << options.data_dir << "\n"
+              << "  API socket: " << cp->socket_path() << " (root only)\n";
+    if (!cp->kubeconfig_path().empty()) {
+      std::cout << "  kubeconfig: " << cp->kubeconfig_path() << " (kubectl --kubeconfig " << cp->kubeconfig_path()
+                << " get pvc)\n";
+    }
+    std::cout << "  try: berth --data-dir " << options.data_dir << " apply -f examples/claim-and-pod.yaml\n"
+              << std::flush;
+    const int sig = WaitForTerminationSignal();
+    spdlog::info("signal {}: stopping (volumes and data stay in place)", sig);
+  }
+  // Stop in reverse: controllers, agents (mounts stay), drivers, API.
+  manager.Stop();
+  for (auto& agent : agents) agent->Stop();
+  supervisor.Stop(absl::Seconds(15));
+  cp->Shutdown();
+  ::close(lock_fd);
+  return st;
+}
+
+}  // namespace berth::cli

@@ -1,0 +1,45 @@
+// `berth up`: the whole stack on one machine in one foreground process —
+// store + API server, controllers + scheduler, one node agent per
+// (simulated) node — supervising one berth-csi per node on its own pool.
+//
+// Data directory layout (docs/architecture.md):
+//   <data>/state.db, api.sock, kubeconfig, ...   the control plane
+//   <data>/nodes/<node>/kubelet/                  the node's kubelet root
+//   <data>/nodes/<node>/pool.img, pool/           its pool image and mount
+//   <data>/nodes/<node>/berth-csi.log, .pid       its driver's log and PID
+//
+// Thread-safety: RunUp is called once, from main.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+
+namespace berth::cli {
+
+inline constexpr char kBerthDriver[] = "local.csi.berth.io";
+
+struct UpOptions {
+  std::string data_dir = "/var/lib/berth";
+  std::string pool;             // an existing pool directory (one node) instead of images
+  std::string pool_size = "20Gi";
+  int nodes = 1;
+  std::string node_name;        // default: the host name; with --nodes N, <name>-1 ... <name>-N
+  std::vector<std::string> external_drivers;  // NAME=unix:///path/csi.sock
+  std::string api_address = "127.0.0.1:7443";
+  std::string csi_binary;       // default: berth-csi beside the berth binary
+  std::string log_level = "info";
+};
+
+// Checks options; INVALID_ARGUMENT naming the flag.
+absl::Status ValidateUpOptions(const UpOptions& options);
+
+// The node names `berth up` uses.
+std::vector<std::string> UpNodeNames(const UpOptions& options);
+
+// Runs until SIGTERM/SIGINT; OK after a clean stop.
+absl::Status RunUp(UpOptions options);
+
+}  // namespace berth::cli

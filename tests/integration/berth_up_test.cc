@@ -1,0 +1,293 @@
+// `berth up` end to end, as root with real loop devices and mounts: the
+// examples applied with the berth CLI, pods Running with volumes mounted in
+// their pod directories, data through snapshot and restore, online
+// expansion, clean deletion, SIGTERM; kill -9 and restart; --nodes 3 with
+// SpaceWeighted placement.
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "absl/strings/match.h"
+#include "api/quantity.h"
+#include "apiserver/client.h"
+#include "common/testing/eventually.h"
+#include "common/testing/subprocess.h"
+#include "driver/testing/sandbox.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+
+namespace berth::testing {
+namespace {
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+class BerthUpTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (::geteuid() != 0) GTEST_SKIP() << "berth up needs root (loop devices, mounts)";
+    data_ = sandbox_.Join("data");
+  }
+  void TearDown() override {
+    StopUp(SIGKILL);
+    // berth-csi children get SIGTERM when berth up dies; let them go
+    // before the sandbox unmounts what is left.
+    for (const auto& pid_file : PidFiles()) {
+      std::ifstream in(pid_file);
+      pid_t pid = -1;
+      if (!(in >> pid) || pid <= 1) continue;
+      for (int i = 0; i < 300 && ::kill(pid, 0) == 0; ++i) absl::SleepFor(absl::Milliseconds(50));
+      ::kill(pid, SIGKILL);
+    }
+  }
+  std::vector<std::string> PidFiles() {
+    std::vector<std::string> out;
+    std::error_code ec;
+    for (const auto& d : fs::directory_iterator(data_ + "/nodes", ec)) out.push_back(d.path() / "berth-csi.pid");
+    return out;
+  }
+
+  void StartUp(std::vector<std::string> extra = {}) {
+    std::vector<std::string> argv = {BERTH_BINARY, "--data-dir", data_, "up", "--pool-size", "1Gi",
+                                     "--api-address", "", "--csi-binary", BERTH_CSI_BINARY, "--node-name", "testnode"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    up_ = std::make_unique<Subprocess>(argv, sandbox_.Join("up-" + std::to_string(++starts_) + ".log"));
+    ASSERT_TRUE(Eventually([&] { return up_->Output().find("berth is up") != std::string::npos || up_->Wait(absl::ZeroDuration()); },
+                           absl::Seconds(60)))
+        << up_->Output();
+    ASSERT_FALSE(up_->Wait(absl::ZeroDuration()).has_value()) << up_->Output();
+    client_ = apiserver::ApiClient::ForUnixSocket(data_ + "/api.sock");
+  }
+  std::optional<int> StopUp(int sig) {
+    if (!up_) return std::nullopt;
+    up_->Signal(sig);
+    auto rc = up_->Wait(absl::Seconds(60));
+    up_.reset();
+    return rc;
+  }
+  // berth CLI: apply / delete.
+  void Berth(const std::vector<std::string>& args) {
+    std::vector<std::string> argv = {BERTH_BINARY, "--data-dir", data_};
+    argv.insert(argv.end(), args.begin(), args.end());
+    Subprocess cli(argv, sandbox_.Join("cli.log"));
+    auto rc = cli.Wait(absl::Seconds(120));
+    ASSERT_TRUE(rc.has_value() && *rc == 0) << cli.Output();
+  }
+  json Get(const std::string& path) {
+    auto r = client_->Call("GET", path);
+    if (!r.ok() || r->code != 200) return json();
+    return json::parse(r->body, nullptr, false);
+  }
+  json Pod(const std::string& name) { return Get("/api/v1/namespaces/default/pods/" + name); }
+  json Claim(const std::string& name) { return Get("/api/v1/namespaces/default/persistentvolumeclaims/" + name); }
+  bool Running(const std::string& pod) { return Pod(pod).value("status", json::object()).value("phase", "") == "Running"; }
+  // The pod's mounted volume directory.
+  std::string MountOf(const std::string& pod, const std::string& claim, const std::string& node = "testnode") {
+    const json p = Pod(pod), c = Claim(claim);
+    return data_ + "/nodes/" + node + "/kubelet/pods/" + p["metadata"]["uid"].get<std::string>() +
+           "/volumes/kubernetes.io~csi/" + c["spec"]["volumeName"].get<std::string>() + "/mount";
+  }
+  bool Mounted(const std::string& path) {
+    for (const auto& m : sandbox_.Mounts()) {
+      if (m == path) return true;
+    }
+    return false;
+  }
+  // Mounts and loop devices that belong to volumes (not to the pools).
+  std::vector<std::string> VolumeMounts() {
+    std::vector<std::string> out;
+    for (const auto& m : sandbox_.Mounts()) {
+      if (m.find("/kubelet/") != std::string::npos) out.push_back(m);
+    }
+    return out;
+  }
+  size_t VolumeLoops() {
+    size_t n = 0;
+    for (const auto& dev : sandbox_.Loops()) {
+      std::ifstream f("/sys/block/" + fs::path(dev).filename().string() + "/loop/backing_file");
+      std::string backing;
+      std::getline(f, backing);
+      if (!absl::EndsWith(backing, "/pool.img")) ++n;
+    }
+    return n;
+  }
+  std::string Example(const std::string& name) { return std::string(BERTH_SOURCE_DIR) + "/examples/" + name; }
+
+  MountSandbox sandbox_;
+  std::string data_;
+  std::unique_ptr<Subprocess> up_;
+  std::unique_ptr<apiserver::ApiClient> client_;
+  int starts_ = 0;
+};
+
+// Whether this process may grow a mounted ext4 (the ioctl needs
+// CAP_SYS_RESOURCE, which some sandboxes drop even for root).
+bool HasCapSysResource() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("CapEff:", 0) == 0) return (std::stoull(line.substr(7), nullptr, 16) >> 24) & 1;
+  }
+  return false;
+}
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+TEST_F(BerthUpTest, ClaimPodSnapshotRestoreExpandDelete) {
+  StartUp();
+  // The defaults exist.
+  EXPECT_EQ(Get("/apis/storage.k8s.io/v1/storageclasses/berth-local")["volumeBindingMode"], "WaitForFirstConsumer");
+  EXPECT_FALSE(Get("/apis/storage.k8s.io/v1/csidrivers/local.csi.berth.io").is_null());
+  EXPECT_FALSE(Get("/apis/snapshot.storage.k8s.io/v1/volumesnapshotclasses/berth-snapshots").is_null());
+  ASSERT_TRUE(Eventually([&] {
+    json csinode = Get("/apis/storage.k8s.io/v1/csinodes/testnode");
+    return !csinode.is_null() && csinode["spec"]["drivers"].size() == 1;
+  }, absl::Seconds(60)));
+
+  Berth({"apply", "-f", Example("claim-and-pod.yaml")});
+  ASSERT_TRUE(Eventually([&] { return Running("app"); }, absl::Seconds(90))) << Pod("app").dump();
+  EXPECT_EQ(Claim("data")["spec"]["storageClassName"], "berth-local");
+  const std::string mount = MountOf("app", "data");
+  ASSERT_TRUE(Mounted(mount)) << mount;
+  std::string payload(3 << 20, '\0');
+  for (size_t i = 0; i < payload.size(); ++i) payload[i] = static_cast<char>(i * 2654435761u >> 13);
+  {
+    std::ofstream out(mount + "/payload.bin", std::ios::binary);
+    out << payload;
+  }
+  ::sync();
+
+  Berth({"apply", "-f", Example("snapshot-and-restore.yaml")});
+  ASSERT_TRUE(Eventually([&] {
+    json s = Get("/apis/snapshot.storage.k8s.io/v1/namespaces/default/volumesnapshots/data-snap");
+    return s.value("status", json::object()).value("readyToUse", false);
+  }, absl::Seconds(90)));
+  ASSERT_TRUE(Eventually([&] { return Running("restored-app"); }, absl::Seconds(90))) << Pod("restored-app").dump();
+  const std::string restored = MountOf("restored-app", "restored");
+  EXPECT_EQ(ReadAll(restored + "/payload.bin"), payload);
+
+  // Deleting the first pod unpublishes and unstages its volume.
+  const json pv1 = Get("/api/v1/persistentvolumes/" + Claim("data")["spec"]["volumeName"].get<std::string>());
+  Berth({"delete", "pod", "app"});
+  EXPECT_TRUE(Eventually([&] { return !Mounted(mount); }, absl::Seconds(60)));
+  EXPECT_TRUE(Eventually([&] { return VolumeMounts().size() == 2; }, absl::Seconds(60)));  // restored: stage + publish
+
+  // Online expansion of the restored claim.
+  struct statvfs before {};
+  ASSERT_EQ(::statvfs(restored.c_str(), &before), 0);
+  Berth({"apply", "-f", Example("expand.yaml")});
+  if (HasCapSysResource()) {
+    ASSERT_TRUE(Eventually([&] {
+      return Claim("restored").value("status", json::object()).value("capacity", json::object()).value("storage", "") == "128Mi";
+    }, absl::Seconds(90))) << Claim("restored").dump();
+    struct statvfs after {};
+    ASSERT_EQ(::statvfs(restored.c_str(), &after), 0);
+    EXPECT_GT(after.f_blocks * after.f_frsize, before.f_blocks * before.f_frsize + (32u << 20));
+  } else {
+    // This sandbox drops CAP_SYS_RESOURCE even for root, so a mounted ext4
+    // cannot grow here: the volume grows, and the pod shows why the
+    // filesystem did not.
+    const std::string pv = Claim("restored")["spec"]["volumeName"];
+    ASSERT_TRUE(Eventually([&] { return Get("/api/v1/persistentvolumes/" + pv)["spec"]["capacity"]["storage"] == "128Mi"; },
+                           absl::Seconds(90)));
+    EXPECT_TRUE(Eventually([&] {
+      return Get("/api/v1/namespaces/default/events").dump().find("CAP_SYS_RESOURCE") != std::string::npos;
+    }, absl::Seconds(60)));
+  }
+  EXPECT_EQ(ReadAll(restored + "/payload.bin"), payload);
+
+  // Delete everything: volumes, snapshots and their storage go away.
+  Berth({"delete", "-f", Example("snapshot-and-restore.yaml")});
+  Berth({"delete", "pvc", "data"});  // its pod is gone already
+  ASSERT_TRUE(Eventually([&] { return Get("/api/v1/persistentvolumes")["items"].empty(); }, absl::Seconds(90)))
+      << Get("/api/v1/persistentvolumes").dump();
+  EXPECT_TRUE(Eventually([&] { return VolumeMounts().empty() && VolumeLoops() == 0; }, absl::Seconds(30)));
+  EXPECT_TRUE(Eventually([&] {
+    return Get("/apis/snapshot.storage.k8s.io/v1/volumesnapshotcontents")["items"].empty();
+  }, absl::Seconds(30)));
+  // No volume or snapshot images left in the pool.
+  size_t images = 0;
+  for (const auto& e : fs::recursive_directory_iterator(data_ + "/nodes/testnode/pool")) {
+    if (e.is_regular_file() && e.path().extension() == ".img") ++images;
+  }
+  EXPECT_EQ(images, 0u);
+  EXPECT_EQ(StopUp(SIGTERM), 0);
+}
+
+TEST_F(BerthUpTest, KillNineAndRestartKeepsPodsRunning) {
+  StartUp();
+  Berth({"apply", "-f", Example("claim-and-pod.yaml")});
+  ASSERT_TRUE(Eventually([&] { return Running("app"); }, absl::Seconds(90))) << Pod("app").dump();
+  const std::string mount = MountOf("app", "data");
+  { std::ofstream(mount + "/hello") << "still here"; }
+  ::sync();
+  const std::string pv = Claim("data")["spec"]["volumeName"];
+  ASSERT_EQ(StopUp(SIGKILL), 128 + SIGKILL);
+  EXPECT_TRUE(Mounted(mount));  // the mounts outlive the agent
+
+  StartUp();
+  EXPECT_TRUE(Running("app"));
+  EXPECT_EQ(Claim("data")["spec"]["volumeName"], pv);
+  EXPECT_EQ(ReadAll(mount + "/hello"), "still here");
+  // Nothing is staged or published twice: the driver's log shows one stage.
+  absl::SleepFor(absl::Seconds(3));
+  EXPECT_TRUE(Mounted(mount));
+  const std::string log = ReadAll(data_ + "/nodes/testnode/berth-csi.log");
+  size_t stages = 0;
+  for (size_t at = log.find("NodeStageVolume code=OK"); at != std::string::npos;
+       at = log.find("NodeStageVolume code=OK", at + 1)) {
+    ++stages;
+  }
+  EXPECT_EQ(stages, 1u) << log;
+  Berth({"delete", "-f", Example("claim-and-pod.yaml")});
+  EXPECT_TRUE(Eventually([&] { return Get("/api/v1/persistentvolumes")["items"].empty(); }, absl::Seconds(90)));
+  EXPECT_EQ(StopUp(SIGTERM), 0);
+}
+
+TEST_F(BerthUpTest, ThreeNodesClaimLandsOnTheEmptiestNode) {
+  StartUp({"--nodes", "3"});
+  ASSERT_TRUE(Eventually([&] { return Get("/apis/storage.k8s.io/v1/csistoragecapacities")["items"].size() >= 3; },
+                         absl::Seconds(90)));
+  // Volumes pinned to testnode-1 and testnode-3 (pods with a nodeSelector
+  // under the WaitForFirstConsumer class), so testnode-2 has the most room.
+  std::string manifests;
+  for (const char* node : {"testnode-1", "testnode-3"}) {
+    manifests += std::string("apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {name: fill-") + node +
+                 "}\nspec: {accessModes: [ReadWriteOnce], resources: {requests: {storage: 300Mi}}}\n---\n"
+                 "apiVersion: v1\nkind: Pod\nmetadata: {name: fill-" + node + "}\nspec:\n  nodeSelector: {kubernetes.io/hostname: " +
+                 node + "}\n  containers: [{name: c, image: busybox}]\n  volumes: [{name: d, persistentVolumeClaim: {claimName: fill-" +
+                 node + "}}]\n---\n";
+  }
+  { std::ofstream(sandbox_.Join("fill.yaml")) << manifests; }
+  Berth({"apply", "-f", sandbox_.Join("fill.yaml")});
+  ASSERT_TRUE(Eventually([&] { return Running("fill-testnode-1") && Running("fill-testnode-3"); }, absl::Seconds(120)));
+  // The capacity tracker sees the difference (it polls).
+  ASSERT_TRUE(Eventually([&] {
+    std::map<std::string, int64_t> room;
+    const json list = Get("/apis/storage.k8s.io/v1/csistoragecapacities");
+    for (const auto& c : list["items"]) {
+      const std::string node = c["nodeTopology"]["matchLabels"].value("topology.berth.io/node", "");
+      auto q = api::Quantity::Parse(c.value("capacity", "0"));
+      if (q.ok()) room[node] = q->Value();
+    }
+    return room.size() == 3 && room["testnode-2"] > room["testnode-1"] && room["testnode-2"] > room["testnode-3"];
+  }, absl::Seconds(90)));
+  Berth({"apply", "-f", Example("claim-and-pod.yaml")});
+  ASSERT_TRUE(Eventually([&] { return Running("app"); }, absl::Seconds(120))) << Pod("app").dump();
+  EXPECT_EQ(Pod("app")["spec"]["nodeName"], "testnode-2");
+  const json pv = Get("/api/v1/persistentvolumes/" + Claim("data")["spec"]["volumeName"].get<std::string>());
+  EXPECT_THAT(pv.dump(), ::testing::HasSubstr("testnode-2"));
+  Berth({"delete", "-f", Example("claim-and-pod.yaml")});
+  Berth({"delete", "-f", sandbox_.Join("fill.yaml")});
+  EXPECT_TRUE(Eventually([&] { return Get("/api/v1/persistentvolumes")["items"].empty(); }, absl::Seconds(90)));
+  EXPECT_EQ(StopUp(SIGTERM), 0);
+}
+
+}  // namespace
+}  // namespace berth::testing
