@@ -45,6 +45,17 @@ using ::testing::HasSubstr;
 
 constexpr char kNodeName[] = "node-from-spec-nodename";
 
+// Whether this process may grow a mounted ext4 (the ioctl needs
+// CAP_SYS_RESOURCE).
+bool HasCapSysResource() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.starts_with("CapEff:")) return (std::stoull(line.substr(7), nullptr, 16) >> 24) & 1;
+  }
+  return false;
+}
+
 int FreePort() {
   int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_in sin{};
@@ -237,10 +248,22 @@ TEST_F(DaemonSetDriverTest, PassesCsiSanity) {
   ASSERT_EQ(::access(sanity, X_OK), 0) << "CSI_SANITY=" << sanity << " is not executable";
   // csi-sanity creates and removes its staging and target directories; they
   // must lie inside the kubelet root (berth-csi confines node paths to it).
-  Subprocess run({sanity, "--csi.endpoint=" + launch_.endpoint,
-                  "--csi.stagingdir=" + launch_.kubelet_root + "/sanity-staging",
-                  "--csi.mountdir=" + launch_.kubelet_root + "/sanity-mount"},
-                 sandbox_.Join("csi-sanity.log"));
+  // Volumes of 1 GiB instead of csi-sanity's 10 GiB: the pagination specs
+  // keep ten volumes and their snapshots at once, more than the DaemonSet's
+  // 100 GiB pool may provision (thin, but capped at its size).
+  std::vector<std::string> argv = {sanity, "--csi.endpoint=" + launch_.endpoint,
+                                   "--csi.stagingdir=" + launch_.kubelet_root + "/sanity-staging",
+                                   "--csi.mountdir=" + launch_.kubelet_root + "/sanity-mount",
+                                   "--csi.testvolumesize=1073741824",
+                                   "--csi.testvolumeexpandsize=2147483648"};
+  if (!HasCapSysResource()) {
+    // Growing a mounted ext4 needs CAP_SYS_RESOURCE, which a privileged pod
+    // has and some sandboxes drop even for root; berth-csi then says so
+    // (tests/integration/driver_e2e_test covers that answer).
+    std::cerr << "[ csi-sanity ] no CAP_SYS_RESOURCE here: skipping the online ext4 expansion spec\n";
+    argv.push_back("--ginkgo.skip=should work if node-expand is called after node-publish");
+  }
+  Subprocess run(argv, sandbox_.Join("csi-sanity.log"));
   auto code = run.Wait(absl::Minutes(20));
   const std::string out = run.Output();
   std::smatch ran;
