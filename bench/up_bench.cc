@@ -1,0 +1,163 @@
+// berth up on real volumes: N claim + pod pairs (default 100) created at
+// once through the API; prints the time until every pod is Running (each
+// volume provisioned, attached, formatted, staged and published by
+// berth-csi on loop devices) and the RSS of the whole stack at that point
+// (berth up + its berth-csi children). Root only. Cleans up after itself.
+//
+//   build/release/bench/up_bench [pairs] [nodes]
+#include <dirent.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "apiserver/client.h"
+#include "nlohmann/json.hpp"
+
+namespace {
+
+using nlohmann::json;
+
+// RSS in KiB of `root` and all its descendants.
+long TreeRssKiB(pid_t root) {
+  std::map<pid_t, pid_t> parent;
+  std::map<pid_t, long> rss;
+  DIR* d = ::opendir("/proc");
+  while (dirent* e = d ? ::readdir(d) : nullptr) {
+    const pid_t pid = std::atoi(e->d_name);
+    if (pid <= 0) continue;
+    std::ifstream in(std::string("/proc/") + e->d_name + "/status");
+    std::string line;
+    while (std::getline(in, line)) {
+      if (line.rfind("PPid:", 0) == 0) parent[pid] = std::atoi(line.c_str() + 5);
+      if (line.rfind("VmRSS:", 0) == 0) rss[pid] = std::atol(line.c_str() + 6);
+    }
+  }
+  if (d) ::closedir(d);
+  long total = 0;
+  for (const auto& [pid, kib] : rss) {
+    for (pid_t p = pid; p > 1; p = parent.count(p) ? parent[p] : 0) {
+      if (p == root) {
+        total += kib;
+        break;
+      }
+    }
+  }
+  return total;
+}
+
+void Cleanup(const std::string& dir) {
+  // Unmount below dir (deepest first), detach its loop devices, remove it.
+  std::string cmd = "for i in 1 2 3; do awk -v d='" + dir +
+                    "' 'index($5, d\"/\")==1 {print length($5), $5}' /proc/self/mountinfo | sort -rn | cut -d' ' -f2- | "
+                    "xargs -r -n1 umount -l; done; for f in /sys/block/loop*/loop/backing_file; do "
+                    "case \"$(cat $f 2>/dev/null)\" in '" + dir + "'/*) losetup -d /dev/$(basename $(dirname $(dirname $f)));; esac; done; "
+                    "rm -rf '" + dir + "'";
+  if (std::system(cmd.c_str()) != 0) std::fprintf(stderr, "cleanup of %s incomplete\n", dir.c_str());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (::geteuid() != 0) {
+    std::fprintf(stderr, "up_bench needs root (loop devices, mounts)\n");
+    return 2;
+  }
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  const int pairs = argc > 1 ? std::atoi(argv[1]) : 100;
+  const int nodes = argc > 2 ? std::atoi(argv[2]) : 1;
+  char tmpl[] = "/tmp/berth-bench-XXXXXX";
+  const std::string dir = ::mkdtemp(tmpl);
+  const std::string data = dir + "/data";
+  pid_t up = ::fork();
+  if (up == 0) {
+    const std::string log = dir + "/up.log";
+    std::freopen(log.c_str(), "w", stdout);
+    std::freopen(log.c_str(), "a", stderr);
+    const std::string n = std::to_string(nodes);
+    ::execl(BERTH_BINARY, BERTH_BINARY, "--data-dir", data.c_str(), "up", "--pool-size", "20Gi", "--api-address", "",
+            "--csi-binary", BERTH_CSI_BINARY, "--node-name", "bench", "--nodes", n.c_str(), "--log-level", "warn",
+            static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  auto client = berth::apiserver::ApiClient::ForUnixSocket(data + "/api.sock");
+  // Ready: the driver registered on every node.
+  const absl::Time start_up = absl::Now();
+  for (;;) {
+    auto r = client->Call("GET", "/apis/storage.k8s.io/v1/csinodes");
+    if (r.ok() && r->code == 200 && json::parse(r->body)["items"].size() == static_cast<size_t>(nodes)) break;
+    if (absl::Now() - start_up > absl::Seconds(60)) {
+      std::fprintf(stderr, "berth up did not come up; see %s/up.log\n", dir.c_str());
+      ::kill(up, SIGKILL);
+      return 1;
+    }
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  std::printf("berth up ready (%d node(s)) in %.2f s\n", nodes, absl::ToDoubleSeconds(absl::Now() - start_up));
+  const absl::Time t0 = absl::Now();
+  for (int i = 0; i < pairs; ++i) {
+    const std::string name = "b" + std::to_string(i);
+    json claim = {{"apiVersion", "v1"}, {"kind", "PersistentVolumeClaim"}, {"metadata", {{"name", name}}},
+                  {"spec", {{"accessModes", {"ReadWriteOnce"}}, {"resources", {{"requests", {{"storage", "16Mi"}}}}}}}};
+    json pod = {{"apiVersion", "v1"}, {"kind", "Pod"}, {"metadata", {{"name", name}}},
+                {"spec", {{"containers", {{{"name", "c"}, {"image", "busybox"}}}},
+                          {"volumes", {{{"name", "d"}, {"persistentVolumeClaim", {{"claimName", name}}}}}}}}};
+    for (const auto& [path, body] : {std::pair{"/api/v1/namespaces/default/persistentvolumeclaims", claim.dump()},
+                                     std::pair{"/api/v1/namespaces/default/pods", pod.dump()}}) {
+      auto r = client->Call("POST", path, body);
+      if (!r.ok() || r->code != 201) {
+        std::fprintf(stderr, "POST %s: %s\n", path, r.ok() ? r->body.c_str() : std::string(r.status().message()).c_str());
+      }
+    }
+  }
+  int running = 0;
+  while (running < pairs && absl::Now() - t0 < absl::Minutes(10)) {
+    absl::SleepFor(absl::Milliseconds(100));
+    auto r = client->Call("GET", "/api/v1/namespaces/default/pods");
+    if (!r.ok() || r->code != 200) {
+      std::fprintf(stderr, "listing pods: %s\n", r.ok() ? std::to_string(r->code).c_str() : std::string(r.status().message()).c_str());
+      client = berth::apiserver::ApiClient::ForUnixSocket(data + "/api.sock");
+      continue;
+    }
+    running = 0;
+    const json list = json::parse(r->body);
+    for (const auto& p : list["items"]) running += p.value("status", json::object()).value("phase", "") == "Running";
+  }
+  const double secs = absl::ToDoubleSeconds(absl::Now() - t0);
+  const long rss = TreeRssKiB(up);
+  std::printf("%d/%d claim+pod pairs Running in %.2f s (%.1f pairs/s); RSS of the stack %.1f MiB\n", running, pairs,
+              secs, running / secs, rss / 1024.0);
+  {
+    auto r = client->Call("GET", "/api/v1/persistentvolumes");
+    const json list = r.ok() ? json::parse(r->body, nullptr, false) : json();
+    std::printf("%zu volumes provisioned\n", list.is_object() ? list["items"].size() : size_t{0});
+  }
+  // Tear down: delete everything, wait for the volumes to go.
+  for (int i = 0; i < pairs; ++i) {
+    const std::string name = "b" + std::to_string(i);
+    client->Call("DELETE", "/api/v1/namespaces/default/pods/" + name).IgnoreError();
+    client->Call("DELETE", "/api/v1/namespaces/default/persistentvolumeclaims/" + name).IgnoreError();
+  }
+  const absl::Time t1 = absl::Now();
+  for (;;) {
+    auto r = client->Call("GET", "/api/v1/persistentvolumes");
+    if (r.ok() && r->code == 200 && json::parse(r->body)["items"].empty()) break;
+    if (absl::Now() - t1 > absl::Minutes(5)) break;
+    absl::SleepFor(absl::Milliseconds(200));
+  }
+  std::printf("all deleted in %.2f s\n", absl::ToDoubleSeconds(absl::Now() - t1));
+  ::kill(up, SIGTERM);
+  int status = 0;
+  ::waitpid(up, &status, 0);
+  absl::SleepFor(absl::Seconds(1));
+  Cleanup(dir);
+  return running == pairs ? 0 : 1;
+}
