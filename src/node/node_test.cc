@@ -250,6 +250,22 @@ TEST_F(NodeAgentTest, StagesAndPublishesThenTearsDown) {
   EXPECT_FALSE(fs::exists(fs::path(Staging(kHandle)).parent_path()));
 }
 
+TEST_F(NodeAgentTest, VolumeTheDriverNoLongerKnowsCountsAsTornDown) {
+  AttachNotRequired();
+  CreateVolume("data", "pv-1", kHandle);
+  StartAgent();
+  ServeDriver();
+  CreatePod("app", "data");
+  ASSERT_TRUE(Eventually([&] { return PodPhase("app") == "Running"; }));
+  driver_->Fail("unstage", 100, grpc::StatusCode::NOT_FOUND, "volume vol-1 not found");
+  ASSERT_TRUE(registry_->Delete(K("pods"), "default", "app").ok());
+  ASSERT_TRUE(Eventually([&] { return agent_->volumes().StagedVolumes().empty(); }));
+  EXPECT_FALSE(fs::exists(fs::path(Staging(kHandle)).parent_path()));
+  EXPECT_TRUE(Eventually([&] { return VolumesInUse().is_null(); }));
+  absl::SleepFor(absl::Seconds(1));
+  EXPECT_EQ(driver_->Calls("unstage"), 1);
+}
+
 TEST_F(NodeAgentTest, TwoPodsShareOneStagedVolume) {
   AttachNotRequired();
   CreateVolume("data", "pv-1", kHandle);

@@ -644,8 +644,12 @@ absl::Status VolumeManager::Unstage(const Staged& s) {
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.call_timeout));
   ::csi::v1::NodeUnstageVolumeResponse resp;
-  BERTH_RETURN_IF_ERROR(
-      FromGrpc("NodeUnstageVolume", ::csi::v1::Node::NewStub(channel)->NodeUnstageVolume(&ctx, req, &resp)));
+  // NOT_FOUND: the driver no longer has the volume, so nothing is staged.
+  if (absl::Status st =
+          FromGrpc("NodeUnstageVolume", ::csi::v1::Node::NewStub(channel)->NodeUnstageVolume(&ctx, req, &resp));
+      !st.ok() && st.code() != absl::StatusCode::kNotFound) {
+    return st;
+  }
   const std::string record = StagedRecord(options_.root, s.path, v.pv, v.block);
   RemoveIfEmpty(s.path);
   absl::Status removed = RemoveFileDurably(record);
@@ -701,8 +705,13 @@ absl::Status VolumeManager::Unpublish(const Published& p) {
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.call_timeout));
   ::csi::v1::NodeUnpublishVolumeResponse resp;
-  BERTH_RETURN_IF_ERROR(
-      FromGrpc("NodeUnpublishVolume", ::csi::v1::Node::NewStub(channel)->NodeUnpublishVolume(&ctx, req, &resp)));
+  // NOT_FOUND: the driver no longer has the volume; the mount check below
+  // still makes sure nothing is left mounted at the target.
+  if (absl::Status st =
+          FromGrpc("NodeUnpublishVolume", ::csi::v1::Node::NewStub(channel)->NodeUnpublishVolume(&ctx, req, &resp));
+      !st.ok() && st.code() != absl::StatusCode::kNotFound) {
+    return st;
+  }
   // The driver removed the target; make sure nothing is mounted there before
   // touching the directories (rmdir refuses mount points and non-empty
   // directories anyway).
