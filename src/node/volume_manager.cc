@@ -83,6 +83,20 @@ absl::Status FromGrpc(const std::string& rpc, const grpc::Status& st) {
   return absl::Status(static_cast<absl::StatusCode>(st.error_code()), StrCat(rpc, ": ", st.error_message()));
 }
 
+// One call to the driver's Node service on this node, with a deadline.
+template <typename Req, typename Resp>
+absl::Status CallNode(controllers::DriverDirectory& directory, const std::string& driver, const std::string& node,
+                      absl::Duration timeout, const char* rpc,
+                      grpc::Status (::csi::v1::Node::Stub::*method)(grpc::ClientContext*, const Req&, Resp*),
+                      const Req& req) {
+  BERTH_ASSIGN_OR_RETURN(auto channel, directory.Channel(driver, node));
+  auto stub = ::csi::v1::Node::NewStub(channel);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  Resp resp;
+  return FromGrpc(rpc, ((*stub).*method)(&ctx, req, &resp));
+}
+
 }  // namespace
 
 VolumeManager::VolumeManager(apiserver::Registry& registry, CsiPlugins& plugins,
@@ -622,11 +636,8 @@ absl::Status VolumeManager::Stage(const Wanted& w) {
   SetMap(req.mutable_publish_context(), publish_context);
   SetMap(req.mutable_secrets(), secrets);
   SetMap(req.mutable_volume_context(), VolumeContext(w));
-  BERTH_ASSIGN_OR_RETURN(auto channel, directory_.Channel(v.driver, options_.node_name));
-  grpc::ClientContext ctx;
-  ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.call_timeout));
-  ::csi::v1::NodeStageVolumeResponse resp;
-  BERTH_RETURN_IF_ERROR(FromGrpc("NodeStageVolume", ::csi::v1::Node::NewStub(channel)->NodeStageVolume(&ctx, req, &resp)));
+  BERTH_RETURN_IF_ERROR(CallNode(directory_, v.driver, options_.node_name, options_.call_timeout, "NodeStageVolume",
+                                 &::csi::v1::Node::Stub::NodeStageVolume, req));
   spdlog::info("node {}: staged {} at {}", options_.node_name, v.pv, path);
   absl::MutexLock lock(&mu_);
   staged_[v.unique] = Staged{.volume = v, .path = path, .certain = true};
@@ -640,13 +651,9 @@ absl::Status VolumeManager::Unstage(const Staged& s) {
   ::csi::v1::NodeUnstageVolumeRequest req;
   req.set_volume_id(v.handle);
   req.set_staging_target_path(s.path);
-  BERTH_ASSIGN_OR_RETURN(auto channel, directory_.Channel(v.driver, options_.node_name));
-  grpc::ClientContext ctx;
-  ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.call_timeout));
-  ::csi::v1::NodeUnstageVolumeResponse resp;
   // NOT_FOUND: the driver no longer has the volume, so nothing is staged.
-  if (absl::Status st =
-          FromGrpc("NodeUnstageVolume", ::csi::v1::Node::NewStub(channel)->NodeUnstageVolume(&ctx, req, &resp));
+  if (absl::Status st = CallNode(directory_, v.driver, options_.node_name, options_.call_timeout, "NodeUnstageVolume",
+                                 &::csi::v1::Node::Stub::NodeUnstageVolume, req);
       !st.ok() && st.code() != absl::StatusCode::kNotFound) {
     return st;
   }
@@ -682,12 +689,8 @@ absl::Status VolumeManager::Publish(const Wanted& w, const std::string& staging)
   SetMap(req.mutable_publish_context(), publish_context);
   SetMap(req.mutable_secrets(), secrets);
   SetMap(req.mutable_volume_context(), VolumeContext(w));
-  BERTH_ASSIGN_OR_RETURN(auto channel, directory_.Channel(v.driver, options_.node_name));
-  grpc::ClientContext ctx;
-  ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.call_timeout));
-  ::csi::v1::NodePublishVolumeResponse resp;
-  BERTH_RETURN_IF_ERROR(
-      FromGrpc("NodePublishVolume", ::csi::v1::Node::NewStub(channel)->NodePublishVolume(&ctx, req, &resp)));
+  BERTH_RETURN_IF_ERROR(CallNode(directory_, v.driver, options_.node_name, options_.call_timeout, "NodePublishVolume",
+                                 &::csi::v1::Node::Stub::NodePublishVolume, req));
   spdlog::info("node {}: published {} for pod {}/{} at {}", options_.node_name, v.pv, Ns(w.pod), Name(w.pod), target);
   absl::MutexLock lock(&mu_);
   published_[{w.pod_uid, v.pv}] = Published{.volume = v, .pod_uid = w.pod_uid, .target = target, .certain = true};
@@ -701,14 +704,10 @@ absl::Status VolumeManager::Unpublish(const Published& p) {
   ::csi::v1::NodeUnpublishVolumeRequest req;
   req.set_volume_id(v.handle);
   req.set_target_path(p.target);
-  BERTH_ASSIGN_OR_RETURN(auto channel, directory_.Channel(v.driver, options_.node_name));
-  grpc::ClientContext ctx;
-  ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.call_timeout));
-  ::csi::v1::NodeUnpublishVolumeResponse resp;
   // NOT_FOUND: the driver no longer has the volume; the mount check below
   // still makes sure nothing is left mounted at the target.
-  if (absl::Status st =
-          FromGrpc("NodeUnpublishVolume", ::csi::v1::Node::NewStub(channel)->NodeUnpublishVolume(&ctx, req, &resp));
+  if (absl::Status st = CallNode(directory_, v.driver, options_.node_name, options_.call_timeout, "NodeUnpublishVolume",
+                                 &::csi::v1::Node::Stub::NodeUnpublishVolume, req);
       !st.ok() && st.code() != absl::StatusCode::kNotFound) {
     return st;
   }
@@ -761,12 +760,8 @@ absl::Status VolumeManager::Expand(const Wanted& w, const std::string& target, c
     req.mutable_capacity_range()->set_required_bytes(size);
     *req.mutable_volume_capability() = controllers::PvVolumeCapability(w.pv);
     SetMap(req.mutable_secrets(), secrets);
-    BERTH_ASSIGN_OR_RETURN(auto channel, directory_.Channel(v.driver, options_.node_name));
-    grpc::ClientContext ctx;
-    ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.call_timeout));
-    ::csi::v1::NodeExpandVolumeResponse resp;
-    BERTH_RETURN_IF_ERROR(
-        FromGrpc("NodeExpandVolume", ::csi::v1::Node::NewStub(channel)->NodeExpandVolume(&ctx, req, &resp)));
+    BERTH_RETURN_IF_ERROR(CallNode(directory_, v.driver, options_.node_name, options_.call_timeout, "NodeExpandVolume",
+                                 &::csi::v1::Node::Stub::NodeExpandVolume, req));
   }
   // The node's part is done: the claim shows the new size.
   BERTH_RETURN_IF_ERROR(controllers::EditStatus(registry_, K("persistentvolumeclaims"), w.claim, [&](json& status) {
