@@ -199,36 +199,48 @@ const char* EventTypeName(EventType t) {
 // ---- Transactions (writer thread only) ----
 
 struct Store::Txn {
+  Store* store;
   sqlite3* db;
   int64_t* next_rv;
-  std::vector<std::pair<Event, std::optional<Object>>> events;
+  const CacheWrites* batch;  // what earlier mutations of this batch wrote
+  CacheWrites writes;        // what this mutation wrote (enters the cache after COMMIT)
+  std::vector<std::pair<Event, ObjectPtr>> events;
 
-  absl::StatusOr<std::optional<Object>> Load(const std::string& resource, const std::string& ns,
-                                             const std::string& name) {
+  // The object as this transaction sees it (null: there is none): its own
+  // writes, then the batch's, then the committed state (cache, else SQLite).
+  absl::StatusOr<ObjectPtr> Load(const std::string& resource, const std::string& ns,
+                                 const std::string& name) {
+    const std::string key = CacheKey(resource, ns, name);
+    if (auto it = writes.find(key); it != writes.end()) return it->second.object;
+    if (auto it = batch->find(key); it != batch->end()) return it->second.object;
+    if (ObjectPtr cached = store->CacheLookup(key)) return cached;
     Stmt s(db, "SELECT data FROM objects WHERE resource=?1 AND namespace=?2 AND name=?3");
     if (!s.ok()) return SqlError(db, "prepare load");
     s.Bind(1, resource).Bind(2, ns).Bind(3, name);
     const int rc = s.Step();
-    if (rc == SQLITE_DONE) return std::optional<Object>();
+    if (rc == SQLITE_DONE) return ObjectPtr();
     if (rc != SQLITE_ROW) return SqlError(db, "load");
-    return std::optional<Object>(Object::parse(s.Text(0)));
+    return std::make_shared<const Object>(Object::parse(s.Text(0)));
   }
 
   // Stores `obj` with a fresh resourceVersion and records the event.
   absl::StatusOr<Object> Put(const std::string& resource, Object obj, EventType type,
-                             std::optional<Object> before) {
+                             ObjectPtr before) {
     const int64_t rv = ++*next_rv;
     obj["metadata"]["resourceVersion"] = std::to_string(rv);
     const std::string ns = Namespace(obj), name = Name(obj);
+    const std::string data = obj.dump();
     Stmt s(db,
            "INSERT OR REPLACE INTO objects(resource, namespace, name, uid, rv, data) "
            "VALUES(?1, ?2, ?3, ?4, ?5, ?6)");
     s.Bind(1, resource).Bind(2, ns).Bind(3, name).Bind(4, Str(obj["metadata"], "uid"));
-    s.Bind(5, rv).Bind(6, obj.dump());
+    s.Bind(5, rv).Bind(6, data);
     if (s.Step() != SQLITE_DONE) return SqlError(db, "put");
     if (absl::Status st = SetOwners(resource, ns, name, OwnerUids(obj)); !st.ok()) return st;
-    events.push_back({Event{type, resource, obj, rv}, std::move(before)});
-    return obj;
+    auto stored = std::make_shared<const Object>(std::move(obj));
+    writes[CacheKey(resource, ns, name)] = {stored, data.size()};
+    events.push_back({Event{type, resource, *stored, rv}, std::move(before)});
+    return *stored;
   }
 
   absl::Status SetOwners(const std::string& resource, const std::string& ns,
@@ -253,8 +265,10 @@ struct Store::Txn {
     s.Bind(1, resource).Bind(2, ns).Bind(3, name);
     if (s.Step() != SQLITE_DONE) return SqlError(db, "delete");
     if (absl::Status st = SetOwners(resource, ns, name, {}); !st.ok()) return st;
+    writes[CacheKey(resource, ns, name)] = {nullptr, 0};
     const std::string uid = Str(obj["metadata"], "uid");
-    events.push_back({Event{EventType::kDeleted, resource, obj, rv}, obj});
+    auto last = std::make_shared<const Object>(std::move(obj));
+    events.push_back({Event{EventType::kDeleted, resource, *last, rv}, last});
     if (depth > 32) return absl::OkStatus();  // ownership cycles end here
     // Dependents: drop the reference to this owner; delete those left orphaned.
     std::vector<std::tuple<std::string, std::string, std::string>> deps;
@@ -266,9 +280,8 @@ struct Store::Txn {
     for (const auto& [dres, dns, dname] : deps) {
       auto loaded = Load(dres, dns, dname);
       if (!loaded.ok()) return loaded.status();
-      if (!loaded->has_value()) continue;
+      if (*loaded == nullptr) continue;
       Object dep = **loaded;
-      Object before = dep;
       Object& refs = dep["metadata"]["ownerReferences"];
       Object kept = Object::array();
       for (const auto& r : refs) {
@@ -276,8 +289,8 @@ struct Store::Txn {
       }
       refs = kept;
       if (!kept.empty()) {
-        if (auto st = Put(dres, dep, EventType::kModified, before); !st.ok()) return st.status();
-      } else if (auto st = DeleteOrMark(dres, dep, before, depth + 1); !st.ok()) {
+        if (auto st = Put(dres, std::move(dep), EventType::kModified, *loaded); !st.ok()) return st.status();
+      } else if (auto st = DeleteOrMark(dres, std::move(dep), *loaded, depth + 1); !st.ok()) {
         return st.status();
       }
     }
@@ -285,17 +298,17 @@ struct Store::Txn {
   }
 
   // Deletion semantics: with finalizers, only mark; otherwise remove.
-  absl::StatusOr<Object> DeleteOrMark(const std::string& resource, Object obj, Object before,
+  absl::StatusOr<Object> DeleteOrMark(const std::string& resource, Object obj, ObjectPtr before,
                                       int depth = 0) {
     if (HasFinalizers(obj)) {
       if (!obj["metadata"].contains("deletionTimestamp")) {
         obj["metadata"]["deletionTimestamp"] = Now();
-        return Put(resource, obj, EventType::kModified, before);
+        return Put(resource, std::move(obj), EventType::kModified, std::move(before));
       }
       return obj;
     }
     const size_t at = events.size();
-    if (absl::Status st = Remove(resource, obj, depth); !st.ok()) return st;
+    if (absl::Status st = Remove(resource, std::move(obj), depth); !st.ok()) return st;
     return events[at].first.object;  // Remove records this object first, then dependents
   }
 };
@@ -483,11 +496,12 @@ void Store::WriterLoop() {
     }
     const int64_t rv_before = next_rv_;
     std::vector<absl::StatusOr<Object>> results;
-    std::vector<std::pair<Event, std::optional<Object>>> events;
+    std::vector<std::pair<Event, ObjectPtr>> events;
+    CacheWrites batch_writes;
     absl::Status batch_status = Run(write_db_, "BEGIN IMMEDIATE");
     if (batch_status.ok()) {
       for (auto& m : batch) {
-        Txn txn{write_db_, &next_rv_, {}};
+        Txn txn{this, write_db_, &next_rv_, &batch_writes, {}, {}};
         const int64_t rv_at = next_rv_;
         (void)Run(write_db_, "SAVEPOINT m");
         absl::StatusOr<Object> r;
@@ -499,6 +513,7 @@ void Store::WriterLoop() {
         if (r.ok()) {
           (void)Run(write_db_, "RELEASE m");
           for (auto& e : txn.events) events.push_back(std::move(e));
+          for (auto& [key, w] : txn.writes) batch_writes[key] = std::move(w);
         } else {
           (void)Run(write_db_, "ROLLBACK TO m");
           (void)Run(write_db_, "RELEASE m");
@@ -518,15 +533,18 @@ void Store::WriterLoop() {
       for (auto& m : batch) m->done.set_value(batch_status);
       continue;
     }
+    // The cache follows the commit before anyone hears of it: a writer's
+    // own Get and a watcher's reaction both see at least this batch.
+    CacheApply(std::move(batch_writes));
     Publish(std::move(events));
     for (size_t i = 0; i < batch.size(); ++i) batch[i]->done.set_value(std::move(results[i]));
   }
 }
 
-void Store::Publish(std::vector<std::pair<Event, std::optional<Object>>> events) {
+void Store::Publish(std::vector<std::pair<Event, ObjectPtr>> events) {
   absl::MutexLock lock(&watch_mu_);
   for (auto& [e, before] : events) {
-    for (Watcher* w : watchers_) w->Offer(e, before ? &*before : nullptr);
+    for (Watcher* w : watchers_) w->Offer(e, before.get());
     committed_rv_ = e.resource_version;
     history_.emplace_back(std::move(e), std::move(before));
   }
@@ -558,22 +576,57 @@ absl::StatusOr<Object> Store::Create(const std::string& resource, Object obj) {
   return Submit([resource, obj = std::move(obj)](Txn& txn) -> absl::StatusOr<Object> {
     auto existing = txn.Load(resource, Namespace(obj), Name(obj));
     if (!existing.ok()) return existing.status();
-    if (existing->has_value()) {
+    if (*existing != nullptr) {
       return absl::AlreadyExistsError(StrCat(resource, " \"", Name(obj), "\" already exists"));
     }
-    return txn.Put(resource, obj, EventType::kAdded, std::nullopt);
+    return txn.Put(resource, obj, EventType::kAdded, nullptr);
   });
 }
 
 absl::StatusOr<Object> Store::Get(const std::string& resource, const std::string& ns,
                                   const std::string& name) {
-  absl::MutexLock lock(&read_mu_);
-  Stmt s(read_db_, "SELECT data FROM objects WHERE resource=?1 AND namespace=?2 AND name=?3");
-  s.Bind(1, resource).Bind(2, ns).Bind(3, name);
-  const int rc = s.Step();
-  if (rc == SQLITE_DONE) return absl::NotFoundError(StrCat(resource, " \"", name, "\" not found"));
-  if (rc != SQLITE_ROW) return SqlError(read_db_, "get");
-  return Object::parse(s.Text(0));
+  absl::StatusOr<ObjectPtr> got = GetShared(resource, ns, name);
+  if (!got.ok()) return got.status();
+  return **got;
+}
+
+absl::StatusOr<std::shared_ptr<const Object>> Store::GetShared(const std::string& resource,
+                                                               const std::string& ns,
+                                                               const std::string& name) {
+  const std::string key = CacheKey(resource, ns, name);
+  uint64_t epoch;
+  {
+    absl::MutexLock lock(&cache_mu_);
+    if (auto it = cache_.find(key); it != cache_.end()) {
+      lru_.splice(lru_.begin(), lru_, it->second.lru);
+      ++stats_.hits;
+      return it->second.object;
+    }
+    ++stats_.misses;
+    epoch = epoch_;
+  }
+  std::string data;
+  {
+    absl::MutexLock lock(&read_mu_);
+    Stmt s(read_db_, "SELECT data FROM objects WHERE resource=?1 AND namespace=?2 AND name=?3");
+    s.Bind(1, resource).Bind(2, ns).Bind(3, name);
+    const int rc = s.Step();
+    if (rc == SQLITE_DONE) return absl::NotFoundError(StrCat(resource, " \"", name, "\" not found"));
+    if (rc != SQLITE_ROW) return SqlError(read_db_, "get");
+    data = s.Text(0);
+  }
+  auto obj = std::make_shared<const Object>(Object::parse(data));
+  absl::MutexLock lock(&cache_mu_);
+  // A batch applied since the miss may have changed the object after this
+  // read: then the cache already holds what it wrote, or must not hold it.
+  // Without one, what was read is committed state at least as new as the
+  // cache's (and a newer commit still to be applied will overwrite it).
+  if (epoch_ != epoch) {
+    ++stats_.fills_skipped;
+  } else if (!cache_.contains(key)) {
+    CacheInsertLocked(key, obj, data.size());
+  }
+  return obj;
 }
 
 absl::StatusOr<ListResult> Store::List(const std::string& resource, const std::string& ns,
@@ -626,7 +679,7 @@ absl::StatusOr<Object> Store::Update(const std::string& resource, Object obj) {
     const std::string ns = Namespace(obj), name = Name(obj);
     auto loaded = txn.Load(resource, ns, name);
     if (!loaded.ok()) return loaded.status();
-    if (!loaded->has_value()) return absl::NotFoundError(StrCat(resource, " \"", name, "\" not found"));
+    if (*loaded == nullptr) return absl::NotFoundError(StrCat(resource, " \"", name, "\" not found"));
     const Object& stored = **loaded;
     const std::string want_rv = Str(obj["metadata"], "resourceVersion");
     const std::string have_rv = Str(stored["metadata"], "resourceVersion");
@@ -660,10 +713,10 @@ absl::StatusOr<Object> Store::Update(const std::string& resource, Object obj) {
     if (md.contains("deletionTimestamp") && !HasFinalizers(obj)) {
       // The last finalizer is gone: the object goes.
       const size_t at = txn.events.size();
-      if (absl::Status st = txn.Remove(resource, obj); !st.ok()) return st;
+      if (absl::Status st = txn.Remove(resource, std::move(obj)); !st.ok()) return st;
       return txn.events[at].first.object;
     }
-    return txn.Put(resource, obj, EventType::kModified, stored);
+    return txn.Put(resource, std::move(obj), EventType::kModified, *loaded);
   });
 }
 
@@ -673,16 +726,70 @@ absl::StatusOr<Object> Store::Delete(const std::string& resource, const std::str
   return Submit([=](Txn& txn) -> absl::StatusOr<Object> {
     auto loaded = txn.Load(resource, ns, name);
     if (!loaded.ok()) return loaded.status();
-    if (!loaded->has_value()) return absl::NotFoundError(StrCat(resource, " \"", name, "\" not found"));
-    Object obj = **loaded;
-    if (expected_uid && Str(obj["metadata"], "uid") != *expected_uid) {
+    if (*loaded == nullptr) return absl::NotFoundError(StrCat(resource, " \"", name, "\" not found"));
+    const Object& stored = **loaded;
+    if (expected_uid && Str(stored["metadata"], "uid") != *expected_uid) {
       return absl::AbortedError(StrCat("Precondition failed: UID in precondition: ", *expected_uid,
-                                       ", UID in object meta: ", Str(obj["metadata"], "uid")));
+                                       ", UID in object meta: ", Str(stored["metadata"], "uid")));
     }
-    if (HasFinalizers(obj)) return txn.DeleteOrMark(resource, obj, obj);
-    if (absl::Status st = txn.Remove(resource, obj); !st.ok()) return st;
+    if (HasFinalizers(stored)) return txn.DeleteOrMark(resource, stored, *loaded);
+    if (absl::Status st = txn.Remove(resource, stored); !st.ok()) return st;
     return txn.events.front().first.object;
   });
+}
+
+// ---- Object cache ----
+
+std::string Store::CacheKey(std::string_view resource, std::string_view ns, std::string_view name) {
+  // Length-prefixed: no separator can be forged by a name.
+  return StrCat(std::to_string(resource.size()), ":", resource, std::to_string(ns.size()), ":", ns, name);
+}
+
+Store::ObjectPtr Store::CacheLookup(const std::string& key) {
+  absl::MutexLock lock(&cache_mu_);
+  auto it = cache_.find(key);
+  if (it == cache_.end()) {
+    ++stats_.misses;
+    return nullptr;
+  }
+  lru_.splice(lru_.begin(), lru_, it->second.lru);
+  ++stats_.hits;
+  return it->second.object;
+}
+
+void Store::CacheInsertLocked(const std::string& key, ObjectPtr object, size_t bytes) {
+  cache_mu_.AssertHeld();
+  if (bytes > options_.cache_bytes) return;  // also: the cache is off
+  lru_.push_front(key);
+  cache_[key] = CacheEntry{std::move(object), bytes, lru_.begin()};
+  cache_bytes_ += bytes;
+  while (cache_bytes_ > options_.cache_bytes) {
+    auto victim = cache_.find(lru_.back());
+    cache_bytes_ -= victim->second.bytes;
+    cache_.erase(victim);
+    lru_.pop_back();
+  }
+}
+
+void Store::CacheApply(CacheWrites writes) {
+  absl::MutexLock lock(&cache_mu_);
+  ++epoch_;
+  for (auto& [key, w] : writes) {
+    if (auto it = cache_.find(key); it != cache_.end()) {
+      cache_bytes_ -= it->second.bytes;
+      lru_.erase(it->second.lru);
+      cache_.erase(it);
+    }
+    if (w.object != nullptr) CacheInsertLocked(key, std::move(w.object), w.bytes);
+  }
+}
+
+Store::CacheStats Store::cache_stats() const {
+  absl::MutexLock lock(&cache_mu_);
+  CacheStats out = stats_;
+  out.objects = cache_.size();
+  out.bytes = cache_bytes_;
+  return out;
 }
 
 absl::StatusOr<std::unique_ptr<Watcher>> Store::Watch(const std::string& resource,
@@ -704,7 +811,7 @@ absl::StatusOr<std::unique_ptr<Watcher>> Store::Watch(const std::string& resourc
                                           history_start_rv_, ")"));
     }
     for (const auto& [e, before] : history_) {
-      if (e.resource_version > from_rv) w->Offer(e, before ? &*before : nullptr);
+      if (e.resource_version > from_rv) w->Offer(e, before.get());
     }
   }
   w->Progress(committed_rv_);  // everything up to here is offered (or not wanted)
