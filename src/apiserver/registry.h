@@ -78,6 +78,10 @@ class Registry {
   absl::StatusOr<json> Create(const api::KindInfo& kind, const std::string& ns, json object);
   absl::StatusOr<json> Get(const api::KindInfo& kind, const std::string& ns,
                            const std::string& name);
+  // Get without a copy: the stored object, immutable and shared.
+  absl::StatusOr<std::shared_ptr<const json>> GetShared(const api::KindInfo& kind,
+                                                        const std::string& ns,
+                                                        const std::string& name);
   absl::StatusOr<ListPage> List(const api::KindInfo& kind, const std::string& ns,
                                 const ListOptions& options);
   // PUT. Without metadata.resourceVersion the update is unconditional.

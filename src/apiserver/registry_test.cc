@@ -248,7 +248,7 @@ TEST_F(RegistryTest, WatchFromZeroStartsWithAddedAndTooOldIsGone) {
   ASSERT_TRUE(registry_->Create(Kind("persistentvolumeclaims"), "default", Claim("b")).ok());
   auto e = w->watcher->Next(absl::Seconds(5));
   ASSERT_TRUE(e.has_value());
-  EXPECT_EQ(e->object["metadata"]["name"], "b");
+  EXPECT_EQ((*e->object)["metadata"]["name"], "b");
 
   // A store with a tiny history forgets old versions: 410.
   berth::testing::TempDir dir;

@@ -431,7 +431,7 @@ absl::Status Provisioner::CreatePersistentVolume(const json& claim, const json& 
 }
 
 absl::Status Provisioner::SyncClaim(const std::string& key) {
-  std::optional<json> claim = informers_.claims.GetByKey(key);
+  std::shared_ptr<const json> claim = informers_.claims.GetSharedByKey(key);
   if (!claim) return absl::OkStatus();
   json sc;
   const bool ours = Ours(*claim, &sc);

@@ -44,7 +44,7 @@ absl::Status Mutate(apiserver::Registry& registry, const api::KindInfo& kind, co
                     const std::function<bool(json&)>& mutate) {
   auto current = registry.Get(kind, ns, name);
   if (!current.ok()) return current.status().code() == absl::StatusCode::kNotFound ? absl::OkStatus() : current.status();
-  json obj = *current;
+  json obj = std::move(*current);
   if (!mutate(obj)) return absl::OkStatus();
   return registry.Update(kind, ns, name, std::move(obj), sub).status();
 }
@@ -222,7 +222,7 @@ const json* PvBinder::FindBestMatch(const json& claim, const std::vector<json>& 
 }
 
 absl::Status PvBinder::SyncClaim(const std::string& key) {
-  std::optional<json> claim = informers_.claims.GetByKey(key);
+  std::shared_ptr<const json> claim = informers_.claims.GetSharedByKey(key);
   if (!claim) return absl::OkStatus();
   if (Deleting(*claim)) return ProtectClaim(*claim);
   if (!HasFinalizer(*claim, kPvcProtection)) {

@@ -236,10 +236,15 @@ struct Store::Txn {
     s.Bind(1, resource).Bind(2, ns).Bind(3, name).Bind(4, Str(obj["metadata"], "uid"));
     s.Bind(5, rv).Bind(6, data);
     if (s.Step() != SQLITE_DONE) return SqlError(db, "put");
-    if (absl::Status st = SetOwners(resource, ns, name, OwnerUids(obj)); !st.ok()) return st;
+    // owner_refs always mirror the stored object's ownerReferences (a new
+    // object has none: Remove clears them), so rewrite them only on change.
+    if (std::vector<std::string> owners = OwnerUids(obj);
+        owners != (before != nullptr ? OwnerUids(*before) : std::vector<std::string>())) {
+      if (absl::Status st = SetOwners(resource, ns, name, owners); !st.ok()) return st;
+    }
     auto stored = std::make_shared<const Object>(std::move(obj));
     writes[CacheKey(resource, ns, name)] = {stored, data.size()};
-    events.push_back({Event{type, resource, *stored, rv}, std::move(before)});
+    events.push_back({Event{type, resource, stored, rv}, std::move(before)});
     return *stored;
   }
 
@@ -268,7 +273,7 @@ struct Store::Txn {
     writes[CacheKey(resource, ns, name)] = {nullptr, 0};
     const std::string uid = Str(obj["metadata"], "uid");
     auto last = std::make_shared<const Object>(std::move(obj));
-    events.push_back({Event{EventType::kDeleted, resource, *last, rv}, last});
+    events.push_back({Event{EventType::kDeleted, resource, last, rv}, last});
     if (depth > 32) return absl::OkStatus();  // ownership cycles end here
     // Dependents: drop the reference to this owner; delete those left orphaned.
     std::vector<std::tuple<std::string, std::string, std::string>> deps;
@@ -309,7 +314,7 @@ struct Store::Txn {
     }
     const size_t at = events.size();
     if (absl::Status st = Remove(resource, std::move(obj), depth); !st.ok()) return st;
-    return events[at].first.object;  // Remove records this object first, then dependents
+    return *events[at].first.object;  // Remove records this object first, then dependents
   }
 };
 
@@ -349,10 +354,10 @@ bool Watcher::ended() const {
 
 void Watcher::Offer(const Event& e, const Object* before) {
   if (e.resource != filter_.resource) return;
-  if (!filter_.ns.empty() && Namespace(e.object) != filter_.ns) return;
-  Event out = e;
+  if (!filter_.ns.empty() && Namespace(*e.object) != filter_.ns) return;
+  Event out = e;  // shares the object
   if (!filter_.selector.empty()) {
-    const bool now = filter_.selector.Matches(Labels(e.object));
+    const bool now = filter_.selector.Matches(Labels(*e.object));
     const bool was = before != nullptr && filter_.selector.Matches(Labels(*before));
     if (e.type == EventType::kAdded && !now) return;
     if (e.type == EventType::kDeleted && !was && !now) return;
@@ -714,7 +719,7 @@ absl::StatusOr<Object> Store::Update(const std::string& resource, Object obj) {
       // The last finalizer is gone: the object goes.
       const size_t at = txn.events.size();
       if (absl::Status st = txn.Remove(resource, std::move(obj)); !st.ok()) return st;
-      return txn.events[at].first.object;
+      return *txn.events[at].first.object;
     }
     return txn.Put(resource, std::move(obj), EventType::kModified, *loaded);
   });
@@ -734,7 +739,7 @@ absl::StatusOr<Object> Store::Delete(const std::string& resource, const std::str
     }
     if (HasFinalizers(stored)) return txn.DeleteOrMark(resource, stored, *loaded);
     if (absl::Status st = txn.Remove(resource, stored); !st.ok()) return st;
-    return txn.events.front().first.object;
+    return *txn.events.front().first.object;
   });
 }
 

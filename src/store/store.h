@@ -73,7 +73,9 @@ const char* EventTypeName(EventType t);  // "ADDED", "MODIFIED", "DELETED"
 struct Event {
   EventType type;
   std::string resource;
-  Object object;        // the object after the change (the last state for DELETED)
+  // The object after the change (the last state for DELETED); immutable and
+  // shared by every watcher, the watch history and the object cache.
+  std::shared_ptr<const Object> object;
   int64_t resource_version = 0;
 };
 

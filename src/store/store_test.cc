@@ -161,7 +161,7 @@ TEST_F(StoreTest, WatchDeliversInOrderAndResumes) {
   std::vector<std::string> seen;
   int64_t last = 0;
   while (auto e = (*w)->Next(absl::Milliseconds(200))) {
-    seen.push_back(std::string(EventTypeName(e->type)) + " " + e->object["metadata"]["name"].get<std::string>());
+    seen.push_back(std::string(EventTypeName(e->type)) + " " + (*e->object)["metadata"]["name"].get<std::string>());
     EXPECT_GT(e->resource_version, last);
     last = e->resource_version;
   }
@@ -172,7 +172,7 @@ TEST_F(StoreTest, WatchDeliversInOrderAndResumes) {
   ASSERT_TRUE(resumed.ok());
   std::vector<std::string> after;
   while (auto e = (*resumed)->Next(absl::Milliseconds(200))) {
-    after.push_back(e->object["metadata"]["name"].get<std::string>());
+    after.push_back((*e->object)["metadata"]["name"].get<std::string>());
   }
   EXPECT_THAT(after, ::testing::ElementsAre("elsewhere", "a"));
 }
@@ -515,7 +515,7 @@ TEST_F(StoreTest, WatchEventsAreUnaffectedByTheCache) {
   auto b = s->Update("pods", changed);
   ASSERT_TRUE(s->Delete("pods", "default", "a").ok());
   std::vector<Object> objects;
-  while (auto e = (*w)->Next(absl::Milliseconds(200))) objects.push_back(e->object);
+  while (auto e = (*w)->Next(absl::Milliseconds(200))) objects.push_back(*e->object);
   ASSERT_EQ(objects.size(), 3u);
   EXPECT_EQ(objects[0], *a);
   EXPECT_EQ(objects[1], *b);
