@@ -13,9 +13,8 @@ using nlohmann::json;
 
 void EventRecorder::Record(const json& object, const std::string& type, const std::string& reason,
                            const std::string& message) {
-  const json md = object.value("metadata", json::object());
-  const std::string uid = md.value("uid", ""), name = md.value("name", "");
-  const std::string ns = md.value("namespace", "").empty() ? "default" : md.value("namespace", "");
+  const std::string uid = Uid(object), name = Name(object), object_ns = Ns(object);
+  const std::string ns = object_ns.empty() ? "default" : object_ns;
   const std::string now = NowRfc3339();
   const api::KindInfo& events = *api::FindResource("", "events");
   const std::string id = StrCat(uid, "\n", reason, "\n", message);
@@ -55,7 +54,7 @@ void EventRecorder::Record(const json& object, const std::string& type, const st
                {"apiVersion", object.value("apiVersion", "")},
                {"name", name},
                {"uid", uid},
-               {"resourceVersion", md.value("resourceVersion", "")}}},
+               {"resourceVersion", Str(object, {"metadata", "resourceVersion"})}}},
              {"reason", reason},
              {"message", message},
              {"type", type},
@@ -64,7 +63,7 @@ void EventRecorder::Record(const json& object, const std::string& type, const st
              {"lastTimestamp", now},
              {"source", {{"component", component_}}},
              {"reportingComponent", component_}};
-  if (!md.value("namespace", "").empty()) ev["involvedObject"]["namespace"] = ns;
+  if (!object_ns.empty()) ev["involvedObject"]["namespace"] = ns;
   auto created = registry_.Create(events, ns, ev);
   if (!created.ok()) {
     spdlog::warn("event {} on {}/{}: {}", reason, ns, name, created.status().ToString());

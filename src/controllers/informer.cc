@@ -9,10 +9,19 @@
 namespace berth::controllers {
 
 std::string ObjectKey(const json& object) {
-  const json md = object.value("metadata", json::object());
-  const std::string ns = md.value("namespace", "");
-  const std::string name = md.value("name", "");
-  return ns.empty() ? name : StrCat(ns, "/", name);
+  // Read in place: copying metadata per key showed up in profiles.
+  auto field = [](const json& o, std::string_view key) -> std::string_view {
+    if (!o.is_object()) return {};
+    auto it = o.find(key);
+    return it != o.end() && it->is_string() ? std::string_view(it->get_ref<const std::string&>()) : std::string_view();
+  };
+  const json* md = nullptr;
+  if (object.is_object()) {
+    if (auto it = object.find("metadata"); it != object.end()) md = &*it;
+  }
+  if (md == nullptr) return "";
+  const std::string_view ns = field(*md, "namespace"), name = field(*md, "name");
+  return ns.empty() ? std::string(name) : StrCat(ns, "/", name);
 }
 
 std::pair<std::string, std::string> SplitKey(const std::string& key) {
