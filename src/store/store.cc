@@ -152,12 +152,29 @@ std::string Str(const Object& o, const char* field) {
   return it != o.end() && it->is_string() ? it->get<std::string>() : "";
 }
 
-std::string Namespace(const Object& obj) { return Str(obj.value("metadata", Object::object()), "namespace"); }
-std::string Name(const Object& obj) { return Str(obj.value("metadata", Object::object()), "name"); }
+// obj.metadata, or an empty object; never a copy (obj.value("metadata", {})
+// copied the whole metadata on every call, on the hot paths of every write).
+const Object& Metadata(const Object& obj) {
+  static const Object* const kEmpty = new Object(Object::object());
+  if (!obj.is_object()) return *kEmpty;
+  auto it = obj.find("metadata");
+  return it != obj.end() && it->is_object() ? *it : *kEmpty;
+}
+
+// obj.spec (null when absent), not copied.
+const Object& Spec(const Object& obj) {
+  static const Object* const kNull = new Object();
+  if (!obj.is_object()) return *kNull;
+  auto it = obj.find("spec");
+  return it != obj.end() ? *it : *kNull;
+}
+
+std::string Namespace(const Object& obj) { return Str(Metadata(obj), "namespace"); }
+std::string Name(const Object& obj) { return Str(Metadata(obj), "name"); }
 
 std::map<std::string, std::string> Labels(const Object& obj) {
   std::map<std::string, std::string> out;
-  const Object& md = obj.value("metadata", Object::object());
+  const Object& md = Metadata(obj);
   if (auto it = md.find("labels"); it != md.end() && it->is_object()) {
     for (const auto& [k, v] : it->items()) {
       if (v.is_string()) out[k] = v.get<std::string>();
@@ -167,14 +184,14 @@ std::map<std::string, std::string> Labels(const Object& obj) {
 }
 
 bool HasFinalizers(const Object& obj) {
-  const Object& md = obj.value("metadata", Object::object());
+  const Object& md = Metadata(obj);
   auto it = md.find("finalizers");
   return it != md.end() && it->is_array() && !it->empty();
 }
 
 std::vector<std::string> OwnerUids(const Object& obj) {
   std::vector<std::string> out;
-  const Object& md = obj.value("metadata", Object::object());
+  const Object& md = Metadata(obj);
   if (auto it = md.find("ownerReferences"); it != md.end() && it->is_array()) {
     for (const auto& ref : *it) {
       if (ref.is_object() && ref.contains("uid") && ref["uid"].is_string()) {
@@ -713,7 +730,7 @@ absl::StatusOr<Object> Store::Update(const std::string& resource, Object obj) {
       md.erase("deletionTimestamp");
     }
     int64_t generation = smd.value("generation", 1);
-    if (obj.value("spec", Object()) != stored.value("spec", Object())) ++generation;
+    if (Spec(obj) != Spec(stored)) ++generation;
     md["generation"] = generation;
     if (md.contains("deletionTimestamp") && !HasFinalizers(obj)) {
       // The last finalizer is gone: the object goes.
