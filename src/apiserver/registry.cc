@@ -241,6 +241,44 @@ absl::Status Registry::CheckNamespace(const api::KindInfo& kind, const std::stri
 
 absl::StatusOr<json> Registry::Create(const api::KindInfo& kind, const std::string& ns,
                                       json obj) {
+  BERTH_RETURN_IF_ERROR(PrepareCreate(kind, ns, obj));
+  const std::string name = Str(obj["metadata"], "name");
+  return CreatedOrExists(kind, name, store_.Create(std::string(kind.resource), std::move(obj)));
+}
+
+std::vector<absl::StatusOr<json>> Registry::CreateAll(
+    const api::KindInfo& kind, std::vector<std::pair<std::string, json>> objects) {
+  std::vector<absl::StatusOr<json>> out(objects.size(), absl::UnknownError(""));
+  std::vector<json> valid;
+  std::vector<size_t> at;
+  for (size_t i = 0; i < objects.size(); ++i) {
+    auto& [ns, obj] = objects[i];
+    if (absl::Status st = PrepareCreate(kind, ns, obj); !st.ok()) {
+      out[i] = st;
+      continue;
+    }
+    valid.push_back(std::move(obj));
+    at.push_back(i);
+  }
+  std::vector<std::string> names;
+  for (const auto& o : valid) names.push_back(Str(o["metadata"], "name"));
+  auto created = store_.CreateAll(std::string(kind.resource), std::move(valid));
+  for (size_t k = 0; k < created.size(); ++k) {
+    out[at[k]] = CreatedOrExists(kind, names[k], std::move(created[k]));
+  }
+  return out;
+}
+
+absl::StatusOr<json> Registry::CreatedOrExists(const api::KindInfo& kind, const std::string& name,
+                                               absl::StatusOr<json> created) {
+  if (!created.ok() && created.status().code() == absl::StatusCode::kAlreadyExists) {
+    std::string group = kind.group.empty() ? "" : StrCat(".", kind.group);
+    return absl::AlreadyExistsError(StrCat(kind.resource, group, " \"", name, "\" already exists"));
+  }
+  return created;
+}
+
+absl::Status Registry::PrepareCreate(const api::KindInfo& kind, const std::string& ns, json& obj) {
   if (!obj.is_object()) return api::BadRequest("the request body must be a JSON object");
   const std::string api_version = kind.api_version();
   if (obj.contains("apiVersion") && obj["apiVersion"] != api_version) {
@@ -282,14 +320,7 @@ absl::StatusOr<json> Registry::Create(const api::KindInfo& kind, const std::stri
   if (kind.kind == "PersistentVolumeClaim") SetDefaultStorageClass(obj);
   if (storage_protection_admission_) AddProtectionFinalizer(kind, obj);
   BERTH_RETURN_IF_ERROR(api::Validate(kind, obj, nullptr));
-  BERTH_RETURN_IF_ERROR(CheckNamespace(kind, ns));
-  const std::string name = Str(md, "name");
-  auto created = store_.Create(std::string(kind.resource), std::move(obj));
-  if (!created.ok() && created.status().code() == absl::StatusCode::kAlreadyExists) {
-    std::string group = kind.group.empty() ? "" : StrCat(".", kind.group);
-    return absl::AlreadyExistsError(StrCat(kind.resource, group, " \"", name, "\" already exists"));
-  }
-  return created;
+  return CheckNamespace(kind, ns);
 }
 
 absl::StatusOr<json> Registry::Get(const api::KindInfo& kind, const std::string& ns,

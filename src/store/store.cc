@@ -578,7 +578,10 @@ void Store::Publish(std::vector<std::pair<Event, ObjectPtr>> events) {
   }
 }
 
-absl::StatusOr<Object> Store::Create(const std::string& resource, Object obj) {
+namespace {
+
+// Checks a new object and sets the metadata the store owns.
+absl::Status PrepareCreate(Object& obj) {
   if (!obj.is_object()) return absl::InvalidArgumentError("object must be a JSON object");
   Object& md = obj["metadata"];
   if (!md.is_object()) return absl::InvalidArgumentError("metadata must be an object");
@@ -595,14 +598,55 @@ absl::StatusOr<Object> Store::Create(const std::string& resource, Object obj) {
   md["generation"] = 1;
   md.erase("deletionTimestamp");
   md.erase("resourceVersion");
-  return Submit([resource, obj = std::move(obj)](Txn& txn) -> absl::StatusOr<Object> {
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::function<absl::StatusOr<Object>(Store::Txn&)> Store::CreateFn(const std::string& resource, Object obj) {
+  return [resource, obj = std::move(obj)](Txn& txn) -> absl::StatusOr<Object> {
     auto existing = txn.Load(resource, Namespace(obj), Name(obj));
     if (!existing.ok()) return existing.status();
     if (*existing != nullptr) {
       return absl::AlreadyExistsError(StrCat(resource, " \"", Name(obj), "\" already exists"));
     }
     return txn.Put(resource, obj, EventType::kAdded, nullptr);
-  });
+  };
+}
+
+absl::StatusOr<Object> Store::Create(const std::string& resource, Object obj) {
+  if (absl::Status st = PrepareCreate(obj); !st.ok()) return st;
+  return Submit(CreateFn(resource, std::move(obj)));
+}
+
+std::vector<absl::StatusOr<Object>> Store::CreateAll(const std::string& resource,
+                                                     std::vector<Object> objects) {
+  std::vector<absl::StatusOr<Object>> out(objects.size(), absl::UnknownError(""));
+  std::vector<std::shared_ptr<Mutation>> queued;
+  std::vector<size_t> at;
+  for (size_t i = 0; i < objects.size(); ++i) {
+    if (absl::Status st = PrepareCreate(objects[i]); !st.ok()) {
+      out[i] = st;
+      continue;
+    }
+    auto m = std::make_shared<Mutation>();
+    m->fn = CreateFn(resource, std::move(objects[i]));
+    queued.push_back(std::move(m));
+    at.push_back(i);
+  }
+  std::vector<std::future<absl::StatusOr<Object>>> results;
+  for (auto& m : queued) results.push_back(m->done.get_future());
+  {
+    absl::MutexLock lock(&queue_mu_);
+    if (stopping_) {
+      for (size_t i : at) out[i] = absl::UnavailableError("store is closing");
+      return out;
+    }
+    // Queued together: they go into the same group commit (one fsync).
+    for (auto& m : queued) queue_.push_back(std::move(m));
+  }
+  for (size_t k = 0; k < results.size(); ++k) out[at[k]] = results[k].get();
+  return out;
 }
 
 absl::StatusOr<Object> Store::Get(const std::string& resource, const std::string& ns,

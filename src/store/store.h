@@ -162,6 +162,11 @@ class Store {
   // `obj` needs metadata.name (or metadata.generateName); metadata.namespace
   // is the caller's choice ("" or absent for cluster-scoped objects).
   absl::StatusOr<Object> Create(const std::string& resource, Object obj);
+  // Creates each object as Create does (each succeeds or fails on its own),
+  // submitted together so they share a group commit; returns when all are
+  // done, with one result per object in order.
+  std::vector<absl::StatusOr<Object>> CreateAll(const std::string& resource,
+                                                std::vector<Object> objects);
   absl::StatusOr<Object> Get(const std::string& resource, const std::string& ns,
                              const std::string& name);
   // Get without copying: the stored object, shared and immutable (it stays
@@ -219,6 +224,7 @@ class Store {
   explicit Store(Options options);
   absl::Status Init();
   absl::StatusOr<Object> Submit(std::function<absl::StatusOr<Object>(Txn&)> fn);
+  static std::function<absl::StatusOr<Object>(Txn&)> CreateFn(const std::string& resource, Object obj);
   void WriterLoop();
   void Publish(std::vector<std::pair<Event, ObjectPtr>> events);
   void Unsubscribe(Watcher* w);

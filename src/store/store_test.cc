@@ -79,6 +79,23 @@ TEST_F(StoreTest, CreateGetListUpdateDelete) {
             absl::StatusCode::kNotFound);
 }
 
+TEST_F(StoreTest, CreateAllCreatesEachOnItsOwnInOrder) {
+  auto s = Open();
+  ASSERT_TRUE(s->Create("pods", Pvc("taken")).ok());
+  Object nameless = Pvc("");
+  nameless["metadata"].erase("name");
+  auto results = s->CreateAll("pods", {Pvc("a"), Pvc("taken"), nameless, Pvc("b"), Pvc("a")});
+  ASSERT_EQ(results.size(), 5u);
+  ASSERT_TRUE(results[0].ok());
+  EXPECT_EQ(results[1].status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(results[2].status().code(), absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(results[3].ok());
+  EXPECT_EQ(results[4].status().code(), absl::StatusCode::kAlreadyExists) << "the first \"a\" won";
+  EXPECT_LT(Rv(*results[0]), Rv(*results[3]));
+  EXPECT_EQ(*s->Get("pods", "default", "a"), *results[0]);
+  EXPECT_EQ(s->List("pods", "")->items.size(), 3u);
+}
+
 TEST_F(StoreTest, GenerateNameAndRequiredName) {
   auto s = Open();
   Object o = Pvc("");
