@@ -152,6 +152,13 @@ std::string Str(const Object& o, const char* field) {
   return it != o.end() && it->is_string() ? it->get<std::string>() : "";
 }
 
+// A writer's result handed to the caller: the copy is made in the caller's
+// thread, not in the writer thread every write waits for.
+absl::StatusOr<Object> Copy(absl::StatusOr<std::shared_ptr<const Object>> r) {
+  if (!r.ok()) return r.status();
+  return **r;
+}
+
 // obj.metadata, or an empty object; never a copy (obj.value("metadata", {})
 // copied the whole metadata on every call, on the hot paths of every write).
 const Object& Metadata(const Object& obj) {
@@ -241,15 +248,18 @@ struct Store::Txn {
   }
 
   // Stores `obj` with a fresh resourceVersion and records the event.
-  absl::StatusOr<Object> Put(const std::string& resource, Object obj, EventType type,
+  absl::StatusOr<ObjectPtr> Put(const std::string& resource, Object obj, EventType type,
                              ObjectPtr before) {
     const int64_t rv = ++*next_rv;
     obj["metadata"]["resourceVersion"] = std::to_string(rv);
     const std::string ns = Namespace(obj), name = Name(obj);
     const std::string data = obj.dump();
     Stmt s(db,
-           "INSERT OR REPLACE INTO objects(resource, namespace, name, uid, rv, data) "
-           "VALUES(?1, ?2, ?3, ?4, ?5, ?6)");
+           // An upsert rewrites the row in place; REPLACE deleted and
+           // re-inserted it (and its primary-key index entry) every time.
+           "INSERT INTO objects(resource, namespace, name, uid, rv, data) VALUES(?1, ?2, ?3, ?4, ?5, ?6) "
+           "ON CONFLICT(resource, namespace, name) DO UPDATE SET uid=excluded.uid, rv=excluded.rv, "
+           "data=excluded.data");
     s.Bind(1, resource).Bind(2, ns).Bind(3, name).Bind(4, Str(obj["metadata"], "uid"));
     s.Bind(5, rv).Bind(6, data);
     if (s.Step() != SQLITE_DONE) return SqlError(db, "put");
@@ -262,7 +272,7 @@ struct Store::Txn {
     auto stored = std::make_shared<const Object>(std::move(obj));
     writes[CacheKey(resource, ns, name)] = {stored, data.size()};
     events.push_back({Event{type, resource, stored, rv}, std::move(before)});
-    return *stored;
+    return stored;
   }
 
   absl::Status SetOwners(const std::string& resource, const std::string& ns,
@@ -320,24 +330,24 @@ struct Store::Txn {
   }
 
   // Deletion semantics: with finalizers, only mark; otherwise remove.
-  absl::StatusOr<Object> DeleteOrMark(const std::string& resource, Object obj, ObjectPtr before,
+  absl::StatusOr<ObjectPtr> DeleteOrMark(const std::string& resource, Object obj, ObjectPtr before,
                                       int depth = 0) {
     if (HasFinalizers(obj)) {
       if (!obj["metadata"].contains("deletionTimestamp")) {
         obj["metadata"]["deletionTimestamp"] = Now();
         return Put(resource, std::move(obj), EventType::kModified, std::move(before));
       }
-      return obj;
+      return std::make_shared<const Object>(std::move(obj));
     }
     const size_t at = events.size();
     if (absl::Status st = Remove(resource, std::move(obj), depth); !st.ok()) return st;
-    return *events[at].first.object;  // Remove records this object first, then dependents
+    return events[at].first.object;  // Remove records this object first, then dependents
   }
 };
 
 struct Store::Mutation {
-  std::function<absl::StatusOr<Object>(Txn&)> fn;
-  std::promise<absl::StatusOr<Object>> done;
+  std::function<absl::StatusOr<ObjectPtr>(Txn&)> fn;
+  std::promise<absl::StatusOr<ObjectPtr>> done;
 };
 
 // ---- Watcher ----
@@ -489,7 +499,7 @@ int64_t Store::ResourceVersion() const {
   return committed_rv_;
 }
 
-absl::StatusOr<Object> Store::Submit(std::function<absl::StatusOr<Object>(Txn&)> fn) {
+absl::StatusOr<Store::ObjectPtr> Store::Submit(std::function<absl::StatusOr<ObjectPtr>(Txn&)> fn) {
   auto m = std::make_shared<Mutation>();
   m->fn = std::move(fn);
   auto result = m->done.get_future();
@@ -517,7 +527,7 @@ void Store::WriterLoop() {
       }
     }
     const int64_t rv_before = next_rv_;
-    std::vector<absl::StatusOr<Object>> results;
+    std::vector<absl::StatusOr<ObjectPtr>> results;
     std::vector<std::pair<Event, ObjectPtr>> events;
     CacheWrites batch_writes;
     absl::Status batch_status = Run(write_db_, "BEGIN IMMEDIATE");
@@ -526,7 +536,7 @@ void Store::WriterLoop() {
         Txn txn{this, write_db_, &next_rv_, &batch_writes, {}, {}};
         const int64_t rv_at = next_rv_;
         (void)Run(write_db_, "SAVEPOINT m");
-        absl::StatusOr<Object> r;
+        absl::StatusOr<ObjectPtr> r;
         try {
           r = m->fn(txn);
         } catch (const std::exception& e) {
@@ -603,8 +613,9 @@ absl::Status PrepareCreate(Object& obj) {
 
 }  // namespace
 
-std::function<absl::StatusOr<Object>(Store::Txn&)> Store::CreateFn(const std::string& resource, Object obj) {
-  return [resource, obj = std::move(obj)](Txn& txn) -> absl::StatusOr<Object> {
+std::function<absl::StatusOr<Store::ObjectPtr>(Store::Txn&)> Store::CreateFn(const std::string& resource,
+                                                                            Object obj) {
+  return [resource, obj = std::move(obj)](Txn& txn) -> absl::StatusOr<ObjectPtr> {
     auto existing = txn.Load(resource, Namespace(obj), Name(obj));
     if (!existing.ok()) return existing.status();
     if (*existing != nullptr) {
@@ -616,7 +627,7 @@ std::function<absl::StatusOr<Object>(Store::Txn&)> Store::CreateFn(const std::st
 
 absl::StatusOr<Object> Store::Create(const std::string& resource, Object obj) {
   if (absl::Status st = PrepareCreate(obj); !st.ok()) return st;
-  return Submit(CreateFn(resource, std::move(obj)));
+  return Copy(Submit(CreateFn(resource, std::move(obj))));
 }
 
 std::vector<absl::StatusOr<Object>> Store::CreateAll(const std::string& resource,
@@ -634,7 +645,7 @@ std::vector<absl::StatusOr<Object>> Store::CreateAll(const std::string& resource
     queued.push_back(std::move(m));
     at.push_back(i);
   }
-  std::vector<std::future<absl::StatusOr<Object>>> results;
+  std::vector<std::future<absl::StatusOr<ObjectPtr>>> results;
   for (auto& m : queued) results.push_back(m->done.get_future());
   {
     absl::MutexLock lock(&queue_mu_);
@@ -645,7 +656,7 @@ std::vector<absl::StatusOr<Object>> Store::CreateAll(const std::string& resource
     // Queued together: they go into the same group commit (one fsync).
     for (auto& m : queued) queue_.push_back(std::move(m));
   }
-  for (size_t k = 0; k < results.size(); ++k) out[at[k]] = results[k].get();
+  for (size_t k = 0; k < results.size(); ++k) out[at[k]] = Copy(results[k].get());
   return out;
 }
 
@@ -741,7 +752,7 @@ absl::StatusOr<Object> Store::Update(const std::string& resource, Object obj) {
   if (!obj.is_object() || !obj["metadata"].is_object()) {
     return absl::InvalidArgumentError("metadata must be an object");
   }
-  return Submit([resource, obj = std::move(obj)](Txn& txn) mutable -> absl::StatusOr<Object> {
+  return Copy(Submit([resource, obj = std::move(obj)](Txn& txn) mutable -> absl::StatusOr<ObjectPtr> {
     const std::string ns = Namespace(obj), name = Name(obj);
     auto loaded = txn.Load(resource, ns, name);
     if (!loaded.ok()) return loaded.status();
@@ -780,16 +791,16 @@ absl::StatusOr<Object> Store::Update(const std::string& resource, Object obj) {
       // The last finalizer is gone: the object goes.
       const size_t at = txn.events.size();
       if (absl::Status st = txn.Remove(resource, std::move(obj)); !st.ok()) return st;
-      return *txn.events[at].first.object;
+      return txn.events[at].first.object;
     }
     return txn.Put(resource, std::move(obj), EventType::kModified, *loaded);
-  });
+  }));
 }
 
 absl::StatusOr<Object> Store::Delete(const std::string& resource, const std::string& ns,
                                      const std::string& name,
                                      const std::optional<std::string>& expected_uid) {
-  return Submit([=](Txn& txn) -> absl::StatusOr<Object> {
+  return Copy(Submit([=](Txn& txn) -> absl::StatusOr<ObjectPtr> {
     auto loaded = txn.Load(resource, ns, name);
     if (!loaded.ok()) return loaded.status();
     if (*loaded == nullptr) return absl::NotFoundError(StrCat(resource, " \"", name, "\" not found"));
@@ -800,8 +811,8 @@ absl::StatusOr<Object> Store::Delete(const std::string& resource, const std::str
     }
     if (HasFinalizers(stored)) return txn.DeleteOrMark(resource, stored, *loaded);
     if (absl::Status st = txn.Remove(resource, stored); !st.ok()) return st;
-    return *txn.events.front().first.object;
-  });
+    return txn.events.front().first.object;
+  }));
 }
 
 // ---- Object cache ----

@@ -223,8 +223,8 @@ class Store {
   void CacheApply(CacheWrites writes) ABSL_LOCKS_EXCLUDED(cache_mu_);
   explicit Store(Options options);
   absl::Status Init();
-  absl::StatusOr<Object> Submit(std::function<absl::StatusOr<Object>(Txn&)> fn);
-  static std::function<absl::StatusOr<Object>(Txn&)> CreateFn(const std::string& resource, Object obj);
+  absl::StatusOr<ObjectPtr> Submit(std::function<absl::StatusOr<ObjectPtr>(Txn&)> fn);
+  static std::function<absl::StatusOr<ObjectPtr>(Txn&)> CreateFn(const std::string& resource, Object obj);
   void WriterLoop();
   void Publish(std::vector<std::pair<Event, ObjectPtr>> events);
   void Unsubscribe(Watcher* w);
