@@ -5,6 +5,7 @@
 //   build/release/bench/controllers_bench [claims=10000]
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -102,6 +103,13 @@ int main(int argc, char** argv) {
                 created_s, secs, bound.load() / secs);
     std::printf("CreateVolume calls %d; RSS %ld MiB before, %ld MiB after\n", driver.create_calls(),
                 rss_before / 1024, CurrentRssKiB() / 1024);
+    const auto cache = store->cache_stats();
+    std::printf("store: %.1f writes per claim; object cache %.0f%% hits (%lld hits, %lld misses, %lld fills "
+                "skipped), %zu objects, %zu KiB serialized\n",
+                static_cast<double>(store->ResourceVersion()) / total,
+                100.0 * static_cast<double>(cache.hits) / static_cast<double>(std::max<int64_t>(1, cache.hits + cache.misses)),
+                static_cast<long long>(cache.hits), static_cast<long long>(cache.misses),
+                static_cast<long long>(cache.fills_skipped), cache.objects, cache.bytes / 1024);
     provisioner.Stop();
     binder.Stop();
     for (auto* i : {&claims, &volumes, &classes, &pods, &nodes, &csinodes}) i->Stop();

@@ -68,7 +68,7 @@ int main(int argc, char** argv) {
       while (seen < total && !stop) {
         auto e = (*watcher)->Next(absl::Milliseconds(100));
         if (!e) continue;
-        const std::string name = e->object["metadata"]["name"].get<std::string>();
+        const std::string name = (*e->object)["metadata"]["name"].get<std::string>();
         received[std::stoi(name.substr(4))] = Clock::now();
         ++seen;
       }

@@ -305,8 +305,8 @@ void ApiHandler::Handle(const HttpRequest& req, ResponseWriter& out) {
       return out.WriteChunk(EventJson(kind, type, object, table).dump(-1, ' ', false, json::error_handler_t::replace) + "\n");
     };
     for (const auto& e : stream->initial) {
-      if (opts->fields.empty() || opts->fields.Matches(e.object)) {
-        if (!send("ADDED", e.object)) return;
+      if (opts->fields.empty() || opts->fields.Matches(*e.object)) {
+        if (!send("ADDED", *e.object)) return;
       }
     }
     const absl::Time deadline = absl::Now() + limit;
@@ -315,8 +315,8 @@ void ApiHandler::Handle(const HttpRequest& req, ResponseWriter& out) {
     while (absl::Now() < deadline) {
       auto e = stream->watcher->Next(absl::Milliseconds(250));
       if (e) {
-        if (!opts->fields.empty() && !opts->fields.Matches(e->object)) continue;
-        if (!send(store::EventTypeName(e->type), e->object)) return;
+        if (!opts->fields.empty() && !opts->fields.Matches(*e->object)) continue;
+        if (!send(store::EventTypeName(e->type), *e->object)) return;
         continue;
       }
       if (stream->watcher->ended()) {

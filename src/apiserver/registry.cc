@@ -210,8 +210,8 @@ absl::Status Registry::CheckClaimResize(const json& old, const json& updated) {
   const std::string class_name = updated.value("spec", json::object()).value("storageClassName", "");
   bool allowed = false;
   if (!class_name.empty()) {
-    auto sc = store_.Get("storageclasses", "", class_name);
-    allowed = sc.ok() && sc->value("allowVolumeExpansion", false) == true;
+    auto sc = store_.GetShared("storageclasses", "", class_name);
+    allowed = sc.ok() && (*sc)->value("allowVolumeExpansion", false) == true;
   }
   if (!allowed) {
     return absl::PermissionDeniedError(StrCat(
@@ -225,14 +225,14 @@ absl::Status Registry::CheckClaimResize(const json& old, const json& updated) {
 absl::Status Registry::CheckNamespace(const api::KindInfo& kind, const std::string& ns) {
   if (!kind.namespaced) return absl::OkStatus();
   if (ns.empty()) return api::BadRequest(StrCat(kind.kind, " is namespaced: a namespace is required"));
-  auto got = store_.Get("namespaces", "", ns);
+  auto got = store_.GetShared("namespaces", "", ns);
   if (!got.ok()) {
     if (got.status().code() == absl::StatusCode::kNotFound) {
       return absl::NotFoundError(StrCat("namespaces \"", ns, "\" not found"));
     }
     return got.status();
   }
-  if (got->contains("metadata") && (*got)["metadata"].contains("deletionTimestamp")) {
+  if (const json& n = **got; n.contains("metadata") && n["metadata"].contains("deletionTimestamp")) {
     return absl::PermissionDeniedError(
         StrCat("unable to create new content in namespace ", ns, " because it is being terminated"));
   }
@@ -241,6 +241,44 @@ absl::Status Registry::CheckNamespace(const api::KindInfo& kind, const std::stri
 
 absl::StatusOr<json> Registry::Create(const api::KindInfo& kind, const std::string& ns,
                                       json obj) {
+  BERTH_RETURN_IF_ERROR(PrepareCreate(kind, ns, obj));
+  const std::string name = Str(obj["metadata"], "name");
+  return CreatedOrExists(kind, name, store_.Create(std::string(kind.resource), std::move(obj)));
+}
+
+std::vector<absl::StatusOr<json>> Registry::CreateAll(
+    const api::KindInfo& kind, std::vector<std::pair<std::string, json>> objects) {
+  std::vector<absl::StatusOr<json>> out(objects.size(), absl::UnknownError(""));
+  std::vector<json> valid;
+  std::vector<size_t> at;
+  for (size_t i = 0; i < objects.size(); ++i) {
+    auto& [ns, obj] = objects[i];
+    if (absl::Status st = PrepareCreate(kind, ns, obj); !st.ok()) {
+      out[i] = st;
+      continue;
+    }
+    valid.push_back(std::move(obj));
+    at.push_back(i);
+  }
+  std::vector<std::string> names;
+  for (const auto& o : valid) names.push_back(Str(o["metadata"], "name"));
+  auto created = store_.CreateAll(std::string(kind.resource), std::move(valid));
+  for (size_t k = 0; k < created.size(); ++k) {
+    out[at[k]] = CreatedOrExists(kind, names[k], std::move(created[k]));
+  }
+  return out;
+}
+
+absl::StatusOr<json> Registry::CreatedOrExists(const api::KindInfo& kind, const std::string& name,
+                                               absl::StatusOr<json> created) {
+  if (!created.ok() && created.status().code() == absl::StatusCode::kAlreadyExists) {
+    std::string group = kind.group.empty() ? "" : StrCat(".", kind.group);
+    return absl::AlreadyExistsError(StrCat(kind.resource, group, " \"", name, "\" already exists"));
+  }
+  return created;
+}
+
+absl::Status Registry::PrepareCreate(const api::KindInfo& kind, const std::string& ns, json& obj) {
   if (!obj.is_object()) return api::BadRequest("the request body must be a JSON object");
   const std::string api_version = kind.api_version();
   if (obj.contains("apiVersion") && obj["apiVersion"] != api_version) {
@@ -282,19 +320,19 @@ absl::StatusOr<json> Registry::Create(const api::KindInfo& kind, const std::stri
   if (kind.kind == "PersistentVolumeClaim") SetDefaultStorageClass(obj);
   if (storage_protection_admission_) AddProtectionFinalizer(kind, obj);
   BERTH_RETURN_IF_ERROR(api::Validate(kind, obj, nullptr));
-  BERTH_RETURN_IF_ERROR(CheckNamespace(kind, ns));
-  const std::string name = Str(md, "name");
-  auto created = store_.Create(std::string(kind.resource), std::move(obj));
-  if (!created.ok() && created.status().code() == absl::StatusCode::kAlreadyExists) {
-    std::string group = kind.group.empty() ? "" : StrCat(".", kind.group);
-    return absl::AlreadyExistsError(StrCat(kind.resource, group, " \"", name, "\" already exists"));
-  }
-  return created;
+  return CheckNamespace(kind, ns);
 }
 
 absl::StatusOr<json> Registry::Get(const api::KindInfo& kind, const std::string& ns,
                                    const std::string& name) {
-  auto got = store_.Get(std::string(kind.resource), kind.namespaced ? ns : "", name);
+  BERTH_ASSIGN_OR_RETURN(std::shared_ptr<const json> got, GetShared(kind, ns, name));
+  return *got;
+}
+
+absl::StatusOr<std::shared_ptr<const json>> Registry::GetShared(const api::KindInfo& kind,
+                                                                const std::string& ns,
+                                                                const std::string& name) {
+  auto got = store_.GetShared(std::string(kind.resource), kind.namespaced ? ns : "", name);
   if (!got.ok() && got.status().code() == absl::StatusCode::kNotFound) {
     std::string group = kind.group.empty() ? "" : StrCat(".", kind.group);
     return absl::NotFoundError(StrCat(kind.resource, group, " \"", name, "\" not found"));
@@ -359,7 +397,10 @@ absl::StatusOr<json> Registry::UpdateOnce(const api::KindInfo& kind, const std::
   } else {
     md.erase("namespace");
   }
-  BERTH_ASSIGN_OR_RETURN(json old, Get(kind, ns, name));
+  // The stored object, shared with the store's cache: read, never copied
+  // (its metadata always holds a resourceVersion).
+  BERTH_ASSIGN_OR_RETURN(std::shared_ptr<const json> stored, GetShared(kind, ns, name));
+  const json& old = *stored;
   *unconditional = Str(md, "resourceVersion").empty();
   if (*unconditional) md["resourceVersion"] = old["metadata"]["resourceVersion"];
   if (sub == Subresource::kStatus) {
@@ -413,6 +454,17 @@ absl::StatusOr<json> Registry::UpdateOnce(const api::KindInfo& kind, const std::
 
 absl::StatusOr<json> Registry::Update(const api::KindInfo& kind, const std::string& ns,
                                       const std::string& name, json object, Subresource sub) {
+  // Only an update without a resourceVersion is ever retried (see below):
+  // any other hands its object over instead of copying it.
+  bool conditional = false;
+  if (object.is_object()) {
+    auto md = object.find("metadata");
+    conditional = md != object.end() && md->is_object() && !Str(*md, "resourceVersion").empty();
+  }
+  if (conditional) {
+    bool unconditional = false;
+    return UpdateOnce(kind, ns, name, std::move(object), sub, &unconditional);
+  }
   for (int attempt = 0;; ++attempt) {
     bool unconditional = false;
     auto out = UpdateOnce(kind, ns, name, object, sub, &unconditional);
@@ -522,7 +574,8 @@ absl::StatusOr<Registry::WatchStream> Registry::Watch(const api::KindInfo& kind,
   if (resource_version.empty() || resource_version == "0") {
     BERTH_ASSIGN_OR_RETURN(store::ListResult list, store_.List(resource, eff_ns, labels));
     for (auto& item : list.items) {
-      out.initial.push_back({store::EventType::kAdded, resource, std::move(item), 0});
+      out.initial.push_back(
+          {store::EventType::kAdded, resource, std::make_shared<const json>(std::move(item)), 0});
     }
     BERTH_ASSIGN_OR_RETURN(out.watcher, store_.Watch(resource, eff_ns, list.resource_version, labels));
     return out;

@@ -76,8 +76,16 @@ class Registry {
 
   // `ns` is the request's namespace ("" for cluster-scoped kinds).
   absl::StatusOr<json> Create(const api::KindInfo& kind, const std::string& ns, json object);
+  // Creates each (namespace, object) as Create does, each succeeding or
+  // failing on its own, in one group commit; one result per object.
+  std::vector<absl::StatusOr<json>> CreateAll(const api::KindInfo& kind,
+                                              std::vector<std::pair<std::string, json>> objects);
   absl::StatusOr<json> Get(const api::KindInfo& kind, const std::string& ns,
                            const std::string& name);
+  // Get without a copy: the stored object, immutable and shared.
+  absl::StatusOr<std::shared_ptr<const json>> GetShared(const api::KindInfo& kind,
+                                                        const std::string& ns,
+                                                        const std::string& name);
   absl::StatusOr<ListPage> List(const api::KindInfo& kind, const std::string& ns,
                                 const ListOptions& options);
   // PUT. Without metadata.resourceVersion the update is unconditional.
@@ -118,6 +126,10 @@ class Registry {
                                   const std::string& name, json object, Subresource sub,
                                   bool* unconditional);
   absl::Status CheckNamespace(const api::KindInfo& kind, const std::string& ns);
+  // Create's admission: checks, defaults and validates `obj` in place.
+  absl::Status PrepareCreate(const api::KindInfo& kind, const std::string& ns, json& obj);
+  absl::StatusOr<json> CreatedOrExists(const api::KindInfo& kind, const std::string& name,
+                                       absl::StatusOr<json> created);
   absl::Status CheckClaimResize(const json& old, const json& updated);
   void SetDefaultStorageClass(json& claim);
 

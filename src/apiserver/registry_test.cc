@@ -58,6 +58,30 @@ TEST_F(RegistryTest, CreateAppliesDefaultsResetsStatusAndNeedsTheNamespace) {
   EXPECT_EQ(api::ToHttpError(registry_->Create(Kind("persistentvolumeclaims"), "default", other_ns).status()).code, 400);
 }
 
+TEST_F(RegistryTest, CreateAllAdmitsEachObjectOnItsOwn) {
+  ASSERT_TRUE(registry_->Create(Kind("persistentvolumeclaims"), "default", Claim("taken")).ok());
+  json bad = Claim("bad");
+  bad["kind"] = "Pod";
+  auto results = registry_->CreateAll(Kind("persistentvolumeclaims"),
+                                      {{"default", Claim("a")},
+                                       {"default", Claim("taken")},
+                                       {"nosuch", Claim("b")},
+                                       {"default", bad},
+                                       {"kube-system", Claim("c")}});
+  ASSERT_EQ(results.size(), 5u);
+  ASSERT_TRUE(results[0].ok()) << results[0].status();
+  EXPECT_EQ((*results[0])["status"], json({{"phase", "Pending"}})) << "the same admission as Create";
+  EXPECT_EQ(results[1].status().message(), "persistentvolumeclaims \"taken\" already exists");
+  EXPECT_EQ(api::ToHttpError(results[2].status()).code, 404);
+  EXPECT_EQ(api::ToHttpError(results[3].status()).code, 400);
+  ASSERT_TRUE(results[4].ok()) << results[4].status();
+  EXPECT_EQ((*results[4])["metadata"]["namespace"], "kube-system");
+  EXPECT_TRUE(registry_->Get(Kind("persistentvolumeclaims"), "default", "a").ok());
+  EXPECT_TRUE(registry_->Get(Kind("persistentvolumeclaims"), "kube-system", "c").ok());
+  EXPECT_EQ(registry_->Get(Kind("persistentvolumeclaims"), "nosuch", "b").status().code(),
+            absl::StatusCode::kNotFound);
+}
+
 TEST_F(RegistryTest, GenerateNameAndKindMismatch) {
   json c = Claim("");
   c["metadata"].erase("name");
@@ -248,7 +272,7 @@ TEST_F(RegistryTest, WatchFromZeroStartsWithAddedAndTooOldIsGone) {
   ASSERT_TRUE(registry_->Create(Kind("persistentvolumeclaims"), "default", Claim("b")).ok());
   auto e = w->watcher->Next(absl::Seconds(5));
   ASSERT_TRUE(e.has_value());
-  EXPECT_EQ(e->object["metadata"]["name"], "b");
+  EXPECT_EQ((*e->object)["metadata"]["name"], "b");
 
   // A store with a tiny history forgets old versions: 410.
   berth::testing::TempDir dir;

@@ -4,12 +4,20 @@
 // and message) as kubelet's and the controllers' recorders do — at most
 // once per repeat interval.
 //
+// Record returns at once: a writer thread writes the queued events, all
+// that are waiting in one group commit, so a controller's worker does not
+// wait for an fsync per event (client-go's broadcaster is asynchronous
+// too). Destruction writes what is still queued.
+//
 // Thread-safety: thread-safe. Failures to write an event are logged and
-// dropped: events are diagnostics, never a reason to fail a reconcile.
+// dropped, and so are events beyond kMaxQueued waiting to be written:
+// events are diagnostics, never a reason to fail or slow a reconcile.
 #pragma once
 
+#include <deque>
 #include <map>
 #include <string>
+#include <thread>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
@@ -24,18 +32,36 @@ class EventRecorder {
   // The same event (object, reason, message) recorded again within
   // `repeat_interval` of the last write is dropped.
   EventRecorder(apiserver::Registry& registry, std::string component,
-                absl::Duration repeat_interval = absl::Seconds(10))
-      : registry_(registry), component_(std::move(component)), repeat_interval_(repeat_interval) {}
+                absl::Duration repeat_interval = absl::Seconds(10));
+  ~EventRecorder();
+  EventRecorder(const EventRecorder&) = delete;
+  EventRecorder& operator=(const EventRecorder&) = delete;
 
   void Record(const nlohmann::json& object, const std::string& type, const std::string& reason,
               const std::string& message) ABSL_LOCKS_EXCLUDED(mu_);
+  // Waits until every event recorded before the call is written (or dropped).
+  void Flush() ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   static constexpr size_t kMaxRemembered = 50000;
+  static constexpr size_t kMaxQueued = 20000;
+  static constexpr size_t kMaxBatch = 512;
   struct Written {
     std::string name;
     absl::Time last;
   };
+  // An event to write: a new one, or a bump of `existing` (created afresh
+  // if that is gone).
+  struct Pending {
+    std::string id;  // (uid, reason, message)
+    std::string ns;
+    std::string existing;
+    nlohmann::json event;
+  };
+
+  void WriterLoop() ABSL_LOCKS_EXCLUDED(mu_);
+  void Write(std::deque<Pending> batch) ABSL_LOCKS_EXCLUDED(mu_);
+  void Forget(const std::string& id, const std::string& name) ABSL_LOCKS_EXCLUDED(mu_);
 
   apiserver::Registry& registry_;
   const std::string component_;
@@ -43,6 +69,11 @@ class EventRecorder {
   absl::Mutex mu_;
   // (uid, reason, message) → the event, for aggregation.
   std::map<std::string, Written> names_ ABSL_GUARDED_BY(mu_);
+  std::deque<Pending> queue_ ABSL_GUARDED_BY(mu_);
+  uint64_t queued_ ABSL_GUARDED_BY(mu_) = 0;   // events ever queued
+  uint64_t written_ ABSL_GUARDED_BY(mu_) = 0;  // of those, written or dropped
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread writer_;  // last: starts once everything above exists
 };
 
 }  // namespace berth::controllers

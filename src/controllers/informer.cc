@@ -9,10 +9,19 @@
 namespace berth::controllers {
 
 std::string ObjectKey(const json& object) {
-  const json md = object.value("metadata", json::object());
-  const std::string ns = md.value("namespace", "");
-  const std::string name = md.value("name", "");
-  return ns.empty() ? name : StrCat(ns, "/", name);
+  // Read in place: copying metadata per key showed up in profiles.
+  auto field = [](const json& o, std::string_view key) -> std::string_view {
+    if (!o.is_object()) return {};
+    auto it = o.find(key);
+    return it != o.end() && it->is_string() ? std::string_view(it->get_ref<const std::string&>()) : std::string_view();
+  };
+  const json* md = nullptr;
+  if (object.is_object()) {
+    if (auto it = object.find("metadata"); it != object.end()) md = &*it;
+  }
+  if (md == nullptr) return "";
+  const std::string_view ns = field(*md, "namespace"), name = field(*md, "name");
+  return ns.empty() ? std::string(name) : StrCat(ns, "/", name);
 }
 
 std::pair<std::string, std::string> SplitKey(const std::string& key) {
@@ -57,7 +66,13 @@ std::optional<json> Informer::GetByKey(const std::string& key) const {
   absl::MutexLock lock(&mu_);
   auto it = cache_.find(key);
   if (it == cache_.end()) return std::nullopt;
-  return it->second;
+  return *it->second;
+}
+
+std::shared_ptr<const json> Informer::GetSharedByKey(const std::string& key) const {
+  absl::MutexLock lock(&mu_);
+  auto it = cache_.find(key);
+  return it == cache_.end() ? nullptr : it->second;
 }
 
 std::vector<json> Informer::List(const std::string& ns) const {
@@ -66,7 +81,7 @@ std::vector<json> Informer::List(const std::string& ns) const {
   const std::string prefix = ns.empty() ? "" : ns + "/";
   for (auto it = cache_.lower_bound(prefix); it != cache_.end(); ++it) {
     if (!prefix.empty() && !it->first.starts_with(prefix)) break;
-    out.push_back(it->second);
+    out.push_back(*it->second);
   }
   return out;
 }
@@ -75,7 +90,7 @@ std::vector<json> Informer::Select(const std::function<bool(const json&)>& pred)
   absl::MutexLock lock(&mu_);
   std::vector<json> out;
   for (const auto& [key, obj] : cache_) {
-    if (pred(obj)) out.push_back(obj);
+    if (pred(*obj)) out.push_back(*obj);
   }
   return out;
 }
@@ -107,7 +122,7 @@ std::vector<json> Informer::ByIndex(const std::string& index, const std::string&
   auto keys = idx->second.find(value);
   if (keys == idx->second.end()) return out;
   for (const auto& key : keys->second) {
-    if (auto it = cache_.find(key); it != cache_.end()) out.push_back(it->second);
+    if (auto it = cache_.find(key); it != cache_.end()) out.push_back(*it->second);
   }
   return out;
 }
@@ -120,31 +135,34 @@ std::optional<int64_t> Informer::Relist() {
       absl::SleepFor(absl::Seconds(1));
       continue;
     }
-    std::map<std::string, json> fresh;
-    for (auto& item : page->items) fresh.emplace(ObjectKey(item), std::move(item));
-    std::map<std::string, json> before;
+    std::map<std::string, std::shared_ptr<const json>> fresh;
+    for (auto& item : page->items) {
+      std::string key = ObjectKey(item);
+      fresh.emplace(std::move(key), std::make_shared<const json>(std::move(item)));
+    }
+    std::map<std::string, std::shared_ptr<const json>> before;
     {
       absl::MutexLock lock(&mu_);
       before.swap(cache_);
       cache_ = fresh;
       indexes_.clear();
-      for (const auto& [key, obj] : cache_) ReindexLocked(key, nullptr, &obj);
+      for (const auto& [key, obj] : cache_) ReindexLocked(key, nullptr, obj.get());
       synced_ = true;
     }
     for (const auto& [key, obj] : fresh) {
       auto it = before.find(key);
       for (const auto& h : handlers_) {
         if (it == before.end()) {
-          if (h.on_add) h.on_add(obj);
+          if (h.on_add) h.on_add(*obj);
         } else if (h.on_update) {
-          h.on_update(it->second, obj);
+          h.on_update(*it->second, *obj);
         }
       }
     }
     for (const auto& [key, obj] : before) {
       if (fresh.contains(key)) continue;
       for (const auto& h : handlers_) {
-        if (h.on_delete) h.on_delete(obj);
+        if (h.on_delete) h.on_delete(*obj);
       }
     }
     return page->resource_version;
@@ -153,27 +171,28 @@ std::optional<int64_t> Informer::Relist() {
 }
 
 void Informer::Apply(const store::Event& e) {
-  const std::string key = ObjectKey(e.object);
-  std::optional<json> before;
+  const json& object = *e.object;
+  const std::string key = ObjectKey(object);
+  std::shared_ptr<const json> before;
   {
     absl::MutexLock lock(&mu_);
     auto it = cache_.find(key);
     if (it != cache_.end()) before = it->second;
     if (e.type == store::EventType::kDeleted) {
-      ReindexLocked(key, before ? &*before : nullptr, nullptr);
+      ReindexLocked(key, before.get(), nullptr);
       cache_.erase(key);
     } else {
-      ReindexLocked(key, before ? &*before : nullptr, &e.object);
+      ReindexLocked(key, before.get(), &object);
       cache_[key] = e.object;
     }
   }
   for (const auto& h : handlers_) {
     if (e.type == store::EventType::kDeleted) {
-      if (h.on_delete) h.on_delete(e.object);
+      if (h.on_delete) h.on_delete(object);
     } else if (before) {
-      if (h.on_update) h.on_update(*before, e.object);
+      if (h.on_update) h.on_update(*before, object);
     } else if (h.on_add) {
-      h.on_add(e.object);
+      h.on_add(object);
     }
   }
 }

@@ -17,6 +17,7 @@
 
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
@@ -63,6 +64,9 @@ class Informer {
 
   std::optional<json> Get(const std::string& ns, const std::string& name) const;
   std::optional<json> GetByKey(const std::string& key) const;
+  // The cached object without a copy (null if absent); it never changes
+  // (a later event replaces it in the cache).
+  std::shared_ptr<const json> GetSharedByKey(const std::string& key) const;
   // ns "" = all namespaces.
   std::vector<json> List(const std::string& ns = "") const;
   // The objects for which `pred` is true (only those are copied).
@@ -92,7 +96,8 @@ class Informer {
   std::thread thread_;
 
   mutable absl::Mutex mu_;
-  std::map<std::string, json> cache_ ABSL_GUARDED_BY(mu_);
+  // Objects are shared with the store's watch events (never copied in).
+  std::map<std::string, std::shared_ptr<const json>> cache_ ABSL_GUARDED_BY(mu_);
   // index → value → keys.
   std::map<std::string, std::map<std::string, std::set<std::string>>> indexes_ ABSL_GUARDED_BY(mu_);
   bool synced_ ABSL_GUARDED_BY(mu_) = false;

@@ -104,7 +104,7 @@ bool Provisioner::Ours(const json& claim, json* storage_class) const {
   }
   const std::string cls = ClaimClass(claim);
   if (cls.empty()) return false;
-  std::optional<json> sc = informers_.classes.Get("", cls);
+  std::shared_ptr<const json> sc = informers_.classes.GetSharedByKey(cls);
   if (!sc || Str(*sc, {"provisioner"}) != options_.driver) return false;
   *storage_class = *sc;
   return true;
@@ -431,14 +431,14 @@ absl::Status Provisioner::CreatePersistentVolume(const json& claim, const json& 
 }
 
 absl::Status Provisioner::SyncClaim(const std::string& key) {
-  std::optional<json> claim = informers_.claims.GetByKey(key);
+  std::shared_ptr<const json> claim = informers_.claims.GetSharedByKey(key);
   if (!claim) return absl::OkStatus();
   json sc;
   const bool ours = Ours(*claim, &sc);
   const bool pending_finalizer = HasFinalizer(*claim, kProvisioningFinalizer);
   if (!ours && !pending_finalizer) return absl::OkStatus();
   const std::string pv_name = StrCat("pvc-", Uid(*claim));
-  const bool pv_exists = informers_.volumes.Get("", pv_name).has_value() ||
+  const bool pv_exists = informers_.volumes.GetSharedByKey(pv_name) != nullptr ||
                          registry_.Get(K("persistentvolumes"), "", pv_name).ok();
   if (Deleting(*claim)) {
     if (!pending_finalizer) return absl::OkStatus();

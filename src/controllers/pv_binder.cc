@@ -44,7 +44,7 @@ absl::Status Mutate(apiserver::Registry& registry, const api::KindInfo& kind, co
                     const std::function<bool(json&)>& mutate) {
   auto current = registry.Get(kind, ns, name);
   if (!current.ok()) return current.status().code() == absl::StatusCode::kNotFound ? absl::OkStatus() : current.status();
-  json obj = *current;
+  json obj = std::move(*current);
   if (!mutate(obj)) return absl::OkStatus();
   return registry.Update(kind, ns, name, std::move(obj), sub).status();
 }
@@ -222,7 +222,7 @@ const json* PvBinder::FindBestMatch(const json& claim, const std::vector<json>& 
 }
 
 absl::Status PvBinder::SyncClaim(const std::string& key) {
-  std::optional<json> claim = informers_.claims.GetByKey(key);
+  std::shared_ptr<const json> claim = informers_.claims.GetSharedByKey(key);
   if (!claim) return absl::OkStatus();
   if (Deleting(*claim)) return ProtectClaim(*claim);
   if (!HasFinalizer(*claim, kPvcProtection)) {
@@ -259,7 +259,7 @@ absl::Status PvBinder::SyncUnboundClaim(const json& claim) {
   }
   // Which node, for WaitForFirstConsumer classes.
   const std::string cls = ClaimClass(claim);
-  std::optional<json> sc = cls.empty() ? std::nullopt : informers_.classes.Get("", cls);
+  std::shared_ptr<const json> sc = cls.empty() ? nullptr : informers_.classes.GetSharedByKey(cls);
   const bool wait_for_consumer = sc && Str(*sc, {"volumeBindingMode"}) == "WaitForFirstConsumer";
   const std::string selected = Annotation(claim, kAnnSelectedNode);
   if (wait_for_consumer && selected.empty()) {
@@ -403,7 +403,7 @@ absl::Status PvBinder::SyncBoundClaim(const json& claim) {
 }
 
 absl::Status PvBinder::SyncVolume(const std::string& name) {
-  std::optional<json> pv = informers_.volumes.Get("", name);
+  std::shared_ptr<const json> pv = informers_.volumes.GetSharedByKey(name);
   if (!pv) return absl::OkStatus();
   if (Deleting(*pv)) {
     // A deleted volume keeps its phase current (its claim may go meanwhile:

@@ -8,7 +8,6 @@
 namespace berth::controllers {
 
 void WorkQueue::AddLocked(const std::string& key) {
-  ++changes_;
   if (shutdown_ || dirty_.contains(key)) return;
   dirty_.insert(key);
   if (!processing_.contains(key)) queue_.push_back(key);
@@ -39,8 +38,7 @@ void WorkQueue::AddAfter(const std::string& key, absl::Duration delay) {
     }
   }
   delayed_at_[key] = at;
-  delayed_.emplace(at, key);
-  ++changes_;  // a sleeping Get() may need to wake up earlier
+  delayed_.emplace(at, key);  // wakes a sleeping Get() if it is due earliest
 }
 
 void WorkQueue::AddRateLimited(const std::string& key) {
@@ -88,16 +86,18 @@ std::optional<std::string> WorkQueue::Get() {
       processing_.insert(key);
       return key;
     }
-    // Sleep until something is added, the next delayed key is due, or
-    // shutdown.
-    const uint64_t seen = changes_;
-    auto changed = [this, seen]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return shutdown_ || changes_ != seen;
+    // Sleep until a key can be taken, a delayed key is due earlier than
+    // this sleeper would wake, or shutdown. Only those wake it: waking on any
+    // change woke every idle worker for every key (a herd of futile
+    // wake-ups, most of the queue's cost).
+    const absl::Time due = delayed_.empty() ? absl::InfiniteFuture() : delayed_.begin()->first;
+    auto ready = [this, due]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return shutdown_ || !queue_.empty() || (!delayed_.empty() && delayed_.begin()->first < due);
     };
     if (delayed_.empty()) {
-      mu_.Await(absl::Condition(&changed));
+      mu_.Await(absl::Condition(&ready));
     } else {
-      mu_.AwaitWithDeadline(absl::Condition(&changed), delayed_.begin()->first);
+      mu_.AwaitWithDeadline(absl::Condition(&ready), due);
     }
   }
 }
@@ -106,16 +106,12 @@ void WorkQueue::Done(const std::string& key) {
   absl::MutexLock lock(&mu_);
   processing_.erase(key);
   // Added while in process: it was kept out of the queue until now.
-  if (dirty_.contains(key)) {
-    queue_.push_back(key);
-    ++changes_;
-  }
+  if (dirty_.contains(key)) queue_.push_back(key);
 }
 
 void WorkQueue::ShutDown() {
   absl::MutexLock lock(&mu_);
   shutdown_ = true;
-  ++changes_;
 }
 
 bool WorkQueue::shutting_down() const {

@@ -78,7 +78,6 @@ class WorkQueue {
   std::map<std::string, int> failures_ ABSL_GUARDED_BY(mu_);
   std::mt19937_64 rng_ ABSL_GUARDED_BY(mu_){std::random_device{}()};
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
-  uint64_t changes_ ABSL_GUARDED_BY(mu_) = 0;  // wakes sleeping Get()s
 };
 
 // A controller worker: takes keys from `queue` until it shuts down, runs

@@ -33,7 +33,7 @@ inline absl::Status MutateObject(apiserver::Registry& registry, const api::KindI
                                  const std::function<bool(nlohmann::json&)>& mutate) {
   auto current = registry.Get(kind, Ns(object), Name(object));
   if (!current.ok()) return current.status().code() == absl::StatusCode::kNotFound ? absl::OkStatus() : current.status();
-  nlohmann::json obj = *current;
+  nlohmann::json obj = std::move(*current);
   if (Uid(obj) != Uid(object) || !mutate(obj)) return absl::OkStatus();
   const std::string ns = Ns(obj), name = Name(obj);  // before obj is moved
   return registry.Update(kind, ns, name, std::move(obj), sub).status();

@@ -152,12 +152,36 @@ std::string Str(const Object& o, const char* field) {
   return it != o.end() && it->is_string() ? it->get<std::string>() : "";
 }
 
-std::string Namespace(const Object& obj) { return Str(obj.value("metadata", Object::object()), "namespace"); }
-std::string Name(const Object& obj) { return Str(obj.value("metadata", Object::object()), "name"); }
+// A writer's result handed to the caller: the copy is made in the caller's
+// thread, not in the writer thread every write waits for.
+absl::StatusOr<Object> Copy(absl::StatusOr<std::shared_ptr<const Object>> r) {
+  if (!r.ok()) return r.status();
+  return **r;
+}
+
+// obj.metadata, or an empty object; never a copy (obj.value("metadata", {})
+// copied the whole metadata on every call, on the hot paths of every write).
+const Object& Metadata(const Object& obj) {
+  static const Object* const kEmpty = new Object(Object::object());
+  if (!obj.is_object()) return *kEmpty;
+  auto it = obj.find("metadata");
+  return it != obj.end() && it->is_object() ? *it : *kEmpty;
+}
+
+// obj.spec (null when absent), not copied.
+const Object& Spec(const Object& obj) {
+  static const Object* const kNull = new Object();
+  if (!obj.is_object()) return *kNull;
+  auto it = obj.find("spec");
+  return it != obj.end() ? *it : *kNull;
+}
+
+std::string Namespace(const Object& obj) { return Str(Metadata(obj), "namespace"); }
+std::string Name(const Object& obj) { return Str(Metadata(obj), "name"); }
 
 std::map<std::string, std::string> Labels(const Object& obj) {
   std::map<std::string, std::string> out;
-  const Object& md = obj.value("metadata", Object::object());
+  const Object& md = Metadata(obj);
   if (auto it = md.find("labels"); it != md.end() && it->is_object()) {
     for (const auto& [k, v] : it->items()) {
       if (v.is_string()) out[k] = v.get<std::string>();
@@ -167,14 +191,14 @@ std::map<std::string, std::string> Labels(const Object& obj) {
 }
 
 bool HasFinalizers(const Object& obj) {
-  const Object& md = obj.value("metadata", Object::object());
+  const Object& md = Metadata(obj);
   auto it = md.find("finalizers");
   return it != md.end() && it->is_array() && !it->empty();
 }
 
 std::vector<std::string> OwnerUids(const Object& obj) {
   std::vector<std::string> out;
-  const Object& md = obj.value("metadata", Object::object());
+  const Object& md = Metadata(obj);
   if (auto it = md.find("ownerReferences"); it != md.end() && it->is_array()) {
     for (const auto& ref : *it) {
       if (ref.is_object() && ref.contains("uid") && ref["uid"].is_string()) {
@@ -199,36 +223,56 @@ const char* EventTypeName(EventType t) {
 // ---- Transactions (writer thread only) ----
 
 struct Store::Txn {
+  Store* store;
   sqlite3* db;
   int64_t* next_rv;
-  std::vector<std::pair<Event, std::optional<Object>>> events;
+  const CacheWrites* batch;  // what earlier mutations of this batch wrote
+  CacheWrites writes;        // what this mutation wrote (enters the cache after COMMIT)
+  std::vector<std::pair<Event, ObjectPtr>> events;
 
-  absl::StatusOr<std::optional<Object>> Load(const std::string& resource, const std::string& ns,
-                                             const std::string& name) {
+  // The object as this transaction sees it (null: there is none): its own
+  // writes, then the batch's, then the committed state (cache, else SQLite).
+  absl::StatusOr<ObjectPtr> Load(const std::string& resource, const std::string& ns,
+                                 const std::string& name) {
+    const std::string key = CacheKey(resource, ns, name);
+    if (auto it = writes.find(key); it != writes.end()) return it->second.object;
+    if (auto it = batch->find(key); it != batch->end()) return it->second.object;
+    if (ObjectPtr cached = store->CacheLookup(key)) return cached;
     Stmt s(db, "SELECT data FROM objects WHERE resource=?1 AND namespace=?2 AND name=?3");
     if (!s.ok()) return SqlError(db, "prepare load");
     s.Bind(1, resource).Bind(2, ns).Bind(3, name);
     const int rc = s.Step();
-    if (rc == SQLITE_DONE) return std::optional<Object>();
+    if (rc == SQLITE_DONE) return ObjectPtr();
     if (rc != SQLITE_ROW) return SqlError(db, "load");
-    return std::optional<Object>(Object::parse(s.Text(0)));
+    return std::make_shared<const Object>(Object::parse(s.Text(0)));
   }
 
   // Stores `obj` with a fresh resourceVersion and records the event.
-  absl::StatusOr<Object> Put(const std::string& resource, Object obj, EventType type,
-                             std::optional<Object> before) {
+  absl::StatusOr<ObjectPtr> Put(const std::string& resource, Object obj, EventType type,
+                             ObjectPtr before) {
     const int64_t rv = ++*next_rv;
     obj["metadata"]["resourceVersion"] = std::to_string(rv);
     const std::string ns = Namespace(obj), name = Name(obj);
+    const std::string data = obj.dump();
     Stmt s(db,
-           "INSERT OR REPLACE INTO objects(resource, namespace, name, uid, rv, data) "
-           "VALUES(?1, ?2, ?3, ?4, ?5, ?6)");
+           // An upsert rewrites the row in place; REPLACE deleted and
+           // re-inserted it (and its primary-key index entry) every time.
+           "INSERT INTO objects(resource, namespace, name, uid, rv, data) VALUES(?1, ?2, ?3, ?4, ?5, ?6) "
+           "ON CONFLICT(resource, namespace, name) DO UPDATE SET uid=excluded.uid, rv=excluded.rv, "
+           "data=excluded.data");
     s.Bind(1, resource).Bind(2, ns).Bind(3, name).Bind(4, Str(obj["metadata"], "uid"));
-    s.Bind(5, rv).Bind(6, obj.dump());
+    s.Bind(5, rv).Bind(6, data);
     if (s.Step() != SQLITE_DONE) return SqlError(db, "put");
-    if (absl::Status st = SetOwners(resource, ns, name, OwnerUids(obj)); !st.ok()) return st;
-    events.push_back({Event{type, resource, obj, rv}, std::move(before)});
-    return obj;
+    // owner_refs always mirror the stored object's ownerReferences (a new
+    // object has none: Remove clears them), so rewrite them only on change.
+    if (std::vector<std::string> owners = OwnerUids(obj);
+        owners != (before != nullptr ? OwnerUids(*before) : std::vector<std::string>())) {
+      if (absl::Status st = SetOwners(resource, ns, name, owners); !st.ok()) return st;
+    }
+    auto stored = std::make_shared<const Object>(std::move(obj));
+    writes[CacheKey(resource, ns, name)] = {stored, data.size()};
+    events.push_back({Event{type, resource, stored, rv}, std::move(before)});
+    return stored;
   }
 
   absl::Status SetOwners(const std::string& resource, const std::string& ns,
@@ -253,8 +297,10 @@ struct Store::Txn {
     s.Bind(1, resource).Bind(2, ns).Bind(3, name);
     if (s.Step() != SQLITE_DONE) return SqlError(db, "delete");
     if (absl::Status st = SetOwners(resource, ns, name, {}); !st.ok()) return st;
+    writes[CacheKey(resource, ns, name)] = {nullptr, 0};
     const std::string uid = Str(obj["metadata"], "uid");
-    events.push_back({Event{EventType::kDeleted, resource, obj, rv}, obj});
+    auto last = std::make_shared<const Object>(std::move(obj));
+    events.push_back({Event{EventType::kDeleted, resource, last, rv}, last});
     if (depth > 32) return absl::OkStatus();  // ownership cycles end here
     // Dependents: drop the reference to this owner; delete those left orphaned.
     std::vector<std::tuple<std::string, std::string, std::string>> deps;
@@ -266,9 +312,8 @@ struct Store::Txn {
     for (const auto& [dres, dns, dname] : deps) {
       auto loaded = Load(dres, dns, dname);
       if (!loaded.ok()) return loaded.status();
-      if (!loaded->has_value()) continue;
+      if (*loaded == nullptr) continue;
       Object dep = **loaded;
-      Object before = dep;
       Object& refs = dep["metadata"]["ownerReferences"];
       Object kept = Object::array();
       for (const auto& r : refs) {
@@ -276,8 +321,8 @@ struct Store::Txn {
       }
       refs = kept;
       if (!kept.empty()) {
-        if (auto st = Put(dres, dep, EventType::kModified, before); !st.ok()) return st.status();
-      } else if (auto st = DeleteOrMark(dres, dep, before, depth + 1); !st.ok()) {
+        if (auto st = Put(dres, std::move(dep), EventType::kModified, *loaded); !st.ok()) return st.status();
+      } else if (auto st = DeleteOrMark(dres, std::move(dep), *loaded, depth + 1); !st.ok()) {
         return st.status();
       }
     }
@@ -285,24 +330,24 @@ struct Store::Txn {
   }
 
   // Deletion semantics: with finalizers, only mark; otherwise remove.
-  absl::StatusOr<Object> DeleteOrMark(const std::string& resource, Object obj, Object before,
+  absl::StatusOr<ObjectPtr> DeleteOrMark(const std::string& resource, Object obj, ObjectPtr before,
                                       int depth = 0) {
     if (HasFinalizers(obj)) {
       if (!obj["metadata"].contains("deletionTimestamp")) {
         obj["metadata"]["deletionTimestamp"] = Now();
-        return Put(resource, obj, EventType::kModified, before);
+        return Put(resource, std::move(obj), EventType::kModified, std::move(before));
       }
-      return obj;
+      return std::make_shared<const Object>(std::move(obj));
     }
     const size_t at = events.size();
-    if (absl::Status st = Remove(resource, obj, depth); !st.ok()) return st;
+    if (absl::Status st = Remove(resource, std::move(obj), depth); !st.ok()) return st;
     return events[at].first.object;  // Remove records this object first, then dependents
   }
 };
 
 struct Store::Mutation {
-  std::function<absl::StatusOr<Object>(Txn&)> fn;
-  std::promise<absl::StatusOr<Object>> done;
+  std::function<absl::StatusOr<ObjectPtr>(Txn&)> fn;
+  std::promise<absl::StatusOr<ObjectPtr>> done;
 };
 
 // ---- Watcher ----
@@ -336,10 +381,10 @@ bool Watcher::ended() const {
 
 void Watcher::Offer(const Event& e, const Object* before) {
   if (e.resource != filter_.resource) return;
-  if (!filter_.ns.empty() && Namespace(e.object) != filter_.ns) return;
-  Event out = e;
+  if (!filter_.ns.empty() && Namespace(*e.object) != filter_.ns) return;
+  Event out = e;  // shares the object
   if (!filter_.selector.empty()) {
-    const bool now = filter_.selector.Matches(Labels(e.object));
+    const bool now = filter_.selector.Matches(Labels(*e.object));
     const bool was = before != nullptr && filter_.selector.Matches(Labels(*before));
     if (e.type == EventType::kAdded && !now) return;
     if (e.type == EventType::kDeleted && !was && !now) return;
@@ -454,7 +499,7 @@ int64_t Store::ResourceVersion() const {
   return committed_rv_;
 }
 
-absl::StatusOr<Object> Store::Submit(std::function<absl::StatusOr<Object>(Txn&)> fn) {
+absl::StatusOr<Store::ObjectPtr> Store::Submit(std::function<absl::StatusOr<ObjectPtr>(Txn&)> fn) {
   auto m = std::make_shared<Mutation>();
   m->fn = std::move(fn);
   auto result = m->done.get_future();
@@ -482,15 +527,16 @@ void Store::WriterLoop() {
       }
     }
     const int64_t rv_before = next_rv_;
-    std::vector<absl::StatusOr<Object>> results;
-    std::vector<std::pair<Event, std::optional<Object>>> events;
+    std::vector<absl::StatusOr<ObjectPtr>> results;
+    std::vector<std::pair<Event, ObjectPtr>> events;
+    CacheWrites batch_writes;
     absl::Status batch_status = Run(write_db_, "BEGIN IMMEDIATE");
     if (batch_status.ok()) {
       for (auto& m : batch) {
-        Txn txn{write_db_, &next_rv_, {}};
+        Txn txn{this, write_db_, &next_rv_, &batch_writes, {}, {}};
         const int64_t rv_at = next_rv_;
         (void)Run(write_db_, "SAVEPOINT m");
-        absl::StatusOr<Object> r;
+        absl::StatusOr<ObjectPtr> r;
         try {
           r = m->fn(txn);
         } catch (const std::exception& e) {
@@ -499,6 +545,7 @@ void Store::WriterLoop() {
         if (r.ok()) {
           (void)Run(write_db_, "RELEASE m");
           for (auto& e : txn.events) events.push_back(std::move(e));
+          for (auto& [key, w] : txn.writes) batch_writes[key] = std::move(w);
         } else {
           (void)Run(write_db_, "ROLLBACK TO m");
           (void)Run(write_db_, "RELEASE m");
@@ -518,15 +565,18 @@ void Store::WriterLoop() {
       for (auto& m : batch) m->done.set_value(batch_status);
       continue;
     }
+    // The cache follows the commit before anyone hears of it: a writer's
+    // own Get and a watcher's reaction both see at least this batch.
+    CacheApply(std::move(batch_writes));
     Publish(std::move(events));
     for (size_t i = 0; i < batch.size(); ++i) batch[i]->done.set_value(std::move(results[i]));
   }
 }
 
-void Store::Publish(std::vector<std::pair<Event, std::optional<Object>>> events) {
+void Store::Publish(std::vector<std::pair<Event, ObjectPtr>> events) {
   absl::MutexLock lock(&watch_mu_);
   for (auto& [e, before] : events) {
-    for (Watcher* w : watchers_) w->Offer(e, before ? &*before : nullptr);
+    for (Watcher* w : watchers_) w->Offer(e, before.get());
     committed_rv_ = e.resource_version;
     history_.emplace_back(std::move(e), std::move(before));
   }
@@ -538,7 +588,10 @@ void Store::Publish(std::vector<std::pair<Event, std::optional<Object>>> events)
   }
 }
 
-absl::StatusOr<Object> Store::Create(const std::string& resource, Object obj) {
+namespace {
+
+// Checks a new object and sets the metadata the store owns.
+absl::Status PrepareCreate(Object& obj) {
   if (!obj.is_object()) return absl::InvalidArgumentError("object must be a JSON object");
   Object& md = obj["metadata"];
   if (!md.is_object()) return absl::InvalidArgumentError("metadata must be an object");
@@ -555,25 +608,102 @@ absl::StatusOr<Object> Store::Create(const std::string& resource, Object obj) {
   md["generation"] = 1;
   md.erase("deletionTimestamp");
   md.erase("resourceVersion");
-  return Submit([resource, obj = std::move(obj)](Txn& txn) -> absl::StatusOr<Object> {
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::function<absl::StatusOr<Store::ObjectPtr>(Store::Txn&)> Store::CreateFn(const std::string& resource,
+                                                                            Object obj) {
+  return [resource, obj = std::move(obj)](Txn& txn) -> absl::StatusOr<ObjectPtr> {
     auto existing = txn.Load(resource, Namespace(obj), Name(obj));
     if (!existing.ok()) return existing.status();
-    if (existing->has_value()) {
+    if (*existing != nullptr) {
       return absl::AlreadyExistsError(StrCat(resource, " \"", Name(obj), "\" already exists"));
     }
-    return txn.Put(resource, obj, EventType::kAdded, std::nullopt);
-  });
+    return txn.Put(resource, obj, EventType::kAdded, nullptr);
+  };
+}
+
+absl::StatusOr<Object> Store::Create(const std::string& resource, Object obj) {
+  if (absl::Status st = PrepareCreate(obj); !st.ok()) return st;
+  return Copy(Submit(CreateFn(resource, std::move(obj))));
+}
+
+std::vector<absl::StatusOr<Object>> Store::CreateAll(const std::string& resource,
+                                                     std::vector<Object> objects) {
+  std::vector<absl::StatusOr<Object>> out(objects.size(), absl::UnknownError(""));
+  std::vector<std::shared_ptr<Mutation>> queued;
+  std::vector<size_t> at;
+  for (size_t i = 0; i < objects.size(); ++i) {
+    if (absl::Status st = PrepareCreate(objects[i]); !st.ok()) {
+      out[i] = st;
+      continue;
+    }
+    auto m = std::make_shared<Mutation>();
+    m->fn = CreateFn(resource, std::move(objects[i]));
+    queued.push_back(std::move(m));
+    at.push_back(i);
+  }
+  std::vector<std::future<absl::StatusOr<ObjectPtr>>> results;
+  for (auto& m : queued) results.push_back(m->done.get_future());
+  {
+    absl::MutexLock lock(&queue_mu_);
+    if (stopping_) {
+      for (size_t i : at) out[i] = absl::UnavailableError("store is closing");
+      return out;
+    }
+    // Queued together: they go into the same group commit (one fsync).
+    for (auto& m : queued) queue_.push_back(std::move(m));
+  }
+  for (size_t k = 0; k < results.size(); ++k) out[at[k]] = Copy(results[k].get());
+  return out;
 }
 
 absl::StatusOr<Object> Store::Get(const std::string& resource, const std::string& ns,
                                   const std::string& name) {
-  absl::MutexLock lock(&read_mu_);
-  Stmt s(read_db_, "SELECT data FROM objects WHERE resource=?1 AND namespace=?2 AND name=?3");
-  s.Bind(1, resource).Bind(2, ns).Bind(3, name);
-  const int rc = s.Step();
-  if (rc == SQLITE_DONE) return absl::NotFoundError(StrCat(resource, " \"", name, "\" not found"));
-  if (rc != SQLITE_ROW) return SqlError(read_db_, "get");
-  return Object::parse(s.Text(0));
+  absl::StatusOr<ObjectPtr> got = GetShared(resource, ns, name);
+  if (!got.ok()) return got.status();
+  return **got;
+}
+
+absl::StatusOr<std::shared_ptr<const Object>> Store::GetShared(const std::string& resource,
+                                                               const std::string& ns,
+                                                               const std::string& name) {
+  const std::string key = CacheKey(resource, ns, name);
+  uint64_t epoch;
+  {
+    absl::MutexLock lock(&cache_mu_);
+    if (auto it = cache_.find(key); it != cache_.end()) {
+      lru_.splice(lru_.begin(), lru_, it->second.lru);
+      ++stats_.hits;
+      return it->second.object;
+    }
+    ++stats_.misses;
+    epoch = epoch_;
+  }
+  std::string data;
+  {
+    absl::MutexLock lock(&read_mu_);
+    Stmt s(read_db_, "SELECT data FROM objects WHERE resource=?1 AND namespace=?2 AND name=?3");
+    s.Bind(1, resource).Bind(2, ns).Bind(3, name);
+    const int rc = s.Step();
+    if (rc == SQLITE_DONE) return absl::NotFoundError(StrCat(resource, " \"", name, "\" not found"));
+    if (rc != SQLITE_ROW) return SqlError(read_db_, "get");
+    data = s.Text(0);
+  }
+  auto obj = std::make_shared<const Object>(Object::parse(data));
+  absl::MutexLock lock(&cache_mu_);
+  // A batch applied since the miss may have changed the object after this
+  // read: then the cache already holds what it wrote, or must not hold it.
+  // Without one, what was read is committed state at least as new as the
+  // cache's (and a newer commit still to be applied will overwrite it).
+  if (epoch_ != epoch) {
+    ++stats_.fills_skipped;
+  } else if (!cache_.contains(key)) {
+    CacheInsertLocked(key, obj, data.size());
+  }
+  return obj;
 }
 
 absl::StatusOr<ListResult> Store::List(const std::string& resource, const std::string& ns,
@@ -622,11 +752,11 @@ absl::StatusOr<Object> Store::Update(const std::string& resource, Object obj) {
   if (!obj.is_object() || !obj["metadata"].is_object()) {
     return absl::InvalidArgumentError("metadata must be an object");
   }
-  return Submit([resource, obj = std::move(obj)](Txn& txn) mutable -> absl::StatusOr<Object> {
+  return Copy(Submit([resource, obj = std::move(obj)](Txn& txn) mutable -> absl::StatusOr<ObjectPtr> {
     const std::string ns = Namespace(obj), name = Name(obj);
     auto loaded = txn.Load(resource, ns, name);
     if (!loaded.ok()) return loaded.status();
-    if (!loaded->has_value()) return absl::NotFoundError(StrCat(resource, " \"", name, "\" not found"));
+    if (*loaded == nullptr) return absl::NotFoundError(StrCat(resource, " \"", name, "\" not found"));
     const Object& stored = **loaded;
     const std::string want_rv = Str(obj["metadata"], "resourceVersion");
     const std::string have_rv = Str(stored["metadata"], "resourceVersion");
@@ -655,34 +785,88 @@ absl::StatusOr<Object> Store::Update(const std::string& resource, Object obj) {
       md.erase("deletionTimestamp");
     }
     int64_t generation = smd.value("generation", 1);
-    if (obj.value("spec", Object()) != stored.value("spec", Object())) ++generation;
+    if (Spec(obj) != Spec(stored)) ++generation;
     md["generation"] = generation;
     if (md.contains("deletionTimestamp") && !HasFinalizers(obj)) {
       // The last finalizer is gone: the object goes.
       const size_t at = txn.events.size();
-      if (absl::Status st = txn.Remove(resource, obj); !st.ok()) return st;
+      if (absl::Status st = txn.Remove(resource, std::move(obj)); !st.ok()) return st;
       return txn.events[at].first.object;
     }
-    return txn.Put(resource, obj, EventType::kModified, stored);
-  });
+    return txn.Put(resource, std::move(obj), EventType::kModified, *loaded);
+  }));
 }
 
 absl::StatusOr<Object> Store::Delete(const std::string& resource, const std::string& ns,
                                      const std::string& name,
                                      const std::optional<std::string>& expected_uid) {
-  return Submit([=](Txn& txn) -> absl::StatusOr<Object> {
+  return Copy(Submit([=](Txn& txn) -> absl::StatusOr<ObjectPtr> {
     auto loaded = txn.Load(resource, ns, name);
     if (!loaded.ok()) return loaded.status();
-    if (!loaded->has_value()) return absl::NotFoundError(StrCat(resource, " \"", name, "\" not found"));
-    Object obj = **loaded;
-    if (expected_uid && Str(obj["metadata"], "uid") != *expected_uid) {
+    if (*loaded == nullptr) return absl::NotFoundError(StrCat(resource, " \"", name, "\" not found"));
+    const Object& stored = **loaded;
+    if (expected_uid && Str(stored["metadata"], "uid") != *expected_uid) {
       return absl::AbortedError(StrCat("Precondition failed: UID in precondition: ", *expected_uid,
-                                       ", UID in object meta: ", Str(obj["metadata"], "uid")));
+                                       ", UID in object meta: ", Str(stored["metadata"], "uid")));
     }
-    if (HasFinalizers(obj)) return txn.DeleteOrMark(resource, obj, obj);
-    if (absl::Status st = txn.Remove(resource, obj); !st.ok()) return st;
+    if (HasFinalizers(stored)) return txn.DeleteOrMark(resource, stored, *loaded);
+    if (absl::Status st = txn.Remove(resource, stored); !st.ok()) return st;
     return txn.events.front().first.object;
-  });
+  }));
+}
+
+// ---- Object cache ----
+
+std::string Store::CacheKey(std::string_view resource, std::string_view ns, std::string_view name) {
+  // Length-prefixed: no separator can be forged by a name.
+  return StrCat(std::to_string(resource.size()), ":", resource, std::to_string(ns.size()), ":", ns, name);
+}
+
+Store::ObjectPtr Store::CacheLookup(const std::string& key) {
+  absl::MutexLock lock(&cache_mu_);
+  auto it = cache_.find(key);
+  if (it == cache_.end()) {
+    ++stats_.misses;
+    return nullptr;
+  }
+  lru_.splice(lru_.begin(), lru_, it->second.lru);
+  ++stats_.hits;
+  return it->second.object;
+}
+
+void Store::CacheInsertLocked(const std::string& key, ObjectPtr object, size_t bytes) {
+  cache_mu_.AssertHeld();
+  if (bytes > options_.cache_bytes) return;  // also: the cache is off
+  lru_.push_front(key);
+  cache_[key] = CacheEntry{std::move(object), bytes, lru_.begin()};
+  cache_bytes_ += bytes;
+  while (cache_bytes_ > options_.cache_bytes) {
+    auto victim = cache_.find(lru_.back());
+    cache_bytes_ -= victim->second.bytes;
+    cache_.erase(victim);
+    lru_.pop_back();
+  }
+}
+
+void Store::CacheApply(CacheWrites writes) {
+  absl::MutexLock lock(&cache_mu_);
+  ++epoch_;
+  for (auto& [key, w] : writes) {
+    if (auto it = cache_.find(key); it != cache_.end()) {
+      cache_bytes_ -= it->second.bytes;
+      lru_.erase(it->second.lru);
+      cache_.erase(it);
+    }
+    if (w.object != nullptr) CacheInsertLocked(key, std::move(w.object), w.bytes);
+  }
+}
+
+Store::CacheStats Store::cache_stats() const {
+  absl::MutexLock lock(&cache_mu_);
+  CacheStats out = stats_;
+  out.objects = cache_.size();
+  out.bytes = cache_bytes_;
+  return out;
 }
 
 absl::StatusOr<std::unique_ptr<Watcher>> Store::Watch(const std::string& resource,
@@ -704,7 +888,7 @@ absl::StatusOr<std::unique_ptr<Watcher>> Store::Watch(const std::string& resourc
                                           history_start_rv_, ")"));
     }
     for (const auto& [e, before] : history_) {
-      if (e.resource_version > from_rv) w->Offer(e, before ? &*before : nullptr);
+      if (e.resource_version > from_rv) w->Offer(e, before.get());
     }
   }
   w->Progress(committed_rv_);  // everything up to here is offered (or not wanted)

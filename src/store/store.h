@@ -19,6 +19,14 @@
 // thread applies them in a single transaction (each in its own savepoint, so
 // one failing mutation does not affect the others) with one fsync.
 //
+// Reads are served from an in-memory cache of parsed objects (bounded,
+// least recently used out) so Get does not read SQLite and parse JSON. The
+// writer thread keeps it exactly in step with what is committed: a batch's
+// writes enter it only after COMMIT succeeds, a failed mutation or batch
+// leaves it untouched, and objects read from SQLite on a miss enter it only
+// if no batch was applied meanwhile (else the read may be stale). It starts
+// empty on open and fills as objects are read and written.
+//
 // Watches replay history after a resourceVersion and then follow live
 // changes. History is kept in memory (bounded); a resourceVersion older than
 // the history is OUT_OF_RANGE (HTTP 410 Gone) and the client relists.
@@ -34,11 +42,14 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <list>
 #include <map>
 #include <memory>
 #include <optional>
 #include <thread>
 #include <string>
+#include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -62,7 +73,9 @@ const char* EventTypeName(EventType t);  // "ADDED", "MODIFIED", "DELETED"
 struct Event {
   EventType type;
   std::string resource;
-  Object object;        // the object after the change (the last state for DELETED)
+  // The object after the change (the last state for DELETED); immutable and
+  // shared by every watcher, the watch history and the object cache.
+  std::shared_ptr<const Object> object;
   int64_t resource_version = 0;
 };
 
@@ -127,6 +140,18 @@ class Store {
     size_t history = 10000;      // events kept for watches
     size_t max_batch = 512;      // mutations per group commit
     size_t watcher_queue = 100000;  // events a slow watcher may lag before it is ended
+    // The object cache's budget, counted in serialized (JSON) bytes; parsed
+    // objects take about 4-5 times that in memory. 0 turns the cache off.
+    size_t cache_bytes = 8 << 20;
+  };
+
+  // Counters of the object cache (for tests and benchmarks).
+  struct CacheStats {
+    int64_t hits = 0;
+    int64_t misses = 0;
+    int64_t fills_skipped = 0;  // misses whose SQLite read raced a commit
+    size_t objects = 0;
+    size_t bytes = 0;
   };
 
   // Opens (creating if needed) the database. FAILED_PRECONDITION if it was
@@ -137,8 +162,18 @@ class Store {
   // `obj` needs metadata.name (or metadata.generateName); metadata.namespace
   // is the caller's choice ("" or absent for cluster-scoped objects).
   absl::StatusOr<Object> Create(const std::string& resource, Object obj);
+  // Creates each object as Create does (each succeeds or fails on its own),
+  // submitted together so they share a group commit; returns when all are
+  // done, with one result per object in order.
+  std::vector<absl::StatusOr<Object>> CreateAll(const std::string& resource,
+                                                std::vector<Object> objects);
   absl::StatusOr<Object> Get(const std::string& resource, const std::string& ns,
                              const std::string& name);
+  // Get without copying: the stored object, shared and immutable (it stays
+  // valid, unchanged, after later writes replace it in the store).
+  absl::StatusOr<std::shared_ptr<const Object>> GetShared(const std::string& resource,
+                                                          const std::string& ns,
+                                                          const std::string& name);
   // ns "" lists all namespaces.
   absl::StatusOr<ListResult> List(const std::string& resource, const std::string& ns,
                                   const api::LabelSelector& selector = {},
@@ -162,15 +197,36 @@ class Store {
                                                  const api::LabelSelector& selector = {});
 
   int64_t ResourceVersion() const;
+  CacheStats cache_stats() const ABSL_LOCKS_EXCLUDED(cache_mu_);
 
  private:
   struct Mutation;
   struct Txn;
+  using ObjectPtr = std::shared_ptr<const Object>;
+  // A write of one key waiting to enter the cache: the new object (null:
+  // deleted) and its serialized size.
+  struct CacheWrite {
+    ObjectPtr object;
+    size_t bytes = 0;
+  };
+  using CacheWrites = std::unordered_map<std::string, CacheWrite>;
+  struct CacheEntry {
+    ObjectPtr object;
+    size_t bytes = 0;
+    std::list<std::string>::iterator lru;
+  };
+  static std::string CacheKey(std::string_view resource, std::string_view ns, std::string_view name);
+  ObjectPtr CacheLookup(const std::string& key) ABSL_LOCKS_EXCLUDED(cache_mu_);
+  void CacheInsertLocked(const std::string& key, ObjectPtr object, size_t bytes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(cache_mu_);
+  // Applies a committed batch's writes (writer thread).
+  void CacheApply(CacheWrites writes) ABSL_LOCKS_EXCLUDED(cache_mu_);
   explicit Store(Options options);
   absl::Status Init();
-  absl::StatusOr<Object> Submit(std::function<absl::StatusOr<Object>(Txn&)> fn);
+  absl::StatusOr<ObjectPtr> Submit(std::function<absl::StatusOr<ObjectPtr>(Txn&)> fn);
+  static std::function<absl::StatusOr<ObjectPtr>(Txn&)> CreateFn(const std::string& resource, Object obj);
   void WriterLoop();
-  void Publish(std::vector<std::pair<Event, std::optional<Object>>> events);
+  void Publish(std::vector<std::pair<Event, ObjectPtr>> events);
   void Unsubscribe(Watcher* w);
   friend class Watcher;
 
@@ -189,8 +245,18 @@ class Store {
   mutable absl::Mutex watch_mu_;
   int64_t committed_rv_ ABSL_GUARDED_BY(watch_mu_) = 0;
   int64_t history_start_rv_ ABSL_GUARDED_BY(watch_mu_) = 0;  // events after this are kept
-  std::deque<std::pair<Event, std::optional<Object>>> history_ ABSL_GUARDED_BY(watch_mu_);
+  std::deque<std::pair<Event, ObjectPtr>> history_ ABSL_GUARDED_BY(watch_mu_);
   std::vector<Watcher*> watchers_ ABSL_GUARDED_BY(watch_mu_);
+
+  // The object cache: committed objects by CacheKey, most recently used
+  // first in lru_. epoch_ counts applied batches (a fill from SQLite is
+  // dropped if it changed during the read).
+  mutable absl::Mutex cache_mu_;
+  std::unordered_map<std::string, CacheEntry> cache_ ABSL_GUARDED_BY(cache_mu_);
+  std::list<std::string> lru_ ABSL_GUARDED_BY(cache_mu_);
+  size_t cache_bytes_ ABSL_GUARDED_BY(cache_mu_) = 0;
+  uint64_t epoch_ ABSL_GUARDED_BY(cache_mu_) = 0;
+  CacheStats stats_ ABSL_GUARDED_BY(cache_mu_);
 
   int64_t next_rv_ = 0;  // writer thread only
 };

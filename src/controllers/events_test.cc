@@ -1,0 +1,94 @@
+#include "controllers/events.h"
+
+#include <vector>
+
+#include "common/testing/temp_dir.h"
+#include "controllers/testing/helpers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace berth::controllers {
+namespace {
+
+using nlohmann::json;
+using testing::K;
+
+class EventRecorderTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    store_ = std::move(*store::Store::Open({.path = dir_.path() + "/state.db"}));
+    registry_ = std::make_unique<apiserver::Registry>(*store_);
+    ASSERT_TRUE(registry_->Bootstrap().ok());
+  }
+  json Claim(const std::string& name) {
+    auto got = registry_->Create(K("persistentvolumeclaims"), "default",
+                                 {{"metadata", {{"name", name}}},
+                                  {"spec", {{"accessModes", {"ReadWriteOnce"}},
+                                            {"resources", {{"requests", {{"storage", "1Gi"}}}}}}}});
+    EXPECT_TRUE(got.ok()) << got.status();
+    return got.ok() ? *got : json();
+  }
+  std::vector<json> Events() {
+    auto page = registry_->List(K("events"), "default", {});
+    return page.ok() ? page->items : std::vector<json>{};
+  }
+
+  berth::testing::TempDir dir_;
+  std::unique_ptr<store::Store> store_;
+  std::unique_ptr<apiserver::Registry> registry_;
+};
+
+TEST_F(EventRecorderTest, WritesQueuedEventsAndAggregatesRepeats) {
+  EventRecorder recorder(*registry_, "test-controller", /*repeat_interval=*/absl::ZeroDuration());
+  const json a = Claim("a"), b = Claim("b");
+  for (int i = 0; i < 200; ++i) recorder.Record(i % 2 ? a : b, "Normal", "Reason" + std::to_string(i), "m");
+  recorder.Record(a, "Warning", "Failed", "boom");
+  recorder.Flush();
+  EXPECT_EQ(Events().size(), 201u);
+  recorder.Record(a, "Warning", "Failed", "boom");  // the same event again: counted, not repeated
+  recorder.Flush();
+  std::vector<json> failed;
+  for (const auto& e : Events()) {
+    if (e.value("reason", "") == "Failed") failed.push_back(e);
+  }
+  ASSERT_EQ(failed.size(), 1u);
+  EXPECT_EQ(failed[0]["count"], 2);
+  EXPECT_EQ(failed[0]["type"], "Warning");
+  EXPECT_EQ(failed[0]["involvedObject"]["uid"], a["metadata"]["uid"]);
+  EXPECT_EQ(failed[0]["involvedObject"]["namespace"], "default");
+  EXPECT_EQ(failed[0]["source"]["component"], "test-controller");
+}
+
+TEST_F(EventRecorderTest, DropsRepeatsWithinTheIntervalEvenBeforeTheyAreWritten) {
+  EventRecorder recorder(*registry_, "test-controller", absl::Hours(1));
+  const json a = Claim("a");
+  for (int i = 0; i < 50; ++i) recorder.Record(a, "Normal", "Provisioning", "same");
+  recorder.Flush();
+  ASSERT_EQ(Events().size(), 1u);
+  EXPECT_EQ(Events()[0]["count"], 1);
+}
+
+TEST_F(EventRecorderTest, DestructionWritesWhatIsQueued) {
+  const json a = Claim("a");
+  {
+    EventRecorder recorder(*registry_, "test-controller");
+    for (int i = 0; i < 20; ++i) recorder.Record(a, "Normal", "R" + std::to_string(i), "m");
+  }
+  EXPECT_EQ(Events().size(), 20u);
+}
+
+TEST_F(EventRecorderTest, AnEventDeletedMeanwhileIsCreatedAgain) {
+  EventRecorder recorder(*registry_, "test-controller", absl::ZeroDuration());
+  const json a = Claim("a");
+  recorder.Record(a, "Normal", "R", "m");
+  recorder.Flush();
+  ASSERT_EQ(Events().size(), 1u);
+  ASSERT_TRUE(registry_->Delete(K("events"), "default", Events()[0]["metadata"]["name"].get<std::string>()).ok());
+  recorder.Record(a, "Normal", "R", "m");
+  recorder.Flush();
+  ASSERT_EQ(Events().size(), 1u);
+  EXPECT_EQ(Events()[0]["count"], 1);
+}
+
+}  // namespace
+}  // namespace berth::controllers
