@@ -381,6 +381,8 @@ void VolumeManager::Reconcile() {
     absl::MutexLock lock(&mu_);
     staged = staged_;
     published = published_;
+    snapshot_seq_ = done_seq_;
+    done_at_.clear();  // only ops ending after this snapshot make it stale
   }
   // volumesInUse first: nothing is staged before the node says it uses it.
   std::vector<std::string> in_use;
@@ -524,6 +526,9 @@ void VolumeManager::UpdatePodStatus(const json& pod, bool ready, const std::stri
 void VolumeManager::Dispatch(Op op) {
   absl::MutexLock lock(&mu_);
   if (locked_.count(op.lock_key)) return;
+  // An op on this volume ended after the snapshot this op was decided on
+  // (a stage that just finished would otherwise be staged again).
+  if (auto d = done_at_.find(op.lock_key); d != done_at_.end() && d->second > snapshot_seq_) return;
   auto b = backoff_.find(op.id);
   if (b != backoff_.end() && b->second.next > absl::Now()) return;
   locked_.insert(op.lock_key);
@@ -549,6 +554,7 @@ void VolumeManager::WorkerLoop() {
     }
     absl::MutexLock lock(&mu_);
     locked_.erase(op.lock_key);
+    done_at_[op.lock_key] = ++done_seq_;
     dirty_ = true;
     if (st.ok()) {
       backoff_.erase(op.id);

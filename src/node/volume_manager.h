@@ -30,6 +30,7 @@
 #pragma once
 
 #include <condition_variable>
+#include <cstdint>
 #include <deque>
 #include <functional>
 #include <map>
@@ -167,6 +168,12 @@ class VolumeManager {
   std::map<std::string, Staged> staged_ ABSL_GUARDED_BY(mu_);                             // unique →
   std::map<std::pair<std::string, std::string>, Published> published_ ABSL_GUARDED_BY(mu_);  // (uid, pv) →
   std::set<std::string> locked_ ABSL_GUARDED_BY(mu_);                                     // volumes with an op running
+  // Ops finished since the reconciler's snapshot of staged_/published_: an op
+  // on such a volume is decided on stale state and is not dispatched (the
+  // finished op marks the state dirty, so the next pass decides again).
+  uint64_t done_seq_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t snapshot_seq_ ABSL_GUARDED_BY(mu_) = 0;
+  std::map<std::string, uint64_t> done_at_ ABSL_GUARDED_BY(mu_);  // lock key → done_seq_ when its last op ended
   std::deque<Op> queue_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, Backoff> backoff_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::string> errors_ ABSL_GUARDED_BY(mu_);  // pod uid → last mount error
