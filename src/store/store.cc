@@ -248,21 +248,31 @@ struct Store::Txn {
   }
 
   // Stores `obj` with a fresh resourceVersion and records the event.
+  // A kAdded event inserts and fails with ALREADY_EXISTS when the key is
+  // taken (no lookup first: the primary key decides, inside this
+  // transaction); anything else rewrites the row.
   absl::StatusOr<ObjectPtr> Put(const std::string& resource, Object obj, EventType type,
                              ObjectPtr before) {
     const int64_t rv = ++*next_rv;
     obj["metadata"]["resourceVersion"] = std::to_string(rv);
     const std::string ns = Namespace(obj), name = Name(obj);
     const std::string data = obj.dump();
-    Stmt s(db,
-           // An upsert rewrites the row in place; REPLACE deleted and
-           // re-inserted it (and its primary-key index entry) every time.
-           "INSERT INTO objects(resource, namespace, name, uid, rv, data) VALUES(?1, ?2, ?3, ?4, ?5, ?6) "
-           "ON CONFLICT(resource, namespace, name) DO UPDATE SET uid=excluded.uid, rv=excluded.rv, "
-           "data=excluded.data");
+    Stmt s(db, type == EventType::kAdded
+                   ? "INSERT INTO objects(resource, namespace, name, uid, rv, data) VALUES(?1, ?2, ?3, ?4, ?5, ?6)"
+                   // An upsert rewrites the row in place; REPLACE deleted and
+                   // re-inserted it (and its primary-key index entry) every time.
+                   : "INSERT INTO objects(resource, namespace, name, uid, rv, data) VALUES(?1, ?2, ?3, ?4, ?5, ?6) "
+                     "ON CONFLICT(resource, namespace, name) DO UPDATE SET uid=excluded.uid, rv=excluded.rv, "
+                     "data=excluded.data");
     s.Bind(1, resource).Bind(2, ns).Bind(3, name).Bind(4, Str(obj["metadata"], "uid"));
     s.Bind(5, rv).Bind(6, data);
-    if (s.Step() != SQLITE_DONE) return SqlError(db, "put");
+    if (const int rc = s.Step(); rc != SQLITE_DONE) {
+      if (type == EventType::kAdded && (sqlite3_extended_errcode(db) == SQLITE_CONSTRAINT_PRIMARYKEY ||
+                                        sqlite3_extended_errcode(db) == SQLITE_CONSTRAINT_UNIQUE)) {
+        return absl::AlreadyExistsError(StrCat(resource, " \"", name, "\" already exists"));
+      }
+      return SqlError(db, "put");
+    }
     // owner_refs always mirror the stored object's ownerReferences (a new
     // object has none: Remove clears them), so rewrite them only on change.
     if (std::vector<std::string> owners = OwnerUids(obj);
@@ -270,7 +280,8 @@ struct Store::Txn {
       if (absl::Status st = SetOwners(resource, ns, name, owners); !st.ok()) return st;
     }
     auto stored = std::make_shared<const Object>(std::move(obj));
-    writes[CacheKey(resource, ns, name)] = {stored, data.size()};
+    writes[CacheKey(resource, ns, name)] = {stored, data.size(),
+                                            !store->options_.write_only_resources.count(resource)};
     events.push_back({Event{type, resource, stored, rv}, std::move(before)});
     return stored;
   }
@@ -616,12 +627,7 @@ absl::Status PrepareCreate(Object& obj) {
 std::function<absl::StatusOr<Store::ObjectPtr>(Store::Txn&)> Store::CreateFn(const std::string& resource,
                                                                             Object obj) {
   return [resource, obj = std::move(obj)](Txn& txn) -> absl::StatusOr<ObjectPtr> {
-    auto existing = txn.Load(resource, Namespace(obj), Name(obj));
-    if (!existing.ok()) return existing.status();
-    if (*existing != nullptr) {
-      return absl::AlreadyExistsError(StrCat(resource, " \"", Name(obj), "\" already exists"));
-    }
-    return txn.Put(resource, obj, EventType::kAdded, nullptr);
+    return txn.Put(resource, obj, EventType::kAdded, nullptr);  // ALREADY_EXISTS when taken
   };
 }
 
@@ -857,7 +863,7 @@ void Store::CacheApply(CacheWrites writes) {
       lru_.erase(it->second.lru);
       cache_.erase(it);
     }
-    if (w.object != nullptr) CacheInsertLocked(key, std::move(w.object), w.bytes);
+    if (w.object != nullptr && w.admit) CacheInsertLocked(key, std::move(w.object), w.bytes);
   }
 }
 

@@ -47,6 +47,7 @@
 #include <memory>
 #include <optional>
 #include <thread>
+#include <set>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -143,6 +144,10 @@ class Store {
     // The object cache's budget, counted in serialized (JSON) bytes; parsed
     // objects take about 4-5 times that in memory. 0 turns the cache off.
     size_t cache_bytes = 8 << 20;
+    // Resources whose writes do not enter the cache: written far more than
+    // read (events), they would evict the objects controllers read. A read
+    // still caches them.
+    std::set<std::string> write_only_resources = {"events"};
   };
 
   // Counters of the object cache (for tests and benchmarks).
@@ -204,10 +209,12 @@ class Store {
   struct Txn;
   using ObjectPtr = std::shared_ptr<const Object>;
   // A write of one key waiting to enter the cache: the new object (null:
-  // deleted) and its serialized size.
+  // deleted), its serialized size and whether it may enter the cache (a
+  // write of a write-mostly resource only evicts the old entry).
   struct CacheWrite {
     ObjectPtr object;
     size_t bytes = 0;
+    bool admit = true;
   };
   using CacheWrites = std::unordered_map<std::string, CacheWrite>;
   struct CacheEntry {

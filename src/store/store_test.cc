@@ -429,6 +429,46 @@ TEST_F(StoreTest, CacheStartsEmptyAfterReopenAndLoadsLazily) {
   EXPECT_EQ(s->cache_stats().hits, 1);
 }
 
+TEST_F(StoreTest, WritesOfWriteOnlyResourcesStayOutOfTheCacheUntilRead) {
+  auto s = Open();
+  Object ev = Pvc("e1");
+  ev["kind"] = "Event";
+  ASSERT_TRUE(s->Create("events", ev).ok());
+  ASSERT_TRUE(s->Create("pods", Pvc("p")).ok());
+  EXPECT_EQ(s->cache_stats().objects, 1u) << "only the pod";
+  const Store::CacheStats before = s->cache_stats();
+  ASSERT_TRUE(s->Get("events", "default", "e1").ok());
+  EXPECT_EQ(s->cache_stats().misses - before.misses, 1);
+  EXPECT_EQ(s->cache_stats().objects, 2u) << "a read caches it";
+  // An update of a cached event replaces the entry with nothing (never a
+  // stale copy).
+  Object changed = *s->Get("events", "default", "e1");
+  changed["spec"]["x"] = 1;
+  ASSERT_TRUE(s->Update("events", changed).ok());
+  EXPECT_EQ(s->cache_stats().objects, 1u);
+  EXPECT_EQ((*s->Get("events", "default", "e1"))["spec"]["x"], 1);
+}
+
+TEST_F(StoreTest, CreateOfATakenNameFailsWithoutChangingIt) {
+  auto s = Open();
+  auto first = s->Create("pods", Pvc("a"));
+  ASSERT_TRUE(first.ok());
+  // Also when the cache does not hold it (a reopened store).
+  s.reset();
+  s = Open();
+  Object again = Pvc("a");
+  again["spec"]["x"] = 1;
+  auto dup = s->Create("pods", again);
+  EXPECT_EQ(dup.status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(dup.status().message(), "pods \"a\" already exists");
+  EXPECT_EQ(*s->Get("pods", "default", "a"), *first);
+  // A name deleted earlier in the same group commit is free again.
+  ASSERT_TRUE(s->Delete("pods", "default", "a").ok());
+  EXPECT_TRUE(s->Create("pods", again).ok());
+  // Same name and namespace in another resource is no clash.
+  EXPECT_TRUE(s->Create("persistentvolumeclaims", Pvc("a")).ok());
+}
+
 TEST_F(StoreTest, CacheStaysWithinItsBudget) {
   auto s = Store::Open({.path = dir_.Join("state.db"), .cache_bytes = 2000});
   ASSERT_TRUE(s.ok());
