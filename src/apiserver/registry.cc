@@ -406,7 +406,7 @@ absl::StatusOr<json> Registry::UpdateOnce(const api::KindInfo& kind, const std::
   if (sub == Subresource::kStatus) {
     obj = StatusUpdate(old, obj);
   } else {
-    if (HasStatusSubresource(kind)) {
+    if (HasStatusSubresource(kind) && sub == Subresource::kMain) {
       if (old.contains("status")) {
         obj["status"] = old["status"];
       } else {
@@ -439,7 +439,7 @@ absl::StatusOr<json> Registry::UpdateOnce(const api::KindInfo& kind, const std::
   api::Normalize(kind, obj);
   BERTH_RETURN_IF_ERROR(api::Validate(kind, obj, &old));
   if (obj == old) return old;  // nothing changes: no write, no event (as Kubernetes)
-  if (kind.kind == "PersistentVolumeClaim" && sub == Subresource::kMain) {
+  if (kind.kind == "PersistentVolumeClaim" && sub != Subresource::kStatus) {
     BERTH_RETURN_IF_ERROR(CheckClaimResize(old, obj));
   }
   auto updated = store_.Update(std::string(kind.resource), std::move(obj));

@@ -65,7 +65,11 @@ struct DeleteOptions {
   std::optional<std::string> resource_version;  // preconditions.resourceVersion
 };
 
-enum class Subresource { kMain, kStatus };
+// kMain and kStatus are the API's object and /status. kMainAndStatus is for
+// in-process controllers only (no URL reaches it): one write that changes
+// both, validated as both would be — e.g. the binder's claim volumeName and
+// phase Bound, which Kubernetes writes in two round trips.
+enum class Subresource { kMain, kStatus, kMainAndStatus };
 
 class Registry {
  public:

@@ -114,6 +114,37 @@ TEST_F(RegistryTest, MainUpdateKeepsStatusAndStatusUpdateKeepsSpec) {
   EXPECT_EQ((*relabeled)["metadata"]["labels"]["app"], "db");
 }
 
+TEST_F(RegistryTest, MainAndStatusUpdateWritesBothInOneVersion) {
+  auto pvc = registry_->Create(Kind("persistentvolumeclaims"), "default", Claim("data"));
+  ASSERT_TRUE(pvc.ok());
+  json both = *pvc;
+  both["spec"]["volumeName"] = "pv-1";
+  both["status"] = {{"phase", "Bound"}, {"capacity", {{"storage", "1Gi"}}}};
+  auto bound = registry_->Update(Kind("persistentvolumeclaims"), "default", "data", both, Subresource::kMainAndStatus);
+  ASSERT_TRUE(bound.ok()) << bound.status();
+  EXPECT_EQ((*bound)["spec"]["volumeName"], "pv-1");
+  EXPECT_EQ((*bound)["status"]["phase"], "Bound");
+  EXPECT_EQ(std::stoll((*bound)["metadata"]["resourceVersion"].get<std::string>()),
+            std::stoll((*pvc)["metadata"]["resourceVersion"].get<std::string>()) + 1)
+      << "one write";
+  // Validated as a main update is: an immutable spec field is refused and
+  // nothing is written, status included.
+  json immutable = *bound;
+  immutable["spec"]["accessModes"] = {"ReadOnlyMany"};
+  immutable["status"]["phase"] = "Lost";
+  EXPECT_EQ(api::ToHttpError(registry_->Update(Kind("persistentvolumeclaims"), "default", "data", immutable,
+                                               Subresource::kMainAndStatus)
+                                 .status())
+                .code,
+            422);
+  EXPECT_EQ((*registry_->Get(Kind("persistentvolumeclaims"), "default", "data"))["status"]["phase"], "Bound");
+  // The resize admission applies too: no class allows this claim to grow.
+  json grow = *bound;
+  grow["spec"]["resources"]["requests"]["storage"] = "2Gi";
+  auto grown = registry_->Update(Kind("persistentvolumeclaims"), "default", "data", grow, Subresource::kMainAndStatus);
+  EXPECT_EQ(api::ToHttpError(grown.status()).code, 403) << grown.status();
+}
+
 TEST_F(RegistryTest, ClaimGrowsOnlyWhenItsClassAllowsExpansion) {
   for (bool allow : {false, true}) {
     std::string cls = allow ? "expandable" : "fixed";

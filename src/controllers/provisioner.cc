@@ -470,9 +470,11 @@ absl::Status Provisioner::SyncClaim(const std::string& key) {
     return SetFinalizer(*claim, false);
   }
   if (!ours) return SetFinalizer(*claim, false);
-  if (pv_exists || !Str(*claim, {"spec", "volumeName"}).empty()) {
+  if (!Str(*claim, {"spec", "volumeName"}).empty()) {
     return pending_finalizer ? SetFinalizer(*claim, false) : absl::OkStatus();
   }
+  // The PV holds the claim: the binder drops the finalizer as it binds.
+  if (pv_exists) return absl::OkStatus();
   const bool wait_for_consumer = Str(sc, {"volumeBindingMode"}) == "WaitForFirstConsumer";
   const std::string selected = Annotation(*claim, kAnnSelectedNode);
   if (wait_for_consumer && selected.empty() && Annotation(*claim, kAnnProvisioningNode).empty()) {
@@ -528,7 +530,9 @@ absl::Status Provisioner::SyncClaim(const std::string& key) {
   }
   BERTH_RETURN_IF_ERROR(CreatePersistentVolume(*claim, sc, *req, *resp));
   events_.Record(*claim, "Normal", "ProvisioningSucceeded", StrCat("Successfully provisioned volume ", pv_name));
-  return SetFinalizer(*claim, false);
+  // The finalizer stays until the binder binds the claim to the PV (one
+  // write fewer); a claim deleted meanwhile has it dropped above.
+  return absl::OkStatus();
 }
 
 absl::Status Provisioner::SyncVolume(const std::string& name) {

@@ -44,15 +44,12 @@
 #include "controllers/drivers.h"
 #include "controllers/events.h"
 #include "controllers/informer.h"
+#include "controllers/pv_binder.h"  // kProvisioningFinalizer, kAnnProvisioningNode
 #include "controllers/workqueue.h"
 #include "csi/v1/csi.grpc.pb.h"
 
 namespace berth::controllers {
 
-inline constexpr char kProvisioningFinalizer[] = "volume.berth.io/provisioning";
-// The node whose driver a claim's in-flight CreateVolume went to (set with
-// kProvisioningFinalizer, removed with it).
-inline constexpr char kAnnProvisioningNode[] = "volume.berth.io/provisioning-node";
 // On provisioned PVs with reclaim policy Delete: the storage is deleted
 // before the PV object may go (external-provisioner's finalizer).
 inline constexpr char kProvisionerFinalizer[] = "external-provisioner.volume.kubernetes.io/finalizer";

@@ -49,6 +49,29 @@ absl::Status Mutate(apiserver::Registry& registry, const api::KindInfo& kind, co
   return registry.Update(kind, ns, name, std::move(obj), sub).status();
 }
 
+// Sets the claim's status for `phase` (capacity and access modes from the
+// volume when it becomes Bound); false when nothing changes.
+bool EditClaimStatus(json& claim, const std::string& phase, const json* volume) {
+  json status = claim.value("status", json::object());
+  const json before = status;
+  // Capacity only when the claim becomes Bound (as Kubernetes does): later
+  // a smaller claim capacity than the volume's means a resize in progress.
+  if (volume != nullptr && phase == "Bound" &&
+      (before.value("phase", "") != "Bound" || !before.contains("capacity"))) {
+    status["capacity"] = Field(Field(*volume, "spec"), "capacity");
+    status["accessModes"] = Field(Field(*volume, "spec"), "accessModes");
+  }
+  if (volume == nullptr) {
+    // Without a volume the claim has neither (Kubernetes resets both).
+    status.erase("capacity");
+    status.erase("accessModes");
+  }
+  status["phase"] = phase;
+  if (status == before) return false;
+  claim["status"] = std::move(status);
+  return true;
+}
+
 }  // namespace
 
 PvBinder::PvBinder(apiserver::Registry& registry, BinderInformers informers, Options options)
@@ -342,8 +365,10 @@ absl::Status PvBinder::Bind(const json& claim, const json& volume) {
   }
   // 2. Its status.
   BERTH_RETURN_IF_ERROR(SetVolumePhase(*fresh_pv, "Bound"));
-  // 3. The claim points at the volume.
-  BERTH_RETURN_IF_ERROR(Mutate(registry_, ClaimsKind(), Ns(claim), Name(claim), apiserver::Subresource::kMain,
+  // 3. The claim points at the volume and is Bound, in one write
+  // (Kubernetes takes two: the object, then /status). The provisioner's
+  // finalizer goes with it: the PV now holds the claim.
+  BERTH_RETURN_IF_ERROR(Mutate(registry_, ClaimsKind(), Ns(claim), Name(claim), apiserver::Subresource::kMainAndStatus,
                                [&](json& pvc) {
                                  if (Uid(pvc) != Uid(claim)) return false;
                                  // Never complete a binding to a volume the
@@ -362,15 +387,19 @@ absl::Status PvBinder::Bind(const json& claim, const json& volume) {
                                    pvc["metadata"]["annotations"][kAnnBindCompleted] = "yes";
                                    changed = true;
                                  }
-                                 return changed;
+                                 if (HasFinalizer(pvc, kProvisioningFinalizer)) {
+                                   json& f = pvc["metadata"]["finalizers"];
+                                   f.erase(std::remove(f.begin(), f.end(), json(kProvisioningFinalizer)), f.end());
+                                   pvc["metadata"]["annotations"].erase(kAnnProvisioningNode);
+                                   changed = true;
+                                 }
+                                 return EditClaimStatus(pvc, "Bound", &*fresh_pv) || changed;
                                }));
   if (auto fresh_claim = registry_.Get(ClaimsKind(), Ns(claim), Name(claim));
       fresh_claim.ok() && Str(*fresh_claim, {"spec", "volumeName"}) != pv_name) {
     return absl::AbortedError(StrCat("claim ", ObjectKey(claim), " names volume ",
                                      Str(*fresh_claim, {"spec", "volumeName"}), ", not ", pv_name));
   }
-  // 4. Its status.
-  BERTH_RETURN_IF_ERROR(SetClaimPhase(claim, "Bound", &*fresh_pv));
   events_.Record(claim, "Normal", "Bound", StrCat("bound to volume \"", pv_name, "\""));
   return absl::OkStatus();
 }
@@ -530,24 +559,7 @@ absl::Status PvBinder::ProtectVolume(const json& pv) {
 absl::Status PvBinder::SetClaimPhase(const json& claim, const std::string& phase, const json* volume) {
   return Mutate(registry_, ClaimsKind(), Ns(claim), Name(claim), apiserver::Subresource::kStatus, [&](json& o) {
     if (Uid(o) != Uid(claim)) return false;
-    json status = o.value("status", json::object());
-    json before = status;
-    // Capacity only when the claim becomes Bound (as Kubernetes does): later
-    // a smaller claim capacity than the volume's means a resize in progress.
-    if (volume != nullptr && phase == "Bound" &&
-        (before.value("phase", "") != "Bound" || !before.contains("capacity"))) {
-      status["capacity"] = Field(Field(*volume, "spec"), "capacity");
-      status["accessModes"] = Field(Field(*volume, "spec"), "accessModes");
-    }
-    if (volume == nullptr) {
-      // Without a volume the claim has neither (Kubernetes resets both).
-      status.erase("capacity");
-      status.erase("accessModes");
-    }
-    status["phase"] = phase;
-    if (status == before) return false;
-    o["status"] = status;
-    return true;
+    return EditClaimStatus(o, phase, volume);
   });
 }
 

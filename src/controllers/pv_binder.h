@@ -43,6 +43,13 @@ inline constexpr char kAnnSelectedNode[] = "volume.kubernetes.io/selected-node";
 inline constexpr char kAnnStorageProvisioner[] = "volume.kubernetes.io/storage-provisioner";
 inline constexpr char kAnnBetaStorageProvisioner[] = "volume.beta.kubernetes.io/storage-provisioner";
 inline constexpr char kAnnProvisionedBy[] = "pv.kubernetes.io/provisioned-by";
+// The provisioner's leak protection on a claim while CreateVolume is in
+// flight, with the node its driver was asked on. Once the provisioned PV
+// exists (its claimRef holds the claim's uid, so the volume cannot leak) the
+// binder drops both in the write that binds the claim; a claim deleted first
+// has them dropped by the provisioner.
+inline constexpr char kProvisioningFinalizer[] = "volume.berth.io/provisioning";
+inline constexpr char kAnnProvisioningNode[] = "volume.berth.io/provisioning-node";
 inline constexpr char kPvcProtection[] = "kubernetes.io/pvc-protection";
 inline constexpr char kPvProtection[] = "kubernetes.io/pv-protection";
 
