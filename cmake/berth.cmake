@@ -9,6 +9,16 @@ function(berth_warnings target)
   endif()
 endfunction()
 
+# berth_use_allocator(target): malloc/free of `target` come from mimalloc
+# (BERTH_MIMALLOC). Linked whole and first, so the dynamic linker binds every
+# malloc of the process to it, libraries' included.
+function(berth_use_allocator target)
+  if(BERTH_MIMALLOC)
+    # One token: CMake would de-duplicate a separate --pop-state away.
+    target_link_libraries(${target} PRIVATE "-Wl,--push-state,--no-as-needed,${BERTH_MIMALLOC_LIBRARY},--pop-state")
+  endif()
+endfunction()
+
 # berth_library(NAME common SOURCES a.cc b.cc DEPS ...) defines berth_common
 # with alias berth::common; include root is src/ so code says "common/x.h".
 function(berth_library)
