@@ -27,7 +27,7 @@ COPY CMakeLists.txt CMakePresets.json ./
 COPY cmake cmake
 COPY proto proto
 COPY src src
-RUN cmake --preset release -DBERTH_BUILD_TESTS=OFF -DBERTH_BUILD_BENCH=OFF \
+RUN cmake --preset release -DBERTH_BUILD_TESTS=OFF -DBERTH_BUILD_BENCH=OFF -DBERTH_MIMALLOC=OFF \
  && cmake --build --preset release --target berth-csi \
  && strip --strip-unneeded build/release/berth-csi
 
