@@ -232,6 +232,9 @@ absl::Status RunUp(UpOptions options) {
   cm_options.drivers = drivers;
   // GetCapacity is a statfs on a local pool: poll often, placement follows.
   cm_options.capacity_poll_interval = absl::Seconds(10);
+  // A driver that registers later through a node's plugins_registry (e.g.
+  // with the upstream node-driver-registrar) gets its controllers then.
+  cm_options.follow_directory = true;
   controllers::ControllerManager manager(registry, directory, cm_options);
   if (st.ok()) st = manager.Start();
   if (st.ok()) {

@@ -11,14 +11,35 @@
 namespace berth::controllers {
 
 void DriverDirectory::Add(const std::string& driver, const std::string& node, const std::string& endpoint) {
-  absl::MutexLock lock(&mu_);
-  auto& nodes = endpoints_[driver];
-  if (auto it = nodes.find(node); it != nodes.end() && it->second != endpoint) {
-    channels_.erase(it->second);
-    capabilities_.erase(it->second);
+  absl::MutexLock listener_lock(&listener_mu_);
+  bool is_new;
+  {
+    absl::MutexLock lock(&mu_);
+    is_new = !endpoints_.contains(driver);
+    auto& nodes = endpoints_[driver];
+    if (auto it = nodes.find(node); it != nodes.end() && it->second != endpoint) {
+      channels_.erase(it->second);
+      capabilities_.erase(it->second);
+    }
+    capabilities_.erase(endpoint);  // a re-registered driver may have changed
+    nodes[node] = endpoint;
   }
-  capabilities_.erase(endpoint);  // a re-registered driver may have changed
-  nodes[node] = endpoint;
+  if (is_new && on_new_driver_) on_new_driver_(driver);
+}
+
+void DriverDirectory::SetOnNewDriver(std::function<void(const std::string& driver)> fn) {
+  absl::MutexLock listener_lock(&listener_mu_);
+  on_new_driver_ = std::move(fn);
+  if (on_new_driver_) {
+    for (const auto& driver : Drivers()) on_new_driver_(driver);
+  }
+}
+
+std::vector<std::string> DriverDirectory::Drivers() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::string> out;
+  for (const auto& [driver, nodes] : endpoints_) out.push_back(driver);
+  return out;
 }
 
 void DriverDirectory::Remove(const std::string& driver, const std::string& node) {

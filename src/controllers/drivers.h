@@ -12,6 +12,7 @@
 // Thread-safety: thread-safe.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -31,6 +32,12 @@ class DriverDirectory {
   void Add(const std::string& driver, const std::string& node, const std::string& endpoint)
       ABSL_LOCKS_EXCLUDED(mu_);
   void Remove(const std::string& driver, const std::string& node) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // `fn` hears of every driver name as it first becomes known (and at once
+  // of each already known), on the thread that added it; null stops it.
+  // Replacing or clearing the listener waits for a call in progress.
+  void SetOnNewDriver(std::function<void(const std::string& driver)> fn) ABSL_LOCKS_EXCLUDED(listener_mu_, mu_);
+  std::vector<std::string> Drivers() const ABSL_LOCKS_EXCLUDED(mu_);
 
   // The nodes a driver is registered on ("" included if cluster-wide).
   std::vector<std::string> Nodes(const std::string& driver) const ABSL_LOCKS_EXCLUDED(mu_);
@@ -55,6 +62,8 @@ class DriverDirectory {
   std::string EndpointLocked(const std::string& driver, const std::string& node) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  absl::Mutex listener_mu_ ABSL_ACQUIRED_BEFORE(mu_);
+  std::function<void(const std::string&)> on_new_driver_ ABSL_GUARDED_BY(listener_mu_);
   mutable absl::Mutex mu_;
   std::map<std::string, std::map<std::string, std::string>> endpoints_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::shared_ptr<grpc::Channel>> channels_ ABSL_GUARDED_BY(mu_);

@@ -35,7 +35,19 @@ Informer::Informer(apiserver::Registry& registry, const api::KindInfo& kind, abs
 
 Informer::~Informer() { Stop(); }
 
-void Informer::AddHandlers(Handlers handlers) { handlers_.push_back(std::move(handlers)); }
+void Informer::AddHandlers(Handlers handlers) {
+  absl::MutexLock handlers_lock(&handlers_mu_);
+  if (handlers.on_add) {
+    std::vector<std::shared_ptr<const json>> cached;
+    {
+      absl::MutexLock lock(&mu_);
+      cached.reserve(cache_.size());
+      for (const auto& [key, obj] : cache_) cached.push_back(obj);
+    }
+    for (const auto& obj : cached) handlers.on_add(*obj);
+  }
+  handlers_.push_back(std::move(handlers));
+}
 
 void Informer::Start() { thread_ = std::thread([this] { Run(); }); }
 
@@ -140,6 +152,7 @@ std::optional<int64_t> Informer::Relist() {
       std::string key = ObjectKey(item);
       fresh.emplace(std::move(key), std::make_shared<const json>(std::move(item)));
     }
+    absl::MutexLock handlers_lock(&handlers_mu_);
     std::map<std::string, std::shared_ptr<const json>> before;
     {
       absl::MutexLock lock(&mu_);
@@ -173,6 +186,7 @@ std::optional<int64_t> Informer::Relist() {
 void Informer::Apply(const store::Event& e) {
   const json& object = *e.object;
   const std::string key = ObjectKey(object);
+  absl::MutexLock handlers_lock(&handlers_mu_);
   std::shared_ptr<const json> before;
   {
     absl::MutexLock lock(&mu_);
@@ -231,6 +245,7 @@ void Informer::Run() {
       }
       if (absl::Now() >= next_resync) {
         next_resync = absl::Now() + resync_;
+        absl::MutexLock handlers_lock(&handlers_mu_);
         for (const auto& obj : List()) {
           for (const auto& h : handlers_) {
             if (h.on_update) h.on_update(obj, obj);

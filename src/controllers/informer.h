@@ -12,7 +12,9 @@
 // Handlers run on the informer's thread, one at a time, after the cache was
 // updated; they must be quick (typically: put a key on a work queue).
 //
-// Thread-safety: thread-safe; AddHandlers only before Start.
+// Thread-safety: thread-safe. Handlers added after Start first see every
+// cached object as an add (a controller started later, e.g. for a driver
+// that registered late); a handler must not call AddHandlers.
 #pragma once
 
 #include <functional>
@@ -52,7 +54,7 @@ class Informer {
            absl::Duration resync = absl::Minutes(5));
   ~Informer();  // Stop()
 
-  void AddHandlers(Handlers handlers);
+  void AddHandlers(Handlers handlers) ABSL_LOCKS_EXCLUDED(handlers_mu_, mu_);
   // An index: `fn` maps an object to the values it is found under (client-
   // go's indexers), so lookups by them need not scan the cache. Before Start.
   using IndexFunc = std::function<std::vector<std::string>(const json&)>;
@@ -91,7 +93,10 @@ class Informer {
   apiserver::Registry& registry_;
   const api::KindInfo& kind_;
   const absl::Duration resync_;
-  std::vector<Handlers> handlers_;  // immutable after Start()
+  // Held while the cache changes and the handlers hear of it, so a handler
+  // added meanwhile sees each object either in its replay or as an event.
+  absl::Mutex handlers_mu_ ABSL_ACQUIRED_BEFORE(mu_);
+  std::vector<Handlers> handlers_ ABSL_GUARDED_BY(handlers_mu_);
   std::map<std::string, IndexFunc> index_funcs_;  // immutable after Start()
   std::thread thread_;
 

@@ -60,33 +60,71 @@ ControllerManager::ControllerManager(apiserver::Registry& registry, DriverDirect
       SnapshotInformers{i("volumesnapshots"), i("volumesnapshotcontents"), i("volumesnapshotclasses"),
                         i("persistentvolumeclaims")},
       SnapshotController::Options{});
+  absl::MutexLock lock(&mu_);
   for (const auto& driver : options_.drivers) {
-    PerDriver d;
-    d.provisioner = std::make_unique<Provisioner>(
-        registry_, drivers_,
-        ProvisionerInformers{i("persistentvolumeclaims"), i("persistentvolumes"), i("storageclasses"), i("nodes"),
-                             i("csinodes")},
-        Provisioner::Options{.driver = driver, .workers = options_.provisioner_workers,
-                             .rpc_timeout = options_.rpc_timeout});
-    d.attacher = std::make_unique<Attacher>(
-        registry_, drivers_, AttacherInformers{i("volumeattachments"), i("persistentvolumes"), i("csinodes")},
-        Attacher::Options{.driver = driver, .workers = 4, .rpc_timeout = options_.rpc_timeout});
-    d.resizer = std::make_unique<Resizer>(registry_, drivers_, i("persistentvolumeclaims"), i("persistentvolumes"),
-                                          Resizer::Options{.driver = driver, .workers = 2,
-                                                           .rpc_timeout = options_.rpc_timeout});
-    Snapshotter::Options snap;
-    snap.driver = driver;
-    snap.rpc_timeout = options_.rpc_timeout;
-    d.snapshotter = std::make_unique<Snapshotter>(registry_, drivers_, i("volumesnapshotcontents"),
-                                                  i("volumesnapshotclasses"), snap);
-    CapacityTracker::Options cap;
-    cap.driver = driver;
-    cap.poll_interval = options_.capacity_poll_interval;
-    d.capacity = std::make_unique<CapacityTracker>(
-        registry_, drivers_,
-        CapacityInformers{i("storageclasses"), i("nodes"), i("csinodes"), i("csistoragecapacities")}, cap);
-    per_driver_.push_back(std::move(d));
+    if (!per_driver_.contains(driver)) per_driver_.emplace(driver, MakeDriver(driver));
   }
+}
+
+ControllerManager::PerDriver ControllerManager::MakeDriver(const std::string& driver) {
+  auto i = [this](const char* r) -> Informer& { return informer(r); };
+  PerDriver d;
+  d.provisioner = std::make_unique<Provisioner>(
+      registry_, drivers_,
+      ProvisionerInformers{i("persistentvolumeclaims"), i("persistentvolumes"), i("storageclasses"), i("nodes"),
+                           i("csinodes")},
+      Provisioner::Options{.driver = driver, .workers = options_.provisioner_workers,
+                           .rpc_timeout = options_.rpc_timeout});
+  d.attacher = std::make_unique<Attacher>(
+      registry_, drivers_, AttacherInformers{i("volumeattachments"), i("persistentvolumes"), i("csinodes")},
+      Attacher::Options{.driver = driver, .workers = 4, .rpc_timeout = options_.rpc_timeout});
+  d.resizer = std::make_unique<Resizer>(registry_, drivers_, i("persistentvolumeclaims"), i("persistentvolumes"),
+                                        Resizer::Options{.driver = driver, .workers = 2,
+                                                         .rpc_timeout = options_.rpc_timeout});
+  Snapshotter::Options snap;
+  snap.driver = driver;
+  snap.rpc_timeout = options_.rpc_timeout;
+  d.snapshotter = std::make_unique<Snapshotter>(registry_, drivers_, i("volumesnapshotcontents"),
+                                                i("volumesnapshotclasses"), snap);
+  CapacityTracker::Options cap;
+  cap.driver = driver;
+  cap.poll_interval = options_.capacity_poll_interval;
+  d.capacity = std::make_unique<CapacityTracker>(
+      registry_, drivers_,
+      CapacityInformers{i("storageclasses"), i("nodes"), i("csinodes"), i("csistoragecapacities")}, cap);
+  d.provisioner->RegisterHandlers();
+  d.attacher->RegisterHandlers();
+  d.resizer->RegisterHandlers();
+  d.snapshotter->RegisterHandlers();
+  d.capacity->RegisterHandlers();
+  return d;
+}
+
+void ControllerManager::StartDriver(PerDriver& d) {
+  d.provisioner->Start();
+  d.attacher->Start();
+  d.resizer->Start();
+  d.snapshotter->Start();
+  d.capacity->Start();
+}
+
+void ControllerManager::AddDriver(const std::string& driver) {
+  absl::MutexLock lock(&mu_);
+  if (per_driver_.contains(driver)) return;
+  // Registered on running informers: the handlers first see every cached
+  // object, so the new controllers catch up on what exists.
+  auto [it, inserted] = per_driver_.emplace(driver, MakeDriver(driver));
+  if (started_) {
+    StartDriver(it->second);
+    spdlog::info("controllers running for driver {}", driver);
+  }
+}
+
+std::vector<std::string> ControllerManager::drivers() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::string> out;
+  for (const auto& [name, d] : per_driver_) out.push_back(name);
+  return out;
 }
 
 ControllerManager::~ControllerManager() { Stop(); }
@@ -101,44 +139,45 @@ Informer& ControllerManager::informer(const std::string& resource) const {
 }
 
 absl::Status ControllerManager::Start() {
-  if (started_) return absl::OkStatus();
+  {
+    absl::MutexLock lock(&mu_);
+    if (started_) return absl::OkStatus();
+  }
   registry_.EnableStorageProtectionAdmission(true);
   binder_->RegisterHandlers();
   attach_detach_->RegisterHandlers();
   scheduler_->RegisterHandlers();
   snapshot_controller_->RegisterHandlers();
-  for (auto& d : per_driver_) {
-    d.provisioner->RegisterHandlers();
-    d.attacher->RegisterHandlers();
-    d.resizer->RegisterHandlers();
-    d.snapshotter->RegisterHandlers();
-    d.capacity->RegisterHandlers();
-  }
   for (auto& [resource, inf] : informers_) inf->Start();
   for (auto& [resource, inf] : informers_) {
     if (!inf->WaitForSync(options_.informer_sync_timeout)) {
       return absl::DeadlineExceededError(StrCat("the ", resource, " informer did not sync"));
     }
   }
-  started_ = true;
   binder_->Start();
   attach_detach_->Start();
   scheduler_->Start();
   snapshot_controller_->Start();
-  for (auto& d : per_driver_) {
-    d.provisioner->Start();
-    d.attacher->Start();
-    d.resizer->Start();
-    d.snapshotter->Start();
-    d.capacity->Start();
+  size_t count;
+  {
+    absl::MutexLock lock(&mu_);
+    started_ = true;
+    for (auto& [name, d] : per_driver_) StartDriver(d);
+    count = per_driver_.size();
   }
-  spdlog::info("controllers running for {} driver(s)", per_driver_.size());
+  spdlog::info("controllers running for {} driver(s)", count);
+  if (options_.follow_directory) {
+    drivers_.SetOnNewDriver([this](const std::string& driver) { AddDriver(driver); });
+  }
   return absl::OkStatus();
 }
 
 void ControllerManager::Stop() {
-  // Workers first (they read the informers), then the informers.
-  for (auto& d : per_driver_) {
+  // No new drivers (waits for one being added), then the workers (they read
+  // the informers), then the informers.
+  if (options_.follow_directory) drivers_.SetOnNewDriver(nullptr);
+  absl::MutexLock lock(&mu_);
+  for (auto& [name, d] : per_driver_) {
     d.capacity->Stop();
     d.snapshotter->Stop();
     d.resizer->Stop();

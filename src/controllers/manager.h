@@ -17,11 +17,14 @@
 // Thread-safety: Start/Stop from one thread; the controllers are thread-safe.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 #include "apiserver/registry.h"
 #include "controllers/attacher.h"
 #include "controllers/capacity.h"
@@ -46,6 +49,10 @@ class ControllerManager {
     absl::Duration informer_sync_timeout = absl::Seconds(60);
     int provisioner_workers = 8;
     int binder_workers = 4;
+    // Also run per-driver controllers for every driver that becomes known
+    // to the DriverDirectory later (a node's plugin registration), as they
+    // appear.
+    bool follow_directory = false;
   };
   ControllerManager(apiserver::Registry& registry, DriverDirectory& drivers, Options options);
   ~ControllerManager();  // Stop()
@@ -57,6 +64,11 @@ class ControllerManager {
 
   Informer& informer(const std::string& resource) const;
 
+  // Runs the per-driver controllers for `driver` (started at once when the
+  // manager runs; no-op when they exist).
+  void AddDriver(const std::string& driver) ABSL_LOCKS_EXCLUDED(mu_);
+  std::vector<std::string> drivers() const ABSL_LOCKS_EXCLUDED(mu_);
+
  private:
   struct PerDriver {
     std::unique_ptr<Provisioner> provisioner;
@@ -65,6 +77,8 @@ class ControllerManager {
     std::unique_ptr<Snapshotter> snapshotter;
     std::unique_ptr<CapacityTracker> capacity;
   };
+  PerDriver MakeDriver(const std::string& driver);
+  static void StartDriver(PerDriver& d);
 
   apiserver::Registry& registry_;
   DriverDirectory& drivers_;
@@ -75,8 +89,9 @@ class ControllerManager {
   std::unique_ptr<AttachDetachController> attach_detach_;
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<SnapshotController> snapshot_controller_;
-  std::vector<PerDriver> per_driver_;
-  bool started_ = false;
+  mutable absl::Mutex mu_;
+  std::map<std::string, PerDriver> per_driver_ ABSL_GUARDED_BY(mu_);
+  bool started_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace berth::controllers

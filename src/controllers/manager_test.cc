@@ -1,0 +1,121 @@
+// The controller manager with drivers that become known while it runs: a
+// driver registered after start gets its provisioner (and the rest), which
+// catches up on claims that were waiting for it.
+#include "controllers/manager.h"
+
+#include "common/testing/eventually.h"
+#include "common/testing/temp_dir.h"
+#include "controllers/testing/fake_csi.h"
+#include "controllers/testing/helpers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace berth::controllers {
+namespace {
+
+using testing::Eventually;
+using testing::K;
+
+ControllerManager::Options Follow(bool follow) {
+  ControllerManager::Options o;
+  o.informer_sync_timeout = absl::Seconds(10);
+  o.follow_directory = follow;
+  return o;
+}
+
+constexpr char kLate[] = "late.csi.example.com";
+
+class ControllerManagerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    store_ = std::move(*store::Store::Open({.path = dir_.path() + "/state.db"}));
+    registry_ = std::make_unique<apiserver::Registry>(*store_);
+    ASSERT_TRUE(registry_->Bootstrap().ok());
+    driver_ = std::make_unique<testing::FakeCsiDriver>(kLate);
+    socket_ = dir_.path() + "/csi.sock";
+    ASSERT_TRUE(driver_->Serve(socket_).ok());
+  }
+  void Create(std::string_view resource, std::string_view group, const std::string& ns, const json& obj) {
+    auto got = registry_->Create(K(resource, group), ns, obj);
+    ASSERT_TRUE(got.ok()) << got.status();
+  }
+  void ClassAndClaim(const std::string& claim) {
+    if (!registry_->Get(K("storageclasses", "storage.k8s.io"), "", "late").ok()) {
+      Create("storageclasses", "storage.k8s.io", "",
+             {{"metadata", {{"name", "late"}}}, {"provisioner", kLate}, {"volumeBindingMode", "Immediate"}});
+    }
+    Create("persistentvolumeclaims", "", "default",
+           {{"metadata", {{"name", claim}}},
+            {"spec",
+             {{"storageClassName", "late"},
+              {"accessModes", {"ReadWriteOnce"}},
+              {"resources", {{"requests", {{"storage", "1Gi"}}}}}}}});
+  }
+  std::string Phase(const std::string& claim) {
+    auto got = registry_->Get(K("persistentvolumeclaims"), "default", claim);
+    return got.ok() ? got->value("status", json::object()).value("phase", "") : "<gone>";
+  }
+
+  berth::testing::TempDir dir_;
+  std::unique_ptr<store::Store> store_;
+  std::unique_ptr<apiserver::Registry> registry_;
+  std::unique_ptr<testing::FakeCsiDriver> driver_;
+  std::string socket_;
+  DriverDirectory directory_;
+};
+
+TEST_F(ControllerManagerTest, ADriverRegisteredLaterGetsItsControllers) {
+  ControllerManager manager(*registry_, directory_, Follow(true));
+  ASSERT_TRUE(manager.Start().ok());
+  EXPECT_TRUE(manager.drivers().empty());
+  ClassAndClaim("early");
+  absl::SleepFor(absl::Milliseconds(300));
+  EXPECT_EQ(Phase("early"), "Pending") << "no provisioner for the driver yet";
+  EXPECT_EQ(driver_->create_calls(), 0);
+
+  directory_.Add(kLate, "node-1", "unix://" + socket_);  // e.g. a node's plugin registration
+  EXPECT_THAT(manager.drivers(), ::testing::ElementsAre(kLate));
+  EXPECT_TRUE(Eventually([&] { return Phase("early") == "Bound"; })) << "the claim that waited is provisioned";
+  ClassAndClaim("later");
+  EXPECT_TRUE(Eventually([&] { return Phase("later") == "Bound"; }));
+
+  // The same driver on another node, or again after a re-registration: one
+  // set of controllers.
+  directory_.Add(kLate, "node-2", "unix://" + socket_);
+  directory_.Remove(kLate, "node-1");
+  directory_.Remove(kLate, "node-2");
+  directory_.Add(kLate, "node-1", "unix://" + socket_);
+  EXPECT_THAT(manager.drivers(), ::testing::ElementsAre(kLate));
+  EXPECT_EQ(driver_->create_calls(), 2);
+  manager.Stop();
+}
+
+TEST_F(ControllerManagerTest, WithoutFollowingOnlyTheNamedDriversRun) {
+  ControllerManager manager(*registry_, directory_, Follow(false));
+  ASSERT_TRUE(manager.Start().ok());
+  directory_.Add(kLate, "", "unix://" + socket_);
+  ClassAndClaim("data");
+  absl::SleepFor(absl::Milliseconds(500));
+  EXPECT_EQ(Phase("data"), "Pending");
+  EXPECT_TRUE(manager.drivers().empty());
+  // Added by hand: it catches up.
+  manager.AddDriver(kLate);
+  EXPECT_TRUE(Eventually([&] { return Phase("data") == "Bound"; }));
+  manager.Stop();
+}
+
+TEST_F(ControllerManagerTest, DriversKnownBeforeStartAreFollowedToo) {
+  directory_.Add(kLate, "", "unix://" + socket_);
+  ClassAndClaim("data");
+  ControllerManager manager(*registry_, directory_, Follow(true));
+  ASSERT_TRUE(manager.Start().ok());
+  EXPECT_THAT(manager.drivers(), ::testing::ElementsAre(kLate));
+  EXPECT_TRUE(Eventually([&] { return Phase("data") == "Bound"; }));
+  manager.Stop();
+  // Stopped: a new driver starts nothing.
+  directory_.Add("other.csi.example.com", "", "unix://" + socket_);
+  EXPECT_THAT(manager.drivers(), ::testing::ElementsAre(kLate));
+}
+
+}  // namespace
+}  // namespace berth::controllers
