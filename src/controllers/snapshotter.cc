@@ -460,7 +460,15 @@ absl::StatusOr<json> SnapshotController::CreateContent(const json& snapshot) {
   const std::string content_name = DynamicContentName(snapshot);
   auto secret = ClassSecret(*cls, "snapshotter", content_name, &snapshot);
   if (!secret.ok()) return fail(secret.status());
-  // Protect the source before anything can be cut from it.
+  // Protect the source before anything can be cut from it; decided on the
+  // stored claim under its lock (see ClaimLock).
+  absl::MutexLock claim_lock(&ClaimLock(ns, claim_name));
+  const std::string checked_uid = Uid(*claim);
+  claim = registry_.Get(CoreKind("persistentvolumeclaims"), ns, claim_name);
+  if (!claim.ok()) return fail(claim.status());
+  if (Uid(*claim) != checked_uid) {
+    return absl::AbortedError(StrCat("claim ", ns, "/", claim_name, " was replaced while its snapshot was prepared"));
+  }
   if (!HasFinalizer(*claim, kPvcAsSourceFinalizer)) {
     if (Deleting(*claim)) {
       return fail(absl::FailedPreconditionError(
@@ -661,9 +669,17 @@ bool SnapshotController::ClaimInUse(const json& claim) const {
   return std::any_of(snapshots.begin(), snapshots.end(), cutting);
 }
 
+absl::Mutex& SnapshotController::ClaimLock(const std::string& ns, const std::string& name) {
+  return claim_locks_[std::hash<std::string>{}(StrCat(ns, "/", name)) % claim_locks_.size()];
+}
+
 absl::Status SnapshotController::SyncClaim(const std::string& key) {
   std::optional<json> claim = informers_.claims.GetByKey(key);
-  if (!claim || !HasFinalizer(*claim, kPvcAsSourceFinalizer) || ClaimInUse(*claim)) return absl::OkStatus();
+  if (!claim || !HasFinalizer(*claim, kPvcAsSourceFinalizer)) return absl::OkStatus();
+  // No snapshot may start relying on the finalizer between the check that
+  // none is being cut and its removal.
+  absl::MutexLock claim_lock(&ClaimLock(Ns(*claim), Name(*claim)));
+  if (ClaimInUse(*claim)) return absl::OkStatus();
   return MutateObject(registry_, CoreKind("persistentvolumeclaims"), *claim, apiserver::Subresource::kMain,
                       [](json& c) { return RemoveFinalizer(c, kPvcAsSourceFinalizer); });
 }

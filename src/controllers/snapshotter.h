@@ -59,6 +59,7 @@
 // informers start, Start/Stop from one thread.
 #pragma once
 
+#include <array>
 #include <map>
 #include <optional>
 #include <string>
@@ -143,9 +144,15 @@ class SnapshotController {
   std::optional<nlohmann::json> GetContent(const std::string& name);
   bool RestoreInProgress(const nlohmann::json& snapshot) const;
   bool ClaimInUse(const nlohmann::json& claim) const;
+  // Serializes, per source claim, adding pvc-as-source-protection for a
+  // snapshot about to be cut with deciding to remove it: otherwise a claim
+  // found unused could lose the finalizer just after a new snapshot relied
+  // on it being there.
+  absl::Mutex& ClaimLock(const std::string& ns, const std::string& name);
 
   apiserver::Registry& registry_;
   SnapshotInformers informers_;
+  std::array<absl::Mutex, 32> claim_locks_;
   const Options options_;
   EventRecorder events_;
   WorkQueue snapshot_queue_;

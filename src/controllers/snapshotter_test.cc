@@ -4,6 +4,8 @@
 // the snapshot machinery runs.
 #include "controllers/snapshotter.h"
 
+#include <atomic>
+
 #include "api/quantity.h"
 #include "common/testing/eventually.h"
 #include "common/testing/temp_dir.h"
@@ -259,6 +261,34 @@ TEST_F(SnapshotterTest, DynamicSnapshotIsCutWithClassParametersAndSecrets) {
   for (const auto& e : AllEvents()) EXPECT_THAT(e.dump(), Not(HasSubstr("s3cr3t")));
   EXPECT_THAT(Snap("snap").dump(), Not(HasSubstr("s3cr3t")));
   EXPECT_THAT(Content(content_name).dump(), Not(HasSubstr("s3cr3t")));
+}
+
+TEST_F(SnapshotterTest, EverySnapshotIsCutWhileItsClaimIsProtected) {
+  // Snapshots of one claim keep coming while earlier ones become ready (so
+  // the claim's finalizer keeps being found unneeded): at every
+  // CreateSnapshot the claim must hold pvc-as-source-protection.
+  SnapshotClass("gold");
+  BoundClaim("data");
+  std::atomic<int> cut{0}, unprotected{0};
+  driver_->OnCreateSnapshot([&](const ::csi::v1::CreateSnapshotRequest&) {
+    ++cut;
+    if (!HasFinalizer(Claim("data"), kPvcAsSourceFinalizer)) ++unprotected;
+  });
+  StartControllers();
+  constexpr int kSnapshots = 30;
+  for (int i = 0; i < kSnapshots; ++i) {
+    Snapshot("s" + std::to_string(i), "data", "gold");
+    absl::SleepFor(absl::Milliseconds(i % 3 == 0 ? 15 : 2));
+  }
+  EXPECT_TRUE(Eventually([&] {
+    for (int i = 0; i < kSnapshots; ++i) {
+      if (!IsReady(Snap("s" + std::to_string(i)))) return false;
+    }
+    return true;
+  }));
+  EXPECT_GE(cut.load(), kSnapshots);
+  EXPECT_EQ(unprotected.load(), 0);
+  EXPECT_TRUE(Eventually([&] { return !HasFinalizer(Claim("data"), kPvcAsSourceFinalizer); }));
 }
 
 TEST_F(SnapshotterTest, DefaultClassOfTheClaimsDriverIsChosenAndRecorded) {

@@ -4,6 +4,7 @@
 // ControllerPublish pairs, snapshots and per-segment capacity are modelled.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -205,11 +206,14 @@ class FakeCsiDriver : public ::csi::v1::Identity::Service, public ::csi::v1::Con
   grpc::Status CreateSnapshot(grpc::ServerContext*, const ::csi::v1::CreateSnapshotRequest* req,
                               ::csi::v1::CreateSnapshotResponse* out) override {
     absl::Duration delay;
+    std::function<void(const ::csi::v1::CreateSnapshotRequest&)> hook;
     {
       absl::MutexLock l(&mu_);
       ++snapshot_calls_;
       delay = create_delay_;
+      hook = on_create_snapshot_;
     }
+    if (hook) hook(*req);
     absl::SleepFor(delay);
     absl::MutexLock l(&mu_);
     if (snapshot_fail_count_ > 0) {
@@ -269,6 +273,11 @@ class FakeCsiDriver : public ::csi::v1::Identity::Service, public ::csi::v1::Con
     absl::MutexLock l(&mu_);
     snapshot_fail_code_ = code;
     snapshot_fail_count_ = count;
+  }
+  // Runs at the start of every CreateSnapshot (outside the fake's lock).
+  void OnCreateSnapshot(std::function<void(const ::csi::v1::CreateSnapshotRequest&)> fn) {
+    absl::MutexLock l(&mu_);
+    on_create_snapshot_ = std::move(fn);
   }
   // Whether snapshots report ready_to_use (false: still being cut).
   void SetSnapshotsReady(bool ready) {
@@ -370,6 +379,7 @@ class FakeCsiDriver : public ::csi::v1::Identity::Service, public ::csi::v1::Con
   int snapshot_fail_count_ ABSL_GUARDED_BY(mu_) = 0;
   bool snapshots_ready_ ABSL_GUARDED_BY(mu_) = true;
   int snapshot_calls_ ABSL_GUARDED_BY(mu_) = 0;
+  std::function<void(const ::csi::v1::CreateSnapshotRequest&)> on_create_snapshot_ ABSL_GUARDED_BY(mu_);
   int delete_snapshot_calls_ ABSL_GUARDED_BY(mu_) = 0;
   // capacity
   std::string capacity_key_ ABSL_GUARDED_BY(mu_);
