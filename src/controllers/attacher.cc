@@ -21,9 +21,6 @@ namespace {
 
 using nlohmann::json;
 
-const api::KindInfo& K(std::string_view resource, std::string_view group = "") {
-  return *api::FindResource(group, resource);
-}
 const api::KindInfo& Attachments() { return K("volumeattachments", "storage.k8s.io"); }
 
 // Pods informer index: "ns/claim" → the pods whose volumes name that claim.

@@ -22,9 +22,6 @@ using nlohmann::json;
 constexpr char kTopologyKey[] = "@topology";
 constexpr char kPollKey[] = "@poll";
 
-const api::KindInfo& K(std::string_view resource, std::string_view group = "") {
-  return *api::FindResource(group, resource);
-}
 const api::KindInfo& CapacityKind() { return K("csistoragecapacities", "storage.k8s.io"); }
 
 std::string ItemKey(const std::string& storage_class, const TopologySegment& segment) {

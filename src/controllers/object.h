@@ -5,15 +5,25 @@
 #pragma once
 
 #include <algorithm>
+#include <cstdlib>
 #include <initializer_list>
 #include <map>
 #include <string>
 #include <string_view>
 
 #include "absl/strings/escaping.h"
+#include "api/kinds.h"
 #include "nlohmann/json.hpp"
 
 namespace berth::controllers {
+
+// The kind behind a resource ("persistentvolumeclaims", group "" = core).
+// The names are compiled in: an unknown one is a bug, so it aborts.
+inline const api::KindInfo& K(std::string_view resource, std::string_view group = "") {
+  const api::KindInfo* kind = api::FindResource(group, resource);
+  if (kind == nullptr) std::abort();
+  return *kind;
+}
 
 // `o[key]`, or a null when `o` is not an object or has no `key`.
 inline const nlohmann::json& Field(const nlohmann::json& o, std::string_view key) {

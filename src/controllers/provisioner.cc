@@ -22,9 +22,6 @@ namespace {
 using nlohmann::json;
 
 
-const api::KindInfo& K(std::string_view resource, std::string_view group = "") {
-  return *api::FindResource(group, resource);
-}
 
 // ${pvc.name}, ${pvc.namespace}, ${pv.name} in secret references.
 std::string Expand(std::string text, const json& claim) {

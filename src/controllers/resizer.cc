@@ -25,7 +25,6 @@ std::optional<api::Quantity> Size(const std::string& text) {
   return *q;
 }
 
-const api::KindInfo& K(std::string_view resource) { return *api::FindResource("", resource); }
 
 
 // Sets (or with status "" removes) a claim condition of `type`.

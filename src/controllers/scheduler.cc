@@ -43,9 +43,6 @@ constexpr char kTaintUnreachable[] = "node.kubernetes.io/unreachable";
 // cluster changes (thousands of PV updates) collapse into one such key.
 constexpr char kRequeueAll[] = "\x01requeue-all";
 
-const api::KindInfo& K(std::string_view resource, std::string_view group = "") {
-  return *api::FindResource(group, resource);
-}
 
 int64_t ResourceVersion(const json& o) {
   int64_t rv = 0;

@@ -4,14 +4,12 @@
 #include <string_view>
 
 #include "api/kinds.h"
+#include "controllers/object.h"
 #include "common/testing/eventually.h"
 
 namespace berth::controllers::testing {
 
-// The kind behind a resource ("persistentvolumeclaims", group "" = core).
-inline const api::KindInfo& K(std::string_view resource, std::string_view group = "") {
-  return *api::FindResource(group, resource);
-}
+using controllers::K;
 
 // Controllers converge asynchronously: poll `pred` for up to `timeout`.
 template <class Pred>
