@@ -34,6 +34,7 @@ class ControlPlane {
   ~ControlPlane();
 
   Registry& registry() { return *registry_; }
+  ApiHandler& handler() { return *handler_; }
   store::Store& store() { return *store_; }
   int tcp_port() const { return http_->tcp_port(); }
   const std::string& kubeconfig_path() const { return kubeconfig_; }

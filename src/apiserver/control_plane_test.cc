@@ -13,6 +13,8 @@
 #include "common/testing/temp_dir.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "metrics/prometheus.h"
+#include "metrics/testing/exposition_check.h"
 
 namespace berth::apiserver {
 namespace {
@@ -78,6 +80,36 @@ TEST_F(ControlPlaneHttpTest, TcpIsHttpsAndNeedsTheToken) {
   auto other = EnsureServingCertificate(dir_.path() + "/other-tls");
   auto untrusting = ApiClient::ForTcp("127.0.0.1", cp_->tcp_port(), other->cert_pem, cp_->token());
   EXPECT_EQ(untrusting->Call("GET", "/version").status().code(), absl::StatusCode::kUnavailable);
+}
+
+TEST_F(ControlPlaneHttpTest, MetricsAreServedFromCollectorsBehindTheSameAuthentication) {
+  cp_->handler().AddMetricsCollector([](std::string* out) {
+    metrics::WriteFamily(out, "berth_test_volumes", metrics::MetricType::kGauge, "Volumes.");
+    metrics::WriteSample(out, "berth_test_volumes", {{"node", "n1"}}, 3);
+  });
+  cp_->handler().AddMetricsCollector([](std::string* out) {
+    metrics::WriteFamily(out, "berth_test_up", metrics::MetricType::kGauge, "Up.");
+    metrics::WriteSample(out, "berth_test_up", {}, 1);
+  });
+  auto unix_client = ApiClient::ForUnixSocket(cp_->socket_path());
+  auto r = unix_client->Call("GET", "/metrics");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->code, 200);
+  EXPECT_EQ(r->content_type, metrics::kTextContentType);
+  ASSERT_TRUE(metrics::testing::CheckExposition(r->body).ok()) << r->body;
+  EXPECT_EQ(r->body,
+            "# HELP berth_test_volumes Volumes.\n# TYPE berth_test_volumes gauge\nberth_test_volumes{node=\"n1\"} 3\n"
+            "# HELP berth_test_up Up.\n# TYPE berth_test_up gauge\nberth_test_up 1\n");
+  auto good = ApiClient::ForKubeconfig(cp_->kubeconfig_path());
+  ASSERT_TRUE(good.ok());
+  EXPECT_EQ((*good)->Call("GET", "/metrics")->body, r->body);
+  auto ca = EnsureServingCertificate(dir_.path() + "/data/tls");
+  ASSERT_TRUE(ca.ok());
+  auto bad = ApiClient::ForTcp("127.0.0.1", cp_->tcp_port(), ca->cert_pem, "wrong");
+  auto refused = bad->Call("GET", "/metrics");
+  ASSERT_TRUE(refused.ok()) << refused.status();
+  EXPECT_EQ(refused->code, 401);
+  EXPECT_THAT(refused->body, ::testing::Not(::testing::HasSubstr("berth_test")));
 }
 
 TEST_F(ControlPlaneHttpTest, WatchStreamsOverChunkedEncodingAndShutdownEndsIt) {

@@ -8,6 +8,7 @@
 #include "common/logging.h"
 #include "common/status.h"
 #include "common/strings.h"
+#include "metrics/prometheus.h"
 
 namespace berth::apiserver {
 namespace {
@@ -206,10 +207,21 @@ json StatusObject(const absl::Status& st) {
   return out;
 }
 
+void ApiHandler::AddMetricsCollector(MetricsCollector collector) {
+  absl::MutexLock lock(&metrics_mu_);
+  metrics_.push_back(std::move(collector));
+}
+
 void ApiHandler::Handle(const HttpRequest& req, ResponseWriter& out) {
   const std::vector<std::string> segs = Segments(req.path);
   if (req.method == "GET") {
     if (req.path == "/version" || req.path == "/version/") return SendJson(out, 200, VersionInfo());
+    if (req.path == "/metrics") {
+      std::string text;
+      absl::MutexLock lock(&metrics_mu_);
+      for (const auto& collect : metrics_) collect(&text);
+      return out.Send(200, metrics::kTextContentType, text);
+    }
     if (req.path == "/healthz" || req.path == "/readyz" || req.path == "/livez") {
       return out.Send(200, "text/plain; charset=utf-8", "ok");
     }

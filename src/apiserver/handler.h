@@ -10,12 +10,17 @@
 //   DELETE .../persistentvolumeclaims/data                          delete
 //   POST   /api/v1/namespaces/default/pods/web/binding              bind
 //   GET    /api /apis /api/v1 /apis/<group>/<version> /version      discovery
+//   GET    /metrics                                                 Prometheus text
 //
 // Thread-safety: thread-safe; Handle() is called from many connections.
 #pragma once
 
+#include <functional>
 #include <string>
+#include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "apiserver/registry.h"
 #include "http/server.h"
@@ -36,9 +41,16 @@ class ApiHandler {
 
   void Handle(const HttpRequest& request, ResponseWriter& out);
 
+  // GET /metrics (Prometheus text format) renders every collector in the
+  // order added, each appending whole metric families.
+  using MetricsCollector = std::function<void(std::string* out)>;
+  void AddMetricsCollector(MetricsCollector collector) ABSL_LOCKS_EXCLUDED(metrics_mu_);
+
  private:
   Registry& registry_;
   const Options options_;
+  absl::Mutex metrics_mu_;
+  std::vector<MetricsCollector> metrics_ ABSL_GUARDED_BY(metrics_mu_);
 };
 
 // The Kubernetes Status object for an error (or success when `status` is ok).

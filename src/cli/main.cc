@@ -68,6 +68,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   up->add_option("--csi-binary", up_options.csi_binary, "berth-csi to run (default: beside this binary)");
   up->add_option("--log-level", up_options.log_level, "trace|debug|info|warn|error")->capture_default_str();
+  up->add_option("--volume-stats-period", up_options.volume_stats_period_seconds,
+                 "seconds between NodeGetVolumeStats rounds (kubelet_volume_stats_* on /metrics)")
+      ->capture_default_str();
 
   // apply
   auto* apply = app.add_subcommand("apply", "create or update objects from manifests");

@@ -139,6 +139,9 @@ absl::Status ValidateUpOptions(const UpOptions& o) {
     return absl::InvalidArgumentError(StrCat("--data-dir \"", o.data_dir, "\": want a canonical absolute path"));
   }
   if (o.nodes < 1 || o.nodes > 64) return absl::InvalidArgumentError("--nodes must be between 1 and 64");
+  if (o.volume_stats_period_seconds < 1 || o.volume_stats_period_seconds > 86400) {
+    return absl::InvalidArgumentError("--volume-stats-period must be between 1 and 86400 seconds");
+  }
   if (!o.pool.empty()) {
     if (!IsCanonicalAbsolutePath(o.pool)) {
       return absl::InvalidArgumentError(StrCat("--pool \"", o.pool, "\": want a canonical absolute path"));
@@ -200,6 +203,8 @@ absl::Status RunUp(UpOptions options) {
                                                                             .labels = {},
                                                                             .heartbeat = absl::Seconds(10),
                                                                             .workers = 4,
+                                                                            .volume_stats_period = absl::Seconds(
+                                                                                options.volume_stats_period_seconds),
                                                                             .mount_table = ReadMountTable});
     std::vector<std::string> argv = {options.csi_binary,
                                      "--endpoint=unix://" + root + "/plugins/" + kBerthDriver + "/csi.sock",
@@ -221,6 +226,15 @@ absl::Status RunUp(UpOptions options) {
     for (const auto& e : externals) agent->AddStaticDriver(e.name, e.endpoint);
     agents.push_back(std::move(agent));
   }
+  // kubelet's volume stats, one set of families for every node here (a
+  // claim's volume is published on one node at a time).
+  cp->handler().AddMetricsCollector([&agents](std::string* out) {
+    std::vector<node::VolumeManager::VolumeStat> stats;
+    for (const auto& agent : agents) {
+      for (auto& s : agent->volumes().Stats()) stats.push_back(std::move(s));
+    }
+    node::VolumeManager::WriteStatsMetrics(out, stats);
+  });
   supervisor.Start();
   absl::Status st;
   for (auto& agent : agents) {

@@ -31,6 +31,9 @@ struct UpOptions {
   std::string api_address = "127.0.0.1:7443";
   std::string csi_binary;       // default: berth-csi beside the berth binary
   std::string log_level = "info";
+  // NodeGetVolumeStats of published volumes, served as kubelet_volume_stats_*
+  // on the API server's /metrics (kubelet's --volume-stats-agg-period).
+  int volume_stats_period_seconds = 60;
 };
 
 // Checks options; INVALID_ARGUMENT naming the flag.

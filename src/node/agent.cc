@@ -27,6 +27,7 @@ absl::Status NodeAgent::Start() {
   vm.root = options_.root;
   vm.workers = options_.workers;
   vm.mount_table = options_.mount_table;
+  vm.stats_period = options_.volume_stats_period;
   volumes_ = std::make_unique<VolumeManager>(registry_, *plugins_, directory_, *status_, vm);
   BERTH_RETURN_IF_ERROR(volumes_->Start());
   watcher_ = std::make_unique<PluginWatcher>(registration_dir_, *plugins_);

@@ -37,6 +37,8 @@ class NodeAgent {
     std::map<std::string, std::string> labels;
     absl::Duration heartbeat = absl::Seconds(10);
     int workers = 4;
+    // NodeGetVolumeStats of every published volume this often (zero: off).
+    absl::Duration volume_stats_period = absl::Minutes(1);
     // The mount table the volume manager reads (tests substitute one).
     std::function<absl::StatusOr<std::vector<MountEntry>>()> mount_table = ReadMountTable;
   };

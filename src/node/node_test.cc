@@ -13,6 +13,7 @@
 #include "controllers/testing/helpers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "metrics/testing/exposition_check.h"
 #include "node/agent.h"
 #include "node/testing/fake_node.h"
 #include "store/store.h"
@@ -51,6 +52,7 @@ class NodeAgentTest : public ::testing::Test {
     agent_ = std::make_unique<NodeAgent>(
         *registry_, directory_,
         NodeAgent::Options{.node_name = kNode, .root = root_, .labels = {}, .heartbeat = absl::Seconds(1), .workers = 2,
+                           .volume_stats_period = stats_period_,
                            .mount_table = [this] { return driver_->MountTable(); }});
     ASSERT_TRUE(agent_->Start().ok());
   }
@@ -129,6 +131,7 @@ class NodeAgentTest : public ::testing::Test {
   std::string root_;
   std::unique_ptr<testing::FakeNodeDriver> driver_;
   std::unique_ptr<NodeAgent> agent_;
+  absl::Duration stats_period_ = absl::ZeroDuration();  // tests collect by hand
 };
 
 TEST_F(NodeAgentTest, CreatesTheNodeWithLabelsAndHeartbeats) {
@@ -367,6 +370,97 @@ TEST_F(NodeAgentTest, AfterARebootWantedVolumesAreMountedAgain) {
   StartAgent();
   EXPECT_TRUE(Eventually([&] { return driver_->Published().count(Target(uid, "pv-1")) == 1; }));
   EXPECT_EQ(driver_->Calls("stage"), 2);
+}
+
+TEST_F(NodeAgentTest, VolumeStatsAreCollectedOncePerVolumeAndExportedLikeKubelet) {
+  AttachNotRequired();
+  driver_->SetStats(true, /*bytes=*/1 << 30, /*bytes_used=*/100 << 20, /*inodes=*/65536, /*inodes_used=*/11);
+  CreateVolume("data", "pv-1", kHandle);
+  StartAgent();
+  ServeDriver();
+  const std::string a = CreatePod("a", "data");
+  CreatePod("b", "data", /*read_only=*/true);
+  ASSERT_TRUE(Eventually([&] { return PodPhase("a") == "Running" && PodPhase("b") == "Running"; }));
+  agent_->volumes().CollectStats();
+  // One call for the volume, however many pods publish it, with its paths.
+  ASSERT_EQ(driver_->StatsRequests().size(), 1u);
+  const auto req = driver_->StatsRequests()[0];
+  EXPECT_EQ(req.volume_id(), kHandle);
+  EXPECT_TRUE(driver_->Published().contains(req.volume_path())) << req.volume_path();
+  EXPECT_EQ(req.staging_target_path(), driver_->Staged().at(kHandle));
+  auto stats = agent_->volumes().Stats();
+  ASSERT_EQ(stats.size(), 1u);
+  EXPECT_EQ(stats[0].ns, "default");
+  EXPECT_EQ(stats[0].claim, "data");
+  EXPECT_EQ(stats[0].capacity_bytes, 1 << 30);
+  EXPECT_EQ(stats[0].used_bytes, 100 << 20);
+  EXPECT_EQ(stats[0].available_bytes, (1 << 30) - (100 << 20));
+  EXPECT_EQ(stats[0].inodes_used, 11);
+
+  std::string text;
+  VolumeManager::WriteStatsMetrics(&text, stats);
+  auto samples = metrics::testing::ParseExposition(text);
+  ASSERT_TRUE(samples.ok()) << samples.status() << "\n" << text;
+  std::map<std::string, double> by_name;
+  for (const auto& smp : *samples) {
+    EXPECT_EQ(smp.labels, (std::map<std::string, std::string>{{"namespace", "default"}, {"persistentvolumeclaim", "data"}}));
+    by_name[smp.name] = smp.value;
+  }
+  EXPECT_EQ(by_name["kubelet_volume_stats_capacity_bytes"], 1 << 30);
+  EXPECT_EQ(by_name["kubelet_volume_stats_available_bytes"], (1 << 30) - (100 << 20));
+  EXPECT_EQ(by_name["kubelet_volume_stats_used_bytes"], 100 << 20);
+  EXPECT_EQ(by_name["kubelet_volume_stats_inodes"], 65536);
+  EXPECT_EQ(by_name["kubelet_volume_stats_inodes_free"], 65536 - 11);
+  EXPECT_EQ(by_name["kubelet_volume_stats_inodes_used"], 11);
+  EXPECT_EQ(by_name["kubelet_volume_stats_health_status_abnormal"], 0);
+  EXPECT_EQ(by_name.size(), 7u);
+
+  // Abnormal → 1; a failing call drops the entry; unpublished → gone.
+  driver_->SetStats(true, 1 << 30, 100 << 20, 65536, 11, /*abnormal=*/true);
+  agent_->volumes().CollectStats();
+  ASSERT_EQ(agent_->volumes().Stats().size(), 1u);
+  EXPECT_TRUE(agent_->volumes().Stats()[0].abnormal);
+  driver_->Fail("stats", 1, grpc::StatusCode::INTERNAL, "statfs failed");
+  agent_->volumes().CollectStats();
+  EXPECT_TRUE(agent_->volumes().Stats().empty());
+  agent_->volumes().CollectStats();
+  EXPECT_EQ(agent_->volumes().Stats().size(), 1u);
+  ASSERT_TRUE(registry_->Delete(K("pods"), "default", "a").ok());
+  ASSERT_TRUE(registry_->Delete(K("pods"), "default", "b").ok());
+  ASSERT_TRUE(Eventually([&] { return driver_->Published().empty(); }));
+  ASSERT_TRUE(Eventually([&] { return agent_->volumes().PublishedVolumes().empty(); }));
+  agent_->volumes().CollectStats();
+  EXPECT_TRUE(agent_->volumes().Stats().empty());
+  text.clear();
+  VolumeManager::WriteStatsMetrics(&text, agent_->volumes().Stats());
+  EXPECT_EQ(text, "");
+  (void)a;
+}
+
+TEST_F(NodeAgentTest, ADriverWithoutVolumeStatsIsNeverAsked) {
+  AttachNotRequired();
+  CreateVolume("data", "pv-1", kHandle);
+  StartAgent();
+  ServeDriver();
+  CreatePod("app", "data");
+  ASSERT_TRUE(Eventually([&] { return PodPhase("app") == "Running"; }));
+  agent_->volumes().CollectStats();
+  EXPECT_EQ(driver_->Calls("stats"), 0);
+  EXPECT_TRUE(driver_->StatsRequests().empty());
+  EXPECT_TRUE(agent_->volumes().Stats().empty());
+}
+
+TEST_F(NodeAgentTest, VolumeStatsAreCollectedPeriodically) {
+  AttachNotRequired();
+  driver_->SetStats(true, 1 << 20, 1 << 10, 100, 1);
+  CreateVolume("data", "pv-1", kHandle);
+  stats_period_ = absl::Milliseconds(100);
+  StartAgent();
+  ServeDriver();
+  CreatePod("app", "data");
+  ASSERT_TRUE(Eventually([&] { return PodPhase("app") == "Running"; }));
+  EXPECT_TRUE(Eventually([&] { return agent_->volumes().Stats().size() == 1u; }));
+  EXPECT_TRUE(Eventually([&] { return driver_->Calls("stats") >= 3; }));
 }
 
 TEST_F(NodeAgentTest, ExpandsOnTheNodeAndFinishesTheClaim) {

@@ -64,6 +64,9 @@ class VolumeManager {
     absl::Duration call_timeout = absl::Minutes(2);
     absl::Duration resync = absl::Seconds(1);
     int workers = 4;
+    // How often NodeGetVolumeStats is asked of every published volume
+    // (kubelet's --volume-stats-agg-period); zero: never on its own.
+    absl::Duration stats_period = absl::Minutes(1);
     // The mount table (tests substitute one).
     std::function<absl::StatusOr<std::vector<MountEntry>>()> mount_table = ReadMountTable;
   };
@@ -81,6 +84,25 @@ class VolumeManager {
   // What is staged (unique volume names) and published ("<pod uid>/<pv>").
   std::set<std::string> StagedVolumes() const ABSL_LOCKS_EXCLUDED(mu_);
   std::set<std::string> PublishedVolumes() const ABSL_LOCKS_EXCLUDED(mu_);
+
+  // The latest NodeGetVolumeStats answer of a volume published on this
+  // node, by the claim it belongs to.
+  struct VolumeStat {
+    std::string ns, claim, pv;
+    bool has_bytes = false, has_inodes = false;
+    int64_t capacity_bytes = 0, available_bytes = 0, used_bytes = 0;
+    int64_t inodes = 0, inodes_free = 0, inodes_used = 0;
+    bool has_condition = false, abnormal = false;
+    std::string condition_message;
+  };
+  // Asks every published volume whose driver offers GET_VOLUME_STATS (one
+  // call per volume, however many pods use it) and replaces the kept
+  // answers: a volume no longer published, or whose call failed, is dropped.
+  void CollectStats() ABSL_LOCKS_EXCLUDED(mu_, stats_mu_);
+  std::vector<VolumeStat> Stats() const ABSL_LOCKS_EXCLUDED(stats_mu_);
+  // kubelet's kubelet_volume_stats_* families (labels namespace,
+  // persistentvolumeclaim) for `stats` (of every node in this process).
+  static void WriteStatsMetrics(std::string* out, const std::vector<VolumeStat>& stats);
 
   // Paths (exposed for tests and the docs).
   std::string StagingPath(const std::string& driver, const std::string& handle, const std::string& pv,
@@ -160,7 +182,10 @@ class VolumeManager {
   controllers::EventRecorder events_;
   std::map<std::string, std::unique_ptr<controllers::Informer>> informers_;
   std::thread reconciler_;
+  std::thread stats_thread_;
   std::vector<std::thread> workers_;
+  mutable absl::Mutex stats_mu_;
+  std::vector<VolumeStat> stats_ ABSL_GUARDED_BY(stats_mu_);
 
   mutable absl::Mutex mu_;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;

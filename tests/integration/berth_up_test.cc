@@ -17,6 +17,7 @@
 #include "driver/testing/sandbox.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "metrics/testing/exposition_check.h"
 #include "nlohmann/json.hpp"
 
 namespace berth::testing {
@@ -52,7 +53,8 @@ class BerthUpTest : public ::testing::Test {
 
   void StartUp(std::vector<std::string> extra = {}) {
     std::vector<std::string> argv = {BERTH_BINARY, "--data-dir", data_, "up", "--pool-size", "1Gi",
-                                     "--api-address", "", "--csi-binary", BERTH_CSI_BINARY, "--node-name", "testnode"};
+                                     "--api-address", "", "--csi-binary", BERTH_CSI_BINARY, "--node-name", "testnode",
+                                     "--volume-stats-period", "1"};
     argv.insert(argv.end(), extra.begin(), extra.end());
     up_ = std::make_unique<Subprocess>(argv, sandbox_.Join("up-" + std::to_string(++starts_) + ".log"));
     ASSERT_TRUE(Eventually([&] { return up_->Output().find("berth is up") != std::string::npos || up_->Wait(absl::ZeroDuration()); },
@@ -162,6 +164,21 @@ TEST_F(BerthUpTest, ClaimPodSnapshotRestoreExpandDelete) {
     out << payload;
   }
   ::sync();
+  // kubelet's volume stats on the API server's /metrics (collected every
+  // second here): the claim's filesystem, the payload counted as used.
+  ASSERT_TRUE(Eventually([&] {
+    auto r = client_->Call("GET", "/metrics");
+    if (!r.ok() || r->code != 200) return false;
+    auto samples = metrics::testing::ParseExposition(r->body);
+    if (!samples.ok()) return false;
+    double capacity = 0, used = 0;
+    for (const auto& smp : *samples) {
+      if (smp.labels.count("persistentvolumeclaim") == 0 || smp.labels.at("persistentvolumeclaim") != "data") continue;
+      if (smp.name == "kubelet_volume_stats_capacity_bytes") capacity = smp.value;
+      if (smp.name == "kubelet_volume_stats_used_bytes") used = smp.value;
+    }
+    return capacity > 32 << 20 && used >= 3 << 20;
+  }, absl::Seconds(30))) << client_->Call("GET", "/metrics")->body;
 
   Berth({"apply", "-f", Example("snapshot-and-restore.yaml")});
   ASSERT_TRUE(Eventually([&] {

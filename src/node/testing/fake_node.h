@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <array>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -67,7 +68,21 @@ class FakeNodeDriver : public ::csi::v1::Identity::Service, public ::csi::v1::No
     absl::MutexLock lock(&mu_);
     max_volumes_ = n;
   }
-  // The next `n` calls of `method` ("stage", "publish", "unpublish", "unstage", "expand", "info") fail.
+  // GET_VOLUME_STATS (with VOLUME_CONDITION) offered, and what
+  // NodeGetVolumeStats answers for a published volume: bytes and inodes as
+  // total/available/used, and whether the volume is abnormal.
+  void SetStats(bool offered, int64_t bytes = 0, int64_t bytes_used = 0, int64_t inodes = 0, int64_t inodes_used = 0,
+                bool abnormal = false) {
+    absl::MutexLock lock(&mu_);
+    stats_offered_ = offered;
+    stats_ = {bytes, bytes_used, inodes, inodes_used};
+    abnormal_ = abnormal;
+  }
+  std::vector<::csi::v1::NodeGetVolumeStatsRequest> StatsRequests() const {
+    absl::MutexLock lock(&mu_);
+    return stats_requests_;
+  }
+  // The next `n` calls of `method` ("stage", "publish", "unpublish", "unstage", "expand", "info", "stats") fail.
   void Fail(const std::string& method, int n, grpc::StatusCode code = grpc::StatusCode::INTERNAL,
             std::string message = "injected failure") {
     absl::MutexLock lock(&mu_);
@@ -139,6 +154,33 @@ class FakeNodeDriver : public ::csi::v1::Identity::Service, public ::csi::v1::No
                                    ::csi::v1::NodeGetCapabilitiesResponse* resp) override {
     using Rpc = ::csi::v1::NodeServiceCapability::RPC;
     for (auto t : {Rpc::STAGE_UNSTAGE_VOLUME, Rpc::EXPAND_VOLUME}) resp->add_capabilities()->mutable_rpc()->set_type(t);
+    absl::MutexLock lock(&mu_);
+    if (stats_offered_) {
+      for (auto t : {Rpc::GET_VOLUME_STATS, Rpc::VOLUME_CONDITION}) resp->add_capabilities()->mutable_rpc()->set_type(t);
+    }
+    return grpc::Status::OK;
+  }
+  grpc::Status NodeGetVolumeStats(grpc::ServerContext*, const ::csi::v1::NodeGetVolumeStatsRequest* req,
+                                  ::csi::v1::NodeGetVolumeStatsResponse* resp) override {
+    absl::MutexLock lock(&mu_);
+    stats_requests_.push_back(*req);
+    if (auto st = Injected("stats"); !st.ok()) return st;
+    auto it = published_.find(req->volume_path());
+    if (it == published_.end() || it->second != req->volume_id()) {
+      return grpc::Status(grpc::StatusCode::NOT_FOUND, "not published there");
+    }
+    auto* bytes = resp->add_usage();
+    bytes->set_unit(::csi::v1::VolumeUsage::BYTES);
+    bytes->set_total(stats_[0]);
+    bytes->set_used(stats_[1]);
+    bytes->set_available(stats_[0] - stats_[1]);
+    auto* inodes = resp->add_usage();
+    inodes->set_unit(::csi::v1::VolumeUsage::INODES);
+    inodes->set_total(stats_[2]);
+    inodes->set_used(stats_[3]);
+    inodes->set_available(stats_[2] - stats_[3]);
+    resp->mutable_volume_condition()->set_abnormal(abnormal_);
+    resp->mutable_volume_condition()->set_message(abnormal_ ? "the disk is failing" : "healthy");
     return grpc::Status::OK;
   }
   grpc::Status NodeStageVolume(grpc::ServerContext*, const ::csi::v1::NodeStageVolumeRequest* req,
@@ -233,6 +275,10 @@ class FakeNodeDriver : public ::csi::v1::Identity::Service, public ::csi::v1::No
   std::map<std::string, std::string> published_ ABSL_GUARDED_BY(mu_);
   std::vector<::csi::v1::NodePublishVolumeRequest> publish_requests_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, int64_t> expanded_ ABSL_GUARDED_BY(mu_);
+  bool stats_offered_ ABSL_GUARDED_BY(mu_) = false;
+  std::array<int64_t, 4> stats_ ABSL_GUARDED_BY(mu_) = {};
+  bool abnormal_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<::csi::v1::NodeGetVolumeStatsRequest> stats_requests_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace berth::node::testing
