@@ -122,7 +122,7 @@ void AttachDetachController::RegisterHandlers() {
   informers_.pods.AddIndex(kPodsByClaim, [](const json& pod) {
     std::vector<std::string> claims;
     for (const auto& v : Field(Field(pod, "spec"), "volumes")) {
-      if (std::string c = Str(v, {"persistentVolumeClaim", "claimName"}); !c.empty()) claims.push_back(Ns(pod) + "/" + c);
+      if (std::string c = PodVolumeClaim(pod, v); !c.empty()) claims.push_back(Ns(pod) + "/" + c);
     }
     return claims;
   });
@@ -195,10 +195,12 @@ std::map<std::string, AttachDetachController::Wanted> AttachDetachController::De
     const json& volumes = Field(Field(pod, "spec"), "volumes");
     if (!volumes.is_array()) continue;
     for (const auto& v : volumes) {
-      const std::string claim_name = Str(v, {"persistentVolumeClaim", "claimName"});
+      bool ephemeral = false;
+      const std::string claim_name = PodVolumeClaim(pod, v, &ephemeral);
       if (claim_name.empty()) continue;
       std::optional<json> claim = informers_.claims.Get(Ns(pod), claim_name);
       if (!claim || Str(*claim, {"status", "phase"}) != "Bound") continue;
+      if (ephemeral && !ControlledByPod(*claim, pod)) continue;  // someone else's claim of that name
       const std::string pv_name = Str(*claim, {"spec", "volumeName"});
       std::optional<json> pv = pv_name.empty() ? std::nullopt : informers_.volumes.Get("", pv_name);
       if (!pv) continue;

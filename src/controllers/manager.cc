@@ -60,6 +60,8 @@ ControllerManager::ControllerManager(apiserver::Registry& registry, DriverDirect
       SnapshotInformers{i("volumesnapshots"), i("volumesnapshotcontents"), i("volumesnapshotclasses"),
                         i("persistentvolumeclaims")},
       SnapshotController::Options{});
+  ephemeral_ = std::make_unique<EphemeralController>(registry_, i("pods"), i("persistentvolumeclaims"),
+                                                     EphemeralController::Options{});
   absl::MutexLock lock(&mu_);
   for (const auto& driver : options_.drivers) {
     if (!per_driver_.contains(driver)) per_driver_.emplace(driver, MakeDriver(driver));
@@ -148,6 +150,7 @@ absl::Status ControllerManager::Start() {
   attach_detach_->RegisterHandlers();
   scheduler_->RegisterHandlers();
   snapshot_controller_->RegisterHandlers();
+  ephemeral_->RegisterHandlers();
   for (auto& [resource, inf] : informers_) inf->Start();
   for (auto& [resource, inf] : informers_) {
     if (!inf->WaitForSync(options_.informer_sync_timeout)) {
@@ -158,6 +161,7 @@ absl::Status ControllerManager::Start() {
   attach_detach_->Start();
   scheduler_->Start();
   snapshot_controller_->Start();
+  ephemeral_->Start();
   size_t count;
   {
     absl::MutexLock lock(&mu_);
@@ -184,6 +188,7 @@ void ControllerManager::Stop() {
     d.attacher->Stop();
     d.provisioner->Stop();
   }
+  ephemeral_->Stop();
   snapshot_controller_->Stop();
   scheduler_->Stop();
   attach_detach_->Stop();

@@ -9,8 +9,8 @@
 //   ...
 //   manager.Stop();
 //
-// Cluster-wide: the PV binder, the attach-detach controller, the scheduler
-// and the snapshot controller. Per CSI driver: provisioner, attacher,
+// Cluster-wide: the PV binder, the attach-detach controller, the scheduler,
+// the snapshot controller and the generic ephemeral volume controller. Per CSI driver: provisioner, attacher,
 // resizer, snapshotter and capacity tracker. Turns on the registry's
 // storage-protection admission (the binder removes those finalizers).
 //
@@ -29,6 +29,7 @@
 #include "controllers/attacher.h"
 #include "controllers/capacity.h"
 #include "controllers/drivers.h"
+#include "controllers/ephemeral.h"
 #include "controllers/informer.h"
 #include "controllers/provisioner.h"
 #include "controllers/pv_binder.h"
@@ -89,6 +90,7 @@ class ControllerManager {
   std::unique_ptr<AttachDetachController> attach_detach_;
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<SnapshotController> snapshot_controller_;
+  std::unique_ptr<EphemeralController> ephemeral_;
   mutable absl::Mutex mu_;
   std::map<std::string, PerDriver> per_driver_ ABSL_GUARDED_BY(mu_);
   bool started_ ABSL_GUARDED_BY(mu_) = false;

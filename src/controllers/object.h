@@ -55,6 +55,30 @@ inline bool HasFinalizer(const nlohmann::json& o, const std::string& f) {
 }
 
 // A claim's class: spec.storageClassName, else the beta annotation.
+// The claim a pod volume uses ("" for other volume types): the claim it
+// names, or for a generic ephemeral volume `<pod>-<volume>` (which must be
+// controlled by the pod: see ControlledByPod). `ephemeral` says which.
+inline std::string PodVolumeClaim(const nlohmann::json& pod, const nlohmann::json& volume, bool* ephemeral = nullptr) {
+  if (ephemeral != nullptr) *ephemeral = false;
+  if (std::string c = Str(volume, {"persistentVolumeClaim", "claimName"}); !c.empty()) return c;
+  if (Field(volume, "ephemeral").is_object()) {
+    if (ephemeral != nullptr) *ephemeral = true;
+    return Str(pod, {"metadata", "name"}) + "-" + Str(volume, {"name"});
+  }
+  return "";
+}
+
+// Whether `claim`'s controlling owner is `pod` (Kubernetes'
+// ephemeral.VolumeIsForPod).
+inline bool ControlledByPod(const nlohmann::json& claim, const nlohmann::json& pod) {
+  const nlohmann::json& refs = Field(Field(claim, "metadata"), "ownerReferences");
+  if (!refs.is_array()) return false;
+  for (const auto& r : refs) {
+    if (r.is_object() && r.value("controller", false)) return Str(r, {"uid"}) == Uid(pod);
+  }
+  return false;
+}
+
 inline std::string ClaimClass(const nlohmann::json& claim) {
   if (const auto& c = Field(Field(claim, "spec"), "storageClassName"); c.is_string()) return c.get<std::string>();
   return Annotation(claim, "volume.beta.kubernetes.io/storage-class");

@@ -157,7 +157,7 @@ void PvBinder::RegisterHandlers() {
             const json& vols = Field(Field(pod, "spec"), "volumes");
             if (!vols.is_array()) return;
             for (const auto& v : vols) {
-              if (std::string c = Str(v, {"persistentVolumeClaim", "claimName"}); !c.empty()) {
+              if (std::string c = PodVolumeClaim(pod, v); !c.empty()) {
                 claim_queue_.Add(StrCat(Ns(pod), "/", c));
               }
             }
@@ -522,7 +522,7 @@ bool PvBinder::ClaimInUse(const json& claim) const {
     const json& vols = Field(Field(pod, "spec"), "volumes");
     if (!vols.is_array()) return false;
     for (const auto& v : vols) {
-      if (Str(v, {"persistentVolumeClaim", "claimName"}) == Name(claim)) return true;
+      if (PodVolumeClaim(pod, v) == Name(claim)) return true;
     }
     return false;
   };

@@ -161,29 +161,6 @@ json PodScheduledCondition(const json& pod) {
   return json();
 }
 
-// The claim a pod volume refers to ("" for other volume types): the named
-// claim, or a generic ephemeral volume's <pod>-<volume>.
-std::string ClaimNameOf(const json& pod, const json& volume, bool* ephemeral) {
-  *ephemeral = false;
-  if (std::string c = Str(volume, {"persistentVolumeClaim", "claimName"}); !c.empty()) return c;
-  if (!Field(volume, "ephemeral").is_null()) {
-    *ephemeral = true;
-    return StrCat(Name(pod), "-", Str(volume, {"name"}));
-  }
-  return "";
-}
-
-bool OwnedBy(const json& claim, const json& pod) {
-  const json& owners = Field(Field(claim, "metadata"), "ownerReferences");
-  if (!owners.is_array()) return false;
-  for (const auto& o : owners) {
-    if (Str(o, {"uid"}) == Uid(pod) && Field(o, "controller").is_boolean() && Field(o, "controller").get<bool>()) {
-      return true;
-    }
-  }
-  return false;
-}
-
 // Reads the object fresh, applies `mutate` (false: nothing to do) and
 // writes it back conditionally (a conflict comes back ABORTED). Returns the
 // stored result, or nullopt when nothing was written.
@@ -392,7 +369,7 @@ void Scheduler::RequeuePodsUsing(const json& claim) {
     if (!volumes.is_array()) return false;
     for (const auto& v : volumes) {
       bool ephemeral = false;
-      if (ClaimNameOf(pod, v, &ephemeral) == name) return true;
+      if (PodVolumeClaim(pod, v, &ephemeral) == name) return true;
     }
     return false;
   };
@@ -688,11 +665,11 @@ std::string Scheduler::CollectClaims(const json& pod, std::vector<ClaimRef>& cla
   if (pod_volumes.is_array()) {
     for (const auto& v : pod_volumes) {
       bool ephemeral = false;
-      const std::string claim_name = ClaimNameOf(pod, v, &ephemeral);
+      const std::string claim_name = PodVolumeClaim(pod, v, &ephemeral);
       if (claim_name.empty() || !seen.insert(claim_name).second) continue;
       std::optional<json> claim = Current(informers_.claims, "persistentvolumeclaims", StrCat(ns, "/", claim_name));
       if (!claim) return StrCat("persistentvolumeclaim \"", claim_name, "\" not found");
-      if (ephemeral && !OwnedBy(*claim, pod)) {
+      if (ephemeral && !ControlledByPod(*claim, pod)) {
         return StrCat("PVC ", ns, "/", claim_name, " was not created for pod ", ns, "/", Name(pod),
                       " (pod is not owner)");
       }
@@ -776,7 +753,7 @@ void Scheduler::FillSnapshot(const std::string& key, const json& pod, const std:
       if (!vols.is_array()) return;
       for (const auto& v : vols) {
         bool ephemeral = false;
-        const std::string claim_name = ClaimNameOf(other, v, &ephemeral);
+        const std::string claim_name = PodVolumeClaim(other, v, &ephemeral);
         if (claim_name.empty()) continue;
         std::optional<json> claim =
             Current(informers_.claims, "persistentvolumeclaims", StrCat(Ns(other), "/", claim_name));

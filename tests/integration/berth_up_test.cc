@@ -237,6 +237,23 @@ TEST_F(BerthUpTest, ClaimPodSnapshotRestoreExpandDelete) {
   EXPECT_EQ(StopUp(SIGTERM), 0);
 }
 
+TEST_F(BerthUpTest, GenericEphemeralVolumeLivesAndDiesWithItsPod) {
+  StartUp();
+  Berth({"apply", "-f", Example("ephemeral.yaml")});
+  ASSERT_TRUE(Eventually([&] { return Running("scratch-app"); }, absl::Seconds(90))) << Pod("scratch-app").dump();
+  json claim = Claim("scratch-app-scratch");
+  EXPECT_EQ(claim["metadata"]["ownerReferences"][0]["uid"], Pod("scratch-app")["metadata"]["uid"]);
+  EXPECT_EQ(claim["spec"]["storageClassName"], "berth-local");
+  const std::string mount = MountOf("scratch-app", "scratch-app-scratch");
+  EXPECT_TRUE(Mounted(mount)) << mount;
+  Berth({"delete", "-f", Example("ephemeral.yaml")});
+  EXPECT_TRUE(Eventually([&] { return Claim("scratch-app-scratch").is_null(); }, absl::Seconds(90)))
+      << Claim("scratch-app-scratch").dump();
+  EXPECT_TRUE(Eventually([&] { return Get("/api/v1/persistentvolumes")["items"].empty(); }, absl::Seconds(90)));
+  EXPECT_TRUE(Eventually([&] { return VolumeMounts().empty() && VolumeLoops() == 0; }, absl::Seconds(30)));
+  EXPECT_EQ(StopUp(SIGTERM), 0);
+}
+
 TEST_F(BerthUpTest, KillNineAndRestartKeepsPodsRunning) {
   StartUp();
   Berth({"apply", "-f", Example("claim-and-pod.yaml")});
