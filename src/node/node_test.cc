@@ -3,6 +3,7 @@
 // labels), the volume manager's stage/publish/unpublish/unstage/expand,
 // attach waits, failures, and restart reconstruction.
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <filesystem>
 
@@ -219,6 +220,32 @@ TEST_F(NodeAgentTest, NodeGetInfoFailureIsRetried) {
   ServeDriver();
   EXPECT_TRUE(Eventually([&] { return Registered(); }));
   EXPECT_GE(driver_->Calls("info"), 2);
+}
+
+// node-driver-registrar restarting after a SIGKILL removes its stale socket
+// and binds a new one at once, and ext4 hands the new socket the inode just
+// freed. Seen with the upstream sidecar (tests/integration/registrar_test):
+// the watcher took the new socket for the old one and never asked it, so the
+// restarted sidecar never heard its verdict. Here the same inode comes back
+// for certain: the socket is removed and linked back from a hidden hard link.
+TEST_F(NodeAgentTest, ASocketCreatedAgainWithTheSameInodeRegistersAgain) {
+  StartAgent();
+  ServeDriver();
+  ASSERT_TRUE(Eventually([&] { return Registered(); }));
+  ASSERT_TRUE(Eventually([&] { return driver_->registration()->last_status().has_value(); }));
+  const int infos = driver_->Calls("info");
+  const std::string socket = csi::RegistrationSocketPath(root_ + "/plugins_registry", kDriver);
+  const std::string hidden = root_ + "/plugins_registry/.old-reg.sock";
+  struct stat before {}, after {};
+  ASSERT_EQ(::lstat(socket.c_str(), &before), 0);
+  ASSERT_EQ(::link(socket.c_str(), hidden.c_str()), 0);
+  ASSERT_EQ(::unlink(socket.c_str()), 0);
+  ASSERT_EQ(::link(hidden.c_str(), socket.c_str()), 0);
+  ASSERT_EQ(::unlink(hidden.c_str()), 0);
+  ASSERT_EQ(::lstat(socket.c_str(), &after), 0);
+  ASSERT_EQ(after.st_ino, before.st_ino);
+  EXPECT_TRUE(Eventually([&] { return driver_->Calls("info") > infos; })) << "not registered again";
+  EXPECT_TRUE(Eventually([&] { return Registered(); }));
 }
 
 TEST_F(NodeAgentTest, StagesAndPublishesThenTearsDown) {

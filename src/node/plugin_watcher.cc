@@ -117,11 +117,25 @@ void PluginWatcher::Run() {
     int rc = ::poll(fds, 2, static_cast<int>(absl::ToInt64Milliseconds(wait)) + 1);
     if (rc > 0 && (fds[1].revents & POLLIN)) return;
     if (rc > 0 && (fds[0].revents & POLLIN)) {
-      char buf[4096];
-      while (::read(inotify_fd_, buf, sizeof(buf)) > 0) {
-      }
-      // A socket appears a moment before it listens; give it that moment.
+      // A socket appears a moment before it listens; give it that moment
+      // (and let a remove + create pair of a restarting plugin arrive).
       ::poll(nullptr, 0, 50);
+      ReadEvents();
+    }
+  }
+}
+
+void PluginWatcher::ReadEvents() {
+  alignas(inotify_event) char buf[4096];
+  ssize_t n;
+  while ((n = ::read(inotify_fd_, buf, sizeof(buf))) > 0) {
+    for (ssize_t off = 0; off + static_cast<ssize_t>(sizeof(inotify_event)) <= n;) {
+      const auto* ev = reinterpret_cast<const inotify_event*>(buf + off);
+      // ev->name is NUL-padded to ev->len; spelled as Sockets() spells it.
+      if ((ev->mask & (IN_CREATE | IN_MOVED_TO)) && ev->len > 0) {
+        created_.insert((fs::path(dir_) / ev->name).string());
+      }
+      off += static_cast<ssize_t>(sizeof(inotify_event) + ev->len);
     }
   }
 }
@@ -152,17 +166,21 @@ void PluginWatcher::Rescan() {
   }
   for (const auto& [socket, plugin] : current) {
     auto it = sockets.find(socket);
-    if (it != sockets.end() && it->second == plugin.inode) continue;
+    const bool recreated = created_.count(socket) > 0;
+    if (it != sockets.end() && it->second == plugin.inode && !recreated) continue;
     spdlog::info("plugin {} at {} {}; deregistering", plugin.name, socket,
                  it == sockets.end() ? "went away" : "was replaced");
     handler_.DeregisterPlugin(plugin.name);
     absl::MutexLock lock(&mu_);
     plugins_.erase(socket);
   }
+  // A socket created anew is tried at once.
   for (auto it = retries_.begin(); it != retries_.end();) {
     auto s = sockets.find(it->first);
-    it = (s == sockets.end() || s->second != it->second.inode) ? retries_.erase(it) : std::next(it);
+    const bool fresh = s == sockets.end() || s->second != it->second.inode || created_.count(it->first) > 0;
+    it = fresh ? retries_.erase(it) : std::next(it);
   }
+  created_.clear();
   // New sockets: register.
   const absl::Time now = absl::Now();
   for (const auto& [socket, inode] : sockets) {

@@ -2,9 +2,12 @@
 // (<kubelet-root>/plugins_registry/), asks each plugin who it is over
 // pluginregistration v1 (GetInfo), hands it to the PluginHandler, and tells
 // the plugin the verdict (NotifyRegistrationStatus). A socket that goes away
-// deregisters its plugin; one that is replaced (a new inode: the plugin
-// restarted) registers again. Names starting with "." are ignored, as are
-// files that are not sockets. Failed registrations are retried with backoff.
+// deregisters its plugin; one that is created again (the plugin restarted:
+// a create event for its name, as kubelet goes by, or a new inode) registers
+// again — node-driver-registrar removes its stale socket and binds a new one
+// at once, and the file system may hand the new socket the old inode. Names
+// starting with "." are ignored, as are files that are not sockets. Failed
+// registrations are retried with backoff.
 //
 //   PluginWatcher watcher(root + "/plugins_registry", csi_plugins);
 //   BERTH_RETURN_IF_ERROR(watcher.Start());
@@ -18,6 +21,7 @@
 #include <sys/types.h>
 
 #include <map>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -69,6 +73,9 @@ class PluginWatcher {
     absl::Time next;
   };
   void Run();
+  // Drains the inotify queue, noting the names created (or moved in) in
+  // created_.
+  void ReadEvents();
   void Rescan();
   // Sockets under dir_ (recursively, skipping "." names): path → inode.
   std::map<std::string, ino_t> Sockets() const;
@@ -83,6 +90,9 @@ class PluginWatcher {
   int wake_fd_ = -1;  // eventfd to stop the thread
   std::thread thread_;
   std::map<std::string, Retry> retries_;  // watcher thread only
+  // Paths created since the last rescan (watcher thread only): a registered
+  // plugin's socket among them was replaced, whatever its inode.
+  std::set<std::string> created_;
 
   mutable absl::Mutex mu_;
   std::map<std::string, Plugin> plugins_ ABSL_GUARDED_BY(mu_);  // socket → plugin
