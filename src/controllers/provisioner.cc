@@ -576,6 +576,23 @@ absl::Status Provisioner::SyncVolume(const std::string& name) {
     }
     for (const auto& [k, v] : DecodedSecretData(*s)) secrets[k] = v;
   }
+  // Never while a VolumeAttachment refers to it (external-provisioner's
+  // canDeleteVolume): the volume may still be ControllerPublished, and its
+  // node may still be unstaging it — DeleteVolume then breaks the CSI
+  // lifecycle (the spec-strict driver catches it). Retried with backoff
+  // until the attachment is gone.
+  BERTH_ASSIGN_OR_RETURN(auto selector,
+                         apiserver::FieldSelector::Parse(StrCat("spec.source.persistentVolumeName=", name)));
+  apiserver::ListOptions list_options;
+  list_options.fields = selector;
+  BERTH_ASSIGN_OR_RETURN(apiserver::ListPage attachments,
+                         registry_.List(K("volumeattachments", "storage.k8s.io"), "", list_options));
+  if (!attachments.items.empty()) {
+    absl::Status attached = absl::FailedPreconditionError(StrCat("persistentvolume ", name, " is still attached to node ",
+                                                                 Str(attachments.items.front(), {"spec", "nodeName"})));
+    events_.Record(pv, "Warning", "VolumeFailedDelete", std::string(attached.message()));
+    return attached;
+  }
   // A node-local volume is deleted where it lives.
   absl::Status st = DeleteVolume(Str(pv, {"spec", "csi", "volumeHandle"}), VolumeNode(registry_, pv), secrets);
   if (!st.ok()) {

@@ -3,8 +3,8 @@
 // answered "CO violation: ..." and appended to --violations; run as root for
 // real bind mounts.
 //
-//   strict-csi-driver --endpoint unix:///tmp/s/csi.sock --node-id node-1 \
-//       --state-dir /tmp/s/state --violations /tmp/s/violations \
+//   strict-csi-driver --endpoint unix:///tmp/s/csi.sock --node-id node-1
+//       --state-dir /tmp/s/state --violations /tmp/s/violations
 //       [--no-stage-unstage] [--fault stage:DEADLINE_EXCEEDED:1:after]
 #include <iostream>
 #include <string>
