@@ -48,6 +48,7 @@
 #include "client/drivers.h"
 #include "client/events.h"
 #include "client/informer.h"
+#include "client/volume_names.h"
 #include "client/workqueue.h"
 
 namespace berth::controllers {

@@ -41,6 +41,12 @@ class NodeAgent {
     absl::Duration volume_stats_period = absl::Minutes(1);
     // The mount table the volume manager reads (tests substitute one).
     std::function<absl::StatusOr<std::vector<MountEntry>>()> mount_table = ReadMountTable;
+    // Time for the volume manager's backoffs and resyncs (null: RealClock()).
+    Clock* clock = nullptr;
+    // The pod workers' answers (see VolumeManager::Options); unset: no
+    // container runtime.
+    std::function<bool(const std::string& pod_uid)> containers_may_run = nullptr;
+    bool runtime_owns_pod_status = false;
   };
   NodeAgent(apiserver::Registry& registry, client::DriverDirectory& directory, Options options);
   ~NodeAgent();  // Stop()
