@@ -3,13 +3,15 @@
 #include "controllers/ephemeral.h"
 
 #include "common/testing/temp_dir.h"
-#include "controllers/object.h"
+#include "client/object.h"
 #include "controllers/testing/helpers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "store/store.h"
 
 namespace berth::controllers {
+
+using namespace ::berth::client;  // the controllers' own client library
 namespace {
 
 using testing::Eventually;
@@ -139,7 +141,7 @@ TEST_F(EphemeralTest, AForeignClaimOfThatNameIsLeftAlone) {
 TEST_F(EphemeralTest, ThePodsClaimGoesWithThePod) {
   CreatePod(Pod("web"));
   ASSERT_TRUE(Eventually([&] { return !Claim("web-scratch").is_null(); }));
-  ASSERT_TRUE(registry_->Delete(K("pods"), "default", "web").ok());
+  ASSERT_TRUE(registry_->Delete(K("pods"), "default", "web", testing::PodGone()).ok());
   // The store collects the pod's dependents; pvc-protection is lifted by the
   // binder once no pod uses the claim (simulated: no binder here).
   ASSERT_TRUE(Eventually([&] {

@@ -7,16 +7,18 @@
 #include "api/quantity.h"
 #include "common/status.h"
 #include "common/strings.h"
-#include "controllers/capability.h"
+#include "client/capability.h"
 #include "controllers/node_affinity.h"
-#include "controllers/object.h"
-#include "controllers/writes.h"
+#include "client/object.h"
+#include "client/writes.h"
 #include "controllers/pv_binder.h"
 #include "csi/grpc_status.h"
 #include "grpcpp/client_context.h"
 #include "spdlog/spdlog.h"
 
 namespace berth::controllers {
+
+using namespace ::berth::client;  // the controllers' own client library
 namespace {
 
 using nlohmann::json;
@@ -582,7 +584,7 @@ absl::Status Provisioner::SyncVolume(const std::string& name) {
   }
   if (!deleting) {
     auto deleted = registry_.Delete(K("persistentvolumes"), "", name,
-                                    {.uid = Uid(pv), .resource_version = Str(pv, {"metadata", "resourceVersion"})});
+                                    {.uid = Uid(pv), .resource_version = Str(pv, {"metadata", "resourceVersion"}), .grace_period_seconds = std::nullopt});
     if (!deleted.ok() && deleted.status().code() != absl::StatusCode::kNotFound) return deleted.status();
   }
   return EditFinalizer(registry_, K("persistentvolumes"), pv, kProvisionerFinalizer, false);

@@ -7,15 +7,17 @@
 #include "api/quantity.h"
 #include "common/status.h"
 #include "common/strings.h"
-#include "controllers/capability.h"
+#include "client/capability.h"
 #include "controllers/node_affinity.h"
-#include "controllers/object.h"
-#include "controllers/writes.h"
+#include "client/object.h"
+#include "client/writes.h"
 #include "csi/client.h"
 #include "csi/grpc_status.h"
 #include "grpcpp/client_context.h"
 
 namespace berth::controllers {
+
+using namespace ::berth::client;  // the controllers' own client library
 namespace {
 
 using nlohmann::json;
@@ -624,7 +626,7 @@ absl::Status SnapshotController::ProcessDeletion(const json& snapshot) {
                                        [](json& c) { return SetAnnotation(c, kAnnSnapshotBeingDeleted, "yes"); }));
     if (delete_content && !Deleting(*content)) {
       auto deleted =
-          registry_.Delete(ContentsKind(), "", content_name, {.uid = Uid(*content), .resource_version = std::nullopt});
+          registry_.Delete(ContentsKind(), "", content_name, {.uid = Uid(*content), .resource_version = std::nullopt, .grace_period_seconds = std::nullopt});
       if (!deleted.ok() && deleted.status().code() != absl::StatusCode::kNotFound) {
         events_.Record(snapshot, "Warning", "SnapshotContentObjectDeleteError",
                        "Failed to delete snapshot content API object");
