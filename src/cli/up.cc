@@ -16,7 +16,7 @@
 #include "common/status.h"
 #include "common/strings.h"
 #include "common/units.h"
-#include "controllers/drivers.h"
+#include "client/drivers.h"
 #include "controllers/manager.h"
 #include "csi/endpoint.h"
 #include "csi/registration.h"
@@ -187,7 +187,7 @@ absl::Status RunUp(UpOptions options) {
   apiserver::Registry& registry = cp->registry();
   BERTH_RETURN_IF_ERROR(CreateDefaults(registry));
 
-  controllers::DriverDirectory directory;
+  client::DriverDirectory directory;
   for (const auto& e : externals) directory.Add(e.name, "", e.endpoint);
 
   // Nodes: an agent and a berth-csi each.

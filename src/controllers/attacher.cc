@@ -7,16 +7,18 @@
 #include "common/hash.h"
 #include "common/status.h"
 #include "common/strings.h"
-#include "controllers/capability.h"
+#include "client/capability.h"
 #include "controllers/node_affinity.h"
-#include "controllers/object.h"
-#include "controllers/writes.h"
+#include "client/object.h"
+#include "client/writes.h"
 #include "csi/grpc_status.h"
 #include "csi/v1/csi.grpc.pb.h"
 #include "grpcpp/client_context.h"
 #include "spdlog/spdlog.h"
 
 namespace berth::controllers {
+
+using namespace ::berth::client;  // the controllers' own client library
 namespace {
 
 using nlohmann::json;
@@ -44,14 +46,6 @@ void SetError(json& status, const char* field, const absl::Status& st) {
 }
 
 }  // namespace
-
-std::string AttachmentName(const std::string& volume_handle, const std::string& driver, const std::string& node) {
-  return StrCat("csi-", Sha256Hex(StrCat(volume_handle, driver, node)));
-}
-
-std::string UniqueVolumeName(const std::string& driver, const std::string& volume_handle) {
-  return StrCat("kubernetes.io/csi/", driver, "^", volume_handle);
-}
 
 std::string AttacherFinalizer(const std::string& driver) {
   std::string sanitized = driver;

@@ -45,23 +45,18 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "apiserver/registry.h"
-#include "controllers/drivers.h"
-#include "controllers/events.h"
-#include "controllers/informer.h"
-#include "controllers/workqueue.h"
+#include "client/drivers.h"
+#include "client/events.h"
+#include "client/informer.h"
+#include "client/workqueue.h"
 
 namespace berth::controllers {
+
+using namespace ::berth::client;  // the controllers' own client library
 
 inline constexpr char kAnnKeepTerminatedPodVolumes[] = "volumes.kubernetes.io/keep-terminated-pod-volumes";
 inline constexpr char kAnnAttachNodeId[] = "csi.alpha.kubernetes.io/node-id";
 
-// VolumeAttachment name for a volume handle, driver and node (kubelet's and
-// the attach-detach controller's getAttachmentName).
-std::string AttachmentName(const std::string& volume_handle, const std::string& driver,
-                           const std::string& node);
-// "kubernetes.io/csi/<driver>^<handle>": a CSI volume's name in Node
-// status.volumesAttached / volumesInUse.
-std::string UniqueVolumeName(const std::string& driver, const std::string& volume_handle);
 // external-attacher/<driver with characters other than [A-Za-z0-9-._] as '-'>.
 std::string AttacherFinalizer(const std::string& driver);
 

@@ -2,7 +2,7 @@
 // a fake CSI driver over a real unix socket, objects in a real store.
 #include "controllers/attacher.h"
 
-#include "controllers/object.h"
+#include "client/object.h"
 #include "common/testing/eventually.h"
 #include "common/testing/temp_dir.h"
 #include "controllers/testing/fake_csi.h"
@@ -11,6 +11,8 @@
 #include "gtest/gtest.h"
 
 namespace berth::controllers {
+
+using namespace ::berth::client;  // the controllers' own client library
 namespace {
 
 using testing::Eventually;

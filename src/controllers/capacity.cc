@@ -7,13 +7,15 @@
 #include "api/quantity.h"
 #include "common/status.h"
 #include "common/strings.h"
-#include "controllers/capability.h"
-#include "controllers/object.h"
+#include "client/capability.h"
+#include "client/object.h"
 #include "csi/grpc_status.h"
 #include "grpcpp/client_context.h"
 #include "spdlog/spdlog.h"
 
 namespace berth::controllers {
+
+using namespace ::berth::client;  // the controllers' own client library
 namespace {
 
 using nlohmann::json;

@@ -73,14 +73,16 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "apiserver/registry.h"
-#include "controllers/drivers.h"
-#include "controllers/events.h"
-#include "controllers/informer.h"
-#include "controllers/workqueue.h"
+#include "client/drivers.h"
+#include "client/events.h"
+#include "client/informer.h"
+#include "client/workqueue.h"
 #include "csi/v1/csi.grpc.pb.h"
 #include "nlohmann/json.hpp"
 
 namespace berth::controllers {
+
+using namespace ::berth::client;  // the controllers' own client library
 
 inline constexpr char kCapacityDriverLabel[] = "csi.storage.k8s.io/drivername";
 inline constexpr char kCapacityManagedByLabel[] = "csi.storage.k8s.io/managed-by";

@@ -3,9 +3,11 @@
 #include <optional>
 
 #include "common/strings.h"
-#include "controllers/object.h"
+#include "client/object.h"
 
 namespace berth::controllers {
+
+using namespace ::berth::client;  // the controllers' own client library
 namespace {
 
 bool HasEphemeralVolume(const json& pod) {

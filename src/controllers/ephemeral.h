@@ -22,11 +22,13 @@
 
 #include "absl/status/status.h"
 #include "apiserver/registry.h"
-#include "controllers/events.h"
-#include "controllers/informer.h"
-#include "controllers/workqueue.h"
+#include "client/events.h"
+#include "client/informer.h"
+#include "client/workqueue.h"
 
 namespace berth::controllers {
+
+using namespace ::berth::client;  // the controllers' own client library
 
 class EphemeralController {
  public:

@@ -3,13 +3,15 @@
 #include "controllers/ephemeral.h"
 
 #include "common/testing/temp_dir.h"
-#include "controllers/object.h"
+#include "client/object.h"
 #include "controllers/testing/helpers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "store/store.h"
 
 namespace berth::controllers {
+
+using namespace ::berth::client;  // the controllers' own client library
 namespace {
 
 using testing::Eventually;

@@ -6,6 +6,8 @@
 #include "spdlog/spdlog.h"
 
 namespace berth::controllers {
+
+using namespace ::berth::client;  // the controllers' own client library
 namespace {
 
 struct Watched {

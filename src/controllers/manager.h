@@ -28,9 +28,9 @@
 #include "apiserver/registry.h"
 #include "controllers/attacher.h"
 #include "controllers/capacity.h"
-#include "controllers/drivers.h"
+#include "client/drivers.h"
 #include "controllers/ephemeral.h"
-#include "controllers/informer.h"
+#include "client/informer.h"
 #include "controllers/provisioner.h"
 #include "controllers/pv_binder.h"
 #include "controllers/resizer.h"
@@ -38,6 +38,8 @@
 #include "controllers/snapshotter.h"
 
 namespace berth::controllers {
+
+using namespace ::berth::client;  // the controllers' own client library
 
 class ControllerManager {
  public:

@@ -3,9 +3,11 @@
 #include <algorithm>
 
 #include "absl/strings/numbers.h"
-#include "controllers/object.h"
+#include "client/object.h"
 
 namespace berth::controllers {
+
+using namespace ::berth::client;  // the controllers' own client library
 
 using nlohmann::json;
 

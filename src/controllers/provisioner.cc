@@ -7,16 +7,18 @@
 #include "api/quantity.h"
 #include "common/status.h"
 #include "common/strings.h"
-#include "controllers/capability.h"
+#include "client/capability.h"
 #include "controllers/node_affinity.h"
-#include "controllers/object.h"
-#include "controllers/writes.h"
+#include "client/object.h"
+#include "client/writes.h"
 #include "controllers/pv_binder.h"
 #include "csi/grpc_status.h"
 #include "grpcpp/client_context.h"
 #include "spdlog/spdlog.h"
 
 namespace berth::controllers {
+
+using namespace ::berth::client;  // the controllers' own client library
 namespace {
 
 using nlohmann::json;

@@ -41,14 +41,16 @@
 
 #include "absl/status/status.h"
 #include "apiserver/registry.h"
-#include "controllers/drivers.h"
-#include "controllers/events.h"
-#include "controllers/informer.h"
+#include "client/drivers.h"
+#include "client/events.h"
+#include "client/informer.h"
 #include "controllers/pv_binder.h"  // kProvisioningFinalizer, kAnnProvisioningNode
-#include "controllers/workqueue.h"
+#include "client/workqueue.h"
 #include "csi/v1/csi.grpc.pb.h"
 
 namespace berth::controllers {
+
+using namespace ::berth::client;  // the controllers' own client library
 
 // On provisioned PVs with reclaim policy Delete: the storage is deleted
 // before the PV object may go (external-provisioner's finalizer).

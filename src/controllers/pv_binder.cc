@@ -7,11 +7,13 @@
 #include "common/status.h"
 #include "common/strings.h"
 #include "controllers/node_affinity.h"
-#include "controllers/object.h"
-#include "controllers/writes.h"
+#include "client/object.h"
+#include "client/writes.h"
 #include "spdlog/spdlog.h"
 
 namespace berth::controllers {
+
+using namespace ::berth::client;  // the controllers' own client library
 namespace {
 
 using nlohmann::json;

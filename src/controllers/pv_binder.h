@@ -31,11 +31,13 @@
 
 #include "absl/status/status.h"
 #include "apiserver/registry.h"
-#include "controllers/events.h"
-#include "controllers/informer.h"
-#include "controllers/workqueue.h"
+#include "client/events.h"
+#include "client/informer.h"
+#include "client/workqueue.h"
 
 namespace berth::controllers {
+
+using namespace ::berth::client;  // the controllers' own client library
 
 inline constexpr char kAnnBindCompleted[] = "pv.kubernetes.io/bind-completed";
 inline constexpr char kAnnBoundByController[] = "pv.kubernetes.io/bound-by-controller";

@@ -7,6 +7,8 @@
 #include "gtest/gtest.h"
 
 namespace berth::controllers {
+
+using namespace ::berth::client;  // the controllers' own client library
 namespace {
 
 using testing::Eventually;

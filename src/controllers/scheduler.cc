@@ -1,7 +1,7 @@
 #include "controllers/scheduler.h"
 
 #include "controllers/node_affinity.h"
-#include "controllers/writes.h"
+#include "client/writes.h"
 
 #include <algorithm>
 #include <functional>
@@ -14,11 +14,13 @@
 #include "api/selector.h"
 #include "common/status.h"
 #include "common/strings.h"
-#include "controllers/object.h"
+#include "client/object.h"
 #include "controllers/pv_binder.h"
 #include "spdlog/spdlog.h"
 
 namespace berth::controllers {
+
+using namespace ::berth::client;  // the controllers' own client library
 namespace {
 
 using nlohmann::json;

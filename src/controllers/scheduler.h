@@ -78,13 +78,15 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "apiserver/registry.h"
-#include "controllers/events.h"
-#include "controllers/informer.h"
+#include "client/events.h"
+#include "client/informer.h"
 #include "controllers/node_affinity.h"
-#include "controllers/workqueue.h"
+#include "client/workqueue.h"
 #include "nlohmann/json.hpp"
 
 namespace berth::controllers {
+
+using namespace ::berth::client;  // the controllers' own client library
 
 // The StorageClass parameter choosing how nodes are weighed (seed 001).
 inline constexpr char kNodeWeightingParameter[] = "berth.io/node-weighting";

@@ -5,7 +5,7 @@
 
 #include "common/testing/eventually.h"
 #include "common/testing/temp_dir.h"
-#include "controllers/object.h"
+#include "client/object.h"
 #include "controllers/provisioner.h"
 #include "controllers/pv_binder.h"
 #include "controllers/testing/fake_csi.h"
@@ -14,6 +14,8 @@
 #include "gtest/gtest.h"
 
 namespace berth::controllers {
+
+using namespace ::berth::client;  // the controllers' own client library
 namespace {
 
 using testing::Eventually;

@@ -9,13 +9,15 @@
 #include "api/quantity.h"
 #include "common/testing/eventually.h"
 #include "common/testing/temp_dir.h"
-#include "controllers/object.h"
+#include "client/object.h"
 #include "controllers/testing/fake_csi.h"
 #include "controllers/testing/helpers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace berth::controllers {
+
+using namespace ::berth::client;  // the controllers' own client library
 namespace {
 
 using testing::Eventually;

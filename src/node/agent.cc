@@ -6,7 +6,7 @@
 
 namespace berth::node {
 
-NodeAgent::NodeAgent(apiserver::Registry& registry, controllers::DriverDirectory& directory, Options options)
+NodeAgent::NodeAgent(apiserver::Registry& registry, client::DriverDirectory& directory, Options options)
     : registry_(registry),
       directory_(directory),
       options_(std::move(options)),

@@ -21,7 +21,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "apiserver/registry.h"
-#include "controllers/drivers.h"
+#include "client/drivers.h"
 #include "node/csi_plugins.h"
 #include "node/node_status.h"
 #include "node/plugin_watcher.h"
@@ -42,7 +42,7 @@ class NodeAgent {
     // The mount table the volume manager reads (tests substitute one).
     std::function<absl::StatusOr<std::vector<MountEntry>>()> mount_table = ReadMountTable;
   };
-  NodeAgent(apiserver::Registry& registry, controllers::DriverDirectory& directory, Options options);
+  NodeAgent(apiserver::Registry& registry, client::DriverDirectory& directory, Options options);
   ~NodeAgent();  // Stop()
 
   absl::Status Start();
@@ -62,7 +62,7 @@ class NodeAgent {
   void StaticLoop();
 
   apiserver::Registry& registry_;
-  controllers::DriverDirectory& directory_;
+  client::DriverDirectory& directory_;
   const Options options_;
   const std::string registration_dir_;
   std::unique_ptr<NodeStatus> status_;

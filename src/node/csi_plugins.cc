@@ -4,7 +4,7 @@
 
 #include "common/status.h"
 #include "common/strings.h"
-#include "controllers/object.h"
+#include "client/object.h"
 #include "csi/client.h"
 #include "csi/registration.h"
 #include "csi/v1/csi.grpc.pb.h"
@@ -14,8 +14,8 @@
 namespace berth::node {
 namespace {
 
-using controllers::Field;
-using controllers::Str;
+using client::Field;
+using client::Str;
 using nlohmann::json;
 
 const api::KindInfo& K(std::string_view resource, std::string_view group = "") {
@@ -40,7 +40,7 @@ absl::Status UpdateObject(apiserver::Registry& registry, const api::KindInfo& ki
 }
 
 CsiPlugins::CsiPlugins(apiserver::Registry& registry, std::string node_name,
-                       controllers::DriverDirectory& directory, absl::Duration call_timeout)
+                       client::DriverDirectory& directory, absl::Duration call_timeout)
     : registry_(registry), node_name_(std::move(node_name)), directory_(directory), call_timeout_(call_timeout) {}
 
 absl::Status CsiPlugins::RegisterPlugin(const std::string& name, const std::string& endpoint,
@@ -127,7 +127,7 @@ absl::Status CsiPlugins::Install(const std::string& name, const ::csi::v1::NodeG
   absl::Status collision;
   BERTH_RETURN_IF_ERROR(UpdateObject(registry_, K("nodes"), "", node_name_, apiserver::Subresource::kMain,
                                      [&](json& node) {
-    node_uid = controllers::Uid(node);
+    node_uid = client::Uid(node);
     bool changed = false;
     json& meta = node["metadata"];
     json& labels = meta["labels"];
@@ -145,7 +145,7 @@ absl::Status CsiPlugins::Install(const std::string& name, const ::csi::v1::NodeG
       }
     }
     json ids = json::object();
-    const std::string text = controllers::Annotation(node, kAnnNodeId);
+    const std::string text = client::Annotation(node, kAnnNodeId);
     if (!text.empty()) ids = json::parse(text, nullptr, false);
     if (!ids.is_object()) ids = json::object();
     if (Str(ids, {name}) != info.node_id()) {
@@ -194,7 +194,7 @@ absl::Status CsiPlugins::Install(const std::string& name, const ::csi::v1::NodeG
 
 absl::Status CsiPlugins::Uninstall(const std::string& name) {
   absl::Status st = UpdateObject(registry_, K("nodes"), "", node_name_, apiserver::Subresource::kMain, [&](json& node) {
-    const std::string text = controllers::Annotation(node, kAnnNodeId);
+    const std::string text = client::Annotation(node, kAnnNodeId);
     if (text.empty()) return false;
     json ids = json::parse(text, nullptr, false);
     if (!ids.is_object() || !ids.contains(name)) return false;

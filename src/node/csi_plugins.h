@@ -27,7 +27,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "apiserver/registry.h"
-#include "controllers/drivers.h"
+#include "client/drivers.h"
 #include "csi/v1/csi.pb.h"
 #include "node/plugin_watcher.h"
 
@@ -45,7 +45,7 @@ class CsiPlugins final : public PluginHandler {
     bool Has(::csi::v1::NodeServiceCapability::RPC::Type t) const { return capabilities.count(t) > 0; }
   };
 
-  CsiPlugins(apiserver::Registry& registry, std::string node_name, controllers::DriverDirectory& directory,
+  CsiPlugins(apiserver::Registry& registry, std::string node_name, client::DriverDirectory& directory,
              absl::Duration call_timeout = absl::Seconds(30));
 
   // PluginHandler
@@ -65,7 +65,7 @@ class CsiPlugins final : public PluginHandler {
 
   apiserver::Registry& registry_;
   const std::string node_name_;
-  controllers::DriverDirectory& directory_;
+  client::DriverDirectory& directory_;
   const absl::Duration call_timeout_;
   mutable absl::Mutex mu_;
   std::map<std::string, Driver> drivers_ ABSL_GUARDED_BY(mu_);

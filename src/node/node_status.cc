@@ -4,8 +4,8 @@
 
 #include "berth/version.h"
 #include "common/status.h"
-#include "controllers/object.h"
-#include "controllers/writes.h"
+#include "client/object.h"
+#include "client/writes.h"
 #include "node/csi_plugins.h"
 #include "spdlog/spdlog.h"
 
@@ -29,8 +29,8 @@ void MarkReady(json& status, const std::string& now) {
                 {"lastHeartbeatTime", now},
                 {"lastTransitionTime", now}};
   for (auto& c : conditions) {
-    if (controllers::Str(c, {"type"}) != "Ready") continue;
-    if (controllers::Str(c, {"status"}) == "True") ready["lastTransitionTime"] = c.value("lastTransitionTime", now);
+    if (client::Str(c, {"type"}) != "Ready") continue;
+    if (client::Str(c, {"status"}) == "True") ready["lastTransitionTime"] = c.value("lastTransitionTime", now);
     c = ready;
     return;
   }
@@ -59,7 +59,7 @@ absl::Status NodeStatus::Start() {
     BERTH_RETURN_IF_ERROR(UpdateObject(registry_, Nodes(), "", node_name_, apiserver::Subresource::kMain, [&](json& n) {
       bool changed = false;
       for (const auto& [k, v] : labels) {
-        if (controllers::Str(n, {"metadata", "labels", k}) != v) {
+        if (client::Str(n, {"metadata", "labels", k}) != v) {
           n["metadata"]["labels"][k] = v;
           changed = true;
         }
@@ -94,7 +94,7 @@ void NodeStatus::Stop() {
 }
 
 absl::Status NodeStatus::Heartbeat() {
-  const std::string now = controllers::NowRfc3339();
+  const std::string now = client::NowRfc3339();
   return UpdateObject(registry_, Nodes(), "", node_name_, apiserver::Subresource::kStatus, [&](json& n) {
     json& status = n["status"];
     if (!status.is_object()) status = json::object();

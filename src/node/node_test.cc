@@ -9,9 +9,9 @@
 
 #include "common/hash.h"
 #include "common/testing/temp_dir.h"
-#include "controllers/attacher.h"
-#include "controllers/object.h"
-#include "controllers/testing/helpers.h"
+#include "client/volume_names.h"
+#include "client/object.h"
+#include "common/testing/eventually.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "metrics/testing/exposition_check.h"
@@ -22,10 +22,10 @@
 namespace berth::node {
 namespace {
 
-using controllers::Field;
-using controllers::Str;
-using controllers::testing::Eventually;
-using controllers::testing::K;
+using client::Field;
+using client::Str;
+using berth::testing::Eventually;
+using client::K;
 using nlohmann::json;
 namespace fs = std::filesystem;
 
@@ -79,7 +79,7 @@ class NodeAgentTest : public ::testing::Test {
     if (obj.contains("status")) {
       json updated = *created;
       updated["status"] = obj["status"];
-      auto st = registry_->Update(K(resource, group), ns, controllers::Name(updated), updated, apiserver::Subresource::kStatus);
+      auto st = registry_->Update(K(resource, group), ns, client::Name(updated), updated, apiserver::Subresource::kStatus);
       ASSERT_TRUE(st.ok()) << st.status();
     }
   }
@@ -114,7 +114,7 @@ class NodeAgentTest : public ::testing::Test {
                       {"containers", {{{"name", "c"}, {"image", "busybox"}}}},
                       {"volumes", {{{"name", "data"},
                                     {"persistentVolumeClaim", {{"claimName", claim}, {"readOnly", read_only}}}}}}}}});
-    return controllers::Uid(Get("pods", "default", name));
+    return client::Uid(Get("pods", "default", name));
   }
   std::string PodPhase(const std::string& name) { return Str(Get("pods", "default", name), {"status", "phase"}); }
   json VolumesInUse() { return Field(Field(Get("nodes", "", kNode), "status"), "volumesInUse"); }
@@ -128,7 +128,7 @@ class NodeAgentTest : public ::testing::Test {
   berth::testing::TempDir dir_;
   std::unique_ptr<store::Store> store_;
   std::unique_ptr<apiserver::Registry> registry_;
-  controllers::DriverDirectory directory_;
+  client::DriverDirectory directory_;
   std::string root_;
   std::unique_ptr<testing::FakeNodeDriver> driver_;
   std::unique_ptr<NodeAgent> agent_;
@@ -331,7 +331,7 @@ TEST_F(NodeAgentTest, WaitsForTheVolumeAttachment) {
     return false;
   }));
   EXPECT_EQ(driver_->Calls("stage"), 0);
-  const std::string va = controllers::AttachmentName(kHandle, kDriver, kNode);
+  const std::string va = client::AttachmentName(kHandle, kDriver, kNode);
   Create("volumeattachments", "",
          {{"apiVersion", "storage.k8s.io/v1"}, {"kind", "VolumeAttachment"}, {"metadata", {{"name", va}}},
           {"spec", {{"attacher", kDriver}, {"nodeName", kNode}, {"source", {{"persistentVolumeName", "pv-1"}}}}},

@@ -14,10 +14,10 @@
 #include "common/hash.h"
 #include "common/status.h"
 #include "common/strings.h"
-#include "controllers/attacher.h"
-#include "controllers/capability.h"
-#include "controllers/object.h"
-#include "controllers/writes.h"
+#include "client/volume_names.h"
+#include "client/capability.h"
+#include "client/object.h"
+#include "client/writes.h"
 #include "csi/registration.h"
 #include "csi/v1/csi.grpc.pb.h"
 #include "grpcpp/client_context.h"
@@ -28,11 +28,11 @@ namespace berth::node {
 namespace {
 
 namespace fs = std::filesystem;
-using controllers::Field;
-using controllers::Name;
-using controllers::Ns;
-using controllers::Str;
-using controllers::Uid;
+using client::Field;
+using client::Name;
+using client::Ns;
+using client::Str;
+using client::Uid;
 using nlohmann::json;
 using NodeCap = ::csi::v1::NodeServiceCapability::RPC;
 
@@ -86,7 +86,7 @@ absl::Status FromGrpc(const std::string& rpc, const grpc::Status& st) {
 
 // One call to the driver's Node service on this node, with a deadline.
 template <typename Req, typename Resp>
-absl::Status CallNode(controllers::DriverDirectory& directory, const std::string& driver, const std::string& node,
+absl::Status CallNode(client::DriverDirectory& directory, const std::string& driver, const std::string& node,
                       absl::Duration timeout, const char* rpc,
                       grpc::Status (::csi::v1::Node::Stub::*method)(grpc::ClientContext*, const Req&, Resp*),
                       const Req& req) {
@@ -101,7 +101,7 @@ absl::Status CallNode(controllers::DriverDirectory& directory, const std::string
 }  // namespace
 
 VolumeManager::VolumeManager(apiserver::Registry& registry, CsiPlugins& plugins,
-                             controllers::DriverDirectory& directory, NodeStatus& node_status, Options options)
+                             client::DriverDirectory& directory, NodeStatus& node_status, Options options)
     : registry_(registry),
       plugins_(plugins),
       directory_(directory),
@@ -144,7 +144,7 @@ absl::Status VolumeManager::Start() {
   for (auto [resource, group] : std::vector<std::pair<const char*, const char*>>{
            {"pods", ""}, {"persistentvolumeclaims", ""}, {"persistentvolumes", ""},
            {"volumeattachments", "storage.k8s.io"}, {"csidrivers", "storage.k8s.io"}}) {
-    auto informer = std::make_unique<controllers::Informer>(registry_, K(resource, group));
+    auto informer = std::make_unique<client::Informer>(registry_, K(resource, group));
     informer->AddHandlers({.on_add = [this](const json&) { Wake(); },
                            .on_update = [this](const json&, const json&) { Wake(); },
                            .on_delete = [this](const json&) { Wake(); }});
@@ -339,7 +339,7 @@ absl::Status VolumeManager::Reconstruct() {
              .block = Str(record, {"volumeMode"}) == "Block",
              .unique = ""};
     if (!csi::CheckDriverName(v.driver).ok() || v.handle.empty() || !CheckComponent("pv", v.pv).ok()) return std::nullopt;
-    v.unique = controllers::UniqueVolumeName(v.driver, v.handle);
+    v.unique = client::UniqueVolumeName(v.driver, v.handle);
     return v;
   };
   std::error_code ec;
@@ -400,7 +400,7 @@ std::vector<VolumeManager::Wanted> VolumeManager::Desired(std::map<std::string, 
   auto& volumes = *informers_.at("persistentvolumes");
   for (auto& pod : on_node) {
     const std::string phase = Str(pod, {"status", "phase"});
-    if (phase == "Succeeded" || phase == "Failed" || controllers::Deleting(pod)) continue;
+    if (phase == "Succeeded" || phase == "Failed" || client::Deleting(pod)) continue;
     const std::string uid = Uid(pod);
     if (!CheckComponent("pod uid", uid).ok()) continue;
     auto wait = [&](const std::string& why) { waiting->emplace(uid, why); };
@@ -453,7 +453,7 @@ std::vector<VolumeManager::Wanted> VolumeManager::Desired(std::map<std::string, 
         wait(StrCat("persistentvolume \"", pv_name, "\" has an unusable driver or volume handle"));
         continue;
       }
-      v.unique = controllers::UniqueVolumeName(v.driver, v.handle);
+      v.unique = client::UniqueVolumeName(v.driver, v.handle);
       out.push_back(Wanted{.pod = pod,
                            .claim = *claim,
                            .pv = *pv,
@@ -603,7 +603,7 @@ void VolumeManager::Reconcile() {
 
 void VolumeManager::UpdatePodStatus(const json& pod, bool ready, const std::string& reason,
                                     const std::string& message) {
-  const std::string now = controllers::NowRfc3339();
+  const std::string now = client::NowRfc3339();
   auto edit = [&](json& status) {
     if (ready) {
       status["phase"] = "Running";
@@ -635,7 +635,7 @@ void VolumeManager::UpdatePodStatus(const json& pod, bool ready, const std::stri
   const json before = status;
   edit(status);
   if (status == before) return;
-  absl::Status st = controllers::EditStatus(registry_, K("pods"), pod, edit);
+  absl::Status st = client::EditStatus(registry_, K("pods"), pod, edit);
   if (!st.ok() && st.code() != absl::StatusCode::kAborted) {
     spdlog::warn("pod {}/{} status: {}", Ns(pod), Name(pod), st.ToString());
   }
@@ -693,7 +693,7 @@ absl::StatusOr<std::map<std::string, std::string>> VolumeManager::PublishContext
   auto driver_obj = informers_.at("csidrivers")->Get("", v.driver);
   const bool attach = !driver_obj || Field(Field(*driver_obj, "spec"), "attachRequired") != false;
   if (!attach) return std::map<std::string, std::string>{};
-  const std::string name = controllers::AttachmentName(v.handle, v.driver, options_.node_name);
+  const std::string name = client::AttachmentName(v.handle, v.driver, options_.node_name);
   auto va = informers_.at("volumeattachments")->Get("", name);
   if (!va) return absl::UnavailableError(StrCat("waiting for VolumeAttachment ", name, " of volume ", v.pv));
   const json& status = Field(*va, "status");
@@ -717,7 +717,7 @@ absl::StatusOr<std::map<std::string, std::string>> VolumeManager::SecretsOf(cons
   if (!secret.ok()) {
     return absl::FailedPreconditionError(StrCat("secret ", ns, "/", name, " (", ref, "): ", secret.status().message()));
   }
-  return controllers::DecodedSecretData(*secret);
+  return client::DecodedSecretData(*secret);
 }
 
 std::map<std::string, std::string> VolumeManager::VolumeContext(const Wanted& w) {
@@ -757,7 +757,7 @@ absl::Status VolumeManager::Stage(const Wanted& w) {
   ::csi::v1::NodeStageVolumeRequest req;
   req.set_volume_id(v.handle);
   req.set_staging_target_path(path);
-  *req.mutable_volume_capability() = controllers::PvVolumeCapability(w.pv);
+  *req.mutable_volume_capability() = client::PvVolumeCapability(w.pv);
   SetMap(req.mutable_publish_context(), publish_context);
   SetMap(req.mutable_secrets(), secrets);
   SetMap(req.mutable_volume_context(), VolumeContext(w));
@@ -810,7 +810,7 @@ absl::Status VolumeManager::Publish(const Wanted& w, const std::string& staging)
   req.set_staging_target_path(staging);
   req.set_target_path(target);
   req.set_readonly(w.read_only);
-  *req.mutable_volume_capability() = controllers::PvVolumeCapability(w.pv);
+  *req.mutable_volume_capability() = client::PvVolumeCapability(w.pv);
   SetMap(req.mutable_publish_context(), publish_context);
   SetMap(req.mutable_secrets(), secrets);
   SetMap(req.mutable_volume_context(), VolumeContext(w));
@@ -883,13 +883,13 @@ absl::Status VolumeManager::Expand(const Wanted& w, const std::string& target, c
     req.set_volume_path(target);
     req.set_staging_target_path(staging);
     req.mutable_capacity_range()->set_required_bytes(size);
-    *req.mutable_volume_capability() = controllers::PvVolumeCapability(w.pv);
+    *req.mutable_volume_capability() = client::PvVolumeCapability(w.pv);
     SetMap(req.mutable_secrets(), secrets);
     BERTH_RETURN_IF_ERROR(CallNode(directory_, v.driver, options_.node_name, options_.call_timeout, "NodeExpandVolume",
                                  &::csi::v1::Node::Stub::NodeExpandVolume, req));
   }
   // The node's part is done: the claim shows the new size.
-  BERTH_RETURN_IF_ERROR(controllers::EditStatus(registry_, K("persistentvolumeclaims"), w.claim, [&](json& status) {
+  BERTH_RETURN_IF_ERROR(client::EditStatus(registry_, K("persistentvolumeclaims"), w.claim, [&](json& status) {
     status["capacity"]["storage"] = capacity;
     if (json& conditions = status["conditions"]; conditions.is_array()) {
       conditions.erase(std::remove_if(conditions.begin(), conditions.end(),

@@ -48,9 +48,9 @@
 #include "absl/time/time.h"
 #include "apiserver/registry.h"
 #include "common/mountinfo.h"
-#include "controllers/drivers.h"
-#include "controllers/events.h"
-#include "controllers/informer.h"
+#include "client/drivers.h"
+#include "client/events.h"
+#include "client/informer.h"
 #include "node/csi_plugins.h"
 #include "node/node_status.h"
 
@@ -70,7 +70,7 @@ class VolumeManager {
     // The mount table (tests substitute one).
     std::function<absl::StatusOr<std::vector<MountEntry>>()> mount_table = ReadMountTable;
   };
-  VolumeManager(apiserver::Registry& registry, CsiPlugins& plugins, controllers::DriverDirectory& directory,
+  VolumeManager(apiserver::Registry& registry, CsiPlugins& plugins, client::DriverDirectory& directory,
                 NodeStatus& node_status, Options options);
   ~VolumeManager();  // Stop()
 
@@ -176,11 +176,11 @@ class VolumeManager {
 
   apiserver::Registry& registry_;
   CsiPlugins& plugins_;
-  controllers::DriverDirectory& directory_;
+  client::DriverDirectory& directory_;
   NodeStatus& node_status_;
   const Options options_;
-  controllers::EventRecorder events_;
-  std::map<std::string, std::unique_ptr<controllers::Informer>> informers_;
+  client::EventRecorder events_;
+  std::map<std::string, std::unique_ptr<client::Informer>> informers_;
   std::thread reconciler_;
   std::thread stats_thread_;
   std::vector<std::thread> workers_;

@@ -9,7 +9,7 @@
 #include "common/testing/temp_dir.h"
 #include "controllers/manager.h"
 #include "controllers/node_affinity.h"
-#include "controllers/object.h"
+#include "client/object.h"
 #include "driver_process.h"
 #include "gmock/gmock.h"
 #include "store/store.h"
@@ -17,8 +17,8 @@
 namespace berth::testing {
 namespace {
 
-using controllers::Field;
-using controllers::Str;
+using client::Field;
+using client::Str;
 using nlohmann::json;
 
 constexpr char kDriver[] = "local.csi.berth.io";
@@ -106,7 +106,7 @@ class ControllersBerthCsiTest : public DriverProcessTest {
     const std::string pv = Str(Claim(claim), {"spec", "volumeName"});
     if (pv.empty()) return false;
     json va = Get("volumeattachments", "storage.k8s.io", "",
-                  controllers::AttachmentName(Str(Get("persistentvolumes", "", "", pv), {"spec", "csi", "volumeHandle"}),
+                  client::AttachmentName(Str(Get("persistentvolumes", "", "", pv), {"spec", "csi", "volumeHandle"}),
                                               kDriver, kNode));
     return Field(Field(va, "status"), "attached") == true;
   }
@@ -130,7 +130,7 @@ class ControllersBerthCsiTest : public DriverProcessTest {
   TempDir dir_;
   std::unique_ptr<store::Store> store_;
   std::unique_ptr<apiserver::Registry> registry_;
-  controllers::DriverDirectory directory_;
+  client::DriverDirectory directory_;
   std::unique_ptr<controllers::ControllerManager> manager_;
 };
 
@@ -141,7 +141,7 @@ TEST_F(ControllersBerthCsiTest, ClaimPodSnapshotRestoreExpandAndDeleteOnTheRealD
   // The pod may be bound a moment before the claim's status says Bound
   // (binding = volumeName + bind-completed, as in Kubernetes).
   ASSERT_TRUE(Eventually([&] { return Str(Claim("data"), {"status", "phase"}) == "Bound"; }));
-  EXPECT_EQ(controllers::Annotation(Claim("data"), "volume.kubernetes.io/selected-node"), kNode);
+  EXPECT_EQ(client::Annotation(Claim("data"), "volume.kubernetes.io/selected-node"), kNode);
   ASSERT_TRUE(Eventually([&] { return AttachedFor("data"); }));
   json pv = Get("persistentvolumes", "", "", Str(Claim("data"), {"spec", "volumeName"}));
   EXPECT_EQ(Str(pv, {"spec", "csi", "fsType"}), "xfs");
@@ -202,7 +202,7 @@ TEST_F(ControllersBerthCsiTest, RestartsBetweenStepsConvergeWithoutDuplicates) {
   // Stop the controllers as soon as the scheduler has chosen the node (the
   // provisioner may be mid-CreateVolume), start new ones.
   ASSERT_TRUE(Eventually([&] {
-    return !controllers::Annotation(Claim("data"), "volume.kubernetes.io/selected-node").empty();
+    return !client::Annotation(Claim("data"), "volume.kubernetes.io/selected-node").empty();
   }));
   StopManager();
   StartManager();

@@ -26,7 +26,7 @@
 #include "common/testing/eventually.h"
 #include "common/testing/subprocess.h"
 #include "common/testing/temp_dir.h"
-#include "controllers/object.h"
+#include "client/object.h"
 #include "csi/client.h"
 #include "csi/v1/csi.grpc.pb.h"
 #include "gmock/gmock.h"
@@ -40,9 +40,9 @@ namespace {
 
 namespace fs = std::filesystem;
 using berth::testing::Eventually;
-using controllers::Field;
-using controllers::K;
-using controllers::Str;
+using client::Field;
+using client::K;
+using client::Str;
 using ::testing::HasSubstr;
 using nlohmann::json;
 
@@ -197,7 +197,7 @@ class RegistrarTest : public ::testing::Test {
   std::string registrar_bin_, root_, socket_;
   std::unique_ptr<store::Store> store_;
   std::unique_ptr<apiserver::Registry> registry_;
-  controllers::DriverDirectory directory_;
+  client::DriverDirectory directory_;
   std::unique_ptr<NodeAgent> agent_;
   std::unique_ptr<berth::testing::Subprocess> driver_, registrar_;
   int driver_starts_ = 0, registrar_starts_ = 0, health_port_ = 0;

@@ -4,12 +4,12 @@
 #include <string_view>
 
 #include "api/kinds.h"
-#include "controllers/object.h"
+#include "client/object.h"
 #include "common/testing/eventually.h"
 
 namespace berth::controllers::testing {
 
-using controllers::K;
+using client::K;
 
 // Controllers converge asynchronously: poll `pred` for up to `timeout`.
 template <class Pred>

@@ -1,11 +1,11 @@
-#include "controllers/workqueue.h"
+#include "client/workqueue.h"
 
 #include <algorithm>
 #include <cmath>
 
 #include "spdlog/spdlog.h"
 
-namespace berth::controllers {
+namespace berth::client {
 
 void WorkQueue::AddLocked(const std::string& key) {
   if (shutdown_ || dirty_.contains(key)) return;
@@ -138,4 +138,4 @@ void RunWorker(WorkQueue& queue, const std::string& name,
   }
 }
 
-}  // namespace berth::controllers
+}  // namespace berth::client

@@ -34,7 +34,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 
-namespace berth::controllers {
+namespace berth::client {
 
 class WorkQueue {
  public:
@@ -86,4 +86,4 @@ class WorkQueue {
 void RunWorker(WorkQueue& queue, const std::string& name,
                const std::function<absl::Status(const std::string& key)>& sync);
 
-}  // namespace berth::controllers
+}  // namespace berth::client

@@ -1,17 +1,16 @@
-#include "controllers/events.h"
+#include "client/events.h"
 
 #include <vector>
 
 #include "common/testing/temp_dir.h"
-#include "controllers/testing/helpers.h"
+#include "common/testing/eventually.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
-namespace berth::controllers {
+namespace berth::client {
 namespace {
 
 using nlohmann::json;
-using testing::K;
 
 class EventRecorderTest : public ::testing::Test {
  protected:
@@ -91,4 +90,4 @@ TEST_F(EventRecorderTest, AnEventDeletedMeanwhileIsCreatedAgain) {
 }
 
 }  // namespace
-}  // namespace berth::controllers
+}  // namespace berth::client

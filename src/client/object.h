@@ -15,7 +15,7 @@
 #include "api/kinds.h"
 #include "nlohmann/json.hpp"
 
-namespace berth::controllers {
+namespace berth::client {
 
 // The kind behind a resource ("persistentvolumeclaims", group "" = core).
 // The names are compiled in: an unknown one is a bug, so it aborts.
@@ -111,4 +111,4 @@ inline std::map<std::string, std::string> DecodedSecretData(const nlohmann::json
   return out;
 }
 
-}  // namespace berth::controllers
+}  // namespace berth::client

@@ -11,11 +11,11 @@
 #include <string>
 #include <string_view>
 
-#include "controllers/object.h"
+#include "client/object.h"
 #include "csi/v1/csi.pb.h"
 #include "nlohmann/json.hpp"
 
-namespace berth::controllers {
+namespace berth::client {
 
 // Class parameters with this prefix are for the sidecars (fstype, secret
 // references), never passed to the driver.
@@ -86,4 +86,4 @@ inline ::csi::v1::VolumeCapability PvVolumeCapability(const nlohmann::json& pv) 
                               Field(spec, "mountOptions"));
 }
 
-}  // namespace berth::controllers
+}  // namespace berth::client

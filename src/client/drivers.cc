@@ -1,4 +1,4 @@
-#include "controllers/drivers.h"
+#include "client/drivers.h"
 
 #include <algorithm>
 
@@ -8,7 +8,7 @@
 #include "csi/v1/csi.grpc.pb.h"
 #include "grpcpp/client_context.h"
 
-namespace berth::controllers {
+namespace berth::client {
 
 void DriverDirectory::Add(const std::string& driver, const std::string& node, const std::string& endpoint) {
   absl::MutexLock listener_lock(&listener_mu_);
@@ -124,4 +124,4 @@ absl::StatusOr<bool> DriverDirectory::ControllerHasCapability(
   return has;
 }
 
-}  // namespace berth::controllers
+}  // namespace berth::client

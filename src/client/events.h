@@ -25,7 +25,7 @@
 #include "apiserver/registry.h"
 #include "nlohmann/json.hpp"
 
-namespace berth::controllers {
+namespace berth::client {
 
 class EventRecorder {
  public:
@@ -76,4 +76,4 @@ class EventRecorder {
   std::thread writer_;  // last: starts once everything above exists
 };
 
-}  // namespace berth::controllers
+}  // namespace berth::client

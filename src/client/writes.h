@@ -19,10 +19,10 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "apiserver/registry.h"
-#include "controllers/object.h"
+#include "client/object.h"
 #include "nlohmann/json.hpp"
 
-namespace berth::controllers {
+namespace berth::client {
 
 // Reads the stored object named like `object`, applies `mutate` (false:
 // nothing to do) and writes it back conditionally on its resourceVersion.
@@ -98,4 +98,4 @@ inline absl::Status EditFinalizer(apiserver::Registry& registry, const api::Kind
 inline std::string Rfc3339(absl::Time t) { return absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", t, absl::UTCTimeZone()); }
 inline std::string NowRfc3339() { return Rfc3339(absl::Now()); }
 
-}  // namespace berth::controllers
+}  // namespace berth::client

@@ -1,4 +1,4 @@
-#include "controllers/informer.h"
+#include "client/informer.h"
 
 #include <algorithm>
 #include <random>
@@ -6,7 +6,7 @@
 #include "common/strings.h"
 #include "spdlog/spdlog.h"
 
-namespace berth::controllers {
+namespace berth::client {
 
 std::string ObjectKey(const json& object) {
   // Read in place: copying metadata per key showed up in profiles.
@@ -256,4 +256,4 @@ void Informer::Run() {
   }
 }
 
-}  // namespace berth::controllers
+}  // namespace berth::client

@@ -1,4 +1,4 @@
-#include "controllers/informer.h"
+#include "client/informer.h"
 
 #include <atomic>
 #include <set>
@@ -7,11 +7,11 @@
 #include "absl/synchronization/notification.h"
 #include "common/testing/eventually.h"
 #include "common/testing/temp_dir.h"
-#include "controllers/testing/helpers.h"
+#include "common/testing/eventually.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
-namespace berth::controllers {
+namespace berth::client {
 namespace {
 
 using testing::Eventually;
@@ -156,4 +156,4 @@ TEST_F(InformerTest, HandlersAddedWhileRunningSeeEveryObjectOnce) {
 }
 
 }  // namespace
-}  // namespace berth::controllers
+}  // namespace berth::client

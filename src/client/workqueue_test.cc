@@ -1,4 +1,4 @@
-#include "controllers/workqueue.h"
+#include "client/workqueue.h"
 
 #include <atomic>
 #include <thread>
@@ -7,7 +7,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
-namespace berth::controllers {
+namespace berth::client {
 namespace {
 
 TEST(WorkQueueTest, DeduplicatesQueuedKeys) {
@@ -96,4 +96,4 @@ TEST(WorkQueueTest, ManyWorkersProcessEveryKeyExactlyOncePerAdd) {
 }
 
 }  // namespace
-}  // namespace berth::controllers
+}  // namespace berth::client

@@ -34,7 +34,7 @@
 #include "apiserver/registry.h"
 #include "nlohmann/json.hpp"
 
-namespace berth::controllers {
+namespace berth::client {
 
 using nlohmann::json;
 
@@ -109,4 +109,4 @@ class Informer {
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
 };
 
-}  // namespace berth::controllers
+}  // namespace berth::client

@@ -1,4 +1,4 @@
-#include "controllers/events.h"
+#include "client/events.h"
 
 #include <utility>
 #include <vector>
@@ -7,10 +7,10 @@
 #include "api/kinds.h"
 #include "common/hash.h"
 #include "common/strings.h"
-#include "controllers/writes.h"
+#include "client/writes.h"
 #include "spdlog/spdlog.h"
 
-namespace berth::controllers {
+namespace berth::client {
 
 using nlohmann::json;
 
@@ -157,4 +157,4 @@ void EventRecorder::Write(std::deque<Pending> batch) {
   }
 }
 
-}  // namespace berth::controllers
+}  // namespace berth::client

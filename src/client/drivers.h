@@ -24,7 +24,7 @@
 #include "csi/v1/csi.pb.h"
 #include "grpcpp/channel.h"
 
-namespace berth::controllers {
+namespace berth::client {
 
 class DriverDirectory {
  public:
@@ -71,4 +71,4 @@ class DriverDirectory {
   std::map<std::string, std::vector<int>> capabilities_ ABSL_GUARDED_BY(mu_);
 };
 
-}  // namespace berth::controllers
+}  // namespace berth::client
