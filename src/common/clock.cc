@@ -31,8 +31,9 @@ bool Clock::AwaitWithDeadline(absl::Mutex& mu, const absl::Condition& cond, absl
 
 void Clock::SleepUntil(absl::Time deadline) {
   absl::Mutex mu;
+  bool never = false;
   absl::MutexLock l(&mu);
-  AwaitWithDeadline(mu, absl::Condition::kFalse, deadline);
+  AwaitWithDeadline(mu, absl::Condition(&never), deadline);
 }
 
 namespace {
@@ -70,7 +71,6 @@ class RealClockImpl : public Clock {
   }
 
  private:
-
   void Loop() {
     absl::MutexLock l(&mu_);
     for (;;) {
@@ -80,8 +80,7 @@ class RealClockImpl : public Clock {
         const size_t before = timers_.size();
         const absl::Time earliest = next;
         auto changed = [this, before, earliest] {
-          return timers_.size() != before ||
-                 (!timers_.empty() && timers_.begin()->first.first < earliest);
+          return timers_.size() != before || (!timers_.empty() && timers_.begin()->first.first < earliest);
         };
         mu_.AwaitWithDeadline(absl::Condition(&changed), next);
         continue;
