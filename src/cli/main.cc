@@ -1,5 +1,7 @@
 // berth: the command line of the berth control plane. A thin main over
 // berth::cli (commands) and berth::apiserver (serve).
+#include <sys/stat.h>
+
 #include <iostream>
 #include <string>
 #include <vector>
@@ -123,6 +125,12 @@ int main(int argc, char** argv) {
 
   CLI11_PARSE(app, argc, argv);
 
+  if (serve->parsed() || up->parsed()) {
+    // What the control plane and its nodes create under the data directory
+    // (the store, keys, the token, kubeconfig, node records, pool images) is
+    // private from creation; berth-csi children inherit this.
+    ::umask(077);
+  }
   if (serve->parsed()) {
     berth::BlockTerminationSignals();
     if (auto st = berth::InitLogging(log_level); !st.ok()) return Fail(st);

@@ -1,6 +1,11 @@
 #include "store/store.h"
 
+#include <fcntl.h>
 #include <sqlite3.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <future>
 #include <map>
@@ -507,6 +512,14 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const Options& options) {
 }
 
 absl::Status Store::Init() {
+  // The database holds every object (Secrets included): create it owner-only
+  // before SQLite does (SQLite would use 0644 less the umask). SQLite gives
+  // its -wal and -shm files the database file's mode.
+  if (int fd = ::open(options_.path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600); fd >= 0) {
+    ::close(fd);
+  } else {
+    return absl::UnavailableError(StrCat("open ", options_.path, ": ", std::strerror(errno)));
+  }
   const int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX;
   if (sqlite3_open_v2(options_.path.c_str(), &write_db_, flags, nullptr) != SQLITE_OK) {
     return absl::UnavailableError(StrCat("open ", options_.path, ": ",

@@ -159,7 +159,7 @@ class Store {
     size_t bytes = 0;
   };
 
-  // Opens (creating if needed) the database. FAILED_PRECONDITION if it was
+  // Opens (creating if needed, mode 0600) the database. FAILED_PRECONDITION if it was
   // written by a newer schema version.
   static absl::StatusOr<std::unique_ptr<Store>> Open(const Options& options);
   ~Store();

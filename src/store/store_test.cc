@@ -1,6 +1,7 @@
 #include "store/store.h"
 
 #include <sqlite3.h>
+#include <sys/stat.h>
 
 #include <atomic>
 #include <mutex>
@@ -37,6 +38,22 @@ class StoreTest : public ::testing::Test {
   }
   testing::TempDir dir_;
 };
+
+TEST_F(StoreTest, DatabaseAndItsWalAreOwnerOnlyWhateverTheUmask) {
+  // Secrets live in the database: even a process with umask 0 must not
+  // create it (or SQLite's -wal and -shm beside it) readable by others.
+  const mode_t old_umask = ::umask(0);
+  auto s = Open();
+  ::umask(old_umask);
+  ASSERT_NE(s, nullptr);
+  ASSERT_TRUE(s->Create("persistentvolumeclaims", Pvc("a")).ok());
+  for (const char* suffix : {"", "-wal", "-shm"}) {
+    struct stat st {};
+    const std::string path = dir_.Join(std::string("state.db") + suffix);
+    ASSERT_EQ(::stat(path.c_str(), &st), 0) << path;
+    EXPECT_EQ(st.st_mode & 07777, 0600u) << path;
+  }
+}
 
 TEST_F(StoreTest, CreateGetListUpdateDelete) {
   auto s = Open();

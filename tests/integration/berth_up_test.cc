@@ -3,11 +3,13 @@
 // their pod directories, data through snapshot and restore, online
 // expansion, clean deletion, SIGTERM; kill -9 and restart; --nodes 3 with
 // SpaceWeighted placement.
+#include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 
 #include "absl/strings/match.h"
 #include "api/quantity.h"
@@ -15,6 +17,7 @@
 #include "common/testing/eventually.h"
 #include "common/testing/subprocess.h"
 #include "driver/testing/sandbox.h"
+#include "fmt/format.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "metrics/testing/exposition_check.h"
@@ -53,7 +56,7 @@ class BerthUpTest : public ::testing::Test {
 
   void StartUp(std::vector<std::string> extra = {}) {
     std::vector<std::string> argv = {BERTH_BINARY, "--data-dir", data_, "up", "--pool-size", "1Gi",
-                                     "--api-address", "", "--csi-binary", BERTH_CSI_BINARY, "--node-name", "testnode",
+                                     "--api-address", api_address_, "--csi-binary", BERTH_CSI_BINARY, "--node-name", "testnode",
                                      "--volume-stats-period", "1"};
     argv.insert(argv.end(), extra.begin(), extra.end());
     up_ = std::make_unique<Subprocess>(argv, sandbox_.Join("up-" + std::to_string(++starts_) + ".log"));
@@ -123,6 +126,7 @@ class BerthUpTest : public ::testing::Test {
   std::unique_ptr<Subprocess> up_;
   std::unique_ptr<apiserver::ApiClient> client_;
   int starts_ = 0;
+  std::string api_address_;  // "": no TCP listener (no token, TLS key or kubeconfig)
 };
 
 // Whether this process may grow a mounted ext4 (the ioctl needs
@@ -319,6 +323,55 @@ TEST_F(BerthUpTest, ThreeNodesClaimLandsOnTheEmptiestNode) {
   EXPECT_THAT(pv.dump(), ::testing::HasSubstr("testnode-2"));
   Berth({"delete", "-f", Example("claim-and-pod.yaml")});
   Berth({"delete", "-f", sandbox_.Join("fill.yaml")});
+  EXPECT_TRUE(Eventually([&] { return Get("/api/v1/persistentvolumes")["items"].empty(); }, absl::Seconds(90)));
+  EXPECT_EQ(StopUp(SIGTERM), 0);
+}
+
+// Every file berth up keeps under the data directory is its own: the
+// directory 0700, the state, token, key and kubeconfig 0600 from creation,
+// nothing anyone else may read or enter (mounted volumes are not walked: a
+// volume's content is the pod's business).
+TEST_F(BerthUpTest, DataDirectoryIsPrivate) {
+  // An older run (or an operator's mkdir) left the directory world-readable.
+  ASSERT_EQ(::mkdir(data_.c_str(), 0755), 0);
+  ASSERT_EQ(::chmod(data_.c_str(), 0755), 0);
+  api_address_ = "127.0.0.1:0";
+  StartUp();
+  EXPECT_THAT(up_->Output(), ::testing::HasSubstr(data_ + " was readable by others (mode 0755)"));
+  Berth({"apply", "-f", Example("claim-and-pod.yaml")});
+  ASSERT_TRUE(Eventually([&] { return Running("app"); }, absl::Seconds(90))) << Pod("app").dump();
+
+  struct stat st {};
+  ASSERT_EQ(::lstat(data_.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0700u);
+  for (const char* name : {"state.db", "state.db-wal", "state.db-shm", "api-token", "kubeconfig", "tls/api.key",
+                           "api.sock", "berth-up.lock"}) {
+    const std::string path = data_ + "/" + name;
+    ASSERT_EQ(::lstat(path.c_str(), &st), 0) << path;
+    EXPECT_EQ(st.st_mode & 07777, 0600u) << path;
+  }
+  // The whole tree, without crossing into mounted filesystems (the pool and
+  // the volumes).
+  std::vector<std::string> open_to_others;
+  size_t walked = 0;
+  std::function<void(const std::string&, dev_t)> walk = [&](const std::string& dir, dev_t dev) {
+    for (const auto& e : fs::directory_iterator(dir)) {
+      struct stat est {};
+      if (::lstat(e.path().c_str(), &est) != 0 || est.st_dev != dev) continue;
+      ++walked;
+      // A CSI socket is 0660 (root's group, as kubelet's plugins expect);
+      // nothing else grants the group or others anything.
+      const mode_t allowed = S_ISSOCK(est.st_mode) ? 0060 : 0;
+      if (!S_ISLNK(est.st_mode) && (est.st_mode & 077 & ~allowed) != 0) {
+        open_to_others.push_back(fmt::format("{} {:04o}", e.path().string(), est.st_mode & 07777));
+      }
+      if (S_ISDIR(est.st_mode)) walk(e.path(), dev);
+    }
+  };
+  walk(data_, st.st_dev);
+  EXPECT_GT(walked, 20u);  // the node's kubelet tree, records, logs, the pool image
+  EXPECT_THAT(open_to_others, ::testing::IsEmpty());
+  Berth({"delete", "-f", Example("claim-and-pod.yaml")});
   EXPECT_TRUE(Eventually([&] { return Get("/api/v1/persistentvolumes")["items"].empty(); }, absl::Seconds(90)));
   EXPECT_EQ(StopUp(SIGTERM), 0);
 }
