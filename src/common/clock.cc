@@ -31,8 +31,9 @@ bool Clock::AwaitWithDeadline(absl::Mutex& mu, const absl::Condition& cond, absl
 
 void Clock::SleepUntil(absl::Time deadline) {
   absl::Mutex mu;
+  bool never = false;
   absl::MutexLock l(&mu);
-  AwaitWithDeadline(mu, absl::Condition::kFalse, deadline);
+  AwaitWithDeadline(mu, absl::Condition(&never), deadline);
 }
 
 namespace {
