@@ -9,6 +9,7 @@
 #include "common/strings.h"
 #include "client/capability.h"
 #include "controllers/node_affinity.h"
+#include "controllers/taints.h"
 #include "client/object.h"
 #include "client/writes.h"
 #include "csi/grpc_status.h"
@@ -65,6 +66,7 @@ AttachDetachController::AttachDetachController(apiserver::Registry& registry, At
     : registry_(registry),
       informers_(informers),
       options_(options),
+      clock_(options_.clock != nullptr ? *options_.clock : RealClock()),
       events_(registry, "attachdetach-controller") {}
 
 AttachDetachController::~AttachDetachController() { Stop(); }
@@ -102,9 +104,12 @@ void AttachDetachController::RegisterHandlers() {
       .on_add = [this](const json& n) { queue_.Add(Name(n)); },
       .on_update =
           [this](const json& before, const json& after) {
-            // Heartbeats change nothing here; volumesInUse and annotations do.
+            // Heartbeats change nothing here; volumesInUse, annotations,
+            // readiness and the out-of-service taint do.
             if (Field(Field(before, "status"), "volumesInUse") != Field(Field(after, "status"), "volumesInUse") ||
-                Field(Field(before, "metadata"), "annotations") != Field(Field(after, "metadata"), "annotations")) {
+                Field(Field(before, "metadata"), "annotations") != Field(Field(after, "metadata"), "annotations") ||
+                NodeReadyStatus(before) != NodeReadyStatus(after) ||
+                HasTaintKey(before, kTaintNodeOutOfService) != HasTaintKey(after, kTaintNodeOutOfService)) {
               queue_.Add(Name(after));
             }
           },
@@ -241,18 +246,30 @@ absl::Status AttachDetachController::SyncNode(const std::string& node) {
     const std::string unique =
         pv ? UniqueVolumeName(Str(*pv, {"spec", "csi", "driver"}), Str(*pv, {"spec", "csi", "volumeHandle"})) : "";
     if (node_obj && !unique.empty() && in_use.contains(unique)) {
+      // Still mounted there (kcm 1.26+): never detached from a healthy node;
+      // from one whose Ready is not True after maxWaitForUnmountDuration;
+      // at once from one tainted out-of-service (non-graceful shutdown: the
+      // admin says it is off).
+      const absl::Time now = clock_.Now();
       absl::Time since;
       {
         absl::MutexLock lock(&mu_);
-        since = unwanted_since_.try_emplace(name, absl::Now()).first->second;
+        since = unwanted_since_.try_emplace(name, now).first->second;
       }
-      const absl::Duration waited = absl::Now() - since;
-      if (waited < options_.max_wait_for_unmount) {
-        queue_.AddAfter(node, std::min(options_.max_wait_for_unmount - waited, absl::Seconds(5)));
+      const absl::Duration waited = now - since;
+      if (HasTaintKey(*node_obj, kTaintNodeOutOfService)) {
+        spdlog::warn("attach-detach: force-detaching {} from {}: the node has the {} taint", unique, node,
+                     kTaintNodeOutOfService);
+      } else if (NodeReadyStatus(*node_obj) == "True") {
+        continue;  // the node's next volumesInUse or readiness change brings it back
+      } else if (waited <= options_.max_wait_for_unmount) {
+        queue_.AddAfter(node, std::clamp(options_.max_wait_for_unmount - waited, absl::Milliseconds(100),
+                                         absl::Seconds(5)));
         continue;
+      } else {
+        spdlog::warn("attach-detach: force-detaching {} from unhealthy node {}: still reported in use after {}",
+                     unique, node, absl::FormatDuration(waited));
       }
-      spdlog::warn("attach-detach: detaching {} from {} although the node still reports it in use after {}", unique,
-                   node, absl::FormatDuration(waited));
     }
     auto st = registry_.Delete(Attachments(), "", name, {.uid = Uid(va), .resource_version = std::nullopt});
     if (!st.ok() && st.status().code() != absl::StatusCode::kNotFound) result.Update(st.status());

@@ -81,8 +81,7 @@ TolerationVerdict MatchTolerations(const json& tolerations, const std::vector<Ta
     if (used == nullptr) return {.tolerated = false, .for_how_long = absl::ZeroDuration()};
     const json& seconds = Field(*used, "tolerationSeconds");
     if (!seconds.is_number()) continue;
-    const absl::Duration d = seconds.get<double>() <= 0 ? absl::ZeroDuration()
-                                                        : absl::Seconds(seconds.get<int64_t>());
+    const absl::Duration d = seconds.get<double>() <= 0 ? absl::ZeroDuration() : absl::Seconds(seconds.get<int64_t>());
     if (!verdict.for_how_long || d < *verdict.for_how_long) verdict.for_how_long = d;
   }
   return verdict;

@@ -14,8 +14,8 @@ const Taint kDedicated{"dedicated", "db", kNoSchedule, ""};
 TEST(TaintsTest, ToleratesTaintAsKubernetes) {
   EXPECT_TRUE(ToleratesTaint({{"operator", "Exists"}}, kUnreachable));  // matches everything
   EXPECT_TRUE(ToleratesTaint({{"key", kTaintNodeUnreachable}, {"operator", "Exists"}}, kUnreachable));
-  EXPECT_FALSE(ToleratesTaint({{"key", kTaintNodeUnreachable}, {"operator", "Exists"}, {"effect", kNoSchedule}},
-                              kUnreachable));
+  EXPECT_FALSE(
+      ToleratesTaint({{"key", kTaintNodeUnreachable}, {"operator", "Exists"}, {"effect", kNoSchedule}}, kUnreachable));
   EXPECT_TRUE(ToleratesTaint({{"key", "dedicated"}, {"value", "db"}}, kDedicated));  // no operator: Equal
   EXPECT_TRUE(ToleratesTaint({{"key", "dedicated"}, {"operator", "Equal"}, {"value", "db"}}, kDedicated));
   EXPECT_FALSE(ToleratesTaint({{"key", "dedicated"}, {"operator", "Equal"}, {"value", "web"}}, kDedicated));
@@ -45,10 +45,11 @@ TEST(TaintsTest, MatchTolerationsGivesTheShortestTolerationOrForever) {
   EXPECT_EQ(v.for_how_long, absl::ZeroDuration());
   // The first matching toleration of each taint counts (upstream's
   // GetMatchingTolerations), even if a later one would tolerate longer.
-  v = MatchTolerations(json::array({{{"key", kTaintNodeUnreachable}, {"operator", "Exists"}, {"effect", kNoExecute},
-                                     {"tolerationSeconds", 10}},
-                                    {{"operator", "Exists"}}}),
-                       {kUnreachable});
+  v = MatchTolerations(
+      json::array(
+          {{{"key", kTaintNodeUnreachable}, {"operator", "Exists"}, {"effect", kNoExecute}, {"tolerationSeconds", 10}},
+           {{"operator", "Exists"}}}),
+      {kUnreachable});
   EXPECT_EQ(v.for_how_long, absl::Seconds(10));
   // No taints: nothing to evict for.
   EXPECT_TRUE(MatchTolerations(json(), {}).tolerated);
@@ -61,7 +62,9 @@ TEST(TaintsTest, NodeTaintsAndReadiness) {
          {{{"key", kTaintNodeUnreachable}, {"effect", kNoSchedule}, {"timeAdded", "2026-01-01T00:00:00Z"}},
           {{"key", kTaintNodeUnreachable}, {"effect", kNoExecute}},
           "junk"}}}},
-      {"status", {{"conditions", {{{"type", "MemoryPressure"}, {"status", "False"}}, {{"type", "Ready"}, {"status", "Unknown"}}}}}}};
+      {"status",
+       {{"conditions",
+         {{{"type", "MemoryPressure"}, {"status", "False"}}, {{"type", "Ready"}, {"status", "Unknown"}}}}}}};
   ASSERT_EQ(NodeTaints(node).size(), 2u);
   EXPECT_EQ(NodeTaints(node)[0].time_added, "2026-01-01T00:00:00Z");
   EXPECT_EQ(NodeTaints(node, kNoExecute).size(), 1u);
