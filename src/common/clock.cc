@@ -71,7 +71,6 @@ class RealClockImpl : public Clock {
   }
 
  private:
-
   void Loop() {
     absl::MutexLock l(&mu_);
     for (;;) {
@@ -81,8 +80,7 @@ class RealClockImpl : public Clock {
         const size_t before = timers_.size();
         const absl::Time earliest = next;
         auto changed = [this, before, earliest] {
-          return timers_.size() != before ||
-                 (!timers_.empty() && timers_.begin()->first.first < earliest);
+          return timers_.size() != before || (!timers_.empty() && timers_.begin()->first.first < earliest);
         };
         mu_.AwaitWithDeadline(absl::Condition(&changed), next);
         continue;

@@ -271,7 +271,7 @@ absl::Status AttachDetachController::SyncNode(const std::string& node) {
                      unique, node, absl::FormatDuration(waited));
       }
     }
-    auto st = registry_.Delete(Attachments(), "", name, {.uid = Uid(va), .resource_version = std::nullopt});
+    auto st = registry_.Delete(Attachments(), "", name, {.uid = Uid(va), .resource_version = std::nullopt, .grace_period_seconds = std::nullopt});
     if (!st.ok() && st.status().code() != absl::StatusCode::kNotFound) result.Update(st.status());
     absl::MutexLock lock(&mu_);
     unwanted_since_.erase(name);

@@ -609,7 +609,7 @@ absl::Status Provisioner::SyncVolume(const std::string& name) {
   }
   if (!deleting) {
     auto deleted = registry_.Delete(K("persistentvolumes"), "", name,
-                                    {.uid = Uid(pv), .resource_version = Str(pv, {"metadata", "resourceVersion"})});
+                                    {.uid = Uid(pv), .resource_version = Str(pv, {"metadata", "resourceVersion"}), .grace_period_seconds = std::nullopt});
     if (!deleted.ok() && deleted.status().code() != absl::StatusCode::kNotFound) return deleted.status();
   }
   return EditFinalizer(registry_, K("persistentvolumes"), pv, kProvisionerFinalizer, false);

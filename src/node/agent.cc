@@ -49,6 +49,9 @@ absl::Status NodeAgent::Start() {
   vm.workers = options_.workers;
   vm.mount_table = options_.mount_table;
   vm.stats_period = options_.volume_stats_period;
+  vm.clock = options_.clock;
+  vm.containers_may_run = options_.containers_may_run;
+  vm.runtime_owns_pod_status = options_.runtime_owns_pod_status;
   volumes_ = std::make_unique<VolumeManager>(registry_, *plugins_, directory_, *status_, vm);
   BERTH_RETURN_IF_ERROR(volumes_->Start());
   watcher_ = std::make_unique<PluginWatcher>(registration_dir_, *plugins_);

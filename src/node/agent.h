@@ -44,11 +44,17 @@ class NodeAgent {
     absl::Duration volume_stats_period = absl::Minutes(1);
     // The mount table the volume manager reads (tests substitute one).
     std::function<absl::StatusOr<std::vector<MountEntry>>()> mount_table = ReadMountTable;
+    // Time for the volume manager's backoffs and resyncs and for the node's
+    // lease and status (null: RealClock()).
+    Clock* clock = nullptr;
+    // The pod workers' answers (see VolumeManager::Options); unset: no
+    // container runtime.
+    std::function<bool(const std::string& pod_uid)> containers_may_run = nullptr;
+    bool runtime_owns_pod_status = false;
     // The node status is written at least this often even when unchanged.
     absl::Duration status_report = absl::Minutes(1);
     // TEST ONLY: see NodeStatus::Options::paused_for_test.
     std::function<bool()> paused_for_test = nullptr;
-    Clock* clock = nullptr;  // null: RealClock()
   };
   NodeAgent(apiserver::Registry& registry, client::DriverDirectory& directory, Options options);
   ~NodeAgent();  // Stop()

@@ -17,7 +17,9 @@
 #include "client/volume_names.h"
 #include "client/capability.h"
 #include "client/object.h"
+#include "client/workqueue.h"
 #include "client/writes.h"
+#include "csi/grpc_status.h"
 #include "csi/registration.h"
 #include "csi/v1/csi.grpc.pb.h"
 #include "grpcpp/client_context.h"
@@ -79,6 +81,12 @@ void SetMap(google::protobuf::Map<std::string, std::string>* out, const std::map
   for (const auto& [k, v] : in) (*out)[k] = v;
 }
 
+// Not a failure of the operation: it waits for the driver, and the driver's
+// registration wakes the reconciler (no backoff builds up meanwhile).
+absl::Status DriverNotRegistered(const std::string& driver) {
+  return client::NotAFailure(StrCat("driver ", driver, " is not registered"));
+}
+
 absl::Status FromGrpc(const std::string& rpc, const grpc::Status& st) {
   if (st.ok()) return absl::OkStatus();
   return absl::Status(static_cast<absl::StatusCode>(st.error_code()), StrCat(rpc, ": ", st.error_message()));
@@ -103,11 +111,14 @@ absl::Status CallNode(client::DriverDirectory& directory, const std::string& dri
 VolumeManager::VolumeManager(apiserver::Registry& registry, CsiPlugins& plugins,
                              client::DriverDirectory& directory, NodeStatus& node_status, Options options)
     : registry_(registry),
+      clock_(options.clock != nullptr ? *options.clock : RealClock()),
       plugins_(plugins),
       directory_(directory),
       node_status_(node_status),
       options_(std::move(options)),
-      events_(registry, "kubelet") {}
+      events_(registry, "kubelet"),
+      // kubelet's exponentialbackoff: 500 ms doubling, at most 2 min 2 s.
+      backoff_({.base = absl::Milliseconds(500), .max = absl::Seconds(122), .jitter = 0}) {}
 
 VolumeManager::~VolumeManager() { Stop(); }
 
@@ -164,7 +175,7 @@ absl::Status VolumeManager::Start() {
         {
           absl::MutexLock lock(&mu_);
           auto stopping = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stop_; };
-          if (mu_.AwaitWithTimeout(absl::Condition(&stopping), options_.stats_period)) return;
+          if (clock_.AwaitWithTimeout(mu_, absl::Condition(&stopping), options_.stats_period)) return;
         }
         CollectStats();
       }
@@ -316,6 +327,46 @@ std::set<std::string> VolumeManager::PublishedVolumes() const {
   return out;
 }
 
+std::set<std::string> VolumeManager::UncertainStagedVolumes() const {
+  absl::MutexLock lock(&mu_);
+  std::set<std::string> out;
+  for (const auto& [unique, s] : staged_) {
+    if (!s.certain) out.insert(unique);
+  }
+  return out;
+}
+
+std::set<std::string> VolumeManager::UncertainPublishedVolumes() const {
+  absl::MutexLock lock(&mu_);
+  std::set<std::string> out;
+  for (const auto& [key, p] : published_) {
+    if (!p.certain) out.insert(key.first + "/" + key.second);
+  }
+  return out;
+}
+
+bool VolumeManager::PodVolumesReady(const std::string& pod_uid) const {
+  absl::MutexLock lock(&mu_);
+  return ready_pods_.contains(pod_uid);
+}
+
+std::map<std::string, VolumeManager::PodVolume> VolumeManager::PodVolumePaths(const std::string& pod_uid) const {
+  absl::MutexLock lock(&mu_);
+  std::map<std::string, PodVolume> out;
+  auto vols = pod_volumes_.find(pod_uid);
+  if (vols == pod_volumes_.end()) return out;
+  for (const auto& [name, pv_ro] : vols->second) {
+    auto p = published_.find({pod_uid, pv_ro.first});
+    if (p == published_.end() || !p->second.certain) continue;
+    out[name] = PodVolume{.path = p->second.target, .block = p->second.volume.block, .read_only = pv_ro.second};
+  }
+  return out;
+}
+
+bool VolumeManager::ContainersMayRun(const std::string& pod_uid) const {
+  return options_.containers_may_run && options_.containers_may_run(pod_uid);
+}
+
 // ---- restart reconstruction ----
 
 absl::Status VolumeManager::Reconstruct() {
@@ -392,17 +443,24 @@ absl::Status VolumeManager::Reconstruct() {
 // ---- desired state ----
 
 std::vector<VolumeManager::Wanted> VolumeManager::Desired(std::map<std::string, std::string>* waiting,
-                                                          std::map<std::string, json>* pods) {
+                                                          PodsSeen* pods) {
   std::vector<Wanted> out;
   const std::string node = options_.node_name;
   auto on_node = informers_.at("pods")->Select([&](const json& p) { return Str(p, {"spec", "nodeName"}) == node; });
   auto& claims = *informers_.at("persistentvolumeclaims");
   auto& volumes = *informers_.at("persistentvolumes");
   for (auto& pod : on_node) {
-    const std::string phase = Str(pod, {"status", "phase"});
-    if (phase == "Succeeded" || phase == "Failed" || client::Deleting(pod)) continue;
     const std::string uid = Uid(pod);
     if (!CheckComponent("pod uid", uid).ok()) continue;
+    const std::string phase = Str(pod, {"status", "phase"});
+    const bool deleting = client::Deleting(pod);
+    if (deleting) pods->deleting[uid] = pod;
+    if (deleting || phase == "Succeeded" || phase == "Failed") {
+      // Nothing new is mounted for it; what is mounted stays while its
+      // containers may still use it.
+      if (ContainersMayRun(uid)) pods->holding.insert(uid);
+      continue;
+    }
     auto wait = [&](const std::string& why) { waiting->emplace(uid, why); };
     for (const auto& vol : Field(Field(pod, "spec"), "volumes")) {
       std::string claim_name;
@@ -459,9 +517,10 @@ std::vector<VolumeManager::Wanted> VolumeManager::Desired(std::map<std::string, 
                            .pv = *pv,
                            .volume = v,
                            .pod_uid = uid,
+                           .volume_name = Str(vol, {"name"}),
                            .read_only = read_only || Field(csi, "readOnly") == true});
     }
-    (*pods)[uid] = std::move(pod);
+    pods->active[uid] = std::move(pod);
   }
   return out;
 }
@@ -481,7 +540,13 @@ void VolumeManager::ReconcileLoop() {
     {
       absl::MutexLock lock(&mu_);
       auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stop_ || dirty_; };
-      mu_.AwaitWithTimeout(absl::Condition(&ready), options_.resync);
+      // Wake for the resync, or as soon as a failed operation may be retried.
+      const absl::Time now = clock_.Now();
+      absl::Time next = now + options_.resync;
+      for (const auto& [id, at] : retry_at_) {
+        if (at > now && at < next) next = at;
+      }
+      clock_.AwaitWithDeadline(mu_, absl::Condition(&ready), next);
       if (stop_) return;
       dirty_ = false;
     }
@@ -491,8 +556,8 @@ void VolumeManager::ReconcileLoop() {
 
 void VolumeManager::Reconcile() {
   std::map<std::string, std::string> waiting;
-  std::map<std::string, json> pods;
-  std::vector<Wanted> wanted = Desired(&waiting, &pods);
+  PodsSeen seen;
+  std::vector<Wanted> wanted = Desired(&waiting, &seen);
 
   std::map<std::string, Staged> staged;
   std::map<std::pair<std::string, std::string>, Published> published;
@@ -517,11 +582,12 @@ void VolumeManager::Reconcile() {
     wanted_pub.insert({w.pod_uid, w.volume.pv});
   }
   // Tear down what no pod here wants any more: unpublish first; a pod that
-  // still exists keeps its volumes (a pod's volumes never change).
+  // still runs keeps its volumes (a pod's volumes never change), and so does
+  // a deleting or finished one whose containers may still run.
   std::set<std::string> still_published;
   for (const auto& [key, p] : published) {
     still_published.insert(p.volume.unique);  // unstaged only after this is unpublished
-    if (wanted_pub.count(key) || pods.count(p.pod_uid)) continue;
+    if (wanted_pub.count(key) || seen.active.count(p.pod_uid) || seen.holding.count(p.pod_uid)) continue;
     Dispatch(Op{.lock_key = p.volume.unique,
                 .id = StrCat("unpublish/", key.first, "/", key.second),
                 .run = [this, p] { return Unpublish(p); },
@@ -582,13 +648,23 @@ void VolumeManager::Reconcile() {
                 .pod = w.pod,
                 .what = StrCat("MountVolume.SetUp failed for volume \"", w.volume.pv, "\"")});
   }
-  // Pod status: Running once every volume is published.
+  // What the pod workers read: which pods have every volume, and where.
   std::map<std::string, std::string> errors;
   {
     absl::MutexLock lock(&mu_);
     errors = errors_;
+    ready_pods_.clear();
+    pod_volumes_.clear();
+    for (const auto& [uid, pod] : seen.active) {
+      if (!pods_pending.count(uid) && !waiting.count(uid)) ready_pods_.insert(uid);
+    }
+    for (const auto& w : wanted) pod_volumes_[w.pod_uid][w.volume_name] = {w.volume.pv, w.read_only};
   }
-  for (const auto& [uid, pod] : pods) {
+  FinishDeletedPods(seen.deleting);
+  if (options_.runtime_owns_pod_status) return;
+  // Without a runtime, pod status is the volumes': Running once every volume
+  // is published.
+  for (const auto& [uid, pod] : seen.active) {
     if (!pods_pending.count(uid) && !waiting.count(uid)) {
       UpdatePodStatus(pod, true, "", "");
     } else if (auto e = errors.find(uid); e != errors.end()) {
@@ -597,6 +673,29 @@ void VolumeManager::Reconcile() {
       auto wt = waiting.find(uid);
       UpdatePodStatus(pod, false, "ContainerCreating",
                       wt == waiting.end() ? "mounting volumes" : StrCat("waiting for volumes: ", wt->second));
+    }
+  }
+}
+
+void VolumeManager::FinishDeletedPods(const std::map<std::string, json>& deleting) {
+  for (const auto& [uid, pod] : deleting) {
+    if (ContainersMayRun(uid)) continue;
+    {
+      absl::MutexLock lock(&mu_);
+      if (auto n = pod_ops_.find(uid); n != pod_ops_.end() && n->second > 0) continue;
+      auto it = published_.lower_bound({uid, ""});
+      if (it != published_.end() && it->first.first == uid) continue;  // mounted or uncertain
+    }
+    apiserver::DeleteOptions opts;
+    opts.uid = uid;
+    opts.grace_period_seconds = 0;
+    auto st = registry_.Delete(K("pods"), Ns(pod), Name(pod), opts);
+    if (st.ok()) {
+      spdlog::info("node {}: pod {}/{} stopped and its volumes torn down: deleted", options_.node_name, Ns(pod),
+                   Name(pod));
+    } else if (st.status().code() != absl::StatusCode::kNotFound && st.status().code() != absl::StatusCode::kAborted) {
+      spdlog::warn("node {}: deleting pod {}/{}: {}", options_.node_name, Ns(pod), Name(pod), st.status().ToString());
+      Wake();
     }
   }
 }
@@ -648,9 +747,9 @@ void VolumeManager::Dispatch(Op op) {
   // An op on this volume ended after the snapshot this op was decided on
   // (a stage that just finished would otherwise be staged again).
   if (auto d = done_at_.find(op.lock_key); d != done_at_.end() && d->second > snapshot_seq_) return;
-  auto b = backoff_.find(op.id);
-  if (b != backoff_.end() && b->second.next > absl::Now()) return;
+  if (auto r = retry_at_.find(op.id); r != retry_at_.end() && r->second > clock_.Now()) return;
   locked_.insert(op.lock_key);
+  if (!op.pod.is_null()) ++pod_ops_[Uid(op.pod)];
   queue_.push_back(std::move(op));
 }
 
@@ -671,18 +770,24 @@ void VolumeManager::WorkerLoop() {
       spdlog::warn("node {}: {}: {}", options_.node_name, op.what, std::string(st.message()));
       if (!op.pod.is_null()) events_.Record(op.pod, "Warning", "FailedMount", StrCat(op.what, " : ", st.message()));
     }
+    const bool waits = client::IsNotAFailure(st);  // for the driver: no backoff
+    if (st.ok()) backoff_.Forget(op.id);
+    const absl::Time retry_at = st.ok() || waits ? absl::InfinitePast() : clock_.Now() + backoff_.When(op.id);
     absl::MutexLock lock(&mu_);
     locked_.erase(op.lock_key);
     done_at_[op.lock_key] = ++done_seq_;
     dirty_ = true;
+    if (!uid.empty() && --pod_ops_[uid] <= 0) pod_ops_.erase(uid);
     if (st.ok()) {
-      backoff_.erase(op.id);
+      retry_at_.erase(op.id);
       if (!uid.empty()) errors_.erase(uid);
       continue;
     }
-    Backoff& b = backoff_[op.id];
-    ++b.failures;
-    b.next = absl::Now() + std::min(absl::Milliseconds(500) * (1 << std::min(b.failures - 1, 8)), absl::Seconds(122));
+    if (waits) {
+      retry_at_.erase(op.id);
+    } else {
+      retry_at_[op.id] = retry_at;
+    }
     if (!uid.empty()) errors_[uid] = StrCat(op.what, " : ", st.message());
   }
 }
@@ -747,7 +852,9 @@ absl::Status VolumeManager::Stage(const Wanted& w) {
   BERTH_ASSIGN_OR_RETURN(auto secrets, SecretsOf(w.pv, "nodeStageSecretRef"));
   const std::string record = StagedRecord(options_.root, path, v.pv, v.block);
   BERTH_RETURN_IF_ERROR(MakeDirs(Parent(record), 0750));
-  BERTH_RETURN_IF_ERROR(MakeDirs(v.block ? path : Parent(path), 0750));
+  // The CO creates the staging directory itself (kubelet's MkdirAll; the
+  // spec: "the CO SHALL ensure that the path exists").
+  BERTH_RETURN_IF_ERROR(MakeDirs(path, 0750));
   // The record goes first: a crash during the call leaves something the
   // next start can clean up.
   json data = {{"driverName", v.driver}, {"volumeHandle", v.handle}, {"specVolID", v.pv},
@@ -761,18 +868,33 @@ absl::Status VolumeManager::Stage(const Wanted& w) {
   SetMap(req.mutable_publish_context(), publish_context);
   SetMap(req.mutable_secrets(), secrets);
   SetMap(req.mutable_volume_context(), VolumeContext(w));
-  BERTH_RETURN_IF_ERROR(CallNode(directory_, v.driver, options_.node_name, options_.call_timeout, "NodeStageVolume",
-                                 &::csi::v1::Node::Stub::NodeStageVolume, req));
-  spdlog::info("node {}: staged {} at {}", options_.node_name, v.pv, path);
+  absl::Status call = CallNode(directory_, v.driver, options_.node_name, options_.call_timeout, "NodeStageVolume",
+                                &::csi::v1::Node::Stub::NodeStageVolume, req);
+  if (call.ok()) {
+    spdlog::info("node {}: staged {} at {}", options_.node_name, v.pv, path);
+  } else if (csi::IsFinalError(call)) {
+    // The driver staged nothing: forget this attempt (and an earlier
+    // uncertain one), on disk too.
+    absl::Status removed = RemoveFileDurably(record);
+    if (!removed.ok() && removed.code() != absl::StatusCode::kNotFound) return removed;
+    if (!v.block) RemoveIfEmpty(path);
+  } else {
+    spdlog::warn("node {}: staging {} may or may not have happened ({}): the volume is uncertain", options_.node_name,
+                 v.pv, std::string(call.message()));
+  }
   absl::MutexLock lock(&mu_);
-  staged_[v.unique] = Staged{.volume = v, .path = path, .certain = true};
-  return absl::OkStatus();
+  if (call.ok() || !csi::IsFinalError(call)) {
+    staged_[v.unique] = Staged{.volume = v, .path = path, .certain = call.ok()};
+  } else {
+    staged_.erase(v.unique);
+  }
+  return call;
 }
 
 absl::Status VolumeManager::Unstage(const Staged& s) {
   const Volume& v = s.volume;
   BERTH_RETURN_IF_ERROR(CheckInsideRoot(s.path));
-  if (!plugins_.Get(v.driver)) return absl::UnavailableError(StrCat("driver ", v.driver, " is not registered"));
+  if (!plugins_.Get(v.driver)) return DriverNotRegistered(v.driver);
   ::csi::v1::NodeUnstageVolumeRequest req;
   req.set_volume_id(v.handle);
   req.set_staging_target_path(s.path);
@@ -814,18 +936,31 @@ absl::Status VolumeManager::Publish(const Wanted& w, const std::string& staging)
   SetMap(req.mutable_publish_context(), publish_context);
   SetMap(req.mutable_secrets(), secrets);
   SetMap(req.mutable_volume_context(), VolumeContext(w));
-  BERTH_RETURN_IF_ERROR(CallNode(directory_, v.driver, options_.node_name, options_.call_timeout, "NodePublishVolume",
-                                 &::csi::v1::Node::Stub::NodePublishVolume, req));
-  spdlog::info("node {}: published {} for pod {}/{} at {}", options_.node_name, v.pv, Ns(w.pod), Name(w.pod), target);
+  absl::Status call = CallNode(directory_, v.driver, options_.node_name, options_.call_timeout, "NodePublishVolume",
+                                &::csi::v1::Node::Stub::NodePublishVolume, req);
+  if (call.ok()) {
+    spdlog::info("node {}: published {} for pod {}/{} at {}", options_.node_name, v.pv, Ns(w.pod), Name(w.pod), target);
+  } else if (csi::IsFinalError(call)) {
+    absl::Status removed = RemoveFileDurably(record);
+    if (!removed.ok() && removed.code() != absl::StatusCode::kNotFound) return removed;
+  } else {
+    spdlog::warn("node {}: publishing {} for pod {}/{} may or may not have happened ({}): the volume is uncertain",
+                 options_.node_name, v.pv, Ns(w.pod), Name(w.pod), std::string(call.message()));
+  }
   absl::MutexLock lock(&mu_);
-  published_[{w.pod_uid, v.pv}] = Published{.volume = v, .pod_uid = w.pod_uid, .target = target, .certain = true};
-  return absl::OkStatus();
+  if (call.ok() || !csi::IsFinalError(call)) {
+    published_[{w.pod_uid, v.pv}] =
+        Published{.volume = v, .pod_uid = w.pod_uid, .target = target, .certain = call.ok()};
+  } else {
+    published_.erase({w.pod_uid, v.pv});
+  }
+  return call;
 }
 
 absl::Status VolumeManager::Unpublish(const Published& p) {
   const Volume& v = p.volume;
   BERTH_RETURN_IF_ERROR(CheckInsideRoot(p.target));
-  if (!plugins_.Get(v.driver)) return absl::UnavailableError(StrCat("driver ", v.driver, " is not registered"));
+  if (!plugins_.Get(v.driver)) return DriverNotRegistered(v.driver);
   ::csi::v1::NodeUnpublishVolumeRequest req;
   req.set_volume_id(v.handle);
   req.set_target_path(p.target);
@@ -875,7 +1010,7 @@ absl::Status VolumeManager::Expand(const Wanted& w, const std::string& target, c
   const json& capacity = Field(Field(Field(w.pv, "spec"), "capacity"), "storage");
   const int64_t size = Bytes(capacity);
   auto driver = plugins_.Get(v.driver);
-  if (!driver) return absl::UnavailableError(StrCat("driver ", v.driver, " is not registered"));
+  if (!driver) return DriverNotRegistered(v.driver);
   if (driver->Has(NodeCap::EXPAND_VOLUME)) {
     BERTH_ASSIGN_OR_RETURN(auto secrets, SecretsOf(w.pv, "nodeExpandSecretRef"));
     ::csi::v1::NodeExpandVolumeRequest req;
