@@ -41,7 +41,9 @@ void AddDefaultTolerations(json& pod) {
   if (!list.is_array()) list = json::array();
   for (auto [missing, key] : {std::pair{!not_ready, kTaintNotReady}, std::pair{!unreachable, kTaintUnreachable}}) {
     if (!missing) continue;
-    list.push_back({{"key", key}, {"operator", "Exists"}, {"effect", "NoExecute"},
+    list.push_back({{"key", key},
+                    {"operator", "Exists"},
+                    {"effect", "NoExecute"},
                     {"tolerationSeconds", kDefaultTolerationSeconds}});
   }
 }

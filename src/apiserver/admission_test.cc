@@ -25,7 +25,9 @@ TEST(DefaultTolerationSecondsTest, AddsBothTolerationsToAPodWithout) {
 }
 
 TEST(DefaultTolerationSecondsTest, KeepsTheUsersOwnAndAddsOnlyWhatIsMissing) {
-  json mine = {{"key", "node.kubernetes.io/unreachable"}, {"operator", "Exists"}, {"effect", "NoExecute"},
+  json mine = {{"key", "node.kubernetes.io/unreachable"},
+               {"operator", "Exists"},
+               {"effect", "NoExecute"},
                {"tolerationSeconds", 6000}};
   json pod = {{"spec", {{"tolerations", {mine, {{"key", "dedicated"}, {"value", "db"}, {"effect", "NoSchedule"}}}}}}};
   AddDefaultTolerations(pod);
@@ -40,9 +42,10 @@ TEST(DefaultTolerationSecondsTest, AnEmptyKeyOrEffectCoversTheTaint) {
   AddDefaultTolerations(all);
   EXPECT_EQ(all["spec"]["tolerations"].size(), 1u);
   // A not-ready toleration of any effect covers NoExecute; a NoSchedule one does not.
-  json pod = {{"spec", {{"tolerations", {{{"key", "node.kubernetes.io/not-ready"}, {"operator", "Exists"}},
-                                         {{"key", "node.kubernetes.io/unreachable"}, {"operator", "Exists"},
-                                          {"effect", "NoSchedule"}}}}}}};
+  json pod = {{"spec",
+               {{"tolerations",
+                 {{{"key", "node.kubernetes.io/not-ready"}, {"operator", "Exists"}},
+                  {{"key", "node.kubernetes.io/unreachable"}, {"operator", "Exists"}, {"effect", "NoSchedule"}}}}}}};
   AddDefaultTolerations(pod);
   ASSERT_EQ(pod["spec"]["tolerations"].size(), 3u);
   EXPECT_EQ(pod["spec"]["tolerations"][2], Toleration("node.kubernetes.io/unreachable"));

@@ -37,6 +37,23 @@ bool PodFinished(const json& pod) {
   return phase == "Succeeded" || phase == "Failed";
 }
 
+// Kubernetes' IsPodTerminated: finished, or being deleted with no container
+// running (a status neither waiting nor terminated counts as running; no
+// statuses at all, as without a container runtime: none runs). Its volumes
+// are no longer wanted; detach safety below decides when they go.
+bool PodTerminated(const json& pod) {
+  if (PodFinished(pod)) return true;
+  if (!Deleting(pod)) return false;
+  for (const char* list : {"initContainerStatuses", "containerStatuses", "ephemeralContainerStatuses"}) {
+    const json& statuses = Field(Field(pod, "status"), list);
+    for (const auto& st : statuses.is_array() ? statuses : json::array()) {
+      const json& state = Field(st, "state");
+      if (Field(state, "terminated").is_null() && Field(state, "waiting").is_null()) return false;
+    }
+  }
+  return true;
+}
+
 // Sets status[field] to the error, keeping the time of an identical one: a
 // repeated failure writes nothing, so the write cannot re-trigger the sync
 // and defeat the work queue's backoff.
@@ -190,7 +207,7 @@ std::map<std::string, AttachDetachController::Wanted> AttachDetachController::De
   const bool keep_terminated = Annotation(*node_obj, kAnnKeepTerminatedPodVolumes) == "true";
   std::vector<json> pods = informers_.pods.Select([&](const json& p) { return NodeNameOf(p) == node; });
   for (const auto& pod : pods) {
-    if (PodFinished(pod) && !keep_terminated) continue;
+    if (PodTerminated(pod) && !keep_terminated) continue;
     const json& volumes = Field(Field(pod, "spec"), "volumes");
     if (!volumes.is_array()) continue;
     for (const auto& v : volumes) {

@@ -3,8 +3,10 @@
 //
 // AttachDetachController (kube-controller-manager's attach-detach
 // controller) compares, per node, the volumes its pods need (desired state:
-// every PVC of a pod scheduled there and not finished, through the bound PV
-// to its CSI driver) with the VolumeAttachment objects for that node (actual
+// every PVC of a pod scheduled there and not terminated — finished, or
+// being deleted with no container running, as Kubernetes' IsPodTerminated —
+// through the bound PV to its CSI driver) with the VolumeAttachment objects
+// for that node (actual
 // state), and creates or deletes VolumeAttachments named
 // csi-<sha256(volumeHandle + driver + node)> for drivers that require attach
 // (CSIDriver attachRequired, true when there is no CSIDriver object). A

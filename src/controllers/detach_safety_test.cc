@@ -168,5 +168,47 @@ TEST_F(DetachSafetyTest, AtOnceFromAnOutOfServiceNode) {
   EXPECT_TRUE(Detached());
 }
 
+TEST_F(DetachSafetyTest, ATerminatingPodsVolumeIsReleasedByTheSameRules) {
+  // A pod on the node uses the volume: wanted, even on an out-of-service
+  // node.
+  auto claim = registry_->Create(K("persistentvolumeclaims"), "default",
+                                 {{"metadata", {{"name", "data"}}},
+                                  {"spec",
+                                   {{"accessModes", {"ReadWriteOnce"}},
+                                    {"storageClassName", ""},
+                                    {"volumeName", "pv-1"},
+                                    {"resources", {{"requests", {{"storage", "1Gi"}}}}}}}});
+  ASSERT_TRUE(claim.ok()) << claim.status();
+  ASSERT_TRUE(
+      client::EditStatus(*registry_, K("persistentvolumeclaims"), *claim, [](json& s) { s["phase"] = "Bound"; }).ok());
+  auto pod =
+      registry_->Create(K("pods"), "default",
+                        {{"metadata", {{"name", "app"}}},
+                         {"spec",
+                          {{"nodeName", kNode},
+                           {"containers", {{{"name", "c"}, {"image", "busybox"}}}},
+                           {"volumes", {{{"name", "d"}, {"persistentVolumeClaim", {{"claimName", "data"}}}}}}}}});
+  ASSERT_TRUE(pod.ok()) << pod.status();
+  ASSERT_TRUE(client::EditStatus(*registry_, K("pods"), *pod, [](json& s) { s["phase"] = "Running"; }).ok());
+  ASSERT_TRUE(Eventually([&] {
+    auto c = informers_["persistentvolumeclaims"]->Get("default", "data");
+    auto p = informers_["pods"]->Get("default", "app");
+    return c && Str(*c, {"status", "phase"}) == "Bound" && p && Str(*p, {"status", "phase"}) == "Running";
+  }));
+  SetNode("Unknown", /*in_use=*/true, /*out_of_service=*/true);
+  ASSERT_TRUE(controller_->SyncNode(kNode).ok());
+  EXPECT_FALSE(Detached()) << "detached a volume a live pod wants";
+  // Deleted gracefully (taint-based eviction, or the user): Terminating,
+  // no container running — its volumes are released as a finished pod's.
+  auto deleted = registry_->Delete(K("pods"), "default", "app");
+  ASSERT_TRUE(deleted.ok() && client::Deleting(*deleted));
+  ASSERT_TRUE(Eventually([&] {
+    auto p = informers_["pods"]->Get("default", "app");
+    return p && client::Deleting(*p);
+  }));
+  ASSERT_TRUE(controller_->SyncNode(kNode).ok());
+  EXPECT_TRUE(Detached());
+}
+
 }  // namespace
 }  // namespace berth::controllers

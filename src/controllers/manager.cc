@@ -72,6 +72,8 @@ ControllerManager::ControllerManager(apiserver::Registry& registry, DriverDirect
                                        .clock = options_.clock});
   taint_eviction_ = std::make_unique<TaintEvictionController>(
       registry_, TaintEvictionInformers{i("nodes"), i("pods")}, TaintEvictionController::Options{.clock = options_.clock});
+  pod_gc_ = std::make_unique<PodGarbageCollector>(registry_, PodGcInformers{i("nodes"), i("pods")},
+                                                  PodGarbageCollector::Options{.clock = options_.clock});
   absl::MutexLock lock(&mu_);
   for (const auto& driver : options_.drivers) {
     if (!per_driver_.contains(driver)) per_driver_.emplace(driver, MakeDriver(driver));
@@ -163,6 +165,7 @@ absl::Status ControllerManager::Start() {
   ephemeral_->RegisterHandlers();
   node_lifecycle_->RegisterHandlers();
   taint_eviction_->RegisterHandlers();
+  pod_gc_->RegisterHandlers();
   for (auto& [resource, inf] : informers_) inf->Start();
   for (auto& [resource, inf] : informers_) {
     if (!inf->WaitForSync(options_.informer_sync_timeout)) {
@@ -176,6 +179,7 @@ absl::Status ControllerManager::Start() {
   ephemeral_->Start();
   node_lifecycle_->Start();
   taint_eviction_->Start();
+  pod_gc_->Start();
   size_t count;
   {
     absl::MutexLock lock(&mu_);
@@ -202,6 +206,7 @@ void ControllerManager::Stop() {
     d.attacher->Stop();
     d.provisioner->Stop();
   }
+  pod_gc_->Stop();
   taint_eviction_->Stop();
   node_lifecycle_->Stop();
   ephemeral_->Stop();

@@ -11,7 +11,8 @@
 //
 // Cluster-wide: the PV binder, the attach-detach controller, the scheduler,
 // the snapshot controller, the generic ephemeral volume controller, the node
-// lifecycle controller and taint-based eviction. Per CSI driver: provisioner, attacher,
+// lifecycle controller, taint-based eviction and the pod GC of out-of-service
+// nodes. Per CSI driver: provisioner, attacher,
 // resizer, snapshotter and capacity tracker. Turns on the registry's
 // storage-protection admission (the binder removes those finalizers).
 //
@@ -34,6 +35,7 @@
 #include "client/informer.h"
 #include "common/clock.h"
 #include "controllers/nodelifecycle/node_lifecycle.h"
+#include "controllers/nodelifecycle/pod_gc.h"
 #include "controllers/nodelifecycle/taint_eviction.h"
 #include "controllers/provisioner.h"
 #include "controllers/pv_binder.h"
@@ -106,6 +108,7 @@ class ControllerManager {
   std::unique_ptr<EphemeralController> ephemeral_;
   std::unique_ptr<NodeLifecycleController> node_lifecycle_;
   std::unique_ptr<TaintEvictionController> taint_eviction_;
+  std::unique_ptr<PodGarbageCollector> pod_gc_;
   mutable absl::Mutex mu_;
   std::map<std::string, PerDriver> per_driver_ ABSL_GUARDED_BY(mu_);
   bool started_ ABSL_GUARDED_BY(mu_) = false;

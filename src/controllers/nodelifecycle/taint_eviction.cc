@@ -186,7 +186,9 @@ absl::Status TaintEvictionController::Evict(const json& pod) {
     }
     conditions.push_back(target);
   }));
-  auto deleted = registry_.Delete(K("pods"), Ns(pod), Name(pod), {.uid = client::Uid(pod), .resource_version = {}});
+  auto deleted = registry_.Delete(
+      K("pods"), Ns(pod), Name(pod),
+      {.uid = client::Uid(pod), .resource_version = std::nullopt, .grace_period_seconds = std::nullopt});
   if (!deleted.ok() && deleted.status().code() != absl::StatusCode::kNotFound) return deleted.status();
   absl::MutexLock lock(&mu_);
   if (auto it = scheduled_.find(key); it != scheduled_.end()) {
