@@ -7,6 +7,7 @@
 #include "api/quantity.h"
 #include "api/schema.h"
 #include "api/validation.h"
+#include "apiserver/admission.h"
 #include "common/status.h"
 #include "common/strings.h"
 
@@ -318,6 +319,7 @@ absl::Status Registry::PrepareCreate(const api::KindInfo& kind, const std::strin
   api::ApplyDefaults(kind, obj);
   ResetStatusForCreate(kind, obj);
   if (kind.kind == "PersistentVolumeClaim") SetDefaultStorageClass(obj);
+  if (kind.kind == "Pod") AddDefaultTolerations(obj);
   if (storage_protection_admission_) AddProtectionFinalizer(kind, obj);
   BERTH_RETURN_IF_ERROR(api::Validate(kind, obj, nullptr));
   return CheckNamespace(kind, ns);
@@ -435,6 +437,7 @@ absl::StatusOr<json> Registry::UpdateOnce(const api::KindInfo& kind, const std::
     }
     api::Normalize(kind, obj);
     api::ApplyDefaults(kind, obj);
+    if (kind.kind == "Pod") AddDefaultTolerations(obj);
   }
   api::Normalize(kind, obj);
   BERTH_RETURN_IF_ERROR(api::Validate(kind, obj, &old));

@@ -73,6 +73,9 @@ int main(int argc, char** argv) {
   up->add_option("--volume-stats-period", up_options.volume_stats_period_seconds,
                  "seconds between NodeGetVolumeStats rounds (kubelet_volume_stats_* on /metrics)")
       ->capture_default_str();
+  up->add_option("--node-monitor-grace-period", up_options.node_monitor_grace_period,
+                 "a node whose lease is not renewed this long is marked Unknown and tainted (e.g. 40s)")
+      ->capture_default_str();
 
   // apply
   auto* apply = app.add_subcommand("apply", "create or update objects from manifests");
