@@ -79,7 +79,7 @@ class RealClockImpl : public Clock {
       if (next > now) {
         const size_t before = timers_.size();
         const absl::Time earliest = next;
-        auto changed = [this, before, earliest] {
+        auto changed = [this, before, earliest]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
           return timers_.size() != before || (!timers_.empty() && timers_.begin()->first.first < earliest);
         };
         mu_.AwaitWithDeadline(absl::Condition(&changed), next);
