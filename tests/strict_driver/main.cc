@@ -1,5 +1,5 @@
 // strict-csi-driver: the spec-strict CSI driver of the test suite as a
-// process (a thin main over berth::csi_strict_driver). Every CO violation is
+// process (a thin main over berth::strict_driver). Every CO violation is
 // answered "CO violation: ..." and appended to --violations; run as root for
 // real bind mounts.
 //
@@ -15,13 +15,13 @@
 #include "common/signals.h"
 #include "common/units.h"
 #include "csi/server.h"
-#include "csi/testing/strict_driver.h"
+#include "driver/testing/strict_driver.h"
 #include "driver/mount/mounter.h"
 #include "spdlog/spdlog.h"
 
 int main(int argc, char** argv) {
   berth::BlockTerminationSignals();
-  berth::csi::testing::StrictDriver::Options options;
+  berth::driver::testing::StrictDriver::Options options;
   std::string endpoint, log_level = "info", capacity = "10Gi";
   std::vector<std::string> faults;
   bool no_stage = false, no_publish = false, no_stats = false, no_expand = false, no_node_expand = false,
@@ -65,7 +65,7 @@ int main(int argc, char** argv) {
   options.node_expand = !no_expand && !no_node_expand;
   options.topology = !no_topology;
   for (const auto& f : faults) {
-    auto fault = berth::csi::testing::ParseStrictFault(f);
+    auto fault = berth::driver::testing::ParseStrictFault(f);
     if (!fault.ok()) {
       std::cerr << "strict-csi-driver: " << fault.status().message() << "\n";
       return 2;
@@ -73,7 +73,7 @@ int main(int argc, char** argv) {
     options.faults.push_back(*fault);
   }
   berth::driver::LinuxMounter mounter;
-  auto driver = berth::csi::testing::StrictDriver::Open(options, mounter);
+  auto driver = berth::driver::testing::StrictDriver::Open(options, mounter);
   if (!driver.ok()) {
     spdlog::error("strict-csi-driver: {}", driver.status().ToString());
     return 1;

@@ -11,10 +11,10 @@
 
 #include "absl/strings/str_join.h"
 #include "common/strings.h"
-#include "csi/testing/strict_driver.h"
+#include "driver/testing/strict_driver.h"
 #include "google/protobuf/util/message_differencer.h"
 
-namespace berth::csi::testing {
+namespace berth::driver::testing {
 
 namespace strict_internal {
 
@@ -190,4 +190,4 @@ class StrictDriver::NodeImpl final : public v1::Node::Service {
   StrictDriver& d_;
 };
 
-}  // namespace berth::csi::testing
+}  // namespace berth::driver::testing

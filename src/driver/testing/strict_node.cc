@@ -12,10 +12,10 @@
 
 #include "common/status.h"
 #include "common/strings.h"
-#include "csi/testing/strict_driver.h"
-#include "csi/testing/strict_internal.h"
+#include "driver/testing/strict_driver.h"
+#include "driver/testing/strict_internal.h"
 
-namespace berth::csi::testing {
+namespace berth::driver::testing {
 namespace {
 
 namespace fs = std::filesystem;
@@ -325,4 +325,4 @@ absl::Status StrictDriver::NodeExpand(Call&, const ::csi::v1::NodeExpandVolumeRe
   return absl::OkStatus();
 }
 
-}  // namespace berth::csi::testing
+}  // namespace berth::driver::testing

@@ -15,10 +15,10 @@
 #include "common/hash.h"
 #include "common/status.h"
 #include "common/strings.h"
-#include "csi/testing/strict_driver.h"
-#include "csi/testing/strict_internal.h"
+#include "driver/testing/strict_driver.h"
+#include "driver/testing/strict_internal.h"
 
-namespace berth::csi::testing {
+namespace berth::driver::testing {
 namespace {
 
 namespace fs = std::filesystem;
@@ -316,4 +316,4 @@ absl::Status StrictDriver::GetCapacity(Call&, const ::csi::v1::GetCapacityReques
   return absl::OkStatus();
 }
 
-}  // namespace berth::csi::testing
+}  // namespace berth::driver::testing

@@ -1,7 +1,7 @@
 // The strict driver over its real socket: each CO violation it must catch,
 // the idempotency and conflicts it must get right itself, faults, restarts,
 // and (as root) real bind mounts carrying data.
-#include "csi/testing/strict_driver.h"
+#include "driver/testing/strict_driver.h"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -21,7 +21,7 @@
 #include "grpcpp/client_context.h"
 #include "gtest/gtest.h"
 
-namespace berth::csi::testing {
+namespace berth::driver::testing {
 namespace {
 
 namespace fs = std::filesystem;
@@ -60,10 +60,10 @@ class Harness {
     auto d = StrictDriver::Open(std::move(options), mounter);
     EXPECT_TRUE(d.ok()) << d.status();
     driver_ = std::move(*d);
-    auto s = CsiServer::Start({.endpoint = "unix://" + dir + "/csi.sock"}, driver_->services());
+    auto s = csi::CsiServer::Start({.endpoint = "unix://" + dir + "/csi.sock"}, driver_->services());
     EXPECT_TRUE(s.ok()) << s.status();
     server_ = std::move(*s);
-    auto channel = ConnectUnix("unix://" + dir + "/csi.sock", {});
+    auto channel = csi::ConnectUnix("unix://" + dir + "/csi.sock", {});
     EXPECT_TRUE(channel.ok()) << channel.status();
     controller_ = v1::Controller::NewStub(*channel);
     node_ = v1::Node::NewStub(*channel);
@@ -212,7 +212,7 @@ class Harness {
 
   const std::string dir_;
   std::unique_ptr<StrictDriver> driver_;
-  std::unique_ptr<CsiServer> server_;
+  std::unique_ptr<csi::CsiServer> server_;
   std::unique_ptr<v1::Controller::Stub> controller_;
   std::unique_ptr<v1::Node::Stub> node_;
   std::map<std::string, std::map<std::string, std::string>> context_, publish_context_;
@@ -636,4 +636,4 @@ TEST(StrictDriverMountTest, RealMountsCarryData) {
 }
 
 }  // namespace
-}  // namespace berth::csi::testing
+}  // namespace berth::driver::testing

@@ -1,7 +1,7 @@
 // The strict driver's core: the call envelope (capabilities, one call in
 // flight per volume, faults), violations, state on disk, Identity and
 // Controller. The Node service is in strict_node.cc.
-#include "csi/testing/strict_driver.h"
+#include "driver/testing/strict_driver.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -19,13 +19,13 @@
 #include "common/status.h"
 #include "common/strings.h"
 #include "csi/grpc_status.h"
-#include "csi/testing/strict_internal.h"
+#include "driver/testing/strict_internal.h"
 #include "google/protobuf/text_format.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "nlohmann/json.hpp"
 #include "spdlog/spdlog.h"
 
-namespace berth::csi::testing {
+namespace berth::driver::testing {
 namespace {
 
 namespace fs = std::filesystem;
@@ -289,14 +289,14 @@ grpc::Status StrictDriver::Serve(const char* rpc, StrictOp op, const std::string
     absl::MutexLock lock(&violations_mu_);
     ++calls_[{rpc, st.code()}];
   }
-  return ToGrpcStatus(st);
+  return csi::ToGrpcStatus(st);
 }
 
 grpc::Status StrictDriver::Unadvertised(const char* rpc, const std::string& capability) {
   absl::Status st = Violation(rpc, "", StrCat(rpc, " was called, but the driver does not advertise ", capability));
   absl::MutexLock lock(&violations_mu_);
   ++calls_[{rpc, st.code()}];
-  return ToGrpcStatus(st);
+  return csi::ToGrpcStatus(st);
 }
 
 void StrictDriver::Unconfirm(StrictOp op, const std::string& volume, const std::string& key) {
@@ -563,4 +563,4 @@ std::vector<NodeServiceCapability> StrictDriver::NodeCapabilities() const {
   return out;
 }
 
-}  // namespace berth::csi::testing
+}  // namespace berth::driver::testing

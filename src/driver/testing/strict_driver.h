@@ -47,7 +47,7 @@
 #include "csi/v1/csi.grpc.pb.h"
 #include "driver/mount/mounter.h"
 
-namespace berth::csi::testing {
+namespace berth::driver::testing {
 
 // The RPCs faults can name: "create", "delete", "controller-publish",
 // "controller-unpublish", "controller-expand", "stage", "unstage",
@@ -268,4 +268,4 @@ class StrictDriver {
   std::map<std::pair<std::string, absl::StatusCode>, int> calls_ ABSL_GUARDED_BY(violations_mu_);
 };
 
-}  // namespace berth::csi::testing
+}  // namespace berth::driver::testing
