@@ -217,6 +217,49 @@ TEST_F(StrictE2eTest, WithoutPublishUnpublishOrStats) {
   EXPECT_EQ(StopUp(SIGTERM), 0);
 }
 
+// A raw block volume: the driver binds its image at a file it creates in the
+// staging directory, then at the target file (which the CO must not create).
+TEST_F(StrictE2eTest, BlockVolume) {
+  StartDriver();
+  StartUpWithDriver();
+  WaitForDriverRegistered(kDriver);
+  Berth({"apply", "-f", strict_yaml_});
+  Berth({"apply", "-f", WriteFile("block.yaml", R"(apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: data}
+spec:
+  storageClassName: strict
+  volumeMode: Block
+  accessModes: [ReadWriteOnce]
+  resources: {requests: {storage: 64Mi}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: app}
+spec:
+  containers: [{name: app, image: busybox, volumeDevices: [{name: data, devicePath: /dev/xvda}]}]
+  volumes: [{name: data, persistentVolumeClaim: {claimName: data}}]
+)")});
+  ASSERT_TRUE(Eventually([&] { return Running("app"); }, absl::Seconds(90)))
+      << Pod("app").dump() << "\n" << ReadWholeFile(violations_);
+  const std::string device = data_ + "/nodes/testnode/kubelet/pods/" + Pod("app")["metadata"]["uid"].get<std::string>() +
+                             "/volumeDevices/kubernetes.io~csi/" + Claim("data")["spec"]["volumeName"].get<std::string>();
+  EXPECT_TRUE(Mounted(device)) << device;
+  {
+    std::fstream(device, std::ios::in | std::ios::out | std::ios::binary) << "through the device";
+  }
+  ::sync();
+  const json vols = DriverVolumes();
+  ASSERT_EQ(vols.size(), 1u);
+  char head[18] = {};
+  std::ifstream(state_ + "/volumes/" + vols[0].value("id", "") + ".img", std::ios::binary).read(head, sizeof(head));
+  EXPECT_EQ(std::string(head, sizeof(head)), "through the device");
+  DeletePodAndWait(device);
+  Berth({"delete", "pvc", "data"});
+  ExpectAllClean();
+  EXPECT_EQ(StopUp(SIGTERM), 0);
+}
+
 // Online expansion: ControllerExpandVolume, then NodeExpandVolume on the
 // node (only because the driver advertises it), then the claim's size.
 TEST_F(StrictE2eTest, OnlineExpansion) {
