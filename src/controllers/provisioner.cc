@@ -613,8 +613,9 @@ absl::Status Provisioner::SyncVolume(const std::string& name) {
   BERTH_ASSIGN_OR_RETURN(apiserver::ListPage attachments,
                          registry_.List(K("volumeattachments", "storage.k8s.io"), "", list_options));
   if (!attachments.items.empty()) {
-    absl::Status attached = absl::FailedPreconditionError(StrCat("persistentvolume ", name, " is still attached to node ",
-                                                                 Str(attachments.items.front(), {"spec", "nodeName"})));
+    absl::Status attached =
+        absl::FailedPreconditionError(StrCat("persistentvolume ", name, " is still attached to node ",
+                                             Str(attachments.items.front(), {"spec", "nodeName"})));
     events_.Record(pv, "Warning", "VolumeFailedDelete", std::string(attached.message()));
     return attached;
   }

@@ -324,8 +324,9 @@ TEST_F(ProvisionerTest, ReleasedVolumeStillAttachedIsNotDeletedUntilDetached) {
   ASSERT_TRUE(registry_->Delete(K("persistentvolumeclaims"), "default", "data").ok());
   auto refused = [&] {
     auto events = registry_->List(K("events"), "", {});
-    return events.ok() && json(events->items).dump().find("persistentvolume " + pv_name + " is still attached to node node-1") !=
-                              std::string::npos;
+    return events.ok() &&
+           json(events->items).dump().find("persistentvolume " + pv_name + " is still attached to node node-1") !=
+               std::string::npos;
   };
   ASSERT_TRUE(Eventually(refused, absl::Seconds(30)));
   EXPECT_EQ(driver_->volumes().size(), 1u);  // refused, not deleted

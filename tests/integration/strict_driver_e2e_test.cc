@@ -85,17 +85,16 @@ class StrictE2eTest : public BerthUpFixture {
 
   void StartDriver(std::vector<std::string> extra = {}) {
     std::vector<std::string> argv = {STRICT_DRIVER_BINARY, "--endpoint", "unix://" + Socket(), "--name", kDriver,
-                                     "--node-id", "testnode", "--state-dir", state_, "--violations", violations_};
+                                     "--node-id",          "testnode",   "--state-dir",        state_,   "--violations",
+                                     violations_};
     argv.insert(argv.end(), extra.begin(), extra.end());
     driver_ = std::make_unique<Subprocess>(argv, sandbox_.Join("strict.log"));
-    ASSERT_TRUE(Eventually([&] { return fs::exists(Socket()) || driver_->Wait(absl::ZeroDuration()); },
-                           absl::Seconds(30)));
+    ASSERT_TRUE(
+        Eventually([&] { return fs::exists(Socket()) || driver_->Wait(absl::ZeroDuration()); }, absl::Seconds(30)));
     ASSERT_FALSE(driver_->Wait(absl::ZeroDuration()).has_value()) << driver_->Output();
   }
   std::string Socket() const { return sandbox_.Join("strict.sock"); }
-  void StartUpWithDriver() {
-    StartUp({"--external-driver", std::string(kDriver) + "=unix://" + Socket()});
-  }
+  void StartUpWithDriver() { StartUp({"--external-driver", std::string(kDriver) + "=unix://" + Socket()}); }
 
   // The strict driver's volumes (from its state file).
   json DriverVolumes() {
@@ -127,8 +126,8 @@ class StrictE2eTest : public BerthUpFixture {
   std::string ClaimPodRunningWithData() {
     Berth({"apply", "-f", strict_yaml_});
     Berth({"apply", "-f", app_yaml_});
-    EXPECT_TRUE(Eventually([&] { return Running("app"); }, absl::Seconds(90)))
-        << Pod("app").dump() << "\n" << ReadWholeFile(violations_);
+    EXPECT_TRUE(Eventually([&] { return Running("app"); }, absl::Seconds(90))) << Pod("app").dump() << "\n"
+                                                                               << ReadWholeFile(violations_);
     if (!Running("app")) return "";
     const std::string mount = TargetOf("app", "data");
     EXPECT_TRUE(Mounted(mount)) << mount;
@@ -150,11 +149,13 @@ class StrictE2eTest : public BerthUpFixture {
   }
   void WaitPodGone(const std::string& mount) {
     bool gone_while_mounted = false;
-    EXPECT_TRUE(Eventually([&] {
-      const bool gone = Pod("app").is_null();
-      if (gone && Mounted(mount)) gone_while_mounted = true;
-      return gone;
-    }, absl::Seconds(90)));
+    EXPECT_TRUE(Eventually(
+        [&] {
+          const bool gone = Pod("app").is_null();
+          if (gone && Mounted(mount)) gone_while_mounted = true;
+          return gone;
+        },
+        absl::Seconds(90)));
     EXPECT_FALSE(gone_while_mounted) << "the pod object went before its volume was unmounted";
     EXPECT_FALSE(Mounted(mount));
   }
@@ -176,10 +177,13 @@ TEST_F(StrictE2eTest, ClaimPodDataDeleteWithoutViolations) {
   EXPECT_TRUE(Eventually([&] { return DriverCalls("Node/NodeGetVolumeStats", "OK") >= 1; }, absl::Seconds(30)));
   Berth({"delete", "pod", "app", "--wait=false"});
   // Terminating (deletionTimestamp set) while the volume is still mounted.
-  EXPECT_TRUE(Eventually([&] {
-    const json p = Pod("app");
-    return !p.is_null() && p["metadata"].contains("deletionTimestamp") && Mounted(mount);
-  }, absl::Seconds(30))) << Pod("app").dump();
+  EXPECT_TRUE(Eventually(
+      [&] {
+        const json p = Pod("app");
+        return !p.is_null() && p["metadata"].contains("deletionTimestamp") && Mounted(mount);
+      },
+      absl::Seconds(30)))
+      << Pod("app").dump();
   WaitPodGone(mount);
   EXPECT_EQ(DriverCalls("Node/NodeUnpublishVolume", "UNAVAILABLE"), 2u);
   Berth({"delete", "pvc", "data"});
@@ -240,14 +244,13 @@ spec:
   containers: [{name: app, image: busybox, volumeDevices: [{name: data, devicePath: /dev/xvda}]}]
   volumes: [{name: data, persistentVolumeClaim: {claimName: data}}]
 )")});
-  ASSERT_TRUE(Eventually([&] { return Running("app"); }, absl::Seconds(90)))
-      << Pod("app").dump() << "\n" << ReadWholeFile(violations_);
-  const std::string device = data_ + "/nodes/testnode/kubelet/pods/" + Pod("app")["metadata"]["uid"].get<std::string>() +
-                             "/volumeDevices/kubernetes.io~csi/" + Claim("data")["spec"]["volumeName"].get<std::string>();
+  ASSERT_TRUE(Eventually([&] { return Running("app"); }, absl::Seconds(90))) << Pod("app").dump() << "\n"
+                                                                             << ReadWholeFile(violations_);
+  const std::string device = data_ + "/nodes/testnode/kubelet/pods/" +
+                             Pod("app")["metadata"]["uid"].get<std::string>() + "/volumeDevices/kubernetes.io~csi/" +
+                             Claim("data")["spec"]["volumeName"].get<std::string>();
   EXPECT_TRUE(Mounted(device)) << device;
-  {
-    std::fstream(device, std::ios::in | std::ios::out | std::ios::binary) << "through the device";
-  }
+  { std::fstream(device, std::ios::in | std::ios::out | std::ios::binary) << "through the device"; }
   ::sync();
   const json vols = DriverVolumes();
   ASSERT_EQ(vols.size(), 1u);
@@ -269,9 +272,14 @@ TEST_F(StrictE2eTest, OnlineExpansion) {
   const std::string mount = ClaimPodRunningWithData();
   ASSERT_FALSE(mount.empty());
   Berth({"apply", "-f", WriteFile("app.yaml", App("ReadWriteOnce", "128Mi"))});
-  EXPECT_TRUE(Eventually([&] {
-    return Claim("data").value("status", json::object()).value("capacity", json::object()).value("storage", "") == "128Mi";
-  }, absl::Seconds(90))) << Claim("data").dump() << "\n" << ReadWholeFile(violations_);
+  EXPECT_TRUE(Eventually(
+      [&] {
+        return Claim("data").value("status", json::object()).value("capacity", json::object()).value("storage", "") ==
+               "128Mi";
+      },
+      absl::Seconds(90)))
+      << Claim("data").dump() << "\n"
+      << ReadWholeFile(violations_);
   EXPECT_EQ(DriverCalls("Controller/ControllerExpandVolume", "OK"), 1u);
   EXPECT_EQ(DriverCalls("Node/NodeExpandVolume", "OK"), 1u);
   DeletePodAndWait(mount);
@@ -287,9 +295,14 @@ TEST_F(StrictE2eTest, ExpansionWithoutNodeExpansion) {
   const std::string mount = ClaimPodRunningWithData();
   ASSERT_FALSE(mount.empty());
   Berth({"apply", "-f", WriteFile("app.yaml", App("ReadWriteOnce", "128Mi"))});
-  EXPECT_TRUE(Eventually([&] {
-    return Claim("data").value("status", json::object()).value("capacity", json::object()).value("storage", "") == "128Mi";
-  }, absl::Seconds(90))) << Claim("data").dump() << "\n" << ReadWholeFile(violations_);
+  EXPECT_TRUE(Eventually(
+      [&] {
+        return Claim("data").value("status", json::object()).value("capacity", json::object()).value("storage", "") ==
+               "128Mi";
+      },
+      absl::Seconds(90)))
+      << Claim("data").dump() << "\n"
+      << ReadWholeFile(violations_);
   EXPECT_EQ(DriverCalls("Controller/ControllerExpandVolume", "OK"), 1u);
   EXPECT_EQ(CountOf(DriverLog(), "NodeExpandVolume"), 0u);
   DeletePodAndWait(mount);
@@ -343,8 +356,8 @@ TEST_F(StrictE2eTest, StageThatNeverConfirmsIsUnstagedBeforeDetach) {
   WaitForDriverRegistered(kDriver);
   Berth({"apply", "-f", strict_yaml_});
   Berth({"apply", "-f", app_yaml_});
-  ASSERT_TRUE(Eventually([&] { return DriverCalls("Node/NodeStageVolume", "DEADLINE_EXCEEDED") >= 2; },
-                         absl::Seconds(90)))
+  ASSERT_TRUE(
+      Eventually([&] { return DriverCalls("Node/NodeStageVolume", "DEADLINE_EXCEEDED") >= 2; }, absl::Seconds(90)))
       << DriverLog();
   EXPECT_FALSE(Running("app"));
   EXPECT_EQ(DriverCalls("Node/NodePublishVolume", "OK"), 0u);

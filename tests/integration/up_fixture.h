@@ -57,13 +57,25 @@ class BerthUpFixture : public ::testing::Test {
   }
 
   void StartUp(const std::vector<std::string>& extra = {}) {
-    std::vector<std::string> argv = {BERTH_BINARY, "--data-dir", data_, "up", "--pool-size", "1Gi",
-                                     "--api-address", "", "--csi-binary", BERTH_CSI_BINARY, "--node-name", "testnode",
-                                     "--volume-stats-period", "1"};
+    std::vector<std::string> argv = {BERTH_BINARY,
+                                     "--data-dir",
+                                     data_,
+                                     "up",
+                                     "--pool-size",
+                                     "1Gi",
+                                     "--api-address",
+                                     "",
+                                     "--csi-binary",
+                                     BERTH_CSI_BINARY,
+                                     "--node-name",
+                                     "testnode",
+                                     "--volume-stats-period",
+                                     "1"};
     argv.insert(argv.end(), extra.begin(), extra.end());
     up_ = std::make_unique<Subprocess>(argv, sandbox_.Join("up-" + std::to_string(++starts_) + ".log"));
-    ASSERT_TRUE(Eventually([&] { return up_->Output().find("berth is up") != std::string::npos || up_->Wait(absl::ZeroDuration()); },
-                           absl::Seconds(60)))
+    ASSERT_TRUE(Eventually(
+        [&] { return up_->Output().find("berth is up") != std::string::npos || up_->Wait(absl::ZeroDuration()); },
+        absl::Seconds(60)))
         << up_->Output();
     ASSERT_FALSE(up_->Wait(absl::ZeroDuration()).has_value()) << up_->Output();
     client_ = apiserver::ApiClient::ForUnixSocket(data_ + "/api.sock");
@@ -96,7 +108,9 @@ class BerthUpFixture : public ::testing::Test {
   }
   json Pod(const std::string& name) { return Get("/api/v1/namespaces/default/pods/" + name); }
   json Claim(const std::string& name) { return Get("/api/v1/namespaces/default/persistentvolumeclaims/" + name); }
-  bool Running(const std::string& pod) { return Pod(pod).value("status", json::object()).value("phase", "") == "Running"; }
+  bool Running(const std::string& pod) {
+    return Pod(pod).value("status", json::object()).value("phase", "") == "Running";
+  }
   bool Mounted(const std::string& path) {
     for (const auto& m : sandbox_.Mounts()) {
       if (m == path) return true;
@@ -119,14 +133,16 @@ class BerthUpFixture : public ::testing::Test {
   }
   // Waits until CSINode testnode lists `driver`.
   void WaitForDriverRegistered(const std::string& driver) {
-    ASSERT_TRUE(Eventually([&] {
-      const json csinode = Get("/apis/storage.k8s.io/v1/csinodes/testnode");
-      if (csinode.is_null()) return false;
-      for (const auto& d : csinode["spec"]["drivers"]) {
-        if (d.value("name", "") == driver) return true;
-      }
-      return false;
-    }, absl::Seconds(60)));
+    ASSERT_TRUE(Eventually(
+        [&] {
+          const json csinode = Get("/apis/storage.k8s.io/v1/csinodes/testnode");
+          if (csinode.is_null()) return false;
+          for (const auto& d : csinode["spec"]["drivers"]) {
+            if (d.value("name", "") == driver) return true;
+          }
+          return false;
+        },
+        absl::Seconds(60)));
   }
 
   MountSandbox sandbox_;
