@@ -32,7 +32,9 @@ bool Clock::AwaitWithDeadline(absl::Mutex& mu, const absl::Condition& cond, absl
 void Clock::SleepUntil(absl::Time deadline) {
   absl::Mutex mu;
   absl::MutexLock l(&mu);
-  AwaitWithDeadline(mu, absl::Condition::kFalse, deadline);
+  // (absl::Condition::kFalse is newer than Debian 12's abseil.)
+  static constexpr bool kNever = false;
+  AwaitWithDeadline(mu, absl::Condition(&kNever), deadline);
 }
 
 namespace {
