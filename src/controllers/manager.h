@@ -28,6 +28,7 @@
 #include "apiserver/registry.h"
 #include "controllers/attacher.h"
 #include "controllers/capacity.h"
+#include "client/driver_monitor.h"
 #include "client/drivers.h"
 #include "controllers/ephemeral.h"
 #include "client/informer.h"
@@ -56,6 +57,10 @@ class ControllerManager {
     // to the DriverDirectory later (a node's plugin registration), as they
     // appear.
     bool follow_directory = false;
+    // Drivers whose connection fails are waited for (DriverMonitor): how
+    // they are probed, and on which clock (null: the real one).
+    DriverMonitorOptions driver_monitor;
+    Clock* clock = nullptr;
   };
   ControllerManager(apiserver::Registry& registry, DriverDirectory& drivers, Options options);
   ~ControllerManager();  // Stop()
@@ -66,6 +71,8 @@ class ControllerManager {
   void Stop();
 
   Informer& informer(const std::string& resource) const;
+  // The one DriverMonitor every per-driver controller calls through.
+  DriverMonitor& monitor() const { return *monitor_; }
 
   // Runs the per-driver controllers for `driver` (started at once when the
   // manager runs; no-op when they exist).
@@ -86,6 +93,8 @@ class ControllerManager {
   apiserver::Registry& registry_;
   DriverDirectory& drivers_;
   const Options options_;
+  // Before the controllers (they call through it), destroyed after them.
+  std::unique_ptr<DriverMonitor> monitor_;
   // resource → informer (one per kind, shared by every controller).
   std::map<std::string, std::unique_ptr<Informer>> informers_;
   std::unique_ptr<PvBinder> binder_;
