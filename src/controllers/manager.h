@@ -59,7 +59,7 @@ class ControllerManager {
     bool follow_directory = false;
     // Drivers whose connection fails are waited for (DriverMonitor): how
     // they are probed, and on which clock (null: the real one).
-    DriverMonitorOptions driver_monitor;
+    DriverMonitorOptions driver_monitor = {};
     Clock* clock = nullptr;
   };
   ControllerManager(apiserver::Registry& registry, DriverDirectory& drivers, Options options);

@@ -194,5 +194,175 @@ TEST_F(ProvisionerRulesTest, AVolumeStillAttachedIsNotDeleted) {
   EXPECT_TRUE(driver_->volumes().empty());
 }
 
+// --- 5. Data sources ---------------------------------------------------------
+
+class DataSourceTest : public ProvisionerRulesTest {
+ protected:
+  // A ready snapshot "snap" bound to content "content" of `driver`.
+  void Snapshot(const std::string& driver = kDriver, const std::string& restore_size = "1Gi") {
+    Create("volumesnapshots", kSnapGroup, "default",
+           {{"metadata", {{"name", "snap"}, {"finalizers", {"test/keep"}}}},
+            {"spec", {{"source", {{"volumeSnapshotContentName", "content"}}}}}});
+    const std::string uid = Uid(GetSnapshot());
+    Create("volumesnapshotcontents", kSnapGroup, "",
+           {{"metadata", {{"name", "content"}}},
+            {"spec",
+             {{"driver", driver},
+              {"deletionPolicy", "Delete"},
+              {"sourceVolumeMode", "Filesystem"},
+              {"source", {{"snapshotHandle", "snap-handle"}}},
+              {"volumeSnapshotRef", {{"name", "snap"}, {"namespace", "default"}, {"uid", uid}}}}}});
+    SnapshotStatus({{"boundVolumeSnapshotContentName", "content"}, {"readyToUse", true}, {"restoreSize", restore_size}});
+  }
+  json GetSnapshot() {
+    auto got = registry_->Get(K("volumesnapshots", kSnapGroup), "default", "snap");
+    return got.ok() ? *got : json();
+  }
+  void SnapshotStatus(const json& status) {
+    Patch("volumesnapshots", kSnapGroup, "default", "snap", {{"status", status}}, apiserver::Subresource::kStatus);
+  }
+  json Restore(const std::string& name = "restored", const std::string& size = "1Gi") {
+    json c = Claim(name, "fast", size);
+    c["metadata"]["namespace"] = "default";
+    c["metadata"]["uid"] = "u-" + name;
+    c["spec"]["dataSource"] = {{"apiGroup", kSnapGroup}, {"kind", "VolumeSnapshot"}, {"name", "snap"}};
+    return c;
+  }
+  json Clone(const std::string& source, const std::string& size = "1Gi") {
+    json c = Claim("clone", "fast", size);
+    c["metadata"]["namespace"] = "default";
+    c["metadata"]["uid"] = "u-clone";
+    c["spec"]["dataSource"] = {{"kind", "PersistentVolumeClaim"}, {"name", source}};
+    return c;
+  }
+  json Fast() { return {{"metadata", {{"name", "fast"}}}, {"provisioner", kDriver}}; }
+  // The error BuildRequest gives for `claim`, "" when it succeeds.
+  std::string Refusal(const json& claim, const json& sc) {
+    auto req = provisioner_->BuildRequest(claim, sc, "");
+    return req.ok() ? "" : std::string(req.status().message());
+  }
+};
+
+TEST_F(DataSourceTest, ASnapshotIsCheckedBeforeItIsRestored) {
+  Class("fast");
+  Start();
+  EXPECT_THAT(Refusal(Restore(), Fast()), HasSubstr("error getting snapshot snap from api server"));
+  Snapshot();
+  auto req = provisioner_->BuildRequest(Restore(), Fast(), "");
+  ASSERT_TRUE(req.ok()) << req.status();
+  EXPECT_EQ(req->volume_content_source().snapshot().snapshot_id(), "snap-handle");
+  // Smaller than the snapshot.
+  EXPECT_THAT(Refusal(Restore("restored", "512Mi"), Fast()), HasSubstr("is less than the size 1073741824"));
+  // Another driver's class.
+  json other = Fast();
+  other["provisioner"] = kOther;
+  EXPECT_THAT(Refusal(Restore(), other), HasSubstr("is handled by a different CSI driver than requested by StorageClass fast"));
+  // Another volume mode, unless the content allows it.
+  json block = Restore();
+  block["spec"]["volumeMode"] = "Block";
+  EXPECT_THAT(Refusal(block, Fast()), HasSubstr("modifies the mode of the source volume"));
+  Patch("volumesnapshotcontents", kSnapGroup, "", "content",
+        {{"metadata", {{"annotations", {{"snapshot.storage.kubernetes.io/allow-volume-mode-change", "true"}}}}}});
+  EXPECT_EQ(Refusal(block, Fast()), "");
+  // In another namespace.
+  json remote = Restore();
+  remote["spec"]["dataSourceRef"] = remote["spec"]["dataSource"];
+  remote["spec"]["dataSourceRef"]["namespace"] = "elsewhere";
+  EXPECT_THAT(Refusal(remote, Fast()), HasSubstr("cross-namespace data sources need a ReferenceGrant"));
+  // Not ready yet.
+  SnapshotStatus({{"readyToUse", false}});
+  EXPECT_THAT(Refusal(Restore(), Fast()), HasSubstr("snapshot snap is not Ready"));
+  SnapshotStatus({{"readyToUse", true}});
+  // A content naming another snapshot.
+  Patch("volumesnapshotcontents", kSnapGroup, "", "content", {{"spec", {{"volumeSnapshotRef", {{"uid", "other"}}}}}});
+  EXPECT_THAT(Refusal(Restore(), Fast()), HasSubstr("is bound to a different snapshot"));
+  Patch("volumesnapshotcontents", kSnapGroup, "", "content",
+        {{"spec", {{"volumeSnapshotRef", {{"uid", Uid(GetSnapshot())}}}}}});
+  // Being deleted: refused, unless this claim's provisioning had started.
+  ASSERT_TRUE(registry_->Delete(K("volumesnapshots", kSnapGroup), "default", "snap").ok());
+  EXPECT_THAT(Refusal(Restore(), Fast()), HasSubstr("snapshot snap is being deleted"));
+  json started = Restore();
+  started["metadata"]["finalizers"] = {kProvisioningFinalizer};
+  EXPECT_EQ(Refusal(started, Fast()), "");
+}
+
+TEST_F(DataSourceTest, AClaimIsCheckedBeforeItIsCloned) {
+  Class("fast");
+  Class("later", "WaitForFirstConsumer");
+  Start();
+  EXPECT_THAT(Refusal(Clone("src"), Fast()), HasSubstr("error getting PVC src"));
+  Create("persistentvolumeclaims", "", "default", Claim("src", "fast", "1Gi"));
+  Create("persistentvolumeclaims", "", "default", Claim("unbound", "later", "1Gi"));
+  ASSERT_TRUE(Eventually([&] { return ClaimPhase("src") == "Bound" && ClaimPhase("unbound") == "Pending"; }));
+  auto req = provisioner_->BuildRequest(Clone("src"), Fast(), "");
+  ASSERT_TRUE(req.ok()) << req.status();
+  const std::string pv = Str(Get("persistentvolumeclaims", "default", "src"), {"spec", "volumeName"});
+  EXPECT_EQ(req->volume_content_source().volume().volume_id(), "fake-" + pv);
+  EXPECT_THAT(Refusal(Clone("unbound"), Fast()), HasSubstr("must have a status of Bound"));
+  EXPECT_THAT(Refusal(Clone("src", "512Mi"), Fast()), HasSubstr("must be greater than or equal in size"));
+  json other = Fast();
+  other["provisioner"] = kOther;
+  EXPECT_THAT(Refusal(Clone("src"), other), HasSubstr("claim in dataSource not bound or invalid"));
+  json block = Clone("src");
+  block["spec"]["volumeMode"] = "Block";
+  EXPECT_THAT(Refusal(block, Fast()), HasSubstr("must have the same volume mode for cloning"));
+  Patch("persistentvolumeclaims", "", "default", "src", {{"metadata", {{"finalizers", {kPvcProtection, "test/keep"}}}}});
+  ASSERT_TRUE(registry_->Delete(K("persistentvolumeclaims"), "default", "src").ok());
+  EXPECT_THAT(Refusal(Clone("src"), Fast()), HasSubstr("the PVC DataSource src is currently being deleted"));
+}
+
+TEST_F(DataSourceTest, AClaimWithAnUnusableSourceStaysPendingWithAnEventAndIsRetried) {
+  Class("fast");
+  Start();
+  Snapshot();
+  SnapshotStatus({{"readyToUse", false}});
+  json c = Claim("restored", "fast");
+  c["spec"]["dataSource"] = {{"apiGroup", kSnapGroup}, {"kind", "VolumeSnapshot"}, {"name", "snap"}};
+  Create("persistentvolumeclaims", "", "default", c);
+  ASSERT_TRUE(Eventually([&] { return !Events("restored", "ProvisioningFailed").empty(); }));
+  EXPECT_THAT(Events("restored", "ProvisioningFailed").back(),
+              HasSubstr("failed to provision volume with StorageClass \"fast\": error getting handle for DataSource "
+                        "Type VolumeSnapshot by Name snap: snapshot snap is not Ready"));
+  EXPECT_EQ(ClaimPhase("restored"), "Pending");
+  EXPECT_EQ(driver_->create_calls(), 0);
+  // Ready: the next retry restores it.
+  SnapshotStatus({{"readyToUse", true}});
+  ASSERT_TRUE(Eventually([&] { return ClaimPhase("restored") == "Bound"; }, absl::Seconds(20)));
+  EXPECT_EQ(driver_->last_request()->volume_content_source().snapshot().snapshot_id(), "snap-handle");
+}
+
+TEST_F(DataSourceTest, AClaimBeingClonedCannotGoUntilTheCloneIsBound) {
+  Class("fast");
+  Start();
+  Create("persistentvolumeclaims", "", "default", Claim("src", "fast"));
+  ASSERT_TRUE(Eventually([&] { return ClaimPhase("src") == "Bound"; }));
+  driver_->SetCreateDelay(absl::Milliseconds(1500));
+  json clone = Claim("clone", "fast");
+  clone["spec"]["dataSource"] = {{"kind", "PersistentVolumeClaim"}, {"name", "src"}};
+  Create("persistentvolumeclaims", "", "default", clone);
+  ASSERT_TRUE(Eventually([&] {
+    return HasFinalizer(Get("persistentvolumeclaims", "default", "src"), kCloningProtectionFinalizer);
+  }));
+  ASSERT_TRUE(registry_->Delete(K("persistentvolumeclaims"), "default", "src").ok());
+  EXPECT_NE(ClaimPhase("src"), "<gone>");
+  ASSERT_TRUE(Eventually([&] { return ClaimPhase("clone") == "Bound"; }));
+  // Bound: the source is released and goes, with its volume.
+  ASSERT_TRUE(Eventually([&] { return ClaimPhase("src") == "<gone>" && driver_->volumes().size() == 1u; }));
+}
+
+TEST_F(DataSourceTest, CloningProtectionComesOffOnceNoPendingClaimClones) {
+  Class("fast");
+  Start();
+  Create("persistentvolumeclaims", "", "default", Claim("src", "fast"));
+  ASSERT_TRUE(Eventually([&] { return ClaimPhase("src") == "Bound"; }));
+  json clone = Claim("clone", "fast");
+  clone["spec"]["dataSource"] = {{"kind", "PersistentVolumeClaim"}, {"name", "src"}};
+  Create("persistentvolumeclaims", "", "default", clone);
+  ASSERT_TRUE(Eventually([&] { return ClaimPhase("clone") == "Bound"; }));
+  ASSERT_TRUE(Eventually([&] {
+    return !HasFinalizer(Get("persistentvolumeclaims", "default", "src"), kCloningProtectionFinalizer);
+  }));
+}
+
 }  // namespace
 }  // namespace berth::controllers

@@ -156,15 +156,11 @@ TEST_F(ControllersSafetyTest, TwoDriversEachKeepToTheirOwnClaimsVolumesAndAttach
   Driver& a = AddDriver(kDriverA, "class-a");
   Driver& b = AddDriver(kDriverB, "class-b");
   StartManager();
-  constexpr int kClaims = 20;
-  // Created and deleted at once: most deletions land while CreateVolume is
-  // in flight. Some claims get a pod first, so attachments of both drivers
-  // exist at the moment of deletion.
-  for (int i = 0; i < kClaims; ++i) {
+  // Claims of both drivers used by pods, so both drivers' attachments exist
+  // when everything is deleted.
+  for (int i = 0; i < 3; ++i) {
     NewClaim("a-" + std::to_string(i), "class-a");
     NewClaim("b-" + std::to_string(i), "class-b");
-  }
-  for (int i = 0; i < 3; ++i) {
     NewPod("pod-a-" + std::to_string(i), "a-" + std::to_string(i));
     NewPod("pod-b-" + std::to_string(i), "b-" + std::to_string(i));
   }
@@ -172,8 +168,7 @@ TEST_F(ControllersSafetyTest, TwoDriversEachKeepToTheirOwnClaimsVolumesAndAttach
       [&] {
         for (int i = 0; i < 3; ++i) {
           for (const char* p : {"a-", "b-"}) {
-            json c = Claim(p + std::to_string(i));
-            if (Str(c, {"status", "phase"}) != "Bound") return false;
+            if (Str(Claim(p + std::to_string(i)), {"status", "phase"}) != "Bound") return false;
           }
         }
         return Count("volumeattachments", "storage.k8s.io") == 6;
@@ -189,13 +184,23 @@ TEST_F(ControllersSafetyTest, TwoDriversEachKeepToTheirOwnClaimsVolumesAndAttach
     const std::string attacher = Str(va, {"spec", "attacher"});
     for (const auto& f : Field(Field(va, "metadata"), "finalizers")) EXPECT_EQ(f, "external-attacher/" + attacher);
   }
-  for (int i = 0; i < 3; ++i) {
-    ASSERT_TRUE(registry_->Delete(K("pods"), "default", "pod-a-" + std::to_string(i)).ok());
-    ASSERT_TRUE(registry_->Delete(K("pods"), "default", "pod-b-" + std::to_string(i)).ok());
+  // 20 claims of each class created and deleted at once: most deletions
+  // land while CreateVolume is in flight. Everything else goes too.
+  constexpr int kClaims = 20;
+  for (int i = 0; i < kClaims; ++i) {
+    NewClaim("x-a-" + std::to_string(i), "class-a");
+    NewClaim("x-b-" + std::to_string(i), "class-b");
   }
   for (int i = 0; i < kClaims; ++i) {
-    ASSERT_TRUE(registry_->Delete(K("persistentvolumeclaims"), "default", "a-" + std::to_string(i)).ok());
-    ASSERT_TRUE(registry_->Delete(K("persistentvolumeclaims"), "default", "b-" + std::to_string(i)).ok());
+    for (const char* p : {"x-a-", "x-b-"}) {
+      ASSERT_TRUE(registry_->Delete(K("persistentvolumeclaims"), "default", p + std::to_string(i)).ok());
+    }
+  }
+  for (int i = 0; i < 3; ++i) {
+    for (const char* p : {"a-", "b-"}) {
+      ASSERT_TRUE(registry_->Delete(K("pods"), "default", "pod-" + std::string(p) + std::to_string(i)).ok());
+      ASSERT_TRUE(registry_->Delete(K("persistentvolumeclaims"), "default", p + std::to_string(i)).ok());
+    }
   }
   EXPECT_TRUE(Eventually(
       [&] {
