@@ -217,6 +217,32 @@ TEST_F(ProvisionerTest, DeletedBoundVolumeKeepsItsStorageUntilTheClaimGoes) {
   EXPECT_TRUE(driver_->volumes().empty());
 }
 
+// external-provisioner's canDeleteVolume: DeleteVolume of a volume a
+// VolumeAttachment still refers to would come before ControllerUnpublish
+// (and maybe during NodeUnstage), which the CSI lifecycle forbids.
+TEST_F(ProvisionerTest, ReleasedVolumeStillAttachedIsNotDeletedUntilDetached) {
+  Class("fast");
+  Start();
+  Create("persistentvolumeclaims", "", "default", Claim("data", "fast"));
+  ASSERT_TRUE(Eventually([&] { return ClaimPhase("data") == "Bound"; }));
+  const std::string pv_name = Get("persistentvolumeclaims", "default", "data")["spec"]["volumeName"];
+  Create("volumeattachments", "storage.k8s.io", "",
+         {{"metadata", {{"name", "csi-attached"}}},
+          {"spec", {{"attacher", kDriver}, {"nodeName", "node-1"}, {"source", {{"persistentVolumeName", pv_name}}}}}});
+  ASSERT_TRUE(registry_->Delete(K("persistentvolumeclaims"), "default", "data").ok());
+  auto refused = [&] {
+    auto events = registry_->List(K("events"), "", {});
+    return events.ok() && json(events->items).dump().find("persistentvolume " + pv_name + " is still attached to node node-1") !=
+                              std::string::npos;
+  };
+  ASSERT_TRUE(Eventually(refused, absl::Seconds(30)));
+  EXPECT_EQ(driver_->volumes().size(), 1u);  // refused, not deleted
+  EXPECT_FALSE(Get("persistentvolumes", "", pv_name).is_null());
+  ASSERT_TRUE(registry_->Delete(K("volumeattachments", "storage.k8s.io"), "", "csi-attached").ok());
+  ASSERT_TRUE(Eventually([&] { return Get("persistentvolumes", "", pv_name).is_null(); }, absl::Seconds(30)));
+  EXPECT_TRUE(driver_->volumes().empty());
+}
+
 TEST_F(ProvisionerTest, RetainedVolumeKeepsItsStorage) {
   Create("storageclasses", "storage.k8s.io", "",
          {{"metadata", {{"name", "keep"}}}, {"provisioner", kDriver}, {"reclaimPolicy", "Retain"}});
