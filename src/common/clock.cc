@@ -32,7 +32,8 @@ bool Clock::AwaitWithDeadline(absl::Mutex& mu, const absl::Condition& cond, absl
 void Clock::SleepUntil(absl::Time deadline) {
   absl::Mutex mu;
   absl::MutexLock l(&mu);
-  AwaitWithDeadline(mu, absl::Condition::kFalse, deadline);
+  static const bool kNever = false;  // absl::Condition::kFalse is newer than Debian's abseil
+  AwaitWithDeadline(mu, absl::Condition(&kNever), deadline);
 }
 
 namespace {
