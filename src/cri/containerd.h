@@ -40,8 +40,8 @@ inline constexpr char kPauseImage[] = "berth.local/pause:1";
 inline constexpr char kToolboxImage[] = "berth.local/toolbox:1";
 
 struct ContainerdSetup {
-  std::string dir;  // canonical, absolute; the socket path must fit in a sockaddr_un
-  std::string pod_cidr;  // this node's pod subnet, e.g. "10.88.0.0/24"
+  std::string dir{};  // canonical, absolute; the socket path must fit in a sockaddr_un
+  std::string pod_cidr{};  // this node's pod subnet, e.g. "10.88.0.0/24"
   std::string sandbox_image = kPauseImage;
   std::string cni_bin_dir = "/usr/lib/cni";
   // containerd's restrict_oom_score_adj: containers never get an OOM score
