@@ -2,6 +2,7 @@
 
 #include <vector>
 
+#include "client/object.h"
 #include "common/testing/temp_dir.h"
 #include "common/testing/eventually.h"
 #include "gmock/gmock.h"

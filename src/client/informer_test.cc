@@ -7,7 +7,6 @@
 #include "absl/synchronization/notification.h"
 #include "common/testing/eventually.h"
 #include "common/testing/temp_dir.h"
-#include "common/testing/eventually.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 

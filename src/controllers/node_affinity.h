@@ -15,8 +15,6 @@
 
 namespace berth::controllers {
 
-using namespace ::berth::client;  // the controllers' own client library
-
 inline constexpr char kHostnameLabel[] = "kubernetes.io/hostname";
 
 // A node's labels, with kubernetes.io/hostname defaulting to its name (the

@@ -9,6 +9,7 @@
 #include "common/strings.h"
 #include "client/capability.h"
 #include "controllers/node_affinity.h"
+#include "controllers/taints.h"
 #include "client/object.h"
 #include "client/writes.h"
 #include "controllers/pv_binder.h"
@@ -64,10 +65,34 @@ Provisioner::Provisioner(apiserver::Registry& registry, DriverDirectory& drivers
 
 Provisioner::~Provisioner() { Stop(); }
 
+absl::Status Provisioner::ClearSelectedNode(const json& claim, const std::string& node) {
+  return MutateObject(registry_, K("persistentvolumeclaims"), claim, apiserver::Subresource::kMain, [&](json& obj) {
+    if (Annotation(obj, kAnnSelectedNode) != node) return false;
+    obj["metadata"]["annotations"].erase(kAnnSelectedNode);
+    return true;
+  });
+}
+
 void Provisioner::RegisterHandlers() {
   informers_.claims.AddHandlers({
       .on_add = [this](const json& o) { claim_queue_.Add(ObjectKey(o)); },
       .on_update = [this](const json&, const json& o) { claim_queue_.Add(ObjectKey(o)); },
+      .on_delete = nullptr,
+  });
+  // A node that stops being Ready hands its unprovisioned claims back.
+  informers_.nodes.AddHandlers({
+      .on_add = nullptr,
+      .on_update =
+          [this](const json& before, const json& after) {
+            const std::string ready = NodeReadyStatus(after);
+            if (ready.empty() || ready == "True" || ready == NodeReadyStatus(before)) return;
+            informers_.claims.Select([&](const json& c) {
+              if (Annotation(c, kAnnSelectedNode) == Name(after) && Str(c, {"spec", "volumeName"}).empty()) {
+                claim_queue_.Add(ObjectKey(c));
+              }
+              return false;
+            });
+          },
       .on_delete = nullptr,
   });
   informers_.volumes.AddHandlers({
@@ -479,17 +504,22 @@ absl::Status Provisioner::SyncClaim(const std::string& key) {
   if (wait_for_consumer && selected.empty() && Annotation(*claim, kAnnProvisioningNode).empty()) {
     return absl::OkStatus();
   }
-  if (wait_for_consumer && !selected.empty() && !pending_finalizer && !informers_.nodes.Get("", selected) &&
-      !registry_.Get(K("nodes"), "", selected).ok()) {
-    // The chosen node is gone: let the scheduler choose again
-    // (external-provisioner does the same).
-    events_.Record(*claim, "Warning", "ProvisioningFailed",
-                   StrCat("the selected node \"", selected, "\" does not exist; rescheduling"));
-    return MutateObject(registry_, K("persistentvolumeclaims"), *claim, apiserver::Subresource::kMain, [&](json& obj) {
-      if (Annotation(obj, kAnnSelectedNode) != selected) return false;
-      obj["metadata"]["annotations"].erase(kAnnSelectedNode);
-      return true;
-    });
+  if (wait_for_consumer && !selected.empty() && !pending_finalizer) {
+    // The chosen node is gone (external-provisioner reschedules then too) or
+    // not Ready (berth also does: the pod could not start there): let the
+    // scheduler choose again. Not while a request may be in flight
+    // (pending_finalizer): its outcome decides.
+    std::optional<json> node = informers_.nodes.Get("", selected);
+    if (!node) {
+      if (auto stored = registry_.Get(K("nodes"), "", selected); stored.ok()) node = *stored;
+    }
+    const std::string ready = node ? NodeReadyStatus(*node) : "";
+    if (!node || (!ready.empty() && ready != "True")) {
+      events_.Record(*claim, "Warning", "ProvisioningFailed",
+                     node ? StrCat("the selected node \"", selected, "\" is not ready (Ready=", ready, "); rescheduling")
+                          : StrCat("the selected node \"", selected, "\" does not exist; rescheduling"));
+      return ClearSelectedNode(*claim, selected);
+    }
   }
   const std::string node = NodeForClaim(*claim);
   auto req = BuildRequest(*claim, sc, node);
@@ -506,17 +536,12 @@ absl::Status Provisioner::SyncClaim(const std::string& key) {
   if (!resp.ok()) {
     events_.Record(*claim, "Warning", "ProvisioningFailed",
                    StrCat("failed to provision volume with StorageClass \"", Name(sc), "\": ", resp.status().message()));
-    // Reschedule only when the request was tied to the node's topology:
-    // another node may have room.
-    if (resp.status().code() == absl::StatusCode::kResourceExhausted && wait_for_consumer &&
-        req->has_accessibility_requirements()) {
-      // Let the scheduler choose another node.
-      absl::Status cleared = MutateObject(registry_, K("persistentvolumeclaims"), *claim,
-                                          apiserver::Subresource::kMain, [](json& obj) {
-                                            if (Annotation(obj, kAnnSelectedNode).empty()) return false;
-                                            obj["metadata"]["annotations"].erase(kAnnSelectedNode);
-                                            return true;
-                                          });
+    // A final error (RESOURCE_EXHAUSTED as external-provisioner, and any
+    // other: nothing exists for this attempt) on a request tied to the
+    // node's topology: let the scheduler choose another node.
+    if (FinalError(resp.status()) && wait_for_consumer && req->has_accessibility_requirements() &&
+        !selected.empty()) {
+      absl::Status cleared = ClearSelectedNode(*claim, selected);
       if (!cleared.ok()) spdlog::warn("provisioner: clearing selected-node of {}: {}", key, cleared.ToString());
     }
     if (FinalError(resp.status())) {
@@ -584,7 +609,7 @@ absl::Status Provisioner::SyncVolume(const std::string& name) {
   }
   if (!deleting) {
     auto deleted = registry_.Delete(K("persistentvolumes"), "", name,
-                                    {.uid = Uid(pv), .resource_version = Str(pv, {"metadata", "resourceVersion"})});
+                                    {.uid = Uid(pv), .resource_version = Str(pv, {"metadata", "resourceVersion"}), .grace_period_seconds = std::nullopt});
     if (!deleted.ok() && deleted.status().code() != absl::StatusCode::kNotFound) return deleted.status();
   }
   return EditFinalizer(registry_, K("persistentvolumes"), pv, kProvisionerFinalizer, false);
