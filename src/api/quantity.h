@@ -32,6 +32,8 @@ class Quantity {
 
   // The value in whole units, rounded up (Kubernetes' Value()).
   int64_t Value() const;
+  // The value in thousandths, rounded up (Kubernetes' MilliValue(): CPU).
+  int64_t MilliValue() const;
   bool binary() const { return binary_; }
   std::string ToString() const;
 

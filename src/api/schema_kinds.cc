@@ -6,15 +6,20 @@
 // sources; status fields are listed too, so that any manifest written for a
 // real cluster passes CheckSchema.
 //
+// coordination.k8s.io/v1 Lease comes from k8s.io/api coordination/v1: node
+// agents renew theirs in kube-node-lease, the node lifecycle controller reads
+// them.
+//
 // Why AnyValue() in places: berth stores and serves Pods, Nodes and Events but
 // only ever reads their storage parts. Subtrees that are deep, unrelated to
 // storage and growing every release (container probes, lifecycle hooks and
-// security contexts, pod affinity, tolerations, container statuses, node
-// images and system info, the in-tree legacy volume plugins...) are accepted
-// as they come rather than transcribed, so a new Kubernetes field there never
-// breaks a manifest. Everything storage touches (PV, PVC, StorageClass, the
-// CSI and snapshot kinds, and pods' volumes, mounts and devices) is typed in
-// full.
+// security contexts, pod affinity, container statuses, node images and
+// system info, the in-tree legacy volume plugins...) are accepted as they
+// come rather than transcribed, so a new Kubernetes field there never breaks
+// a manifest. Everything storage touches (PV, PVC, StorageClass, the CSI and
+// snapshot kinds, and pods' volumes, mounts and devices) is typed in full,
+// and so are node taints and pod tolerations (node failure handling reads
+// them).
 
 #include <cstdio>
 #include <cstdlib>
@@ -307,6 +312,17 @@ SchemaPtr ContainerSchema() {
   });
 }
 
+// core/v1 Toleration (pod spec.tolerations).
+SchemaPtr TolerationSchema() {
+  return Obj({
+      {"key", Str()},
+      {"operator", Str()},
+      {"value", Str()},
+      {"effect", Str()},
+      {"tolerationSeconds", Int()},
+  });
+}
+
 SchemaPtr PodSpecSchema() {
   return Obj({
       {"volumes", Arr(PodVolumeSchema(), "name")},
@@ -332,7 +348,7 @@ SchemaPtr PodSpecSchema() {
       {"subdomain", Str()},
       {"affinity", AffinitySchema()},
       {"schedulerName", Str()},
-      {"tolerations", Arr(AnyValue())},
+      {"tolerations", Arr(TolerationSchema())},
       {"hostAliases", Arr(AnyValue(), "ip")},
       {"priorityClassName", Str()},
       {"priority", Int()},
@@ -388,13 +404,19 @@ SchemaPtr PodStatusSchema() {
 // ---------------------------------------------------------------------------
 // Node, Namespace, Event.
 
+// core/v1 Taint (node spec.taints; the node lifecycle controller writes
+// node.kubernetes.io/not-ready and .../unreachable).
+SchemaPtr TaintSchema() {
+  return Obj({{"key", Str()}, {"value", Str()}, {"effect", Str()}, {"timeAdded", Time()}});
+}
+
 SchemaPtr NodeSpecSchema() {
   return Obj({
       {"podCIDR", Str()},
       {"podCIDRs", PrimitiveSet(Str())},
       {"providerID", Str()},
       {"unschedulable", Bool()},
-      {"taints", Arr(AnyValue())},
+      {"taints", Arr(TaintSchema())},
       {"configSource", AnyValue()},
       {"externalID", Str()},
       {"podPreemptionPolicy", AnyValue()},
@@ -581,6 +603,21 @@ SchemaPtr VolumeSnapshotContentStatusSchema() {
 }
 
 // ---------------------------------------------------------------------------
+// coordination.k8s.io/v1.
+
+SchemaPtr LeaseSpecSchema() {
+  return Obj({
+      {"holderIdentity", Str()},
+      {"leaseDurationSeconds", Int()},
+      {"acquireTime", Time()},  // MicroTime
+      {"renewTime", Time()},    // MicroTime
+      {"leaseTransitions", Int()},
+      {"strategy", Str()},
+      {"preferredHolder", Str()},
+  });
+}
+
+// ---------------------------------------------------------------------------
 // Whole objects.
 
 // apiVersion, kind and metadata, then the kind's own top-level fields.
@@ -614,6 +651,7 @@ SchemaMap BuildSchemas() {
       {"immutable", Bool()},
   });
   m["Event"] = TopLevel(EventFields());
+  m["Lease"] = TopLevel({{"spec", LeaseSpecSchema()}});
   m["StorageClass"] = TopLevel(StorageClassFields());
   m["VolumeAttachment"] =
       SpecAndStatus(VolumeAttachmentSpecSchema(), VolumeAttachmentStatusSchema());

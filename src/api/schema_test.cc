@@ -192,7 +192,29 @@ INSTANTIATE_TEST_SUITE_P(
                     "VolumeSnapshotClass \"c\" is invalid: deletionPolicy: Required value"},
         InvalidCase{R"({"apiVersion":"storage.k8s.io/v1","kind":"CSIStorageCapacity",
                         "metadata":{"name":"c"},"capacity":"1Gi"})",
-                    "CSIStorageCapacity \"c\" is invalid: storageClassName: Required value"}));
+                    "CSIStorageCapacity \"c\" is invalid: storageClassName: Required value"},
+        InvalidCase{R"({"apiVersion":"coordination.k8s.io/v1","kind":"Lease",
+                        "metadata":{"name":"n1","namespace":"kube-node-lease"},
+                        "spec":{"holderIdentity":"n1","leaseDurationSeconds":0,"leaseTransitions":-1}})",
+                    "Lease \"n1\" is invalid: [spec.leaseDurationSeconds: Invalid value: 0: must be greater "
+                    "than 0, spec.leaseTransitions: Invalid value: -1: must be greater than or equal to 0]"},
+        InvalidCase{R"({"apiVersion":"v1","kind":"Node","metadata":{"name":"n1"},
+                        "spec":{"taints":[{"key":"a","effect":"NoRun"},{"effect":"NoSchedule"},
+                                          {"key":"b","effect":"NoExecute"},{"key":"b","effect":"NoExecute"}]}})",
+                    "Node \"n1\" is invalid: [spec.taints[0].effect: Unsupported value: \"NoRun\": supported "
+                    "values: \"NoSchedule\", \"PreferNoSchedule\", \"NoExecute\", spec.taints[1].key: "
+                    "Required value, spec.taints[3]: Duplicate value: {\"effect\":\"NoExecute\",\"key\":\"b\"}: "
+                    "taints must be unique by key and effect pair]"},
+        InvalidCase{R"({"apiVersion":"v1","kind":"Pod","metadata":{"name":"p"},
+                        "spec":{"containers":[{"name":"c","image":"busybox"}],
+                        "tolerations":[{"operator":"Equal","value":"x"},
+                                       {"key":"k","operator":"Exists","effect":"NoSchedule","tolerationSeconds":5},
+                                       {"key":"k","operator":"In"}]}})",
+                    "Pod \"p\" is invalid: [spec.tolerations[0].operator: Invalid value: \"Equal\": operator "
+                    "must be Exists when `key` is empty, which means \"match all values and all keys\", "
+                    "spec.tolerations[1].effect: Invalid value: \"NoSchedule\": effect must be 'NoExecute' "
+                    "when `tolerationSeconds` is set, spec.tolerations[2].operator: Unsupported value: "
+                    "\"In\": supported values: \"Equal\", \"Exists\"]"}));
 
 TEST(ValidationTest, ImmutableFieldsAreNamed) {
   auto pvc = Admit(Fixture("persistentvolumeclaim.yaml"));

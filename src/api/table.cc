@@ -163,6 +163,11 @@ Cells NamespaceCells(const Json& o, absl::Time now) {
   return {Name(o), Str(o, {"status", "phase"}), Age(o, now)};
 }
 
+// coordination.k8s.io Lease: printLease (an unset holder is an empty cell).
+Cells LeaseCells(const Json& o, absl::Time now) {
+  return {Name(o), Str(o, {"spec", "holderIdentity"}), Age(o, now)};
+}
+
 std::string NodeAddress(const Json& node, std::string_view type) {
   for (const Json& a : Items(node, {"status", "addresses"})) {
     if (Str(a, {"type"}) == type) return Str(a, {"address"});
@@ -576,6 +581,7 @@ const std::map<std::string_view, KindTable>& KindTables() {
   static const auto* tables = new std::map<std::string_view, KindTable>{
       {"Namespace",
        {{NameCol(), Col("Status", "The status of the namespace"), AgeCol()}, NamespaceCells}},
+      {"Lease", {{NameCol(), Col("Holder", "The identity of the holder of the lease."), AgeCol()}, LeaseCells}},
       {"Node",
        {{NameCol(), Col("Status", "The status of the node"), Col("Roles", "The roles of the node"),
          AgeCol(), Col("Version", "Kubelet Version reported by the node."),

@@ -281,6 +281,16 @@ TEST(TableTest, NodeStatusRolesAndVersion) {
   EXPECT_EQ(Cells("Node", R"({"metadata": {"name": "node-3"}})")[1], "Unknown");
 }
 
+TEST(TableTest, LeaseHolderAsKubectl) {
+  EXPECT_THAT(ColumnNames(Kind("Lease"), 0), ElementsAre("Name", "Holder", "Age"));
+  EXPECT_EQ(Cells("Lease", R"({
+    "metadata": {"name": "node-1", "namespace": "kube-node-lease", "creationTimestamp": "2024-05-01T11:59:00Z"},
+    "spec": {"holderIdentity": "node-1", "leaseDurationSeconds": 40, "renewTime": "2024-05-01T11:59:58.123456Z"}
+  })"),
+            Json::array({"node-1", "node-1", "60s"}));
+  EXPECT_EQ(Cells("Lease", R"({"metadata": {"name": "free"}, "spec": {}})")[1], "");
+}
+
 TEST(TableTest, PodReadyStatusAndRestarts) {
   const KindInfo& pod = Kind("Pod");
   EXPECT_THAT(ColumnNames(pod, 0), ElementsAre("Name", "Ready", "Status", "Restarts", "Age"));

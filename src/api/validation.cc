@@ -512,6 +512,70 @@ constexpr std::string_view kPodVolumeSources[] = {
     "azureFile", "vsphereVolume", "quobyte", "azureDisk", "photonPersistentDisk", "portworxVolume",
     "scaleIO", "storageos", "image"};
 
+// core/v1 taints and tolerations (Kubernetes' validateNodeTaints and
+// ValidateTolerations, the rules the node lifecycle controller, the
+// scheduler and taint-based eviction rely on).
+
+void ValidateTaints(const json& taints, Errors& errs) {
+  if (!taints.is_array()) return;
+  std::set<std::pair<std::string, std::string>> seen;  // (effect, key)
+  for (size_t i = 0; i < taints.size(); ++i) {
+    const std::string f = StrCat("spec.taints[", i, "]");
+    const std::string key = String(Get(taints[i], "key"));
+    if (key.empty()) {
+      errs.Required(f + ".key");
+    } else if (!ValidQualifiedName(key)) {
+      errs.InvalidValue(f + ".key", key, "name part must consist of alphanumeric characters, '-', '_' or '.'");
+    }
+    if (!ValidLabelValue(String(Get(taints[i], "value")))) {
+      errs.InvalidValue(f + ".value", Get(taints[i], "value"), "a valid label must be an empty string or consist of "
+                        "alphanumeric characters, '-', '_' or '.'");
+    }
+    Enum(errs, f + ".effect", Get(taints[i], "effect"), {"NoSchedule", "PreferNoSchedule", "NoExecute"}, /*required=*/true);
+    if (!seen.emplace(String(Get(taints[i], "effect")), key).second) {
+      errs.Add(f, StrCat("Duplicate value: ", taints[i].dump(), ": taints must be unique by key and effect pair"));
+    }
+  }
+}
+
+void ValidateTolerations(const json& tolerations, Errors& errs) {
+  if (!tolerations.is_array()) return;
+  for (size_t i = 0; i < tolerations.size(); ++i) {
+    const json& t = tolerations[i];
+    const std::string f = StrCat("spec.tolerations[", i, "]");
+    const std::string key = String(Get(t, "key")), op = String(Get(t, "operator"));
+    if (!key.empty() && !ValidQualifiedName(key)) {
+      errs.InvalidValue(f + ".key", key, "name part must consist of alphanumeric characters, '-', '_' or '.'");
+    }
+    if (key.empty() && op != "Exists") {
+      errs.InvalidValue(f + ".operator", op,
+                        "operator must be Exists when `key` is empty, which means \"match all values and all keys\"");
+    }
+    if (!Get(t, "tolerationSeconds").is_null() && String(Get(t, "effect")) != "NoExecute") {
+      errs.InvalidValue(f + ".effect", String(Get(t, "effect")), "effect must be 'NoExecute' when `tolerationSeconds` is set");
+    }
+    if (op == "Exists" && !String(Get(t, "value")).empty()) {
+      errs.InvalidValue(f + ".operator", t, "value must be empty when `operator` is 'Exists'");
+    } else if (op != "Exists" && op != "Equal" && !op.empty()) {
+      errs.Unsupported(f + ".operator", op, {"Equal", "Exists"});
+    }
+    Enum(errs, f + ".effect", Get(t, "effect"), {"NoSchedule", "PreferNoSchedule", "NoExecute"});
+  }
+}
+
+// coordination.k8s.io/v1 Lease (ValidateLeaseSpec).
+void ValidateLease(const json& obj, Errors& errs) {
+  const json& spec = Get(obj, "spec");
+  const json& duration = Get(spec, "leaseDurationSeconds");
+  if (duration.is_number() && duration.get<double>() <= 0) {
+    errs.InvalidValue("spec.leaseDurationSeconds", duration, "must be greater than 0");
+  }
+  const json& transitions = Get(spec, "leaseTransitions");
+  if (transitions.is_number() && transitions.get<double>() < 0) {
+    errs.InvalidValue("spec.leaseTransitions", transitions, "must be greater than or equal to 0");
+  }
+}
+
 json PodSpecWithoutMutable(const json& spec) {
   json s = spec.is_object() ? spec : json::object();
   for (const char* list : {"containers", "initContainers"}) {
@@ -599,6 +663,7 @@ void ValidatePod(const json& obj, const json* old, Errors& errs) {
     }
   }
   Enum(errs, "spec.restartPolicy", Get(spec, "restartPolicy"), {"Always", "Never", "OnFailure"});
+  ValidateTolerations(Get(spec, "tolerations"), errs);
   Enum(errs, "status.phase", Path(obj, {"status", "phase"}),
        {"Failed", "Pending", "Running", "Succeeded", "Unknown"});
   if (old != nullptr && PodSpecWithoutMutable(spec) != PodSpecWithoutMutable(Get(*old, "spec"))) {
@@ -843,6 +908,10 @@ absl::Status Validate(const KindInfo& kind, const json& object, const json* old)
     ValidateSecret(object, old, errs);
   } else if (k == "Event") {
     ValidateEvent(object, errs);
+  } else if (k == "Node") {
+    ValidateTaints(Path(object, {"spec", "taints"}), errs);
+  } else if (k == "Lease") {
+    ValidateLease(object, errs);
   } else if (k == "VolumeSnapshotClass") {
     ValidateSnapshotClass(object, errs);
   } else if (k == "VolumeSnapshot") {

@@ -33,6 +33,22 @@ absl::StatusOr<std::string> LoadOrCreateToken(const std::string& path) {
 
 }  // namespace
 
+absl::Status MakeDataDirPrivate(const std::string& data_dir) {
+  BERTH_RETURN_IF_ERROR(MakeDirs(data_dir, 0700));
+  // An older berth (or an operator's mkdir) may have left these readable by
+  // others. New files are private from creation (the umask of `berth up` and
+  // `berth serve`, explicit modes); existing ones are narrowed once, loudly.
+  for (const char* name : {"", "/state.db", "/state.db-wal", "/state.db-shm", "/api-token", "/kubeconfig",
+                           "/tls", "/tls/api.key", "/tls/api.crt"}) {
+    const std::string path = StrCat(data_dir, name);
+    BERTH_ASSIGN_OR_RETURN(std::optional<mode_t> old_mode, NarrowToOwner(path));
+    if (old_mode) {
+      spdlog::warn("{} was readable by others (mode {:04o}); narrowed to owner-only", path, *old_mode);
+    }
+  }
+  return absl::OkStatus();
+}
+
 std::string KubeconfigYaml(const std::string& server, const std::string& ca_pem, const std::string& token) {
   nlohmann::json cfg = {
       {"apiVersion", "v1"},
@@ -48,8 +64,7 @@ std::string KubeconfigYaml(const std::string& server, const std::string& ca_pem,
 
 absl::StatusOr<std::unique_ptr<ControlPlane>> ControlPlane::Start(const Options& options) {
   std::unique_ptr<ControlPlane> cp(new ControlPlane());
-  BERTH_RETURN_IF_ERROR(MakeDirs(options.data_dir, 0700));
-  ::chmod(options.data_dir.c_str(), 0700);
+  BERTH_RETURN_IF_ERROR(MakeDataDirPrivate(options.data_dir));
   BERTH_ASSIGN_OR_RETURN(cp->store_, store::Store::Open({.path = StrCat(options.data_dir, "/state.db")}));
   cp->registry_ = std::make_unique<Registry>(*cp->store_);
   BERTH_RETURN_IF_ERROR(cp->registry_->Bootstrap());

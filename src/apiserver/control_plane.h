@@ -6,7 +6,9 @@
 //   auto cp = ControlPlane::Start({.data_dir = "/var/lib/berth"});
 //   (*cp)->registry().Create(...);   // in-process callers
 //
-// The token is generated once (<data-dir>/api-token, 0600) and kept across
+// Everything in the data directory is owner-only: the directory is 0700
+// (narrowed with a warning if an existing one was wider) and the files are
+// created 0600. The token is generated once (<data-dir>/api-token, 0600) and kept across
 // restarts; the kubeconfig is rewritten at every start (the port may change).
 //
 // Thread-safety: thread-safe.
@@ -55,6 +57,11 @@ class ControlPlane {
   std::string token_;
   std::string ca_pem_;
 };
+
+// Creates the data directory 0700, or narrows an existing one (and the
+// state, token, key and kubeconfig files in it) that others could read, with
+// a warning naming each file and its old mode.
+absl::Status MakeDataDirPrivate(const std::string& data_dir);
 
 // The kubeconfig text for a server URL and token.
 std::string KubeconfigYaml(const std::string& server, const std::string& ca_pem, const std::string& token);

@@ -10,6 +10,8 @@
 
 #include "apiserver/client.h"
 #include "apiserver/tls.h"
+#include "common/fs.h"
+#include "common/testing/log_capture.h"
 #include "common/testing/temp_dir.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -43,6 +45,34 @@ TEST_F(ControlPlaneHttpTest, FilesAreRootOnly) {
   EXPECT_EQ(st.st_mode & 0777, 0600u);
   ASSERT_EQ(::stat((dir_.path() + "/data/tls/api.key").c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0600u);
+}
+
+TEST(ControlPlaneFilesTest, WiderDataDirFromAnOlderRunIsNarrowedWithAWarning) {
+  berth::testing::TempDir dir;
+  const std::string data = dir.path() + "/data";
+  ASSERT_EQ(::mkdir(data.c_str(), 0755), 0);
+  ASSERT_EQ(::chmod(data.c_str(), 0755), 0);
+  // An empty file is an empty SQLite database.
+  ASSERT_TRUE(WriteFileAtomic(data + "/state.db", "", 0644).ok());
+  ASSERT_EQ(::chmod((data + "/state.db").c_str(), 0644), 0);
+  ASSERT_TRUE(WriteFileAtomic(data + "/api-token", std::string(64, 'a') + "\n", 0644).ok());
+  ASSERT_EQ(::chmod((data + "/api-token").c_str(), 0644), 0);
+  berth::testing::LogCapture log;
+  ControlPlane::Options o;
+  o.data_dir = data;
+  o.api_address = "127.0.0.1:0";
+  auto cp = ControlPlane::Start(o);
+  ASSERT_TRUE(cp.ok()) << cp.status();
+  for (const auto& [path, mode] : std::vector<std::pair<std::string, mode_t>>{
+           {data, 0700}, {data + "/state.db", 0600}, {data + "/api-token", 0600}}) {
+    struct stat st {};
+    ASSERT_EQ(::stat(path.c_str(), &st), 0) << path;
+    EXPECT_EQ(st.st_mode & 07777, mode) << path;
+  }
+  EXPECT_THAT(log.text(), ::testing::HasSubstr(data + " was readable by others (mode 0755)"));
+  EXPECT_THAT(log.text(), ::testing::HasSubstr(data + "/state.db was readable by others (mode 0644)"));
+  // The kept token is still the one on disk.
+  EXPECT_EQ((*cp)->token(), std::string(64, 'a'));
 }
 
 TEST_F(ControlPlaneHttpTest, UnixSocketNeedsNoToken) {

@@ -397,9 +397,19 @@ void ApiHandler::Handle(const HttpRequest& req, ResponseWriter& out) {
   }
   if (req.method == "DELETE") {
     DeleteOptions opts;
+    if (auto g = req.query.find("gracePeriodSeconds"); g != req.query.end()) {
+      int64_t v = 0;
+      if (!absl::SimpleAtoi(g->second, &v)) return SendError(out, api::BadRequest("gracePeriodSeconds must be an integer"));
+      opts.grace_period_seconds = v;
+    }
     if (!req.body.empty()) {
       json body = json::parse(req.body, nullptr, false);
       if (body.is_discarded() || !body.is_object()) return SendError(out, api::BadRequest("DeleteOptions must be a JSON object"));
+      if (const json& g = body.value("gracePeriodSeconds", json()); g.is_number_integer()) {
+        opts.grace_period_seconds = g.get<int64_t>();
+      } else if (!g.is_null()) {
+        return SendError(out, api::BadRequest("DeleteOptions.gracePeriodSeconds must be an integer"));
+      }
       json pre = body.value("preconditions", json::object());
       if (pre.is_object()) {
         if (pre.contains("uid") && pre["uid"].is_string()) opts.uid = pre["uid"].get<std::string>();

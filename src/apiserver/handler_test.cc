@@ -77,7 +77,9 @@ TEST_F(HandlerTest, DiscoveryDescribesEveryKind) {
   auto groups = Do("GET", "/apis").Json();
   std::vector<std::string> names;
   for (const auto& g : groups["groups"]) names.push_back(g["name"]);
-  EXPECT_THAT(names, ::testing::UnorderedElementsAre("storage.k8s.io", "snapshot.storage.k8s.io"));
+  EXPECT_THAT(names,
+              ::testing::UnorderedElementsAre("storage.k8s.io", "snapshot.storage.k8s.io", "coordination.k8s.io"));
+  EXPECT_EQ(Do("GET", "/apis/coordination.k8s.io/v1").Json()["resources"][0]["name"], "leases");
   auto core = Do("GET", "/api/v1").Json();
   bool found_pvc = false, found_status = false;
   for (const auto& r : core["resources"]) {

@@ -7,6 +7,7 @@
 #include "api/quantity.h"
 #include "api/schema.h"
 #include "api/validation.h"
+#include "apiserver/admission.h"
 #include "common/status.h"
 #include "common/strings.h"
 
@@ -326,6 +327,7 @@ absl::Status Registry::PrepareCreate(const api::KindInfo& kind, const std::strin
   api::ApplyDefaults(kind, obj);
   ResetStatusForCreate(kind, obj);
   if (kind.kind == "PersistentVolumeClaim") SetDefaultStorageClass(obj);
+  if (kind.kind == "Pod") AddDefaultTolerations(obj);
   if (storage_protection_admission_) AddProtectionFinalizer(kind, obj);
   BERTH_RETURN_IF_ERROR(api::Validate(kind, obj, nullptr));
   return CheckNamespace(kind, ns);
@@ -450,6 +452,7 @@ absl::StatusOr<json> Registry::UpdateOnce(const api::KindInfo& kind, const std::
     }
     api::Normalize(kind, obj);
     api::ApplyDefaults(kind, obj);
+    if (kind.kind == "Pod") AddDefaultTolerations(obj);
   }
   api::Normalize(kind, obj);
   BERTH_RETURN_IF_ERROR(api::Validate(kind, obj, &old));
@@ -539,7 +542,23 @@ absl::StatusOr<json> Registry::Delete(const api::KindInfo& kind, const std::stri
       }
     }
   }
-  auto out = store_.Delete(std::string(kind.resource), eff_ns, name, uid);
+  std::optional<int64_t> grace;
+  if (kind.kind == "Pod") {
+    BERTH_ASSIGN_OR_RETURN(json pod, Get(kind, ns, name));
+    const json spec = pod.value("spec", json::object());
+    const json& tgps = spec.contains("terminationGracePeriodSeconds") ? spec["terminationGracePeriodSeconds"] : json();
+    int64_t period = options.grace_period_seconds ? *options.grace_period_seconds
+                                                  : (tgps.is_number_integer() ? tgps.get<int64_t>() : 30);
+    const std::string phase = pod.value("status", json::object()).value("phase", "");
+    // Kubernetes' CheckGracefulDelete: nothing runs an unscheduled or a
+    // finished pod, so nothing needs the grace period.
+    if (spec.value("nodeName", "").empty() || phase == "Succeeded" || phase == "Failed") period = 0;
+    if (period < 0) period = 1;
+    grace = period;
+  } else if (options.grace_period_seconds && *options.grace_period_seconds == 0) {
+    grace = 0;
+  }
+  auto out = store_.Delete(std::string(kind.resource), eff_ns, name, uid, grace);
   if (!out.ok()) {
     std::string group = kind.group.empty() ? "" : StrCat(".", kind.group);
     if (out.status().code() == absl::StatusCode::kNotFound) {

@@ -63,6 +63,8 @@ struct ListPage {
 struct DeleteOptions {
   std::optional<std::string> uid;               // preconditions.uid
   std::optional<std::string> resource_version;  // preconditions.resourceVersion
+  // gracePeriodSeconds; for pods unset means spec.terminationGracePeriodSeconds.
+  std::optional<int64_t> grace_period_seconds;
 };
 
 // kMain and kStatus are the API's object and /status. kMainAndStatus is for
@@ -99,7 +101,12 @@ class Registry {
                              const std::string& name, std::string_view patch, PatchType type,
                              Subresource sub);
   // Returns the object's last state (with deletionTimestamp if finalizers
-  // keep it). Deleting a namespace deletes what is in it.
+  // keep it). Deleting a namespace deletes what is in it. Pods are deleted
+  // gracefully, as in Kubernetes: a pod bound to a node that has not
+  // finished only gets deletionTimestamp (now + grace period) and stays
+  // Terminating until its node agent has stopped it and torn its volumes
+  // down and deletes it with grace period 0; an unscheduled or finished pod,
+  // or gracePeriodSeconds 0 (`--grace-period=0 --force`), goes at once.
   absl::StatusOr<json> Delete(const api::KindInfo& kind, const std::string& ns,
                               const std::string& name, const DeleteOptions& options = {});
   // pods/binding: sets spec.nodeName of an unscheduled pod.

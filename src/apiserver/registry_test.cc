@@ -280,7 +280,7 @@ TEST_F(RegistryTest, DeletePreconditionsAndNamespaceCascade) {
   ASSERT_TRUE(registry_->Create(Kind("namespaces"), "", {{"metadata", {{"name", "team"}}}}).ok());
   auto pvc = registry_->Create(Kind("persistentvolumeclaims"), "team", Claim("data"));
   ASSERT_TRUE(pvc.ok());
-  auto wrong = registry_->Delete(Kind("persistentvolumeclaims"), "team", "data", {.uid = "nope", .resource_version = std::nullopt});
+  auto wrong = registry_->Delete(Kind("persistentvolumeclaims"), "team", "data", {.uid = "nope", .resource_version = std::nullopt, .grace_period_seconds = std::nullopt});
   EXPECT_EQ(api::ToHttpError(wrong.status()).code, 409);
   ASSERT_TRUE(registry_->Delete(Kind("namespaces"), "", "team").ok());
   EXPECT_EQ(registry_->Get(Kind("persistentvolumeclaims"), "team", "data").status().code(), absl::StatusCode::kNotFound);

@@ -1,5 +1,7 @@
 // berth: the command line of the berth control plane. A thin main over
 // berth::cli (commands) and berth::apiserver (serve).
+#include <sys/stat.h>
+
 #include <iostream>
 #include <string>
 #include <vector>
@@ -71,6 +73,9 @@ int main(int argc, char** argv) {
   up->add_option("--volume-stats-period", up_options.volume_stats_period_seconds,
                  "seconds between NodeGetVolumeStats rounds (kubelet_volume_stats_* on /metrics)")
       ->capture_default_str();
+  up->add_option("--node-monitor-grace-period", up_options.node_monitor_grace_period,
+                 "a node whose lease is not renewed this long is marked Unknown and tainted (e.g. 40s)")
+      ->capture_default_str();
 
   // apply
   auto* apply = app.add_subcommand("apply", "create or update objects from manifests");
@@ -123,6 +128,12 @@ int main(int argc, char** argv) {
 
   CLI11_PARSE(app, argc, argv);
 
+  if (serve->parsed() || up->parsed()) {
+    // What the control plane and its nodes create under the data directory
+    // (the store, keys, the token, kubeconfig, node records, pool images) is
+    // private from creation; berth-csi children inherit this.
+    ::umask(077);
+  }
   if (serve->parsed()) {
     berth::BlockTerminationSignals();
     if (auto st = berth::InitLogging(log_level); !st.ok()) return Fail(st);

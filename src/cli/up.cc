@@ -4,8 +4,11 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
+#include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <iostream>
 #include <memory>
 
@@ -79,6 +82,8 @@ const api::KindInfo& K(std::string_view resource, std::string_view group = "") {
 // user may have changed them) alone.
 absl::Status CreateDefaults(apiserver::Registry& registry) {
   const std::vector<std::pair<const api::KindInfo*, json>> defaults = {
+      // Where node agents keep their heartbeat leases.
+      {&K("namespaces"), {{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", "kube-node-lease"}}}}},
       {&K("csidrivers", "storage.k8s.io"),
        {{"apiVersion", "storage.k8s.io/v1"},
         {"kind", "CSIDriver"},
@@ -118,6 +123,15 @@ absl::Status CreateDefaults(apiserver::Registry& registry) {
   return absl::OkStatus();
 }
 
+// TEST ONLY, under BERTH_TEST_HOOKS=1: while <node dir>/test-hooks/pause-node-status
+// exists the node's lease and status are not written — the control plane's
+// view of a hung agent (tests/integration/node_failure_test). Null otherwise.
+std::function<bool()> PauseHook(bool enabled, const std::string& node_dir) {
+  if (!enabled) return nullptr;
+  spdlog::warn("BERTH_TEST_HOOKS=1: {}/test-hooks/pause-node-status pauses the node's lease and status", node_dir);
+  return [file = node_dir + "/test-hooks/pause-node-status"] { return ::access(file.c_str(), F_OK) == 0; };
+}
+
 std::string SelfDir() {
   std::error_code ec;
   fs::path self = fs::read_symlink("/proc/self/exe", ec);
@@ -139,6 +153,11 @@ absl::Status ValidateUpOptions(const UpOptions& o) {
     return absl::InvalidArgumentError(StrCat("--data-dir \"", o.data_dir, "\": want a canonical absolute path"));
   }
   if (o.nodes < 1 || o.nodes > 64) return absl::InvalidArgumentError("--nodes must be between 1 and 64");
+  absl::Duration grace;
+  if (!absl::ParseDuration(o.node_monitor_grace_period, &grace) || grace < absl::Seconds(2) || grace > absl::Hours(1)) {
+    return absl::InvalidArgumentError(StrCat("--node-monitor-grace-period \"", o.node_monitor_grace_period,
+                                             "\": want a duration between 2s and 1h (e.g. 40s)"));
+  }
   if (o.volume_stats_period_seconds < 1 || o.volume_stats_period_seconds > 86400) {
     return absl::InvalidArgumentError("--volume-stats-period must be between 1 and 86400 seconds");
   }
@@ -190,6 +209,14 @@ absl::Status RunUp(UpOptions options) {
   client::DriverDirectory directory;
   for (const auto& e : externals) directory.Add(e.name, "", e.endpoint);
 
+  // Leases are renewed every 10 s as kubelet does, or four times per grace
+  // period when that is shorter (else a healthy node would flap).
+  absl::Duration grace = absl::Seconds(40);
+  if (!absl::ParseDuration(options.node_monitor_grace_period, &grace)) grace = absl::Seconds(40);  // validated above
+  const absl::Duration heartbeat = std::min(absl::Seconds(10), grace / 4);
+  // TEST ONLY: a file stops one node's lease and status (see NodeStatus).
+  const bool test_hooks = std::getenv("BERTH_TEST_HOOKS") != nullptr && std::string(std::getenv("BERTH_TEST_HOOKS")) == "1";
+
   // Nodes: an agent and a berth-csi each.
   Supervisor supervisor;
   std::vector<std::unique_ptr<node::NodeAgent>> agents;
@@ -201,11 +228,12 @@ absl::Status RunUp(UpOptions options) {
                                                    node::NodeAgent::Options{.node_name = name,
                                                                             .root = root,
                                                                             .labels = {},
-                                                                            .heartbeat = absl::Seconds(10),
+                                                                            .heartbeat = heartbeat,
                                                                             .workers = 4,
                                                                             .volume_stats_period = absl::Seconds(
                                                                                 options.volume_stats_period_seconds),
-                                                                            .mount_table = ReadMountTable});
+                                                                            .mount_table = ReadMountTable,
+                                                                            .paused_for_test = PauseHook(test_hooks, dir)});
     std::vector<std::string> argv = {options.csi_binary,
                                      "--endpoint=unix://" + root + "/plugins/" + kBerthDriver + "/csi.sock",
                                      "--node-id=" + name,
@@ -249,6 +277,7 @@ absl::Status RunUp(UpOptions options) {
   // A driver that registers later through a node's plugins_registry (e.g.
   // with the upstream node-driver-registrar) gets its controllers then.
   cm_options.follow_directory = true;
+  cm_options.node_monitor_grace_period = grace;
   controllers::ControllerManager manager(registry, directory, cm_options);
   if (st.ok()) st = manager.Start();
   if (st.ok()) {

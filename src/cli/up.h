@@ -34,6 +34,10 @@ struct UpOptions {
   // NodeGetVolumeStats of published volumes, served as kubelet_volume_stats_*
   // on the API server's /metrics (kubelet's --volume-stats-agg-period).
   int volume_stats_period_seconds = 60;
+  // kube-controller-manager's --node-monitor-grace-period: a node whose lease
+  // is not renewed for this long is marked Unknown and tainted. Below 40 s
+  // the agents renew their leases every quarter of it instead of every 10 s.
+  std::string node_monitor_grace_period = "40s";
 };
 
 // Checks options; INVALID_ARGUMENT naming the flag.

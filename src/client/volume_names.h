@@ -10,8 +10,7 @@ namespace berth::client {
 
 // VolumeAttachment name for a volume handle, driver and node (kubelet's and
 // the attach-detach controller's getAttachmentName).
-std::string AttachmentName(const std::string& volume_handle, const std::string& driver,
-                           const std::string& node);
+std::string AttachmentName(const std::string& volume_handle, const std::string& driver, const std::string& node);
 // "kubernetes.io/csi/<driver>^<handle>": a CSI volume's name in Node
 // status.volumesAttached / volumesInUse.
 std::string UniqueVolumeName(const std::string& driver, const std::string& volume_handle);

@@ -1,11 +1,49 @@
 #include "client/workqueue.h"
 
 #include <algorithm>
-#include <cmath>
+#include <vector>
 
+#include "absl/strings/cord.h"
 #include "spdlog/spdlog.h"
 
 namespace berth::client {
+
+WorkQueue::WorkQueue(Options options)
+    : options_(options),
+      clock_(options.clock != nullptr ? *options.clock : RealClock()),
+      backoff_({.base = options.base_delay, .max = options.max_delay, .jitter = 0.25}),
+      bucket_(options.qps, options.burst, clock_) {}
+
+WorkQueue::~WorkQueue() {
+  std::vector<Clock::TimerId> ids;
+  {
+    absl::MutexLock lock(&mu_);
+    shutdown_ = true;
+    for (const auto& [token, t] : timers_) ids.push_back(t.second);
+  }
+  // Without mu_: a running callback takes it, and Cancel waits for it.
+  for (Clock::TimerId id : ids) clock_.Cancel(id);
+}
+
+void WorkQueue::ArmLocked() {
+  if (shutdown_ || delayed_.empty()) return;
+  const absl::Time due = delayed_.begin()->first;
+  for (const auto& [token, t] : timers_) {
+    if (t.first <= due) return;  // an armed timer fires in time
+  }
+  const uint64_t token = next_token_++;
+  // mu_ is held: the callback (which takes mu_) cannot run before its id is
+  // recorded.
+  const Clock::TimerId id = clock_.AfterFunc(due, [this, token] { OnTimer(token); });
+  timers_[token] = {due, id};
+}
+
+void WorkQueue::OnTimer(uint64_t token) {
+  absl::MutexLock lock(&mu_);
+  timers_.erase(token);
+  PromoteLocked(clock_.Now());
+  ArmLocked();
+}
 
 void WorkQueue::AddLocked(const std::string& key) {
   if (shutdown_ || dirty_.contains(key)) return;
@@ -25,7 +63,7 @@ void WorkQueue::AddAfter(const std::string& key, absl::Duration delay) {
     AddLocked(key);
     return;
   }
-  const absl::Time at = absl::Now() + delay;
+  const absl::Time at = clock_.Now() + delay;
   // Keep only the earliest pending time per key.
   if (auto it = delayed_at_.find(key); it != delayed_at_.end()) {
     if (it->second <= at) return;
@@ -38,32 +76,17 @@ void WorkQueue::AddAfter(const std::string& key, absl::Duration delay) {
     }
   }
   delayed_at_[key] = at;
-  delayed_.emplace(at, key);  // wakes a sleeping Get() if it is due earliest
+  delayed_.emplace(at, key);
+  ArmLocked();
 }
 
 void WorkQueue::AddRateLimited(const std::string& key) {
-  absl::Duration delay;
-  {
-    absl::MutexLock lock(&mu_);
-    const int n = failures_[key]++;
-    const double factor = std::ldexp(1.0, std::min(n, 40));
-    delay = std::min(options_.base_delay * factor, options_.max_delay);
-    std::uniform_real_distribution<double> jitter(0.75, 1.25);
-    delay = std::min(delay * jitter(rng_), options_.max_delay);
-  }
-  AddAfter(key, delay);
+  AddAfter(key, std::max(backoff_.When(key), bucket_.Reserve()));
 }
 
-void WorkQueue::Forget(const std::string& key) {
-  absl::MutexLock lock(&mu_);
-  failures_.erase(key);
-}
+void WorkQueue::Forget(const std::string& key) { backoff_.Forget(key); }
 
-int WorkQueue::Failures(const std::string& key) const {
-  absl::MutexLock lock(&mu_);
-  auto it = failures_.find(key);
-  return it == failures_.end() ? 0 : it->second;
-}
+int WorkQueue::Failures(const std::string& key) const { return backoff_.Failures(key); }
 
 void WorkQueue::PromoteLocked(absl::Time now) {
   while (!delayed_.empty() && delayed_.begin()->first <= now) {
@@ -76,30 +99,17 @@ void WorkQueue::PromoteLocked(absl::Time now) {
 
 std::optional<std::string> WorkQueue::Get() {
   absl::MutexLock lock(&mu_);
-  while (true) {
-    PromoteLocked(absl::Now());
-    if (shutdown_) return std::nullopt;
-    if (!queue_.empty()) {
-      std::string key = std::move(queue_.front());
-      queue_.pop_front();
-      dirty_.erase(key);
-      processing_.insert(key);
-      return key;
-    }
-    // Sleep until a key can be taken, a delayed key is due earlier than
-    // this sleeper would wake, or shutdown. Only those wake it: waking on any
-    // change woke every idle worker for every key (a herd of futile
-    // wake-ups, most of the queue's cost).
-    const absl::Time due = delayed_.empty() ? absl::InfiniteFuture() : delayed_.begin()->first;
-    auto ready = [this, due]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return shutdown_ || !queue_.empty() || (!delayed_.empty() && delayed_.begin()->first < due);
-    };
-    if (delayed_.empty()) {
-      mu_.Await(absl::Condition(&ready));
-    } else {
-      mu_.AwaitWithDeadline(absl::Condition(&ready), due);
-    }
-  }
+  // Delayed keys reach the queue from the clock's timers: a worker sleeps
+  // only until a key can be taken or shutdown (waking on any other change
+  // woke every idle worker for every key: a herd of futile wake-ups).
+  auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return shutdown_ || !queue_.empty(); };
+  mu_.Await(absl::Condition(&ready));
+  if (shutdown_) return std::nullopt;
+  std::string key = std::move(queue_.front());
+  queue_.pop_front();
+  dirty_.erase(key);
+  processing_.insert(key);
+  return key;
 }
 
 void WorkQueue::Done(const std::string& key) {
@@ -124,11 +134,25 @@ size_t WorkQueue::Len() const {
   return queue_.size();
 }
 
+namespace {
+constexpr char kNotAFailureUrl[] = "berth.io/not-a-failure";
+}  // namespace
+
+absl::Status NotAFailure(std::string_view message) {
+  absl::Status st = absl::UnavailableError(std::string(message));
+  st.SetPayload(kNotAFailureUrl, absl::Cord("1"));
+  return st;
+}
+
+bool IsNotAFailure(const absl::Status& st) { return !st.ok() && st.GetPayload(kNotAFailureUrl).has_value(); }
+
 void RunWorker(WorkQueue& queue, const std::string& name,
                const std::function<absl::Status(const std::string& key)>& sync) {
   while (auto key = queue.Get()) {
     absl::Status st = sync(*key);
-    if (st.ok()) {
+    if (IsNotAFailure(st)) {
+      // Parked elsewhere, which re-adds it: its backoff stays as it was.
+    } else if (st.ok()) {
       queue.Forget(*key);
     } else {
       if (st.code() != absl::StatusCode::kAborted) spdlog::info("{} {}: {}", name, *key, st.ToString());

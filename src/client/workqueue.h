@@ -4,10 +4,13 @@
 //   - keys are de-duplicated: a key added many times before a worker takes
 //     it is processed once; a key added while it is being processed is
 //     processed again after Done();
-//   - failures back off per key: AddRateLimited waits base·2^n (jittered
-//     ±25%, capped), Forget resets n after a success;
+//   - failures back off per key: AddRateLimited waits the longer of the
+//     key's backoff (base·2^n, jittered ±25%, capped: common's ItemBackoff)
+//     and the queue's overall token bucket (qps/burst, off by default);
+//     Forget resets n after a success;
 //   - AddAfter schedules a key (resyncs, waits for an outside condition);
-//   - ShutDown wakes every Get() with nullopt.
+//   - ShutDown wakes every Get() with nullopt;
+//   - delays run on the injected Clock, so tests move them with FakeClock.
 //
 //   WorkQueue q;
 //   q.Add("default/data");
@@ -25,14 +28,16 @@
 #include <functional>
 #include <map>
 #include <optional>
-#include <random>
 #include <set>
 #include <string>
+#include <string_view>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/backoff.h"
+#include "common/clock.h"
 
 namespace berth::client {
 
@@ -41,9 +46,15 @@ class WorkQueue {
   struct Options {
     absl::Duration base_delay = absl::Milliseconds(5);
     absl::Duration max_delay = absl::Minutes(5);
+    // Overall limit on rate-limited re-adds (client-go's bucket limiter);
+    // 0: none.
+    double qps = 0;
+    int burst = 100;
+    Clock* clock = nullptr;  // null: RealClock()
   };
   WorkQueue() : WorkQueue(Options{}) {}
-  explicit WorkQueue(Options options) : options_(options) {}
+  explicit WorkQueue(Options options);
+  ~WorkQueue();  // ShutDown(), and cancels the queue's timers
 
   void Add(const std::string& key) ABSL_LOCKS_EXCLUDED(mu_);
   void AddAfter(const std::string& key, absl::Duration delay) ABSL_LOCKS_EXCLUDED(mu_);
@@ -67,22 +78,38 @@ class WorkQueue {
   void AddLocked(const std::string& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Moves delayed keys whose time has come into the queue.
   void PromoteLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Makes sure a timer fires at the earliest delayed time.
+  void ArmLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void OnTimer(uint64_t token) ABSL_LOCKS_EXCLUDED(mu_);
 
   const Options options_;
+  Clock& clock_;
+  ItemBackoff backoff_;
+  TokenBucket bucket_;
   mutable absl::Mutex mu_;
   std::deque<std::string> queue_ ABSL_GUARDED_BY(mu_);
-  std::set<std::string> dirty_ ABSL_GUARDED_BY(mu_);       // queued or to re-queue
+  std::set<std::string> dirty_ ABSL_GUARDED_BY(mu_);  // queued or to re-queue
   std::set<std::string> processing_ ABSL_GUARDED_BY(mu_);
   std::multimap<absl::Time, std::string> delayed_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, absl::Time> delayed_at_ ABSL_GUARDED_BY(mu_);  // earliest per key
-  std::map<std::string, int> failures_ ABSL_GUARDED_BY(mu_);
-  std::mt19937_64 rng_ ABSL_GUARDED_BY(mu_){std::random_device{}()};
+  // Armed timers: token → (deadline, clock timer id). A timer's callback
+  // erases its own token; stale timers (armed for a key later re-queued)
+  // fire harmlessly.
+  std::map<uint64_t, std::pair<absl::Time, Clock::TimerId>> timers_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_token_ ABSL_GUARDED_BY(mu_) = 1;
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
 };
 
+// A sync result meaning "nothing failed, but the key is not done: someone
+// else re-adds it" (a key parked until its CSI driver is back). RunWorker
+// neither forgets nor counts it. Carries `message`.
+absl::Status NotAFailure(std::string_view message);
+bool IsNotAFailure(const absl::Status& st);
+
 // A controller worker: takes keys from `queue` until it shuts down, runs
 // `sync`, forgets the key's failures on success and re-adds it with backoff
-// on error (logged, except conflicts, which are routine and retried).
+// on error (logged, except conflicts, which are routine and retried); a
+// NotAFailure result leaves the key's backoff as it was.
 void RunWorker(WorkQueue& queue, const std::string& name,
                const std::function<absl::Status(const std::string& key)>& sync);
 

@@ -1,9 +1,12 @@
 #include "client/workqueue.h"
 
 #include <atomic>
+#include <optional>
 #include <thread>
 #include <vector>
 
+#include "common/clock.h"
+#include "common/testing/eventually.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -32,30 +35,119 @@ TEST(WorkQueueTest, KeyAddedWhileProcessingRunsAgainAfterDoneNotConcurrently) {
 }
 
 TEST(WorkQueueTest, BackoffGrowsPerKeyAndForgetResetsIt) {
-  WorkQueue q({.base_delay = absl::Milliseconds(20), .max_delay = absl::Seconds(1)});
+  FakeClock clock;
+  WorkQueue q({.base_delay = absl::Seconds(1), .max_delay = absl::Seconds(100), .clock = &clock});
   q.AddRateLimited("a");
-  q.AddRateLimited("a");  // the second failure waits longer, but "a" is pending once
-  EXPECT_EQ(q.Failures("a"), 2);
-  absl::Time start = absl::Now();
+  EXPECT_EQ(q.Failures("a"), 1);
+  EXPECT_EQ(q.Len(), 0u);
+  clock.Advance(absl::Milliseconds(740));  // 1 s −25 %: not yet
+  EXPECT_EQ(q.Len(), 0u);
+  clock.Advance(absl::Milliseconds(520));  // 1 s +25 %: surely
+  ASSERT_EQ(q.Len(), 1u);
   EXPECT_EQ(*q.Get(), "a");
-  absl::Duration waited = absl::Now() - start;
-  EXPECT_GE(waited, absl::Milliseconds(14));  // 20ms −25% jitter: the earliest of the two
   q.Done("a");
+  // Failures 2..4 wait 2, 4, 8 s (±25 %).
+  for (int n = 1; n <= 3; ++n) {
+    const absl::Duration nominal = absl::Seconds(1 << n);
+    q.AddRateLimited("a");
+    clock.Advance(nominal * 0.74);
+    EXPECT_EQ(q.Len(), 0u) << "failure " << n + 1;
+    clock.Advance(nominal * 0.52);
+    ASSERT_EQ(q.Len(), 1u) << "failure " << n + 1;
+    EXPECT_EQ(*q.Get(), "a");
+    q.Done("a");
+  }
+  EXPECT_EQ(q.Failures("a"), 4);
   q.Forget("a");
   EXPECT_EQ(q.Failures("a"), 0);
+  q.AddRateLimited("a");
+  clock.Advance(absl::Milliseconds(1260));
+  EXPECT_EQ(q.Len(), 1u);
+}
+
+TEST(WorkQueueTest, BackoffIsCappedAtMaxDelay) {
+  FakeClock clock;
+  WorkQueue q({.base_delay = absl::Seconds(1), .max_delay = absl::Minutes(5), .clock = &clock});
+  for (int i = 0; i < 30; ++i) q.AddRateLimited("a");  // 2^29 s nominal
+  clock.Advance(absl::Minutes(5));
+  EXPECT_EQ(q.Len(), 1u);
+}
+
+TEST(WorkQueueTest, TwoFailuresBeforeAGetQueueTheKeyOnceAtTheEarlierTime) {
+  FakeClock clock;
+  WorkQueue q({.base_delay = absl::Seconds(1), .max_delay = absl::Seconds(100), .clock = &clock});
+  q.AddRateLimited("a");
+  q.AddRateLimited("a");  // waits longer; "a" stays due at the first time
+  clock.Advance(absl::Milliseconds(1260));
+  EXPECT_EQ(q.Len(), 1u);
+  clock.Advance(absl::Seconds(10));
+  EXPECT_EQ(q.Len(), 1u);
 }
 
 TEST(WorkQueueTest, EarlierDelayWakesASleepingGet) {
-  WorkQueue q;
+  FakeClock clock;
+  WorkQueue q({.clock = &clock});
   q.AddAfter("late", absl::Seconds(30));
-  std::thread adder([&] {
-    absl::SleepFor(absl::Milliseconds(50));
-    q.AddAfter("soon", absl::Milliseconds(10));
+  std::optional<std::string> got;
+  std::thread getter([&] { got = q.Get(); });
+  q.AddAfter("soon", absl::Seconds(1));
+  clock.Advance(absl::Seconds(1));
+  getter.join();
+  EXPECT_EQ(got, "soon");
+  EXPECT_EQ(q.Len(), 0u);
+  clock.Advance(absl::Seconds(29));
+  EXPECT_EQ(q.Len(), 1u);
+}
+
+TEST(WorkQueueTest, TheBucketLimitsTheOverallRateOfRetries) {
+  FakeClock clock;
+  WorkQueue q({.base_delay = absl::Milliseconds(1), .max_delay = absl::Seconds(1), .qps = 10, .burst = 5,
+               .clock = &clock});
+  for (int i = 0; i < 25; ++i) q.AddRateLimited("k" + std::to_string(i));
+  clock.Advance(absl::Milliseconds(2));
+  EXPECT_EQ(q.Len(), 5u);  // the burst
+  clock.Advance(absl::Seconds(1));
+  EXPECT_EQ(q.Len(), 15u);  // then 10 per second
+  clock.Advance(absl::Seconds(1));
+  EXPECT_EQ(q.Len(), 25u);
+}
+
+TEST(WorkQueueTest, DestroyingAQueueWithPendingDelaysCancelsItsTimers) {
+  FakeClock clock;
+  {
+    WorkQueue q({.clock = &clock});
+    q.AddAfter("a", absl::Seconds(5));
+    q.AddAfter("b", absl::Seconds(1));
+    EXPECT_GE(clock.PendingTimers(), 1);
+  }
+  EXPECT_EQ(clock.PendingTimers(), 0);
+  clock.Advance(absl::Seconds(10));  // nothing runs on the destroyed queue
+}
+
+TEST(WorkQueueTest, RunWorkerCountsFailuresButNotNotAFailure) {
+  FakeClock clock;
+  WorkQueue q({.base_delay = absl::Seconds(1), .max_delay = absl::Minutes(5), .clock = &clock});
+  std::vector<absl::Status> results = {absl::InternalError("x"), NotAFailure("driver down"), absl::OkStatus()};
+  std::atomic<int> calls{0};
+  std::thread worker([&] {
+    RunWorker(q, "test", [&](const std::string&) { return results[calls.fetch_add(1)]; });
   });
-  absl::Time start = absl::Now();
-  EXPECT_EQ(*q.Get(), "soon");
-  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
-  adder.join();
+  q.Add("k");
+  ASSERT_TRUE(berth::testing::Eventually([&] { return calls.load() == 1; }));
+  ASSERT_TRUE(berth::testing::Eventually([&] { return q.Failures("k") == 1; }));
+  clock.Advance(absl::Milliseconds(1260));
+  ASSERT_TRUE(berth::testing::Eventually([&] { return calls.load() == 2; }));
+  // Parked: not re-added, not forgotten.
+  clock.Advance(absl::Minutes(10));
+  EXPECT_EQ(calls.load(), 2);
+  EXPECT_EQ(q.Failures("k"), 1);
+  EXPECT_TRUE(IsNotAFailure(results[1]));
+  EXPECT_FALSE(IsNotAFailure(results[0]));
+  EXPECT_FALSE(IsNotAFailure(absl::OkStatus()));
+  q.Add("k");  // the one who parked it re-adds it
+  ASSERT_TRUE(berth::testing::Eventually([&] { return calls.load() == 3 && q.Failures("k") == 0; }));
+  q.ShutDown();
+  worker.join();
 }
 
 TEST(WorkQueueTest, ShutDownWakesEveryWorker) {
@@ -68,7 +160,6 @@ TEST(WorkQueueTest, ShutDownWakesEveryWorker) {
       ended.fetch_add(1);
     });
   }
-  absl::SleepFor(absl::Milliseconds(20));
   q.ShutDown();
   for (auto& w : workers) w.join();
   EXPECT_EQ(ended.load(), 4);
@@ -89,7 +180,7 @@ TEST(WorkQueueTest, ManyWorkersProcessEveryKeyExactlyOncePerAdd) {
     });
   }
   for (int i = 0; i < 1000; ++i) q.Add("k" + std::to_string(i));
-  while (processed.load() < 1000) absl::SleepFor(absl::Milliseconds(1));
+  ASSERT_TRUE(berth::testing::Eventually([&] { return processed.load() >= 1000; }));
   q.ShutDown();
   for (auto& w : workers) w.join();
   EXPECT_EQ(processed.load(), 1000);

@@ -14,9 +14,14 @@
 #pragma once
 
 #include <functional>
+#include <map>
+#include <string>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/random/random.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/clock.h"
 
 namespace berth {
 
@@ -48,6 +53,56 @@ class Backoff {
   std::function<double()> uniform01_;
   absl::BitGen gen_;
   absl::Duration current_;
+};
+
+// Per-key exponential backoff (client-go's ItemExponentialFailureRateLimiter,
+// with jitter): the n-th consecutive failure of a key waits
+// base * 2^n (capped at max), spread by +/- jitter; Forget(key) after a
+// success starts the key over. Every retry loop that is keyed (controllers'
+// work queues, the volume manager's operations) uses this one.
+//
+// Thread-safety: thread-safe.
+class ItemBackoff {
+ public:
+  struct Options {
+    absl::Duration base = absl::Milliseconds(5);
+    absl::Duration max = absl::Minutes(5);
+    double jitter = 0.25;  // fraction, in [0, 1)
+  };
+  explicit ItemBackoff(Options options, std::function<double()> uniform01 = nullptr);
+
+  // Records a failure of `key` and returns how long to wait before retrying.
+  absl::Duration When(const std::string& key) ABSL_LOCKS_EXCLUDED(mu_);
+  void Forget(const std::string& key) ABSL_LOCKS_EXCLUDED(mu_);
+  int Failures(const std::string& key) const ABSL_LOCKS_EXCLUDED(mu_);
+  const Options& options() const { return options_; }
+
+ private:
+  const Options options_;
+  std::function<double()> uniform01_;
+  mutable absl::Mutex mu_;
+  absl::BitGen gen_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, int> failures_ ABSL_GUARDED_BY(mu_);
+};
+
+// An overall rate limit (client-go's BucketRateLimiter): a token bucket of
+// `burst` tokens refilled at `qps` per second on `clock`. Reserve() takes a
+// token and returns how long the caller must wait for it (zero while the
+// bucket has tokens). qps <= 0 means unlimited.
+//
+// Thread-safety: thread-safe.
+class TokenBucket {
+ public:
+  TokenBucket(double qps, int burst, Clock& clock = RealClock());
+  absl::Duration Reserve() ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  const double qps_;
+  const int burst_;
+  Clock& clock_;
+  absl::Mutex mu_;
+  double tokens_ ABSL_GUARDED_BY(mu_);
+  absl::Time last_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace berth

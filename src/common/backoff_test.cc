@@ -49,3 +49,54 @@ TEST(BackoffTest, RandomJitterStaysInBounds) {
 
 }  // namespace
 }  // namespace berth
+
+namespace berth {
+namespace {
+
+TEST(ItemBackoffTest, EachKeyDoublesOnItsOwnAndForgetResetsIt) {
+  ItemBackoff b({.base = absl::Seconds(1), .max = absl::Seconds(10), .jitter = 0}, [] { return 0.5; });
+  EXPECT_EQ(b.When("a"), absl::Seconds(1));
+  EXPECT_EQ(b.When("a"), absl::Seconds(2));
+  EXPECT_EQ(b.When("b"), absl::Seconds(1));
+  EXPECT_EQ(b.When("a"), absl::Seconds(4));
+  EXPECT_EQ(b.When("a"), absl::Seconds(8));
+  EXPECT_EQ(b.When("a"), absl::Seconds(10));
+  EXPECT_EQ(b.Failures("a"), 5);
+  b.Forget("a");
+  EXPECT_EQ(b.Failures("a"), 0);
+  EXPECT_EQ(b.When("a"), absl::Seconds(1));
+  EXPECT_EQ(b.Failures("b"), 1);
+}
+
+TEST(ItemBackoffTest, JitterStaysWithinItsFractionAndTheCap) {
+  ItemBackoff b({.base = absl::Seconds(4), .max = absl::Seconds(5), .jitter = 0.25});
+  for (int i = 0; i < 100; ++i) {
+    const absl::Duration d = b.When("k" + std::to_string(i));
+    EXPECT_GE(d, absl::Seconds(3));
+    EXPECT_LE(d, absl::Seconds(5));
+  }
+}
+
+TEST(TokenBucketTest, BurstThenQpsOnTheClock) {
+  FakeClock clock;
+  TokenBucket bucket(2, 3, clock);
+  EXPECT_EQ(bucket.Reserve(), absl::ZeroDuration());
+  EXPECT_EQ(bucket.Reserve(), absl::ZeroDuration());
+  EXPECT_EQ(bucket.Reserve(), absl::ZeroDuration());
+  EXPECT_EQ(bucket.Reserve(), absl::Milliseconds(500));
+  EXPECT_EQ(bucket.Reserve(), absl::Seconds(1));
+  clock.Advance(absl::Seconds(10));  // refills to the burst, not beyond
+  EXPECT_EQ(bucket.Reserve(), absl::ZeroDuration());
+  EXPECT_EQ(bucket.Reserve(), absl::ZeroDuration());
+  EXPECT_EQ(bucket.Reserve(), absl::ZeroDuration());
+  EXPECT_EQ(bucket.Reserve(), absl::Milliseconds(500));
+}
+
+TEST(TokenBucketTest, ZeroQpsIsUnlimited) {
+  FakeClock clock;
+  TokenBucket bucket(0, 1, clock);
+  for (int i = 0; i < 1000; ++i) ASSERT_EQ(bucket.Reserve(), absl::ZeroDuration());
+}
+
+}  // namespace
+}  // namespace berth

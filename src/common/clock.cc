@@ -31,10 +31,9 @@ bool Clock::AwaitWithDeadline(absl::Mutex& mu, const absl::Condition& cond, absl
 
 void Clock::SleepUntil(absl::Time deadline) {
   absl::Mutex mu;
+  bool never = false;
   absl::MutexLock l(&mu);
-  // (absl::Condition::kFalse is newer than Debian 12's abseil.)
-  static constexpr bool kNever = false;
-  AwaitWithDeadline(mu, absl::Condition(&kNever), deadline);
+  AwaitWithDeadline(mu, absl::Condition(&never), deadline);
 }
 
 namespace {
@@ -72,7 +71,6 @@ class RealClockImpl : public Clock {
   }
 
  private:
-
   void Loop() {
     absl::MutexLock l(&mu_);
     for (;;) {
@@ -81,9 +79,8 @@ class RealClockImpl : public Clock {
       if (next > now) {
         const size_t before = timers_.size();
         const absl::Time earliest = next;
-        auto changed = [this, before, earliest] {
-          return timers_.size() != before ||
-                 (!timers_.empty() && timers_.begin()->first.first < earliest);
+        auto changed = [this, before, earliest]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+          return timers_.size() != before || (!timers_.empty() && timers_.begin()->first.first < earliest);
         };
         mu_.AwaitWithDeadline(absl::Condition(&changed), next);
         continue;

@@ -109,6 +109,18 @@ absl::Status MakeDirs(const std::string& path, mode_t mode) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::optional<mode_t>> NarrowToOwner(const std::string& path) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT) return std::nullopt;
+    return ErrnoStatus(errno, StrCat("stat ", path));
+  }
+  if (S_ISLNK(st.st_mode) || (st.st_mode & 077) == 0) return std::nullopt;
+  const mode_t narrowed = S_ISDIR(st.st_mode) ? 0700 : (st.st_mode & 0600);
+  if (::chmod(path.c_str(), narrowed) != 0) return ErrnoStatus(errno, StrCat("chmod ", path));
+  return st.st_mode & 07777;
+}
+
 absl::StatusOr<int> RemoveTempFiles(const std::string& dir) {
   DIR* d = ::opendir(dir.c_str());
   if (d == nullptr) return ErrnoStatus(errno, StrCat("open directory ", dir));

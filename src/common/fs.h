@@ -9,6 +9,7 @@
 
 #include <sys/types.h>
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -33,6 +34,13 @@ absl::Status RemoveFileDurably(const std::string& path);
 
 // mkdir -p with `mode` for the directories it creates.
 absl::Status MakeDirs(const std::string& path, mode_t mode = 0750);
+
+// Narrows an existing `path` that grants its group or others any access to
+// owner-only (a directory to 0700, anything else to its owner bits & 0600).
+// Returns the mode it had when it narrowed it, for the caller to warn about;
+// nullopt when it was already private or does not exist. Symlinks are never
+// followed (lchmod does not exist: a symlink is reported as private).
+absl::StatusOr<std::optional<mode_t>> NarrowToOwner(const std::string& path);
 
 // Removes files named ".*.tmp-*" (left by an interrupted WriteFileAtomic)
 // directly inside `dir`; returns how many were removed.

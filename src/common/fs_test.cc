@@ -94,5 +94,36 @@ TEST(IsEmptyDirTest, Works) {
   EXPECT_FALSE(*IsEmptyDir(dir.path()));
 }
 
+TEST(NarrowToOwnerTest, NarrowsWideModesAndReportsTheOldOne) {
+  testing::TempDir dir;
+  const std::string d = dir.Join("data"), f = dir.Join("data/state.db"), g = dir.Join("data/key");
+  ASSERT_EQ(::mkdir(d.c_str(), 0700), 0);
+  ASSERT_EQ(::chmod(d.c_str(), 0755), 0);
+  ASSERT_TRUE(WriteFileAtomic(f, "x", 0600).ok());
+  ASSERT_EQ(::chmod(f.c_str(), 0644), 0);
+  ASSERT_TRUE(WriteFileAtomic(g, "x", 0400).ok());
+  ASSERT_TRUE(WriteFileAtomic(dir.Join("data/other"), "x", 0600).ok());
+  ASSERT_EQ(::symlink("other", dir.Join("data/link").c_str()), 0);
+
+  auto narrowed = NarrowToOwner(d);
+  ASSERT_TRUE(narrowed.ok()) << narrowed.status();
+  EXPECT_EQ(narrowed->value_or(0), 0755u);
+  narrowed = NarrowToOwner(f);
+  ASSERT_TRUE(narrowed.ok());
+  EXPECT_EQ(narrowed->value_or(0), 0644u);
+  struct stat st {};
+  ASSERT_EQ(::stat(d.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0700u);
+  ASSERT_EQ(::stat(f.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0600u);
+
+  // Already private, a symlink, or missing: nothing to report.
+  EXPECT_EQ(*NarrowToOwner(g), std::nullopt);
+  ASSERT_EQ(::stat(g.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0400u);  // never widened
+  EXPECT_EQ(*NarrowToOwner(dir.Join("data/link")), std::nullopt);
+  EXPECT_EQ(*NarrowToOwner(dir.Join("data/missing")), std::nullopt);
+}
+
 }  // namespace
 }  // namespace berth

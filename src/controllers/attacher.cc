@@ -9,6 +9,7 @@
 #include "common/strings.h"
 #include "client/capability.h"
 #include "controllers/node_affinity.h"
+#include "controllers/taints.h"
 #include "client/object.h"
 #include "client/volume_names.h"
 #include "client/writes.h"
@@ -35,6 +36,23 @@ std::string SourcePv(const json& attachment) { return Str(attachment, {"spec", "
 bool PodFinished(const json& pod) {
   const std::string phase = Str(pod, {"status", "phase"});
   return phase == "Succeeded" || phase == "Failed";
+}
+
+// Kubernetes' IsPodTerminated: finished, or being deleted with no container
+// running (a status neither waiting nor terminated counts as running; no
+// statuses at all, as without a container runtime: none runs). Its volumes
+// are no longer wanted; detach safety below decides when they go.
+bool PodTerminated(const json& pod) {
+  if (PodFinished(pod)) return true;
+  if (!Deleting(pod)) return false;
+  for (const char* list : {"initContainerStatuses", "containerStatuses", "ephemeralContainerStatuses"}) {
+    const json& statuses = Field(Field(pod, "status"), list);
+    for (const auto& st : statuses.is_array() ? statuses : json::array()) {
+      const json& state = Field(st, "state");
+      if (Field(state, "terminated").is_null() && Field(state, "waiting").is_null()) return false;
+    }
+  }
+  return true;
 }
 
 // Sets status[field] to the error, keeping the time of an identical one: a
@@ -66,6 +84,7 @@ AttachDetachController::AttachDetachController(apiserver::Registry& registry, At
     : registry_(registry),
       informers_(informers),
       options_(options),
+      clock_(options_.clock != nullptr ? *options_.clock : RealClock()),
       events_(registry, "attachdetach-controller") {}
 
 AttachDetachController::~AttachDetachController() { Stop(); }
@@ -103,9 +122,12 @@ void AttachDetachController::RegisterHandlers() {
       .on_add = [this](const json& n) { queue_.Add(Name(n)); },
       .on_update =
           [this](const json& before, const json& after) {
-            // Heartbeats change nothing here; volumesInUse and annotations do.
+            // Heartbeats change nothing here; volumesInUse, annotations,
+            // readiness and the out-of-service taint do.
             if (Field(Field(before, "status"), "volumesInUse") != Field(Field(after, "status"), "volumesInUse") ||
-                Field(Field(before, "metadata"), "annotations") != Field(Field(after, "metadata"), "annotations")) {
+                Field(Field(before, "metadata"), "annotations") != Field(Field(after, "metadata"), "annotations") ||
+                NodeReadyStatus(before) != NodeReadyStatus(after) ||
+                HasTaintKey(before, kTaintNodeOutOfService) != HasTaintKey(after, kTaintNodeOutOfService)) {
               queue_.Add(Name(after));
             }
           },
@@ -186,7 +208,7 @@ std::map<std::string, AttachDetachController::Wanted> AttachDetachController::De
   const bool keep_terminated = Annotation(*node_obj, kAnnKeepTerminatedPodVolumes) == "true";
   std::vector<json> pods = informers_.pods.Select([&](const json& p) { return NodeNameOf(p) == node; });
   for (const auto& pod : pods) {
-    if (PodFinished(pod) && !keep_terminated) continue;
+    if (PodTerminated(pod) && !keep_terminated) continue;
     const json& volumes = Field(Field(pod, "spec"), "volumes");
     if (!volumes.is_array()) continue;
     for (const auto& v : volumes) {
@@ -242,20 +264,32 @@ absl::Status AttachDetachController::SyncNode(const std::string& node) {
     const std::string unique =
         pv ? UniqueVolumeName(Str(*pv, {"spec", "csi", "driver"}), Str(*pv, {"spec", "csi", "volumeHandle"})) : "";
     if (node_obj && !unique.empty() && in_use.contains(unique)) {
+      // Still mounted there (kcm 1.26+): never detached from a healthy node;
+      // from one whose Ready is not True after maxWaitForUnmountDuration;
+      // at once from one tainted out-of-service (non-graceful shutdown: the
+      // admin says it is off).
+      const absl::Time now = clock_.Now();
       absl::Time since;
       {
         absl::MutexLock lock(&mu_);
-        since = unwanted_since_.try_emplace(name, absl::Now()).first->second;
+        since = unwanted_since_.try_emplace(name, now).first->second;
       }
-      const absl::Duration waited = absl::Now() - since;
-      if (waited < options_.max_wait_for_unmount) {
-        queue_.AddAfter(node, std::min(options_.max_wait_for_unmount - waited, absl::Seconds(5)));
+      const absl::Duration waited = now - since;
+      if (HasTaintKey(*node_obj, kTaintNodeOutOfService)) {
+        spdlog::warn("attach-detach: force-detaching {} from {}: the node has the {} taint", unique, node,
+                     kTaintNodeOutOfService);
+      } else if (NodeReadyStatus(*node_obj) == "True") {
+        continue;  // the node's next volumesInUse or readiness change brings it back
+      } else if (waited <= options_.max_wait_for_unmount) {
+        queue_.AddAfter(node, std::clamp(options_.max_wait_for_unmount - waited, absl::Milliseconds(100),
+                                         absl::Seconds(5)));
         continue;
+      } else {
+        spdlog::warn("attach-detach: force-detaching {} from unhealthy node {}: still reported in use after {}",
+                     unique, node, absl::FormatDuration(waited));
       }
-      spdlog::warn("attach-detach: detaching {} from {} although the node still reports it in use after {}", unique,
-                   node, absl::FormatDuration(waited));
     }
-    auto st = registry_.Delete(Attachments(), "", name, {.uid = Uid(va), .resource_version = std::nullopt});
+    auto st = registry_.Delete(Attachments(), "", name, {.uid = Uid(va), .resource_version = std::nullopt, .grace_period_seconds = std::nullopt});
     if (!st.ok() && st.status().code() != absl::StatusCode::kNotFound) result.Update(st.status());
     absl::MutexLock lock(&mu_);
     unwanted_since_.erase(name);

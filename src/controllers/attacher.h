@@ -3,13 +3,18 @@
 //
 // AttachDetachController (kube-controller-manager's attach-detach
 // controller) compares, per node, the volumes its pods need (desired state:
-// every PVC of a pod scheduled there and not finished, through the bound PV
-// to its CSI driver) with the VolumeAttachment objects for that node (actual
+// every PVC of a pod scheduled there and not terminated — finished, or
+// being deleted with no container running, as Kubernetes' IsPodTerminated —
+// through the bound PV to its CSI driver) with the VolumeAttachment objects
+// for that node (actual
 // state), and creates or deletes VolumeAttachments named
 // csi-<sha256(volumeHandle + driver + node)> for drivers that require attach
 // (CSIDriver attachRequired, true when there is no CSIDriver object). A
 // volume the node still reports in status.volumesInUse is not detached until
-// the node agent has unmounted it (or kMaxWaitForUnmount passed); Node
+// the node agent has unmounted it — never while the node is Ready; from a
+// node whose Ready condition is not True, after max_wait_for_unmount (6 min,
+// kcm's maxWaitForUnmountDuration); at once from a node with the
+// node.kubernetes.io/out-of-service taint (non-graceful node shutdown); Node
 // status.volumesAttached lists what is attached; pods get
 // SuccessfulAttachVolume / FailedAttachVolume events. Nodes annotated
 // volumes.kubernetes.io/keep-terminated-pod-volumes=true keep the volumes of
@@ -52,7 +57,9 @@
 #include "client/drivers.h"
 #include "client/events.h"
 #include "client/informer.h"
+#include "client/volume_names.h"
 #include "client/workqueue.h"
+#include "common/clock.h"
 
 namespace berth::controllers {
 
@@ -80,6 +87,7 @@ class AttachDetachController {
     // How long a volume the node still reports in use may stay attached
     // after no pod wants it (Kubernetes' maxWaitForUnmountDuration).
     absl::Duration max_wait_for_unmount = absl::Minutes(6);
+    Clock* clock = nullptr;  // null: RealClock()
   };
   AttachDetachController(apiserver::Registry& registry, AttachDetachInformers informers, Options options);
   ~AttachDetachController();
@@ -109,6 +117,7 @@ class AttachDetachController {
   apiserver::Registry& registry_;
   AttachDetachInformers informers_;
   const Options options_;
+  Clock& clock_;
   EventRecorder events_;
   WorkQueue queue_;
   std::vector<std::thread> workers_;

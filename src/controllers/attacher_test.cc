@@ -194,7 +194,7 @@ TEST_F(AttacherTest, AttachesForAPodAndDetachesWhenItIsGone) {
   ASSERT_TRUE(Eventually([&] { return PodEvent("SuccessfulAttachVolume"); }));
   EXPECT_EQ(driver_->publish_calls(), 1);
 
-  ASSERT_TRUE(registry_->Delete(K("pods"), "default", "app").ok());
+  ASSERT_TRUE(registry_->Delete(K("pods"), "default", "app", testing::PodGone()).ok());
   ASSERT_TRUE(Eventually([&] { return Attachment().is_null(); }));
   EXPECT_TRUE(driver_->published().empty());
   EXPECT_EQ(driver_->unpublish_calls(), 1);
@@ -213,7 +213,7 @@ TEST_F(AttacherTest, VolumeInUseOnTheNodeIsNotDetachedUntilUnmounted) {
   StartControllers();
   ASSERT_TRUE(Eventually([&] { return Attached(); }));
   SetVolumesInUse({UniqueVolumeName(kDriver, kHandle)});
-  ASSERT_TRUE(registry_->Delete(K("pods"), "default", "app").ok());
+  ASSERT_TRUE(registry_->Delete(K("pods"), "default", "app", testing::PodGone()).ok());
   absl::SleepFor(absl::Milliseconds(500));
   EXPECT_TRUE(Attached()) << "detached while the node still had it mounted";
   EXPECT_EQ(driver_->unpublish_calls(), 0);
@@ -228,7 +228,7 @@ TEST_F(AttacherTest, VolumeStillInUseIsDetachedAfterTheMaximumWait) {
   StartControllers(/*max_wait_for_unmount=*/absl::Milliseconds(600));
   ASSERT_TRUE(Eventually([&] { return Attached(); }));
   SetVolumesInUse({UniqueVolumeName(kDriver, kHandle)});
-  ASSERT_TRUE(registry_->Delete(K("pods"), "default", "app").ok());
+  ASSERT_TRUE(registry_->Delete(K("pods"), "default", "app", testing::PodGone()).ok());
   ASSERT_TRUE(Eventually([&] { return Attachment().is_null(); }));
 }
 
@@ -250,7 +250,7 @@ TEST_F(AttacherTest, DriverWithoutPublishIsMarkedAttachedWithoutACall) {
   ASSERT_TRUE(Eventually([&] { return Attached(); }));
   EXPECT_EQ(driver_->publish_calls(), 0);
   EXPECT_FALSE(Attachment()["metadata"].value("finalizers", json::array()).contains(AttacherFinalizer(kDriver)));
-  ASSERT_TRUE(registry_->Delete(K("pods"), "default", "app").ok());
+  ASSERT_TRUE(registry_->Delete(K("pods"), "default", "app", testing::PodGone()).ok());
   ASSERT_TRUE(Eventually([&] { return Attachment().is_null(); }));
   EXPECT_EQ(driver_->unpublish_calls(), 0);
 }
@@ -294,7 +294,7 @@ TEST_F(AttacherTest, DetachFailureKeepsTheAttachmentUntilItSucceeds) {
   StartControllers();
   ASSERT_TRUE(Eventually([&] { return Attached(); }));
   driver_->FailPublishes(grpc::StatusCode::INTERNAL, 0, 1000);
-  ASSERT_TRUE(registry_->Delete(K("pods"), "default", "app").ok());
+  ASSERT_TRUE(registry_->Delete(K("pods"), "default", "app", testing::PodGone()).ok());
   ASSERT_TRUE(Eventually([&] {
     json va = Attachment();
     return !va.is_null() && va["status"].contains("detachError");
@@ -346,7 +346,7 @@ TEST_F(AttacherTest, DriverCrashDuringAttachConvergesAfterRestartWithoutDuplicat
   EXPECT_EQ(driver_->published().size(), 1u);
   // Detach across another restart.
   StopControllers();
-  ASSERT_TRUE(registry_->Delete(K("pods"), "default", "app").ok());
+  ASSERT_TRUE(registry_->Delete(K("pods"), "default", "app", testing::PodGone()).ok());
   StartControllers();
   ASSERT_TRUE(Eventually([&] { return Attachment().is_null(); }));
   EXPECT_TRUE(driver_->published().empty());

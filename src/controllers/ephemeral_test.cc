@@ -141,7 +141,7 @@ TEST_F(EphemeralTest, AForeignClaimOfThatNameIsLeftAlone) {
 TEST_F(EphemeralTest, ThePodsClaimGoesWithThePod) {
   CreatePod(Pod("web"));
   ASSERT_TRUE(Eventually([&] { return !Claim("web-scratch").is_null(); }));
-  ASSERT_TRUE(registry_->Delete(K("pods"), "default", "web").ok());
+  ASSERT_TRUE(registry_->Delete(K("pods"), "default", "web", testing::PodGone()).ok());
   // The store collects the pod's dependents; pvc-protection is lifted by the
   // binder once no pod uses the claim (simulated: no binder here).
   ASSERT_TRUE(Eventually([&] {

@@ -28,6 +28,7 @@ constexpr Watched kWatched[] = {
     {"snapshot.storage.k8s.io", "volumesnapshots"},
     {"snapshot.storage.k8s.io", "volumesnapshotcontents"},
     {"snapshot.storage.k8s.io", "volumesnapshotclasses"},
+    {"coordination.k8s.io", "leases"},
 };
 
 }  // namespace
@@ -55,7 +56,7 @@ ControllerManager::ControllerManager(apiserver::Registry& registry, DriverDirect
       registry_,
       AttachDetachInformers{i("pods"), i("nodes"), i("persistentvolumes"), i("persistentvolumeclaims"),
                             i("csidrivers"), i("volumeattachments")},
-      AttachDetachController::Options{});
+      AttachDetachController::Options{.clock = options_.clock});
   scheduler_ = std::make_unique<Scheduler>(
       registry_,
       SchedulerInformers{i("pods"), i("nodes"), i("persistentvolumeclaims"), i("persistentvolumes"),
@@ -68,6 +69,15 @@ ControllerManager::ControllerManager(apiserver::Registry& registry, DriverDirect
       SnapshotController::Options{});
   ephemeral_ = std::make_unique<EphemeralController>(registry_, i("pods"), i("persistentvolumeclaims"),
                                                      EphemeralController::Options{});
+  node_lifecycle_ = std::make_unique<NodeLifecycleController>(
+      registry_, NodeLifecycleInformers{i("nodes"), i("leases"), i("pods")},
+      NodeLifecycleController::Options{.monitor_period = options_.node_monitor_period,
+                                       .grace_period = options_.node_monitor_grace_period,
+                                       .clock = options_.clock});
+  taint_eviction_ = std::make_unique<TaintEvictionController>(
+      registry_, TaintEvictionInformers{i("nodes"), i("pods")}, TaintEvictionController::Options{.clock = options_.clock});
+  pod_gc_ = std::make_unique<PodGarbageCollector>(registry_, PodGcInformers{i("nodes"), i("pods")},
+                                                  PodGarbageCollector::Options{.clock = options_.clock});
   absl::MutexLock lock(&mu_);
   for (const auto& driver : options_.drivers) {
     if (!per_driver_.contains(driver)) per_driver_.emplace(driver, MakeDriver(driver));
@@ -160,6 +170,9 @@ absl::Status ControllerManager::Start() {
   scheduler_->RegisterHandlers();
   snapshot_controller_->RegisterHandlers();
   ephemeral_->RegisterHandlers();
+  node_lifecycle_->RegisterHandlers();
+  taint_eviction_->RegisterHandlers();
+  pod_gc_->RegisterHandlers();
   for (auto& [resource, inf] : informers_) inf->Start();
   for (auto& [resource, inf] : informers_) {
     if (!inf->WaitForSync(options_.informer_sync_timeout)) {
@@ -171,6 +184,9 @@ absl::Status ControllerManager::Start() {
   scheduler_->Start();
   snapshot_controller_->Start();
   ephemeral_->Start();
+  node_lifecycle_->Start();
+  taint_eviction_->Start();
+  pod_gc_->Start();
   size_t count;
   {
     absl::MutexLock lock(&mu_);
@@ -197,6 +213,9 @@ void ControllerManager::Stop() {
     d.attacher->Stop();
     d.provisioner->Stop();
   }
+  pod_gc_->Stop();
+  taint_eviction_->Stop();
+  node_lifecycle_->Stop();
   ephemeral_->Stop();
   snapshot_controller_->Stop();
   scheduler_->Stop();

@@ -10,7 +10,9 @@
 //   manager.Stop();
 //
 // Cluster-wide: the PV binder, the attach-detach controller, the scheduler,
-// the snapshot controller and the generic ephemeral volume controller. Per CSI driver: provisioner, attacher,
+// the snapshot controller, the generic ephemeral volume controller, the node
+// lifecycle controller, taint-based eviction and the pod GC of out-of-service
+// nodes. Per CSI driver: provisioner, attacher,
 // resizer, snapshotter and capacity tracker. Turns on the registry's
 // storage-protection admission (the binder removes those finalizers).
 //
@@ -32,6 +34,10 @@
 #include "client/drivers.h"
 #include "controllers/ephemeral.h"
 #include "client/informer.h"
+#include "common/clock.h"
+#include "controllers/nodelifecycle/node_lifecycle.h"
+#include "controllers/nodelifecycle/pod_gc.h"
+#include "controllers/nodelifecycle/taint_eviction.h"
 #include "controllers/provisioner.h"
 #include "controllers/pv_binder.h"
 #include "controllers/resizer.h"
@@ -57,9 +63,15 @@ class ControllerManager {
     // to the DriverDirectory later (a node's plugin registration), as they
     // appear.
     bool follow_directory = false;
+    // The node lifecycle controller (kube-controller-manager's
+    // --node-monitor-period and --node-monitor-grace-period).
+    absl::Duration node_monitor_period = absl::Seconds(5);
+    absl::Duration node_monitor_grace_period = absl::Seconds(40);
     // Drivers whose connection fails are waited for (DriverMonitor): how
-    // they are probed, and on which clock (null: the real one).
+    // they are probed.
     DriverMonitorOptions driver_monitor = {};
+    // Time for the node lifecycle, taint eviction, attach-detach and driver
+    // monitor (null: RealClock()).
     Clock* clock = nullptr;
   };
   ControllerManager(apiserver::Registry& registry, DriverDirectory& drivers, Options options);
@@ -102,6 +114,9 @@ class ControllerManager {
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<SnapshotController> snapshot_controller_;
   std::unique_ptr<EphemeralController> ephemeral_;
+  std::unique_ptr<NodeLifecycleController> node_lifecycle_;
+  std::unique_ptr<TaintEvictionController> taint_eviction_;
+  std::unique_ptr<PodGarbageCollector> pod_gc_;
   mutable absl::Mutex mu_;
   std::map<std::string, PerDriver> per_driver_ ABSL_GUARDED_BY(mu_);
   bool started_ ABSL_GUARDED_BY(mu_) = false;

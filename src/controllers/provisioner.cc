@@ -10,6 +10,7 @@
 #include "client/capability.h"
 #include "controllers/data_source.h"
 #include "controllers/node_affinity.h"
+#include "controllers/taints.h"
 #include "client/object.h"
 #include "client/writes.h"
 #include "controllers/pv_binder.h"
@@ -80,6 +81,14 @@ Provisioner::Provisioner(apiserver::Registry& registry, DriverDirectory& drivers
 
 Provisioner::~Provisioner() { Stop(); }
 
+absl::Status Provisioner::ClearSelectedNode(const json& claim, const std::string& node) {
+  return MutateObject(registry_, K("persistentvolumeclaims"), claim, apiserver::Subresource::kMain, [&](json& obj) {
+    if (Annotation(obj, kAnnSelectedNode) != node) return false;
+    obj["metadata"]["annotations"].erase(kAnnSelectedNode);
+    return true;
+  });
+}
+
 void Provisioner::RegisterHandlers() {
   // A claim that clones another: when it leaves Pending (or goes), its
   // source may lose cloning-protection.
@@ -100,6 +109,22 @@ void Provisioner::RegisterHandlers() {
             source_of(o);
           },
       .on_delete = source_of,
+  });
+  // A node that stops being Ready hands its unprovisioned claims back.
+  informers_.nodes.AddHandlers({
+      .on_add = nullptr,
+      .on_update =
+          [this](const json& before, const json& after) {
+            const std::string ready = NodeReadyStatus(after);
+            if (ready.empty() || ready == "True" || ready == NodeReadyStatus(before)) return;
+            informers_.claims.Select([&](const json& c) {
+              if (Annotation(c, kAnnSelectedNode) == Name(after) && Str(c, {"spec", "volumeName"}).empty()) {
+                claim_queue_.Add(ObjectKey(c));
+              }
+              return false;
+            });
+          },
+      .on_delete = nullptr,
   });
   informers_.volumes.AddHandlers({
       .on_add = [this](const json& o) { volume_queue_.Add(Name(o)); },
@@ -548,17 +573,22 @@ absl::Status Provisioner::SyncClaimOnce(const std::string& key) {
   if (wait_for_consumer && selected.empty() && Annotation(*claim, kAnnProvisioningNode).empty()) {
     return absl::OkStatus();
   }
-  if (wait_for_consumer && !selected.empty() && !pending_finalizer && !informers_.nodes.Get("", selected) &&
-      !registry_.Get(K("nodes"), "", selected).ok()) {
-    // The chosen node is gone: let the scheduler choose again
-    // (external-provisioner does the same).
-    events_.Record(*claim, "Warning", "ProvisioningFailed",
-                   StrCat("the selected node \"", selected, "\" does not exist; rescheduling"));
-    return MutateObject(registry_, Claims(), *claim, apiserver::Subresource::kMain, [&](json& obj) {
-      if (Annotation(obj, kAnnSelectedNode) != selected) return false;
-      obj["metadata"]["annotations"].erase(kAnnSelectedNode);
-      return true;
-    });
+  if (wait_for_consumer && !selected.empty() && !pending_finalizer) {
+    // The chosen node is gone (external-provisioner reschedules then too) or
+    // not Ready (berth also does: the pod could not start there): let the
+    // scheduler choose again. Not while a request may be in flight
+    // (pending_finalizer): its outcome decides.
+    std::optional<json> node = informers_.nodes.Get("", selected);
+    if (!node) {
+      if (auto stored = registry_.Get(K("nodes"), "", selected); stored.ok()) node = *stored;
+    }
+    const std::string ready = node ? NodeReadyStatus(*node) : "";
+    if (!node || (!ready.empty() && ready != "True")) {
+      events_.Record(*claim, "Warning", "ProvisioningFailed",
+                     node ? StrCat("the selected node \"", selected, "\" is not ready (Ready=", ready, "); rescheduling")
+                          : StrCat("the selected node \"", selected, "\" does not exist; rescheduling"));
+      return ClearSelectedNode(*claim, selected);
+    }
   }
   const std::string node = NodeForClaim(*claim);
   auto req = BuildRequest(*claim, sc, node);
@@ -589,16 +619,12 @@ absl::Status Provisioner::SyncClaimOnce(const std::string& key) {
     if (IsNotAFailure(resp.status())) return resp.status();  // waits for the driver (SyncClaim reports it)
     events_.Record(*claim, "Warning", "ProvisioningFailed",
                    StrCat("failed to provision volume with StorageClass \"", Name(sc), "\": ", resp.status().message()));
-    // Reschedule only when the request was tied to the node's topology:
-    // another node may have room.
-    if (resp.status().code() == absl::StatusCode::kResourceExhausted && wait_for_consumer &&
-        req->has_accessibility_requirements()) {
-      // Let the scheduler choose another node.
-      absl::Status cleared = MutateObject(registry_, Claims(), *claim, apiserver::Subresource::kMain, [](json& obj) {
-        if (Annotation(obj, kAnnSelectedNode).empty()) return false;
-        obj["metadata"]["annotations"].erase(kAnnSelectedNode);
-        return true;
-      });
+    // A final error (RESOURCE_EXHAUSTED as external-provisioner, and any
+    // other: nothing exists for this attempt) on a request tied to the
+    // node's topology: let the scheduler choose another node.
+    if (FinalError(resp.status()) && wait_for_consumer && req->has_accessibility_requirements() &&
+        !selected.empty()) {
+      absl::Status cleared = ClearSelectedNode(*claim, selected);
       if (!cleared.ok()) spdlog::warn("provisioner: clearing selected-node of {}: {}", key, cleared.ToString());
     }
     if (FinalError(resp.status())) {
@@ -733,7 +759,7 @@ absl::Status Provisioner::SyncVolume(const std::string& name) {
   if (!st.ok()) return fail(st);
   if (!deleting) {
     auto deleted = registry_.Delete(K("persistentvolumes"), "", name,
-                                    {.uid = Uid(pv), .resource_version = Str(pv, {"metadata", "resourceVersion"})});
+                                    {.uid = Uid(pv), .resource_version = Str(pv, {"metadata", "resourceVersion"}), .grace_period_seconds = std::nullopt});
     if (!deleted.ok() && deleted.status().code() != absl::StatusCode::kNotFound) return deleted.status();
   }
   return EditFinalizer(registry_, K("persistentvolumes"), pv, kProvisionerFinalizer, false);

@@ -32,8 +32,9 @@
 // until the outcome is known: the provisioner repeats the (idempotent)
 // CreateVolume and deletes what it returns; if the request cannot be rebuilt
 // (its StorageClass is gone) the finalizer stays, with a warning event.
-// RESOURCE_EXHAUSTED under WaitForFirstConsumer clears selected-node so the
-// scheduler picks again.
+// Under WaitForFirstConsumer, selected-node is cleared so the scheduler
+// picks again when the node is gone or not Ready (and no request is in
+// flight), or when CreateVolume on its topology ended in a final error.
 //
 // Our PVs with reclaim policy Delete carry
 // external-provisioner.volume.kubernetes.io/finalizer (provisioned ones from
@@ -144,6 +145,8 @@ class Provisioner {
   // The topology segment of `node` for our driver ({} if none).
   std::map<std::string, std::string> Segment(const std::string& node) const;
   std::string NodeForClaim(const nlohmann::json& claim) const;
+  // Removes volume.kubernetes.io/selected-node if it still names `node`.
+  absl::Status ClearSelectedNode(const nlohmann::json& claim, const std::string& node);
 
   apiserver::Registry& registry_;
   DriverDirectory& drivers_;

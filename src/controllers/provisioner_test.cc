@@ -217,6 +217,32 @@ TEST_F(ProvisionerTest, DeletedBoundVolumeKeepsItsStorageUntilTheClaimGoes) {
   EXPECT_TRUE(driver_->volumes().empty());
 }
 
+// external-provisioner's canDeleteVolume: DeleteVolume of a volume a
+// VolumeAttachment still refers to would come before ControllerUnpublish
+// (and maybe during NodeUnstage), which the CSI lifecycle forbids.
+TEST_F(ProvisionerTest, ReleasedVolumeStillAttachedIsNotDeletedUntilDetached) {
+  Class("fast");
+  Start();
+  Create("persistentvolumeclaims", "", "default", Claim("data", "fast"));
+  ASSERT_TRUE(Eventually([&] { return ClaimPhase("data") == "Bound"; }));
+  const std::string pv_name = Get("persistentvolumeclaims", "default", "data")["spec"]["volumeName"];
+  Create("volumeattachments", "storage.k8s.io", "",
+         {{"metadata", {{"name", "csi-attached"}}},
+          {"spec", {{"attacher", kDriver}, {"nodeName", "node-1"}, {"source", {{"persistentVolumeName", pv_name}}}}}});
+  ASSERT_TRUE(registry_->Delete(K("persistentvolumeclaims"), "default", "data").ok());
+  auto refused = [&] {
+    auto events = registry_->List(K("events"), "", {});
+    return events.ok() && json(events->items).dump().find("persistentvolume " + pv_name + " is still attached to node node-1") !=
+                              std::string::npos;
+  };
+  ASSERT_TRUE(Eventually(refused, absl::Seconds(30)));
+  EXPECT_EQ(driver_->volumes().size(), 1u);  // refused, not deleted
+  EXPECT_FALSE(Get("persistentvolumes", "", pv_name).is_null());
+  ASSERT_TRUE(registry_->Delete(K("volumeattachments", "storage.k8s.io"), "", "csi-attached").ok());
+  ASSERT_TRUE(Eventually([&] { return Get("persistentvolumes", "", pv_name).is_null(); }, absl::Seconds(30)));
+  EXPECT_TRUE(driver_->volumes().empty());
+}
+
 TEST_F(ProvisionerTest, RetainedVolumeKeepsItsStorage) {
   Create("storageclasses", "storage.k8s.io", "",
          {{"metadata", {{"name", "keep"}}}, {"provisioner", kDriver}, {"reclaimPolicy", "Retain"}});
@@ -336,6 +362,90 @@ TEST_F(ProvisionerTest, SelectedNodeThatDoesNotExistIsClearedForTheScheduler) {
     return !Get("persistentvolumeclaims", "default", "data")["metadata"]["annotations"].contains(kAnnSelectedNode);
   }));
   EXPECT_EQ(driver_->create_calls(), 0);
+}
+
+
+// Issue 18: WaitForFirstConsumer claims leave nodes that died.
+TEST_F(ProvisionerTest, SelectedNodeThatIsNotReadyIsClearedForTheScheduler) {
+  Class("local", "WaitForFirstConsumer");
+  Create("nodes", "", "", {{"metadata", {{"name", "dead"}}}});
+  json node = Get("nodes", "", "dead");
+  node["status"] = {{"conditions", {{{"type", "Ready"}, {"status", "Unknown"}, {"reason", "NodeStatusUnknown"}}}}};
+  ASSERT_TRUE(registry_->Update(K("nodes"), "", "dead", node, apiserver::Subresource::kStatus).ok());
+  Start();
+  json c = Claim("data", "local");
+  c["metadata"]["annotations"] = {{kAnnSelectedNode, "dead"}};
+  Create("persistentvolumeclaims", "", "default", c);
+  ASSERT_TRUE(Eventually([&] {
+    return !Get("persistentvolumeclaims", "default", "data")["metadata"]["annotations"].contains(kAnnSelectedNode);
+  }));
+  EXPECT_EQ(driver_->create_calls(), 0);
+}
+
+TEST_F(ProvisionerTest, AFinalErrorOnTheNodesTopologyHandsTheClaimBack) {
+  Class("local", "WaitForFirstConsumer");
+  Create("nodes", "", "", {{"metadata", {{"name", "node-a"}, {"labels", {{"kubernetes.io/hostname", "node-a"}}}}}});
+  Create("csinodes", "storage.k8s.io", "",
+         {{"metadata", {{"name", "node-a"}}},
+          {"spec", {{"drivers", {{{"name", kDriver}, {"nodeID", "node-a"}, {"topologyKeys", {"kubernetes.io/hostname"}}}}}}}});
+  driver_->FailCreates(grpc::StatusCode::INTERNAL, 1000);
+  Start();
+  json c = Claim("data", "local");
+  c["metadata"]["annotations"] = {{kAnnSelectedNode, "node-a"}};
+  Create("persistentvolumeclaims", "", "default", c);
+  ASSERT_TRUE(Eventually([&] {
+    return !Get("persistentvolumeclaims", "default", "data")["metadata"]["annotations"].contains(kAnnSelectedNode);
+  }));
+  EXPECT_GE(driver_->create_calls(), 1);
+  EXPECT_TRUE(driver_->volumes().empty());
+  EXPECT_TRUE(Eventually([&] {
+    return !HasFinalizer(Get("persistentvolumeclaims", "default", "data"), kProvisioningFinalizer);
+  }));
+}
+
+TEST_F(ProvisionerTest, ANodeThatFailsLaterHandsItsWaitingClaimsBack) {
+  // The claim cannot be provisioned yet (its provisioner secret is
+  // missing: retried, nothing sent); its node then stops being Ready.
+  Class("local", "WaitForFirstConsumer", {{"csi.storage.k8s.io/provisioner-secret-name", "later"},
+                                          {"csi.storage.k8s.io/provisioner-secret-namespace", "default"}});
+  Create("nodes", "", "", {{"metadata", {{"name", "node-a"}}}});
+  auto set_ready = [&](const std::string& ready) {
+    json node = Get("nodes", "", "node-a");
+    node["status"] = {{"conditions", {{{"type", "Ready"}, {"status", ready}}}}};
+    ASSERT_TRUE(registry_->Update(K("nodes"), "", "node-a", node, apiserver::Subresource::kStatus).ok());
+  };
+  set_ready("True");
+  Start();
+  json c = Claim("data", "local");
+  c["metadata"]["annotations"] = {{kAnnSelectedNode, "node-a"}};
+  Create("persistentvolumeclaims", "", "default", c);
+  ASSERT_TRUE(Eventually([&] {
+    auto events = registry_->List(K("events"), "default", {});
+    return events.ok() && !events->items.empty();
+  }));
+  EXPECT_EQ(Annotation(Get("persistentvolumeclaims", "default", "data"), kAnnSelectedNode), "node-a");
+  set_ready("False");
+  ASSERT_TRUE(Eventually([&] {
+    return !Get("persistentvolumeclaims", "default", "data")["metadata"]["annotations"].contains(kAnnSelectedNode);
+  }));
+  EXPECT_EQ(driver_->create_calls(), 0);
+}
+
+TEST_F(ProvisionerTest, AnInFlightRequestKeepsItsNodeEvenIfTheNodeIsNotReady) {
+  Class("local", "WaitForFirstConsumer");
+  Create("nodes", "", "", {{"metadata", {{"name", "slow"}}}});
+  json node = Get("nodes", "", "slow");
+  node["status"] = {{"conditions", {{{"type", "Ready"}, {"status", "Unknown"}}}}};
+  ASSERT_TRUE(registry_->Update(K("nodes"), "", "slow", node, apiserver::Subresource::kStatus).ok());
+  // The claim as a crash left it: CreateVolume sent to "slow", outcome
+  // unknown. Whatever happened there must be found out there.
+  json c = Claim("data", "local");
+  c["metadata"]["annotations"] = {{kAnnSelectedNode, "slow"}, {kAnnProvisioningNode, "slow"}};
+  c["metadata"]["finalizers"] = {kProvisioningFinalizer};
+  Create("persistentvolumeclaims", "", "default", c);
+  Start();
+  ASSERT_TRUE(Eventually([&] { return !Get("persistentvolumes", "", "pvc-" + Uid(Get("persistentvolumeclaims", "default", "data"))).is_null(); }));
+  EXPECT_EQ(Annotation(Get("persistentvolumeclaims", "default", "data"), kAnnSelectedNode), "slow");
 }
 
 }  // namespace

@@ -368,7 +368,8 @@ absl::Status PvBinder::SyncUnboundClaim(const json& claim) {
     // Handed over once: while a provisioner's CreateVolume may be in
     // flight (its finalizer is on the claim) the claim stays that
     // driver's, even if the class now names another.
-    if (Annotation(claim, kAnnStorageProvisioner) != provisioner && !HasFinalizer(claim, kProvisioningFinalizer)) {
+    const std::string handed_to = Annotation(claim, kAnnStorageProvisioner);
+    if (handed_to != provisioner && (handed_to.empty() || !HasFinalizer(claim, kProvisioningFinalizer))) {
       BERTH_RETURN_IF_ERROR(Mutate(registry_, ClaimsKind(), Ns(claim), Name(claim), apiserver::Subresource::kMain,
                                    [&](json& o) {
                                      if (Deleting(o)) return false;

@@ -200,7 +200,7 @@ TEST_F(PvBinderTest, DeletedClaimWaitsForItsPodThenReleasesTheVolume) {
   ASSERT_TRUE(registry_->Delete(K("persistentvolumeclaims"), "default", "data").ok());
   absl::SleepFor(absl::Milliseconds(300));
   EXPECT_NE(Phase("persistentvolumeclaims", "default", "data"), "<gone>");  // protected: the pod uses it
-  ASSERT_TRUE(registry_->Delete(K("pods"), "default", "app").ok());
+  ASSERT_TRUE(registry_->Delete(K("pods"), "default", "app", testing::PodGone()).ok());
   ASSERT_TRUE(Eventually([&] { return Phase("persistentvolumeclaims", "default", "data") == "<gone>"; }));
   ASSERT_TRUE(Eventually([&] { return Phase("persistentvolumes", "", "pv") == "Released"; }));
 }

@@ -16,6 +16,7 @@
 #include "common/strings.h"
 #include "client/object.h"
 #include "controllers/pv_binder.h"
+#include "controllers/taints.h"
 #include "spdlog/spdlog.h"
 
 namespace berth::controllers {
@@ -37,9 +38,6 @@ constexpr char kUnboundImmediate[] = "pod has unbound immediate PersistentVolume
 constexpr char kNoNodes[] = "no nodes available to schedule pods";
 
 constexpr char kNoProvisioner[] = "kubernetes.io/no-provisioner";
-constexpr char kTaintUnschedulable[] = "node.kubernetes.io/unschedulable";
-constexpr char kTaintNotReady[] = "node.kubernetes.io/not-ready";
-constexpr char kTaintUnreachable[] = "node.kubernetes.io/unreachable";
 
 // A queue key that is no pod: "look at every pending pod again". Bursts of
 // cluster changes (thousands of PV updates) collapse into one such key.
@@ -85,43 +83,19 @@ bool TopologyAllows(const json& allowed, const std::map<std::string, std::string
   return false;
 }
 
-struct Taint {
-  std::string key, value, effect;
-};
-
-// Upstream's ToleratesTaint.
-bool Tolerates(const json& tolerations, const Taint& taint) {
-  if (!tolerations.is_array()) return false;
-  for (const auto& t : tolerations) {
-    const std::string effect = Str(t, {"effect"}), key = Str(t, {"key"}), op = Str(t, {"operator"});
-    if (!effect.empty() && effect != taint.effect) continue;
-    if (!key.empty() && key != taint.key) continue;
-    if (op == "Exists") return true;
-    if ((op.empty() || op == "Equal") && Str(t, {"value"}) == taint.value) return true;
-  }
-  return false;
-}
-
-// The node's NoSchedule/NoExecute taints, plus the one the node lifecycle
-// controller would add for a Ready condition that is False or Unknown.
+// The node's NoSchedule/NoExecute taints (TaintToleration filter; the
+// PreferNoSchedule ones only score), plus the NoSchedule taint the node
+// lifecycle controller puts on a node whose Ready condition is False or
+// Unknown, for the moment before it has.
 std::vector<Taint> SchedulingTaints(const json& node) {
   std::vector<Taint> out;
-  const json& taints = Field(Field(node, "spec"), "taints");
-  if (taints.is_array()) {
-    for (const auto& t : taints) {
-      Taint taint{Str(t, {"key"}), Str(t, {"value"}), Str(t, {"effect"})};
-      if (taint.effect == "NoSchedule" || taint.effect == "NoExecute") out.push_back(std::move(taint));
-    }
+  for (auto& taint : NodeTaints(node)) {
+    if (taint.effect == kNoSchedule || taint.effect == kNoExecute) out.push_back(std::move(taint));
   }
-  const json& conditions = Field(Field(node, "status"), "conditions");
-  if (conditions.is_array()) {
-    for (const auto& c : conditions) {
-      if (Str(c, {"type"}) != "Ready") continue;
-      const std::string status = Str(c, {"status"});
-      if (status == "False") out.push_back({kTaintNotReady, "", "NoSchedule"});
-      if (status != "True" && status != "False") out.push_back({kTaintUnreachable, "", "NoSchedule"});
-    }
-  }
+  // Until the node lifecycle controller has tainted it (one monitor period).
+  const std::string ready = NodeReadyStatus(node);
+  const char* implied = ready == "False" ? kTaintNodeNotReady : ready == "Unknown" ? kTaintNodeUnreachable : nullptr;
+  if (implied != nullptr && !HasTaint(node, implied, kNoSchedule)) out.push_back({implied, "", kNoSchedule, ""});
   return out;
 }
 
@@ -794,7 +768,7 @@ Scheduler::NodeFit Scheduler::Filter(const json& pod, const std::vector<ClaimRef
   // NodeUnschedulable.
   const json& unschedulable = Field(Field(node.object, "spec"), "unschedulable");
   if (unschedulable.is_boolean() && unschedulable.get<bool>() &&
-      !Tolerates(tolerations, {kTaintUnschedulable, "", "NoSchedule"})) {
+      !Tolerates(tolerations, {kTaintNodeUnschedulable, "", kNoSchedule, ""})) {
     fit.reasons.push_back(kReasonUnschedulable);
     return fit;
   }

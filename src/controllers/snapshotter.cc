@@ -631,7 +631,7 @@ absl::Status SnapshotController::ProcessDeletion(const json& snapshot) {
                                        [](json& c) { return SetAnnotation(c, kAnnSnapshotBeingDeleted, "yes"); }));
     if (delete_content && !Deleting(*content)) {
       auto deleted =
-          registry_.Delete(ContentsKind(), "", content_name, {.uid = Uid(*content), .resource_version = std::nullopt});
+          registry_.Delete(ContentsKind(), "", content_name, {.uid = Uid(*content), .resource_version = std::nullopt, .grace_period_seconds = std::nullopt});
       if (!deleted.ok() && deleted.status().code() != absl::StatusCode::kNotFound) {
         events_.Record(snapshot, "Warning", "SnapshotContentObjectDeleteError",
                        "Failed to delete snapshot content API object");

@@ -25,25 +25,25 @@ const char* StateName(grpc_connectivity_state s) {
 
 }  // namespace
 
+std::shared_ptr<grpc::Channel> UnixChannel(const std::string& path, const Backoff::Options& backoff) {
+  grpc::ChannelArguments args;
+  const int initial_ms = static_cast<int>(absl::ToInt64Milliseconds(backoff.initial));
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, initial_ms);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, initial_ms);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, static_cast<int>(absl::ToInt64Milliseconds(backoff.max)));
+  // A channel of its own: gRPC otherwise shares connections between channels
+  // to the same address, and a new channel could inherit a connection to a
+  // server process that has just died.
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  // A unix socket is local: never try to resolve a DNS authority for it.
+  args.SetString(GRPC_ARG_DEFAULT_AUTHORITY, "localhost");
+  return grpc::CreateCustomChannel(GrpcUnixTarget(path), grpc::InsecureChannelCredentials(), args);
+}
+
 absl::StatusOr<std::shared_ptr<grpc::Channel>> ConnectUnix(std::string_view endpoint,
                                                            const ConnectOptions& options) {
   BERTH_ASSIGN_OR_RETURN(std::string path, ParseUnixEndpoint(endpoint));
-  grpc::ChannelArguments args;
-  // gRPC's own reconnect backoff (1 s growing to 120 s) is far too slow for a
-  // local socket that appears a moment later; use ours.
-  const int initial_ms = static_cast<int>(absl::ToInt64Milliseconds(options.backoff.initial));
-  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, initial_ms);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, initial_ms);
-  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS,
-              static_cast<int>(absl::ToInt64Milliseconds(options.backoff.max)));
-  // A channel of its own: gRPC otherwise shares connections between channels
-  // to the same address, and a new channel could inherit a connection to a
-  // driver process that has just died.
-  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  // A CSI socket is local: never try to resolve a DNS authority for it.
-  args.SetString(GRPC_ARG_DEFAULT_AUTHORITY, "localhost");
-  std::shared_ptr<grpc::Channel> channel =
-      grpc::CreateCustomChannel(GrpcUnixTarget(path), grpc::InsecureChannelCredentials(), args);
+  std::shared_ptr<grpc::Channel> channel = UnixChannel(path, options.backoff);
 
   const absl::Time deadline = absl::Now() + options.timeout;
   Backoff backoff(options.backoff);

@@ -14,6 +14,7 @@
 
 #include <functional>
 #include <memory>
+#include <string>
 #include <string_view>
 
 #include "absl/status/statusor.h"
@@ -30,6 +31,12 @@ struct ConnectOptions {
   absl::Duration timeout = absl::Seconds(30);
   Backoff::Options backoff = {.initial = absl::Milliseconds(20), .max = absl::Seconds(1)};
 };
+
+// A channel to the unix socket at `path` (not yet connected), with gRPC's
+// reconnect backoff narrowed to `backoff` (its own, 1 s growing to 120 s, is
+// far too slow for a local socket that appears a moment later), a subchannel
+// pool of its own and no DNS authority.
+std::shared_ptr<grpc::Channel> UnixChannel(const std::string& path, const Backoff::Options& backoff);
 
 // A connected channel to the unix socket named by `endpoint`
 // (unix:///abs/path or /abs/path). INVALID_ARGUMENT for a bad endpoint,

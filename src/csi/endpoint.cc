@@ -10,6 +10,7 @@
 #include <system_error>
 
 #include "common/strings.h"
+#include "common/fs.h"
 #include "common/status.h"
 
 namespace berth::csi {
@@ -70,13 +71,10 @@ std::string GrpcUnixTarget(std::string_view socket_path) {
 
 absl::Status PrepareSocketPath(const std::string& socket_path) {
   std::filesystem::path parent = std::filesystem::path(socket_path).parent_path();
-  std::error_code ec;
-  if (!std::filesystem::exists(parent, ec)) {
-    std::filesystem::create_directories(parent, ec);
-    if (ec) {
-      return ErrnoStatus(ec.value(), StrCat("create socket directory ", parent.string()));
-    }
-    ::chmod(parent.c_str(), 0750);
+  // 0750 less the umask: `berth up` (umask 077) keeps its nodes' plugin
+  // directories owner-only.
+  if (absl::Status st = MakeDirs(parent.string(), 0750); !st.ok()) {
+    return absl::Status(st.code(), StrCat("create socket directory: ", st.message()));
   }
 
   struct stat st {};

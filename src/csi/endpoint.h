@@ -24,7 +24,7 @@ absl::StatusOr<std::string> ParseUnixEndpoint(std::string_view endpoint);
 std::string GrpcUnixTarget(std::string_view socket_path);
 
 // Makes `socket_path` ready for a new listener:
-//  - creates the parent directory (mode 0750) if it is missing;
+//  - creates the parent directory (mode 0750 less the umask) if it is missing;
 //  - nothing there: OK;
 //  - a socket nobody listens on (left by a crashed run): removed;
 //  - a socket that accepts connections: FAILED_PRECONDITION (another server

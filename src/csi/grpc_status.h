@@ -10,4 +10,11 @@ namespace berth::csi {
 grpc::Status ToGrpcStatus(const absl::Status& status);
 absl::Status FromGrpcStatus(const grpc::Status& status);
 
+// Whether a failed call to the driver is final: the driver is not doing, and
+// will not do, what was asked. CANCELLED, DEADLINE_EXCEEDED, UNAVAILABLE,
+// RESOURCE_EXHAUSTED and ABORTED are not: the operation may have happened or
+// may still be running, so its outcome is unknown (kubelet's isFinalError,
+// which makes a NodeStage/NodePublish ending so leave the volume uncertain).
+bool IsFinalError(const absl::Status& status);
+
 }  // namespace berth::csi

@@ -15,5 +15,18 @@ TEST(GrpcStatusTest, RoundTripsCodeAndMessage) {
   EXPECT_EQ(ToGrpcStatus(absl::AbortedError("x")).error_code(), grpc::StatusCode::ABORTED);
 }
 
+TEST(GrpcStatusTest, OnlyCodesThatMayLeaveWorkRunningAreNotFinal) {
+  for (auto code : {absl::StatusCode::kCancelled, absl::StatusCode::kDeadlineExceeded, absl::StatusCode::kUnavailable,
+                    absl::StatusCode::kResourceExhausted, absl::StatusCode::kAborted}) {
+    EXPECT_FALSE(IsFinalError(absl::Status(code, "x"))) << code;
+  }
+  for (auto code : {absl::StatusCode::kInvalidArgument, absl::StatusCode::kNotFound, absl::StatusCode::kAlreadyExists,
+                    absl::StatusCode::kFailedPrecondition, absl::StatusCode::kOutOfRange, absl::StatusCode::kInternal,
+                    absl::StatusCode::kUnimplemented, absl::StatusCode::kPermissionDenied, absl::StatusCode::kUnknown}) {
+    EXPECT_TRUE(IsFinalError(absl::Status(code, "x"))) << code;
+  }
+  EXPECT_FALSE(IsFinalError(absl::OkStatus()));
+}
+
 }  // namespace
 }  // namespace berth::csi

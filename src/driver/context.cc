@@ -82,6 +82,15 @@ absl::Status CheckCapability(const VolumeCapability& cap) {
   return absl::OkStatus();
 }
 
+absl::Status CheckCapabilityForCapacity(const VolumeCapability& cap) {
+  VolumeCapability complete = cap;
+  if (!complete.has_mount() && !complete.has_block()) complete.mutable_mount();
+  if (complete.access_mode().mode() == VolumeCapability::AccessMode::UNKNOWN) {
+    complete.mutable_access_mode()->set_mode(VolumeCapability::AccessMode::SINGLE_NODE_WRITER);
+  }
+  return CheckCapability(complete);
+}
+
 absl::Status CheckCapabilityFits(const VolumeCapability& cap, const VolumeRecord& r) {
   if (absl::Status st = CheckCapability(cap); !st.ok()) return st;
   const bool block = cap.has_block();

@@ -53,6 +53,10 @@ std::string RequestedFsType(const ::csi::v1::VolumeCapability& cap);
 // supported filesystem.
 absl::Status CheckCapability(const ::csi::v1::VolumeCapability& cap);
 
+// CheckCapability for GetCapacity: a capability without an access type or
+// with access mode UNKNOWN (or none) constrains only what it names.
+absl::Status CheckCapabilityForCapacity(const ::csi::v1::VolumeCapability& cap);
+
 // Whether `cap` can be served by the volume `r` (same access type, same
 // filesystem); a message saying why not otherwise.
 absl::Status CheckCapabilityFits(const ::csi::v1::VolumeCapability& cap, const VolumeRecord& r);

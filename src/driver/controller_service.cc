@@ -472,8 +472,14 @@ absl::Status ControllerService::DoGetCapacity(const ::csi::v1::GetCapacityReques
     resp->set_available_capacity(0);
     return absl::OkStatus();
   }
+  // Capacity does not depend on the access mode or type, so a capability
+  // that leaves them out asks about any volume: external-provisioner v4.x
+  // sends {mount: {}, access_mode: UNKNOWN} ("the standard makes it
+  // mandatory to pass something"), v5.x sends no capability at all. Only a
+  // capability berth-csi could never serve (a multi-node mode, an unknown
+  // filesystem) has no room at all.
   for (const auto& cap : req.volume_capabilities()) {
-    if (!CheckCapability(cap).ok()) {
+    if (!CheckCapabilityForCapacity(cap).ok()) {
       resp->set_available_capacity(0);
       return absl::OkStatus();
     }

@@ -2,7 +2,7 @@
 
 #include <stdlib.h>
 
-#include <filesystem>
+#include <map>
 
 #include "berth/version.h"
 #include "common/fs.h"
@@ -90,23 +90,37 @@ absl::Status Driver::Repair() {
     }
   }
   // Loop devices of pool images that nothing mounts and no staged block
-  // volume owns were left by a crash between attach and use.
+  // volume owns were left by a crash between attach and use. A device is
+  // ours when its backing file is one of our volume images — by device and
+  // inode, which hold in every mount namespace (loop.h) — or, when the pool
+  // is a filesystem of its own, any file on it (an image removed while
+  // still attached). Devices backed by anything else are never touched.
   BERTH_ASSIGN_OR_RETURN(auto loops, ctx_.loops->List());
   BERTH_ASSIGN_OR_RETURN(auto mounts, ctx_.mounter->List());
-  const std::string prefix = ctx_.options.pool + "/";
+  BERTH_ASSIGN_OR_RETURN(FileId pool_id, IdentifyFile(ctx_.options.pool));
+  BERTH_ASSIGN_OR_RETURN(FileId parent_id, IdentifyFile(ctx_.options.pool + "/.."));
+  const bool own_filesystem = pool_id.dev != parent_id.dev;
+  std::map<FileId, VolumeRecord> images;
+  for (auto& v : pool_->ListVolumes()) {
+    auto id = IdentifyFile(pool_->VolumeImagePath(v.id));
+    if (id.ok()) images.emplace(*id, std::move(v));
+  }
   for (const auto& l : loops) {
-    std::string backing = l.backing_file;
-    if (backing.ends_with(" (deleted)")) backing.resize(backing.size() - 10);
-    if (!backing.starts_with(prefix)) continue;
+    auto owner = l.backing_deleted ? images.end() : images.find(l.backing);
+    const bool on_pool = own_filesystem && l.backing.dev == pool_id.dev;
+    if (owner == images.end() && !on_pool) continue;
     bool mounted = false;
     for (const auto& m : mounts) mounted = mounted || m.source == l.device;
     if (mounted) continue;
-    const std::string stem = std::filesystem::path(backing).stem().string();
-    if (backing.starts_with(prefix + "volumes/")) {
-      auto r = pool_->GetVolume(stem);
-      if (r && r->access_type == AccessType::kBlock && r->block_device == l.device) continue;
+    if (owner != images.end()) {
+      const VolumeRecord& r = owner->second;
+      if (r.access_type == AccessType::kBlock && r.block_device == l.device) continue;
+      spdlog::warn("detaching {} (image of volume {}): left attached by an interrupted operation",
+                   l.device, r.id);
+    } else {
+      spdlog::warn("detaching {} (inode {} of the pool, {}): no volume's image", l.device,
+                   l.backing.ino, l.backing_deleted ? "removed" : "unrecorded");
     }
-    spdlog::warn("detaching {} ({}): left attached by an interrupted operation", l.device, backing);
     BERTH_RETURN_IF_ERROR(ctx_.loops->Detach(l.device));
   }
   return absl::OkStatus();

@@ -1,7 +1,13 @@
 #include "node/agent.h"
 
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
 #include "common/fs.h"
 #include "common/status.h"
+#include "common/strings.h"
 #include "spdlog/spdlog.h"
 
 namespace berth::node {
@@ -19,7 +25,22 @@ absl::Status NodeAgent::Start() {
     return absl::InvalidArgumentError("the node root must be a canonical absolute path: " + options_.root);
   }
   BERTH_RETURN_IF_ERROR(MakeDirs(options_.root, 0750));
-  status_ = std::make_unique<NodeStatus>(registry_, options_.node_name, options_.labels, options_.heartbeat);
+  NodeStatus::Options status;
+  status.node_name = options_.node_name;
+  status.labels = options_.labels;
+  status.kubelet_root = options_.root;
+  status.lease_renew_interval = options_.heartbeat;
+  status.status_update_frequency = options_.heartbeat;
+  status.status_report_frequency = options_.status_report;
+  status.paused_for_test = options_.paused_for_test;
+  status.clock = options_.clock;
+  // kubelet's storage errors, for berth: a node whose kubelet root cannot
+  // be written can stage and publish nothing.
+  status.readiness_errors = [root = options_.root]() -> std::vector<std::string> {
+    if (::access(root.c_str(), W_OK | X_OK) == 0) return {};
+    return {StrCat("kubelet root ", root, " is not usable: ", std::strerror(errno))};
+  };
+  status_ = std::make_unique<NodeStatus>(registry_, std::move(status));
   BERTH_RETURN_IF_ERROR(status_->Start());
   plugins_ = std::make_unique<CsiPlugins>(registry_, options_.node_name, directory_);
   VolumeManager::Options vm;
@@ -28,6 +49,9 @@ absl::Status NodeAgent::Start() {
   vm.workers = options_.workers;
   vm.mount_table = options_.mount_table;
   vm.stats_period = options_.volume_stats_period;
+  vm.clock = options_.clock;
+  vm.containers_may_run = options_.containers_may_run;
+  vm.runtime_owns_pod_status = options_.runtime_owns_pod_status;
   volumes_ = std::make_unique<VolumeManager>(registry_, *plugins_, directory_, *status_, vm);
   BERTH_RETURN_IF_ERROR(volumes_->Start());
   watcher_ = std::make_unique<PluginWatcher>(registration_dir_, *plugins_);

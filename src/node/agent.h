@@ -1,5 +1,5 @@
-// The node agent: kubelet's storage side for one node — the Node object
-// and its heartbeat, plugin registration (the plugins_registry watcher and
+// The node agent: kubelet's storage side for one node — the Node object,
+// its status and its lease (NodeStatus), plugin registration (the plugins_registry watcher and
 // the CSI plugin handler, which publishes CSINode and the node ID), and the
 // volume manager.
 //
@@ -22,6 +22,7 @@
 #include "absl/synchronization/mutex.h"
 #include "apiserver/registry.h"
 #include "client/drivers.h"
+#include "common/clock.h"
 #include "node/csi_plugins.h"
 #include "node/node_status.h"
 #include "node/plugin_watcher.h"
@@ -35,12 +36,25 @@ class NodeAgent {
     std::string node_name;
     std::string root;  // the node's kubelet root (canonical, absolute)
     std::map<std::string, std::string> labels;
+    // The lease renewal interval and how often the node status is computed
+    // (kubelet: 10 s each; see NodeStatus).
     absl::Duration heartbeat = absl::Seconds(10);
     int workers = 4;
     // NodeGetVolumeStats of every published volume this often (zero: off).
     absl::Duration volume_stats_period = absl::Minutes(1);
     // The mount table the volume manager reads (tests substitute one).
     std::function<absl::StatusOr<std::vector<MountEntry>>()> mount_table = ReadMountTable;
+    // Time for the volume manager's backoffs and resyncs and for the node's
+    // lease and status (null: RealClock()).
+    Clock* clock = nullptr;
+    // The pod workers' answers (see VolumeManager::Options); unset: no
+    // container runtime.
+    std::function<bool(const std::string& pod_uid)> containers_may_run = nullptr;
+    bool runtime_owns_pod_status = false;
+    // The node status is written at least this often even when unchanged.
+    absl::Duration status_report = absl::Minutes(1);
+    // TEST ONLY: see NodeStatus::Options::paused_for_test.
+    std::function<bool()> paused_for_test = nullptr;
   };
   NodeAgent(apiserver::Registry& registry, client::DriverDirectory& directory, Options options);
   ~NodeAgent();  // Stop()

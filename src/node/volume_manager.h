@@ -24,7 +24,24 @@
 // here uses the volume, NodeUnstageVolume and volumesInUse. A pod is
 // Running once all its volumes are published; failures become FailedMount
 // events and the pod's Ready condition. Operations on one volume never
-// overlap; failed ones back off per operation.
+// overlap; failed ones back off per operation (kubelet's 500 ms doubling to
+// 2 min 2 s, on the injected clock).
+//
+// Uncertain states (kubelet's rule): a NodeStage or NodePublish that ends in
+// an error that is not final (csi::IsFinalError: a timeout, UNAVAILABLE, a
+// driver restart, ...) may have mounted, or may still mount: the volume is
+// kept as *uncertain* — listed in volumesInUse (so it is never detached and
+// its claim's PV never released while in use), staged/published again while
+// wanted, and unpublished/unstaged like a mounted one once not. A final error
+// forgets the attempt. After a restart, records on disk without a mount come
+// back uncertain.
+//
+// Deleting pods (graceful deletion): a pod with deletionTimestamp mounts
+// nothing new; while `containers_may_run` says its containers may still run
+// it keeps its volumes; then they are unpublished (and unstaged when unused),
+// and only when nothing of the pod is mounted, certain or uncertain, and no
+// operation for it runs does the agent delete the pod object (grace period
+// 0, UID precondition), as kubelet's status manager does.
 //
 // Thread-safety: Start/Stop from one thread; the rest is thread-safe.
 #pragma once
@@ -47,6 +64,8 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "apiserver/registry.h"
+#include "common/backoff.h"
+#include "common/clock.h"
 #include "common/mountinfo.h"
 #include "client/drivers.h"
 #include "client/events.h"
@@ -69,6 +88,16 @@ class VolumeManager {
     absl::Duration stats_period = absl::Minutes(1);
     // The mount table (tests substitute one).
     std::function<absl::StatusOr<std::vector<MountEntry>>()> mount_table = ReadMountTable;
+    // Time for backoffs and resyncs (null: RealClock()).
+    Clock* clock = nullptr;
+    // Whether a pod's containers may still be running (kubelet's
+    // CouldHaveRunningContainers). A deleting or finished pod keeps its
+    // volumes while this is true; the pod worker calls Wake() when it turns
+    // false. Null: no container runtime, nothing ever runs.
+    std::function<bool(const std::string& pod_uid)> containers_may_run = nullptr;
+    // A container runtime reports pod phases and conditions: the volume
+    // manager then leaves pod status alone (see PodVolumesReady).
+    bool runtime_owns_pod_status = false;
   };
   VolumeManager(apiserver::Registry& registry, CsiPlugins& plugins, client::DriverDirectory& directory,
                 NodeStatus& node_status, Options options);
@@ -84,6 +113,22 @@ class VolumeManager {
   // What is staged (unique volume names) and published ("<pod uid>/<pv>").
   std::set<std::string> StagedVolumes() const ABSL_LOCKS_EXCLUDED(mu_);
   std::set<std::string> PublishedVolumes() const ABSL_LOCKS_EXCLUDED(mu_);
+  // The same for the uncertain ones (may be mounted; see above).
+  std::set<std::string> UncertainStagedVolumes() const ABSL_LOCKS_EXCLUDED(mu_);
+  std::set<std::string> UncertainPublishedVolumes() const ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Whether every volume of the pod that this manager mounts is published
+  // (as of the last reconcile pass): its containers may start.
+  bool PodVolumesReady(const std::string& pod_uid) const ABSL_LOCKS_EXCLUDED(mu_);
+  // Where each published volume of a pod is, by the pod spec's volume name:
+  // the path to bind-mount into containers (a directory, or for block
+  // volumes the device node).
+  struct PodVolume {
+    std::string path;
+    bool block = false;
+    bool read_only = false;
+  };
+  std::map<std::string, PodVolume> PodVolumePaths(const std::string& pod_uid) const ABSL_LOCKS_EXCLUDED(mu_);
 
   // The latest NodeGetVolumeStats answer of a volume published on this
   // node, by the claim it belongs to.
@@ -136,7 +181,14 @@ class VolumeManager {
     nlohmann::json pv;
     Volume volume;
     std::string pod_uid;
+    std::string volume_name;  // in the pod spec
     bool read_only = false;
+  };
+  // What the desired-state pass found besides the wanted volumes.
+  struct PodsSeen {
+    std::map<std::string, nlohmann::json> active;    // uid → pod that runs or may start
+    std::set<std::string> holding;                   // deleting/finished, containers may run: keep volumes
+    std::map<std::string, nlohmann::json> deleting;  // uid → pod with deletionTimestamp on this node
   };
   struct Op {
     std::string lock_key;  // the volume: ops on it never overlap
@@ -145,18 +197,16 @@ class VolumeManager {
     nlohmann::json pod;    // FailedMount events go to the pod (null: none)
     std::string what;      // "MountVolume.MountDevice failed for volume \"pv\""
   };
-  struct Backoff {
-    int failures = 0;
-    absl::Time next;
-  };
 
   void ReconcileLoop();
   void WorkerLoop();
   void Reconcile();
   absl::Status Reconstruct();
   // Desired state; `waiting` collects per-pod reasons a volume is not ready.
-  std::vector<Wanted> Desired(std::map<std::string, std::string>* waiting,
-                              std::map<std::string, nlohmann::json>* pods);
+  std::vector<Wanted> Desired(std::map<std::string, std::string>* waiting, PodsSeen* pods);
+  bool ContainersMayRun(const std::string& pod_uid) const;
+  // Deletes (grace 0) the deleting pods that have nothing left mounted.
+  void FinishDeletedPods(const std::map<std::string, nlohmann::json>& deleting) ABSL_LOCKS_EXCLUDED(mu_);
   void Dispatch(Op op) ABSL_LOCKS_EXCLUDED(mu_);
   void UpdatePodStatus(const nlohmann::json& pod, bool ready, const std::string& reason, const std::string& message);
 
@@ -175,6 +225,7 @@ class VolumeManager {
   absl::Status CheckInsideRoot(const std::string& path) const;
 
   apiserver::Registry& registry_;
+  Clock& clock_;
   CsiPlugins& plugins_;
   client::DriverDirectory& directory_;
   NodeStatus& node_status_;
@@ -200,7 +251,12 @@ class VolumeManager {
   uint64_t snapshot_seq_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<std::string, uint64_t> done_at_ ABSL_GUARDED_BY(mu_);  // lock key → done_seq_ when its last op ended
   std::deque<Op> queue_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, Backoff> backoff_ ABSL_GUARDED_BY(mu_);
+  ItemBackoff backoff_;                                                  // per op id
+  std::map<std::string, absl::Time> retry_at_ ABSL_GUARDED_BY(mu_);      // op id → not before
+  std::map<std::string, int> pod_ops_ ABSL_GUARDED_BY(mu_);             // pod uid → ops queued or running
+  std::set<std::string> ready_pods_ ABSL_GUARDED_BY(mu_);               // every volume published
+  // pod uid → spec volume name → (pv, read-only), from the last pass.
+  std::map<std::string, std::map<std::string, std::pair<std::string, bool>>> pod_volumes_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::string> errors_ ABSL_GUARDED_BY(mu_);  // pod uid → last mount error
 };
 

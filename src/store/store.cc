@@ -1,6 +1,11 @@
 #include "store/store.h"
 
+#include <fcntl.h>
 #include <sqlite3.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <future>
 #include <map>
@@ -423,6 +428,83 @@ void Watcher::End() {
 
 Store::Store(Options options) : options_(std::move(options)) {}
 
+namespace {
+
+// The schema's history, oldest first. A database records the last migration
+// applied in PRAGMA user_version (and, for berths from before user_version,
+// meta.schema_version, which they check); Open applies the ones after it,
+// each in one transaction. Append only: a released migration never changes.
+struct Migration {
+  int version;
+  const char* what;
+  std::vector<const char*> statements;
+};
+
+const std::vector<Migration>& Migrations() {
+  static const auto* const kMigrations = new std::vector<Migration>{
+      {1,
+       "objects, owner references, the resourceVersion counter",
+       {"CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+        "CREATE TABLE IF NOT EXISTS objects(resource TEXT NOT NULL, namespace TEXT NOT NULL, name TEXT NOT NULL, "
+        "uid TEXT NOT NULL, rv INTEGER NOT NULL, data TEXT NOT NULL, PRIMARY KEY(resource, namespace, name))",
+        "CREATE TABLE IF NOT EXISTS owner_refs(owner_uid TEXT NOT NULL, resource TEXT NOT NULL, "
+        "namespace TEXT NOT NULL, name TEXT NOT NULL)",
+        "CREATE INDEX IF NOT EXISTS owner_refs_uid ON owner_refs(owner_uid)",
+        "CREATE INDEX IF NOT EXISTS owner_refs_key ON owner_refs(resource, namespace, name)",
+        "INSERT OR IGNORE INTO meta(key, value) VALUES('rv', '0')"}},
+      {2,
+       "the schema version is PRAGMA user_version (meta.schema_version kept for older berths to refuse)",
+       {}},
+  };
+  return *kMigrations;
+}
+
+}  // namespace
+
+absl::Status Store::Migrate() {
+  int version = 0;
+  {
+    Stmt q(write_db_, "PRAGMA user_version");
+    if (q.Step() != SQLITE_ROW) return SqlError(write_db_, "read user_version");
+    version = static_cast<int>(std::stoll(q.Text(0)));
+  }
+  {
+    // A database written before user_version was used has only
+    // meta.schema_version; the higher of the two counts.
+    Stmt t(write_db_, "SELECT 1 FROM sqlite_master WHERE type='table' AND name='meta'");
+    if (t.Step() == SQLITE_ROW) {
+      Stmt q(write_db_, "SELECT value FROM meta WHERE key='schema_version'");
+      if (q.Step() == SQLITE_ROW) version = std::max(version, static_cast<int>(std::stoll(q.Text(0))));
+    }
+  }
+  if (version > kSchemaVersion) {
+    return absl::FailedPreconditionError(StrCat("database ", options_.path, " has schema version ", version,
+                                                "; this berth understands up to ", kSchemaVersion, ": upgrade berth"));
+  }
+  for (const Migration& m : Migrations()) {
+    if (m.version <= version) continue;
+    absl::Status st = Run(write_db_, "BEGIN IMMEDIATE");
+    for (const char* sql : m.statements) {
+      if (st.ok()) st = Exec(write_db_, sql);
+    }
+    if (st.ok()) {
+      Stmt u(write_db_, "INSERT INTO meta(key, value) VALUES('schema_version', ?1) "
+                        "ON CONFLICT(key) DO UPDATE SET value=excluded.value");
+      u.Bind(1, std::to_string(m.version));
+      if (u.Step() != SQLITE_DONE) st = SqlError(write_db_, "record schema_version");
+    }
+    if (st.ok()) st = Exec(write_db_, StrCat("PRAGMA user_version=", m.version).c_str());
+    if (st.ok()) st = Run(write_db_, "COMMIT");
+    if (!st.ok()) {
+      (void)Run(write_db_, "ROLLBACK");  // the error that matters is st
+      return absl::Status(st.code(), StrCat("migrating ", options_.path, " to schema ", m.version, " (", m.what,
+                                            "): ", st.message()));
+    }
+    if (version > 0) spdlog::info("store {}: migrated to schema {}: {}", options_.path, m.version, m.what);
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<Store>> Store::Open(const Options& options) {
   std::unique_ptr<Store> s(new Store(options));
   if (absl::Status st = s->Init(); !st.ok()) return st;
@@ -430,40 +512,23 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const Options& options) {
 }
 
 absl::Status Store::Init() {
+  // The database holds every object (Secrets included): create it owner-only
+  // before SQLite does (SQLite would use 0644 less the umask). SQLite gives
+  // its -wal and -shm files the database file's mode.
+  if (int fd = ::open(options_.path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600); fd >= 0) {
+    ::close(fd);
+  } else {
+    return absl::UnavailableError(StrCat("open ", options_.path, ": ", std::strerror(errno)));
+  }
   const int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX;
   if (sqlite3_open_v2(options_.path.c_str(), &write_db_, flags, nullptr) != SQLITE_OK) {
     return absl::UnavailableError(StrCat("open ", options_.path, ": ",
                                          write_db_ ? sqlite3_errmsg(write_db_) : "out of memory"));
   }
-  for (const char* sql : {"PRAGMA journal_mode=WAL", "PRAGMA synchronous=FULL",
-                          "PRAGMA busy_timeout=10000",
-                          "CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL)",
-                          "CREATE TABLE IF NOT EXISTS objects(resource TEXT NOT NULL, namespace TEXT "
-                          "NOT NULL, name TEXT NOT NULL, uid TEXT NOT NULL, rv INTEGER NOT NULL, data "
-                          "TEXT NOT NULL, PRIMARY KEY(resource, namespace, name))",
-                          "CREATE TABLE IF NOT EXISTS owner_refs(owner_uid TEXT NOT NULL, resource "
-                          "TEXT NOT NULL, namespace TEXT NOT NULL, name TEXT NOT NULL)",
-                          "CREATE INDEX IF NOT EXISTS owner_refs_uid ON owner_refs(owner_uid)",
-                          "CREATE INDEX IF NOT EXISTS owner_refs_key ON owner_refs(resource, "
-                          "namespace, name)",
-                          "INSERT OR IGNORE INTO meta(key, value) VALUES('rv', '0')"}) {
+  for (const char* sql : {"PRAGMA journal_mode=WAL", "PRAGMA synchronous=FULL", "PRAGMA busy_timeout=10000"}) {
     if (absl::Status st = Exec(write_db_, sql); !st.ok()) return st;
   }
-  {
-    Stmt q(write_db_, "SELECT value FROM meta WHERE key='schema_version'");
-    if (q.Step() == SQLITE_ROW) {
-      const int version = std::stoi(q.Text(0));
-      if (version > kSchemaVersion) {
-        return absl::FailedPreconditionError(
-            StrCat("database ", options_.path, " has schema version ", version,
-                   "; this berth understands up to ", kSchemaVersion, ": upgrade berth"));
-      }
-    }
-  }
-  if (absl::Status st = Exec(write_db_, "INSERT OR IGNORE INTO meta(key, value) VALUES('schema_version', '1')");
-      !st.ok()) {
-    return st;
-  }
+  if (absl::Status st = Migrate(); !st.ok()) return st;
   {
     Stmt q(write_db_, "SELECT value FROM meta WHERE key='rv'");
     if (q.Step() != SQLITE_ROW) return SqlError(write_db_, "read rv");
@@ -546,7 +611,10 @@ void Store::WriterLoop() {
       for (auto& m : batch) {
         Txn txn{this, write_db_, &next_rv_, &batch_writes, {}, {}};
         const int64_t rv_at = next_rv_;
-        (void)Run(write_db_, "SAVEPOINT m");
+        // Each mutation in a savepoint, so a failed one leaves the batch's
+        // others alone. A savepoint that cannot be opened, released or
+        // rolled back fails the whole batch: its state is unknown.
+        if (batch_status = Run(write_db_, "SAVEPOINT m"); !batch_status.ok()) break;
         absl::StatusOr<ObjectPtr> r;
         try {
           r = m->fn(txn);
@@ -554,19 +622,22 @@ void Store::WriterLoop() {
           r = absl::InvalidArgumentError(StrCat("malformed object: ", e.what()));
         }
         if (r.ok()) {
-          (void)Run(write_db_, "RELEASE m");
+          if (batch_status = Run(write_db_, "RELEASE m"); !batch_status.ok()) break;
           for (auto& e : txn.events) events.push_back(std::move(e));
           for (auto& [key, w] : txn.writes) batch_writes[key] = std::move(w);
         } else {
-          (void)Run(write_db_, "ROLLBACK TO m");
-          (void)Run(write_db_, "RELEASE m");
+          batch_status = Run(write_db_, "ROLLBACK TO m");
+          if (batch_status.ok()) batch_status = Run(write_db_, "RELEASE m");
+          if (!batch_status.ok()) break;
           next_rv_ = rv_at;
         }
         results.push_back(std::move(r));
       }
-      Stmt s(write_db_, "UPDATE meta SET value=?1 WHERE key='rv'");
-      s.Bind(1, std::to_string(next_rv_));
-      if (s.Step() != SQLITE_DONE) batch_status = SqlError(write_db_, "update rv");
+      if (batch_status.ok()) {
+        Stmt s(write_db_, "UPDATE meta SET value=?1 WHERE key='rv'");
+        s.Bind(1, std::to_string(next_rv_));
+        if (s.Step() != SQLITE_DONE) batch_status = SqlError(write_db_, "update rv");
+      }
       if (batch_status.ok()) batch_status = Run(write_db_, "COMMIT");
       if (!batch_status.ok()) (void)Run(write_db_, "ROLLBACK");
     }
@@ -785,16 +856,20 @@ absl::StatusOr<Object> Store::Update(const std::string& resource, Object obj) {
     } else {
       md.erase("namespace");
     }
-    if (smd.contains("deletionTimestamp")) {
-      md["deletionTimestamp"] = smd["deletionTimestamp"];
-    } else {
-      md.erase("deletionTimestamp");
+    for (const char* field : {"deletionTimestamp", "deletionGracePeriodSeconds"}) {
+      if (smd.contains(field)) {
+        md[field] = smd[field];
+      } else {
+        md.erase(field);
+      }
     }
     int64_t generation = smd.value("generation", 1);
     if (Spec(obj) != Spec(stored)) ++generation;
     md["generation"] = generation;
-    if (md.contains("deletionTimestamp") && !HasFinalizers(obj)) {
-      // The last finalizer is gone: the object goes.
+    if (md.contains("deletionTimestamp") && !HasFinalizers(obj) &&
+        md.value("deletionGracePeriodSeconds", int64_t{0}) == 0) {
+      // The last finalizer is gone (and no graceful deletion is pending): the
+      // object goes.
       const size_t at = txn.events.size();
       if (absl::Status st = txn.Remove(resource, std::move(obj)); !st.ok()) return st;
       return txn.events[at].first.object;
@@ -805,7 +880,8 @@ absl::StatusOr<Object> Store::Update(const std::string& resource, Object obj) {
 
 absl::StatusOr<Object> Store::Delete(const std::string& resource, const std::string& ns,
                                      const std::string& name,
-                                     const std::optional<std::string>& expected_uid) {
+                                     const std::optional<std::string>& expected_uid,
+                                     std::optional<int64_t> grace_period_seconds) {
   return Copy(Submit([=](Txn& txn) -> absl::StatusOr<ObjectPtr> {
     auto loaded = txn.Load(resource, ns, name);
     if (!loaded.ok()) return loaded.status();
@@ -815,7 +891,31 @@ absl::StatusOr<Object> Store::Delete(const std::string& resource, const std::str
       return absl::AbortedError(StrCat("Precondition failed: UID in precondition: ", *expected_uid,
                                        ", UID in object meta: ", Str(stored["metadata"], "uid")));
     }
-    if (HasFinalizers(stored)) return txn.DeleteOrMark(resource, stored, *loaded);
+    const Object& smd = stored["metadata"];
+    const bool deleting = smd.contains("deletionTimestamp");
+    const int64_t current_grace = smd.value("deletionGracePeriodSeconds", int64_t{0});
+    if (grace_period_seconds && *grace_period_seconds > 0) {
+      // Graceful: mark with the time by which the object should be gone. A
+      // deletion already pending keeps its earlier deadline (a grace period
+      // may only shrink, as in Kubernetes).
+      if (deleting && (!smd.contains("deletionGracePeriodSeconds") || current_grace <= *grace_period_seconds)) {
+        return *loaded;
+      }
+      Object obj = stored;
+      obj["metadata"]["deletionTimestamp"] = absl::FormatTime(
+          "%Y-%m-%dT%H:%M:%SZ", absl::Now() + absl::Seconds(*grace_period_seconds), absl::UTCTimeZone());
+      obj["metadata"]["deletionGracePeriodSeconds"] = *grace_period_seconds;
+      return txn.Put(resource, std::move(obj), EventType::kModified, *loaded);
+    }
+    if (HasFinalizers(stored)) {
+      if (deleting && current_grace > 0) {
+        // A graceful deletion made final: finalizers alone keep it now.
+        Object obj = stored;
+        obj["metadata"]["deletionGracePeriodSeconds"] = 0;
+        return txn.Put(resource, std::move(obj), EventType::kModified, *loaded);
+      }
+      return txn.DeleteOrMark(resource, stored, *loaded);
+    }
     if (absl::Status st = txn.Remove(resource, stored); !st.ok()) return st;
     return txn.events.front().first.object;
   }));

@@ -66,7 +66,7 @@ namespace berth::store {
 
 using Object = nlohmann::json;
 
-inline constexpr int kSchemaVersion = 1;
+inline constexpr int kSchemaVersion = 2;  // the last migration in store.cc
 
 enum class EventType { kAdded, kModified, kDeleted };
 const char* EventTypeName(EventType t);  // "ADDED", "MODIFIED", "DELETED"
@@ -159,7 +159,7 @@ class Store {
     size_t bytes = 0;
   };
 
-  // Opens (creating if needed) the database. FAILED_PRECONDITION if it was
+  // Opens (creating if needed, mode 0600) the database. FAILED_PRECONDITION if it was
   // written by a newer schema version.
   static absl::StatusOr<std::unique_ptr<Store>> Open(const Options& options);
   ~Store();
@@ -190,9 +190,14 @@ class Store {
   absl::StatusOr<Object> Update(const std::string& resource, Object obj);
   // Deletes, or marks for deletion when finalizers remain. Returns the
   // object's last state. `expected_uid`, if set, must match (else ABORTED).
+  // A `grace_period_seconds` > 0 is a graceful deletion (pods): the object
+  // only gets deletionTimestamp = now + grace and deletionGracePeriodSeconds
+  // and stays, whatever its finalizers, until deleted again with 0 (or
+  // none); a pending graceful deletion may be shortened, never lengthened.
   absl::StatusOr<Object> Delete(const std::string& resource, const std::string& ns,
                                 const std::string& name,
-                                const std::optional<std::string>& expected_uid = std::nullopt);
+                                const std::optional<std::string>& expected_uid = std::nullopt,
+                                std::optional<int64_t> grace_period_seconds = std::nullopt);
 
   // Events for `resource` in `ns` ("" = all) matching `selector`, after
   // `from_rv` (0: only changes from now on). OUT_OF_RANGE if `from_rv` is
@@ -230,6 +235,8 @@ class Store {
   void CacheApply(CacheWrites writes) ABSL_LOCKS_EXCLUDED(cache_mu_);
   explicit Store(Options options);
   absl::Status Init();
+  // Brings the schema up to kSchemaVersion (see Migrations() in store.cc).
+  absl::Status Migrate();
   absl::StatusOr<ObjectPtr> Submit(std::function<absl::StatusOr<ObjectPtr>(Txn&)> fn);
   static std::function<absl::StatusOr<ObjectPtr>(Txn&)> CreateFn(const std::string& resource, Object obj);
   void WriterLoop();

@@ -1,6 +1,7 @@
 #include "store/store.h"
 
 #include <sqlite3.h>
+#include <sys/stat.h>
 
 #include <atomic>
 #include <mutex>
@@ -37,6 +38,22 @@ class StoreTest : public ::testing::Test {
   }
   testing::TempDir dir_;
 };
+
+TEST_F(StoreTest, DatabaseAndItsWalAreOwnerOnlyWhateverTheUmask) {
+  // Secrets live in the database: even a process with umask 0 must not
+  // create it (or SQLite's -wal and -shm beside it) readable by others.
+  const mode_t old_umask = ::umask(0);
+  auto s = Open();
+  ::umask(old_umask);
+  ASSERT_NE(s, nullptr);
+  ASSERT_TRUE(s->Create("persistentvolumeclaims", Pvc("a")).ok());
+  for (const char* suffix : {"", "-wal", "-shm"}) {
+    struct stat st {};
+    const std::string path = dir_.Join(std::string("state.db") + suffix);
+    ASSERT_EQ(::stat(path.c_str(), &st), 0) << path;
+    EXPECT_EQ(st.st_mode & 07777, 0600u) << path;
+  }
+}
 
 TEST_F(StoreTest, CreateGetListUpdateDelete) {
   auto s = Open();
@@ -285,6 +302,118 @@ TEST_F(StoreTest, RefusesNewerSchema) {
   auto s = Store::Open({.path = dir_.Join("state.db")});
   EXPECT_EQ(s.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(s.status().message(), HasSubstr("schema version 9"));
+}
+
+TEST_F(StoreTest, RefusesANewerUserVersion) {
+  { Open(); }
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(dir_.Join("state.db").c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, "PRAGMA user_version=7", nullptr, nullptr, nullptr), SQLITE_OK);
+  sqlite3_close(db);
+  auto s = Store::Open({.path = dir_.Join("state.db")});
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(s.status().message(), HasSubstr("schema version 7"));
+}
+
+int UserVersion(const std::string& path) {
+  sqlite3* db = nullptr;
+  if (sqlite3_open(path.c_str(), &db) != SQLITE_OK) return -1;
+  int version = -1;
+  sqlite3_exec(
+      db, "PRAGMA user_version",
+      [](void* out, int, char** values, char**) {
+        *static_cast<int*>(out) = std::atoi(values[0]);
+        return 0;
+      },
+      &version, nullptr);
+  sqlite3_close(db);
+  return version;
+}
+
+// A database exactly as berth wrote it before schema 2 (tables of schema 1,
+// meta.schema_version '1', no user_version): it opens, keeps its objects and
+// its resourceVersion, and is migrated.
+TEST_F(StoreTest, OpensADatabaseWrittenByThePreviousSchema) {
+  const std::string path = dir_.Join("state.db");
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  const char* v1 =
+      "PRAGMA journal_mode=WAL;"
+      "CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);"
+      "CREATE TABLE objects(resource TEXT NOT NULL, namespace TEXT NOT NULL, name TEXT NOT NULL, uid TEXT NOT NULL, "
+      "rv INTEGER NOT NULL, data TEXT NOT NULL, PRIMARY KEY(resource, namespace, name));"
+      "CREATE TABLE owner_refs(owner_uid TEXT NOT NULL, resource TEXT NOT NULL, namespace TEXT NOT NULL, "
+      "name TEXT NOT NULL);"
+      "CREATE INDEX owner_refs_uid ON owner_refs(owner_uid);"
+      "CREATE INDEX owner_refs_key ON owner_refs(resource, namespace, name);"
+      "INSERT INTO meta VALUES('rv', '41');"
+      "INSERT INTO meta VALUES('schema_version', '1');"
+      "INSERT INTO objects VALUES('persistentvolumeclaims', 'default', 'old', 'u-1', 41, "
+      "'{\"apiVersion\":\"v1\",\"kind\":\"PersistentVolumeClaim\",\"metadata\":{\"name\":\"old\","
+      "\"namespace\":\"default\",\"uid\":\"u-1\",\"resourceVersion\":\"41\","
+      "\"creationTimestamp\":\"2026-01-01T00:00:00Z\"},\"spec\":{}}');";
+  char* err = nullptr;
+  ASSERT_EQ(sqlite3_exec(db, v1, nullptr, nullptr, &err), SQLITE_OK) << (err ? err : "");
+  sqlite3_close(db);
+  ASSERT_EQ(UserVersion(path), 0);
+
+  auto s = Open();
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(s->ResourceVersion(), 41);
+  auto old = s->Get("persistentvolumeclaims", "default", "old");
+  ASSERT_TRUE(old.ok()) << old.status();
+  EXPECT_EQ((*old)["metadata"]["uid"], "u-1");
+  auto created = s->Create("persistentvolumeclaims", Pvc("new"));
+  ASSERT_TRUE(created.ok());
+  EXPECT_EQ(Rv(*created), 42);
+  s.reset();
+  EXPECT_EQ(UserVersion(path), kSchemaVersion);
+  // Opening again migrates nothing and changes nothing.
+  s = Open();
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(s->ResourceVersion(), 42);
+}
+
+TEST_F(StoreTest, GracefulDeletionMarksAndShortensButNeverLengthens) {
+  auto s = Open();
+  ASSERT_TRUE(s->Create("pods", Pvc("p")).ok());
+  auto marked = s->Delete("pods", "default", "p", std::nullopt, 30);
+  ASSERT_TRUE(marked.ok()) << marked.status();
+  EXPECT_EQ((*marked)["metadata"]["deletionGracePeriodSeconds"], 30);
+  const std::string first = (*marked)["metadata"]["deletionTimestamp"];
+  // Updates keep the pending deletion (no finalizers, but grace pending).
+  Object updated = *s->Get("pods", "default", "p");
+  updated["metadata"]["labels"]["x"] = "y";
+  auto after_update = s->Update("pods", updated);
+  ASSERT_TRUE(after_update.ok()) << after_update.status();
+  EXPECT_EQ((*after_update)["metadata"]["deletionTimestamp"], first);
+  EXPECT_EQ((*after_update)["metadata"]["deletionGracePeriodSeconds"], 30);
+  // A longer grace period changes nothing; a shorter one shortens.
+  auto longer = s->Delete("pods", "default", "p", std::nullopt, 60);
+  ASSERT_TRUE(longer.ok());
+  EXPECT_EQ((*longer)["metadata"]["deletionGracePeriodSeconds"], 30);
+  auto shorter = s->Delete("pods", "default", "p", std::nullopt, 5);
+  ASSERT_TRUE(shorter.ok());
+  EXPECT_EQ((*shorter)["metadata"]["deletionGracePeriodSeconds"], 5);
+  EXPECT_TRUE(s->Get("pods", "default", "p").ok());
+  // Grace 0 removes it.
+  ASSERT_TRUE(s->Delete("pods", "default", "p", std::nullopt, 0).ok());
+  EXPECT_EQ(s->Get("pods", "default", "p").status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(StoreTest, AGracefulDeletionMadeFinalWaitsForFinalizers) {
+  auto s = Open();
+  Object pod = Pvc("p");
+  pod["metadata"]["finalizers"] = {"example.com/f"};
+  ASSERT_TRUE(s->Create("pods", pod).ok());
+  ASSERT_TRUE(s->Delete("pods", "default", "p", std::nullopt, 30).ok());
+  auto final_delete = s->Delete("pods", "default", "p", std::nullopt, 0);
+  ASSERT_TRUE(final_delete.ok());
+  EXPECT_EQ((*final_delete)["metadata"]["deletionGracePeriodSeconds"], 0);
+  Object cur = *s->Get("pods", "default", "p");
+  cur["metadata"]["finalizers"] = Object::array();
+  ASSERT_TRUE(s->Update("pods", cur).ok());
+  EXPECT_EQ(s->Get("pods", "default", "p").status().code(), absl::StatusCode::kNotFound);
 }
 
 // ---- Object cache ----

@@ -1,4 +1,4 @@
-// berth-csi started exactly as deploy/kubernetes/daemonset.yaml starts it —
+// berth-csi started exactly as deploy/kubernetes/base/daemonset.yaml starts it —
 // the berth-csi container's args and env, read from the manifest — on a
 // sandbox (as root: a real XFS pool image on a loop device). The only
 // changes are the ones a pod gets from Kubernetes: every volumeMount's path
@@ -105,7 +105,7 @@ struct Launch {
 };
 
 Launch FromDaemonSet(const MountSandbox& sandbox) {
-  std::ifstream in(std::string(BERTH_SOURCE_DIR) + "/deploy/kubernetes/daemonset.yaml");
+  std::ifstream in(std::string(BERTH_SOURCE_DIR) + "/deploy/kubernetes/base/daemonset.yaml");
   std::stringstream ss;
   ss << in.rdbuf();
   auto docs = LoadDocuments(ss.str());

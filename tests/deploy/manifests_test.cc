@@ -1,9 +1,11 @@
-// deploy/kubernetes rendered by `kubectl kustomize` (Debian's kubectl 1.20
-// when installed, as scripts/install-deps sets it up) and checked for the
+// deploy/kubernetes and its overlay for Kubernetes 1.26–1.29
+// (overlays/k8s-1.26), each rendered by `kubectl kustomize` (Debian's kubectl
+// 1.20 when installed, as scripts/install-deps sets it up) and checked for the
 // wiring that a typo would silently break on a real cluster: the CSI socket
 // every sidecar dials, the driver name everywhere, kubelet's plugin and
-// registration paths, mount propagation, privileges, RBAC per sidecar,
-// pinned images; and yamllint over the sources.
+// registration paths, mount propagation that needs no preparation of the
+// node, privileges, RBAC per sidecar, pinned images, each sidecar's flags
+// known to its version; and yamllint over the sources.
 #include <algorithm>
 #include <map>
 #include <set>
@@ -33,31 +35,36 @@ constexpr char kKubeletRoot[] = "/var/lib/kubelet";
 const std::vector<std::string> kSidecars = {"csi-provisioner", "csi-snapshotter", "csi-resizer",
                                             "node-driver-registrar", "liveness-probe"};
 
-class ManifestsTest : public ::testing::Test {
+// The renders under test, by directory below deploy/kubernetes.
+const std::vector<std::string> kRenders = {"", "overlays/k8s-1.26"};
+
+class ManifestsTest : public ::testing::TestWithParam<std::string> {
  protected:
   static void SetUpTestSuite() {
     kubectl_ = FindKubectl(KUBECTL_BINARY);
     if (kubectl_.empty()) return;
     LinuxCommandRunner runner;
-    auto r = runner.Run({kubectl_, "kustomize", std::string(BERTH_SOURCE_DIR) + "/deploy/kubernetes"},
-                        absl::Seconds(60));
-    if (!r.ok() || r->exit_code != 0) {
-      render_error_ = r.ok() ? r->output : r.status().ToString();
-      return;
+    for (const std::string& dir : kRenders) {
+      auto r = runner.Run(
+          {kubectl_, "kustomize", std::string(BERTH_SOURCE_DIR) + "/deploy/kubernetes/" + dir},
+          absl::Seconds(60));
+      if (!r.ok() || r->exit_code != 0) {
+        render_errors_[dir] = r.ok() ? r->output : r.status().ToString();
+        continue;
+      }
+      docs_[dir] = LoadDocuments(r->output);
     }
-    docs_ = new std::vector<YAML::Node>(LoadDocuments(r->output));
-  }
-  static void TearDownTestSuite() {
-    delete docs_;
-    docs_ = nullptr;
   }
   void SetUp() override {
     if (kubectl_.empty()) {
       GTEST_SKIP() << "no kubectl (scripts/install-deps installs Debian's kubernetes-client); "
                       "set BERTH_KUBECTL to one";
     }
-    ASSERT_NE(docs_, nullptr) << "kubectl kustomize deploy/kubernetes failed:\n" << render_error_;
-    auto ds = OfKind(*docs_, "DaemonSet");
+    ASSERT_TRUE(docs_.count(GetParam()))
+        << "kubectl kustomize deploy/kubernetes/" << GetParam() << " failed:\n"
+        << render_errors_[GetParam()];
+    all_ = &docs_[GetParam()];
+    auto ds = OfKind(*all_, "DaemonSet");
     ASSERT_EQ(ds.size(), 1u);
     pod_ = ds[0]["spec"]["template"]["spec"];
     driver_ = Container(pod_, "berth-csi");
@@ -66,21 +73,22 @@ class ManifestsTest : public ::testing::Test {
 
   // The single object of `kind` (fails the test if not exactly one).
   YAML::Node One(const std::string& kind) {
-    auto all = OfKind(*docs_, kind);
+    auto all = OfKind(*all_, kind);
     EXPECT_EQ(all.size(), 1u) << kind;
     return all.empty() ? YAML::Node() : all[0];
   }
 
   static inline std::string kubectl_;
-  static inline std::string render_error_;
-  static inline std::vector<YAML::Node>* docs_ = nullptr;
+  static inline std::map<std::string, std::string> render_errors_;
+  static inline std::map<std::string, std::vector<YAML::Node>> docs_;
+  const std::vector<YAML::Node>* all_ = nullptr;
   YAML::Node pod_;
   YAML::Node driver_;
 };
 
-TEST_F(ManifestsTest, RendersEveryObjectOnce) {
+TEST_P(ManifestsTest, RendersEveryObjectOnce) {
   std::multiset<std::string> kinds;
-  for (const auto& d : *docs_) kinds.insert(Str(d["kind"]));
+  for (const auto& d : *all_) kinds.insert(Str(d["kind"]));
   EXPECT_EQ(kinds, (std::multiset<std::string>{
                        "Namespace", "ServiceAccount", "ClusterRole", "ClusterRole", "ClusterRole",
                        "ClusterRoleBinding", "ClusterRoleBinding", "ClusterRoleBinding", "Role", "Role",
@@ -89,7 +97,7 @@ TEST_F(ManifestsTest, RendersEveryObjectOnce) {
   // Namespaced objects live in berth-system; cluster-scoped ones name none.
   const std::set<std::string> cluster_scoped = {"Namespace", "ClusterRole", "ClusterRoleBinding",
                                                 "CSIDriver", "StorageClass", "VolumeSnapshotClass"};
-  for (const auto& d : *docs_) {
+  for (const auto& d : *all_) {
     const std::string kind = Str(d["kind"]);
     EXPECT_EQ(Str(d["metadata"]["namespace"]), cluster_scoped.count(kind) ? "" : kNamespace)
         << kind << " " << Str(d["metadata"]["name"]);
@@ -98,7 +106,7 @@ TEST_F(ManifestsTest, RendersEveryObjectOnce) {
   EXPECT_EQ(Str(One("Namespace")["metadata"]["labels"]["pod-security.kubernetes.io/enforce"]), "privileged");
 }
 
-TEST_F(ManifestsTest, DriverNameIsTheSameEverywhere) {
+TEST_P(ManifestsTest, DriverNameIsTheSameEverywhere) {
   EXPECT_EQ(Str(One("CSIDriver")["metadata"]["name"]), kDriver);
   EXPECT_EQ(Str(One("StorageClass")["provisioner"]), kDriver);
   EXPECT_EQ(Str(One("VolumeSnapshotClass")["driver"]), kDriver);
@@ -110,7 +118,7 @@ TEST_F(ManifestsTest, DriverNameIsTheSameEverywhere) {
             std::string(kKubeletRoot) + "/plugins/" + kDriver + "/csi.sock");
 }
 
-TEST_F(ManifestsTest, EverySidecarDialsTheDriversSocket) {
+TEST_P(ManifestsTest, EverySidecarDialsTheDriversSocket) {
   auto endpoint = Flag(driver_, "--endpoint");
   ASSERT_TRUE(endpoint.has_value());
   ASSERT_TRUE(endpoint->starts_with("unix://")) << *endpoint;
@@ -134,7 +142,7 @@ TEST_F(ManifestsTest, EverySidecarDialsTheDriversSocket) {
   }
 }
 
-TEST_F(ManifestsTest, KubeletPathsAndMountPropagation) {
+TEST_P(ManifestsTest, KubeletPathsAndMountPropagation) {
   // Staging and target paths arrive as host paths: the kubelet directory is
   // mounted at the same path, Bidirectional so mounts reach the host.
   EXPECT_EQ(Flag(driver_, "--kubelet-root").value_or(kKubeletRoot), kKubeletRoot);
@@ -144,13 +152,16 @@ TEST_F(ManifestsTest, KubeletPathsAndMountPropagation) {
   EXPECT_EQ(kubelet->host_path, kKubeletRoot);
   EXPECT_EQ(Str(kubelet->mount["mountPropagation"]), "Bidirectional");
 
-  // The pool image's mount outlives container restarts: Bidirectional too.
+  // The pool image's mount outlives container restarts, so it must reach
+  // the host: it lives in kubelet's directory for this driver, under the
+  // Bidirectional kubelet mount.
   for (const char* flag : {"--pool", "--pool-image"}) {
     auto p = Flag(driver_, flag);
     ASSERT_TRUE(p.has_value()) << flag;
     auto pool = Resolve(pod_, driver_, *p);
     ASSERT_TRUE(pool) << flag << " is not on a volume: it would vanish with the container";
-    EXPECT_FALSE(pool->host_path.empty()) << flag;
+    EXPECT_TRUE(pool->host_path.starts_with(std::string(kKubeletRoot) + "/plugins/" + kDriver + "/"))
+        << flag << " " << pool->host_path;
     EXPECT_EQ(Str(pool->mount["mountPropagation"]), "Bidirectional") << flag;
   }
   // Loop devices appear under the host's /dev.
@@ -165,7 +176,33 @@ TEST_F(ManifestsTest, KubeletPathsAndMountPropagation) {
   EXPECT_EQ(reg->host_path, std::string(kKubeletRoot) + "/plugins_registry");
 }
 
-TEST_F(ManifestsTest, OnlyTheDriverIsPrivileged) {
+TEST_P(ManifestsTest, NeedsNoPreparationOfTheNode) {
+  // Bidirectional propagation needs the host path on a shared mount; on a
+  // stock node only kubelet's root is one (kubelet makes it rshared). So
+  // every Bidirectional mount must come from inside kubelet's root.
+  for (const auto& c : pod_["containers"]) {
+    for (const auto& m : c["volumeMounts"]) {
+      if (Str(m["mountPropagation"]) != "Bidirectional") continue;
+      auto r = Resolve(pod_, c, Str(m["mountPath"]));
+      ASSERT_TRUE(r);
+      EXPECT_TRUE(r->host_path == kKubeletRoot ||
+                  r->host_path.starts_with(std::string(kKubeletRoot) + "/"))
+          << Str(c["name"]) << " mounts " << r->host_path
+          << " Bidirectional: not a shared mount on a stock node";
+    }
+  }
+  // Every hostPath is one that exists on every node or is created inside
+  // kubelet's root.
+  for (const auto& v : pod_["volumes"]) {
+    if (!v["hostPath"]) continue;
+    const std::string path = Str(v["hostPath"]["path"]);
+    EXPECT_TRUE(path == "/dev" || path == kKubeletRoot ||
+                path.starts_with(std::string(kKubeletRoot) + "/"))
+        << "hostPath " << path;
+  }
+}
+
+TEST_P(ManifestsTest, OnlyTheDriverIsPrivileged) {
   for (const auto& c : pod_["containers"]) {
     const std::string name = Str(c["name"]);
     const bool privileged =
@@ -182,7 +219,7 @@ TEST_F(ManifestsTest, OnlyTheDriverIsPrivileged) {
   EXPECT_FALSE(pod_["hostPID"].as<bool>(false));
 }
 
-TEST_F(ManifestsTest, NodeIdentityComesFromTheDownwardApi) {
+TEST_P(ManifestsTest, NodeIdentityComesFromTheDownwardApi) {
   // berth-csi's --node-id from NODE_ID = spec.nodeName, like the sidecars'
   // NODE_NAME: the provisioner compares it with the selected-node annotation.
   EXPECT_FALSE(Flag(driver_, "--node-id").has_value()) << "--node-id must come from NODE_ID";
@@ -196,7 +233,7 @@ TEST_F(ManifestsTest, NodeIdentityComesFromTheDownwardApi) {
   EXPECT_EQ(Env(provisioner, "NAMESPACE"), "fieldRef:metadata.namespace");
 }
 
-TEST_F(ManifestsTest, SidecarsRunInDistributedMode) {
+TEST_P(ManifestsTest, SidecarsRunInDistributedMode) {
   auto provisioner = Container(pod_, "csi-provisioner");
   EXPECT_EQ(Flag(provisioner, "--node-deployment"), "");
   EXPECT_EQ(Flag(provisioner, "--enable-capacity"), "");
@@ -214,7 +251,7 @@ TEST_F(ManifestsTest, SidecarsRunInDistributedMode) {
   EXPECT_EQ(Flag(driver_, "--node-expansion-only"), "");
 }
 
-TEST_F(ManifestsTest, ProbesReachTheirServers) {
+TEST_P(ManifestsTest, ProbesReachTheirServers) {
   // berth-csi's liveness is the livenessprobe sidecar's --health-port.
   std::map<std::string, int> ports;
   for (const auto& p : driver_["ports"]) ports[Str(p["name"])] = p["containerPort"].as<int>();
@@ -232,7 +269,7 @@ TEST_F(ManifestsTest, ProbesReachTheirServers) {
   EXPECT_EQ(Env(driver_, "POD_IP"), "fieldRef:status.podIP");
 }
 
-TEST_F(ManifestsTest, ImagesArePinned) {
+TEST_P(ManifestsTest, ImagesArePinned) {
   for (const auto& c : pod_["containers"]) {
     const std::string image = Str(c["image"]);
     SCOPED_TRACE(image);
@@ -251,7 +288,103 @@ TEST_F(ManifestsTest, ImagesArePinned) {
   }
 }
 
-TEST_F(ManifestsTest, CsiDriverAndClasses) {
+// What each pinned sidecar release accepts: the flags its cmd/ registers at
+// that tag (read from the sources; klog's --v is everyone's). A flag the
+// release does not know makes the container exit at start.
+struct SidecarRelease {
+  std::string tag;
+  std::set<std::string> flags;
+};
+
+const std::map<std::string, std::map<std::string, SidecarRelease>>& PinnedReleases() {
+  static const auto* pinned = new std::map<std::string, std::map<std::string, SidecarRelease>>{
+      {"overlays/k8s-1.26",
+       {{"csi-provisioner",
+         {"v4.0.1",
+          {"master", "kubeconfig", "csi-address", "volume-name-prefix", "volume-name-uuid-length",
+           "version", "retry-interval-start", "retry-interval-max", "worker-threads",
+           "cloning-protection-threads", "capacity-threads", "timeout", "leader-election",
+           "leader-election-namespace", "strict-topology", "immediate-topology",
+           "extra-create-metadata", "metrics-address", "http-endpoint", "metrics-path",
+           "enable-pprof", "leader-election-lease-duration", "leader-election-renew-deadline",
+           "leader-election-retry-period", "default-fstype", "kube-api-qps", "kube-api-burst",
+           "kube-api-capacity-qps", "kube-api-capacity-burst", "enable-capacity",
+           "capacity-for-immediate-binding", "capacity-poll-interval", "capacity-ownerref-level",
+           "node-deployment", "node-deployment-immediate-binding", "node-deployment-base-delay",
+           "node-deployment-max-delay", "controller-publish-readonly",
+           "prevent-volume-mode-conversion", "feature-gates"}}},
+        {"csi-snapshotter",
+         {"v7.0.2",
+          {"kubeconfig", "csi-address", "resync-period", "snapshot-name-prefix",
+           "snapshot-name-uuid-length", "version", "worker-threads", "timeout",
+           "extra-create-metadata", "leader-election", "leader-election-namespace",
+           "leader-election-lease-duration", "leader-election-renew-deadline",
+           "leader-election-retry-period", "kube-api-qps", "kube-api-burst", "metrics-address",
+           "http-endpoint", "metrics-path", "retry-interval-start", "retry-interval-max",
+           "node-deployment", "enable-volume-group-snapshots", "groupsnapshot-name-prefix",
+           "groupsnapshot-name-uuid-length"}}},
+        {"csi-resizer",
+         {"v1.10.1",
+          {"master", "kubeconfig", "resync-period", "workers", "csi-address", "timeout", "version",
+           "retry-interval-start", "retry-interval-max", "leader-election",
+           "leader-election-namespace", "leader-election-lease-duration",
+           "leader-election-renew-deadline", "leader-election-retry-period", "metrics-address",
+           "http-endpoint", "metrics-path", "kube-api-qps", "kube-api-burst",
+           "handle-volume-inuse-error"}}},
+        {"node-driver-registrar",
+         {"v2.10.1",
+          {"connection-timeout", "timeout", "csi-address", "plugin-registration-path",
+           "kubelet-registration-path", "health-port", "http-endpoint", "version", "mode",
+           "enable-pprof"}}},
+        {"liveness-probe",
+         {"v2.12.0",
+          {"probe-timeout", "csi-address", "health-port", "metrics-address", "http-endpoint",
+           "metrics-path"}}}}},
+  };
+  return *pinned;
+}
+
+std::string TagOf(const YAML::Node& container) {
+  const std::string image = Str(container["image"]);
+  const size_t colon = image.rfind(':');
+  return colon == std::string::npos ? "" : image.substr(colon + 1);
+}
+
+TEST_P(ManifestsTest, SidecarReleasesKnowTheirFlags) {
+  auto pinned = PinnedReleases().find(GetParam());
+  if (pinned == PinnedReleases().end()) GTEST_SKIP() << "no release table for this render";
+  for (const auto& [name, release] : pinned->second) {
+    SCOPED_TRACE(name);
+    auto c = Container(pod_, name);
+    ASSERT_TRUE(c);
+    EXPECT_EQ(TagOf(c), release.tag);
+    for (const auto& a : c["args"]) {
+      std::string flag = Str(a);
+      ASSERT_TRUE(flag.starts_with("--")) << flag;
+      flag = flag.substr(2, flag.find('=') == std::string::npos ? std::string::npos
+                                                                 : flag.find('=') - 2);
+      EXPECT_TRUE(flag == "v" || release.flags.count(flag)) << "--" << flag << " unknown to "
+                                                            << release.tag;
+    }
+  }
+}
+
+TEST_P(ManifestsTest, ProvisionerHasTopologyOn) {
+  // external-provisioner before v5.0.0 has its Topology gate off: PVs would
+  // get no node affinity, and distributed snapshotting no node for a
+  // snapshot's content.
+  auto provisioner = Container(pod_, "csi-provisioner");
+  const std::string tag = TagOf(provisioner);
+  ASSERT_TRUE(tag.size() > 1 && tag[0] == 'v') << tag;
+  if (std::stoi(tag.substr(1)) < 5) {
+    EXPECT_EQ(Flag(provisioner, "--feature-gates"), "Topology=true") << tag;
+  } else {
+    EXPECT_FALSE(Flag(provisioner, "--feature-gates").has_value())
+        << tag << " has Topology on by default";
+  }
+}
+
+TEST_P(ManifestsTest, CsiDriverAndClasses) {
   YAML::Node spec = One("CSIDriver")["spec"];
   EXPECT_FALSE(spec["attachRequired"].as<bool>(true));
   EXPECT_TRUE(spec["storageCapacity"].as<bool>(false));
@@ -314,7 +447,7 @@ const std::map<std::string, std::vector<SidecarRule>>& RequiredRules() {
   return *rules;
 }
 
-TEST_F(ManifestsTest, RbacGrantsExactlyWhatTheSidecarsNeed) {
+TEST_P(ManifestsTest, RbacGrantsExactlyWhatTheSidecarsNeed) {
   // Everything bound to the DaemonSet's ServiceAccount.
   ASSERT_EQ(Str(pod_["serviceAccountName"]), kServiceAccount);
   auto sa = One("ServiceAccount");
@@ -332,12 +465,12 @@ TEST_F(ManifestsTest, RbacGrantsExactlyWhatTheSidecarsNeed) {
   for (const auto& [binding_kind, role_kind, scope] :
        std::vector<std::tuple<std::string, std::string, std::string>>{
            {"ClusterRoleBinding", "ClusterRole", "cluster"}, {"RoleBinding", "Role", "namespace"}}) {
-    for (const auto& b : OfKind(*docs_, binding_kind)) {
+    for (const auto& b : OfKind(*all_, binding_kind)) {
       SCOPED_TRACE(Str(b["metadata"]["name"]));
       EXPECT_TRUE(binds_sa(b)) << "binding for someone else";
       EXPECT_EQ(Str(b["roleRef"]["kind"]), role_kind);
       bool found = false;
-      for (const auto& r : OfKind(*docs_, role_kind)) {
+      for (const auto& r : OfKind(*all_, role_kind)) {
         if (Str(r["metadata"]["name"]) != Str(b["roleRef"]["name"])) continue;
         found = true;
         for (const auto& rule : r["rules"]) {
@@ -379,6 +512,12 @@ TEST_F(ManifestsTest, RbacGrantsExactlyWhatTheSidecarsNeed) {
                                    << std::get<3>(g) << ")";
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Renders, ManifestsTest, ::testing::ValuesIn(kRenders),
+                         [](const ::testing::TestParamInfo<std::string>& p) {
+                           return p.param.empty() ? std::string("base")
+                                                     : std::string("k8s_1_26");
+                         });
 
 TEST(YamllintTest, ManifestsAreLintClean) {
   const std::string yamllint = FirstExecutable({"/usr/bin/yamllint"});

@@ -22,6 +22,14 @@ using client::Field;
 using client::Str;
 using nlohmann::json;
 
+// A pod deleted as its node agent finally deletes it (grace period 0): no
+// node agent runs here.
+apiserver::DeleteOptions PodGone() {
+  apiserver::DeleteOptions o;
+  o.grace_period_seconds = 0;
+  return o;
+}
+
 constexpr char kDriver[] = "local.csi.berth.io";
 constexpr char kNode[] = "node-a";
 
@@ -182,7 +190,7 @@ TEST_F(ControllersBerthCsiTest, ClaimPodSnapshotRestoreExpandAndDeleteOnTheRealD
   }));
 
   // Tear everything down: nothing may stay behind in the driver.
-  for (const char* pod : {"app", "app2"}) ASSERT_TRUE(registry_->Delete(K("pods"), "default", pod).ok());
+  for (const char* pod : {"app", "app2"}) ASSERT_TRUE(registry_->Delete(K("pods"), "default", pod, PodGone()).ok());
   ASSERT_TRUE(Eventually([&] {
     auto vas = registry_->List(K("volumeattachments", "storage.k8s.io"), "", {});
     return vas.ok() && vas->items.empty();
@@ -224,7 +232,7 @@ TEST_F(ControllersBerthCsiTest, RestartsBetweenStepsConvergeWithoutDuplicates) {
            true;
   }));
   EXPECT_EQ(DriverSnapshots(), 1);
-  ASSERT_TRUE(registry_->Delete(K("pods"), "default", "app").ok());
+  ASSERT_TRUE(registry_->Delete(K("pods"), "default", "app", PodGone()).ok());
   ASSERT_TRUE(registry_->Delete(K("volumesnapshots", "snapshot.storage.k8s.io"), "default", "snap").ok());
   ASSERT_TRUE(registry_->Delete(K("persistentvolumeclaims"), "default", "data").ok());
   StopManager();

@@ -25,23 +25,29 @@ class DriverProcess {
 
   std::string socket() const { return sandbox_.Join("csi.sock"); }
   std::string kubelet() const { return sandbox_.Join("kubelet"); }
-  std::string pool() const { return sandbox_.Join("pool"); }
+  std::string pool() const { return pool_.empty() ? sandbox_.Join("pool") : pool_; }
+  std::string pool_image() const {
+    return pool_image_.empty() ? sandbox_.Join("pool.img") : pool_image_;
+  }
+
+  // Serves the pool at other paths from the next Start() on.
+  void SetPool(std::string pool, std::string pool_image) {
+    pool_ = std::move(pool);
+    pool_image_ = std::move(pool_image);
+  }
+
+  // From the next Start() on, runs `wrapper... /bin/sh -c '<setup> && exec
+  // berth-csi ...'` (e.g. wrapper = unshare -m: a mount namespace of its
+  // own, set up by `setup`). berth-csi keeps the PID the test signals.
+  void SetWrapper(std::vector<std::string> wrapper, std::string setup) {
+    wrapper_ = std::move(wrapper);
+    setup_ = std::move(setup);
+  }
 
   // Starts berth-csi (with `env` set, e.g. BERTH_CRASH_AT=...) and connects.
   // Returns false if it did not come up.
   bool Start(const std::vector<std::string>& env = {}) {
-    std::vector<std::string> argv = {BERTH_CSI_BINARY,
-                                     "--endpoint",      "unix://" + socket(),
-                                     "--node-id",       "node-a",
-                                     "--pool",          pool(),
-                                     "--pool-image",    sandbox_.Join("pool.img"),
-                                     "--pool-size",     "64Gi",
-                                     "--kubelet-root",  kubelet()};
-    argv.insert(argv.end(), extra_.begin(), extra_.end());
-    for (const auto& e : env) ::setenv(e.substr(0, e.find('=')).c_str(),
-                                       e.substr(e.find('=') + 1).c_str(), 1);
-    process_ = std::make_unique<Subprocess>(argv, sandbox_.Join("driver.log"));
-    for (const auto& e : env) ::unsetenv(e.substr(0, e.find('=')).c_str());
+    Launch(env);
     auto ch = csi::ConnectUnix("unix://" + socket(), {.timeout = absl::Seconds(30)});
     if (!ch.ok()) {
       ADD_FAILURE() << ch.status() << "\n" << process_->Output();
@@ -53,6 +59,28 @@ class DriverProcess {
     group_ = ::csi::v1::GroupController::NewStub(channel_);
     identity_ = ::csi::v1::Identity::NewStub(channel_);
     return true;
+  }
+
+  // Starts berth-csi without waiting for it to serve.
+  void Launch(const std::vector<std::string>& env = {}) {
+    std::vector<std::string> argv = {BERTH_CSI_BINARY,
+                                     "--endpoint",      "unix://" + socket(),
+                                     "--node-id",       "node-a",
+                                     "--pool",          pool(),
+                                     "--pool-image",    pool_image(),
+                                     "--pool-size",     "64Gi",
+                                     "--kubelet-root",  kubelet()};
+    argv.insert(argv.end(), extra_.begin(), extra_.end());
+    if (!wrapper_.empty()) {
+      std::string command = setup_.empty() ? "exec" : setup_ + " && exec";
+      for (const auto& a : argv) command += " " + ShellQuote(a);
+      argv = wrapper_;
+      argv.insert(argv.end(), {"/bin/sh", "-c", command});
+    }
+    for (const auto& e : env) ::setenv(e.substr(0, e.find('=')).c_str(),
+                                       e.substr(e.find('=') + 1).c_str(), 1);
+    process_ = std::make_unique<Subprocess>(argv, sandbox_.Join("driver.log"));
+    for (const auto& e : env) ::unsetenv(e.substr(0, e.find('=')).c_str());
   }
 
   // SIGTERM and wait; returns the exit code.
@@ -82,7 +110,22 @@ class DriverProcess {
     return code;
   }
 
+  // SIGKILL (a crash, or a container killed) and wait.
+  void Kill() {
+    if (!process_) return;
+    process_->Signal(SIGKILL);
+    process_->Wait(absl::Seconds(30));
+    log_ += process_->Output();
+    process_.reset();
+  }
+
   std::string Log() const { return log_ + (process_ ? process_->Output() : ""); }
+
+  static std::string ShellQuote(const std::string& s) {
+    std::string out = "'";
+    for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    return out + "'";
+  }
 
   ::csi::v1::Controller::Stub& controller() { return *controller_; }
   ::csi::v1::Node::Stub& node() { return *node_; }
@@ -92,6 +135,10 @@ class DriverProcess {
  private:
   const MountSandbox& sandbox_;
   std::vector<std::string> extra_;
+  std::string pool_;
+  std::string pool_image_;
+  std::vector<std::string> wrapper_;
+  std::string setup_;
   std::unique_ptr<Subprocess> process_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<::csi::v1::Controller::Stub> controller_;

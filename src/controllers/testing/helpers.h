@@ -4,6 +4,7 @@
 #include <string_view>
 
 #include "api/kinds.h"
+#include "apiserver/registry.h"
 #include "client/object.h"
 #include "common/testing/eventually.h"
 
@@ -15,6 +16,15 @@ using client::K;
 template <class Pred>
 bool Eventually(Pred pred, absl::Duration timeout = absl::Seconds(15)) {
   return berth::testing::Eventually(pred, timeout);
+}
+
+// Deletes a pod as its node agent finally does once it has stopped it and
+// torn its volumes down (grace period 0): no node agent runs in these tests,
+// and a plain delete of a scheduled pod only marks it Terminating.
+inline apiserver::DeleteOptions PodGone() {
+  apiserver::DeleteOptions o;
+  o.grace_period_seconds = 0;
+  return o;
 }
 
 }  // namespace berth::controllers::testing

@@ -5,6 +5,8 @@
 #include <linux/fs.h>
 #include <linux/loop.h>
 #include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -43,33 +45,94 @@ std::string Trim(std::string s) {
 
 }  // namespace
 
+absl::StatusOr<FileId> IdentifyFile(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return ErrnoStatus(errno, StrCat("stat ", path));
+  return FileId{st.st_dev, st.st_ino};
+}
+
 absl::StatusOr<std::string> LoopDevices::Find(const std::string& image) {
+  auto id = IdentifyFile(image);
+  if (absl::IsNotFound(id.status())) return std::string();
+  if (!id.ok()) return id.status();
   BERTH_ASSIGN_OR_RETURN(auto loops, List());
   for (const auto& l : loops) {
-    if (l.backing_file == image) return l.device;
+    if (!l.backing_deleted && l.backing == *id) return l.device;
   }
   return std::string();
+}
+
+absl::StatusOr<LoopInfo> InspectLoopDevice(const std::string& device,
+                                           const std::string& sysfs_dir) {
+  // O_RDONLY: closing a block device opened for writing makes udev rescan it.
+  int fd = ::open(device.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) {
+      return absl::FailedPreconditionError(StrCat(
+          device, " does not exist although ", sysfs_dir,
+          " does: berth-csi needs the host's /dev (in a container, mount it from the host)"));
+    }
+    return ErrnoStatus(errno, StrCat("open ", device));
+  }
+  loop_info64 info;
+  std::memset(&info, 0, sizeof(info));
+  const int r = ::ioctl(fd, LOOP_GET_STATUS64, &info);
+  const int err = errno;
+  ::close(fd);
+  if (r != 0) {
+    if (err == ENXIO) return absl::NotFoundError(StrCat(device, " is not attached"));
+    return ErrnoStatus(err, StrCat("LOOP_GET_STATUS64 ", device));
+  }
+  LoopInfo out;
+  out.device = device;
+  // lo_device is the kernel's 64-bit encoding of the backing file's st_dev
+  // (huge_encode_dev); decode it into this libc's dev_t.
+  const uint64_t d = info.lo_device;
+  out.backing.dev = makedev(static_cast<unsigned>((d & 0xfff00) >> 8),
+                            static_cast<unsigned>((d & 0xff) | ((d >> 12) & 0xfff00)));
+  out.backing.ino = static_cast<ino_t>(info.lo_inode);
+  out.autoclear = (info.lo_flags & LO_FLAGS_AUTOCLEAR) != 0;
+  // The name is only for messages; " (deleted)" is how the kernel says the
+  // file was unlinked, whoever reads it.
+  auto name = ReadFile(sysfs_dir + "/loop/backing_file");
+  if (name.ok()) {
+    out.backing_name = Trim(*name);
+  } else {
+    out.backing_name =
+        std::string(reinterpret_cast<const char*>(info.lo_file_name),
+                    ::strnlen(reinterpret_cast<const char*>(info.lo_file_name), LO_NAME_SIZE));
+  }
+  constexpr std::string_view kDeleted = " (deleted)";
+  if (out.backing_name.ends_with(kDeleted)) {
+    out.backing_deleted = true;
+    out.backing_name.resize(out.backing_name.size() - kDeleted.size());
+  }
+  return out;
 }
 
 absl::StatusOr<std::vector<LoopInfo>> LinuxLoopDevices::List() {
   std::vector<LoopInfo> out;
   DIR* d = ::opendir("/sys/block");
   if (d == nullptr) return ErrnoStatus(errno, "open /sys/block");
+  absl::Status status;
   while (dirent* e = ::readdir(d)) {
     std::string_view name = e->d_name;
     if (!name.starts_with("loop")) continue;
-    const std::string base = StrCat("/sys/block/", name, "/loop/");
-    auto backing = ReadFile(base + "backing_file");
-    if (!backing.ok()) continue;  // not attached
-    LoopInfo info;
-    info.device = StrCat("/dev/", name);
-    info.backing_file = Trim(*backing);
-    // The kernel appends " (deleted)" when the backing file was unlinked.
-    auto autoclear = ReadFile(base + "autoclear");
-    info.autoclear = autoclear.ok() && Trim(*autoclear) == "1";
-    out.push_back(std::move(info));
+    const std::string sysfs = StrCat("/sys/block/", name);
+    // loop/ exists only while the device is attached: skip free devices
+    // without opening them.
+    struct stat st {};
+    if (::stat(StrCat(sysfs, "/loop").c_str(), &st) != 0) continue;
+    auto info = InspectLoopDevice(StrCat("/dev/", name), sysfs);
+    if (absl::IsNotFound(info.status())) continue;  // detached meanwhile
+    if (!info.ok()) {
+      status = info.status();
+      break;
+    }
+    out.push_back(std::move(*info));
   }
   ::closedir(d);
+  if (!status.ok()) return status;
   return out;
 }
 

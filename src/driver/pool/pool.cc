@@ -87,7 +87,8 @@ absl::Status Pool::Load() {
   }
   absl::MutexLock lock(&mu_);
   // 2. Records, and images without records (never acknowledged).
-  auto load_volume = [this](const std::string& id, const std::string& text) -> absl::Status {
+  auto load_volume = [this](const std::string& id, const std::string& text)
+                         ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> absl::Status {
     BERTH_ASSIGN_OR_RETURN(VolumeRecord r, VolumeFromJson(text));
     if (r.id != id) return absl::DataLossError(StrCat("record ", id, " names id ", r.id));
     if (r.deleting) {
@@ -98,7 +99,8 @@ absl::Status Pool::Load() {
     volumes_[id] = std::move(r);
     return absl::OkStatus();
   };
-  auto load_snapshot = [this](const std::string& id, const std::string& text) -> absl::Status {
+  auto load_snapshot = [this](const std::string& id, const std::string& text)
+                           ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> absl::Status {
     BERTH_ASSIGN_OR_RETURN(SnapshotRecord r, SnapshotFromJson(text));
     if (r.id != id) return absl::DataLossError(StrCat("record ", id, " names id ", r.id));
     if (r.deleting) {
@@ -109,8 +111,8 @@ absl::Status Pool::Load() {
     snapshots_[id] = std::move(r);
     return absl::OkStatus();
   };
-  auto load_dir = [this](const std::string& sub, const auto& load,
-                         const auto& known) -> absl::Status {
+  auto load_dir = [this](const std::string& sub, const auto& load, const auto& known)
+                      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> absl::Status {
     const std::string dir = Path(sub);
     BERTH_RETURN_IF_ERROR(RemoveTempFiles(dir).status());
     BERTH_ASSIGN_OR_RETURN(auto record_ids, Stems(dir, ".json"));
@@ -131,10 +133,10 @@ absl::Status Pool::Load() {
     }
     return absl::OkStatus();
   };
-  BERTH_RETURN_IF_ERROR(load_dir("volumes", load_volume, [this](const std::string& id) {
+  BERTH_RETURN_IF_ERROR(load_dir("volumes", load_volume, [this](const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return volumes_.contains(id);
   }));
-  BERTH_RETURN_IF_ERROR(load_dir("snapshots", load_snapshot, [this](const std::string& id) {
+  BERTH_RETURN_IF_ERROR(load_dir("snapshots", load_snapshot, [this](const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return snapshots_.contains(id);
   }));
   const std::string groups = Path("groups");

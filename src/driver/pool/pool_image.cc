@@ -1,6 +1,7 @@
 #include "driver/pool/pool_image.h"
 
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 
 #include <filesystem>
 
@@ -12,6 +13,24 @@
 #include "spdlog/spdlog.h"
 
 namespace berth::driver {
+namespace {
+
+// What backs a mounted device, for messages.
+std::string DescribeMountedSource(LoopDevices& loops, const std::string& source) {
+  auto all = loops.List();
+  if (all.ok()) {
+    for (const auto& l : *all) {
+      if (l.device != source) continue;
+      return StrCat("a loop device backed by inode ", l.backing.ino, " on device ",
+                    major(l.backing.dev), ":", minor(l.backing.dev),
+                    l.backing_deleted ? " (removed)" : "", " (the kernel names it \"",
+                    l.backing_name, "\")");
+    }
+  }
+  return "which is not one of this image's loop devices";
+}
+
+}  // namespace
 
 absl::Status EnsurePoolImage(const std::string& image, int64_t size, const std::string& pool_dir,
                              LoopDevices& loops, Mounter& mounter, Formatter& formatter) {
@@ -20,8 +39,12 @@ absl::Status EnsurePoolImage(const std::string& image, int64_t size, const std::
   BERTH_ASSIGN_OR_RETURN(std::string dev, loops.Find(image));
   if (mounted) {
     if (dev.empty() || mounted->source != dev) {
-      return absl::FailedPreconditionError(StrCat("pool directory ", pool_dir, " has ",
-                                                  mounted->source, " mounted, not ", image));
+      return absl::FailedPreconditionError(
+          StrCat("pool directory ", pool_dir, " has ", mounted->source, " mounted, ",
+                 DescribeMountedSource(loops, mounted->source), "; ",
+                 dev.empty() ? StrCat(image, " is not attached to any loop device")
+                             : StrCat(image, " is attached as ", dev),
+                 ". Unmount ", pool_dir, " or point --pool-image at the image it holds"));
     }
     spdlog::info("pool image {} is mounted at {}", image, pool_dir);
   }

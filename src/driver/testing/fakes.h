@@ -20,24 +20,32 @@
 
 namespace berth::driver::testing {
 
+// Devices are matched to images by the image file's identity, as the real
+// ones are; a device whose image was removed or replaced reports its backing
+// file as deleted.
 class FakeLoopDevices final : public LoopDevices {
  public:
   // LoopDevices
   absl::StatusOr<std::vector<LoopInfo>> List() override {
     std::lock_guard<std::mutex> l(mu_);
     std::vector<LoopInfo> out;
-    for (const auto& [dev, image] : devices_) out.push_back({dev, image, false});
+    for (const auto& [dev, b] : devices_) {
+      auto now = IdentifyFile(b.image);
+      out.push_back({dev, b.id, !now.ok() || *now != b.id, b.image, false});
+    }
     return out;
   }
   absl::StatusOr<std::unique_ptr<LoopHandle>> Attach(const std::string& image, bool) override {
+    auto id = IdentifyFile(image);
+    if (!id.ok()) return id.status();
     std::lock_guard<std::mutex> l(mu_);
     std::string dev;
-    for (const auto& [d, i] : devices_) {
-      if (i == image) dev = d;
+    for (const auto& [d, b] : devices_) {
+      if (b.id == *id) dev = d;
     }
     if (dev.empty()) {
       dev = StrCat("/dev/loop", 1000 + next_++);
-      devices_[dev] = image;
+      devices_[dev] = {image, *id};
     }
     return std::unique_ptr<LoopHandle>(new Handle(dev));
   }
@@ -50,12 +58,12 @@ class FakeLoopDevices final : public LoopDevices {
   absl::StatusOr<int64_t> Size(const std::string& device) override {
     std::lock_guard<std::mutex> l(mu_);
     struct stat st {};
-    if (::stat(devices_[device].c_str(), &st) != 0) return absl::NotFoundError(device);
+    if (::stat(devices_[device].image.c_str(), &st) != 0) return absl::NotFoundError(device);
     return static_cast<int64_t>(st.st_size);
   }
   std::string ImageOf(const std::string& device) {
     std::lock_guard<std::mutex> l(mu_);
-    return devices_[device];
+    return devices_[device].image;
   }
 
  private:
@@ -67,8 +75,12 @@ class FakeLoopDevices final : public LoopDevices {
    private:
     std::string d_;
   };
+  struct Backing {
+    std::string image;  // the path it was attached by
+    FileId id;
+  };
   std::mutex mu_;
-  std::map<std::string, std::string> devices_;  // device -> image
+  std::map<std::string, Backing> devices_;  // device -> backing file
   int next_ = 0;
 };
 

@@ -86,7 +86,14 @@ class FakeNodeDriver : public ::csi::v1::Identity::Service, public ::csi::v1::No
   void Fail(const std::string& method, int n, grpc::StatusCode code = grpc::StatusCode::INTERNAL,
             std::string message = "injected failure") {
     absl::MutexLock lock(&mu_);
-    failures_[method] = {n, code, std::move(message)};
+    failures_[method] = {n, code, std::move(message), false};
+  }
+  // The next `n` calls of `method` ("stage", "publish", "unpublish",
+  // "unstage") do their work, then answer `code` (a timeout after a mount).
+  void FailAfter(const std::string& method, int n, grpc::StatusCode code = grpc::StatusCode::DEADLINE_EXCEEDED,
+                 std::string message = "injected failure after the work was done") {
+    absl::MutexLock lock(&mu_);
+    failures_[method] = {n, code, std::move(message), true};
   }
   int Calls(const std::string& method) const {
     absl::MutexLock lock(&mu_);
@@ -191,10 +198,14 @@ class FakeNodeDriver : public ::csi::v1::Identity::Service, public ::csi::v1::No
     if (it != staged_.end() && it->second != req->staging_target_path()) {
       return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "staged elsewhere");
     }
-    std::error_code ec;
-    std::filesystem::create_directories(req->staging_target_path(), ec);
+    // The CO creates the staging directory (CSI spec: "The CO SHALL ensure
+    // that the path exists").
+    struct stat st {};
+    if (::stat(req->staging_target_path().c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "staging target path does not exist");
+    }
     staged_[req->volume_id()] = req->staging_target_path();
-    return grpc::Status::OK;
+    return InjectedAfter("stage");
   }
   grpc::Status NodeUnstageVolume(grpc::ServerContext*, const ::csi::v1::NodeUnstageVolumeRequest* req,
                                  ::csi::v1::NodeUnstageVolumeResponse*) override {
@@ -204,7 +215,7 @@ class FakeNodeDriver : public ::csi::v1::Identity::Service, public ::csi::v1::No
       if (id == req->volume_id()) return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "still published");
     }
     staged_.erase(req->volume_id());
-    return grpc::Status::OK;
+    return InjectedAfter("unstage");
   }
   grpc::Status NodePublishVolume(grpc::ServerContext*, const ::csi::v1::NodePublishVolumeRequest* req,
                                  ::csi::v1::NodePublishVolumeResponse*) override {
@@ -225,7 +236,7 @@ class FakeNodeDriver : public ::csi::v1::Identity::Service, public ::csi::v1::No
     }
     published_[target] = req->volume_id();
     publish_requests_.push_back(*req);
-    return grpc::Status::OK;
+    return InjectedAfter("publish");
   }
   grpc::Status NodeUnpublishVolume(grpc::ServerContext*, const ::csi::v1::NodeUnpublishVolumeRequest* req,
                                    ::csi::v1::NodeUnpublishVolumeResponse*) override {
@@ -234,7 +245,7 @@ class FakeNodeDriver : public ::csi::v1::Identity::Service, public ::csi::v1::No
     published_.erase(req->target_path());
     std::error_code ec;
     std::filesystem::remove(req->target_path(), ec);
-    return grpc::Status::OK;
+    return InjectedAfter("unpublish");
   }
   grpc::Status NodeExpandVolume(grpc::ServerContext*, const ::csi::v1::NodeExpandVolumeRequest* req,
                                 ::csi::v1::NodeExpandVolumeResponse* resp) override {
@@ -251,11 +262,18 @@ class FakeNodeDriver : public ::csi::v1::Identity::Service, public ::csi::v1::No
     int n = 0;
     grpc::StatusCode code = grpc::StatusCode::OK;
     std::string message;
+    bool after = false;  // after the work is done
   };
   grpc::Status Injected(const std::string& method) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     ++calls_[method];
+    return Take(method, false);
+  }
+  grpc::Status InjectedAfter(const std::string& method) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return Take(method, true);
+  }
+  grpc::Status Take(const std::string& method, bool after) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     auto it = failures_.find(method);
-    if (it == failures_.end() || it->second.n <= 0) return grpc::Status::OK;
+    if (it == failures_.end() || it->second.n <= 0 || it->second.after != after) return grpc::Status::OK;
     --it->second.n;
     return grpc::Status(it->second.code, it->second.message);
   }

@@ -1,0 +1,459 @@
+#include "controllers/nodelifecycle/node_lifecycle.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "client/object.h"
+#include "client/writes.h"
+#include "common/status.h"
+#include "common/strings.h"
+#include "controllers/taints.h"
+#include "spdlog/spdlog.h"
+
+namespace berth::controllers {
+namespace {
+
+using client::Field;
+using client::K;
+using client::Name;
+using client::Str;
+using nlohmann::json;
+
+// Conditions the controller turns Unknown when the node goes silent (not
+// NetworkUnavailable: the network plugin owns it). Only Ready is added when
+// missing: berth's agents report no pressure conditions, and ones added
+// here would stay Unknown after the node came back.
+constexpr const char* kSilencedConditions[] = {"Ready", "MemoryPressure", "DiskPressure", "PIDPressure"};
+
+// TaintNodesByCondition: (condition, status) → NoSchedule taint key.
+struct ConditionTaint {
+  const char* condition;
+  const char* status;
+  const char* key;
+};
+constexpr ConditionTaint kConditionTaints[] = {
+    {"Ready", "False", kTaintNodeNotReady},
+    {"Ready", "Unknown", kTaintNodeUnreachable},
+    {"MemoryPressure", "True", "node.kubernetes.io/memory-pressure"},
+    {"DiskPressure", "True", "node.kubernetes.io/disk-pressure"},
+    {"NetworkUnavailable", "True", "node.kubernetes.io/network-unavailable"},
+    {"PIDPressure", "True", "node.kubernetes.io/pid-pressure"},
+};
+
+std::optional<absl::Time> ParseRfc3339(const std::string& text) {
+  absl::Time t;
+  std::string err;
+  if (text.empty() || !absl::ParseTime(absl::RFC3339_full, text, &t, &err)) return std::nullopt;
+  return t;
+}
+
+// nodetopology.GetZoneKey on the stable labels: "" when neither is set.
+std::string ZoneKey(const json& node) {
+  const std::string region = Str(node, {"metadata", "labels", "topology.kubernetes.io/region"});
+  const std::string zone = Str(node, {"metadata", "labels", "topology.kubernetes.io/zone"});
+  if (region.empty() && zone.empty()) return "";
+  return region + std::string(":\0:", 3) + zone;
+}
+
+json NodeTaint(const std::string& key, const std::string& effect, const std::string& now) {
+  return {{"key", key}, {"effect", effect}, {"timeAdded", now}};
+}
+
+}  // namespace
+
+void IndexPodsByNode(client::Informer& pods) {
+  pods.AddIndex(kPodsByNode, [](const json& pod) {
+    const std::string node = Str(pod, {"spec", "nodeName"});
+    return node.empty() ? std::vector<std::string>{} : std::vector<std::string>{node};
+  });
+}
+
+NodeLifecycleController::NodeLifecycleController(apiserver::Registry& registry, NodeLifecycleInformers informers,
+                                                 Options options)
+    : registry_(registry),
+      informers_(informers),
+      options_(options),
+      clock_(options_.clock != nullptr ? *options_.clock : RealClock()),
+      events_(registry, "node-controller") {}
+
+NodeLifecycleController::~NodeLifecycleController() { Stop(); }
+
+void NodeLifecycleController::RegisterHandlers() {
+  IndexPodsByNode(informers_.pods);
+  informers_.nodes.AddHandlers({
+      .on_add = [this](const json& n) { node_queue_.Add(Name(n)); },
+      .on_update = [this](const json&, const json& n) { node_queue_.Add(Name(n)); },
+      .on_delete = nullptr,
+  });
+  informers_.pods.AddHandlers({
+      .on_add =
+          [this](const json& p) {
+            if (!Str(p, {"spec", "nodeName"}).empty()) pod_queue_.Add(client::ObjectKey(p));
+          },
+      .on_update =
+          [this](const json& before, const json& after) {
+            const std::string node = Str(after, {"spec", "nodeName"});
+            if (!node.empty() && node != Str(before, {"spec", "nodeName"})) pod_queue_.Add(client::ObjectKey(after));
+          },
+      .on_delete = nullptr,
+  });
+}
+
+void NodeLifecycleController::Start() {
+  {
+    absl::MutexLock lock(&mu_);
+    stop_ = false;
+  }
+  threads_.emplace_back([this] { MonitorLoop(); });
+  threads_.emplace_back([this] {
+    client::RunWorker(node_queue_, "node lifecycle: taints",
+                      [this](const std::string& n) { return SyncNoScheduleTaints(n); });
+  });
+  threads_.emplace_back([this] {
+    client::RunWorker(pod_queue_, "node lifecycle: pod", [this](const std::string& k) { return SyncPod(k); });
+  });
+}
+
+void NodeLifecycleController::Stop() {
+  {
+    absl::MutexLock lock(&mu_);
+    stop_ = true;
+  }
+  node_queue_.ShutDown();
+  pod_queue_.ShutDown();
+  for (auto& t : threads_) t.join();
+  threads_.clear();
+}
+
+void NodeLifecycleController::MonitorLoop() {
+  for (;;) {
+    const absl::Time next = clock_.Now() + options_.monitor_period;
+    if (absl::Status st = MonitorNodeHealth(); !st.ok()) {
+      spdlog::warn("node lifecycle: monitoring node health: {}", st.ToString());
+    }
+    absl::MutexLock lock(&mu_);
+    if (clock_.AwaitWithDeadline(mu_, absl::Condition(&stop_), next)) return;
+  }
+}
+
+absl::Status NodeLifecycleController::MonitorNodeHealth() {
+  const std::vector<json> nodes = informers_.nodes.List();
+  std::vector<json> added;
+  {
+    std::set<std::string> names;
+    for (const auto& n : nodes) names.insert(Name(n));
+    absl::MutexLock lock(&mu_);
+    for (const auto& n : nodes) {
+      if (!known_.contains(Name(n))) added.push_back(n);
+    }
+    for (const auto& k : known_) {
+      if (!names.contains(k)) {
+        spdlog::info("node lifecycle: node {} was deleted", k);
+        health_.erase(k);
+      }
+    }
+    known_ = std::move(names);
+  }
+  for (const auto& n : added) {
+    events_.Record(n, "Normal", "RegisteredNode", StrCat("Registered Node ", Name(n), " in Controller"));
+  }
+
+  absl::Status result;
+  std::vector<std::pair<json, Observed>> seen;
+  for (const auto& node : nodes) {
+    auto observed = UpdateNodeHealth(node);
+    if (!observed.ok()) {
+      result.Update(observed.status());
+      continue;
+    }
+    seen.emplace_back(node, *observed);
+  }
+
+  // Master disruption: no zone has a Ready node.
+  std::map<std::string, bool> zone_ready;
+  for (const auto& [node, o] : seen) {
+    if (Field(Field(node, "metadata"), "labels").contains(kLabelExcludeDisruption)) continue;
+    zone_ready[ZoneKey(node)] |= o.after == "True";
+  }
+  const bool disrupted =
+      !zone_ready.empty() && std::none_of(zone_ready.begin(), zone_ready.end(), [](const auto& z) { return z.second; });
+  {
+    absl::MutexLock lock(&mu_);
+    if (disrupted && !fully_disrupted_) {
+      spdlog::warn("node lifecycle: no node is Ready; assuming the fault is ours: no taint-based evictions");
+    }
+    if (!disrupted && fully_disrupted_) {
+      // Every node gets a fresh grace period (upstream: exiting master
+      // disruption mode updates all probe timestamps).
+      spdlog::info("node lifecycle: some nodes are Ready again; taint-based evictions resume");
+      const absl::Time now = clock_.Now();
+      for (auto& [name, h] : health_) {
+        h.probe = now;
+        h.ready_transition = now;
+      }
+    }
+    fully_disrupted_ = disrupted;
+  }
+
+  for (const auto& [node, o] : seen) {
+    if (o.after.empty()) continue;  // still within its startup grace period
+    result.Update(SetNoExecuteTaints(node, disrupted ? "True" : o.after));
+    const std::string name = Name(node);
+    bool retry;
+    {
+      absl::MutexLock lock(&mu_);
+      retry = health_[name].retry_pods;
+    }
+    if (o.after == "True" || (o.before != "True" && !retry)) continue;
+    if (o.before == "True") {
+      events_.Record(node, "Normal", "NodeNotReady", StrCat("Node ", name, " status is now: NodeNotReady"));
+    }
+    absl::Status st = MarkPodsNotReady(name);
+    {
+      absl::MutexLock lock(&mu_);
+      health_[name].retry_pods = !st.ok();
+    }
+    result.Update(st);
+  }
+  return result;
+}
+
+absl::StatusOr<NodeLifecycleController::Observed> NodeLifecycleController::UpdateNodeHealth(const json& node) {
+  const std::string name = Name(node);
+  const absl::Time now = clock_.Now();
+  const absl::Time created = ParseRfc3339(Str(node, {"metadata", "creationTimestamp"})).value_or(now);
+  const json& ready = NodeReadyCondition(node);
+  const bool has_ready = !ready.is_null();
+  const absl::Duration grace = has_ready ? options_.grace_period : options_.startup_grace_period;
+
+  Observed observed;
+  Health h;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = health_.find(name);
+    if (it == health_.end()) {
+      // First sight (or a restart of the controller): the grace period
+      // starts now — or at the node's creation when it never reported.
+      h.probe = has_ready ? now : created;
+      h.ready_transition = h.probe;
+    } else {
+      h = it->second;
+      observed.before = h.status;
+      if (h.has_ready != has_ready) {
+        h.probe = now;
+        h.ready_transition = now;
+      } else if (has_ready && h.heartbeat != Str(ready, {"lastHeartbeatTime"})) {
+        h.probe = now;
+        if (h.transition != Str(ready, {"lastTransitionTime"})) h.ready_transition = now;
+      }
+    }
+  }
+  h.has_ready = has_ready;
+  h.heartbeat = Str(ready, {"lastHeartbeatTime"});
+  h.transition = Str(ready, {"lastTransitionTime"});
+  h.status = Str(ready, {"status"});
+  // A renewed lease is a probe too (the agent may post status only once a
+  // minute).
+  auto lease_renew = [&](const json& lease) { return ParseRfc3339(Str(lease, {"spec", "renewTime"})); };
+  auto newer_lease = [&](std::optional<absl::Time> renew) {
+    if (!renew || (h.lease_renew && *renew <= *h.lease_renew)) return false;
+    h.lease_renew = renew;
+    h.probe = now;
+    return true;
+  };
+  if (auto lease = informers_.leases.Get(kNodeLeaseNamespace, name)) newer_lease(lease_renew(*lease));
+
+  absl::Status result;
+  if (now > h.probe + grace) {
+    // The cache may be behind: look at the stored lease before declaring
+    // the node silent.
+    auto stored = registry_.Get(K("leases", "coordination.k8s.io"), kNodeLeaseNamespace, name);
+    if (!(stored.ok() && newer_lease(lease_renew(*stored)))) {
+      const std::string now_text = client::Rfc3339(now);
+      const std::string created_text = Str(node, {"metadata", "creationTimestamp"});
+      json written;  // the Ready condition written
+      result = client::MutateObject(registry_, K("nodes"), node, apiserver::Subresource::kStatus, [&](json& fresh) {
+        // The node posted its status since we looked: decide next pass.
+        if (Str(NodeReadyCondition(fresh), {"lastHeartbeatTime"}) != h.heartbeat) return false;
+        json& conditions = fresh["status"]["conditions"];
+        if (!conditions.is_array()) conditions = json::array();
+        bool changed = false;
+        for (const char* type : kSilencedConditions) {
+          auto c = std::find_if(conditions.begin(), conditions.end(),
+                                [&](const json& x) { return Str(x, {"type"}) == type; });
+          if (c == conditions.end()) {
+            if (std::string_view(type) != "Ready") continue;
+            conditions.push_back({{"type", type},
+                                  {"status", "Unknown"},
+                                  {"reason", "NodeStatusNeverUpdated"},
+                                  {"message", "Kubelet never posted node status."},
+                                  {"lastHeartbeatTime", created_text},
+                                  {"lastTransitionTime", now_text}});
+            changed = true;
+          } else if (Str(*c, {"status"}) != "Unknown") {
+            (*c)["status"] = "Unknown";
+            (*c)["reason"] = "NodeStatusUnknown";
+            (*c)["message"] = "Kubelet stopped posting node status.";
+            (*c)["lastTransitionTime"] = now_text;
+            changed = true;
+          }
+        }
+        if (changed) written = NodeReadyCondition(fresh);
+        return changed;
+      });
+      if (result.ok() && !written.is_null()) {
+        spdlog::warn("node lifecycle: node {} stopped posting status and renewing its lease ({} without a signal)",
+                     name, absl::FormatDuration(now - h.probe));
+        h.has_ready = true;
+        h.heartbeat = Str(written, {"lastHeartbeatTime"});
+        h.transition = Str(written, {"lastTransitionTime"});
+        h.status = Str(written, {"status"});
+        h.ready_transition = now;
+      }
+    }
+  }
+  observed.after = h.has_ready ? h.status : "";
+  {
+    absl::MutexLock lock(&mu_);
+    health_[name] = h;
+  }
+  if (!result.ok()) return result;
+  return observed;
+}
+
+absl::Status NodeLifecycleController::SetNoExecuteTaints(const json& node, const std::string& ready) {
+  const char* want = ready == "False" ? kTaintNodeNotReady : ready == "Unknown" ? kTaintNodeUnreachable : nullptr;
+  std::vector<json> add, remove;
+  for (const char* key : {kTaintNodeNotReady, kTaintNodeUnreachable}) {
+    if (want != nullptr && std::string_view(key) == want) {
+      if (!HasTaint(node, key, kNoExecute)) add.push_back(NodeTaint(key, kNoExecute, client::Rfc3339(clock_.Now())));
+    } else if (HasTaint(node, key, kNoExecute)) {
+      remove.push_back({{"key", key}, {"effect", kNoExecute}});
+    }
+  }
+  if (add.empty() && remove.empty()) return absl::OkStatus();
+  if (!add.empty()) spdlog::info("node lifecycle: node {} is {}: tainting it {}:NoExecute", Name(node), ready, want);
+  return SwapTaints(Name(node), add, remove);
+}
+
+absl::Status NodeLifecycleController::SwapTaints(const std::string& name, const std::vector<json>& add,
+                                                 const std::vector<json>& remove) {
+  std::optional<json> node = informers_.nodes.Get("", name);
+  if (!node) return absl::OkStatus();
+  // The monitor pass and the NoSchedule worker both write taints, and the
+  // agent writes the node too: a conflict is routine, so try again on a
+  // fresh copy (as upstream's SwapNodeControllerTaint does).
+  absl::Status st;
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    st = client::MutateObject(registry_, K("nodes"), *node, apiserver::Subresource::kMain, [&](json& fresh) {
+      json& taints = fresh["spec"]["taints"];
+      if (!taints.is_array()) taints = json::array();
+      const size_t before = taints.size();
+      bool changed = false;
+      for (const auto& r : remove) {
+        taints.erase(std::remove_if(taints.begin(), taints.end(),
+                                    [&](const json& t) {
+                                      return Str(t, {"key"}) == Str(r, {"key"}) &&
+                                             Str(t, {"effect"}) == Str(r, {"effect"});
+                                    }),
+                     taints.end());
+      }
+      changed = taints.size() != before;
+      for (const auto& a : add) {
+        const bool present = std::any_of(taints.begin(), taints.end(), [&](const json& t) {
+          return Str(t, {"key"}) == Str(a, {"key"}) && Str(t, {"effect"}) == Str(a, {"effect"});
+        });
+        if (!present) {
+          taints.push_back(a);
+          changed = true;
+        }
+      }
+      if (taints.empty()) fresh["spec"].erase("taints");
+      return changed;
+    });
+    if (st.code() != absl::StatusCode::kAborted) return st;
+  }
+  return st;
+}
+
+absl::Status NodeLifecycleController::SyncNoScheduleTaints(const std::string& name) {
+  std::optional<json> node = informers_.nodes.Get("", name);
+  if (!node) return absl::OkStatus();
+  std::set<std::string> want;
+  const json& conditions = Field(Field(*node, "status"), "conditions");
+  for (const auto& c : conditions.is_array() ? conditions : json::array()) {
+    for (const auto& ct : kConditionTaints) {
+      if (Str(c, {"type"}) == ct.condition && Str(c, {"status"}) == ct.status) want.insert(ct.key);
+    }
+  }
+  const json& unschedulable = Field(Field(*node, "spec"), "unschedulable");
+  if (unschedulable.is_boolean() && unschedulable.get<bool>()) want.insert(kTaintNodeUnschedulable);
+  std::set<std::string> have;
+  for (const auto& t : NodeTaints(*node, kNoSchedule)) {
+    const bool ours =
+        t.key == kTaintNodeUnschedulable || std::any_of(std::begin(kConditionTaints), std::end(kConditionTaints),
+                                                        [&](const ConditionTaint& ct) { return t.key == ct.key; });
+    if (ours) have.insert(t.key);
+  }
+  std::vector<json> add, remove;
+  const std::string now = client::Rfc3339(clock_.Now());
+  for (const auto& k : want) {
+    if (!have.contains(k)) add.push_back(NodeTaint(k, kNoSchedule, now));
+  }
+  for (const auto& k : have) {
+    if (!want.contains(k)) remove.push_back({{"key", k}, {"effect", kNoSchedule}});
+  }
+  if (add.empty() && remove.empty()) return absl::OkStatus();
+  return SwapTaints(name, add, remove);
+}
+
+namespace {
+
+// controllerutil.MarkPodsNotReady for one pod: its Ready condition (if it
+// has one) becomes False; false when there was nothing to change.
+bool MarkPodNotReady(json& status, const std::string& now) {
+  json& conditions = status["conditions"];
+  if (!conditions.is_array()) return false;
+  for (auto& c : conditions) {
+    if (Str(c, {"type"}) != "Ready") continue;
+    if (Str(c, {"status"}) == "False") return false;
+    c["status"] = "False";
+    c["lastTransitionTime"] = now;
+    return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+absl::Status NodeLifecycleController::MarkPodsNotReady(const std::string& node) {
+  absl::Status result;
+  for (const auto& pod : informers_.pods.ByIndex(kPodsByNode, node)) {
+    result.Update(SyncPod(client::ObjectKey(pod)));
+  }
+  return result;
+}
+
+absl::Status NodeLifecycleController::SyncPod(const std::string& key) {
+  std::optional<json> pod = informers_.pods.GetByKey(key);
+  if (!pod) return absl::OkStatus();
+  const std::string node = Str(*pod, {"spec", "nodeName"});
+  {
+    absl::MutexLock lock(&mu_);
+    auto h = health_.find(node);
+    // Unknown nodes (not seen yet) and Ready ones: nothing to do.
+    if (node.empty() || h == health_.end() || !h->second.has_ready || h->second.status == "True") {
+      return absl::OkStatus();
+    }
+  }
+  json status = pod->value("status", json::object());
+  const std::string now = client::Rfc3339(clock_.Now());
+  if (!MarkPodNotReady(status, now)) return absl::OkStatus();
+  bool changed = false;
+  BERTH_RETURN_IF_ERROR(
+      client::EditStatus(registry_, K("pods"), *pod, [&](json& s) { changed = MarkPodNotReady(s, now); }));
+  if (changed) events_.Record(*pod, "Warning", "NodeNotReady", "Node is not ready");
+  return absl::OkStatus();
+}
+
+}  // namespace berth::controllers

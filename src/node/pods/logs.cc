@@ -1,0 +1,305 @@
+#include "node/pods/logs.h"
+
+#include <sys/stat.h>
+
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/time/clock.h"
+#include "client/object.h"
+#include "common/status.h"
+#include "common/strings.h"
+#include "node/pods/pod_config.h"
+#include "node/pods/pod_workers.h"
+#include "nlohmann/json.hpp"
+#include "spdlog/spdlog.h"
+
+namespace berth::node::pods {
+namespace {
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+// Turns CRI lines into output lines, joining partial pieces.
+class LineAssembler {
+ public:
+  explicit LineAssembler(const LogOptions& options) : options_(options) {}
+  // Feeds one CRI line; returns a finished output line, if any.
+  std::optional<std::string> Feed(std::string_view raw) {
+    auto line = ParseCriLogLine(raw);
+    if (!line) return std::nullopt;
+    if (pending_.empty()) first_time_ = std::string(raw.substr(0, raw.find(' '))), first_ = line->time;
+    pending_.append(line->content);
+    if (line->partial) return std::nullopt;
+    std::string out = std::move(pending_);
+    pending_.clear();
+    if (first_ < options_.since) return std::nullopt;
+    out.push_back('\n');
+    if (options_.timestamps) out = first_time_ + " " + out;
+    return out;
+  }
+
+ private:
+  const LogOptions& options_;
+  std::string pending_;
+  std::string first_time_;
+  absl::Time first_;
+};
+
+struct FileId {
+  dev_t dev = 0;
+  ino_t ino = 0;
+  bool operator==(const FileId&) const = default;
+};
+
+std::optional<FileId> IdOf(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return std::nullopt;
+  return FileId{st.st_dev, st.st_ino};
+}
+
+bool QueryTrue(const http::HttpRequest& r, const char* key) {
+  auto it = r.query.find(key);
+  return it != r.query.end() && (it->second == "true" || it->second == "1");
+}
+
+const json* StatusOf(const json& pod, const std::string& container, bool* init) {
+  for (const char* field : {"containerStatuses", "initContainerStatuses"}) {
+    const json& list = client::Field(client::Field(pod, "status"), field);
+    if (!list.is_array()) continue;
+    for (const auto& s : list) {
+      if (s.value("name", "") == container) {
+        *init = std::string_view(field) == "initContainerStatuses";
+        return &s;
+      }
+    }
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+std::optional<CriLogLine> ParseCriLogLine(std::string_view line) {
+  const size_t a = line.find(' ');
+  if (a == std::string_view::npos) return std::nullopt;
+  const size_t b = line.find(' ', a + 1);
+  if (b == std::string_view::npos) return std::nullopt;
+  const size_t c = line.find(' ', b + 1);
+  CriLogLine out;
+  std::string err;
+  if (!absl::ParseTime(absl::RFC3339_full, std::string(line.substr(0, a)), &out.time, &err)) return std::nullopt;
+  out.stream = line.substr(a + 1, b - a - 1);
+  if (out.stream != "stdout" && out.stream != "stderr") return std::nullopt;
+  const std::string_view tags = line.substr(b + 1, (c == std::string_view::npos ? line.size() : c) - b - 1);
+  for (size_t i = 0; i < tags.size();) {
+    const size_t end = std::min(tags.find(':', i), tags.size());
+    if (tags.substr(i, end - i) == "P") out.partial = true;
+    i = end + 1;
+  }
+  out.content = c == std::string_view::npos ? std::string_view() : line.substr(c + 1);
+  return out;
+}
+
+absl::Status CopyLog(const std::string& path, const LogOptions& options,
+                     const std::function<bool(std::string_view)>& write, const std::function<bool()>& keep_following,
+                     absl::Duration poll) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(StrCat("log file ", path, " not found"));
+  std::optional<FileId> id = IdOf(path);
+  LineAssembler lines(options);
+  int64_t written = 0;
+  bool open = true;
+  auto emit = [&](std::string s) {
+    if (options.limit_bytes >= 0) {
+      if (written >= options.limit_bytes) return false;
+      if (written + static_cast<int64_t>(s.size()) > options.limit_bytes) s.resize(options.limit_bytes - written);
+    }
+    written += static_cast<int64_t>(s.size());
+    open = write(s);
+    return open && (options.limit_bytes < 0 || written < options.limit_bytes);
+  };
+
+  // What is there now (the last tailLines of it).
+  std::deque<std::string> tail;
+  std::string raw;
+  std::streamoff offset = 0;
+  while (std::getline(in, raw)) {
+    if (in.eof()) break;  // an unfinished last line: read again when following
+    offset = in.tellg();
+    auto out = lines.Feed(raw);
+    if (!out) continue;
+    tail.push_back(std::move(*out));
+    if (options.tail_lines >= 0 && static_cast<int64_t>(tail.size()) > options.tail_lines) tail.pop_front();
+  }
+  for (auto& s : tail) {
+    if (!emit(std::move(s))) return absl::OkStatus();
+  }
+  if (!options.follow) return absl::OkStatus();
+
+  for (;;) {
+    in.clear();
+    in.seekg(offset);
+    bool got = false;
+    std::string chunk;
+    while (std::getline(in, chunk)) {
+      if (in.eof()) break;  // no newline yet: read again
+      offset = in.tellg();
+      got = true;
+      if (auto out = lines.Feed(chunk); out && !emit(std::move(*out))) return absl::OkStatus();
+    }
+    if (got) continue;
+    // Rotated (a new file at the path) or truncated: start on the new one.
+    std::optional<FileId> now = IdOf(path);
+    struct stat st {};
+    const bool truncated = ::stat(path.c_str(), &st) == 0 && st.st_size < offset;
+    if ((now && id && !(*now == *id)) || truncated) {
+      in.close();
+      in.open(path, std::ios::binary);
+      id = now;
+      offset = 0;
+      continue;
+    }
+    if (!open || !keep_following()) return absl::OkStatus();
+    absl::SleepFor(poll);
+  }
+}
+
+absl::Status ServePodLog(apiserver::Registry& registry, const std::string& log_root, const std::string& ns,
+                         const std::string& name, const http::HttpRequest& request, http::ResponseWriter& out) {
+  BERTH_ASSIGN_OR_RETURN(json pod, registry.Get(client::K("pods"), ns, name));
+  std::string container;
+  if (auto it = request.query.find("container"); it != request.query.end()) container = it->second;
+  std::vector<std::string> names, init_names;
+  for (const char* field : {"containers", "initContainers"}) {
+    const json& list = client::Field(client::Field(pod, "spec"), field);
+    for (const auto& c : list.is_array() ? list : json::array()) {
+      (std::string_view(field) == "containers" ? names : init_names).push_back(c.value("name", ""));
+    }
+  }
+  auto join = [](const std::vector<std::string>& v) {
+    std::string s;
+    for (const auto& x : v) s += (s.empty() ? "" : " ") + x;
+    return "[" + s + "]";
+  };
+  if (container.empty()) {
+    if (names.size() != 1) {
+      std::string msg = StrCat("a container name must be specified for pod ", name, ", choose one of: ", join(names));
+      if (!init_names.empty()) msg += StrCat(" or one of the init containers: ", join(init_names));
+      return absl::InvalidArgumentError(msg);
+    }
+    container = names.front();
+  }
+  if (std::find(names.begin(), names.end(), container) == names.end() &&
+      std::find(init_names.begin(), init_names.end(), container) == init_names.end()) {
+    return absl::InvalidArgumentError(StrCat("container ", container, " is not valid for pod ", name));
+  }
+  bool init = false;
+  const json* status = StatusOf(pod, container, &init);
+  const bool previous = QueryTrue(request, "previous");
+  const json state = status != nullptr ? status->value("state", json::object()) : json::object();
+  const json last = status != nullptr ? status->value("lastState", json::object()) : json::object();
+  int64_t index = status != nullptr ? status->value("restartCount", 0) : 0;
+  // kubelet's validateContainerLogStatus, by instance: the newest instance
+  // writes <restartCount>.log; a waiting container's lastState is that
+  // same newest (exited) instance.
+  const bool newer = state.contains("running") || state.contains("terminated");
+  if (previous) {
+    if (!last.contains("terminated")) {
+      return absl::InvalidArgumentError(
+          StrCat("previous terminated container \"", container, "\" in pod \"", name, "\" not found"));
+    }
+    if (newer) --index;
+  } else if (!newer && !last.contains("terminated")) {
+    std::string reason = "ContainerCreating";
+    if (state.contains("waiting")) reason = state["waiting"].value("reason", reason);
+    if (reason == "ErrImagePull") reason = "image can't be pulled";
+    if (reason == "ImagePullBackOff") reason = "trying and failing to pull image";
+    return absl::InvalidArgumentError(
+        StrCat("container \"", container, "\" in pod \"", name, "\" is waiting to start: ", reason));
+  }
+  LogOptions options;
+  options.timestamps = QueryTrue(request, "timestamps");
+  options.follow = QueryTrue(request, "follow") && !previous;
+  auto number = [&](const char* key, int64_t* v) -> absl::Status {
+    auto it = request.query.find(key);
+    if (it == request.query.end()) return absl::OkStatus();
+    if (!absl::SimpleAtoi(it->second, v) || *v < 0) return absl::InvalidArgumentError(StrCat(key, ": want a non-negative integer"));
+    return absl::OkStatus();
+  };
+  BERTH_RETURN_IF_ERROR(number("tailLines", &options.tail_lines));
+  BERTH_RETURN_IF_ERROR(number("limitBytes", &options.limit_bytes));
+  int64_t since_seconds = -1;
+  BERTH_RETURN_IF_ERROR(number("sinceSeconds", &since_seconds));
+  if (since_seconds >= 0) options.since = absl::Now() - absl::Seconds(since_seconds);
+  if (auto it = request.query.find("sinceTime"); it != request.query.end()) {
+    std::string err;
+    if (!absl::ParseTime(absl::RFC3339_full, it->second, &options.since, &err)) {
+      return absl::InvalidArgumentError("sinceTime: want an RFC 3339 time");
+    }
+  }
+  const std::string path = StrCat(PodLogDirectory(log_root, pod), "/", container, "/", index, ".log");
+  if (!fs::exists(path)) {
+    return absl::NotFoundError(StrCat("the log of container \"", container, "\" in pod \"", name, "\" is gone (", path, ")"));
+  }
+  if (!out.StartStream(200, "text/plain")) return absl::OkStatus();
+  // Follow while this instance of the container runs (checked every second).
+  absl::Time next_check = absl::Now();
+  bool running = true;
+  auto keep_following = [&] {
+    if (out.Cancelled()) return false;
+    if (absl::Now() < next_check) return running;
+    next_check = absl::Now() + absl::Seconds(1);
+    auto now = registry.Get(client::K("pods"), ns, name);
+    bool is_init = false;
+    const json* s = now.ok() && client::Uid(*now) == client::Uid(pod) ? StatusOf(*now, container, &is_init) : nullptr;
+    running = s != nullptr && s->value("restartCount", 0) == index && s->contains("state") &&
+              (*s)["state"].contains("running");
+    return running;
+  };
+  absl::Status st = CopyLog(path, options, [&](std::string_view s) { return out.WriteChunk(std::string(s)); },
+                            keep_following);
+  if (!st.ok()) spdlog::warn("pod {}/{} log: {}", ns, name, st.ToString());
+  return absl::OkStatus();
+}
+
+void PodWorkers::RotateLogs() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (clock_.Now() < next_rotation_) return;
+    next_rotation_ = clock_.Now() + options_.log_rotation_period;
+  }
+  cri::v1::ContainerFilter filter;
+  (*filter.mutable_label_selector())[kNodeLabel] = options_.node_name;
+  filter.mutable_state()->set_state(cri::v1::CONTAINER_RUNNING);
+  auto containers = runtime_.ListContainers(filter);
+  if (!containers.ok()) return;
+  for (const auto& c : *containers) {
+    auto status = runtime_.ContainerStatus(c.id());
+    if (!status.ok() || status->log_path().empty()) continue;
+    const std::string path = status->log_path();
+    std::error_code ec;
+    const auto size = fs::file_size(path, ec);
+    if (ec || static_cast<int64_t>(size) <= options_.log_max_bytes) continue;
+    const std::string rotated = path + "." + absl::FormatTime("%Y%m%d-%H%M%S", absl::Now(), absl::UTCTimeZone());
+    fs::rename(path, rotated, ec);
+    if (ec) continue;
+    if (absl::Status st = runtime_.ReopenContainerLog(c.id()); !st.ok()) {
+      fs::rename(rotated, path, ec);  // the runtime still writes the old file
+      spdlog::warn("node {}: rotating {}: {}", options_.node_name, path, st.ToString());
+      continue;
+    }
+    // Keep the newest log_max_files - 1 rotated files beside the live one.
+    std::vector<std::string> old;
+    const std::string base = fs::path(path).filename().string() + ".";
+    for (const auto& e : fs::directory_iterator(fs::path(path).parent_path(), ec)) {
+      if (e.path().filename().string().rfind(base, 0) == 0) old.push_back(e.path().string());
+    }
+    std::sort(old.begin(), old.end());
+    for (size_t i = 0; i + std::max(1, options_.log_max_files - 1) < old.size(); ++i) fs::remove(old[i], ec);
+  }
+}
+
+}  // namespace berth::node::pods

@@ -1,0 +1,297 @@
+// The pod workers' machinery: the pod informer, the runtime relist (PLEG),
+// the work queue and its threads, delayed syncs on the clock, the crash-loop
+// backoff and CouldHaveRunningContainers. One pod's sync is in pod_sync.cc.
+#include "node/pods/pod_workers.h"
+
+#include <unistd.h>
+
+#include <fstream>
+
+#include "client/object.h"
+#include "common/status.h"
+#include "common/strings.h"
+#include "spdlog/spdlog.h"
+
+namespace berth::node::pods {
+namespace {
+
+using nlohmann::json;
+
+int64_t NodeMemoryBytes() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  int64_t kib = 0;
+  while (in >> key >> kib) {
+    if (key == "MemTotal:") return kib * 1024;
+    in.ignore(1 << 10, '\n');
+  }
+  return 0;
+}
+
+}  // namespace
+
+PodWorkers::PodWorkers(apiserver::Registry& registry, cri::Runtime& runtime, PodVolumes& volumes, Options options)
+    : registry_(registry),
+      runtime_(runtime),
+      volumes_(volumes),
+      options_(std::move(options)),
+      clock_(options_.clock != nullptr ? *options_.clock : RealClock()),
+      events_(registry, "kubelet"),
+      queue_(client::WorkQueue::Options{.base_delay = absl::Milliseconds(200), .max_delay = absl::Seconds(10)}) {}
+
+PodWorkers::~PodWorkers() { Stop(); }
+
+absl::Status PodWorkers::Start() {
+  node_memory_bytes_ = NodeMemoryBytes();
+  {
+    absl::MutexLock lock(&mu_);
+    stop_ = false;
+    next_resync_ = clock_.Now() + options_.resync;
+    next_rotation_ = clock_.Now() + options_.log_rotation_period;
+  }
+  pods_ = std::make_unique<client::Informer>(registry_, client::K("pods"));
+  const std::string node = options_.node_name;
+  auto mine = [node](const json& pod) { return client::Str(pod, {"spec", "nodeName"}) == node; };
+  auto remember = [this](const json& pod) {
+    absl::MutexLock lock(&mu_);
+    keys_[client::Uid(pod)] = client::ObjectKey(pod);
+    states_[client::Uid(pod)].last_pod = pod;
+  };
+  pods_->AddHandlers({
+      .on_add =
+          [=, this](const json& pod) {
+            if (!mine(pod)) return;
+            remember(pod);
+            queue_.Add(client::Uid(pod));
+          },
+      .on_update =
+          [=, this](const json& before, const json& after) {
+            if (!mine(after)) {
+              if (mine(before)) queue_.Add(client::Uid(before));
+              return;
+            }
+            remember(after);
+            queue_.Add(client::Uid(after));
+          },
+      .on_delete =
+          [=, this](const json& pod) {
+            if (!mine(pod)) return;
+            {
+              absl::MutexLock lock(&mu_);
+              keys_.erase(client::Uid(pod));
+            }
+            queue_.Add(client::Uid(pod));
+          },
+  });
+  pods_->Start();
+  relister_ = std::thread([this] { RelistLoop(); });
+  for (int i = 0; i < std::max(1, options_.workers); ++i) workers_.emplace_back([this] { WorkerLoop(); });
+  spdlog::info("pod workers for node {} on the container runtime", options_.node_name);
+  return absl::OkStatus();
+}
+
+void PodWorkers::Stop() {
+  std::vector<Clock::TimerId> timers;
+  {
+    absl::MutexLock lock(&mu_);
+    if (stop_ && workers_.empty() && !relister_.joinable()) return;
+    stop_ = true;
+    for (const auto& [uid, id] : timers_) timers.push_back(id);
+    timers_.clear();
+  }
+  for (Clock::TimerId id : timers) clock_.Cancel(id);
+  queue_.ShutDown();
+  if (relister_.joinable()) relister_.join();
+  for (auto& w : workers_) w.join();
+  workers_.clear();
+  if (pods_) pods_->Stop();
+  events_.Flush();
+}
+
+std::string PodWorkers::runtime_name() const {
+  absl::MutexLock lock(&mu_);
+  return runtime_name_;
+}
+
+void PodWorkers::Enqueue(const std::string& uid) { queue_.Add(uid); }
+
+bool PodWorkers::CouldHaveRunningContainers(const std::string& uid) {
+  absl::MutexLock lock(&mu_);
+  if (!relisted_ || stop_) return true;
+  return syncing_.count(uid) > 0 || running_.count(uid) > 0;
+}
+
+void PodWorkers::EnqueueAt(const std::string& uid, absl::Time when) {
+  std::optional<Clock::TimerId> replaced;
+  {
+    absl::MutexLock lock(&mu_);
+    if (stop_) return;
+    if (auto it = timers_.find(uid); it != timers_.end()) replaced = it->second;
+    // The callback forgets its own entry (never cancelling itself).
+    auto id = std::make_shared<Clock::TimerId>(0);
+    *id = clock_.AfterFunc(when, [this, uid, id] {
+      {
+        absl::MutexLock l(&mu_);
+        if (auto it = timers_.find(uid); it != timers_.end() && it->second == *id) timers_.erase(it);
+      }
+      queue_.Add(uid);
+    });
+    timers_[uid] = *id;
+  }
+  if (replaced) clock_.Cancel(*replaced);
+}
+
+std::optional<json> PodWorkers::PodByUid(const std::string& uid) {
+  std::string key;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = keys_.find(uid);
+    if (it == keys_.end()) return std::nullopt;
+    key = it->second;
+  }
+  auto pod = pods_->GetByKey(key);
+  if (!pod || client::Uid(*pod) != uid) return std::nullopt;
+  return pod;
+}
+
+void PodWorkers::WorkerLoop() {
+  while (auto uid = queue_.Get()) {
+    {
+      absl::MutexLock lock(&mu_);
+      syncing_.insert(*uid);
+    }
+    absl::Status st = SyncPod(*uid);
+    {
+      absl::MutexLock lock(&mu_);
+      syncing_.erase(*uid);
+    }
+    if (st.ok()) {
+      queue_.Forget(*uid);
+    } else {
+      spdlog::warn("node {}: pod {}: {}", options_.node_name, *uid, st.ToString());
+      queue_.AddRateLimited(*uid);
+    }
+    queue_.Done(*uid);
+  }
+}
+
+void PodWorkers::RelistLoop() {
+  for (;;) {
+    Relist();
+    RotateLogs();
+    absl::MutexLock lock(&mu_);
+    if (stop_) return;
+    clock_.AwaitWithDeadline(mu_, absl::Condition(&stop_), clock_.Now() + options_.relist_period);
+    if (stop_) return;
+  }
+}
+
+void PodWorkers::Relist() {
+  bool need_version;
+  {
+    absl::MutexLock lock(&mu_);
+    need_version = runtime_name_.empty();
+  }
+  if (need_version) {
+    auto version = runtime_.Version();
+    if (!version.ok()) {
+      spdlog::warn("node {}: container runtime: {}", options_.node_name, version.status().ToString());
+      return;
+    }
+    absl::MutexLock lock(&mu_);
+    runtime_name_ = version->runtime_name();
+  }
+  cri::v1::PodSandboxFilter sandbox_filter;
+  (*sandbox_filter.mutable_label_selector())[kNodeLabel] = options_.node_name;
+  cri::v1::ContainerFilter container_filter;
+  (*container_filter.mutable_label_selector())[kNodeLabel] = options_.node_name;
+  auto sandboxes = runtime_.ListPodSandbox(sandbox_filter);
+  auto containers = sandboxes.ok() ? runtime_.ListContainers(container_filter) : sandboxes.status();
+  if (!sandboxes.ok() || !containers.ok()) {
+    spdlog::warn("node {}: relisting the container runtime: {}", options_.node_name,
+                 (sandboxes.ok() ? containers.status() : sandboxes.status()).ToString());
+    return;
+  }
+  std::map<std::string, std::string> now_seen;
+  std::set<std::string> running;
+  for (const auto& sb : *sandboxes) {
+    const auto it = sb.labels().find(kPodUidLabel);
+    if (it == sb.labels().end()) continue;
+    now_seen[it->second] += StrCat("s", sb.id(), ":", static_cast<int>(sb.state()), ";");
+    if (sb.state() == cri::v1::SANDBOX_READY) running.insert(it->second);
+  }
+  for (const auto& c : *containers) {
+    const auto it = c.labels().find(kPodUidLabel);
+    if (it == c.labels().end()) continue;
+    now_seen[it->second] += StrCat("c", c.id(), ":", static_cast<int>(c.state()), ";");
+    if (c.state() == cri::v1::CONTAINER_RUNNING || c.state() == cri::v1::CONTAINER_UNKNOWN) running.insert(it->second);
+  }
+  const bool synced = pods_->WaitForSync(absl::ZeroDuration());
+  std::vector<std::string> changed;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [uid, digest] : now_seen) {
+      auto it = seen_.find(uid);
+      if (it == seen_.end() || it->second != digest) changed.push_back(uid);
+      // A pod the informer does not know (removed while we were down, or
+      // whose removal failed): cleaned up, once the informer has its first
+      // list.
+      if (synced && !keys_.count(uid)) changed.push_back(uid);
+    }
+    for (const auto& [uid, digest] : seen_) {
+      if (!now_seen.count(uid)) changed.push_back(uid);
+    }
+    seen_ = std::move(now_seen);
+    // Pods being synced keep their own view until the sync ends.
+    for (const auto& uid : syncing_) {
+      if (running_.count(uid)) running.insert(uid);
+    }
+    running_ = std::move(running);
+    relisted_ = relisted_ || synced;
+    if (clock_.Now() >= next_resync_) {
+      next_resync_ = clock_.Now() + options_.resync;
+      for (const auto& [uid, key] : keys_) changed.push_back(uid);
+    }
+  }
+  for (const auto& uid : changed) queue_.Add(uid);
+}
+
+absl::Time PodWorkers::ExitSeen(const ContainerState& c) {
+  absl::MutexLock lock(&mu_);
+  auto [it, inserted] = exits_.emplace(c.id, clock_.Now());
+  return it->second;
+}
+
+bool PodWorkers::InBackoff(const std::string& key, absl::Time since, absl::Duration* left) {
+  absl::MutexLock lock(&mu_);
+  auto it = backoffs_.find(key);
+  if (it == backoffs_.end()) return false;
+  if (since == absl::InfinitePast()) since = it->second.last_update;  // since its last failure
+  // Stable for twice the maximum since the last backoff: forgotten.
+  if (since - it->second.last_update > 2 * options_.backoff_max) return false;
+  const absl::Duration elapsed = clock_.Now() - since;
+  if (elapsed >= it->second.current) return false;
+  *left = it->second.current - elapsed;
+  return true;
+}
+
+void PodWorkers::NextBackoff(const std::string& key, absl::Time since) {
+  absl::MutexLock lock(&mu_);
+  auto it = backoffs_.find(key);
+  if (it == backoffs_.end()) {
+    it = backoffs_
+             .emplace(key, CrashBackoff{.backoff = Backoff({.initial = options_.backoff_initial,
+                                                            .max = options_.backoff_max,
+                                                            .multiplier = 2.0,
+                                                            .jitter = 0}),
+                                        .current = absl::ZeroDuration(),
+                                        .last_update = absl::InfinitePast()})
+             .first;
+  } else if (since - it->second.last_update > 2 * options_.backoff_max) {
+    it->second.backoff.Reset();
+  }
+  it->second.current = it->second.backoff.Next();
+  it->second.last_update = clock_.Now();
+}
+
+}  // namespace berth::node::pods
