@@ -21,10 +21,32 @@ void DriverDirectory::Add(const std::string& driver, const std::string& node, co
       channels_.erase(it->second);
       capabilities_.erase(it->second);
     }
-    capabilities_.erase(endpoint);  // a re-registered driver may have changed
+    // A driver registers when it (re)starts: its capabilities may have
+    // changed, and a fresh dial connects at once where the old channel may
+    // still be waiting out its reconnect backoff.
+    capabilities_.erase(endpoint);
+    channels_.erase(endpoint);
     nodes[node] = endpoint;
   }
   if (is_new && on_new_driver_) on_new_driver_(driver);
+  for (const auto& [id, fn] : listeners_) fn(driver, node, endpoint);
+}
+
+int DriverDirectory::AddListener(Listener fn) {
+  absl::MutexLock listener_lock(&listener_mu_);
+  const int id = next_listener_++;
+  listeners_[id] = std::move(fn);
+  return id;
+}
+
+void DriverDirectory::RemoveListener(int id) {
+  absl::MutexLock listener_lock(&listener_mu_);
+  listeners_.erase(id);
+}
+
+std::string DriverDirectory::Endpoint(const std::string& driver, const std::string& node) const {
+  absl::MutexLock lock(&mu_);
+  return EndpointLocked(driver, node);
 }
 
 void DriverDirectory::SetOnNewDriver(std::function<void(const std::string& driver)> fn) {
@@ -77,7 +99,8 @@ bool DriverDirectory::Known(const std::string& driver) const {
 }
 
 absl::StatusOr<std::shared_ptr<grpc::Channel>> DriverDirectory::Channel(const std::string& driver,
-                                                                       const std::string& node) {
+                                                                       const std::string& node,
+                                                                       absl::Duration dial_timeout) {
   std::string endpoint;
   {
     absl::MutexLock lock(&mu_);
@@ -89,7 +112,7 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> DriverDirectory::Channel(const st
     if (auto c = channels_.find(endpoint); c != channels_.end()) return c->second;
   }
   // Dial outside the lock (it may wait for a starting driver).
-  auto channel = csi::ConnectUnix(endpoint, {.timeout = absl::Seconds(5)});
+  auto channel = csi::ConnectUnix(endpoint, {.timeout = dial_timeout});
   if (!channel.ok()) {
     return absl::UnavailableError(StrCat("CSI driver ", driver, " at ", endpoint, ": ", channel.status().message()));
   }

@@ -20,6 +20,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "absl/synchronization/mutex.h"
 #include "csi/v1/csi.pb.h"
 #include "grpcpp/channel.h"
@@ -39,15 +40,28 @@ class DriverDirectory {
   void SetOnNewDriver(std::function<void(const std::string& driver)> fn) ABSL_LOCKS_EXCLUDED(listener_mu_, mu_);
   std::vector<std::string> Drivers() const ABSL_LOCKS_EXCLUDED(mu_);
 
+  // `fn` hears of every Add (a driver registering, again or anew, for a
+  // node), on the thread that added it, after the entry is in place.
+  // Returns an id for RemoveListener, which waits for a call in progress.
+  // `fn` must not call Add/Remove/SetOnNewDriver/AddListener.
+  using Listener = std::function<void(const std::string& driver, const std::string& node,
+                                      const std::string& endpoint)>;
+  int AddListener(Listener fn) ABSL_LOCKS_EXCLUDED(listener_mu_);
+  void RemoveListener(int id) ABSL_LOCKS_EXCLUDED(listener_mu_);
+
   // The nodes a driver is registered on ("" included if cluster-wide).
   std::vector<std::string> Nodes(const std::string& driver) const ABSL_LOCKS_EXCLUDED(mu_);
   bool Known(const std::string& driver) const ABSL_LOCKS_EXCLUDED(mu_);
+  // The endpoint serving `driver` for `node`: the node's own, else the
+  // cluster-wide one, else "".
+  std::string Endpoint(const std::string& driver, const std::string& node) const ABSL_LOCKS_EXCLUDED(mu_);
 
   // A channel to the driver for `node`: the node's own endpoint, else the
   // cluster-wide one. UNAVAILABLE when neither is registered or the socket
-  // does not answer.
-  absl::StatusOr<std::shared_ptr<grpc::Channel>> Channel(const std::string& driver,
-                                                         const std::string& node)
+  // does not answer within `dial_timeout` (only a first dial waits; the
+  // channel is cached and reconnects by itself).
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> Channel(const std::string& driver, const std::string& node,
+                                                         absl::Duration dial_timeout = absl::Seconds(5))
       ABSL_LOCKS_EXCLUDED(mu_);
 
   // Whether the driver's controller service for `node` reports `rpc` in
@@ -64,6 +78,8 @@ class DriverDirectory {
 
   absl::Mutex listener_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   std::function<void(const std::string&)> on_new_driver_ ABSL_GUARDED_BY(listener_mu_);
+  std::map<int, Listener> listeners_ ABSL_GUARDED_BY(listener_mu_);
+  int next_listener_ ABSL_GUARDED_BY(listener_mu_) = 1;
   mutable absl::Mutex mu_;
   std::map<std::string, std::map<std::string, std::string>> endpoints_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::shared_ptr<grpc::Channel>> channels_ ABSL_GUARDED_BY(mu_);

@@ -11,6 +11,7 @@
 #include "controllers/node_affinity.h"
 #include "controllers/taints.h"
 #include "client/object.h"
+#include "client/volume_names.h"
 #include "client/writes.h"
 #include "csi/grpc_status.h"
 #include "csi/v1/csi.grpc.pb.h"

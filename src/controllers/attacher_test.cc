@@ -3,6 +3,7 @@
 #include "controllers/attacher.h"
 
 #include "client/object.h"
+#include "client/volume_names.h"
 #include "common/testing/eventually.h"
 #include "common/testing/temp_dir.h"
 #include "controllers/testing/fake_csi.h"

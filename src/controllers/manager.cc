@@ -34,7 +34,11 @@ constexpr Watched kWatched[] = {
 }  // namespace
 
 ControllerManager::ControllerManager(apiserver::Registry& registry, DriverDirectory& drivers, Options options)
-    : registry_(registry), drivers_(drivers), options_(std::move(options)) {
+    : registry_(registry),
+      drivers_(drivers),
+      options_(std::move(options)),
+      monitor_(std::make_unique<DriverMonitor>(drivers, options_.clock != nullptr ? *options_.clock : RealClock(),
+                                               options_.driver_monitor)) {
   for (const auto& w : kWatched) {
     const api::KindInfo* kind = api::FindResource(w.group, w.resource);
     if (kind == nullptr) {  // a programming error: the kinds are compiled in
@@ -86,9 +90,9 @@ ControllerManager::PerDriver ControllerManager::MakeDriver(const std::string& dr
   d.provisioner = std::make_unique<Provisioner>(
       registry_, drivers_,
       ProvisionerInformers{i("persistentvolumeclaims"), i("persistentvolumes"), i("storageclasses"), i("nodes"),
-                           i("csinodes")},
+                           i("csinodes"), &i("volumeattachments")},
       Provisioner::Options{.driver = driver, .workers = options_.provisioner_workers,
-                           .rpc_timeout = options_.rpc_timeout});
+                           .rpc_timeout = options_.rpc_timeout, .monitor = monitor_.get()});
   d.attacher = std::make_unique<Attacher>(
       registry_, drivers_, AttacherInformers{i("volumeattachments"), i("persistentvolumes"), i("csinodes")},
       Attacher::Options{.driver = driver, .workers = 4, .rpc_timeout = options_.rpc_timeout});

@@ -30,6 +30,7 @@
 #include "apiserver/registry.h"
 #include "controllers/attacher.h"
 #include "controllers/capacity.h"
+#include "client/driver_monitor.h"
 #include "client/drivers.h"
 #include "controllers/ephemeral.h"
 #include "client/informer.h"
@@ -66,8 +67,11 @@ class ControllerManager {
     // --node-monitor-period and --node-monitor-grace-period).
     absl::Duration node_monitor_period = absl::Seconds(5);
     absl::Duration node_monitor_grace_period = absl::Seconds(40);
-    // Time for the node lifecycle, taint eviction and attach-detach
-    // controllers (null: RealClock()).
+    // Drivers whose connection fails are waited for (DriverMonitor): how
+    // they are probed.
+    DriverMonitorOptions driver_monitor = {};
+    // Time for the node lifecycle, taint eviction, attach-detach and driver
+    // monitor (null: RealClock()).
     Clock* clock = nullptr;
   };
   ControllerManager(apiserver::Registry& registry, DriverDirectory& drivers, Options options);
@@ -79,6 +83,8 @@ class ControllerManager {
   void Stop();
 
   Informer& informer(const std::string& resource) const;
+  // The one DriverMonitor every per-driver controller calls through.
+  DriverMonitor& monitor() const { return *monitor_; }
 
   // Runs the per-driver controllers for `driver` (started at once when the
   // manager runs; no-op when they exist).
@@ -99,6 +105,8 @@ class ControllerManager {
   apiserver::Registry& registry_;
   DriverDirectory& drivers_;
   const Options options_;
+  // Before the controllers (they call through it), destroyed after them.
+  std::unique_ptr<DriverMonitor> monitor_;
   // resource → informer (one per kind, shared by every controller).
   std::map<std::string, std::unique_ptr<Informer>> informers_;
   std::unique_ptr<PvBinder> binder_;

@@ -8,6 +8,7 @@
 #include "common/status.h"
 #include "common/strings.h"
 #include "client/capability.h"
+#include "controllers/data_source.h"
 #include "controllers/node_affinity.h"
 #include "controllers/taints.h"
 #include "client/object.h"
@@ -26,16 +27,25 @@ using nlohmann::json;
 
 
 
-// ${pvc.name}, ${pvc.namespace}, ${pv.name} in secret references.
-std::string Expand(std::string text, const json& claim) {
+// ${pvc.name}, ${pvc.namespace}, ${pv.name} in secret references
+// (`pv_name` "": the name a provisioned volume gets, pvc-<uid>).
+std::string Expand(std::string text, const json& claim, const std::string& pv_name = "") {
   auto replace = [&](const std::string& from, const std::string& to) {
     for (size_t pos; (pos = text.find(from)) != std::string::npos;) text.replace(pos, from.size(), to);
   };
   replace("${pvc.name}", Name(claim));
   replace("${pvc.namespace}", Ns(claim));
-  replace("${pv.name}", StrCat("pvc-", Uid(claim)));
+  replace("${pv.name}", pv_name.empty() ? StrCat("pvc-", Uid(claim)) : pv_name);
   return text;
 }
+
+// The driver a claim was handed to (the binder's annotation).
+std::string ClaimProvisioner(const json& claim) {
+  std::string p = Annotation(claim, kAnnStorageProvisioner);
+  return p.empty() ? Annotation(claim, kAnnBetaStorageProvisioner) : p;
+}
+
+const api::KindInfo& Claims() { return K("persistentvolumeclaims"); }
 
 // A final error: the driver is not working on the volume any more, so
 // nothing can exist for this attempt (external-provisioner's checkError:
@@ -61,7 +71,13 @@ Provisioner::Provisioner(apiserver::Registry& registry, DriverDirectory& drivers
       drivers_(drivers),
       informers_(informers),
       options_(std::move(options)),
-      events_(registry, StrCat(options_.driver, "_berth-provisioner")) {}
+      own_monitor_(options_.monitor == nullptr ? std::make_unique<DriverMonitor>(drivers) : nullptr),
+      monitor_(options_.monitor != nullptr ? *options_.monitor : *own_monitor_),
+      events_(registry, StrCat(options_.driver, "_berth-provisioner")),
+      // external-provisioner's --retry-interval-start / --retry-interval-max.
+      claim_queue_(WorkQueue::Options{.base_delay = absl::Seconds(1), .max_delay = absl::Minutes(5)}),
+      volume_queue_(WorkQueue::Options{.base_delay = absl::Seconds(1), .max_delay = absl::Minutes(5)}),
+      source_queue_(WorkQueue::Options{.base_delay = absl::Seconds(1), .max_delay = absl::Minutes(5)}) {}
 
 Provisioner::~Provisioner() { Stop(); }
 
@@ -74,10 +90,25 @@ absl::Status Provisioner::ClearSelectedNode(const json& claim, const std::string
 }
 
 void Provisioner::RegisterHandlers() {
+  // A claim that clones another: when it leaves Pending (or goes), its
+  // source may lose cloning-protection.
+  auto source_of = [this](const json& o) {
+    std::optional<DataSourceRef> ds = ClaimDataSource(o);
+    if (ds && ds->kind == "PersistentVolumeClaim") source_queue_.Add(StrCat(Ns(o), "/", ds->name));
+    if (HasFinalizer(o, kCloningProtectionFinalizer)) source_queue_.Add(ObjectKey(o));
+  };
   informers_.claims.AddHandlers({
-      .on_add = [this](const json& o) { claim_queue_.Add(ObjectKey(o)); },
-      .on_update = [this](const json&, const json& o) { claim_queue_.Add(ObjectKey(o)); },
-      .on_delete = nullptr,
+      .on_add =
+          [this, source_of](const json& o) {
+            claim_queue_.Add(ObjectKey(o));
+            source_of(o);
+          },
+      .on_update =
+          [this, source_of](const json&, const json& o) {
+            claim_queue_.Add(ObjectKey(o));
+            source_of(o);
+          },
+      .on_delete = source_of,
   });
   // A node that stops being Ready hands its unprovisioned claims back.
   informers_.nodes.AddHandlers({
@@ -100,38 +131,60 @@ void Provisioner::RegisterHandlers() {
       .on_update = [this](const json&, const json& o) { volume_queue_.Add(Name(o)); },
       .on_delete = nullptr,
   });
+  if (informers_.attachments != nullptr) {
+    // An attachment gone: its volume's storage may be deleted now.
+    informers_.attachments->AddHandlers({
+        .on_add = nullptr,
+        .on_update = nullptr,
+        .on_delete =
+            [this](const json& va) {
+              if (std::string pv = Str(va, {"spec", "source", "persistentVolumeName"}); !pv.empty()) {
+                volume_queue_.Add(pv);
+              }
+            },
+    });
+  }
 }
 
 void Provisioner::Start() {
   const std::string name = StrCat("provisioner ", options_.driver);
   for (int i = 0; i < options_.workers; ++i) {
     workers_.emplace_back([this, name] {
-      RunWorker(claim_queue_, name + ": claim", [this](const std::string& k) { return SyncClaim(k); });
+      RunWorker(claim_queue_, name + ": claim", ParkAware([this](const std::string& k) { return SyncClaim(k); }));
     });
   }
   workers_.emplace_back([this, name] {
-    RunWorker(volume_queue_, name + ": volume", [this](const std::string& k) { return SyncVolume(k); });
+    RunWorker(volume_queue_, name + ": volume", ParkAware([this](const std::string& k) { return SyncVolume(k); }));
+  });
+  workers_.emplace_back([this, name] {
+    RunWorker(source_queue_, name + ": clone source", [this](const std::string& k) { return SyncCloneSource(k); });
   });
 }
 
 void Provisioner::Stop() {
   claim_queue_.ShutDown();
   volume_queue_.ShutDown();
+  source_queue_.ShutDown();
   for (auto& w : workers_) w.join();
   workers_.clear();
+  monitor_.Unpark(claim_queue_);
+  monitor_.Unpark(volume_queue_);
 }
 
-bool Provisioner::Ours(const json& claim, json* storage_class) const {
-  if (Annotation(claim, kAnnStorageProvisioner) != options_.driver &&
-      Annotation(claim, kAnnBetaStorageProvisioner) != options_.driver) {
-    return false;
-  }
+bool Provisioner::ClassOf(const json& claim, json* storage_class) const {
   const std::string cls = ClaimClass(claim);
   if (cls.empty()) return false;
   std::shared_ptr<const json> sc = informers_.classes.GetSharedByKey(cls);
   if (!sc || Str(*sc, {"provisioner"}) != options_.driver) return false;
   *storage_class = *sc;
   return true;
+}
+
+bool Provisioner::OwnsVolume(const json& pv) const {
+  if (const std::string by = Annotation(pv, kAnnProvisionedBy); !by.empty()) return by == options_.driver;
+  // Statically provisioned: a CSI volume of our driver (upstream's
+  // isProvisionerForVolume).
+  return Str(pv, {"spec", "csi", "driver"}) == options_.driver;
 }
 
 std::map<std::string, std::string> Provisioner::Segment(const std::string& node) const {
@@ -290,62 +343,42 @@ absl::StatusOr<::csi::v1::CreateVolumeRequest> Provisioner::BuildRequest(const j
       for (const auto& [k, v] : seg) (*t->mutable_segments())[k] = v;
     }
   }
-  // Content source.
-  const json& ds = Field(spec, "dataSourceRef").is_null() ? Field(spec, "dataSource") : Field(spec, "dataSourceRef");
-  if (!ds.is_null()) {
-    const std::string kind = Str(ds, {"kind"}), name = Str(ds, {"name"});
-    if (kind == "VolumeSnapshot") {
-      auto vs = registry_.Get(K("volumesnapshots", "snapshot.storage.k8s.io"), Ns(claim), name);
-      if (!vs.ok()) return absl::FailedPreconditionError(StrCat("volumesnapshot ", name, ": ", vs.status().message()));
-      if (Field(Field(*vs, "status"), "readyToUse") != true) {
-        return absl::FailedPreconditionError(StrCat("volumesnapshot ", name, " is not ready to use"));
-      }
-      auto vsc = registry_.Get(K("volumesnapshotcontents", "snapshot.storage.k8s.io"), "",
-                               Str(*vs, {"status", "boundVolumeSnapshotContentName"}));
-      if (!vsc.ok()) return absl::FailedPreconditionError(StrCat("the content of volumesnapshot ", name, " is missing"));
-      std::string handle = Str(*vsc, {"status", "snapshotHandle"});
-      if (handle.empty()) handle = Str(*vsc, {"spec", "source", "snapshotHandle"});
-      req.mutable_volume_content_source()->mutable_snapshot()->set_snapshot_id(handle);
-    } else if (kind == "PersistentVolumeClaim") {
-      auto src = registry_.Get(K("persistentvolumeclaims"), Ns(claim), name);
-      if (!src.ok()) return absl::FailedPreconditionError(StrCat("source claim ", name, ": ", src.status().message()));
-      auto pv = registry_.Get(K("persistentvolumes"), "", Str(*src, {"spec", "volumeName"}));
-      if (!pv.ok() || Str(*pv, {"spec", "csi", "driver"}) != options_.driver) {
-        return absl::FailedPreconditionError(StrCat("source claim ", name, " is not bound to a volume of ", options_.driver));
-      }
-      req.mutable_volume_content_source()->mutable_volume()->set_volume_id(Str(*pv, {"spec", "csi", "volumeHandle"}));
-    } else {
-      return absl::InvalidArgumentError(StrCat("data source kind ", kind, " is not supported"));
-    }
-  }
+  // Content source: checked (data_source.h) before anything is created.
+  auto source = ResolveDataSource(registry_, claim, sc, HasFinalizer(claim, kProvisioningFinalizer));
+  if (!source.ok()) return source.status();
+  if (*source) *req.mutable_volume_content_source() = **source;
   return req;
 }
 
 absl::StatusOr<::csi::v1::CreateVolumeResponse> Provisioner::CreateVolume(const ::csi::v1::CreateVolumeRequest& request,
-                                                                        const std::string& node) {
-  BERTH_ASSIGN_OR_RETURN(auto channel, drivers_.Channel(options_.driver, node));
-  auto stub = ::csi::v1::Controller::NewStub(channel);
-  grpc::ClientContext ctx;
-  ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
+                                                                        const std::string& node, WorkQueue& queue,
+                                                                        const std::string& key) {
   ::csi::v1::CreateVolumeResponse response;
-  grpc::Status st = stub->CreateVolume(&ctx, request, &response);
-  if (!st.ok()) return csi::FromGrpcStatus(st);
+  absl::Status st = monitor_.Call(options_.driver, node, [&](const std::shared_ptr<grpc::Channel>& channel) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
+    return csi::FromGrpcStatus(::csi::v1::Controller::NewStub(channel)->CreateVolume(&ctx, request, &response));
+  });
+  if (IsNotAFailure(st)) monitor_.Park(options_.driver, node, queue, key);
+  if (!st.ok()) return st;
   return response;
 }
 
 absl::Status Provisioner::DeleteVolume(const std::string& handle, const std::string& node,
-                                       const google::protobuf::Map<std::string, std::string>& secrets) {
-  BERTH_ASSIGN_OR_RETURN(auto channel, drivers_.Channel(options_.driver, node));
-  auto stub = ::csi::v1::Controller::NewStub(channel);
-  grpc::ClientContext ctx;
-  ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
+                                       const google::protobuf::Map<std::string, std::string>& secrets,
+                                       WorkQueue& queue, const std::string& key) {
   ::csi::v1::DeleteVolumeRequest req;
   req.set_volume_id(handle);
   *req.mutable_secrets() = secrets;
-  ::csi::v1::DeleteVolumeResponse response;
-  grpc::Status st = stub->DeleteVolume(&ctx, req, &response);
-  if (!st.ok() && st.error_code() != grpc::StatusCode::NOT_FOUND) return csi::FromGrpcStatus(st);
-  return absl::OkStatus();
+  absl::Status st = monitor_.Call(options_.driver, node, [&](const std::shared_ptr<grpc::Channel>& channel) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
+    ::csi::v1::DeleteVolumeResponse response;
+    grpc::Status gst = ::csi::v1::Controller::NewStub(channel)->DeleteVolume(&ctx, req, &response);
+    return gst.error_code() == grpc::StatusCode::NOT_FOUND ? absl::OkStatus() : csi::FromGrpcStatus(gst);
+  });
+  if (IsNotAFailure(st)) monitor_.Park(options_.driver, node, queue, key);
+  return st;
 }
 
 absl::Status Provisioner::SetFinalizer(const json& claim, bool present, const std::string& node) {
@@ -455,50 +488,81 @@ absl::Status Provisioner::CreatePersistentVolume(const json& claim, const json& 
 }
 
 absl::Status Provisioner::SyncClaim(const std::string& key) {
+  absl::Status st = SyncClaimOnce(key);
+  if (IsNotAFailure(st)) {
+    // The key is parked; tell the user once what it waits for.
+    if (std::shared_ptr<const json> claim = informers_.claims.GetSharedByKey(key)) {
+      events_.Record(*claim, "Warning", "ProvisioningFailed", std::string(st.message()));
+    }
+  }
+  return st;
+}
+
+absl::Status Provisioner::SyncDeletedClaim(const json& claim, const std::string& key, bool have_class,
+                                           const json& sc, bool pv_exists) {
+  if (!HasFinalizer(claim, kProvisioningFinalizer)) return absl::OkStatus();
+  if (pv_exists) return SetFinalizer(claim, false);  // the PV is released and reclaimed as usual
+  const std::string pv_name = StrCat("pvc-", Uid(claim));
+  if (!have_class) {
+    // The request cannot be rebuilt (the class is gone or changed), so
+    // whether a volume exists is unknown: keep the claim rather than leak.
+    absl::Status blocked = absl::FailedPreconditionError(StrCat(
+        "the claim was deleted while its volume was being created and StorageClass \"", ClaimClass(claim),
+        "\" of provisioner ", options_.driver,
+        " is gone: recreate the class so the volume can be cleaned up, or remove finalizer ",
+        kProvisioningFinalizer, " if no volume ", pv_name, " exists"));
+    events_.Record(claim, "Warning", "ProvisioningCleanupBlocked", std::string(blocked.message()));
+    return blocked;
+  }
+  // CreateVolume may have succeeded before we lost track: ask again
+  // (idempotent by name, on the same node) and delete what exists.
+  const std::string node = NodeForClaim(claim);
+  auto req = BuildRequest(claim, sc, node);
+  if (!req.ok()) {
+    events_.Record(claim, "Warning", "ProvisioningCleanupBlocked",
+                   StrCat("cannot rebuild the request to clean up volume ", pv_name, ": ", req.status().message()));
+    return req.status();  // e.g. a secret is missing: retried, the finalizer stays
+  }
+  auto resp = CreateVolume(*req, node, claim_queue_, key);
+  if (resp.ok()) {
+    BERTH_RETURN_IF_ERROR(DeleteVolume(resp->volume().volume_id(), node, req->secrets(), claim_queue_, key));
+    events_.Record(claim, "Normal", "ProvisioningCancelled",
+                   StrCat("the claim was deleted while volume ", pv_name, " was being created; deleted it"));
+  } else if (!FinalError(resp.status())) {
+    return resp.status();  // outcome unknown (or the driver is down): keep the finalizer
+  }
+  return SetFinalizer(claim, false);
+}
+
+absl::Status Provisioner::SyncClaimOnce(const std::string& key) {
   std::shared_ptr<const json> claim = informers_.claims.GetSharedByKey(key);
-  if (!claim) return absl::OkStatus();
+  // Another driver's claim (or nobody's yet): never touched, finalizers
+  // included.
+  if (!claim || ClaimProvisioner(*claim) != options_.driver) return absl::OkStatus();
   json sc;
-  const bool ours = Ours(*claim, &sc);
+  const bool have_class = ClassOf(*claim, &sc);
   const bool pending_finalizer = HasFinalizer(*claim, kProvisioningFinalizer);
-  if (!ours && !pending_finalizer) return absl::OkStatus();
   const std::string pv_name = StrCat("pvc-", Uid(*claim));
   const bool pv_exists = informers_.volumes.GetSharedByKey(pv_name) != nullptr ||
                          registry_.Get(K("persistentvolumes"), "", pv_name).ok();
-  if (Deleting(*claim)) {
-    if (!pending_finalizer) return absl::OkStatus();
-    if (pv_exists) return SetFinalizer(*claim, false);  // the PV is released and reclaimed as usual
-    if (!ours) {
-      // The request cannot be rebuilt (the class is gone or changed), so
-      // whether a volume exists is unknown: keep the claim rather than leak.
-      absl::Status blocked = absl::FailedPreconditionError(StrCat(
-          "the claim was deleted while its volume was being created and StorageClass \"", ClaimClass(*claim),
-          "\" of provisioner ", options_.driver,
-          " is gone: recreate the class so the volume can be cleaned up, or remove finalizer ",
-          kProvisioningFinalizer, " if no volume ", pv_name, " exists"));
-      events_.Record(*claim, "Warning", "ProvisioningCleanupBlocked", std::string(blocked.message()));
-      return blocked;
-    }
-    // CreateVolume may have succeeded before we lost track: ask again
-    // (idempotent by name, on the same node) and delete what exists.
-    const std::string node = NodeForClaim(*claim);
-    auto req = BuildRequest(*claim, sc, node);
-    if (!req.ok()) return req.status();  // e.g. a secret is missing: retried, the finalizer stays
-    auto resp = CreateVolume(*req, node);
-    if (resp.ok()) {
-      BERTH_RETURN_IF_ERROR(DeleteVolume(resp->volume().volume_id(), node, req->secrets()));
-      events_.Record(*claim, "Normal", "ProvisioningCancelled",
-                     StrCat("the claim was deleted while volume ", pv_name, " was being created; deleted it"));
-    } else if (!FinalError(resp.status())) {
-      return resp.status();  // outcome unknown: keep the finalizer, try again
-    }
-    return SetFinalizer(*claim, false);
-  }
-  if (!ours) return SetFinalizer(*claim, false);
+  if (Deleting(*claim)) return SyncDeletedClaim(*claim, key, have_class, sc, pv_exists);
   if (!Str(*claim, {"spec", "volumeName"}).empty()) {
     return pending_finalizer ? SetFinalizer(*claim, false) : absl::OkStatus();
   }
   // The PV holds the claim: the binder drops the finalizer as it binds.
   if (pv_exists) return absl::OkStatus();
+  if (!have_class) {
+    // Handed to us, but its class is gone or names another driver now.
+    // With a CreateVolume outcome pending the finalizer stays (a deletion
+    // then reports what blocks it); otherwise there is nothing to do until
+    // the class is back.
+    if (!pending_finalizer) return absl::OkStatus();
+    absl::Status st = absl::FailedPreconditionError(
+        StrCat("storageclass.storage.k8s.io \"", ClaimClass(*claim), "\" of provisioner ", options_.driver,
+               " not found while volume ", pv_name, " was being created"));
+    events_.Record(*claim, "Warning", "ProvisioningFailed", std::string(st.message()));
+    return st;
+  }
   const bool wait_for_consumer = Str(sc, {"volumeBindingMode"}) == "WaitForFirstConsumer";
   const std::string selected = Annotation(*claim, kAnnSelectedNode);
   if (wait_for_consumer && selected.empty() && Annotation(*claim, kAnnProvisioningNode).empty()) {
@@ -524,16 +588,30 @@ absl::Status Provisioner::SyncClaim(const std::string& key) {
   const std::string node = NodeForClaim(*claim);
   auto req = BuildRequest(*claim, sc, node);
   if (!req.ok()) {
-    events_.Record(*claim, "Warning", "ProvisioningFailed", std::string(req.status().message()));
+    events_.Record(*claim, "Warning", "ProvisioningFailed",
+                   StrCat("failed to provision volume with StorageClass \"", Name(sc), "\": ", req.status().message()));
     return req.status();
+  }
+  // A cloned claim's source may not go while we copy it.
+  if (std::optional<DataSourceRef> ds = ClaimDataSource(*claim); ds && ds->kind == "PersistentVolumeClaim") {
+    auto source = registry_.Get(Claims(), Ns(*claim), ds->name);
+    if (!source.ok()) return source.status();
+    absl::Status protected_source = EditFinalizer(registry_, Claims(), *source, kCloningProtectionFinalizer, true);
+    if (!protected_source.ok()) {
+      events_.Record(*claim, "Warning", "ProvisioningFailed",
+                     StrCat("failed to provision volume with StorageClass \"", Name(sc), "\": ",
+                            protected_source.message()));
+      return protected_source;
+    }
   }
   if (!pending_finalizer || Annotation(*claim, kAnnProvisioningNode) != node) {
     BERTH_RETURN_IF_ERROR(SetFinalizer(*claim, true, node));
   }
   events_.Record(*claim, "Normal", "Provisioning",
                  StrCat("External provisioner is provisioning volume for claim \"", key, "\""));
-  auto resp = CreateVolume(*req, node);
+  auto resp = CreateVolume(*req, node, claim_queue_, key);
   if (!resp.ok()) {
+    if (IsNotAFailure(resp.status())) return resp.status();  // waits for the driver (SyncClaim reports it)
     events_.Record(*claim, "Warning", "ProvisioningFailed",
                    StrCat("failed to provision volume with StorageClass \"", Name(sc), "\": ", resp.status().message()));
     // A final error (RESOURCE_EXHAUSTED as external-provisioner, and any
@@ -559,54 +637,121 @@ absl::Status Provisioner::SyncClaim(const std::string& key) {
   return absl::OkStatus();
 }
 
+absl::Status Provisioner::SyncCloneSource(const std::string& key) {
+  std::shared_ptr<const json> source = informers_.claims.GetSharedByKey(key);
+  if (!source || !HasFinalizer(*source, kCloningProtectionFinalizer)) return absl::OkStatus();
+  // Only the provisioner of the source's driver (the one that protected it,
+  // since a clone is of the same driver) looks after it.
+  const std::string pv_name = Str(*source, {"spec", "volumeName"});
+  std::shared_ptr<const json> pv = pv_name.empty() ? nullptr : informers_.volumes.GetSharedByKey(pv_name);
+  const std::string driver = pv ? Str(*pv, {"spec", "csi", "driver"}) : ClaimProvisioner(*source);
+  if (driver != options_.driver) return absl::OkStatus();
+  auto cloning = [&](const json& c) { return ClonesFrom(c, Ns(*source), Name(*source)); };
+  if (!informers_.claims.Select(cloning).empty()) return absl::OkStatus();  // re-queued when they bind or go
+  // The cache may not have a clone created a moment ago: confirm with the
+  // store before the source loses its protection.
+  auto live = registry_.List(Claims(), Ns(*source), {});
+  if (!live.ok()) return live.status();
+  if (std::any_of(live->items.begin(), live->items.end(), cloning)) return absl::OkStatus();
+  return EditFinalizer(registry_, Claims(), *source, kCloningProtectionFinalizer, false);
+}
+
+absl::StatusOr<google::protobuf::Map<std::string, std::string>> Provisioner::DeletionSecrets(const json& pv) {
+  google::protobuf::Map<std::string, std::string> secrets;
+  std::string name = Annotation(pv, "volume.kubernetes.io/provisioner-deletion-secret-name");
+  std::string ns = Annotation(pv, "volume.kubernetes.io/provisioner-deletion-secret-namespace");
+  if (name.empty() && Annotation(pv, kAnnProvisionedBy).empty()) {
+    // A static volume: the class's provisioner secret, for its claim.
+    const json& ref = Field(Field(pv, "spec"), "claimRef");
+    std::shared_ptr<const json> sc = informers_.classes.GetSharedByKey(Str(pv, {"spec", "storageClassName"}));
+    if (sc && !ref.is_null()) {
+      const json claim = {{"metadata", {{"name", Str(ref, {"name"})}, {"namespace", Str(ref, {"namespace"})}}}};
+      const json& params = Field(*sc, "parameters");
+      name = Expand(Str(params, {StrCat(kReservedPrefix, "provisioner-secret-name")}), claim, Name(pv));
+      ns = Expand(Str(params, {StrCat(kReservedPrefix, "provisioner-secret-namespace")}), claim, Name(pv));
+    }
+  }
+  if (name.empty()) return secrets;
+  auto s = registry_.Get(K("secrets"), ns, name);
+  if (!s.ok()) {
+    return absl::FailedPreconditionError(
+        StrCat("provisioner deletion secret ", ns, "/", name, ": ", s.status().message()));
+  }
+  for (const auto& [k, v] : DecodedSecretData(*s)) secrets[k] = v;
+  return secrets;
+}
+
+absl::Status Provisioner::CheckNotAttached(const json& pv) {
+  BERTH_ASSIGN_OR_RETURN(auto selector,
+                         apiserver::FieldSelector::Parse(StrCat("spec.source.persistentVolumeName=", Name(pv))));
+  apiserver::ListOptions options;
+  options.fields = selector;
+  BERTH_ASSIGN_OR_RETURN(apiserver::ListPage page,
+                         registry_.List(K("volumeattachments", "storage.k8s.io"), "", options));
+  if (page.items.empty()) return absl::OkStatus();
+  return absl::FailedPreconditionError(StrCat("persistentvolume ", Name(pv), " is still attached to node ",
+                                              Str(page.items.front(), {"spec", "nodeName"})));
+}
+
 absl::Status Provisioner::SyncVolume(const std::string& name) {
   std::optional<json> cached = informers_.volumes.Get("", name);
-  if (!cached || Annotation(*cached, kAnnProvisionedBy) != options_.driver) return absl::OkStatus();
+  if (!cached || !OwnsVolume(*cached)) return absl::OkStatus();
   // Decide on the stored object: deleting storage on a stale view loses data.
   auto fresh = registry_.Get(K("persistentvolumes"), "", name);
   if (!fresh.ok()) return fresh.status().code() == absl::StatusCode::kNotFound ? absl::OkStatus() : fresh.status();
   const json pv = *fresh;
-  if (Annotation(pv, kAnnProvisionedBy) != options_.driver) return absl::OkStatus();
+  if (!OwnsVolume(pv)) return absl::OkStatus();
+  const bool provisioned = !Annotation(pv, kAnnProvisionedBy).empty();
   const bool deleting = Deleting(pv);
+  const bool finalizer = HasFinalizer(pv, kProvisionerFinalizer);
   const std::string phase = Str(pv, {"status", "phase"});
+  const json& ref = Field(Field(pv, "spec"), "claimRef");
   if (Str(pv, {"spec", "persistentVolumeReclaimPolicy"}) != "Delete") {
     // Retain (possibly changed after provisioning): the storage stays.
-    return HasFinalizer(pv, kProvisionerFinalizer)
-               ? EditFinalizer(registry_, K("persistentvolumes"), pv, kProvisionerFinalizer, false)
-               : absl::OkStatus();
+    return finalizer ? EditFinalizer(registry_, K("persistentvolumes"), pv, kProvisionerFinalizer, false)
+                     : absl::OkStatus();
   }
-  if (!deleting && !HasFinalizer(pv, kProvisionerFinalizer) && phase != "Released") {
-    // Provisioned before the finalizer existed, or it was removed by hand.
-    return EditFinalizer(registry_, K("persistentvolumes"), pv, kProvisionerFinalizer, true);
+  if (!deleting && !finalizer) {
+    // Provisioned ones are created with it (or it was removed by hand);
+    // static ones get it once Bound, as upstream.
+    if (phase == "Bound" || (provisioned && phase != "Released")) {
+      return EditFinalizer(registry_, K("persistentvolumes"), pv, kProvisionerFinalizer, true);
+    }
   }
-  const bool reclaim = phase == "Released" || (deleting && phase != "Bound");
+  // Deleted without our finalizer: the storage was never ours to delete
+  // (or is deleted already).
+  if (deleting && !finalizer) return absl::OkStatus();
+  bool reclaim = phase == "Released";
+  if (deleting && phase != "Bound" && phase != "Released") {
+    if (provisioned) {
+      reclaim = true;  // made for a claim: deleted before it was ever bound
+    } else if (Str(ref, {"uid"}).empty()) {
+      // A static volume deleted while unbound: its storage is the
+      // administrator's; only our finalizer goes.
+      return EditFinalizer(registry_, K("persistentvolumes"), pv, kProvisionerFinalizer, false);
+    } else {
+      reclaim = true;  // bound before, its claim gone (confirmed below)
+    }
+  }
   if (!reclaim) return absl::OkStatus();
   // Released means its claim is gone: make sure against the store (a claim
   // with the referenced uid still holding it means the phase is stale).
-  const json& ref = Field(Field(pv, "spec"), "claimRef");
   if (!Str(ref, {"uid"}).empty()) {
-    auto claim = registry_.Get(K("persistentvolumeclaims"), Str(ref, {"namespace"}), Str(ref, {"name"}));
+    auto claim = registry_.Get(Claims(), Str(ref, {"namespace"}), Str(ref, {"name"}));
     if (claim.ok() && Uid(*claim) == Str(ref, {"uid"})) return absl::OkStatus();
     if (!claim.ok() && claim.status().code() != absl::StatusCode::kNotFound) return claim.status();
   }
-  google::protobuf::Map<std::string, std::string> secrets;
-  if (std::string secret = Annotation(pv, "volume.kubernetes.io/provisioner-deletion-secret-name"); !secret.empty()) {
-    const std::string secret_ns = Annotation(pv, "volume.kubernetes.io/provisioner-deletion-secret-namespace");
-    auto s = registry_.Get(K("secrets"), secret_ns, secret);
-    if (!s.ok()) {
-      absl::Status st = absl::FailedPreconditionError(
-          StrCat("provisioner deletion secret ", secret_ns, "/", secret, ": ", s.status().message()));
-      events_.Record(pv, "Warning", "VolumeFailedDelete", std::string(st.message()));
-      return st;
-    }
-    for (const auto& [k, v] : DecodedSecretData(*s)) secrets[k] = v;
-  }
-  // A node-local volume is deleted where it lives.
-  absl::Status st = DeleteVolume(Str(pv, {"spec", "csi", "volumeHandle"}), VolumeNode(registry_, pv), secrets);
-  if (!st.ok()) {
+  auto fail = [&](absl::Status st) {
     events_.Record(pv, "Warning", "VolumeFailedDelete", std::string(st.message()));
     return st;
-  }
+  };
+  if (absl::Status attached = CheckNotAttached(pv); !attached.ok()) return fail(attached);
+  auto secrets = DeletionSecrets(pv);
+  if (!secrets.ok()) return fail(secrets.status());
+  // A node-local volume is deleted where it lives.
+  absl::Status st = DeleteVolume(Str(pv, {"spec", "csi", "volumeHandle"}), VolumeNode(registry_, pv), *secrets,
+                                 volume_queue_, name);
+  if (!st.ok()) return fail(st);
   if (!deleting) {
     auto deleted = registry_.Delete(K("persistentvolumes"), "", name,
                                     {.uid = Uid(pv), .resource_version = Str(pv, {"metadata", "resourceVersion"}), .grace_period_seconds = std::nullopt});

@@ -1,22 +1,31 @@
 // Dynamic provisioning for one CSI driver (external-provisioner semantics,
 // seeds 000 and 003), in process.
 //
-// A claim is ours when the binder handed it over (annotation
-// volume.kubernetes.io/storage-provisioner = our driver) and its class names
-// our driver. WaitForFirstConsumer claims wait for the scheduler's
+// Ownership is per driver, as upstream: a claim is this provisioner's when
+// the binder handed it over (volume.kubernetes.io/storage-provisioner =
+// our driver); a PV is ours when pv.kubernetes.io/provisioned-by names our
+// driver, or — a statically provisioned CSI volume — when it has no such
+// annotation and spec.csi.driver is our driver. Nothing of another driver's
+// is ever read for a decision or written, finalizers included. While our
+// leak-protection finalizer is on a claim the binder does not hand it to
+// another driver.
+//
+// WaitForFirstConsumer claims wait for the scheduler's
 // volume.kubernetes.io/selected-node. Then:
-//   1. finalizer volume.berth.io/provisioning on the claim (leak protection),
-//   2. CreateVolume: name pvc-<claim uid>, capacity range from the claim,
+//   1. the data source is validated (data_source.h) and a cloned claim gets
+//      provisioner.storage.kubernetes.io/cloning-protection,
+//   2. finalizer volume.berth.io/provisioning on the claim (leak protection),
+//   3. CreateVolume: name pvc-<claim uid>, capacity range from the claim,
 //      capabilities from accessModes/volumeMode and csi.storage.k8s.io/fstype,
 //      class parameters without the reserved csi.storage.k8s.io/* keys,
 //      provisioner secrets resolved from Secret objects, topology (requisite
 //      from allowedTopologies or the CSINode segments of all nodes; the
 //      selected node's segment first), content source from a VolumeSnapshot
 //      or another claim,
-//   3. the PV: pvc-<uid>, claimRef to the claim (the binder completes the
+//   4. the PV: pvc-<uid>, claimRef to the claim (the binder completes the
 //      binding), nodeAffinity from accessible_topology, secrets refs,
 //      pv.kubernetes.io/provisioned-by,
-//   4. the finalizer comes off.
+//   5. the finalizer comes off (in the binder's bind write).
 // The finalizer carries the node the request went to
 // (volume.berth.io/provisioning-node), so a retry after a crash asks the same
 // node. A claim deleted while CreateVolume is in flight keeps its finalizer
@@ -27,21 +36,29 @@
 // picks again when the node is gone or not Ready (and no request is in
 // flight), or when CreateVolume on its topology ended in a final error.
 //
-// Provisioned PVs with reclaim policy Delete carry
-// external-provisioner.volume.kubernetes.io/finalizer: once Released (its
-// claim gone, confirmed against the store), or deleted while not Bound, the
-// storage is deleted (DeleteVolume on the volume's node), then the PV object
-// (with uid and resourceVersion preconditions), then the finalizer.
+// Our PVs with reclaim policy Delete carry
+// external-provisioner.volume.kubernetes.io/finalizer (provisioned ones from
+// creation, static ones once Bound, as upstream): once Released (its claim
+// gone, confirmed against the store), or — provisioned ones — deleted while
+// not Bound, the storage is deleted (DeleteVolume on the volume's node; never
+// while a VolumeAttachment still names the PV), then the PV object (with uid
+// and resourceVersion preconditions), then the finalizer.
+//
+// Calls to the driver go through a DriverMonitor: while the driver is down
+// (or not registered) a claim or volume waits for it without counting a
+// failure, and resumes with all others the moment it is back.
 //
 // Thread-safety: thread-safe; Start/Stop from one thread.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "apiserver/registry.h"
+#include "client/driver_monitor.h"
 #include "client/drivers.h"
 #include "client/events.h"
 #include "client/informer.h"
@@ -57,12 +74,19 @@ using namespace ::berth::client;  // the controllers' own client library
 // before the PV object may go (external-provisioner's finalizer).
 inline constexpr char kProvisionerFinalizer[] = "external-provisioner.volume.kubernetes.io/finalizer";
 
+// On a claim used as the data source of a claim being provisioned, until
+// no Pending claim clones it any more (external-provisioner's).
+inline constexpr char kCloningProtectionFinalizer[] = "provisioner.storage.kubernetes.io/cloning-protection";
+
 struct ProvisionerInformers {
   Informer& claims;
   Informer& volumes;
   Informer& classes;
   Informer& nodes;
   Informer& csinodes;
+  // Optional: a deleted attachment lets its PV's storage be deleted at once
+  // (without it, the volume's retry backoff does).
+  Informer* attachments = nullptr;
 };
 
 class Provisioner {
@@ -71,6 +95,8 @@ class Provisioner {
     std::string driver;  // the CSI driver name (StorageClass provisioner)
     int workers = 4;
     absl::Duration rpc_timeout = absl::Minutes(1);
+    // Shared with the other controllers (the manager's); null: one of our own.
+    DriverMonitor* monitor = nullptr;
   };
   Provisioner(apiserver::Registry& registry, DriverDirectory& drivers, ProvisionerInformers informers,
               Options options);
@@ -80,8 +106,12 @@ class Provisioner {
   void Start();
   void Stop();
 
+  // One reconcile (public for tests). While the driver is down these park
+  // the key and return a NotAFailure status (see DriverMonitor).
   absl::Status SyncClaim(const std::string& key);
   absl::Status SyncVolume(const std::string& name);
+  // Drops cloning-protection from a source claim no Pending claim clones.
+  absl::Status SyncCloneSource(const std::string& key);
 
   // The CreateVolume request for `claim` of `storage_class` (public for
   // tests). `node` is the selected node ("" for none).
@@ -90,11 +120,24 @@ class Provisioner {
                                                              const std::string& node);
 
  private:
-  bool Ours(const nlohmann::json& claim, nlohmann::json* storage_class) const;
+  // The claim's class when it exists and names our driver.
+  bool ClassOf(const nlohmann::json& claim, nlohmann::json* storage_class) const;
+  bool OwnsVolume(const nlohmann::json& pv) const;
+  // The driver calls; a key waiting for the driver is parked on `queue`.
   absl::StatusOr<::csi::v1::CreateVolumeResponse> CreateVolume(const ::csi::v1::CreateVolumeRequest& request,
-                                                             const std::string& node);
+                                                             const std::string& node, WorkQueue& queue,
+                                                             const std::string& key);
   absl::Status DeleteVolume(const std::string& handle, const std::string& node,
-                            const google::protobuf::Map<std::string, std::string>& secrets);
+                            const google::protobuf::Map<std::string, std::string>& secrets, WorkQueue& queue,
+                            const std::string& key);
+  // DeleteVolume's secrets: the PV's deletion-secret annotations, else the
+  // class's provisioner secret (as upstream).
+  absl::StatusOr<google::protobuf::Map<std::string, std::string>> DeletionSecrets(const nlohmann::json& pv);
+  // FAILED_PRECONDITION while a VolumeAttachment names the PV.
+  absl::Status CheckNotAttached(const nlohmann::json& pv);
+  absl::Status SyncClaimOnce(const std::string& key);
+  absl::Status SyncDeletedClaim(const nlohmann::json& claim, const std::string& key, bool have_class,
+                                const nlohmann::json& storage_class, bool pv_exists);
   absl::Status CreatePersistentVolume(const nlohmann::json& claim, const nlohmann::json& storage_class,
                                       const ::csi::v1::CreateVolumeRequest& request,
                                       const ::csi::v1::CreateVolumeResponse& response);
@@ -109,9 +152,12 @@ class Provisioner {
   DriverDirectory& drivers_;
   ProvisionerInformers informers_;
   const Options options_;
+  std::unique_ptr<DriverMonitor> own_monitor_;  // when Options::monitor is null
+  DriverMonitor& monitor_;
   EventRecorder events_;
   WorkQueue claim_queue_;
   WorkQueue volume_queue_;
+  WorkQueue source_queue_;  // claims carrying cloning-protection
   std::vector<std::thread> workers_;
 };
 

@@ -10,6 +10,7 @@
 #include "controllers/resizer.h"
 #include "controllers/testing/fake_csi.h"
 #include "controllers/testing/helpers.h"
+#include "controllers/testing/provisioner_fixture.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -18,104 +19,11 @@ namespace berth::controllers {
 using namespace ::berth::client;  // the controllers' own client library
 namespace {
 
+using testing::Claim;
 using testing::Eventually;
 using testing::K;
-
-constexpr char kDriver[] = "fake.csi.berth.io";
-
-json Claim(const std::string& name, const std::string& cls, const std::string& size = "1Gi") {
-  return {{"apiVersion", "v1"},
-          {"kind", "PersistentVolumeClaim"},
-          {"metadata", {{"name", name}}},
-          {"spec", {{"accessModes", {"ReadWriteOnce"}}, {"storageClassName", cls}, {"resources", {{"requests", {{"storage", size}}}}}}}};
-}
-
-class ProvisionerTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    store_ = std::move(*store::Store::Open({.path = dir_.path() + "/state.db"}));
-    registry_ = std::make_unique<apiserver::Registry>(*store_);
-    registry_->EnableStorageProtectionAdmission(true);  // as berth up runs it
-    ASSERT_TRUE(registry_->Bootstrap().ok());
-    driver_ = std::make_unique<testing::FakeCsiDriver>(kDriver);
-    socket_ = dir_.path() + "/csi.sock";
-    ASSERT_TRUE(driver_->Serve(socket_).ok());
-  }
-  void TearDown() override {
-    if (resizer_) resizer_->Stop();
-    if (provisioner_) provisioner_->Stop();
-    if (binder_) binder_->Stop();
-    for (auto* i : {&claims_, &volumes_, &classes_, &pods_, &nodes_, &csinodes_}) {
-      if (*i) (*i)->Stop();
-    }
-  }
-  void Start(const std::string& node_for_driver = "") {
-    directory_.Add(kDriver, node_for_driver, "unix://" + socket_);
-    claims_ = std::make_unique<Informer>(*registry_, K("persistentvolumeclaims"));
-    volumes_ = std::make_unique<Informer>(*registry_, K("persistentvolumes"));
-    classes_ = std::make_unique<Informer>(*registry_, K("storageclasses", "storage.k8s.io"));
-    pods_ = std::make_unique<Informer>(*registry_, K("pods"));
-    nodes_ = std::make_unique<Informer>(*registry_, K("nodes"));
-    csinodes_ = std::make_unique<Informer>(*registry_, K("csinodes", "storage.k8s.io"));
-    binder_ = std::make_unique<PvBinder>(*registry_, BinderInformers{*claims_, *volumes_, *classes_, *pods_, *nodes_},
-                                         PvBinder::Options{});
-    provisioner_ = std::make_unique<Provisioner>(
-        *registry_, directory_, ProvisionerInformers{*claims_, *volumes_, *classes_, *nodes_, *csinodes_},
-        Provisioner::Options{.driver = kDriver, .workers = 2, .rpc_timeout = absl::Seconds(10)});
-    resizer_ = std::make_unique<Resizer>(*registry_, directory_, *claims_, *volumes_,
-                                         Resizer::Options{.driver = kDriver, .workers = 1, .rpc_timeout = absl::Seconds(10)});
-    binder_->RegisterHandlers();
-    provisioner_->RegisterHandlers();
-    resizer_->RegisterHandlers();
-    for (Informer* i : {classes_.get(), nodes_.get(), csinodes_.get(), pods_.get(), volumes_.get(), claims_.get()}) {
-      i->Start();
-      ASSERT_TRUE(i->WaitForSync(absl::Seconds(10)));
-    }
-    binder_->Start();
-    provisioner_->Start();
-    resizer_->Start();
-  }
-  void Create(std::string_view resource, std::string_view group, const std::string& ns, const json& obj) {
-    auto got = registry_->Create(K(resource, group), ns, obj);
-    ASSERT_TRUE(got.ok()) << got.status();
-  }
-  void Class(const std::string& name, const std::string& binding = "Immediate", json params = json::object()) {
-    Create("storageclasses", "storage.k8s.io", "",
-           {{"metadata", {{"name", name}}}, {"provisioner", kDriver}, {"volumeBindingMode", binding},
-            {"reclaimPolicy", "Delete"}, {"parameters", params}, {"allowVolumeExpansion", true}});
-  }
-  void Grow(const std::string& name, const std::string& size) {
-    auto st = registry_->Patch(K("persistentvolumeclaims"), "default", name,
-                               json({{"spec", {{"resources", {{"requests", {{"storage", size}}}}}}}}).dump(),
-                               apiserver::PatchType::kMerge, apiserver::Subresource::kMain);
-    ASSERT_TRUE(st.ok()) << st.status();
-  }
-  json Condition(const json& claim, const std::string& type) {
-    for (const auto& c : claim.value("status", json::object()).value("conditions", json::array())) {
-      if (c.value("type", "") == type) return c;
-    }
-    return json();
-  }
-  json Get(std::string_view resource, const std::string& ns, const std::string& name) {
-    auto got = registry_->Get(K(resource), ns, name);
-    return got.ok() ? *got : json();
-  }
-  std::string ClaimPhase(const std::string& name) {
-    json o = Get("persistentvolumeclaims", "default", name);
-    return o.is_null() ? "<gone>" : o.value("status", json::object()).value("phase", "");
-  }
-
-  berth::testing::TempDir dir_;
-  std::unique_ptr<store::Store> store_;
-  std::unique_ptr<apiserver::Registry> registry_;
-  std::unique_ptr<testing::FakeCsiDriver> driver_;
-  std::string socket_;
-  DriverDirectory directory_;
-  std::unique_ptr<Informer> claims_, volumes_, classes_, pods_, nodes_, csinodes_;
-  std::unique_ptr<PvBinder> binder_;
-  std::unique_ptr<Provisioner> provisioner_;
-  std::unique_ptr<Resizer> resizer_;
-};
+using testing::kDriver;
+using testing::ProvisionerTest;
 
 TEST_F(ProvisionerTest, ProvisionsBindsAndDeletesWithTheReclaimPolicy) {
   Create("secrets", "", "default", {{"metadata", {{"name", "creds"}}}, {"stringData", {{"token", "s3cr3t"}}}});
@@ -306,6 +214,32 @@ TEST_F(ProvisionerTest, DeletedBoundVolumeKeepsItsStorageUntilTheClaimGoes) {
   // The claim goes: the volume is released, its storage deleted, the PV gone.
   ASSERT_TRUE(registry_->Delete(K("persistentvolumeclaims"), "default", "data").ok());
   ASSERT_TRUE(Eventually([&] { return Get("persistentvolumes", "", pv_name).is_null(); }));
+  EXPECT_TRUE(driver_->volumes().empty());
+}
+
+// external-provisioner's canDeleteVolume: DeleteVolume of a volume a
+// VolumeAttachment still refers to would come before ControllerUnpublish
+// (and maybe during NodeUnstage), which the CSI lifecycle forbids.
+TEST_F(ProvisionerTest, ReleasedVolumeStillAttachedIsNotDeletedUntilDetached) {
+  Class("fast");
+  Start();
+  Create("persistentvolumeclaims", "", "default", Claim("data", "fast"));
+  ASSERT_TRUE(Eventually([&] { return ClaimPhase("data") == "Bound"; }));
+  const std::string pv_name = Get("persistentvolumeclaims", "default", "data")["spec"]["volumeName"];
+  Create("volumeattachments", "storage.k8s.io", "",
+         {{"metadata", {{"name", "csi-attached"}}},
+          {"spec", {{"attacher", kDriver}, {"nodeName", "node-1"}, {"source", {{"persistentVolumeName", pv_name}}}}}});
+  ASSERT_TRUE(registry_->Delete(K("persistentvolumeclaims"), "default", "data").ok());
+  auto refused = [&] {
+    auto events = registry_->List(K("events"), "", {});
+    return events.ok() && json(events->items).dump().find("persistentvolume " + pv_name + " is still attached to node node-1") !=
+                              std::string::npos;
+  };
+  ASSERT_TRUE(Eventually(refused, absl::Seconds(30)));
+  EXPECT_EQ(driver_->volumes().size(), 1u);  // refused, not deleted
+  EXPECT_FALSE(Get("persistentvolumes", "", pv_name).is_null());
+  ASSERT_TRUE(registry_->Delete(K("volumeattachments", "storage.k8s.io"), "", "csi-attached").ok());
+  ASSERT_TRUE(Eventually([&] { return Get("persistentvolumes", "", pv_name).is_null(); }, absl::Seconds(30)));
   EXPECT_TRUE(driver_->volumes().empty());
 }
 

@@ -317,7 +317,10 @@ absl::Status PvBinder::SyncUnboundClaim(const json& claim) {
   }
   if (sc && !Str(*sc, {"provisioner"}).empty()) {
     const std::string provisioner = Str(*sc, {"provisioner"});
-    if (Annotation(claim, kAnnStorageProvisioner) != provisioner) {
+    // Handed over once: while a provisioner's CreateVolume may be in
+    // flight (its finalizer is on the claim) the claim stays that
+    // driver's, even if the class now names another.
+    if (Annotation(claim, kAnnStorageProvisioner) != provisioner && !HasFinalizer(claim, kProvisioningFinalizer)) {
       BERTH_RETURN_IF_ERROR(Mutate(registry_, ClaimsKind(), Ns(claim), Name(claim), apiserver::Subresource::kMain,
                                    [&](json& o) {
                                      if (Deleting(o)) return false;

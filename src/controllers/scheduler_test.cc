@@ -247,7 +247,7 @@ class SchedulerTest : public ::testing::Test {
       ASSERT_TRUE(driver_->Serve(socket).ok());
       directory_.Add(kDriver, "", "unix://" + socket);
       provisioner_ = std::make_unique<Provisioner>(
-          *registry_, directory_, ProvisionerInformers{*claims_, *volumes_, *classes_, *nodes_, *csinodes_},
+          *registry_, directory_, ProvisionerInformers{*claims_, *volumes_, *classes_, *nodes_, *csinodes_, nullptr},
           Provisioner::Options{.driver = kDriver, .workers = 2, .rpc_timeout = absl::Seconds(10)});
       provisioner_->RegisterHandlers();
     }

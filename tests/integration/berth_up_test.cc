@@ -331,51 +331,6 @@ TEST_F(BerthUpTest, ThreeNodesClaimLandsOnTheEmptiestNode) {
   EXPECT_EQ(StopUp(SIGTERM), 0);
 }
 
-// Every file berth up keeps under the data directory is its own: the
-// directory 0700, the state, token, key and kubeconfig 0600 from creation,
-// nothing anyone else may read or enter (mounted volumes are not walked: a
-// volume's content is the pod's business).
-TEST_F(BerthUpTest, DataDirectoryIsPrivate) {
-  // An older run (or an operator's mkdir) left the directory world-readable.
-  ASSERT_EQ(::mkdir(data_.c_str(), 0755), 0);
-  ASSERT_EQ(::chmod(data_.c_str(), 0755), 0);
-  api_address_ = "127.0.0.1:0";
-  StartUp();
-  EXPECT_THAT(up_->Output(), ::testing::HasSubstr(data_ + " was readable by others (mode 0755)"));
-  Berth({"apply", "-f", Example("claim-and-pod.yaml")});
-  ASSERT_TRUE(Eventually([&] { return Running("app"); }, absl::Seconds(90))) << Pod("app").dump();
-
-  struct stat st {};
-  ASSERT_EQ(::lstat(data_.c_str(), &st), 0);
-  EXPECT_EQ(st.st_mode & 07777, 0700u);
-  for (const char* name : {"state.db", "state.db-wal", "state.db-shm", "api-token", "kubeconfig", "tls/api.key",
-                           "api.sock", "berth-up.lock"}) {
-    const std::string path = data_ + "/" + name;
-    ASSERT_EQ(::lstat(path.c_str(), &st), 0) << path;
-    EXPECT_EQ(st.st_mode & 07777, 0600u) << path;
-  }
-  // The whole tree, without crossing into mounted filesystems (the pool and
-  // the volumes).
-  std::vector<std::string> open_to_others;
-  size_t walked = 0;
-  std::function<void(const std::string&, dev_t)> walk = [&](const std::string& dir, dev_t dev) {
-    for (const auto& e : fs::directory_iterator(dir)) {
-      struct stat est {};
-      if (::lstat(e.path().c_str(), &est) != 0 || est.st_dev != dev) continue;
-      ++walked;
-      // A CSI socket is 0660 (root's group, as kubelet's plugins expect);
-      // nothing else grants the group or others anything.
-      const mode_t allowed = S_ISSOCK(est.st_mode) ? 0060 : 0;
-      if (!S_ISLNK(est.st_mode) && (est.st_mode & 077 & ~allowed) != 0) {
-        open_to_others.push_back(fmt::format("{} {:04o}", e.path().string(), est.st_mode & 07777));
-      }
-      if (S_ISDIR(est.st_mode)) walk(e.path(), dev);
-    }
-  };
-  walk(data_, st.st_dev);
-  EXPECT_GT(walked, 20u);  // the node's kubelet tree, records, logs, the pool image
-  EXPECT_THAT(open_to_others, ::testing::IsEmpty());
-  Berth({"delete", "-f", Example("claim-and-pod.yaml")});
 // Issue 18 acceptance: a node whose agent hangs is marked Unknown and
 // tainted within the grace period + 10 s, new claim + pod pairs land on the
 // other nodes, and once it is back it is Ready and untainted within 30 s.
@@ -498,6 +453,55 @@ TEST_F(BerthUpTest, AHungNodeAgentIsTaintedAndAvoidedThenRecovers) {
   ASSERT_TRUE(Eventually([&] { return Running("pinned"); }, absl::Seconds(120))) << Pod("pinned").dump();
 
   Berth({"delete", "-f", sandbox_.Join("pairs.yaml")});
+  EXPECT_TRUE(Eventually([&] { return Get("/api/v1/persistentvolumes")["items"].empty(); }, absl::Seconds(90)));
+  EXPECT_EQ(StopUp(SIGTERM), 0);
+}
+
+// Every file berth up keeps under the data directory is its own: the
+// directory 0700, the state, token, key and kubeconfig 0600 from creation,
+// nothing anyone else may read or enter (mounted volumes are not walked: a
+// volume's content is the pod's business).
+TEST_F(BerthUpTest, DataDirectoryIsPrivate) {
+  // An older run (or an operator's mkdir) left the directory world-readable.
+  ASSERT_EQ(::mkdir(data_.c_str(), 0755), 0);
+  ASSERT_EQ(::chmod(data_.c_str(), 0755), 0);
+  api_address_ = "127.0.0.1:0";
+  StartUp();
+  EXPECT_THAT(up_->Output(), ::testing::HasSubstr(data_ + " was readable by others (mode 0755)"));
+  Berth({"apply", "-f", Example("claim-and-pod.yaml")});
+  ASSERT_TRUE(Eventually([&] { return Running("app"); }, absl::Seconds(90))) << Pod("app").dump();
+
+  struct stat st {};
+  ASSERT_EQ(::lstat(data_.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0700u);
+  for (const char* name : {"state.db", "state.db-wal", "state.db-shm", "api-token", "kubeconfig", "tls/api.key",
+                           "api.sock", "berth-up.lock"}) {
+    const std::string path = data_ + "/" + name;
+    ASSERT_EQ(::lstat(path.c_str(), &st), 0) << path;
+    EXPECT_EQ(st.st_mode & 07777, 0600u) << path;
+  }
+  // The whole tree, without crossing into mounted filesystems (the pool and
+  // the volumes).
+  std::vector<std::string> open_to_others;
+  size_t walked = 0;
+  std::function<void(const std::string&, dev_t)> walk = [&](const std::string& dir, dev_t dev) {
+    for (const auto& e : fs::directory_iterator(dir)) {
+      struct stat est {};
+      if (::lstat(e.path().c_str(), &est) != 0 || est.st_dev != dev) continue;
+      ++walked;
+      // A CSI socket is 0660 (root's group, as kubelet's plugins expect);
+      // nothing else grants the group or others anything.
+      const mode_t allowed = S_ISSOCK(est.st_mode) ? 0060 : 0;
+      if (!S_ISLNK(est.st_mode) && (est.st_mode & 077 & ~allowed) != 0) {
+        open_to_others.push_back(fmt::format("{} {:04o}", e.path().string(), est.st_mode & 07777));
+      }
+      if (S_ISDIR(est.st_mode)) walk(e.path(), dev);
+    }
+  };
+  walk(data_, st.st_dev);
+  EXPECT_GT(walked, 20u);  // the node's kubelet tree, records, logs, the pool image
+  EXPECT_THAT(open_to_others, ::testing::IsEmpty());
+  Berth({"delete", "-f", Example("claim-and-pod.yaml")});
   EXPECT_TRUE(Eventually([&] { return Get("/api/v1/persistentvolumes")["items"].empty(); }, absl::Seconds(90)));
   EXPECT_EQ(StopUp(SIGTERM), 0);
 }

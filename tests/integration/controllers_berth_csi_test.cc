@@ -10,6 +10,7 @@
 #include "controllers/manager.h"
 #include "controllers/node_affinity.h"
 #include "client/object.h"
+#include "client/volume_names.h"
 #include "driver_process.h"
 #include "gmock/gmock.h"
 #include "store/store.h"

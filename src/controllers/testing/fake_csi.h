@@ -82,8 +82,20 @@ class FakeCsiDriver : public ::csi::v1::Identity::Service, public ::csi::v1::Con
     out->add_capabilities()->mutable_service()->set_type(::csi::v1::PluginCapability::Service::CONTROLLER_SERVICE);
     return grpc::Status::OK;
   }
-  grpc::Status Probe(grpc::ServerContext*, const ::csi::v1::ProbeRequest*, ::csi::v1::ProbeResponse*) override {
+  grpc::Status Probe(grpc::ServerContext*, const ::csi::v1::ProbeRequest*, ::csi::v1::ProbeResponse* out) override {
+    absl::MutexLock l(&mu_);
+    ++probe_calls_;
+    if (!probe_ready_) out->mutable_ready()->set_value(false);
     return grpc::Status::OK;
+  }
+  int probe_calls() const {
+    absl::MutexLock l(&mu_);
+    return probe_calls_;
+  }
+  // Whether Probe reports ready (false: "not ready yet").
+  void SetProbeReady(bool ready) {
+    absl::MutexLock l(&mu_);
+    probe_ready_ = ready;
   }
 
   // Controller
@@ -361,6 +373,8 @@ class FakeCsiDriver : public ::csi::v1::Identity::Service, public ::csi::v1::Con
   absl::Duration create_delay_ ABSL_GUARDED_BY(mu_);
   int create_calls_ ABSL_GUARDED_BY(mu_) = 0;
   int expand_calls_ ABSL_GUARDED_BY(mu_) = 0;
+  int probe_calls_ ABSL_GUARDED_BY(mu_) = 0;
+  bool probe_ready_ ABSL_GUARDED_BY(mu_) = true;
   bool node_expansion_required_ ABSL_GUARDED_BY(mu_) = true;
   grpc::StatusCode expand_fail_ ABSL_GUARDED_BY(mu_) = grpc::StatusCode::OK;
   std::optional<::csi::v1::CreateVolumeRequest> last_request_ ABSL_GUARDED_BY(mu_);

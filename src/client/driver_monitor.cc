@@ -1,0 +1,272 @@
+#include "client/driver_monitor.h"
+
+#include <vector>
+
+#include "absl/strings/cord.h"
+#include "common/strings.h"
+#include "csi/grpc_status.h"
+#include "csi/v1/csi.grpc.pb.h"
+#include "grpcpp/client_context.h"
+#include "spdlog/spdlog.h"
+
+namespace berth::client {
+
+absl::Status NotAFailure(std::string_view message) {
+  absl::Status st = absl::UnavailableError(std::string(message));
+  st.SetPayload(kNotAFailureUrl, absl::Cord("1"));
+  return st;
+}
+
+bool IsNotAFailure(const absl::Status& st) { return st.GetPayload(kNotAFailureUrl).has_value(); }
+
+std::function<absl::Status(const std::string&)> ParkAware(std::function<absl::Status(const std::string&)> sync) {
+  return [sync = std::move(sync)](const std::string& key) {
+    absl::Status st = sync(key);
+    return IsNotAFailure(st) ? absl::OkStatus() : st;
+  };
+}
+
+DriverMonitor::DriverMonitor(DriverDirectory& directory, Clock& clock, Options options)
+    : directory_(directory), clock_(clock), options_(options) {
+  listener_id_ = directory_.AddListener(
+      [this](const std::string& driver, const std::string& node, const std::string& endpoint) {
+        OnRegistered(driver, node, endpoint);
+      });
+  prober_ = std::thread([this] { ProberLoop(); });
+}
+
+DriverMonitor::~DriverMonitor() {
+  directory_.RemoveListener(listener_id_);
+  {
+    absl::MutexLock lock(&mu_);
+    stop_ = true;
+  }
+  prober_.join();
+}
+
+std::string DriverMonitor::EndpointKey(const std::string& driver, const std::string& node) const {
+  std::string endpoint = directory_.Endpoint(driver, node);
+  return endpoint.empty() ? StrCat("unregistered:", driver, "/", node) : endpoint;
+}
+
+DriverMonitor::Endpoint& DriverMonitor::StateLocked(const std::string& key, const std::string& driver,
+                                                    const std::string& node) {
+  auto [it, inserted] = endpoints_.try_emplace(key, options_);
+  if (inserted) {
+    it->second.driver = driver;
+    it->second.node = node;
+    // Nothing to probe for a driver that is not registered: registration
+    // itself releases it.
+    if (Unregistered(key)) it->second.down = true;
+  }
+  return it->second;
+}
+
+void DriverMonitor::MarkDownLocked(Endpoint& e) {
+  if (e.down) return;
+  e.down = true;
+  e.backoff.Reset();
+  e.next_probe = clock_.Now() + e.backoff.Next();
+  ++stats_.outages;
+  wake_ = true;  // the prober re-plans
+}
+
+absl::Status DriverMonitor::Call(const std::string& driver, const std::string& node, const CallFn& fn) {
+  const std::string key = EndpointKey(driver, node);
+  {
+    absl::MutexLock lock(&mu_);
+    Endpoint& e = StateLocked(key, driver, node);
+    if (e.down) {
+      ++stats_.skipped;
+      return NotAFailure(Unregistered(key) ? StrCat("waiting for CSI driver ", driver, " to register",
+                                                    node.empty() ? "" : StrCat(" on node ", node))
+                                           : StrCat("waiting for CSI driver ", driver, " at ", key,
+                                                    " to come back"));
+    }
+    ++stats_.calls;
+  }
+  absl::Status st;
+  auto channel = directory_.Channel(driver, node, options_.dial_timeout);
+  st = channel.ok() ? fn(*channel) : channel.status();
+  if (st.code() != absl::StatusCode::kUnavailable || IsNotAFailure(st)) return st;
+  // UNAVAILABLE: the connection, or the driver's own answer? Ask it.
+  absl::Status probe = Probe(driver, node);
+  absl::MutexLock lock(&mu_);
+  if (probe.ok()) return st;  // it answers: an error of this call
+  ++stats_.connection_failures;
+  Endpoint& e = StateLocked(key, driver, node);
+  if (!e.down) {
+    spdlog::warn("CSI driver {} at {} is unreachable ({}); its work waits until it is back", driver, key,
+                 std::string(st.message()));
+  }
+  MarkDownLocked(e);
+  return NotAFailure(StrCat("CSI driver ", driver, " at ", key, " is unreachable (", st.message(),
+                            "); waiting for it to come back"));
+}
+
+absl::StatusOr<bool> DriverMonitor::ControllerHasCapability(const std::string& driver, const std::string& node,
+                                                            ::csi::v1::ControllerServiceCapability::RPC::Type rpc) {
+  bool has = false;
+  absl::Status st = Call(driver, node, [&](const std::shared_ptr<grpc::Channel>&) {
+    auto answer = directory_.ControllerHasCapability(driver, node, rpc);
+    if (!answer.ok()) return answer.status();
+    has = *answer;
+    return absl::OkStatus();
+  });
+  if (!st.ok()) return st;
+  return has;
+}
+
+absl::Status DriverMonitor::Probe(const std::string& driver, const std::string& node) {
+  {
+    absl::MutexLock lock(&mu_);
+    ++stats_.probes;
+  }
+  absl::Status st;
+  auto channel = directory_.Channel(driver, node, options_.probe_timeout);
+  if (!channel.ok()) {
+    st = channel.status();
+  } else {
+    auto stub = ::csi::v1::Identity::NewStub(*channel);
+    grpc::ClientContext ctx;
+    // Waits for a channel that is reconnecting (the driver has just come
+    // back) instead of failing at once.
+    ctx.set_wait_for_ready(true);
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.probe_timeout));
+    ::csi::v1::ProbeResponse resp;
+    st = csi::FromGrpcStatus(stub->Probe(&ctx, {}, &resp));
+    if (st.ok() && resp.has_ready() && !resp.ready().value()) {
+      st = absl::UnavailableError(StrCat("CSI driver ", driver, " is not ready"));
+    }
+  }
+  if (!st.ok()) {
+    absl::MutexLock lock(&mu_);
+    ++stats_.failed_probes;
+  }
+  return st;
+}
+
+void DriverMonitor::Park(const std::string& driver, const std::string& node, WorkQueue& queue,
+                         const std::string& key) {
+  const std::string endpoint = EndpointKey(driver, node);
+  {
+    absl::MutexLock lock(&mu_);
+    unparked_.erase(&queue);  // (a new queue at the address of a gone one)
+    Endpoint& e = StateLocked(endpoint, driver, node);
+    if (e.down) {
+      e.parked.emplace(&queue, key);
+      return;
+    }
+  }
+  // Up again meanwhile: no need to wait.
+  queue.Add(key);
+}
+
+void DriverMonitor::Unpark(WorkQueue& queue) {
+  absl::MutexLock release(&release_mu_);
+  absl::MutexLock lock(&mu_);
+  unparked_.insert(&queue);
+  for (auto& [key, e] : endpoints_) {
+    for (auto it = e.parked.begin(); it != e.parked.end();) {
+      it = it->first == &queue ? e.parked.erase(it) : std::next(it);
+    }
+  }
+}
+
+bool DriverMonitor::Up(const std::string& driver, const std::string& node) const {
+  const std::string key = EndpointKey(driver, node);
+  absl::MutexLock lock(&mu_);
+  auto it = endpoints_.find(key);
+  return it == endpoints_.end() ? !Unregistered(key) : !it->second.down;
+}
+
+DriverMonitor::Stats DriverMonitor::stats() const {
+  absl::MutexLock lock(&mu_);
+  return stats_;
+}
+
+void DriverMonitor::OnRegistered(const std::string& driver, const std::string& node, const std::string& endpoint) {
+  std::set<std::pair<WorkQueue*, std::string>> released;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto it = endpoints_.begin(); it != endpoints_.end();) {
+      Endpoint& e = it->second;
+      if (Unregistered(it->first) && e.driver == driver && (node.empty() || e.node == node)) {
+        // Registered now: its keys find the endpoint when they run.
+        released.merge(e.parked);
+        it = endpoints_.erase(it);
+        continue;
+      }
+      if (it->first == endpoint && e.down) {
+        // A driver registers when it (re)starts: probe it now.
+        e.probe_now = true;
+        wake_ = true;
+      }
+      ++it;
+    }
+  }
+  Release(std::move(released));
+}
+
+void DriverMonitor::Release(std::set<std::pair<WorkQueue*, std::string>> parked) {
+  if (parked.empty()) return;
+  absl::MutexLock release(&release_mu_);
+  {
+    absl::MutexLock lock(&mu_);
+    // Keys of a queue Unpark-ed since they were taken out are dropped.
+    for (auto it = parked.begin(); it != parked.end();) {
+      it = unparked_.contains(it->first) ? parked.erase(it) : std::next(it);
+    }
+    stats_.resumed += static_cast<int64_t>(parked.size());
+  }
+  for (const auto& [queue, key] : parked) queue->Add(key);
+}
+
+void DriverMonitor::ProberLoop() {
+  absl::MutexLock lock(&mu_);
+  while (!stop_) {
+    // The next due probe: an endpoint that registered again, or whose
+    // backoff ran out.
+    absl::Time due = absl::InfiniteFuture();
+    for (const auto& [key, e] : endpoints_) {
+      if (!e.down || Unregistered(key)) continue;
+      due = std::min(due, e.probe_now ? absl::InfinitePast() : e.next_probe);
+    }
+    if (due > clock_.Now()) {
+      wake_ = false;
+      auto woken = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stop_ || wake_; };
+      clock_.AwaitWithDeadline(mu_, absl::Condition(&woken), due);
+      continue;
+    }
+    std::vector<std::pair<std::string, std::pair<std::string, std::string>>> to_probe;
+    const absl::Time now = clock_.Now();
+    for (auto& [key, e] : endpoints_) {
+      if (!e.down || Unregistered(key) || (!e.probe_now && e.next_probe > now)) continue;
+      e.probe_now = false;
+      to_probe.push_back({key, {e.driver, e.node}});
+    }
+    for (const auto& [key, target] : to_probe) {
+      mu_.Unlock();
+      absl::Status st = Probe(target.first, target.second);
+      std::set<std::pair<WorkQueue*, std::string>> released;
+      mu_.Lock();
+      auto it = endpoints_.find(key);
+      if (it == endpoints_.end()) continue;
+      Endpoint& e = it->second;
+      if (st.ok()) {
+        spdlog::info("CSI driver {} at {} answers again; resuming {} waiting item(s)", e.driver, key, e.parked.size());
+        e.down = false;
+        released.swap(e.parked);
+      } else {
+        e.next_probe = clock_.Now() + e.backoff.Next();
+      }
+      if (!released.empty()) {
+        mu_.Unlock();
+        Release(std::move(released));
+        mu_.Lock();
+      }
+    }
+  }
+}
+
+}  // namespace berth::client

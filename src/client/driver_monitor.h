@@ -1,0 +1,160 @@
+// Whether each CSI driver endpoint answers, so that controllers wait for a
+// driver that is down instead of failing — and backing off — every item
+// that needs it (external-provisioner and friends re-queue everything when
+// their driver's connection comes back; a restart of the driver is not an
+// error of each claim).
+//
+// Every controller call to a driver goes through Call(). A call that fails
+// with UNAVAILABLE (connection refused, socket gone, driver not registered)
+// is checked with a Probe: if the Probe fails too, the endpoint is *down*
+// and Call returns a NotAFailure status. While an endpoint is down, Call
+// makes no call at all (same status, at once). The caller parks its key
+// with Park(); every parked key is re-added to its queue, all at once, as
+// soon as the endpoint is up again — when the driver registers again (the
+// DriverDirectory hears of it) or a periodic Probe (backing off from
+// `probe_initial` to `probe_max` on the Clock) succeeds. The queues' workers
+// bound how many of them run at a time. An UNAVAILABLE answered by a driver
+// whose Probe succeeds is an ordinary failure of that call.
+//
+//   absl::Status st = monitor.Call(driver, node, [&](const auto& channel) {
+//     return csi::FromGrpcStatus(Controller::NewStub(channel)->CreateVolume(&ctx, req, &resp));
+//   });
+//   if (IsNotAFailure(st)) monitor.Park(driver, node, queue, key);
+//
+// Thread-safety: thread-safe. Probes run on the monitor's own thread.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "client/drivers.h"
+#include "client/workqueue.h"
+#include "common/backoff.h"
+#include "common/clock.h"
+#include "grpcpp/channel.h"
+
+namespace berth::client {
+
+// A sync outcome that is not a failure of the item: the key is not done,
+// but someone else re-adds it (here: the DriverMonitor, once the driver is
+// back). UNAVAILABLE with a payload under kNotAFailureUrl.
+inline constexpr char kNotAFailureUrl[] = "berth.io/not-a-failure";
+absl::Status NotAFailure(std::string_view message);
+bool IsNotAFailure(const absl::Status& st);
+
+// Wraps a sync function for RunWorker: a NotAFailure result is reported as
+// success, so the worker neither backs the key off nor counts a failure.
+// (The key was parked; see Park.) TODO(workqueue): RunWorker should leave
+// such keys alone instead of Forget-ting them (/work/notes/ctrl-needs.md).
+std::function<absl::Status(const std::string&)> ParkAware(std::function<absl::Status(const std::string&)> sync);
+
+// DriverMonitor's options (outside the class so they can default an argument).
+struct DriverMonitorOptions {
+  // One Probe's deadline (real time: a gRPC deadline). A down driver's
+  // socket refuses at once; this bounds a hung one.
+  absl::Duration probe_timeout = absl::Seconds(2);
+  // Probes of a down endpoint, on the clock.
+  absl::Duration probe_initial = absl::Milliseconds(250);
+  absl::Duration probe_max = absl::Seconds(5);
+  // How long Call may wait to dial an endpoint it has no channel for.
+  absl::Duration dial_timeout = absl::Seconds(5);
+};
+
+class DriverMonitor {
+ public:
+  using Options = DriverMonitorOptions;
+
+  struct Stats {
+    int64_t calls = 0;                // calls made to a driver
+    int64_t connection_failures = 0;  // of those, failed because it was down
+    int64_t skipped = 0;              // calls not made: the endpoint was down
+    int64_t probes = 0;
+    int64_t failed_probes = 0;
+    int64_t outages = 0;              // times an endpoint went down
+    int64_t resumed = 0;              // parked keys re-added
+  };
+
+  explicit DriverMonitor(DriverDirectory& directory, Clock& clock = RealClock(), Options options = {});
+  ~DriverMonitor();
+  DriverMonitor(const DriverMonitor&) = delete;
+  DriverMonitor& operator=(const DriverMonitor&) = delete;
+
+  using CallFn = std::function<absl::Status(const std::shared_ptr<grpc::Channel>& channel)>;
+  // Runs `fn` on a channel to the endpoint serving (driver, node), unless
+  // that endpoint is down. Returns fn's status, or NotAFailure when the
+  // endpoint is (or turned out to be) down or unregistered.
+  absl::Status Call(const std::string& driver, const std::string& node, const CallFn& fn) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // ControllerGetCapabilities through the directory's cache, as a Call.
+  absl::StatusOr<bool> ControllerHasCapability(const std::string& driver, const std::string& node,
+                                               ::csi::v1::ControllerServiceCapability::RPC::Type rpc);
+
+  // Re-adds `key` to `queue` once the endpoint serving (driver, node) is up
+  // (at once if it already is). A key parked twice is re-added once.
+  void Park(const std::string& driver, const std::string& node, WorkQueue& queue, const std::string& key)
+      ABSL_LOCKS_EXCLUDED(mu_, release_mu_);
+  // Drops every key parked for `queue` (call before destroying it).
+  void Unpark(WorkQueue& queue) ABSL_LOCKS_EXCLUDED(mu_, release_mu_);
+
+  // Whether the endpoint serving (driver, node) is believed up.
+  bool Up(const std::string& driver, const std::string& node) const ABSL_LOCKS_EXCLUDED(mu_);
+  Stats stats() const ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  struct Endpoint {
+    explicit Endpoint(const Options& o)
+        : backoff({.initial = o.probe_initial, .max = o.probe_max, .multiplier = 2.0, .jitter = 0.2}) {}
+    bool down = false;
+    bool probe_now = false;  // registered again: probe at once
+    absl::Time next_probe = absl::InfinitePast();
+    Backoff backoff;
+    std::string driver, node;  // a (driver, node) it serves, to probe it
+    std::set<std::pair<WorkQueue*, std::string>> parked;
+  };
+
+  // The endpoint's identity: its address, or for a driver not registered
+  // for `node` a placeholder that any registration of the driver releases.
+  std::string EndpointKey(const std::string& driver, const std::string& node) const;
+  static bool Unregistered(const std::string& key) { return key.starts_with("unregistered:"); }
+  Endpoint& StateLocked(const std::string& key, const std::string& driver, const std::string& node)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Probe (wait_for_ready up to probe_timeout). OK when the driver answered
+  // and is not "not ready".
+  absl::Status Probe(const std::string& driver, const std::string& node) ABSL_LOCKS_EXCLUDED(mu_);
+  void MarkDownLocked(Endpoint& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void OnRegistered(const std::string& driver, const std::string& node, const std::string& endpoint)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Re-adds `parked` to their queues.
+  void Release(std::set<std::pair<WorkQueue*, std::string>> parked) ABSL_LOCKS_EXCLUDED(mu_, release_mu_);
+  void ProberLoop() ABSL_LOCKS_EXCLUDED(mu_);
+
+  DriverDirectory& directory_;
+  Clock& clock_;
+  const Options options_;
+  int listener_id_ = 0;
+
+  // Held while parked keys are re-added, so Unpark never returns while a
+  // queue it dropped is still being used.
+  absl::Mutex release_mu_ ABSL_ACQUIRED_BEFORE(mu_);
+  mutable absl::Mutex mu_;
+  std::map<std::string, Endpoint> endpoints_ ABSL_GUARDED_BY(mu_);
+  // Queues Unpark-ed: keys taken out for release before are not re-added.
+  std::set<WorkQueue*> unparked_ ABSL_GUARDED_BY(mu_);
+  Stats stats_ ABSL_GUARDED_BY(mu_);
+  bool wake_ ABSL_GUARDED_BY(mu_) = false;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread prober_;  // last: starts once everything above exists
+};
+
+}  // namespace berth::client

@@ -1,0 +1,255 @@
+// Kubernetes' safety rules in berth's controllers, end to end against real
+// berth-csi processes (as root: each on its own sandboxed XFS pool):
+//   - two CSI drivers in one cluster: every provisioner and attacher acts on
+//     its own driver's claims, volumes and attachments only, and nothing is
+//     stuck or leaked in either pool;
+//   - a statically provisioned CSI volume with reclaim policy Delete is
+//     deleted through its driver when its claim goes.
+#include <memory>
+#include <set>
+
+#include "common/testing/eventually.h"
+#include "common/testing/temp_dir.h"
+#include "controllers/manager.h"
+#include "client/object.h"
+#include "driver_process.h"
+#include "gmock/gmock.h"
+#include "store/store.h"
+
+namespace berth::testing {
+namespace {
+
+using client::Annotation;
+using client::Field;
+using client::Str;
+using nlohmann::json;
+
+constexpr char kNode[] = "node-a";
+constexpr char kDriverA[] = "local.csi.berth.io";
+constexpr char kDriverB[] = "second.csi.berth.io";
+
+const api::KindInfo& K(std::string_view resource, std::string_view group = "") {
+  return *api::FindResource(group, resource);
+}
+
+// One berth-csi process under its own driver name and pool.
+struct Driver {
+  explicit Driver(const std::string& driver_name)
+      : name(driver_name), process(sandbox, {"--driver-name", driver_name}) {}
+  std::string name;
+  MountSandbox sandbox;
+  DriverProcess process;
+};
+
+class ControllersSafetyTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    BERTH_REQUIRE_ROOT();
+    store_ = std::move(*store::Store::Open({.path = dir_.path() + "/state.db"}));
+    registry_ = std::make_unique<apiserver::Registry>(*store_);
+    ASSERT_TRUE(registry_->Bootstrap().ok());
+    Create("nodes", "", "", {{"metadata", {{"name", kNode}, {"labels", {{"kubernetes.io/hostname", kNode},
+                                                                         {"topology.berth.io/node", kNode}}}}}});
+  }
+  void TearDown() override {
+    if (manager_) manager_->Stop();
+    for (auto& d : drivers_) {
+      EXPECT_EQ(d->process.Stop(), 0);
+      if (HasFailure()) std::cerr << d->name << ":\n" << d->process.Log();
+    }
+  }
+
+  // Starts berth-csi as `name`, registers it as the node agent would
+  // (directory entry, CSINode entry), and adds a Delete class `cls` for it.
+  Driver& AddDriver(const std::string& name, const std::string& cls) {
+    drivers_.push_back(std::make_unique<Driver>(name));
+    Driver& d = *drivers_.back();
+    EXPECT_TRUE(d.process.Start());
+    directory_.Add(name, kNode, "unix://" + d.process.socket());
+    json entry = {{"name", name}, {"nodeID", kNode}, {"topologyKeys", {"topology.berth.io/node"}}};
+    auto csinode = registry_->Get(K("csinodes", "storage.k8s.io"), "", kNode);
+    if (csinode.ok()) {
+      (*csinode)["spec"]["drivers"].push_back(entry);
+      EXPECT_TRUE(registry_->Update(K("csinodes", "storage.k8s.io"), "", kNode, *csinode,
+                                    apiserver::Subresource::kMain).ok());
+    } else {
+      Create("csinodes", "storage.k8s.io", "", {{"metadata", {{"name", kNode}}}, {"spec", {{"drivers", {entry}}}}});
+    }
+    Create("storageclasses", "storage.k8s.io", "",
+           {{"metadata", {{"name", cls}}},
+            {"provisioner", name},
+            {"volumeBindingMode", "Immediate"},
+            {"reclaimPolicy", "Delete"},
+            {"parameters", {{"csi.storage.k8s.io/fstype", "xfs"}}}});
+    return d;
+  }
+
+  void StartManager() {
+    std::vector<std::string> names;
+    for (auto& d : drivers_) names.push_back(d->name);
+    manager_ = std::make_unique<controllers::ControllerManager>(
+        *registry_, directory_,
+        controllers::ControllerManager::Options{.drivers = names, .rpc_timeout = absl::Seconds(60)});
+    ASSERT_TRUE(manager_->Start().ok());
+  }
+
+  void Create(std::string_view resource, std::string_view group, const std::string& ns, const json& obj) {
+    auto got = registry_->Create(K(resource, group), ns, obj);
+    ASSERT_TRUE(got.ok()) << resource << ": " << got.status();
+  }
+  json Get(std::string_view resource, std::string_view group, const std::string& ns, const std::string& name) {
+    auto got = registry_->Get(K(resource, group), ns, name);
+    return got.ok() ? *got : json();
+  }
+  json Claim(const std::string& name) { return Get("persistentvolumeclaims", "", "default", name); }
+  void NewClaim(const std::string& name, const std::string& cls, const std::string& volume = "") {
+    json c = {{"metadata", {{"name", name}}},
+              {"spec",
+               {{"accessModes", {"ReadWriteOnce"}},
+                {"storageClassName", cls},
+                {"resources", {{"requests", {{"storage", "64Mi"}}}}}}}};
+    if (!volume.empty()) c["spec"]["volumeName"] = volume;
+    Create("persistentvolumeclaims", "", "default", c);
+  }
+  void NewPod(const std::string& name, const std::string& claim) {
+    Create("pods", "", "default",
+           {{"metadata", {{"name", name}}},
+            {"spec", {{"nodeName", kNode},
+                      {"containers", {{{"name", "c"}, {"image", "busybox"}}}},
+                      {"volumes", {{{"name", "d"}, {"persistentVolumeClaim", {{"claimName", claim}}}}}}}}});
+  }
+  size_t Count(std::string_view resource, std::string_view group = "") {
+    auto list = registry_->List(K(resource, group), "", {});
+    return list.ok() ? list->items.size() : 999;
+  }
+  std::set<std::string> PoolVolumes(Driver& d) {
+    ::csi::v1::ListVolumesResponse resp;
+    EXPECT_TRUE(d.process.controller().ListVolumes(Ctx().get(), {}, &resp).ok());
+    std::set<std::string> out;
+    for (const auto& e : resp.entries()) out.insert(e.volume().volume_id());
+    return out;
+  }
+  // Every stuck object, for the failure message.
+  std::string Leftovers() {
+    std::string out;
+    for (const char* r : {"persistentvolumeclaims", "persistentvolumes"}) {
+      auto list = registry_->List(K(r), "", {});
+      if (!list.ok()) continue;
+      for (const auto& o : list->items) {
+        out += std::string(r) + " " + Str(o, {"metadata", "name"}) + " finalizers=" +
+               Field(Field(o, "metadata"), "finalizers").dump() + " phase=" + Str(o, {"status", "phase"}) + "\n";
+      }
+    }
+    for (auto& d : drivers_) out += d->name + " pool: " + std::to_string(PoolVolumes(*d).size()) + " volumes\n";
+    return out;
+  }
+
+  TempDir dir_;
+  std::unique_ptr<store::Store> store_;
+  std::unique_ptr<apiserver::Registry> registry_;
+  client::DriverDirectory directory_;
+  std::vector<std::unique_ptr<Driver>> drivers_;
+  std::unique_ptr<controllers::ControllerManager> manager_;
+};
+
+TEST_F(ControllersSafetyTest, TwoDriversEachKeepToTheirOwnClaimsVolumesAndAttachments) {
+  Driver& a = AddDriver(kDriverA, "class-a");
+  Driver& b = AddDriver(kDriverB, "class-b");
+  StartManager();
+  // Claims of both drivers used by pods, so both drivers' attachments exist
+  // when everything is deleted.
+  for (int i = 0; i < 3; ++i) {
+    NewClaim("a-" + std::to_string(i), "class-a");
+    NewClaim("b-" + std::to_string(i), "class-b");
+    NewPod("pod-a-" + std::to_string(i), "a-" + std::to_string(i));
+    NewPod("pod-b-" + std::to_string(i), "b-" + std::to_string(i));
+  }
+  ASSERT_TRUE(Eventually(
+      [&] {
+        for (int i = 0; i < 3; ++i) {
+          for (const char* p : {"a-", "b-"}) {
+            if (Str(Claim(p + std::to_string(i)), {"status", "phase"}) != "Bound") return false;
+          }
+        }
+        return Count("volumeattachments", "storage.k8s.io") == 6;
+      },
+      absl::Seconds(60)))
+      << Leftovers();
+  // Each driver's objects carry only that driver's finalizers.
+  auto attachments = registry_->List(K("volumeattachments", "storage.k8s.io"), "", {});
+  ASSERT_TRUE(attachments.ok());
+  for (const auto& va : attachments->items) {
+    // (berth-csi has no ControllerPublish: attached without a call, so
+    // possibly without any finalizer; never another driver's.)
+    const std::string attacher = Str(va, {"spec", "attacher"});
+    for (const auto& f : Field(Field(va, "metadata"), "finalizers")) EXPECT_EQ(f, "external-attacher/" + attacher);
+  }
+  // 20 claims of each class created and deleted at once: most deletions
+  // land while CreateVolume is in flight. Everything else goes too.
+  constexpr int kClaims = 20;
+  for (int i = 0; i < kClaims; ++i) {
+    NewClaim("x-a-" + std::to_string(i), "class-a");
+    NewClaim("x-b-" + std::to_string(i), "class-b");
+  }
+  for (int i = 0; i < kClaims; ++i) {
+    for (const char* p : {"x-a-", "x-b-"}) {
+      ASSERT_TRUE(registry_->Delete(K("persistentvolumeclaims"), "default", p + std::to_string(i)).ok());
+    }
+  }
+  for (int i = 0; i < 3; ++i) {
+    for (const char* p : {"a-", "b-"}) {
+      ASSERT_TRUE(registry_->Delete(K("pods"), "default", "pod-" + std::string(p) + std::to_string(i)).ok());
+      ASSERT_TRUE(registry_->Delete(K("persistentvolumeclaims"), "default", p + std::to_string(i)).ok());
+    }
+  }
+  EXPECT_TRUE(Eventually(
+      [&] {
+        return Count("persistentvolumeclaims") == 0 && Count("persistentvolumes") == 0 &&
+               Count("volumeattachments", "storage.k8s.io") == 0 && PoolVolumes(a).empty() && PoolVolumes(b).empty();
+      },
+      absl::Seconds(90)))
+      << Leftovers();
+}
+
+TEST_F(ControllersSafetyTest, StaticVolumeWithReclaimDeleteIsDeletedThroughItsDriver) {
+  Driver& b = AddDriver(kDriverB, "class-b");
+  // A volume made outside Kubernetes, then described by a PV by hand.
+  ::csi::v1::CreateVolumeRequest req;
+  req.set_name("handmade");
+  req.mutable_capacity_range()->set_required_bytes(64 << 20);
+  *req.add_volume_capabilities() = MountCapability("xfs");
+  ::csi::v1::CreateVolumeResponse resp;
+  ASSERT_TRUE(b.process.controller().CreateVolume(Ctx().get(), req, &resp).ok());
+  const std::string handle = resp.volume().volume_id();
+  json terms = json::array();
+  for (const auto& [k, v] : resp.volume().accessible_topology(0).segments()) {
+    terms.push_back({{"key", k}, {"operator", "In"}, {"values", {v}}});
+  }
+  Create("persistentvolumes", "", "",
+         {{"metadata", {{"name", "static-pv"}}},
+          {"spec",
+           {{"capacity", {{"storage", "64Mi"}}},
+            {"accessModes", {"ReadWriteOnce"}},
+            {"persistentVolumeReclaimPolicy", "Delete"},
+            {"storageClassName", "class-b"},
+            {"csi", {{"driver", kDriverB}, {"volumeHandle", handle}, {"fsType", "xfs"}}},
+            {"nodeAffinity", {{"required", {{"nodeSelectorTerms", {{{"matchExpressions", terms}}}}}}}}}}});
+  StartManager();
+  NewClaim("data", "class-b", "static-pv");
+  ASSERT_TRUE(Eventually([&] { return Str(Claim("data"), {"status", "phase"}) == "Bound"; }, absl::Seconds(30)))
+      << Leftovers();
+  // Like every Delete volume of its driver, it is now protected by the
+  // provisioner's finalizer.
+  ASSERT_TRUE(Eventually([&] {
+    return client::HasFinalizer(Get("persistentvolumes", "", "", "static-pv"),
+                                "external-provisioner.volume.kubernetes.io/finalizer");
+  })) << Leftovers();
+  EXPECT_EQ(PoolVolumes(b), std::set<std::string>{handle});
+  ASSERT_TRUE(registry_->Delete(K("persistentvolumeclaims"), "default", "data").ok());
+  EXPECT_TRUE(Eventually([&] { return Count("persistentvolumes") == 0 && PoolVolumes(b).empty(); },
+                         absl::Seconds(30)))
+      << Leftovers();
+}
+
+}  // namespace
+}  // namespace berth::testing

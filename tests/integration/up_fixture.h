@@ -1,0 +1,139 @@
+// A test fixture running `berth up` as a process (root: loop devices,
+// mounts) on one node "testnode" in a MountSandbox, driven with the berth
+// CLI and the API socket; everything it started is stopped and everything
+// mounted below the sandbox unmounted, also when a test fails.
+// Needs BERTH_BINARY and BERTH_CSI_BINARY defined.
+#pragma once
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "apiserver/client.h"
+#include "common/testing/eventually.h"
+#include "common/testing/subprocess.h"
+#include "driver/testing/sandbox.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+
+namespace berth::testing {
+
+inline std::string ReadWholeFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// How often `needle` occurs in `haystack`.
+inline size_t CountOf(const std::string& haystack, const std::string& needle) {
+  size_t n = 0;
+  for (size_t at = haystack.find(needle); at != std::string::npos; at = haystack.find(needle, at + 1)) ++n;
+  return n;
+}
+
+class BerthUpFixture : public ::testing::Test {
+ protected:
+  using json = nlohmann::json;
+
+  void SetUp() override {
+    if (::geteuid() != 0) GTEST_SKIP() << "berth up needs root (loop devices, mounts)";
+    data_ = sandbox_.Join("data");
+  }
+  void TearDown() override {
+    StopUp(SIGKILL);
+    // berth-csi gets SIGTERM when berth up dies; let it go before the
+    // sandbox unmounts what is left.
+    std::ifstream in(data_ + "/nodes/testnode/berth-csi.pid");
+    pid_t pid = -1;
+    if (in >> pid && pid > 1) {
+      for (int i = 0; i < 300 && ::kill(pid, 0) == 0; ++i) absl::SleepFor(absl::Milliseconds(50));
+      ::kill(pid, SIGKILL);
+    }
+  }
+
+  void StartUp(const std::vector<std::string>& extra = {}) {
+    std::vector<std::string> argv = {BERTH_BINARY, "--data-dir", data_, "up", "--pool-size", "1Gi",
+                                     "--api-address", "", "--csi-binary", BERTH_CSI_BINARY, "--node-name", "testnode",
+                                     "--volume-stats-period", "1"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    up_ = std::make_unique<Subprocess>(argv, sandbox_.Join("up-" + std::to_string(++starts_) + ".log"));
+    ASSERT_TRUE(Eventually([&] { return up_->Output().find("berth is up") != std::string::npos || up_->Wait(absl::ZeroDuration()); },
+                           absl::Seconds(60)))
+        << up_->Output();
+    ASSERT_FALSE(up_->Wait(absl::ZeroDuration()).has_value()) << up_->Output();
+    client_ = apiserver::ApiClient::ForUnixSocket(data_ + "/api.sock");
+  }
+  std::optional<int> StopUp(int sig) {
+    if (!up_) return std::nullopt;
+    up_->Signal(sig);
+    auto rc = up_->Wait(absl::Seconds(60));
+    up_.reset();
+    return rc;
+  }
+  // The berth CLI on this data directory; fails the test unless it exits 0.
+  void Berth(const std::vector<std::string>& args) {
+    std::vector<std::string> argv = {BERTH_BINARY, "--data-dir", data_};
+    argv.insert(argv.end(), args.begin(), args.end());
+    Subprocess cli(argv, sandbox_.Join("cli.log"));
+    auto rc = cli.Wait(absl::Seconds(120));
+    ASSERT_TRUE(rc.has_value() && *rc == 0) << cli.Output();
+  }
+  std::string WriteFile(const std::string& name, const std::string& content) {
+    const std::string path = sandbox_.Join(name);
+    std::ofstream(path) << content;
+    return path;
+  }
+
+  json Get(const std::string& path) {
+    auto r = client_->Call("GET", path);
+    if (!r.ok() || r->code != 200) return json();
+    return json::parse(r->body, nullptr, false);
+  }
+  json Pod(const std::string& name) { return Get("/api/v1/namespaces/default/pods/" + name); }
+  json Claim(const std::string& name) { return Get("/api/v1/namespaces/default/persistentvolumeclaims/" + name); }
+  bool Running(const std::string& pod) { return Pod(pod).value("status", json::object()).value("phase", "") == "Running"; }
+  bool Mounted(const std::string& path) {
+    for (const auto& m : sandbox_.Mounts()) {
+      if (m == path) return true;
+    }
+    return false;
+  }
+  // Mounts made for volumes (kubelet paths), not the pools'.
+  std::vector<std::string> VolumeMounts() {
+    std::vector<std::string> out;
+    for (const auto& m : sandbox_.Mounts()) {
+      if (m.find("/kubelet/") != std::string::npos) out.push_back(m);
+    }
+    return out;
+  }
+  // Where the node agent publishes the claim's volume for the pod.
+  std::string TargetOf(const std::string& pod, const std::string& claim) {
+    const json p = Pod(pod), c = Claim(claim);
+    return data_ + "/nodes/testnode/kubelet/pods/" + p["metadata"]["uid"].get<std::string>() +
+           "/volumes/kubernetes.io~csi/" + c["spec"]["volumeName"].get<std::string>() + "/mount";
+  }
+  // Waits until CSINode testnode lists `driver`.
+  void WaitForDriverRegistered(const std::string& driver) {
+    ASSERT_TRUE(Eventually([&] {
+      const json csinode = Get("/apis/storage.k8s.io/v1/csinodes/testnode");
+      if (csinode.is_null()) return false;
+      for (const auto& d : csinode["spec"]["drivers"]) {
+        if (d.value("name", "") == driver) return true;
+      }
+      return false;
+    }, absl::Seconds(60)));
+  }
+
+  MountSandbox sandbox_;
+  std::string data_;
+  std::unique_ptr<Subprocess> up_;
+  std::unique_ptr<apiserver::ApiClient> client_;
+  int starts_ = 0;
+};
+
+}  // namespace berth::testing
