@@ -11,13 +11,7 @@
 
 namespace berth::client {
 
-absl::Status NotAFailure(std::string_view message) {
-  absl::Status st = absl::UnavailableError(std::string(message));
-  st.SetPayload(kNotAFailureUrl, absl::Cord("1"));
-  return st;
-}
-
-bool IsNotAFailure(const absl::Status& st) { return st.GetPayload(kNotAFailureUrl).has_value(); }
+// NotAFailure and IsNotAFailure: defined once, in workqueue.cc.
 
 std::function<absl::Status(const std::string&)> ParkAware(std::function<absl::Status(const std::string&)> sync) {
   return [sync = std::move(sync)](const std::string& key) {
