@@ -116,6 +116,10 @@ absl::Status NodeRuntimes::WaitReady(absl::Duration timeout) {
   const absl::Time deadline = absl::Now() + timeout;
   for (const auto& [node, endpoint] : endpoints_) {
     if (endpoint.empty()) continue;
+    // Dial only once the socket is there: a first dial that fails puts the
+    // channel into gRPC's reconnect backoff (seconds at a cold start).
+    BERTH_ASSIGN_OR_RETURN(std::string socket, csi::ParseUnixEndpoint(endpoint));
+    while (::access(socket.c_str(), F_OK) != 0 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(5));
     BERTH_ASSIGN_OR_RETURN(auto runtime, cri::GrpcRuntime::Connect(endpoint, {.retry_for = absl::ZeroDuration()}));
     absl::Status answered;
     while (!(answered = runtime->Version().status()).ok() && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(20));

@@ -228,7 +228,7 @@ absl::Status PodWorkers::SyncPod(const std::string& uid) {
   if (!volumes_.PodVolumesReady(uid)) {
     WriteStatus(*pod, rp, state, false);
     save(rp.AnyRunning());
-    EnqueueAt(uid, clock_.Now() + absl::Seconds(1));
+    EnqueueAt(uid, clock_.Now() + options_.volume_poll);
     return absl::OkStatus();
   }
   absl::Status st = RunPod(*pod, rp, state);

@@ -90,7 +90,9 @@ class PodWorkers {
     std::string host_ip{};   // status.hostIP ("" : unset)
     int workers = 8;
     absl::Duration relist_period = absl::Seconds(1);
-    absl::Duration resync = absl::Seconds(10);
+    absl::Duration resync = absl::Minutes(1);  // kubelet's --sync-frequency
+    // While a pod waits for its volumes, how often it looks again.
+    absl::Duration volume_poll = absl::Milliseconds(250);
     absl::Duration backoff_initial = absl::Seconds(10);
     absl::Duration backoff_max = absl::Minutes(5);
     // Container logs larger than this are rotated (kubelet's
