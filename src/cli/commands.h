@@ -6,6 +6,7 @@
 #pragma once
 
 #include <iosfwd>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,9 @@ struct Target {
   bool all_namespaces = false; // -A
 };
 
+// An API error answer as a status (kubectl's "Error from server (Reason): ...").
+absl::Status ErrorFromResponse(const apiserver::ApiResponse& response);
+
 absl::Status Apply(apiserver::ApiClient& client, const std::vector<std::string>& files,
                    const Target& target, std::ostream& out);
 absl::Status Get(apiserver::ApiClient& client, const std::string& kind,
@@ -32,7 +36,8 @@ absl::Status Describe(apiserver::ApiClient& client, const std::string& kind,
                       std::ostream& out);
 absl::Status Delete(apiserver::ApiClient& client, const std::string& kind,
                     const std::vector<std::string>& names, const std::vector<std::string>& files,
-                    const Target& target, bool wait, absl::Duration timeout, std::ostream& out);
+                    const Target& target, bool wait, absl::Duration timeout, std::ostream& out,
+                    std::optional<int64_t> grace_period_seconds = std::nullopt);
 // `for_condition`: "delete", "jsonpath={.status.phase}=Bound",
 // "condition=Ready".
 absl::Status Wait(apiserver::ApiClient& client, const std::string& kind_slash_name,

@@ -59,7 +59,9 @@ class BerthUpTest : public ::testing::Test {
   void StartUp(std::vector<std::string> extra = {}) {
     std::vector<std::string> argv = {BERTH_BINARY, "--data-dir", data_, "up", "--pool-size", "1Gi",
                                      "--api-address", api_address_, "--csi-binary", BERTH_CSI_BINARY, "--node-name", "testnode",
-                                     "--volume-stats-period", "1"};
+                                     "--volume-stats-period", "1",
+                                     // The storage side alone (pods run for real in berth_up_pods_test).
+                                     "--runtime", "none"};
     argv.insert(argv.end(), extra.begin(), extra.end());
     up_ = std::make_unique<Subprocess>(argv, sandbox_.Join("up-" + std::to_string(++starts_) + ".log"));
     ASSERT_TRUE(Eventually([&] { return up_->Output().find("berth is up") != std::string::npos || up_->Wait(absl::ZeroDuration()); },
