@@ -12,9 +12,8 @@
 #     so neither losetup nor mount/umount is needed.
 #   - the packages of its NEEDED shared libraries (`objdump -p` mapped with
 #     `dpkg -S`); tests/deploy/dockerfile_test checks this list against the
-#     binary the tree builds. libyaml-cpp0.7 comes with the Kubernetes API
-#     client (--adopt-snapshot-contents); libsqlite3-0 is named only by a
-#     debug build, whose link keeps that client library's own dependencies.
+#     binary the tree builds. The Kubernetes API client of
+#     --adopt-snapshot-contents (http/api_client) adds no library.
 
 FROM debian:bookworm AS build
 RUN apt-get update \
@@ -38,8 +37,7 @@ RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       e2fsprogs xfsprogs util-linux \
       libc6 libgcc-s1 libstdc++6 libssl3 \
-      libgrpc++1.51 libgrpc29 libprotobuf32 libabsl20220623 libspdlog1.10 libfmt9 libyaml-cpp0.7 \
-      libsqlite3-0 \
+      libgrpc++1.51 libgrpc29 libprotobuf32 libabsl20220623 libspdlog1.10 libfmt9 \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=build /src/build/release/berth-csi /usr/local/bin/berth-csi
 ENTRYPOINT ["/usr/local/bin/berth-csi"]

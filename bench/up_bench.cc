@@ -26,7 +26,7 @@
 
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "apiserver/client.h"
+#include "http/api_client.h"
 #include "nlohmann/json.hpp"
 
 namespace {
@@ -150,7 +150,7 @@ int main(int argc, char** argv) {
             "--runtime", runtime.c_str(), "--pod-cidr", "10.215.0.0/16", static_cast<char*>(nullptr));
     ::_exit(127);
   }
-  auto client = berth::apiserver::ApiClient::ForUnixSocket(data + "/api.sock");
+  auto client = berth::http::ApiClient::ForUnixSocket(data + "/api.sock");
   // Ready: the driver registered on every node.
   const absl::Time start_up = absl::Now();
   for (;;) {
@@ -191,7 +191,7 @@ int main(int argc, char** argv) {
     auto r = client->Call("GET", "/api/v1/namespaces/default/pods");
     if (!r.ok() || r->code != 200) {
       std::fprintf(stderr, "listing pods: %s\n", r.ok() ? std::to_string(r->code).c_str() : std::string(r.status().message()).c_str());
-      client = berth::apiserver::ApiClient::ForUnixSocket(data + "/api.sock");
+      client = berth::http::ApiClient::ForUnixSocket(data + "/api.sock");
       continue;
     }
     running = 0;

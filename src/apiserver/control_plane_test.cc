@@ -8,7 +8,8 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "apiserver/client.h"
+#include "apiserver/kubeconfig.h"
+#include "http/api_client.h"
 #include "apiserver/tls.h"
 #include "common/fs.h"
 #include "common/testing/log_capture.h"
@@ -22,6 +23,7 @@ namespace berth::apiserver {
 namespace {
 
 using nlohmann::json;
+using http::ApiClient;
 
 class ControlPlaneHttpTest : public ::testing::Test {
  protected:
@@ -85,7 +87,7 @@ TEST_F(ControlPlaneHttpTest, UnixSocketNeedsNoToken) {
 }
 
 TEST_F(ControlPlaneHttpTest, TcpIsHttpsAndNeedsTheToken) {
-  auto good = ApiClient::ForKubeconfig(cp_->kubeconfig_path());
+  auto good = ApiClientForKubeconfig(cp_->kubeconfig_path());
   ASSERT_TRUE(good.ok()) << good.status();
   auto created = (*good)->Call("POST", "/api/v1/namespaces",
                                R"({"apiVersion":"v1","kind":"Namespace","metadata":{"name":"team"}})");
@@ -130,7 +132,7 @@ TEST_F(ControlPlaneHttpTest, MetricsAreServedFromCollectorsBehindTheSameAuthenti
   EXPECT_EQ(r->body,
             "# HELP berth_test_volumes Volumes.\n# TYPE berth_test_volumes gauge\nberth_test_volumes{node=\"n1\"} 3\n"
             "# HELP berth_test_up Up.\n# TYPE berth_test_up gauge\nberth_test_up 1\n");
-  auto good = ApiClient::ForKubeconfig(cp_->kubeconfig_path());
+  auto good = ApiClientForKubeconfig(cp_->kubeconfig_path());
   ASSERT_TRUE(good.ok());
   EXPECT_EQ((*good)->Call("GET", "/metrics")->body, r->body);
   auto ca = EnsureServingCertificate(dir_.path() + "/data/tls");

@@ -18,8 +18,8 @@
 namespace berth::cli {
 namespace {
 
-using apiserver::ApiClient;
-using apiserver::ApiResponse;
+using http::ApiClient;
+using http::ApiResponse;
 using nlohmann::json;
 
 constexpr char kLastApplied[] = "kubectl.kubernetes.io/last-applied-configuration";
@@ -71,7 +71,7 @@ absl::Status ServerError(const ApiResponse& r) {
   std::string reason;
   json body = json::parse(r.body, nullptr, false);
   if (body.is_object()) reason = body.value("reason", "");
-  std::string msg = apiserver::ErrorMessage(r);
+  std::string msg = http::ErrorMessage(r);
   std::string text = reason.empty() ? msg : StrCat("Error from server (", reason, "): ", msg);
   switch (r.code) {
     case 404: return absl::NotFoundError(text);

@@ -7,7 +7,8 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
-#include "apiserver/client.h"
+#include "apiserver/kubeconfig.h"
+#include "http/api_client.h"
 #include "apiserver/control_plane.h"
 #include "berth/version.h"
 #include "cli/commands.h"
@@ -222,8 +223,8 @@ int main(int argc, char** argv) {
     return st.ok() ? 0 : Fail(st);
   }
 
-  auto client = kubeconfig.empty() ? berth::apiserver::ApiClient::ForDataDir(data_dir)
-                                   : berth::apiserver::ApiClient::ForKubeconfig(kubeconfig);
+  auto client = kubeconfig.empty() ? berth::http::ApiClient::ForDataDir(data_dir)
+                                   : berth::apiserver::ApiClientForKubeconfig(kubeconfig);
   if (!client.ok()) return Fail(client.status());
   auto timeout = ParseTimeout(timeout_text);
   if (!timeout.ok()) return Fail(timeout.status());

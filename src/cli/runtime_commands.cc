@@ -30,7 +30,7 @@
 namespace berth::cli {
 namespace {
 
-using apiserver::ApiClient;
+using http::ApiClient;
 using nlohmann::json;
 namespace fs = std::filesystem;
 

@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "apiserver/client.h"
+#include "http/api_client.h"
 #include "cli/commands.h"
 
 namespace berth::cli {
@@ -36,11 +36,11 @@ struct LogsOptions {
   bool timestamps = false;
   int64_t tail = -1;
 };
-absl::Status Logs(apiserver::ApiClient& client, const std::string& pod, const Target& target,
+absl::Status Logs(http::ApiClient& client, const std::string& pod, const Target& target,
                   const LogsOptions& options, std::ostream& out);
 
 // The command's exit code.
-absl::StatusOr<int> Exec(apiserver::ApiClient& client, const std::string& data_dir, const std::string& pod,
+absl::StatusOr<int> Exec(http::ApiClient& client, const std::string& data_dir, const std::string& pod,
                          const Target& target, const std::string& container, const std::vector<std::string>& command,
                          absl::Duration timeout, std::ostream& out, std::ostream& err);
 

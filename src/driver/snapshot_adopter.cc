@@ -33,7 +33,7 @@ std::string Trimmed(std::string s) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<apiserver::ApiClient>> InClusterApiClient() {
+absl::StatusOr<std::unique_ptr<http::ApiClient>> InClusterApiClient() {
   const char* host = std::getenv("KUBERNETES_SERVICE_HOST");
   const char* port = std::getenv("KUBERNETES_SERVICE_PORT");
   if (host == nullptr || port == nullptr || *host == '\0') {
@@ -50,7 +50,7 @@ absl::StatusOr<std::unique_ptr<apiserver::ApiClient>> InClusterApiClient() {
     return absl::FailedPreconditionError(StrCat("no service account token or CA in ",
                                                 kServiceAccountDir, " (automountServiceAccountToken)"));
   }
-  return apiserver::ApiClient::ForTcp(host, port_number, *ca, Trimmed(*token));
+  return http::ApiClient::ForTcp(host, port_number, *ca, Trimmed(*token));
 }
 
 SnapshotContentAdopter::SnapshotContentAdopter(Options options, const Pool& pool,
@@ -89,12 +89,12 @@ absl::StatusOr<int> SnapshotContentAdopter::RunOnce() {
   BERTH_ASSIGN_OR_RETURN(auto client, client_());
   // "!key": contents without the label (the API server filters).
   BERTH_ASSIGN_OR_RETURN(
-      apiserver::ApiResponse list,
+      http::ApiResponse list,
       client->Call("GET", StrCat(kContents, "?labelSelector=%21snapshot.storage.kubernetes.io%2Fmanaged-by")));
   if (list.code == 404) return 0;  // no snapshot CRDs in this cluster
   if (list.code != 200) {
     return absl::UnavailableError(StrCat("listing VolumeSnapshotContents: HTTP ", list.code, ": ",
-                                         apiserver::ErrorMessage(list)));
+                                         http::ErrorMessage(list)));
   }
   const json body = json::parse(list.body, nullptr, false);
   if (!body.is_object() || !body.contains("items") || !body["items"].is_array()) {
@@ -120,7 +120,7 @@ absl::StatusOr<int> SnapshotContentAdopter::RunOnce() {
     if (!r.ok() || (r->code != 200 && r->code != 409 && r->code != 404)) {
       absl::Status st = r.ok() ? absl::UnavailableError(StrCat("labelling VolumeSnapshotContent ", name,
                                                                ": HTTP ", r->code, ": ",
-                                                               apiserver::ErrorMessage(*r)))
+                                                               http::ErrorMessage(*r)))
                                : r.status();
       if (first_error.ok()) first_error = st;
       continue;

@@ -33,7 +33,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "apiserver/client.h"
+#include "http/api_client.h"
 #include "common/clock.h"
 #include "driver/pool/pool.h"
 
@@ -45,7 +45,7 @@ inline constexpr char kManagedByLabel[] = "snapshot.storage.kubernetes.io/manage
 // A client for the cluster's API server from inside a pod: the service
 // account's token and CA (/var/run/secrets/kubernetes.io/serviceaccount) and
 // KUBERNETES_SERVICE_HOST/PORT. FAILED_PRECONDITION naming what is missing.
-absl::StatusOr<std::unique_ptr<apiserver::ApiClient>> InClusterApiClient();
+absl::StatusOr<std::unique_ptr<http::ApiClient>> InClusterApiClient();
 
 class SnapshotContentAdopter {
  public:
@@ -56,7 +56,7 @@ class SnapshotContentAdopter {
   };
   // A new client per pass: a projected service account token is rotated,
   // and re-reading it each time picks that up.
-  using ClientFactory = std::function<absl::StatusOr<std::unique_ptr<apiserver::ApiClient>>()>;
+  using ClientFactory = std::function<absl::StatusOr<std::unique_ptr<http::ApiClient>>()>;
 
   SnapshotContentAdopter(Options options, const Pool& pool, ClientFactory client,
                          Clock& clock = RealClock());

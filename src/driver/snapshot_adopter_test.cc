@@ -5,6 +5,7 @@
 #include "driver/snapshot_adopter.h"
 
 #include "apiserver/control_plane.h"
+#include "apiserver/kubeconfig.h"
 #include "common/testing/temp_dir.h"
 #include "driver/pool/ids.h"
 #include "gmock/gmock.h"
@@ -52,7 +53,7 @@ class SnapshotAdopterTest : public ::testing::Test {
   }
 
   SnapshotContentAdopter::ClientFactory Client() {
-    return [path = cp_->kubeconfig_path()] { return apiserver::ApiClient::ForKubeconfig(path); };
+    return [path = cp_->kubeconfig_path()] { return apiserver::ApiClientForKubeconfig(path); };
   }
 
   // A VolumeSnapshotContent as a user writes one for an existing snapshot.
@@ -126,7 +127,7 @@ TEST_F(SnapshotAdopterTest, LoopRunsEveryPeriodOnTheClock) {
 
 TEST_F(SnapshotAdopterTest, AnUnreachableApiServerIsReported) {
   SnapshotContentAdopter adopter(Options(), *pool_, [] {
-    return apiserver::ApiClient::ForTcp("127.0.0.1", 1, "", "");
+    return http::ApiClient::ForTcp("127.0.0.1", 1, "", "");
   });
   EXPECT_EQ(adopter.RunOnce().status().code(), absl::StatusCode::kUnavailable)
       << "nothing listens on port 1: the failure is reported, not hidden";

@@ -12,7 +12,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_replace.h"
-#include "apiserver/client.h"
+#include "http/api_client.h"
 #include "common/testing/eventually.h"
 #include "common/testing/subprocess.h"
 #include "cri/containerd.h"
@@ -60,7 +60,7 @@ class BerthUpPodsTest : public ::testing::Test {
                            absl::Seconds(120)))
         << up_->Output();
     ASSERT_FALSE(up_->Wait(absl::ZeroDuration()).has_value()) << up_->Output();
-    client_ = apiserver::ApiClient::ForUnixSocket(data_ + "/api.sock");
+    client_ = http::ApiClient::ForUnixSocket(data_ + "/api.sock");
   }
   void StopUp(int sig) {
     if (!up_) return;
@@ -142,7 +142,7 @@ class BerthUpPodsTest : public ::testing::Test {
   MountSandbox sandbox_;
   std::string data_;
   std::unique_ptr<Subprocess> up_;
-  std::unique_ptr<apiserver::ApiClient> client_;
+  std::unique_ptr<http::ApiClient> client_;
   int starts_ = 0;
   int manifests_ = 0;
 };

@@ -15,7 +15,7 @@
 
 #include "absl/strings/match.h"
 #include "api/quantity.h"
-#include "apiserver/client.h"
+#include "http/api_client.h"
 #include "common/testing/eventually.h"
 #include "common/testing/subprocess.h"
 #include "driver/testing/sandbox.h"
@@ -68,7 +68,7 @@ class BerthUpTest : public ::testing::Test {
                            absl::Seconds(60)))
         << up_->Output();
     ASSERT_FALSE(up_->Wait(absl::ZeroDuration()).has_value()) << up_->Output();
-    client_ = apiserver::ApiClient::ForUnixSocket(data_ + "/api.sock");
+    client_ = http::ApiClient::ForUnixSocket(data_ + "/api.sock");
   }
   std::optional<int> StopUp(int sig) {
     if (!up_) return std::nullopt;
@@ -128,7 +128,7 @@ class BerthUpTest : public ::testing::Test {
   MountSandbox sandbox_;
   std::string data_;
   std::unique_ptr<Subprocess> up_;
-  std::unique_ptr<apiserver::ApiClient> client_;
+  std::unique_ptr<http::ApiClient> client_;
   int starts_ = 0;
   std::string api_address_;  // "": no TCP listener (no token, TLS key or kubeconfig)
 };

@@ -93,15 +93,6 @@ class DriverProcess {
     return code.value_or(-1);
   }
 
-  // kill -9 (a crash at an arbitrary point) and reap it.
-  void Kill() {
-    if (!process_) return;
-    process_->Signal(SIGKILL);
-    process_->Wait(absl::Seconds(30));
-    log_ += process_->Output();
-    process_.reset();
-  }
-
   // Waits for a process that is expected to die by itself (a crash point).
   std::optional<int> WaitForExit() {
     auto code = process_->Wait(absl::Seconds(60));

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "apiserver/client.h"
+#include "http/api_client.h"
 #include "common/testing/eventually.h"
 #include "common/testing/subprocess.h"
 #include "driver/testing/sandbox.h"
@@ -78,7 +78,7 @@ class BerthUpFixture : public ::testing::Test {
         absl::Seconds(60)))
         << up_->Output();
     ASSERT_FALSE(up_->Wait(absl::ZeroDuration()).has_value()) << up_->Output();
-    client_ = apiserver::ApiClient::ForUnixSocket(data_ + "/api.sock");
+    client_ = http::ApiClient::ForUnixSocket(data_ + "/api.sock");
   }
   std::optional<int> StopUp(int sig) {
     if (!up_) return std::nullopt;
@@ -148,7 +148,7 @@ class BerthUpFixture : public ::testing::Test {
   MountSandbox sandbox_;
   std::string data_;
   std::unique_ptr<Subprocess> up_;
-  std::unique_ptr<apiserver::ApiClient> client_;
+  std::unique_ptr<http::ApiClient> client_;
   int starts_ = 0;
 };
 
