@@ -208,6 +208,19 @@ TEST_F(DriverConformanceTest, CapacityAndTopology) {
   grpc::Status st = Create("pvc-huge", 1LL << 40, 0, &r);
   EXPECT_EQ(st.error_code(), StatusCode::RESOURCE_EXHAUSTED);
   EXPECT_THAT(st.error_message(), ::testing::HasSubstr("1Ti"));
+  // Growing a volume past what the pool holds: RESOURCE_EXHAUSTED too (the
+  // resizer records it as ControllerResizeInfeasible), the volume unchanged.
+  const std::string grown = MustCreate("pvc-grow", 64 << 20);
+  ::csi::v1::ControllerExpandVolumeRequest ereq;
+  ereq.set_volume_id(grown);
+  ereq.mutable_capacity_range()->set_required_bytes(1LL << 40);
+  ::csi::v1::ControllerExpandVolumeResponse eresp;
+  st = driver_->controller().ControllerExpandVolume(Ctx().get(), ereq, &eresp);
+  EXPECT_EQ(st.error_code(), StatusCode::RESOURCE_EXHAUSTED) << st.error_message();
+  EXPECT_THAT(st.error_message(), ::testing::HasSubstr("expanding volume " + grown));
+  ::csi::v1::GetCapacityResponse unchanged;
+  ASSERT_TRUE(driver_->controller().GetCapacity(Ctx().get(), {}, &unchanged).ok());
+  EXPECT_EQ(after.available_capacity() - unchanged.available_capacity(), 64LL << 20) << "nothing stays reserved";
 
   // Capacity for another node's topology is zero.
   ::csi::v1::GetCapacityRequest other;

@@ -62,7 +62,7 @@ class BerthUpFixture : public ::testing::Test {
                                      data_,
                                      "up",
                                      "--pool-size",
-                                     "1Gi",
+                                     pool_size_,
                                      "--api-address",
                                      "",
                                      "--csi-binary",
@@ -150,6 +150,7 @@ class BerthUpFixture : public ::testing::Test {
   std::unique_ptr<Subprocess> up_;
   std::unique_ptr<http::ApiClient> client_;
   int starts_ = 0;
+  std::string pool_size_ = "1Gi";  // set before StartUp()
 };
 
 }  // namespace berth::testing
