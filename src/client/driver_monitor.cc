@@ -152,9 +152,12 @@ absl::Status DriverMonitor::Probe(const std::string& driver, const std::string& 
 
 void DriverMonitor::Park(const std::string& driver, const std::string& node, WorkQueue& queue,
                          const std::string& key) {
-  const std::string endpoint = EndpointKey(driver, node);
   {
     absl::MutexLock lock(&mu_);
+    // Looked up under mu_: a registration that this lookup misses has not
+    // reached OnRegistered yet (it takes mu_ after the directory changed),
+    // which then releases what is parked here.
+    const std::string endpoint = EndpointKey(driver, node);
     unparked_.erase(&queue);  // (a new queue at the address of a gone one)
     Endpoint& e = StateLocked(endpoint, driver, node);
     if (e.down) {
@@ -195,7 +198,10 @@ void DriverMonitor::OnRegistered(const std::string& driver, const std::string& n
     absl::MutexLock lock(&mu_);
     for (auto it = endpoints_.begin(); it != endpoints_.end();) {
       Endpoint& e = it->second;
-      if (Unregistered(it->first) && e.driver == driver && (node.empty() || e.node == node)) {
+      // A key waiting for the driver on any node (a claim with no node
+      // chosen yet: the provisioner picks one of the driver's registered
+      // nodes) is released by a registration on any node.
+      if (Unregistered(it->first) && e.driver == driver && (node.empty() || e.node.empty() || e.node == node)) {
         // Registered now: its keys find the endpoint when they run.
         released.merge(e.parked);
         it = endpoints_.erase(it);

@@ -172,6 +172,23 @@ TEST_F(DriverMonitorTest, ADriverNotRegisteredWaitsForItsRegistration) {
   EXPECT_EQ(Queued(), std::set<std::string>{"default/x"});
 }
 
+// A claim with no node yet (Immediate binding, no node registered when it
+// was looked at) waits for the driver on any node; the node agent registers
+// the driver under its node's name, which must release it (chaos_test found
+// such claims parked for good after berth up restarted).
+TEST_F(DriverMonitorTest, AKeyWaitingForTheDriverOnAnyNodeIsReleasedByARegistrationOnOne) {
+  absl::Status st = monitor_->Call("other.csi.berth.io", "", [&](const auto&) {
+    ++made_;
+    return absl::OkStatus();
+  });
+  ASSERT_TRUE(IsNotAFailure(st)) << st;
+  EXPECT_EQ(made_, 0);
+  monitor_->Park("other.csi.berth.io", "", queue_, "default/y");
+  EXPECT_EQ(queue_.Len(), 0u);
+  directory_.Add("other.csi.berth.io", "node-1", "unix://" + socket_);
+  EXPECT_EQ(Queued(), std::set<std::string>{"default/y"});
+}
+
 TEST_F(DriverMonitorTest, AProbeSayingNotReadyKeepsTheDriverDown) {
   Outage();
   driver_.SetProbeReady(false);
