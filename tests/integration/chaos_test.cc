@@ -140,7 +140,8 @@ class ChaosTest : public BerthUpFixture {
       StartUp({"--runtime", "none"});
       last_restart_ = absl::Now();
       std::cout << fmt::format("[ CHAOS    ] {}: kill -9 berth up ({}); serving again after {}\n", when, pid,
-                               absl::FormatDuration(last_restart_ - killed));
+                               absl::FormatDuration(last_restart_ - killed))
+              << std::flush;
       ++kills_["berth up"];
       return;
     }
@@ -148,7 +149,7 @@ class ChaosTest : public BerthUpFixture {
     const pid_t pid = ChildPid(file);
     if (pid <= 0) {
       // (Between a crash and its restart there is no live child to kill.)
-      std::cout << fmt::format("[ CHAOS    ] {}: no live child in {}; nothing killed\n", when, file);
+      std::cout << fmt::format("[ CHAOS    ] {}: no live child in {}; nothing killed\n", when, file) << std::flush;
       return;
     }
     ASSERT_EQ(::kill(pid, SIGKILL), 0);
@@ -157,7 +158,8 @@ class ChaosTest : public BerthUpFixture {
     last_restart_ = absl::Now();
     std::cout << fmt::format("[ CHAOS    ] {}: kill -9 {} ({}); restarted after {}\n", when,
                              v == Victim::kDriver ? "berth-csi" : "node agent", pid,
-                             absl::FormatDuration(last_restart_ - killed));
+                             absl::FormatDuration(last_restart_ - killed))
+              << std::flush;
     ++kills_[v == Victim::kDriver ? "berth-csi" : "node agent"];
   }
   Victim PickVictim(std::mt19937_64& rng) {
@@ -296,7 +298,7 @@ TEST_F(ChaosTest, KillNineOfStackDriverAndAgentLosesAndLeaksNothing) {
                             ? std::strtoull(std::getenv("BERTH_CHAOS_SEED"), nullptr, 10)
                             : static_cast<uint64_t>(absl::ToUnixNanos(absl::Now()));
   std::cout << fmt::format("[ CHAOS    ] {} rounds x {} claims, seed {} (BERTH_CHAOS_SEED={} replays the plan)\n",
-                           rounds, per_round, seed, seed);
+                           rounds, per_round, seed, seed) << std::flush;
   std::mt19937_64 rng(seed);
   auto chance = [&](double p) { return std::bernoulli_distribution(p)(rng); };
   auto pause = [&](int max_ms) {
@@ -354,7 +356,7 @@ TEST_F(ChaosTest, KillNineOfStackDriverAndAgentLosesAndLeaksNothing) {
       pause(15);
     }
     std::cout << fmt::format("[ CHAOS    ] round {} done: {} claims created, {} deleted so far\n", r + 1,
-                             items_.size(), deleted);
+                             items_.size(), deleted) << std::flush;
   }
 
   // Convergence after the last restart (polled every 250 ms: the lists
@@ -395,7 +397,8 @@ TEST_F(ChaosTest, KillNineOfStackDriverAndAgentLosesAndLeaksNothing) {
       "restart; all converged (Bound, Running, images == PVs) {} after it\n",
       rounds, per_round, seed, kill_counts, items_.size(), deleted, items_.size() - deleted, pods, files,
       Items("/api/v1/persistentvolumes").size(), PoolImages().size(), absl::FormatDuration(deleted_after),
-      absl::FormatDuration(converged_after));
+      absl::FormatDuration(converged_after))
+            << std::flush;
 
   // Teardown: everything goes, and so do its mounts and loop devices.
   for (Item& item : items_) {
