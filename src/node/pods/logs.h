@@ -19,7 +19,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
-#include "apiserver/registry.h"
+#include "apiserver/api.h"
 #include "http/server.h"
 
 namespace berth::node::pods {
@@ -58,7 +58,7 @@ absl::Status CopyLog(const std::string& path, const LogOptions& options,
 // API's: NOT_FOUND for a pod, INVALID_ARGUMENT ("a container name must be
 // specified for pod ...", a container still waiting to start, no previous
 // container) as kubelet and the API server word them.
-absl::Status ServePodLog(apiserver::Registry& registry, const std::string& log_root, const std::string& ns,
+absl::Status ServePodLog(apiserver::Api& registry, const std::string& log_root, const std::string& ns,
                          const std::string& name, const http::HttpRequest& request, http::ResponseWriter& out);
 
 }  // namespace berth::node::pods
