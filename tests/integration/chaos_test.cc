@@ -309,6 +309,7 @@ TEST_F(ChaosTest, KillNineOfStackDriverAndAgentLosesAndLeaksNothing) {
   StartUp({"--runtime", "none"});
   if (HasFatalFailure()) return;
   WaitForDriverRegistered("local.csi.berth.io");
+  if (HasFatalFailure()) return;
   ASSERT_TRUE(Post("/apis/storage.k8s.io/v1/storageclasses",
                    {{"apiVersion", "storage.k8s.io/v1"},
                     {"kind", "StorageClass"},
