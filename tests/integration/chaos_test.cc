@@ -45,9 +45,9 @@ int EnvInt(const char* name, int fallback) {
 // One claim, with a pod using it for about one claim in four.
 struct Item {
   std::string claim;
-  std::string pod;         // empty: no pod (Immediate class)
+  std::string pod;  // empty: no pod (Immediate class)
   bool deleted = false;
-  std::string file;        // written into the pod's volume ("" not yet)
+  std::string file;  // written into the pod's volume ("" not yet)
   std::string content;
 };
 
@@ -93,7 +93,8 @@ class ChaosTest : public BerthUpFixture {
 
   bool Post(const std::string& path, const json& body) {
     auto r = client_->Call("POST", path, body.dump());
-    EXPECT_TRUE(r.ok() && (r->code == 201 || r->code == 200)) << path << ": " << (r.ok() ? r->body : r.status().ToString());
+    EXPECT_TRUE(r.ok() && (r->code == 201 || r->code == 200))
+        << path << ": " << (r.ok() ? r->body : r.status().ToString());
     return r.ok() && (r->code == 201 || r->code == 200);
   }
   void Delete(const std::string& path) {
@@ -141,7 +142,7 @@ class ChaosTest : public BerthUpFixture {
       last_restart_ = absl::Now();
       std::cout << fmt::format("[ CHAOS    ] {}: kill -9 berth up ({}); serving again after {}\n", when, pid,
                                absl::FormatDuration(last_restart_ - killed))
-              << std::flush;
+                << std::flush;
       ++kills_["berth up"];
       return;
     }
@@ -298,7 +299,8 @@ TEST_F(ChaosTest, KillNineOfStackDriverAndAgentLosesAndLeaksNothing) {
                             ? std::strtoull(std::getenv("BERTH_CHAOS_SEED"), nullptr, 10)
                             : static_cast<uint64_t>(absl::ToUnixNanos(absl::Now()));
   std::cout << fmt::format("[ CHAOS    ] {} rounds x {} claims, seed {} (BERTH_CHAOS_SEED={} replays the plan)\n",
-                           rounds, per_round, seed, seed) << std::flush;
+                           rounds, per_round, seed, seed)
+            << std::flush;
   std::mt19937_64 rng(seed);
   auto chance = [&](double p) { return std::bernoulli_distribution(p)(rng); };
   auto pause = [&](int max_ms) {
@@ -310,13 +312,12 @@ TEST_F(ChaosTest, KillNineOfStackDriverAndAgentLosesAndLeaksNothing) {
   if (HasFatalFailure()) return;
   WaitForDriverRegistered("local.csi.berth.io");
   if (HasFatalFailure()) return;
-  ASSERT_TRUE(Post("/apis/storage.k8s.io/v1/storageclasses",
-                   {{"apiVersion", "storage.k8s.io/v1"},
-                    {"kind", "StorageClass"},
-                    {"metadata", {{"name", kImmediateClass}}},
-                    {"provisioner", "local.csi.berth.io"},
-                    {"volumeBindingMode", "Immediate"},
-                    {"reclaimPolicy", "Delete"}}));
+  ASSERT_TRUE(Post("/apis/storage.k8s.io/v1/storageclasses", {{"apiVersion", "storage.k8s.io/v1"},
+                                                              {"kind", "StorageClass"},
+                                                              {"metadata", {{"name", kImmediateClass}}},
+                                                              {"provisioner", "local.csi.berth.io"},
+                                                              {"volumeBindingMode", "Immediate"},
+                                                              {"reclaimPolicy", "Delete"}}));
 
   items_.reserve(static_cast<size_t>(rounds * per_round));
   size_t deleted = 0;
@@ -356,8 +357,9 @@ TEST_F(ChaosTest, KillNineOfStackDriverAndAgentLosesAndLeaksNothing) {
       ++deleted;
       pause(15);
     }
-    std::cout << fmt::format("[ CHAOS    ] round {} done: {} claims created, {} deleted so far\n", r + 1,
-                             items_.size(), deleted) << std::flush;
+    std::cout << fmt::format("[ CHAOS    ] round {} done: {} claims created, {} deleted so far\n", r + 1, items_.size(),
+                             deleted)
+              << std::flush;
   }
 
   // Convergence after the last restart (polled every 250 ms: the lists
@@ -393,12 +395,14 @@ TEST_F(ChaosTest, KillNineOfStackDriverAndAgentLosesAndLeaksNothing) {
   std::string kill_counts;
   for (const auto& [what, n] : kills_) kill_counts += fmt::format(" {} x{}", what, n);
   std::cout << fmt::format(
-      "[ FIGURES  ] chaos {} rounds x {} claims (seed {}): kills:{}; {} claims created, {} deleted, {} kept ({} with "
-      "pods, {} files written and read back); {} PVs, {} pool images; every deleted claim gone {} after the last "
-      "restart; all converged (Bound, Running, images == PVs) {} after it\n",
-      rounds, per_round, seed, kill_counts, items_.size(), deleted, items_.size() - deleted, pods, files,
-      Items("/api/v1/persistentvolumes").size(), PoolImages().size(), absl::FormatDuration(deleted_after),
-      absl::FormatDuration(converged_after))
+                   "[ FIGURES  ] chaos {} rounds x {} claims (seed {}): kills:{}; {} claims created, {} deleted, {} "
+                   "kept ({} with "
+                   "pods, {} files written and read back); {} PVs, {} pool images; every deleted claim gone {} after "
+                   "the last "
+                   "restart; all converged (Bound, Running, images == PVs) {} after it\n",
+                   rounds, per_round, seed, kill_counts, items_.size(), deleted, items_.size() - deleted, pods, files,
+                   Items("/api/v1/persistentvolumes").size(), PoolImages().size(), absl::FormatDuration(deleted_after),
+                   absl::FormatDuration(converged_after))
             << std::flush;
 
   // Teardown: everything goes, and so do its mounts and loop devices.
