@@ -91,7 +91,6 @@ int main(int argc, char** argv) {
 
   // node-agent (started by berth up, one per node)
   auto* node_agent = app.add_subcommand("node-agent", "run one node's agent over the API socket (berth up starts one per node)");
-  node_agent->fallthrough();  // berth up passes --data-dir after the subcommand
   berth::cli::NodeAgentOptions agent_options;
   std::string agent_heartbeat = "10s", agent_log_level = "info";
   node_agent->add_option("--node", agent_options.node_name, "the node's name")->required();
