@@ -261,8 +261,8 @@ absl::Status RunUp(UpOptions options) {
     BERTH_RETURN_IF_ERROR(MakeDirs(root, 0750));
     const std::string registration_dir = root + "/plugins_registry";
     std::vector<std::string> agent_argv = {self,
-                                           "node-agent",
                                            "--data-dir=" + options.data_dir,
+                                           "node-agent",
                                            "--node=" + name,
                                            "--heartbeat=" + absl::FormatDuration(heartbeat),
                                            "--volume-stats-period=" + std::to_string(options.volume_stats_period_seconds),

@@ -392,12 +392,14 @@ TEST_F(BerthUpTest, AHungNodeAgentIsTaintedAndAvoidedThenRecovers) {
   StartUp({"--nodes", "3", "--node-monitor-grace-period=8s"});
   auto node = [&](const std::string& name) { return Get("/api/v1/nodes/" + name); };
   auto ready = [](const json& n) {
+    if (!n.is_object()) return std::string();  // the agent has not registered its node yet
     for (const auto& c : n.value("status", json::object()).value("conditions", json::array())) {
       if (c.value("type", "") == "Ready") return c.value("status", "");
     }
     return std::string();
   };
   auto tainted = [](const json& n, const std::string& effect) {
+    if (!n.is_object()) return false;
     for (const auto& t : n.value("spec", json::object()).value("taints", json::array())) {
       if (t.value("key", "") == "node.kubernetes.io/unreachable" && t.value("effect", "") == effect) return true;
     }
