@@ -367,9 +367,13 @@ TEST_F(BerthUpPodsTest, ImagesImportSeveralToAnArchiveAndGo) {
   EXPECT_EQ(Logs("copy"), "from the copy\n");
   auto [rm_rc, rm] = Berth({"image", "rm", "berth.test/pause-copy:1", "berth.test/toolbox-copy:1"});
   EXPECT_EQ(rm_rc, 0) << rm;
+  // The copies share their images with berth's: only the names go (CRI's
+  // RemoveImage would take every name of the image, berth's pause too).
+  EXPECT_THAT(rm, HasSubstr("untagged berth.test/toolbox-copy:1"));
   ls = Berth({"image", "ls"}).second;
   EXPECT_THAT(ls, Not(HasSubstr("berth.test/")));
   EXPECT_THAT(ls, HasSubstr(cri::kToolboxImage));
+  EXPECT_THAT(ls, HasSubstr(cri::kPauseImage));
   // imagePullPolicy Never and the image gone: ErrImageNeverPull.
   Apply("apiVersion: v1\nkind: Pod\nmetadata:\n  name: never\nspec:\n  containers:\n    - name: main\n"
         "      image: berth.test/toolbox-copy:1\n      imagePullPolicy: Never\n");
