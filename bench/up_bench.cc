@@ -255,7 +255,8 @@ int main(int argc, char** argv) {
       for (const auto& [pid, t] : TreeCpuTicks(shim)) shim_ticks += shims_before.count(pid) ? t - shims_before[pid] : 0;
     }
     auto percent = [&](long ticks) { return static_cast<double>(ticks) / hz / secs_idle * 100; };
-    std::printf("idle: berth up + containerd %.1f MiB RSS, %.2f %% of a core (", TreeRssKiB(up) / 1024.0, percent(total));
+    std::printf("idle: berth up + containerd %.1f MiB RSS, %.2f %% of a core (", TreeRssKiB(up) / 1024.0,
+                percent(total));
     for (const auto& [name, ticks] : by_name) std::printf("%s %.2f %%; ", name.c_str(), percent(ticks));
     std::map<std::string, long> rss_by_name;
     for (const auto& [pid, t] : TreeCpuTicks(up)) rss_by_name[Comm(pid)] += ProcessRssKiB(pid);

@@ -199,8 +199,8 @@ absl::Status RemoveImageName(const std::string& socket, const std::string& name,
   std::vector<std::string> argv = {"ctr", "--address", socket, "--namespace", "k8s.io", "images", "rm", name};
   BERTH_ASSIGN_OR_RETURN(CommandResult r, runner.Run(argv, absl::Minutes(1)));
   if (r.exit_code != 0) {
-    return absl::FailedPreconditionError(StrCat("removing ", name, ": ", JoinArgv(argv), " exited ", r.exit_code, ": ",
-                                                r.output));
+    return absl::FailedPreconditionError(
+        StrCat("removing ", name, ": ", JoinArgv(argv), " exited ", r.exit_code, ": ", r.output));
   }
   return absl::OkStatus();
 }

@@ -58,19 +58,24 @@ class BerthUpPodsTest : public ::testing::Test {
     // outlive its bridge without a master. Those of other tests running at
     // the same time are attached to their own bridges.
     std::vector<std::string> orphans;
-    EXPECT_TRUE(Eventually([&] {
-      orphans.clear();
-      for (const auto& veth : Veths()) {
-        if (veths_before_.count(veth) == 0 && !fs::exists("/sys/class/net/" + veth + "/master")) orphans.push_back(veth);
-      }
-      return orphans.empty();
-    }, absl::Seconds(5))) << "veth left: " << orphans.front();
+    EXPECT_TRUE(Eventually(
+        [&] {
+          orphans.clear();
+          for (const auto& veth : Veths()) {
+            if (veths_before_.count(veth) == 0 && !fs::exists("/sys/class/net/" + veth + "/master"))
+              orphans.push_back(veth);
+          }
+          return orphans.empty();
+        },
+        absl::Seconds(5)))
+        << "veth left: " << orphans.front();
     for (pid_t pid : Shims()) ::kill(pid, SIGKILL);
   }
 
   void StartUp(std::vector<std::string> extra = {"--pod-cidr", "10.213.2.0/24"}) {
-    std::vector<std::string> argv = {BERTH_BINARY, "--data-dir", data_, "up", "--pool-size", "1Gi", "--api-address", "",
-                                     "--csi-binary", BERTH_CSI_BINARY, "--node-name", kNode};
+    std::vector<std::string> argv = {
+        BERTH_BINARY,   "--data-dir",     data_,         "up", "--pool-size", "1Gi", "--api-address", "",
+        "--csi-binary", BERTH_CSI_BINARY, "--node-name", kNode};
     argv.insert(argv.end(), extra.begin(), extra.end());
     up_ = std::make_unique<Subprocess>(argv, sandbox_.Join("up-" + std::to_string(++starts_) + ".log"));
     ASSERT_TRUE(Eventually([&] { return absl::StrContains(up_->Output(), "berth is up") || up_->Wait(absl::ZeroDuration()); },
@@ -173,8 +178,11 @@ class BerthUpPodsTest : public ::testing::Test {
     const std::string d = sandbox_.Join("two-images"), out = sandbox_.Join("two-images.tar");
     const std::string images = BERTH_IMAGES_DIR;
     const std::string script =
-        "set -e; d='" + d + "'; mkdir -p $d/a $d/b $d/out/blobs/sha256; tar xf '" + images + "/pause.tar' -C $d/a; "
-        "tar xf '" + images + "/toolbox.tar' -C $d/b; cp $d/a/blobs/sha256/* $d/b/blobs/sha256/* $d/out/blobs/sha256/; "
+        "set -e; d='" + d + "'; mkdir -p $d/a $d/b $d/out/blobs/sha256; tar xf '" + images +
+        "/pause.tar' -C $d/a; "
+        "tar xf '" +
+        images +
+        "/toolbox.tar' -C $d/b; cp $d/a/blobs/sha256/* $d/b/blobs/sha256/* $d/out/blobs/sha256/; "
         "cp $d/a/oci-layout $d/out/; "
         "jq -c -s '{schemaVersion: 2, mediaType: .[0].mediaType, manifests: ["
         "(.[0].manifests[0] | .annotations[\"io.containerd.image.name\"] = \"berth.test/pause-copy:1\"), "
@@ -182,7 +190,8 @@ class BerthUpPodsTest : public ::testing::Test {
         "$d/a/index.json $d/b/index.json > $d/out/index.json; "
         "jq -c -s '[(.[0][0] | .RepoTags = [\"berth.test/pause-copy:1\"]), "
         "(.[1][0] | .RepoTags = [\"berth.test/toolbox-copy:1\"])]' $d/a/manifest.json $d/b/manifest.json "
-        "> $d/out/manifest.json; tar cf '" + out + "' -C $d/out oci-layout index.json manifest.json blobs";
+        "> $d/out/manifest.json; tar cf '" +
+        out + "' -C $d/out oci-layout index.json manifest.json blobs";
     Subprocess sh({"/bin/bash", "-c", script}, sandbox_.Join("two-images.log"));
     auto rc = sh.Wait(absl::Seconds(60));
     EXPECT_EQ(rc.value_or(-1), 0) << sh.Output();
@@ -347,10 +356,13 @@ TEST_F(BerthUpPodsTest, TheExamplesRunForReal) {
   ASSERT_EQ(Berth({"delete", "-f", examples + "claim-and-pod.yaml"}).first, 0);
   EXPECT_TRUE(Eventually([&] { return Sandboxes().empty(); }, absl::Seconds(60)));
   auto pvs = client_->Call("GET", "/api/v1/persistentvolumes");
-  EXPECT_TRUE(Eventually([&] {
-    pvs = client_->Call("GET", "/api/v1/persistentvolumes");
-    return pvs.ok() && pvs->code == 200 && json::parse(pvs->body)["items"].empty();
-  }, absl::Seconds(90))) << (pvs.ok() ? pvs->body : "");
+  EXPECT_TRUE(Eventually(
+      [&] {
+        pvs = client_->Call("GET", "/api/v1/persistentvolumes");
+        return pvs.ok() && pvs->code == 200 && json::parse(pvs->body)["items"].empty();
+      },
+      absl::Seconds(90)))
+      << (pvs.ok() ? pvs->body : "");
 }
 
 TEST_F(BerthUpPodsTest, ImagesImportSeveralToAnArchiveAndGo) {
@@ -362,7 +374,8 @@ TEST_F(BerthUpPodsTest, ImagesImportSeveralToAnArchiveAndGo) {
   EXPECT_THAT(ls, HasSubstr("berth.test/pause-copy:1"));
   EXPECT_THAT(ls, HasSubstr("berth.test/toolbox-copy:1"));
   // A pod runs the imported image (IfNotPresent: a tag other than latest).
-  Apply(absl::StrReplaceAll(PodYaml("copy", "Never", "echo from the copy"), {{cri::kToolboxImage, "berth.test/toolbox-copy:1"}}));
+  Apply(absl::StrReplaceAll(PodYaml("copy", "Never", "echo from the copy"),
+                            {{cri::kToolboxImage, "berth.test/toolbox-copy:1"}}));
   ASSERT_TRUE(WaitPhase("copy", "Succeeded")) << Pod("copy").dump();
   EXPECT_EQ(Logs("copy"), "from the copy\n");
   auto [rm_rc, rm] = Berth({"image", "rm", "berth.test/pause-copy:1", "berth.test/toolbox-copy:1"});
@@ -375,12 +388,17 @@ TEST_F(BerthUpPodsTest, ImagesImportSeveralToAnArchiveAndGo) {
   EXPECT_THAT(ls, HasSubstr(cri::kToolboxImage));
   EXPECT_THAT(ls, HasSubstr(cri::kPauseImage));
   // imagePullPolicy Never and the image gone: ErrImageNeverPull.
-  Apply("apiVersion: v1\nkind: Pod\nmetadata:\n  name: never\nspec:\n  containers:\n    - name: main\n"
-        "      image: berth.test/toolbox-copy:1\n      imagePullPolicy: Never\n");
-  EXPECT_TRUE(Eventually([&] {
-    const json c = Pod("never").value("status", json::object()).value("containerStatuses", json::array());
-    return !c.empty() && c[0]["state"].contains("waiting") && c[0]["state"]["waiting"].value("reason", "") == "ErrImageNeverPull";
-  }, absl::Seconds(60))) << Pod("never").dump();
+  Apply(
+      "apiVersion: v1\nkind: Pod\nmetadata:\n  name: never\nspec:\n  containers:\n    - name: main\n"
+      "      image: berth.test/toolbox-copy:1\n      imagePullPolicy: Never\n");
+  EXPECT_TRUE(Eventually(
+      [&] {
+        const json c = Pod("never").value("status", json::object()).value("containerStatuses", json::array());
+        return !c.empty() && c[0]["state"].contains("waiting") &&
+               c[0]["state"]["waiting"].value("reason", "") == "ErrImageNeverPull";
+      },
+      absl::Seconds(60)))
+      << Pod("never").dump();
 }
 
 // --container-runtime-endpoint: a CRI runtime berth did not start (here a
@@ -390,8 +408,11 @@ TEST_F(BerthUpPodsTest, AnExistingRuntimeThroughContainerRuntimeEndpoint) {
   ASSERT_TRUE(existing.Start().ok()) << existing.Log();
   StartUp({"--container-runtime-endpoint", existing.setup().Endpoint()});
   EXPECT_FALSE(fs::exists(data_ + "/containerd/" + kNode));
-  Apply(ClaimYaml("data") + "---\n" + PodYaml("outside", "Always", "trap 'exit 0' TERM; echo hi > /data/f; echo up; "
-                                                                     "while true; do sleep 1; done", "data"));
+  Apply(ClaimYaml("data") + "---\n" +
+        PodYaml("outside", "Always",
+                "trap 'exit 0' TERM; echo hi > /data/f; echo up; "
+                "while true; do sleep 1; done",
+                "data"));
   ASSERT_TRUE(WaitPhase("outside", "Running")) << Pod("outside").dump();
   EXPECT_TRUE(absl::StartsWith(Pod("outside")["status"].value("podIP", ""), "10.213.3.")) << Pod("outside").dump();
   EXPECT_TRUE(Eventually([&] { return Logs("outside") == "up\n"; }, absl::Seconds(10)));
