@@ -8,7 +8,8 @@
 // containerd, the toolbox image, `sleep`): Running means the container
 // runs. It also prints the cold start (berth up started → ready), the RSS
 // of berth up with containerd and of the shims and pods, and the idle RSS
-// and CPU of berth up + containerd over 30 s once everything runs.
+// and CPU of berth up + containerd (its tree: berth-csi too) over 30 s once
+// everything runs, by process name, and the CPU of the shims meanwhile.
 //
 //   build/release/bench/up_bench [pairs] [nodes] [none|containerd]
 #include <dirent.h>
@@ -50,8 +51,27 @@ std::vector<pid_t> PidsWith(const std::vector<std::string>& words) {
   return out;
 }
 
-// CPU time (utime + stime, clock ticks) of `root` and all its descendants.
-long TreeCpuTicks(pid_t root);
+// CPU time (utime + stime, clock ticks) of `root` and each of its
+// descendants, by pid.
+std::map<pid_t, long> TreeCpuTicks(pid_t root);
+
+// VmRSS of `pid` in KiB (0 if gone).
+long ProcessRssKiB(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::atol(line.c_str() + 6);
+  }
+  return 0;
+}
+
+// The command name of `pid` (/proc/PID/comm).
+std::string Comm(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/comm");
+  std::string name;
+  std::getline(in, name);
+  return name;
+}
 
 // RSS in KiB of `root` and all its descendants.
 long TreeRssKiB(pid_t root) {
@@ -81,7 +101,7 @@ long TreeRssKiB(pid_t root) {
   return total;
 }
 
-long TreeCpuTicks(pid_t root) {
+std::map<pid_t, long> TreeCpuTicks(pid_t root) {
   std::map<pid_t, pid_t> parent;
   std::map<pid_t, long> ticks;
   DIR* d = ::opendir("/proc");
@@ -102,16 +122,16 @@ long TreeCpuTicks(pid_t root) {
     ticks[pid] = utime + stime;
   }
   if (d) ::closedir(d);
-  long total = 0;
+  std::map<pid_t, long> out;
   for (const auto& [pid, t] : ticks) {
     for (pid_t p = pid; p > 1; p = parent.count(p) ? parent[p] : 0) {
       if (p == root) {
-        total += t;
+        out[pid] = t;
         break;
       }
     }
   }
-  return total;
+  return out;
 }
 
 void Cleanup(const std::string& dir) {
@@ -215,11 +235,34 @@ int main(int argc, char** argv) {
     // Idle: everything runs, nothing changes.
     absl::SleepFor(absl::Seconds(10));
     const long hz = ::sysconf(_SC_CLK_TCK);
-    const long before = TreeCpuTicks(up);
+    // Only processes alive through the whole window count (one started
+    // meanwhile would bring the CPU time of its whole life), by name.
+    const std::map<pid_t, long> before = TreeCpuTicks(up);
+    std::map<pid_t, long> shims_before;
+    for (pid_t shim : PidsWith({"containerd-shim", data})) shims_before.merge(TreeCpuTicks(shim));
     const absl::Time idle0 = absl::Now();
     absl::SleepFor(absl::Seconds(30));
-    const double cpu = static_cast<double>(TreeCpuTicks(up) - before) / hz / absl::ToDoubleSeconds(absl::Now() - idle0);
-    std::printf("idle: berth up + containerd %.1f MiB RSS, %.2f %% of a core\n", TreeRssKiB(up) / 1024.0, cpu * 100);
+    const double secs_idle = absl::ToDoubleSeconds(absl::Now() - idle0);
+    std::map<std::string, long> by_name;
+    long total = 0;
+    for (const auto& [pid, t] : TreeCpuTicks(up)) {
+      if (!before.count(pid)) continue;
+      total += t - before.at(pid);
+      by_name[Comm(pid)] += t - before.at(pid);
+    }
+    long shim_ticks = 0;
+    for (pid_t shim : PidsWith({"containerd-shim", data})) {
+      for (const auto& [pid, t] : TreeCpuTicks(shim)) shim_ticks += shims_before.count(pid) ? t - shims_before[pid] : 0;
+    }
+    auto percent = [&](long ticks) { return static_cast<double>(ticks) / hz / secs_idle * 100; };
+    std::printf("idle: berth up + containerd %.1f MiB RSS, %.2f %% of a core (", TreeRssKiB(up) / 1024.0,
+                percent(total));
+    for (const auto& [name, ticks] : by_name) std::printf("%s %.2f %%; ", name.c_str(), percent(ticks));
+    std::map<std::string, long> rss_by_name;
+    for (const auto& [pid, t] : TreeCpuTicks(up)) rss_by_name[Comm(pid)] += ProcessRssKiB(pid);
+    std::printf("RSS:");
+    for (const auto& [name, kib] : rss_by_name) std::printf(" %s %.1f MiB", name.c_str(), kib / 1024.0);
+    std::printf("); the shims %.2f %% of a core\n", percent(shim_ticks));
   }
   // Tear down: delete everything, wait for the volumes to go.
   for (int i = 0; i < pairs; ++i) {

@@ -240,6 +240,24 @@ absl::Status ImageRemove(const std::string& data_dir, const std::vector<std::str
   for (const auto& [name, endpoint] : endpoints) {
     BERTH_ASSIGN_OR_RETURN(auto runtime, Connect(endpoint));
     for (const auto& image : images) {
+      // CRI's RemoveImage removes the image with all its names; one name of
+      // several goes alone (as `docker rmi`), through containerd.
+      BERTH_ASSIGN_OR_RETURN(cri::v1::Image status, runtime->ImageStatus(image));
+      std::string stored;
+      for (const auto& tag : status.repo_tags()) {
+        if (tag == image || tag == "docker.io/" + image || tag == "docker.io/library/" + image) stored = tag;
+      }
+      if (status.repo_tags_size() > 1 && !stored.empty()) {
+        BERTH_ASSIGN_OR_RETURN(std::string socket, csi::ParseUnixEndpoint(endpoint));
+        LinuxCommandRunner runner;
+        absl::Status st = cri::RemoveImageName(socket, stored, runner);
+        if (!st.ok()) {
+          return absl::Status(st.code(), StrCat("node ", name, ": ", st.message(), " (", image,
+                                                " has other names; removing one of them needs a containerd runtime)"));
+        }
+        out << "node " << name << ": untagged " << image << "\n";
+        continue;
+      }
       BERTH_RETURN_IF_ERROR(runtime->RemoveImage(image));
       out << "node " << name << ": removed " << image << "\n";
     }

@@ -195,6 +195,16 @@ absl::Status ImportImages(const std::string& socket, const std::vector<std::stri
   return absl::OkStatus();
 }
 
+absl::Status RemoveImageName(const std::string& socket, const std::string& name, CommandRunner& runner) {
+  std::vector<std::string> argv = {"ctr", "--address", socket, "--namespace", "k8s.io", "images", "rm", name};
+  BERTH_ASSIGN_OR_RETURN(CommandResult r, runner.Run(argv, absl::Minutes(1)));
+  if (r.exit_code != 0) {
+    return absl::FailedPreconditionError(
+        StrCat("removing ", name, ": ", JoinArgv(argv), " exited ", r.exit_code, ": ", r.output));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status RemoveAllSandboxes(Runtime& runtime, const std::map<std::string, std::string>& labels) {
   v1::PodSandboxFilter filter;
   for (const auto& [k, v] : labels) (*filter.mutable_label_selector())[k] = v;

@@ -84,6 +84,12 @@ std::vector<std::string> ContainerdArgv(const ContainerdSetup& setup, const std:
 absl::Status ImportImages(const std::string& socket, const std::vector<std::string>& archives, CommandRunner& runner,
                           absl::Duration timeout = absl::Minutes(5));
 
+// Removes the name `name` (as containerd stores it: docker.io/library/x:1)
+// from the CRI's namespace of the containerd on `socket`, and only it: the
+// image and its other names stay (CRI's RemoveImage removes an image with
+// every name it has). FAILED_PRECONDITION with ctr's message on failure.
+absl::Status RemoveImageName(const std::string& socket, const std::string& name, CommandRunner& runner);
+
 // Stops and removes every pod sandbox of `runtime` whose labels include
 // `labels` (all of them when empty), and with them their containers, network
 // namespaces and IPs. Returns the first error after trying them all.

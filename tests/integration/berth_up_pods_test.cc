@@ -2,13 +2,16 @@
 // berth's images): berth's containerd per node, pods through the CLI with
 // claims, logs and exec, pod-to-pod traffic by pod IP, exit codes, graceful
 // deletion with a SIGTERM trap writing to the volume, kill -9 and restart,
-// and `berth down` leaving no container, shim, network namespace, bridge or
-// mount behind.
+// SIGTERM leaving pods running, the examples of examples/ for real, images
+// imported several to an archive, an existing runtime through
+// --container-runtime-endpoint, and `berth down` leaving no container, shim,
+// network namespace, veth, bridge or mount behind.
 #include <signal.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_replace.h"
@@ -28,6 +31,7 @@ namespace {
 
 using nlohmann::json;
 using ::testing::HasSubstr;
+using ::testing::Not;
 namespace fs = std::filesystem;
 
 constexpr char kNode[] = "podnode";
@@ -37,6 +41,7 @@ class BerthUpPodsTest : public ::testing::Test {
   void SetUp() override {
     if (std::string why = cri::testing::TestContainerd::Unavailable(); !why.empty()) GTEST_SKIP() << why;
     data_ = sandbox_.Join("data");
+    veths_before_ = Veths();
   }
   void TearDown() override {
     if (data_.empty()) return;
@@ -48,13 +53,30 @@ class BerthUpPodsTest : public ::testing::Test {
     EXPECT_TRUE(Shims().empty()) << "shims left";
     EXPECT_FALSE(fs::exists("/sys/class/net/" + setup.Bridge())) << "bridge left";
     EXPECT_TRUE(sandbox_.Mounts().empty()) << "mounts left: " << sandbox_.Mounts().front();
+    // Network namespaces are bind mounts under containerd's state directory
+    // (so the check above covers them); a veth of this test's pods would
+    // outlive its bridge without a master. Those of other tests running at
+    // the same time are attached to their own bridges.
+    std::vector<std::string> orphans;
+    EXPECT_TRUE(Eventually(
+        [&] {
+          orphans.clear();
+          for (const auto& veth : Veths()) {
+            if (veths_before_.count(veth) == 0 && !fs::exists("/sys/class/net/" + veth + "/master"))
+              orphans.push_back(veth);
+          }
+          return orphans.empty();
+        },
+        absl::Seconds(5)))
+        << "veth left: " << orphans.front();
     for (pid_t pid : Shims()) ::kill(pid, SIGKILL);
   }
 
-  void StartUp() {
-    std::vector<std::string> argv = {BERTH_BINARY, "--data-dir", data_, "up", "--pool-size", "1Gi", "--api-address", "",
-                                     "--csi-binary", BERTH_CSI_BINARY, "--node-name", kNode, "--pod-cidr",
-                                     "10.213.2.0/24"};
+  void StartUp(std::vector<std::string> extra = {"--pod-cidr", "10.213.2.0/24"}) {
+    std::vector<std::string> argv = {
+        BERTH_BINARY,   "--data-dir",     data_,         "up", "--pool-size", "1Gi", "--api-address", "",
+        "--csi-binary", BERTH_CSI_BINARY, "--node-name", kNode};
+    argv.insert(argv.end(), extra.begin(), extra.end());
     up_ = std::make_unique<Subprocess>(argv, sandbox_.Join("up-" + std::to_string(++starts_) + ".log"));
     ASSERT_TRUE(Eventually([&] { return absl::StrContains(up_->Output(), "berth is up") || up_->Wait(absl::ZeroDuration()); },
                            absl::Seconds(120)))
@@ -110,10 +132,20 @@ class BerthUpPodsTest : public ::testing::Test {
     }
     return out;
   }
-  // The node's sandboxes straight from its containerd: pod uid → ids.
-  std::map<std::string, std::vector<std::string>> Sandboxes() {
+  static std::set<std::string> Veths() {
+    std::set<std::string> out;
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator("/sys/class/net", ec)) {
+      if (absl::StartsWith(e.path().filename().string(), "veth")) out.insert(e.path().filename().string());
+    }
+    return out;
+  }
+  // The node's sandboxes straight from its containerd (or from `endpoint`):
+  // pod uid → ids.
+  std::map<std::string, std::vector<std::string>> Sandboxes(std::string endpoint = "") {
     std::map<std::string, std::vector<std::string>> out;
-    auto rt = cri::GrpcRuntime::Connect("unix://" + data_ + "/containerd/" + kNode + "/containerd.sock", {});
+    if (endpoint.empty()) endpoint = "unix://" + data_ + "/containerd/" + kNode + "/containerd.sock";
+    auto rt = cri::GrpcRuntime::Connect(endpoint, {});
     if (!rt.ok()) return out;
     auto list = (*rt)->ListPodSandbox({});
     if (!list.ok()) return out;
@@ -139,8 +171,36 @@ class BerthUpPodsTest : public ::testing::Test {
            "\nspec:\n  accessModes: [ReadWriteOnce]\n  resources:\n    requests:\n      storage: 64Mi\n";
   }
 
+  // An archive of two images: copies of berth's pause and toolbox images
+  // under the names berth.test/pause-copy:1 and berth.test/toolbox-copy:1
+  // (an OCI layout with Docker's manifest.json, as berth's own archives).
+  std::string TwoImageArchive() {
+    const std::string d = sandbox_.Join("two-images"), out = sandbox_.Join("two-images.tar");
+    const std::string images = BERTH_IMAGES_DIR;
+    const std::string script =
+        "set -e; d='" + d + "'; mkdir -p $d/a $d/b $d/out/blobs/sha256; tar xf '" + images +
+        "/pause.tar' -C $d/a; "
+        "tar xf '" +
+        images +
+        "/toolbox.tar' -C $d/b; cp $d/a/blobs/sha256/* $d/b/blobs/sha256/* $d/out/blobs/sha256/; "
+        "cp $d/a/oci-layout $d/out/; "
+        "jq -c -s '{schemaVersion: 2, mediaType: .[0].mediaType, manifests: ["
+        "(.[0].manifests[0] | .annotations[\"io.containerd.image.name\"] = \"berth.test/pause-copy:1\"), "
+        "(.[1].manifests[0] | .annotations[\"io.containerd.image.name\"] = \"berth.test/toolbox-copy:1\")]}' "
+        "$d/a/index.json $d/b/index.json > $d/out/index.json; "
+        "jq -c -s '[(.[0][0] | .RepoTags = [\"berth.test/pause-copy:1\"]), "
+        "(.[1][0] | .RepoTags = [\"berth.test/toolbox-copy:1\"])]' $d/a/manifest.json $d/b/manifest.json "
+        "> $d/out/manifest.json; tar cf '" +
+        out + "' -C $d/out oci-layout index.json manifest.json blobs";
+    Subprocess sh({"/bin/bash", "-c", script}, sandbox_.Join("two-images.log"));
+    auto rc = sh.Wait(absl::Seconds(60));
+    EXPECT_EQ(rc.value_or(-1), 0) << sh.Output();
+    return out;
+  }
+
   MountSandbox sandbox_;
   std::string data_;
+  std::set<std::string> veths_before_;
   std::unique_ptr<Subprocess> up_;
   std::unique_ptr<http::ApiClient> client_;
   int starts_ = 0;
@@ -240,6 +300,134 @@ TEST_F(BerthUpPodsTest, KillNineAndRestartKeepOneSandboxPerPod) {
   ASSERT_EQ(after.count(one), 1u);
   EXPECT_EQ(after.at(one), before.at(one));  // adopted, not made again
   EXPECT_EQ(Pod("one")["status"]["containerStatuses"][0]["restartCount"], 0);
+}
+
+TEST_F(BerthUpPodsTest, SigtermLeavesRunningPodsAloneAndWithoutPodsNoShim) {
+  StartUp();
+  Apply(PodYaml("stays", "Always", "trap 'exit 0' TERM; echo started >> /tmp/starts; while true; do sleep 1; done"));
+  ASSERT_TRUE(WaitPhase("stays", "Running")) << Pod("stays").dump();
+  const auto before = Sandboxes();
+  ASSERT_EQ(before.size(), 1u);
+  StopUp(SIGTERM);
+  // berth up and its containerd are gone; the pod's shim and container run on.
+  EXPECT_EQ(Shims().size(), 1u);
+  StartUp();
+  ASSERT_TRUE(WaitPhase("stays", "Running"));
+  EXPECT_EQ(Sandboxes(), before);
+  EXPECT_EQ(Pod("stays")["status"]["containerStatuses"][0]["restartCount"], 0);
+  auto [rc, out] = Berth({"exec", "stays", "--", "cat", "/tmp/starts"});
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_EQ(out, "started\n");  // the same container, never started again
+  // Without pods, stopping berth up leaves no shim of its data directory.
+  ASSERT_EQ(Berth({"delete", "pod", "stays"}).first, 0);
+  ASSERT_TRUE(Eventually([&] { return Sandboxes().empty(); }, absl::Seconds(60)));
+  StopUp(SIGTERM);
+  EXPECT_TRUE(Shims().empty());
+}
+
+// README command 1: `berth up`, then the examples of examples/ run for real.
+TEST_F(BerthUpPodsTest, TheExamplesRunForReal) {
+  StartUp();
+  const std::string examples = std::string(BERTH_SOURCE_DIR) + "/examples/";
+  ASSERT_EQ(Berth({"apply", "-f", examples + "claim-and-pod.yaml"}).first, 0);
+  ASSERT_TRUE(WaitPhase("app", "Running")) << Pod("app").dump();
+  auto [rc, out] = Berth({"exec", "app", "--", "cat", "/data/log"});
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_EQ(out, "started app\n");
+  ASSERT_EQ(Berth({"apply", "-f", examples + "snapshot-and-restore.yaml"}).first, 0);
+  ASSERT_EQ(Berth({"apply", "-f", examples + "ephemeral.yaml"}).first, 0);
+  ASSERT_TRUE(WaitPhase("restored-app", "Running")) << Pod("restored-app").dump();
+  ASSERT_TRUE(WaitPhase("scratch-app", "Running")) << Pod("scratch-app").dump();
+  auto [rc2, restored] = Berth({"exec", "restored-app", "--", "cat", "/data/log"});
+  EXPECT_EQ(rc2, 0) << restored;
+  EXPECT_THAT(restored, HasSubstr("started restored-app\n"));
+  auto [rc3, scratch] = Berth({"exec", "scratch-app", "--", "cat", "/scratch/log"});
+  EXPECT_EQ(rc3, 0) << scratch;
+  EXPECT_EQ(scratch, "started scratch-app\n");
+  ASSERT_EQ(Berth({"apply", "-f", examples + "expand.yaml"}).first, 0);
+  // Every pod has its own address on the node's network.
+  std::set<std::string> ips;
+  for (const char* pod : {"app", "restored-app", "scratch-app"}) ips.insert(Pod(pod)["status"].value("podIP", ""));
+  EXPECT_EQ(ips.size(), 3u);
+  EXPECT_EQ(ips.count(""), 0u);
+  // The README's clean-up; the SIGTERM traps make it quick.
+  ASSERT_EQ(Berth({"delete", "-f", examples + "ephemeral.yaml"}).first, 0);
+  ASSERT_EQ(Berth({"delete", "-f", examples + "snapshot-and-restore.yaml"}).first, 0);
+  ASSERT_EQ(Berth({"delete", "-f", examples + "claim-and-pod.yaml"}).first, 0);
+  EXPECT_TRUE(Eventually([&] { return Sandboxes().empty(); }, absl::Seconds(60)));
+  auto pvs = client_->Call("GET", "/api/v1/persistentvolumes");
+  EXPECT_TRUE(Eventually(
+      [&] {
+        pvs = client_->Call("GET", "/api/v1/persistentvolumes");
+        return pvs.ok() && pvs->code == 200 && json::parse(pvs->body)["items"].empty();
+      },
+      absl::Seconds(90)))
+      << (pvs.ok() ? pvs->body : "");
+}
+
+TEST_F(BerthUpPodsTest, ImagesImportSeveralToAnArchiveAndGo) {
+  StartUp();
+  auto [rc, out] = Berth({"image", "import", TwoImageArchive()});
+  ASSERT_EQ(rc, 0) << out;
+  auto [ls_rc, ls] = Berth({"image", "ls"});
+  EXPECT_EQ(ls_rc, 0) << ls;
+  EXPECT_THAT(ls, HasSubstr("berth.test/pause-copy:1"));
+  EXPECT_THAT(ls, HasSubstr("berth.test/toolbox-copy:1"));
+  // A pod runs the imported image (IfNotPresent: a tag other than latest).
+  Apply(absl::StrReplaceAll(PodYaml("copy", "Never", "echo from the copy"),
+                            {{cri::kToolboxImage, "berth.test/toolbox-copy:1"}}));
+  ASSERT_TRUE(WaitPhase("copy", "Succeeded")) << Pod("copy").dump();
+  EXPECT_EQ(Logs("copy"), "from the copy\n");
+  auto [rm_rc, rm] = Berth({"image", "rm", "berth.test/pause-copy:1", "berth.test/toolbox-copy:1"});
+  EXPECT_EQ(rm_rc, 0) << rm;
+  // The copies share their images with berth's: only the names go (CRI's
+  // RemoveImage would take every name of the image, berth's pause too).
+  EXPECT_THAT(rm, HasSubstr("untagged berth.test/toolbox-copy:1"));
+  ls = Berth({"image", "ls"}).second;
+  EXPECT_THAT(ls, Not(HasSubstr("berth.test/")));
+  EXPECT_THAT(ls, HasSubstr(cri::kToolboxImage));
+  EXPECT_THAT(ls, HasSubstr(cri::kPauseImage));
+  // imagePullPolicy Never and the image gone: ErrImageNeverPull.
+  Apply(
+      "apiVersion: v1\nkind: Pod\nmetadata:\n  name: never\nspec:\n  containers:\n    - name: main\n"
+      "      image: berth.test/toolbox-copy:1\n      imagePullPolicy: Never\n");
+  EXPECT_TRUE(Eventually(
+      [&] {
+        const json c = Pod("never").value("status", json::object()).value("containerStatuses", json::array());
+        return !c.empty() && c[0]["state"].contains("waiting") &&
+               c[0]["state"]["waiting"].value("reason", "") == "ErrImageNeverPull";
+      },
+      absl::Seconds(60)))
+      << Pod("never").dump();
+}
+
+// --container-runtime-endpoint: a CRI runtime berth did not start (here a
+// containerd of the test's own) runs the pods; berth starts none.
+TEST_F(BerthUpPodsTest, AnExistingRuntimeThroughContainerRuntimeEndpoint) {
+  cri::testing::TestContainerd existing("10.213.3.0/24");
+  ASSERT_TRUE(existing.Start().ok()) << existing.Log();
+  StartUp({"--container-runtime-endpoint", existing.setup().Endpoint()});
+  EXPECT_FALSE(fs::exists(data_ + "/containerd/" + kNode));
+  Apply(ClaimYaml("data") + "---\n" +
+        PodYaml("outside", "Always",
+                "trap 'exit 0' TERM; echo hi > /data/f; echo up; "
+                "while true; do sleep 1; done",
+                "data"));
+  ASSERT_TRUE(WaitPhase("outside", "Running")) << Pod("outside").dump();
+  EXPECT_TRUE(absl::StartsWith(Pod("outside")["status"].value("podIP", ""), "10.213.3.")) << Pod("outside").dump();
+  EXPECT_TRUE(Eventually([&] { return Logs("outside") == "up\n"; }, absl::Seconds(10)));
+  auto [rc, out] = Berth({"exec", "outside", "--", "cat", "/data/f"});
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_EQ(out, "hi\n");
+  // berth's sandboxes carry its node label; deleting the pod removes them.
+  cri::v1::PodSandboxFilter ours;
+  (*ours.mutable_label_selector())["berth.io/node"] = kNode;
+  auto listed = existing.runtime().ListPodSandbox(ours);
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  EXPECT_EQ(listed->size(), 1u);
+  ASSERT_EQ(Berth({"delete", "pod", "outside"}).first, 0);
+  EXPECT_TRUE(Eventually([&] { return Sandboxes(existing.setup().Endpoint()).empty(); }, absl::Seconds(60)));
+  StopUp(SIGTERM);
 }
 
 }  // namespace

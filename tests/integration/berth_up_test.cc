@@ -251,6 +251,14 @@ TEST_F(BerthUpTest, GenericEphemeralVolumeLivesAndDiesWithItsPod) {
   StartUp();
   Berth({"apply", "-f", Example("ephemeral.yaml")});
   ASSERT_TRUE(Eventually([&] { return Running("scratch-app"); }, absl::Seconds(90))) << Pod("scratch-app").dump();
+  // --runtime=none: Running says the volumes are mounted; a condition says
+  // that no container runs.
+  bool no_runtime = false;
+  for (const auto& c : Pod("scratch-app")["status"].value("conditions", json::array())) {
+    no_runtime |= c.value("type", "") == "berth.io/NoContainerRuntime" && c.value("status", "") == "True" &&
+                  c.value("reason", "") == "NoContainerRuntime";
+  }
+  EXPECT_TRUE(no_runtime) << Pod("scratch-app").dump();
   json claim = Claim("scratch-app-scratch");
   EXPECT_EQ(claim["metadata"]["ownerReferences"][0]["uid"], Pod("scratch-app")["metadata"]["uid"]);
   EXPECT_EQ(claim["spec"]["storageClassName"], "berth-local");

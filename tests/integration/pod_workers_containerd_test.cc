@@ -255,8 +255,12 @@ TEST_F(PodWorkersContainerdTest, ARestartedAgentAdoptsItsSandboxesAndRemovesThos
                                                               .grace_period_seconds = 0})
                   .ok());
   ASSERT_TRUE(ctd_->Restart().ok());
+  const absl::Time restarted = absl::Now();
   StartWorkers();
   ASSERT_TRUE(EventuallyTicking([&] { return Sandboxes(gone).empty() && Instances(gone).empty(); }));
+  // Its `sleep` (PID 1: SIGTERM does nothing) was killed after kubelet's
+  // least grace period (2 s), not the pod's 5 s or the default 30 s.
+  EXPECT_LT(absl::Now() - restarted, absl::Seconds(20));
   SyncNow(kept);
   const auto sandbox_after = Sandboxes(kept);
   const auto container_after = Instances(kept);

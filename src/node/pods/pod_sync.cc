@@ -176,8 +176,12 @@ absl::Status PodWorkers::SyncPod(const std::string& uid) {
   };
 
   if (!pod) {
-    // Gone from the API (or force-deleted): nothing of it may run.
+    // Gone from the API (force-deleted, or deleted while the agent was
+    // down): nothing of it may run. As kubelet, with the least grace period
+    // (2 s): kubectl's --grace-period=0 --force asked for none, and an
+    // orphan found in the runtime has no spec left to ask.
     json last = state.last_pod.value_or(json{{"metadata", {{"name", rp.name}, {"namespace", rp.ns}, {"uid", uid}}}});
+    last["metadata"]["deletionGracePeriodSeconds"] = 0;
     if (rp.AnyRunning()) BERTH_RETURN_IF_ERROR(KillPod(last, rp));
     save(false);
     volumes_.Wake();
