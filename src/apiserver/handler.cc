@@ -188,6 +188,10 @@ json EventJson(const api::KindInfo& kind, const std::string& type, const json& o
 
 }  // namespace
 
+bool ApiHandler::IsLongRunning(const HttpRequest& request) {
+  return request.method == "GET" && QueryTrue(request, "watch");
+}
+
 json StatusObject(const absl::Status& st) {
   if (st.ok()) {
     return {{"kind", "Status"}, {"apiVersion", "v1"}, {"metadata", json::object()}, {"status", "Success"}};
@@ -311,42 +315,29 @@ void ApiHandler::Handle(const HttpRequest& req, ResponseWriter& out) {
       int64_t secs = 0;
       if (absl::SimpleAtoi(it->second, &secs) && secs > 0) limit = std::min(limit, absl::Seconds(secs));
     }
-    const bool bookmarks = QueryTrue(req, "allowWatchBookmarks");
     if (!out.StartStream(200, kJson)) return;
-    auto send = [&](const std::string& type, const json& object) {
-      return out.WriteChunk(EventJson(kind, type, object, table).dump(-1, ' ', false, json::error_handler_t::replace) + "\n");
+    // The stream goes on without this thread: the hub writes the initial
+    // events, then the watcher's, bookmarks, and ends it at the deadline.
+    std::shared_ptr<http::Stream> detached = out.Detach();
+    if (detached == nullptr) return;
+    WatchHub::Watch w;
+    w.initial = std::move(stream->initial);
+    w.watcher = std::move(stream->watcher);
+    if (!opts->fields.empty()) {
+      w.filter = [fields = std::move(opts->fields)](const json& o) { return fields.Matches(o); };
+    }
+    w.encode = [k = &kind, table](const std::string& type, const json& object) {
+      return EventJson(*k, type, object, table).dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
     };
-    for (const auto& e : stream->initial) {
-      if (opts->fields.empty() || opts->fields.Matches(*e.object)) {
-        if (!send("ADDED", *e.object)) return;
-      }
+    if (QueryTrue(req, "allowWatchBookmarks")) {
+      w.bookmark = [k = &kind](int64_t bookmark_rv) {
+        return json{{"kind", k->kind}, {"apiVersion", k->api_version()},
+                    {"metadata", {{"resourceVersion", std::to_string(bookmark_rv)}}}};
+      };
     }
-    const absl::Time deadline = absl::Now() + limit;
-    absl::Time next_bookmark = absl::Now() + options_.bookmark_interval;
-    int64_t last_bookmark = 0;
-    while (absl::Now() < deadline) {
-      auto e = stream->watcher->Next(absl::Milliseconds(250));
-      if (e) {
-        if (!opts->fields.empty() && !opts->fields.Matches(*e->object)) continue;
-        if (!send(store::EventTypeName(e->type), *e->object)) return;
-        continue;
-      }
-      if (stream->watcher->ended()) {
-        send("ERROR", StatusObject(absl::OutOfRangeError("the watch fell behind; relist and watch again")));
-        return;
-      }
-      if (out.Cancelled()) return;
-      if (bookmarks && absl::Now() >= next_bookmark) {
-        next_bookmark = absl::Now() + options_.bookmark_interval;
-        int64_t rv_now = stream->watcher->BookmarkVersion();
-        if (rv_now > last_bookmark) {
-          last_bookmark = rv_now;
-          json obj = {{"kind", kind.kind}, {"apiVersion", kind.api_version()},
-                      {"metadata", {{"resourceVersion", std::to_string(rv_now)}}}};
-          if (!send("BOOKMARK", obj)) return;
-        }
-      }
-    }
+    w.ended_status = StatusObject(absl::OutOfRangeError("the watch fell behind; relist and watch again"));
+    w.deadline = options_.clock->Now() + limit;
+    watches_.Add(std::move(w), std::move(detached));
     return;
   }
   if (req.method == "GET") {

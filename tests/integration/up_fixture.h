@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -58,7 +59,7 @@ class BerthUpFixture : public ::testing::Test {
 
   void StartUp(const std::vector<std::string>& extra = {}) {
     std::vector<std::string> argv = {BERTH_BINARY, "--data-dir", data_, "up", "--pool-size", "1Gi",
-                                     "--api-address", "", "--csi-binary", BERTH_CSI_BINARY, "--node-name", "testnode",
+                                     "--api-address", api_address_, "--csi-binary", BERTH_CSI_BINARY, "--node-name", "testnode",
                                      "--volume-stats-period", "1"};
     argv.insert(argv.end(), extra.begin(), extra.end());
     up_ = std::make_unique<Subprocess>(argv, sandbox_.Join("up-" + std::to_string(++starts_) + ".log"));
@@ -129,8 +130,18 @@ class BerthUpFixture : public ::testing::Test {
     }, absl::Seconds(60)));
   }
 
+  // The HTTPS port of <data>/kubeconfig (with api_address_ set), 0 if none.
+  int ApiPort() {
+    const std::string text = ReadWholeFile(data_ + "/kubeconfig");
+    const size_t at = text.find("server: https://127.0.0.1:");
+    return at == std::string::npos ? 0 : std::atoi(text.c_str() + at + 26);
+  }
+
   MountSandbox sandbox_;
   std::string data_;
+  // --api-address: "" serves the API socket only (no token, TLS key or
+  // kubeconfig); "127.0.0.1:0" adds HTTPS for kubectl on a free port.
+  std::string api_address_;
   std::unique_ptr<Subprocess> up_;
   std::unique_ptr<apiserver::ApiClient> client_;
   int starts_ = 0;
