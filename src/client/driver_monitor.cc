@@ -11,19 +11,9 @@
 
 namespace berth::client {
 
-absl::Status NotAFailure(std::string_view message) {
-  absl::Status st = absl::UnavailableError(std::string(message));
-  st.SetPayload(kNotAFailureUrl, absl::Cord("1"));
-  return st;
-}
-
-bool IsNotAFailure(const absl::Status& st) { return st.GetPayload(kNotAFailureUrl).has_value(); }
-
 std::function<absl::Status(const std::string&)> ParkAware(std::function<absl::Status(const std::string&)> sync) {
-  return [sync = std::move(sync)](const std::string& key) {
-    absl::Status st = sync(key);
-    return IsNotAFailure(st) ? absl::OkStatus() : st;
-  };
+  // RunWorker itself leaves a NotAFailure key's backoff alone.
+  return sync;
 }
 
 DriverMonitor::DriverMonitor(DriverDirectory& directory, Clock& clock, Options options)

@@ -46,17 +46,11 @@
 
 namespace berth::client {
 
-// A sync outcome that is not a failure of the item: the key is not done,
-// but someone else re-adds it (here: the DriverMonitor, once the driver is
-// back). UNAVAILABLE with a payload under kNotAFailureUrl.
-inline constexpr char kNotAFailureUrl[] = "berth.io/not-a-failure";
-absl::Status NotAFailure(std::string_view message);
-bool IsNotAFailure(const absl::Status& st);
+// A parked key's sync result is NotAFailure (client/workqueue.h): the key
+// is not done, but the DriverMonitor re-adds it once the driver is back.
 
-// Wraps a sync function for RunWorker: a NotAFailure result is reported as
-// success, so the worker neither backs the key off nor counts a failure.
-// (The key was parked; see Park.) TODO(workqueue): RunWorker should leave
-// such keys alone instead of Forget-ting them (/work/notes/ctrl-needs.md).
+// Kept for the call sites: RunWorker itself leaves a NotAFailure key's
+// backoff as it was (neither forgotten nor counted), so this returns `sync`.
 std::function<absl::Status(const std::string&)> ParkAware(std::function<absl::Status(const std::string&)> sync);
 
 // DriverMonitor's options (outside the class so they can default an argument).

@@ -61,7 +61,7 @@ struct ContainerState {
 
 struct RuntimePod {
   std::string uid{};
-  std::string ns, name;  // from the sandboxes' labels (pods gone from the API)
+  std::string ns{}, name{};  // from the sandboxes' labels (pods gone from the API)
   std::vector<SandboxState> sandboxes{};    // newest first
   std::vector<ContainerState> containers{};  // newest first
 
