@@ -12,7 +12,8 @@
 #     so neither losetup nor mount/umount is needed.
 #   - the packages of its NEEDED shared libraries (`objdump -p` mapped with
 #     `dpkg -S`); tests/deploy/dockerfile_test checks this list against the
-#     binary the tree builds.
+#     binary the tree builds. The Kubernetes API client of
+#     --adopt-snapshot-contents (http/api_client) adds no library.
 
 FROM debian:bookworm AS build
 RUN apt-get update \

@@ -20,14 +20,15 @@
 #include <vector>
 
 #include "bench_util.h"
-#include "apiserver/client.h"
+#include "apiserver/kubeconfig.h"
+#include "http/api_client.h"
 #include "apiserver/control_plane.h"
 #include "spdlog/spdlog.h"
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
-using berth::apiserver::ApiClient;
+using berth::http::ApiClient;
 
 std::string Pvc(const std::string& name) {
   return nlohmann::json({{"apiVersion", "v1"},
@@ -140,7 +141,7 @@ int main(int argc, char** argv) {
     // Creates over HTTPS + token (kubectl's path), 8 clients.
     {
       const int n = std::min(total / 10, 10000);
-      double rate = CreateRate([&] { return std::move(*ApiClient::ForKubeconfig(kubeconfig)); }, "tls", n, 8);
+      double rate = CreateRate([&] { return std::move(*ApiClientForKubeconfig(kubeconfig)); }, "tls", n, 8);
       std::printf("durable creates via HTTPS (8 clients, %d objects): %.0f/s\n", n, rate);
     }
     // Creates over the unix socket, 8 clients, up to `total` objects.

@@ -4,7 +4,13 @@
 // berth-csi on loop devices) and the RSS of the whole stack at that point
 // (berth up + its berth-csi children). Root only. Cleans up after itself.
 //
-//   build/release/bench/up_bench [pairs] [nodes]
+// With `containerd` as third argument the pods run for real (berth's own
+// containerd, the toolbox image, `sleep`): Running means the container
+// runs. It also prints the cold start (berth up started → ready), the RSS
+// of berth up with containerd and of the shims and pods, and the idle RSS
+// and CPU of berth up + containerd over 30 s once everything runs.
+//
+//   build/release/bench/up_bench [pairs] [nodes] [none|containerd]
 #include <dirent.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -14,17 +20,38 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "apiserver/client.h"
+#include "http/api_client.h"
 #include "nlohmann/json.hpp"
 
 namespace {
 
 using nlohmann::json;
+
+// The pids whose command line contains every one of `words`.
+std::vector<pid_t> PidsWith(const std::vector<std::string>& words) {
+  std::vector<pid_t> out;
+  DIR* d = ::opendir("/proc");
+  while (dirent* e = d ? ::readdir(d) : nullptr) {
+    const pid_t pid = std::atoi(e->d_name);
+    if (pid <= 0) continue;
+    std::ifstream in(std::string("/proc/") + e->d_name + "/cmdline");
+    std::string cmd((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    bool all = !cmd.empty();
+    for (const auto& w : words) all = all && cmd.find(w) != std::string::npos;
+    if (all) out.push_back(pid);
+  }
+  if (d) ::closedir(d);
+  return out;
+}
+
+// CPU time (utime + stime, clock ticks) of `root` and all its descendants.
+long TreeCpuTicks(pid_t root);
 
 // RSS in KiB of `root` and all its descendants.
 long TreeRssKiB(pid_t root) {
@@ -54,6 +81,39 @@ long TreeRssKiB(pid_t root) {
   return total;
 }
 
+long TreeCpuTicks(pid_t root) {
+  std::map<pid_t, pid_t> parent;
+  std::map<pid_t, long> ticks;
+  DIR* d = ::opendir("/proc");
+  while (dirent* e = d ? ::readdir(d) : nullptr) {
+    const pid_t pid = std::atoi(e->d_name);
+    if (pid <= 0) continue;
+    std::ifstream in(std::string("/proc/") + e->d_name + "/stat");
+    std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const size_t close = stat.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream fields(stat.substr(close + 2));
+    std::string state;
+    long ppid = 0, skip = 0, utime = 0, stime = 0;
+    fields >> state >> ppid;
+    for (int i = 0; i < 9; ++i) fields >> skip;
+    fields >> utime >> stime;
+    parent[pid] = static_cast<pid_t>(ppid);
+    ticks[pid] = utime + stime;
+  }
+  if (d) ::closedir(d);
+  long total = 0;
+  for (const auto& [pid, t] : ticks) {
+    for (pid_t p = pid; p > 1; p = parent.count(p) ? parent[p] : 0) {
+      if (p == root) {
+        total += t;
+        break;
+      }
+    }
+  }
+  return total;
+}
+
 void Cleanup(const std::string& dir) {
   // Unmount below dir (deepest first), detach its loop devices, remove it.
   std::string cmd = "for i in 1 2 3; do awk -v d='" + dir +
@@ -74,6 +134,8 @@ int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   const int pairs = argc > 1 ? std::atoi(argv[1]) : 100;
   const int nodes = argc > 2 ? std::atoi(argv[2]) : 1;
+  const std::string runtime = argc > 3 ? argv[3] : "none";
+  const bool real = runtime == "containerd";
   char tmpl[] = "/tmp/berth-bench-XXXXXX";
   const std::string dir = ::mkdtemp(tmpl);
   const std::string data = dir + "/data";
@@ -85,10 +147,10 @@ int main(int argc, char** argv) {
     const std::string n = std::to_string(nodes);
     ::execl(BERTH_BINARY, BERTH_BINARY, "--data-dir", data.c_str(), "up", "--pool-size", "20Gi", "--api-address", "",
             "--csi-binary", BERTH_CSI_BINARY, "--node-name", "bench", "--nodes", n.c_str(), "--log-level", "warn",
-            static_cast<char*>(nullptr));
+            "--runtime", runtime.c_str(), "--pod-cidr", "10.215.0.0/16", static_cast<char*>(nullptr));
     ::_exit(127);
   }
-  auto client = berth::apiserver::ApiClient::ForUnixSocket(data + "/api.sock");
+  auto client = berth::http::ApiClient::ForUnixSocket(data + "/api.sock");
   // Ready: the driver registered on every node.
   const absl::Time start_up = absl::Now();
   for (;;) {
@@ -101,14 +163,19 @@ int main(int argc, char** argv) {
     }
     absl::SleepFor(absl::Milliseconds(50));
   }
-  std::printf("berth up ready (%d node(s)) in %.2f s\n", nodes, absl::ToDoubleSeconds(absl::Now() - start_up));
+  std::printf("berth up ready (%d node(s), runtime %s) in %.2f s (cold start)\n", nodes, runtime.c_str(),
+              absl::ToDoubleSeconds(absl::Now() - start_up));
   const absl::Time t0 = absl::Now();
   for (int i = 0; i < pairs; ++i) {
     const std::string name = "b" + std::to_string(i);
     json claim = {{"apiVersion", "v1"}, {"kind", "PersistentVolumeClaim"}, {"metadata", {{"name", name}}},
                   {"spec", {{"accessModes", {"ReadWriteOnce"}}, {"resources", {{"requests", {{"storage", "16Mi"}}}}}}}};
     json pod = {{"apiVersion", "v1"}, {"kind", "Pod"}, {"metadata", {{"name", name}}},
-                {"spec", {{"containers", {{{"name", "c"}, {"image", "busybox"}}}},
+                {"spec", {{"containers", {{{"name", "c"},
+                                           {"image", "berth.local/toolbox:1"},
+                                           {"command", {"sleep", "1000000"}},
+                                           {"volumeMounts", {{{"name", "d"}, {"mountPath", "/data"}}}}}}},
+                          {"terminationGracePeriodSeconds", 2},
                           {"volumes", {{{"name", "d"}, {"persistentVolumeClaim", {{"claimName", name}}}}}}}}};
     for (const auto& [path, body] : {std::pair{"/api/v1/namespaces/default/persistentvolumeclaims", claim.dump()},
                                      std::pair{"/api/v1/namespaces/default/pods", pod.dump()}}) {
@@ -124,7 +191,7 @@ int main(int argc, char** argv) {
     auto r = client->Call("GET", "/api/v1/namespaces/default/pods");
     if (!r.ok() || r->code != 200) {
       std::fprintf(stderr, "listing pods: %s\n", r.ok() ? std::to_string(r->code).c_str() : std::string(r.status().message()).c_str());
-      client = berth::apiserver::ApiClient::ForUnixSocket(data + "/api.sock");
+      client = berth::http::ApiClient::ForUnixSocket(data + "/api.sock");
       continue;
     }
     running = 0;
@@ -139,6 +206,20 @@ int main(int argc, char** argv) {
     auto r = client->Call("GET", "/api/v1/persistentvolumes");
     const json list = r.ok() ? json::parse(r->body, nullptr, false) : json();
     std::printf("%zu volumes provisioned\n", list.is_object() ? list["items"].size() : size_t{0});
+  }
+  if (real) {
+    long shims = 0;
+    for (pid_t shim : PidsWith({"containerd-shim", data})) shims += TreeRssKiB(shim);
+    std::printf("RSS of the shims and their pods %.1f MiB (%zu shims)\n", shims / 1024.0,
+                PidsWith({"containerd-shim", data}).size());
+    // Idle: everything runs, nothing changes.
+    absl::SleepFor(absl::Seconds(10));
+    const long hz = ::sysconf(_SC_CLK_TCK);
+    const long before = TreeCpuTicks(up);
+    const absl::Time idle0 = absl::Now();
+    absl::SleepFor(absl::Seconds(30));
+    const double cpu = static_cast<double>(TreeCpuTicks(up) - before) / hz / absl::ToDoubleSeconds(absl::Now() - idle0);
+    std::printf("idle: berth up + containerd %.1f MiB RSS, %.2f %% of a core\n", TreeRssKiB(up) / 1024.0, cpu * 100);
   }
   // Tear down: delete everything, wait for the volumes to go.
   for (int i = 0; i < pairs; ++i) {
@@ -157,6 +238,11 @@ int main(int argc, char** argv) {
   ::kill(up, SIGTERM);
   int status = 0;
   ::waitpid(up, &status, 0);
+  if (real) {
+    // Whatever of the pods is left (none, normally): berth down.
+    const std::string down = std::string(BERTH_BINARY) + " --data-dir " + data + " down >/dev/null";
+    if (std::system(down.c_str()) != 0) std::fprintf(stderr, "berth down failed\n");
+  }
   absl::SleepFor(absl::Seconds(1));
   Cleanup(dir);
   return running == pairs ? 0 : 1;

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# mktoolbox.sh OUT.tar BUSYBOX MKIMAGE
+# mktoolbox.sh OUT.tar BUSYBOX OCI_PACK
 # The toolbox image (berth.local/toolbox:1): Debian's static busybox with a
 # link for every applet at its usual path, /tmp, and a passwd/group with
 # root and nobody. Every example and test container runs it offline.
 set -euo pipefail
-out=$1 busybox=$2 mkimage=$3
+out=$1 busybox=$2 oci_pack=$3
 if ldd "$busybox" >/dev/null 2>&1; then
   echo "mktoolbox: $busybox is dynamically linked; install Debian's busybox-static" >&2
   exit 1
@@ -22,4 +22,4 @@ cp "$busybox" "$root/bin/busybox"
 done
 printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n' >"$root/etc/passwd"
 printf 'root:x:0:\nnogroup:x:65534:\n' >"$root/etc/group"
-"$mkimage" "$out" berth.local/toolbox:1 '["/bin/sh"]' "$root"
+"$oci_pack" --rootfs "$root" --name berth.local/toolbox:1 --entrypoint /bin/sh --out "$out" >/dev/null

@@ -227,16 +227,25 @@ TEST(ValidationTest, ImmutableFieldsAreNamed) {
               HasSubstr("spec: Forbidden: spec is immutable after creation except "
                         "resources.requests and volumeAttributesClassName for bound claims"));
 
-  // Growing a bound claim is allowed; shrinking is not.
+  // Growing a bound claim is allowed; lowering the request again only to
+  // above what the volume has (recovery from a failed expansion), never to
+  // or below it.
   json bound = *pvc;
-  bound["status"] = {{"phase", "Bound"}};
+  bound["status"] = {{"phase", "Bound"}, {"capacity", {{"storage", "1Gi"}}}};
   json grown = bound;
   grown["spec"]["resources"]["requests"]["storage"] = "2Gi";
   EXPECT_TRUE(Admit(grown, &bound).ok());
-  json shrunk = bound;
-  shrunk["spec"]["resources"]["requests"]["storage"] = "512Mi";
-  EXPECT_THAT(Admit(shrunk, &bound).status().message(),
-              HasSubstr("spec.resources.requests.storage: Forbidden: field can not be less than previous value"));
+  grown["status"] = bound["status"];
+  json lowered = grown;
+  lowered["spec"]["resources"]["requests"]["storage"] = "1536Mi";
+  EXPECT_TRUE(Admit(lowered, &grown).ok());
+  for (const char* size : {"1Gi", "512Mi"}) {
+    json shrunk = grown;
+    shrunk["spec"]["resources"]["requests"]["storage"] = size;
+    EXPECT_THAT(Admit(shrunk, &grown).status().message(),
+                HasSubstr("spec.resources.requests.storage: Forbidden: field can not be less than status.capacity"))
+        << size;
+  }
 
   auto pv = Admit(Fixture("persistentvolume.yaml"));
   ASSERT_TRUE(pv.ok()) << pv.status();

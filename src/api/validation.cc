@@ -269,7 +269,13 @@ void ValidateClaim(const json& obj, const json* old, Errors& errs) {
     }
     auto now = Quantity::Parse(String(storage)), before = Quantity::Parse(String(old_storage));
     if (now.ok() && before.ok() && *now < *before) {
-      errs.Forbidden("spec.resources.requests.storage", "field can not be less than previous value");
+      // RecoverVolumeExpansionFailure (on by default since Kubernetes
+      // 1.32): a request may come back down — to recover from an expansion
+      // that cannot succeed — but stay above what the volume already has.
+      auto capacity = Quantity::Parse(String(Path(*old, {"status", "capacity", "storage"})));
+      if (!capacity.ok() || *now <= *capacity) {
+        errs.Forbidden("spec.resources.requests.storage", "field can not be less than status.capacity");
+      }
     }
   }
 }

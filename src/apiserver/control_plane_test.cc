@@ -13,7 +13,8 @@
 #include <filesystem>
 #include <thread>
 
-#include "apiserver/client.h"
+#include "apiserver/kubeconfig.h"
+#include "http/api_client.h"
 #include "apiserver/tls.h"
 #include "common/fs.h"
 #include "common/clock.h"
@@ -29,6 +30,7 @@ namespace berth::apiserver {
 namespace {
 
 using nlohmann::json;
+using http::ApiClient;
 
 class ControlPlaneHttpTest : public ::testing::Test {
  protected:
@@ -92,7 +94,7 @@ TEST_F(ControlPlaneHttpTest, UnixSocketNeedsNoToken) {
 }
 
 TEST_F(ControlPlaneHttpTest, TcpIsHttpsAndNeedsTheToken) {
-  auto good = ApiClient::ForKubeconfig(cp_->kubeconfig_path());
+  auto good = ApiClientForKubeconfig(cp_->kubeconfig_path());
   ASSERT_TRUE(good.ok()) << good.status();
   auto created = (*good)->Call("POST", "/api/v1/namespaces",
                                R"({"apiVersion":"v1","kind":"Namespace","metadata":{"name":"team"}})");
@@ -142,7 +144,7 @@ TEST_F(ControlPlaneHttpTest, MetricsAreServedFromCollectorsBehindTheSameAuthenti
               ::testing::EndsWith(
                   "# HELP berth_test_volumes Volumes.\n# TYPE berth_test_volumes gauge\nberth_test_volumes{node=\"n1\"} 3\n"
                   "# HELP berth_test_up Up.\n# TYPE berth_test_up gauge\nberth_test_up 1\n"));
-  auto good = ApiClient::ForKubeconfig(cp_->kubeconfig_path());
+  auto good = ApiClientForKubeconfig(cp_->kubeconfig_path());
   ASSERT_TRUE(good.ok());
   EXPECT_THAT((*good)->Call("GET", "/metrics")->body, ::testing::HasSubstr("berth_test_up 1\n"));
   auto ca = EnsureServingCertificate(dir_.path() + "/data/tls");
@@ -230,7 +232,7 @@ TEST_F(ControlPlaneClockTest, TlsHandshakeMustFinishBeforeItsDeadline) {
   ::close(fd);
   EXPECT_EQ(cp_->serving_stats().timed_out, 1);
   // kubectl's way (the kubeconfig, HTTPS, the token) still works.
-  auto good = ApiClient::ForKubeconfig(cp_->kubeconfig_path());
+  auto good = ApiClientForKubeconfig(cp_->kubeconfig_path());
   ASSERT_TRUE(good.ok());
   EXPECT_EQ((*good)->Call("GET", "/api/v1/namespaces")->code, 200);
 }

@@ -67,6 +67,11 @@ json ResourceList(std::string_view group, std::string_view version) {
                            {"namespaced", true},
                            {"kind", "Binding"},
                            {"verbs", {"create"}}});
+      resources.push_back({{"name", "pods/log"},
+                           {"singularName", ""},
+                           {"namespaced", true},
+                           {"kind", "Pod"},
+                           {"verbs", {"get"}}});
     }
   }
   std::string gv = group.empty() ? std::string(version) : StrCat(group, "/", version);
@@ -211,6 +216,11 @@ json StatusObject(const absl::Status& st) {
   return out;
 }
 
+void ApiHandler::AddSubresource(const std::string& resource, const std::string& sub, SubresourceHandler handler) {
+  absl::MutexLock lock(&metrics_mu_);
+  subresources_[{resource, sub}] = std::move(handler);
+}
+
 void ApiHandler::AddMetricsCollector(MetricsCollector collector) {
   absl::MutexLock lock(&metrics_mu_);
   metrics_.push_back(std::move(collector));
@@ -279,6 +289,20 @@ void ApiHandler::Handle(const HttpRequest& req, ResponseWriter& out) {
   const api::KindInfo& kind = *route->kind;
   const std::string& ns = route->ns;
   const std::string& name = route->name;
+  if (!route->sub.empty() && route->sub != "status" && route->sub != "binding" && !ns.empty() && !name.empty()) {
+    SubresourceHandler served;
+    {
+      absl::MutexLock lock(&metrics_mu_);
+      auto it = subresources_.find(std::pair<std::string, std::string>(std::string(kind.resource), route->sub));
+      if (it != subresources_.end()) served = it->second;
+    }
+    if (served) {
+      if (req.method != "GET") return SendError(out, api::MethodNotAllowed(StrCat("method ", req.method, " is not supported")));
+      absl::Status st = served(req, out, ns, name);
+      if (!st.ok()) SendError(out, st);
+      return;
+    }
+  }
   if (!route->sub.empty() && route->sub != "status" && !(route->sub == "binding" && kind.kind == "Pod")) {
     return SendError(out, absl::NotFoundError("the server could not find the requested resource"));
   }

@@ -16,6 +16,8 @@
 #pragma once
 
 #include <functional>
+#include <map>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -58,11 +60,21 @@ class ApiHandler {
   using MetricsCollector = std::function<void(std::string* out)>;
   void AddMetricsCollector(MetricsCollector collector) ABSL_LOCKS_EXCLUDED(metrics_mu_);
 
+  // GET of a subresource served by someone else (pods/log: the node's
+  // kubelet in Kubernetes, berth's pod log reader here). The handler gets
+  // the object's namespace and name; an error it returns before writing
+  // anything is sent as a Kubernetes Status.
+  using SubresourceHandler = std::function<absl::Status(const HttpRequest&, ResponseWriter&, const std::string& ns,
+                                                        const std::string& name)>;
+  void AddSubresource(const std::string& resource, const std::string& sub, SubresourceHandler handler)
+      ABSL_LOCKS_EXCLUDED(metrics_mu_);
+
  private:
   Registry& registry_;
   const Options options_;
   absl::Mutex metrics_mu_;
   std::vector<MetricsCollector> metrics_ ABSL_GUARDED_BY(metrics_mu_);
+  std::map<std::pair<std::string, std::string>, SubresourceHandler> subresources_ ABSL_GUARDED_BY(metrics_mu_);
   WatchHub watches_;  // last: its streams end before the rest goes
 };
 

@@ -14,6 +14,14 @@
 namespace berth::apiserver {
 namespace {
 
+// 409 Conflict for an update of an object changed since it was read.
+absl::Status Conflict(const api::KindInfo& kind, const std::string& name) {
+  std::string group = kind.group.empty() ? "" : StrCat(".", kind.group);
+  return absl::AbortedError(StrCat("Operation cannot be fulfilled on ", kind.resource, group, " \"", name,
+                                   "\": the object has been modified; please apply your changes "
+                                   "to the latest version and try again"));
+}
+
 // Read-modify-write loops retry on a conflict like Kubernetes'
 // GuaranteedUpdate; under heavy contention on one object a writer may lose
 // many group-commit rounds in a row, so the bound is generous.
@@ -404,7 +412,14 @@ absl::StatusOr<json> Registry::UpdateOnce(const api::KindInfo& kind, const std::
   BERTH_ASSIGN_OR_RETURN(std::shared_ptr<const json> stored, GetShared(kind, ns, name));
   const json& old = *stored;
   *unconditional = Str(md, "resourceVersion").empty();
-  if (*unconditional) md["resourceVersion"] = old["metadata"]["resourceVersion"];
+  if (*unconditional) {
+    md["resourceVersion"] = old["metadata"]["resourceVersion"];
+  } else if (Str(md, "resourceVersion") != Str(old["metadata"], "resourceVersion")) {
+    // A stale object is a conflict before anything else is judged (as in
+    // Kubernetes, whose storage checks the precondition first): validating
+    // it against a newer object would report rules it did not break.
+    return Conflict(kind, name);
+  }
   if (sub == Subresource::kStatus) {
     obj = StatusUpdate(old, obj);
   } else {
@@ -446,12 +461,7 @@ absl::StatusOr<json> Registry::UpdateOnce(const api::KindInfo& kind, const std::
     BERTH_RETURN_IF_ERROR(CheckClaimResize(old, obj));
   }
   auto updated = store_.Update(std::string(kind.resource), std::move(obj));
-  if (!updated.ok() && updated.status().code() == absl::StatusCode::kAborted) {
-    std::string group = kind.group.empty() ? "" : StrCat(".", kind.group);
-    return absl::AbortedError(StrCat("Operation cannot be fulfilled on ", kind.resource, group, " \"", name,
-                                     "\": the object has been modified; please apply your changes "
-                                     "to the latest version and try again"));
-  }
+  if (!updated.ok() && updated.status().code() == absl::StatusCode::kAborted) return Conflict(kind, name);
   return updated;
 }
 

@@ -255,6 +255,27 @@ TEST_F(RegistryTest, FinalizersDelayDeleteAndNoNewFinalizersWhileDeleting) {
             absl::StatusCode::kNotFound);
 }
 
+TEST_F(RegistryTest, AStaleObjectConflictsBeforeItIsValidated) {
+  json claim = Claim("data");
+  claim["metadata"]["finalizers"] = {"a/keep", "b/keep"};
+  auto created = registry_->Create(Kind("persistentvolumeclaims"), "default", claim);
+  ASSERT_TRUE(created.ok()) << created.status();
+  ASSERT_TRUE(registry_->Delete(Kind("persistentvolumeclaims"), "default", "data").ok());
+  auto deleting = registry_->Get(Kind("persistentvolumeclaims"), "default", "data");
+  ASSERT_TRUE(deleting.ok());
+  // Another writer removes a finalizer...
+  json removed = *deleting;
+  removed["metadata"]["finalizers"] = {"b/keep"};
+  ASSERT_TRUE(registry_->Update(Kind("persistentvolumeclaims"), "default", "data", removed, Subresource::kMain).ok());
+  // ...so this writer's copy, read before, seems to add one back: it is a
+  // 409 Conflict to retry on the fresh object, not a 422.
+  json stale = *deleting;
+  stale["metadata"]["finalizers"] = {"a/keep"};
+  auto st = registry_->Update(Kind("persistentvolumeclaims"), "default", "data", stale, Subresource::kMain);
+  EXPECT_EQ(st.status().code(), absl::StatusCode::kAborted) << st.status();
+  EXPECT_EQ(api::ToHttpError(st.status()).code, 409);
+}
+
 TEST_F(RegistryTest, DeletePreconditionsAndNamespaceCascade) {
   ASSERT_TRUE(registry_->Create(Kind("namespaces"), "", {{"metadata", {{"name", "team"}}}}).ok());
   auto pvc = registry_->Create(Kind("persistentvolumeclaims"), "team", Claim("data"));

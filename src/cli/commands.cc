@@ -18,8 +18,8 @@
 namespace berth::cli {
 namespace {
 
-using apiserver::ApiClient;
-using apiserver::ApiResponse;
+using http::ApiClient;
+using http::ApiResponse;
 using nlohmann::json;
 
 constexpr char kLastApplied[] = "kubectl.kubernetes.io/last-applied-configuration";
@@ -71,7 +71,7 @@ absl::Status ServerError(const ApiResponse& r) {
   std::string reason;
   json body = json::parse(r.body, nullptr, false);
   if (body.is_object()) reason = body.value("reason", "");
-  std::string msg = apiserver::ErrorMessage(r);
+  std::string msg = http::ErrorMessage(r);
   std::string text = reason.empty() ? msg : StrCat("Error from server (", reason, "): ", msg);
   switch (r.code) {
     case 404: return absl::NotFoundError(text);
@@ -505,7 +505,7 @@ absl::Status Describe(ApiClient& client, const std::string& kind_name, const std
 
 absl::Status Delete(ApiClient& client, const std::string& kind_name, const std::vector<std::string>& names,
                     const std::vector<std::string>& files, const Target& target, bool wait,
-                    absl::Duration timeout, std::ostream& out) {
+                    absl::Duration timeout, std::ostream& out, std::optional<int64_t> grace_period_seconds) {
   std::vector<std::tuple<const api::KindInfo*, std::string, std::string>> todo;
   if (!files.empty()) {
     BERTH_ASSIGN_OR_RETURN(std::vector<json> manifests, ReadManifests(files));
@@ -524,8 +524,9 @@ absl::Status Delete(ApiClient& client, const std::string& kind_name, const std::
   ErrorList errors;
   std::vector<std::tuple<const api::KindInfo*, std::string, std::string>> deleted;
   for (const auto& [k, ns, name] : todo) {
-    BERTH_ASSIGN_OR_RETURN(ApiResponse r, client.Call("DELETE", ObjectPath(*k, ns, name),
-                                                      R"({"kind":"DeleteOptions","apiVersion":"v1","propagationPolicy":"Background"})"));
+    json options = {{"kind", "DeleteOptions"}, {"apiVersion", "v1"}, {"propagationPolicy", "Background"}};
+    if (grace_period_seconds) options["gracePeriodSeconds"] = *grace_period_seconds;
+    BERTH_ASSIGN_OR_RETURN(ApiResponse r, client.Call("DELETE", ObjectPath(*k, ns, name), options.dump()));
     if (r.code == 200 || r.code == 202) {
       out << Quoted(*k, name) << " deleted\n";
       deleted.emplace_back(k, ns, name);
@@ -628,5 +629,7 @@ absl::Status Events(ApiClient& client, const Target& target, const std::string& 
   out << api::RenderTable(api::BuildTable(events_kind, events, absl::Now(), ""), false, target.all_namespaces);
   return absl::OkStatus();
 }
+
+absl::Status ErrorFromResponse(const ApiResponse& r) { return ServerError(r); }
 
 }  // namespace berth::cli

@@ -6,12 +6,13 @@
 #pragma once
 
 #include <iosfwd>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "apiserver/client.h"
+#include "http/api_client.h"
 #include "nlohmann/json.hpp"
 
 namespace berth::cli {
@@ -21,24 +22,28 @@ struct Target {
   bool all_namespaces = false; // -A
 };
 
-absl::Status Apply(apiserver::ApiClient& client, const std::vector<std::string>& files,
+// An API error answer as a status (kubectl's "Error from server (Reason): ...").
+absl::Status ErrorFromResponse(const http::ApiResponse& response);
+
+absl::Status Apply(http::ApiClient& client, const std::vector<std::string>& files,
                    const Target& target, std::ostream& out);
-absl::Status Get(apiserver::ApiClient& client, const std::string& kind,
+absl::Status Get(http::ApiClient& client, const std::string& kind,
                  const std::vector<std::string>& names, const Target& target,
                  const std::string& output, const std::string& selector, bool watch,
                  std::ostream& out);
-absl::Status Describe(apiserver::ApiClient& client, const std::string& kind,
+absl::Status Describe(http::ApiClient& client, const std::string& kind,
                       const std::vector<std::string>& names, const Target& target,
                       std::ostream& out);
-absl::Status Delete(apiserver::ApiClient& client, const std::string& kind,
+absl::Status Delete(http::ApiClient& client, const std::string& kind,
                     const std::vector<std::string>& names, const std::vector<std::string>& files,
-                    const Target& target, bool wait, absl::Duration timeout, std::ostream& out);
+                    const Target& target, bool wait, absl::Duration timeout, std::ostream& out,
+                    std::optional<int64_t> grace_period_seconds = std::nullopt);
 // `for_condition`: "delete", "jsonpath={.status.phase}=Bound",
 // "condition=Ready".
-absl::Status Wait(apiserver::ApiClient& client, const std::string& kind_slash_name,
+absl::Status Wait(http::ApiClient& client, const std::string& kind_slash_name,
                   const std::string& for_condition, const Target& target,
                   absl::Duration timeout, std::ostream& out);
-absl::Status Events(apiserver::ApiClient& client, const Target& target,
+absl::Status Events(http::ApiClient& client, const Target& target,
                     const std::string& for_object, std::ostream& out);
 
 // A small JSONPath: "{.status.phase}", "{.spec.containers[0].name}",

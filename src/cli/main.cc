@@ -10,10 +10,12 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
-#include "apiserver/client.h"
+#include "apiserver/kubeconfig.h"
+#include "http/api_client.h"
 #include "apiserver/control_plane.h"
 #include "berth/version.h"
 #include "cli/commands.h"
+#include "cli/runtime_commands.h"
 #include "cli/up.h"
 #include "common/logging.h"
 #include "common/signals.h"
@@ -140,6 +142,15 @@ int main(int argc, char** argv) {
   up->add_option("--volume-stats-period", up_options.volume_stats_period_seconds,
                  "seconds between NodeGetVolumeStats rounds (kubelet_volume_stats_* on /metrics)")
       ->capture_default_str();
+  up->add_option("--runtime", up_options.runtime.runtime,
+                 "containerd: run pods' containers with berth's own containerd per node; none: volumes only")
+      ->capture_default_str();
+  up->add_option("--container-runtime-endpoint", up_options.runtime.endpoint,
+                 "unix:///path: run pods with this existing CRI runtime (containerd, CRI-O) instead");
+  up->add_option("--pod-cidr", up_options.runtime.pod_cidr, "pod IP range, split between the nodes")
+      ->capture_default_str();
+  up->add_option("--images-dir", up_options.runtime.images_dir,
+                 "berth's image archives (pause.tar, toolbox.tar; default: images/ beside this binary)");
   up->add_option("--node-monitor-grace-period", up_options.node_monitor_grace_period,
                  "a node whose lease is not renewed this long is marked Unknown and tainted (e.g. 40s)")
       ->capture_default_str();
@@ -179,6 +190,11 @@ int main(int argc, char** argv) {
   del->add_option("-f,--filename", files, "FILE, DIR or -");
   del->add_option("--wait", wait, "wait until the objects are gone (default true)");
   del->add_option("--timeout", timeout_text, "how long --wait waits");
+  int grace_period = -1;
+  bool force = false;
+  del->add_option("--grace-period", grace_period,
+                  "seconds a pod's containers get to stop after SIGTERM (-1: the pod's own; 0 only with --force)");
+  del->add_flag("--force", force, "with --grace-period=0: remove at once, without waiting for the node");
   add_ns(del, false);
 
   // wait
@@ -194,6 +210,43 @@ int main(int argc, char** argv) {
   std::string for_object;
   events->add_option("--for", for_object, "only events about KIND/NAME");
   add_ns(events, true);
+
+  // logs
+  auto* logs = app.add_subcommand("logs", "print a container's log (what kubectl logs prints)");
+  std::string pod;
+  berth::cli::LogsOptions logs_options;
+  logs->add_option("pod", pod, "pod name")->required();
+  logs->add_option("-c,--container", logs_options.container, "container (default: the pod's only one)");
+  logs->add_flag("-f,--follow", logs_options.follow, "keep printing what the container writes");
+  logs->add_flag("-p,--previous", logs_options.previous, "the previous, terminated instance's log");
+  logs->add_flag("--timestamps", logs_options.timestamps, "prefix lines with their RFC 3339 time");
+  logs->add_option("--tail", logs_options.tail, "only the last N lines (-1: all)");
+  add_ns(logs, false);
+
+  // exec
+  auto* exec = app.add_subcommand("exec", "run a command in a running container (CRI ExecSync)");
+  std::string exec_container;
+  std::vector<std::string> exec_command;
+  exec->add_option("pod", pod, "pod name")->required();
+  exec->add_option("-c,--container", exec_container, "container (default: the pod's first)");
+  exec->add_option("--timeout", timeout_text, "give up on the command after this long");
+  exec->add_option("command", exec_command, "-- COMMAND [ARGS...]")->required();
+  add_ns(exec, false);
+
+  // image
+  auto* image = app.add_subcommand("image", "the images of the nodes' container runtimes (offline)");
+  image->require_subcommand(1);
+  std::string image_node;
+  image->add_option("--node", image_node, "only this node (default: every node)");
+  auto* image_import = image->add_subcommand("import", "import docker-archive or OCI archives (several images each)");
+  image_import->add_option("files", files, "archives")->required();
+  auto* image_ls = image->add_subcommand("ls", "list images");
+  auto* image_rm = image->add_subcommand("rm", "remove images");
+  image_rm->add_option("images", names, "images")->required();
+
+  // down
+  auto* down = app.add_subcommand(
+      "down", "with berth up stopped: stop every container, pod network and mount berth started (data stays)");
 
   CLI11_PARSE(app, argc, argv);
 
@@ -235,8 +288,20 @@ int main(int argc, char** argv) {
     return st.ok() ? 0 : Fail(st);
   }
 
-  auto client = kubeconfig.empty() ? berth::apiserver::ApiClient::ForDataDir(data_dir)
-                                   : berth::apiserver::ApiClient::ForKubeconfig(kubeconfig);
+  if (image->parsed()) {
+    absl::Status st;
+    if (image_import->parsed()) st = berth::cli::ImageImport(data_dir, files, image_node, std::cout);
+    if (image_ls->parsed()) st = berth::cli::ImageList(data_dir, image_node, std::cout);
+    if (image_rm->parsed()) st = berth::cli::ImageRemove(data_dir, names, image_node, std::cout);
+    return st.ok() ? 0 : Fail(st);
+  }
+  if (down->parsed()) {
+    absl::Status st = berth::cli::Down(data_dir, std::cout);
+    return st.ok() ? 0 : Fail(st);
+  }
+
+  auto client = kubeconfig.empty() ? berth::http::ApiClient::ForDataDir(data_dir)
+                                   : berth::apiserver::ApiClientForKubeconfig(kubeconfig);
   if (!client.ok()) return Fail(client.status());
   auto timeout = ParseTimeout(timeout_text);
   if (!timeout.ok()) return Fail(timeout.status());
@@ -248,9 +313,28 @@ int main(int argc, char** argv) {
   } else if (describe->parsed()) {
     st = berth::cli::Describe(**client, kind, names, target, std::cout);
   } else if (del->parsed()) {
-    st = berth::cli::Delete(**client, kind, names, files, target, wait, *timeout, std::cout);
+    // kubectl's rules: --force alone means 0; 0 without --force means 1.
+    std::optional<int64_t> grace;
+    if (grace_period >= 0) grace = grace_period;
+    if (force && !grace) grace = 0;
+    if (grace && *grace == 0 && !force) grace = 1;
+    if (grace && *grace == 0) {
+      std::cerr << "warning: Immediate deletion does not wait for confirmation that the running resource has been "
+                   "terminated. The resource may continue to run on the cluster indefinitely.\n";
+    }
+    st = berth::cli::Delete(**client, kind, names, files, target, wait, *timeout, std::cout, grace);
   } else if (wait_cmd->parsed()) {
     st = berth::cli::Wait(**client, object, for_condition, target, *timeout, std::cout);
+  } else if (logs->parsed()) {
+    st = berth::cli::Logs(**client, pod, target, logs_options, std::cout);
+  } else if (exec->parsed()) {
+    if (timeout_text == "60s") timeout_text = "5m";  // exec's own default
+    auto exec_timeout = ParseTimeout(timeout_text);
+    if (!exec_timeout.ok()) return Fail(exec_timeout.status());
+    auto code = berth::cli::Exec(**client, data_dir, pod, target, exec_container, exec_command, *exec_timeout,
+                                 std::cout, std::cerr);
+    if (!code.ok()) return Fail(code.status());
+    return *code;
   } else if (events->parsed()) {
     st = berth::cli::Events(**client, target, for_object, std::cout);
   }

@@ -1,5 +1,7 @@
 #include "cli/supervisor.h"
 
+#include <sys/stat.h>
+
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -79,6 +81,7 @@ void Supervisor::Spawn(State& s) {
       ::dup2(log, 2);
     }
     ::setpgid(0, 0);  // a terminal's Ctrl-C goes to berth up, which stops the children in order
+    if (s.child.umask >= 0) ::umask(static_cast<mode_t>(s.child.umask));
     ::execv(argv[0], argv.data());
     ::_exit(127);
   }

@@ -33,6 +33,8 @@ class Supervisor {
     std::vector<std::string> argv;  // argv[0]: absolute path of the binary
     std::string log_file;           // stdout and stderr, appended
     std::string pid_file;
+    // The child's umask (-1: berth up's own).
+    int umask = -1;
   };
   ~Supervisor();  // Stop(0)
 

@@ -24,6 +24,7 @@
 #include "csi/endpoint.h"
 #include "csi/registration.h"
 #include "node/agent.h"
+#include "node/pods/logs.h"
 #include "nlohmann/json.hpp"
 #include "spdlog/spdlog.h"
 
@@ -179,7 +180,7 @@ absl::Status ValidateUpOptions(const UpOptions& o) {
     }
   }
   for (const auto& e : o.external_drivers) BERTH_RETURN_IF_ERROR(ParseExternal(e).status());
-  return absl::OkStatus();
+  return ValidateRuntimeOptions(o.runtime, o.nodes);
 }
 
 absl::Status RunUp(UpOptions options) {
@@ -218,8 +219,19 @@ absl::Status RunUp(UpOptions options) {
   // TEST ONLY: a file stops one node's lease and status (see NodeStatus).
   const bool test_hooks = std::getenv("BERTH_TEST_HOOKS") != nullptr && std::string(std::getenv("BERTH_TEST_HOOKS")) == "1";
 
-  // Nodes: an agent and a berth-csi each.
+  // Nodes: an agent and a berth-csi each, and (unless --runtime=none) a
+  // container runtime; pod logs are served by the API from <data>/pods.
   Supervisor supervisor;
+  BERTH_ASSIGN_OR_RETURN(auto runtimes, NodeRuntimes::Prepare(options.runtime, options.data_dir, UpNodeNames(options),
+                                                              supervisor));
+  const std::string pod_logs = options.data_dir + "/pods";
+  BERTH_RETURN_IF_ERROR(MakeDirs(pod_logs, 0700));
+  cp->handler().AddSubresource("pods", "log",
+                               [&registry, pod_logs](const http::HttpRequest& req, http::ResponseWriter& out,
+                                                     const std::string& ns, const std::string& name) {
+                                 return node::pods::ServePodLog(registry, pod_logs, ns, name, req, out);
+                               });
+  const std::string host_ip = HostIp();
   std::vector<std::unique_ptr<node::NodeAgent>> agents;
   for (const std::string& name : UpNodeNames(options)) {
     const std::string dir = StrCat(options.data_dir, "/nodes/", name);
@@ -234,7 +246,10 @@ absl::Status RunUp(UpOptions options) {
                                                                             .volume_stats_period = absl::Seconds(
                                                                                 options.volume_stats_period_seconds),
                                                                             .mount_table = ReadMountTable,
-                                                                            .paused_for_test = PauseHook(test_hooks, dir)});
+                                                                            .paused_for_test = PauseHook(test_hooks, dir),
+                                                                            .runtime_endpoint = runtimes->Endpoint(name),
+                                                                            .pod_log_root = pod_logs,
+                                                                            .host_ip = host_ip});
     std::vector<std::string> argv = {options.csi_binary,
                                      "--endpoint=unix://" + root + "/plugins/" + kBerthDriver + "/csi.sock",
                                      "--node-id=" + name,
@@ -265,8 +280,9 @@ absl::Status RunUp(UpOptions options) {
     node::VolumeManager::WriteStatsMetrics(out, stats);
   });
   supervisor.Start();
-  absl::Status st;
+  absl::Status st = runtimes->WaitReady(absl::Minutes(2));
   for (auto& agent : agents) {
+    if (!st.ok()) break;
     st.Update(agent->Start());
   }
   std::vector<std::string> drivers = {kBerthDriver};

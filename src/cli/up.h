@@ -7,6 +7,9 @@
 //   <data>/nodes/<node>/kubelet/                  the node's kubelet root
 //   <data>/nodes/<node>/pool.img, pool/           its pool image and mount
 //   <data>/nodes/<node>/berth-csi.log, .pid       its driver's log and PID
+//   <data>/nodes/<node>/runtime-endpoint          its CRI runtime's socket
+//   <data>/containerd/<node>/                     berth's containerd for it
+//   <data>/pods/<namespace>_<name>_<uid>/         container logs
 //
 // Thread-safety: RunUp is called once, from main.
 #pragma once
@@ -16,6 +19,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "cli/runtime_setup.h"
 #include "http/server.h"
 
 namespace berth::cli {
@@ -41,6 +45,9 @@ struct UpOptions {
   std::string node_monitor_grace_period = "40s";
   // The API server's threads, connection and in-flight limits, deadlines.
   http::HttpServer::Limits api_limits;
+  // Containers: berth's containerd per node (default), an existing CRI
+  // runtime, or none (cli/runtime_setup.h).
+  RuntimeOptions runtime{};
 };
 
 // Checks options; INVALID_ARGUMENT naming the flag.

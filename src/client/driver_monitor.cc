@@ -4,6 +4,7 @@
 
 #include "absl/strings/cord.h"
 #include "common/strings.h"
+#include "csi/client.h"
 #include "csi/grpc_status.h"
 #include "csi/v1/csi.grpc.pb.h"
 #include "grpcpp/client_context.h"
@@ -75,14 +76,26 @@ absl::Status DriverMonitor::Call(const std::string& driver, const std::string& n
     }
     ++stats_.calls;
   }
-  absl::Status st;
-  auto channel = directory_.Channel(driver, node, options_.dial_timeout);
-  st = channel.ok() ? fn(*channel) : channel.status();
+  auto call = [&] {
+    auto channel = directory_.Channel(driver, node, options_.dial_timeout);
+    return channel.ok() ? fn(*channel) : channel.status();
+  };
+  absl::Status st = call();
   if (st.code() != absl::StatusCode::kUnavailable || IsNotAFailure(st)) return st;
   // UNAVAILABLE: the connection, or the driver's own answer? Ask it.
-  absl::Status probe = Probe(driver, node);
+  if (Probe(driver, node).ok()) {
+    // It answers. The failed call may have used a connection to a process
+    // that has been restarted since: once more, on a fresh one. What that
+    // call says is its answer.
+    directory_.Redial(driver, node);
+    {
+      absl::MutexLock lock(&mu_);
+      ++stats_.calls;
+    }
+    st = call();
+    if (st.code() != absl::StatusCode::kUnavailable || Probe(driver, node).ok()) return st;
+  }
   absl::MutexLock lock(&mu_);
-  if (probe.ok()) return st;  // it answers: an error of this call
   ++stats_.connection_failures;
   Endpoint& e = StateLocked(key, driver, node);
   if (!e.down) {
@@ -113,15 +126,16 @@ absl::Status DriverMonitor::Probe(const std::string& driver, const std::string& 
     ++stats_.probes;
   }
   absl::Status st;
-  auto channel = directory_.Channel(driver, node, options_.probe_timeout);
+  const std::string endpoint = directory_.Endpoint(driver, node);
+  auto channel = endpoint.empty()
+                     ? absl::StatusOr<std::shared_ptr<grpc::Channel>>(
+                           absl::UnavailableError(StrCat("CSI driver ", driver, " is not registered")))
+                     : csi::ConnectUnix(endpoint, {.timeout = options_.probe_dial_timeout});
   if (!channel.ok()) {
-    st = channel.status();
+    st = absl::UnavailableError(std::string(channel.status().message()));
   } else {
     auto stub = ::csi::v1::Identity::NewStub(*channel);
     grpc::ClientContext ctx;
-    // Waits for a channel that is reconnecting (the driver has just come
-    // back) instead of failing at once.
-    ctx.set_wait_for_ready(true);
     ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.probe_timeout));
     ::csi::v1::ProbeResponse resp;
     st = csi::FromGrpcStatus(stub->Probe(&ctx, {}, &resp));
@@ -188,9 +202,13 @@ void DriverMonitor::OnRegistered(const std::string& driver, const std::string& n
         continue;
       }
       if (it->first == endpoint && e.down) {
-        // A driver registers when it (re)starts: probe it now.
-        e.probe_now = true;
-        wake_ = true;
+        // A driver registers when it (re)starts, after answering the
+        // registrar (NodeGetInfo): it is back. A driver that dies again at
+        // once is found out by the first call that fails.
+        spdlog::info("CSI driver {} at {} registered again; resuming {} waiting item(s)", driver, endpoint,
+                     e.parked.size());
+        e.down = false;
+        released.merge(e.parked);
       }
       ++it;
     }
@@ -215,12 +233,11 @@ void DriverMonitor::Release(std::set<std::pair<WorkQueue*, std::string>> parked)
 void DriverMonitor::ProberLoop() {
   absl::MutexLock lock(&mu_);
   while (!stop_) {
-    // The next due probe: an endpoint that registered again, or whose
-    // backoff ran out.
+    // The next due probe: an endpoint whose backoff ran out.
     absl::Time due = absl::InfiniteFuture();
     for (const auto& [key, e] : endpoints_) {
       if (!e.down || Unregistered(key)) continue;
-      due = std::min(due, e.probe_now ? absl::InfinitePast() : e.next_probe);
+      due = std::min(due, e.next_probe);
     }
     if (due > clock_.Now()) {
       wake_ = false;
@@ -231,14 +248,14 @@ void DriverMonitor::ProberLoop() {
     std::vector<std::pair<std::string, std::pair<std::string, std::string>>> to_probe;
     const absl::Time now = clock_.Now();
     for (auto& [key, e] : endpoints_) {
-      if (!e.down || Unregistered(key) || (!e.probe_now && e.next_probe > now)) continue;
-      e.probe_now = false;
+      if (!e.down || Unregistered(key) || e.next_probe > now) continue;
       to_probe.push_back({key, {e.driver, e.node}});
     }
     for (const auto& [key, target] : to_probe) {
       mu_.Unlock();
       absl::Status st = Probe(target.first, target.second);
       std::set<std::pair<WorkQueue*, std::string>> released;
+      bool up = false;
       mu_.Lock();
       auto it = endpoints_.find(key);
       if (it == endpoints_.end()) continue;
@@ -247,11 +264,15 @@ void DriverMonitor::ProberLoop() {
         spdlog::info("CSI driver {} at {} answers again; resuming {} waiting item(s)", e.driver, key, e.parked.size());
         e.down = false;
         released.swap(e.parked);
+        up = true;
       } else {
         e.next_probe = clock_.Now() + e.backoff.Next();
       }
-      if (!released.empty()) {
+      if (up) {
         mu_.Unlock();
+        // The calls go on a fresh connection, not on one still backing off
+        // from the outage.
+        directory_.Redial(target.first, target.second);
         Release(std::move(released));
         mu_.Lock();
       }

@@ -6,13 +6,17 @@
 //
 // Every controller call to a driver goes through Call(). A call that fails
 // with UNAVAILABLE (connection refused, socket gone, driver not registered)
-// is checked with a Probe: if the Probe fails too, the endpoint is *down*
-// and Call returns a NotAFailure status. While an endpoint is down, Call
+// is checked with a Probe on a fresh connection: if the Probe fails too, the
+// endpoint is *down* and Call returns a NotAFailure status; if it answers,
+// the call is made once more on a fresh connection (the old one may have
+// belonged to a driver process that has since been restarted). While an endpoint is down, Call
 // makes no call at all (same status, at once). The caller parks its key
 // with Park(); every parked key is re-added to its queue, all at once, as
 // soon as the endpoint is up again — when the driver registers again (the
-// DriverDirectory hears of it) or a periodic Probe (backing off from
-// `probe_initial` to `probe_max` on the Clock) succeeds. The queues' workers
+// DriverDirectory hears of it: a registrar only registers a driver that
+// answered it) or a periodic Probe (backing off from `probe_initial` to
+// `probe_max` on the Clock; a driver that does not register again, e.g. an
+// external one restarted under the same socket) succeeds. The queues' workers
 // bound how many of them run at a time. An UNAVAILABLE answered by a driver
 // whose Probe succeeds is an ordinary failure of that call.
 //
@@ -55,8 +59,10 @@ std::function<absl::Status(const std::string&)> ParkAware(std::function<absl::St
 
 // DriverMonitor's options (outside the class so they can default an argument).
 struct DriverMonitorOptions {
-  // One Probe's deadline (real time: a gRPC deadline). A down driver's
-  // socket refuses at once; this bounds a hung one.
+  // A Probe dials the endpoint afresh (waiting at most probe_dial_timeout:
+  // a dead driver's socket refuses at once) and waits probe_timeout for the
+  // answer (bounds a hung driver). Real time: gRPC deadlines.
+  absl::Duration probe_dial_timeout = absl::Milliseconds(500);
   absl::Duration probe_timeout = absl::Seconds(2);
   // Probes of a down endpoint, on the clock.
   absl::Duration probe_initial = absl::Milliseconds(250);
@@ -110,7 +116,6 @@ class DriverMonitor {
     explicit Endpoint(const Options& o)
         : backoff({.initial = o.probe_initial, .max = o.probe_max, .multiplier = 2.0, .jitter = 0.2}) {}
     bool down = false;
-    bool probe_now = false;  // registered again: probe at once
     absl::Time next_probe = absl::InfinitePast();
     Backoff backoff;
     std::string driver, node;  // a (driver, node) it serves, to probe it
@@ -123,8 +128,8 @@ class DriverMonitor {
   static bool Unregistered(const std::string& key) { return key.starts_with("unregistered:"); }
   Endpoint& StateLocked(const std::string& key, const std::string& driver, const std::string& node)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Probe (wait_for_ready up to probe_timeout). OK when the driver answered
-  // and is not "not ready".
+  // Probe on a fresh connection. OK when the driver answered and is not
+  // "not ready".
   absl::Status Probe(const std::string& driver, const std::string& node) ABSL_LOCKS_EXCLUDED(mu_);
   void MarkDownLocked(Endpoint& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void OnRegistered(const std::string& driver, const std::string& node, const std::string& endpoint)

@@ -177,8 +177,7 @@ TEST_F(DriverMonitorTest, AProbeSayingNotReadyKeepsTheDriverDown) {
   driver_.SetProbeReady(false);
   ASSERT_TRUE(driver_.Serve(socket_).ok());
   monitor_->Park(kDriver, "", queue_, "default/a");
-  directory_.Add(kDriver, "", "unix://" + socket_);
-  ASSERT_TRUE(Eventually([&] { return driver_.probe_calls() >= 1; }));
+  ASSERT_TRUE(AdvanceUntil([&] { return driver_.probe_calls() >= 2; }));
   EXPECT_FALSE(monitor_->Up(kDriver, ""));
   EXPECT_EQ(queue_.Len(), 0u);
   driver_.SetProbeReady(true);

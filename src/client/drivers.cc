@@ -44,6 +44,11 @@ void DriverDirectory::RemoveListener(int id) {
   listeners_.erase(id);
 }
 
+void DriverDirectory::Redial(const std::string& driver, const std::string& node) {
+  absl::MutexLock lock(&mu_);
+  channels_.erase(EndpointLocked(driver, node));
+}
+
 std::string DriverDirectory::Endpoint(const std::string& driver, const std::string& node) const {
   absl::MutexLock lock(&mu_);
   return EndpointLocked(driver, node);

@@ -64,6 +64,11 @@ class DriverDirectory {
                                                          absl::Duration dial_timeout = absl::Seconds(5))
       ABSL_LOCKS_EXCLUDED(mu_);
 
+  // Drops the cached channel to the endpoint serving (driver, node): the
+  // next Channel() dials afresh (a restarted driver, while the old channel
+  // still waits out its reconnect backoff).
+  void Redial(const std::string& driver, const std::string& node) ABSL_LOCKS_EXCLUDED(mu_);
+
   // Whether the driver's controller service for `node` reports `rpc` in
   // ControllerGetCapabilities. Answers are cached per endpoint (until the
   // endpoint is re-registered); errors are not cached.

@@ -376,6 +376,8 @@ Attacher::Attacher(apiserver::Registry& registry, DriverDirectory& drivers, Atta
       drivers_(drivers),
       informers_(informers),
       options_(std::move(options)),
+      own_monitor_(options_.monitor == nullptr ? std::make_unique<DriverMonitor>(drivers) : nullptr),
+      monitor_(options_.monitor != nullptr ? *options_.monitor : *own_monitor_),
       finalizer_(AttacherFinalizer(options_.driver)),
       events_(registry, StrCat("csi-attacher ", options_.driver)) {}
 
@@ -418,7 +420,7 @@ void Attacher::Start() {
   const std::string name = StrCat("attacher ", options_.driver);
   for (int i = 0; i < options_.workers; ++i) {
     workers_.emplace_back([this, name] {
-      RunWorker(attachment_queue_, name, [this](const std::string& k) { return SyncAttachment(k); });
+      RunWorker(attachment_queue_, name, ParkAware([this](const std::string& k) { return SyncAttachment(k); }));
     });
   }
   workers_.emplace_back([this, name] {
@@ -431,6 +433,7 @@ void Attacher::Stop() {
   volume_queue_.ShutDown();
   for (auto& w : workers_) w.join();
   workers_.clear();
+  monitor_.Unpark(attachment_queue_);
 }
 
 absl::Status Attacher::SyncAttachment(const std::string& name) {
@@ -495,9 +498,12 @@ absl::Status Attacher::Attach(const json& va) {
     return fail(absl::FailedPreconditionError(StrCat("persistentvolume \"", pv_name, "\" is marked for deletion")));
   }
   const std::string endpoint_node = EndpointNode(*pv, va);
-  auto can_publish = drivers_.ControllerHasCapability(
+  auto can_publish = monitor_.ControllerHasCapability(
       options_.driver, endpoint_node, ::csi::v1::ControllerServiceCapability::RPC::PUBLISH_UNPUBLISH_VOLUME);
-  if (!can_publish.ok()) return fail(can_publish.status());
+  if (!can_publish.ok()) {
+    if (IsNotAFailure(can_publish.status())) monitor_.Park(options_.driver, endpoint_node, attachment_queue_, Name(va));
+    return fail(can_publish.status());
+  }
   if (!*can_publish) {
     // Nothing to call: the attachment is a formality (external-attacher's
     // trivial handler).
@@ -542,14 +548,14 @@ absl::Status Attacher::Attach(const json& va) {
       if (v.is_string()) (*req.mutable_volume_context())[k] = v.get<std::string>();
     }
   }
-  auto channel = drivers_.Channel(options_.driver, endpoint_node);
-  if (!channel.ok()) return fail(channel.status());
-  auto stub = ::csi::v1::Controller::NewStub(*channel);
-  grpc::ClientContext ctx;
-  ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
   ::csi::v1::ControllerPublishVolumeResponse resp;
-  grpc::Status st = stub->ControllerPublishVolume(&ctx, req, &resp);
-  if (!st.ok()) return fail(csi::FromGrpcStatus(st));
+  absl::Status st = monitor_.Call(options_.driver, endpoint_node, [&](const std::shared_ptr<grpc::Channel>& channel) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
+    return csi::FromGrpcStatus(::csi::v1::Controller::NewStub(channel)->ControllerPublishVolume(&ctx, req, &resp));
+  });
+  if (IsNotAFailure(st)) monitor_.Park(options_.driver, endpoint_node, attachment_queue_, Name(va));
+  if (!st.ok()) return fail(st);
   json metadata = json::object();
   for (const auto& [k, v] : resp.publish_context()) metadata[k] = v;
   spdlog::info("attacher: {} attached to {} ({})", req.volume_id(), node, Name(va));
@@ -594,19 +600,20 @@ absl::Status Attacher::Detach(const json& va) {
   auto secrets = PublishSecrets(*pv);
   if (!secrets.ok()) return fail(secrets.status());
   const std::string endpoint_node = EndpointNode(*pv, va);
-  auto channel = drivers_.Channel(options_.driver, endpoint_node);
-  if (!channel.ok()) return fail(channel.status());
   ::csi::v1::ControllerUnpublishVolumeRequest req;
   req.set_volume_id(Str(*pv, {"spec", "csi", "volumeHandle"}));
   req.set_node_id(node_id);
   *req.mutable_secrets() = *secrets;
-  auto stub = ::csi::v1::Controller::NewStub(*channel);
-  grpc::ClientContext ctx;
-  ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
-  ::csi::v1::ControllerUnpublishVolumeResponse resp;
-  grpc::Status st = stub->ControllerUnpublishVolume(&ctx, req, &resp);
-  // NOT_FOUND: the volume or node is gone, so nothing is attached any more.
-  if (!st.ok() && st.error_code() != grpc::StatusCode::NOT_FOUND) return fail(csi::FromGrpcStatus(st));
+  absl::Status st = monitor_.Call(options_.driver, endpoint_node, [&](const std::shared_ptr<grpc::Channel>& channel) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
+    ::csi::v1::ControllerUnpublishVolumeResponse resp;
+    grpc::Status gst = ::csi::v1::Controller::NewStub(channel)->ControllerUnpublishVolume(&ctx, req, &resp);
+    // NOT_FOUND: the volume or node is gone, so nothing is attached any more.
+    return gst.error_code() == grpc::StatusCode::NOT_FOUND ? absl::OkStatus() : csi::FromGrpcStatus(gst);
+  });
+  if (IsNotAFailure(st)) monitor_.Park(options_.driver, endpoint_node, attachment_queue_, Name(va));
+  if (!st.ok()) return fail(st);
   spdlog::info("attacher: {} detached from {} ({})", req.volume_id(), node, Name(va));
   BERTH_RETURN_IF_ERROR(EditStatus(registry_, Attachments(), va, [](json& s) {
     s["attached"] = false;

@@ -29,7 +29,9 @@
 // attachment → ControllerUnpublishVolume → status.detachError on failure, or
 // the finalizer comes off; the PV's finalizer comes off once no attachment
 // of this driver refers to it. Drivers without PUBLISH_UNPUBLISH_VOLUME are
-// marked attached without a call.
+// marked attached without a call. Calls go through a DriverMonitor: while
+// the driver is down an attachment waits for it (its attachError says so)
+// without backing off, and resumes when it is back.
 //
 //   AttachDetachController ad(registry, {pods, nodes, volumes, claims, csidrivers, attachments}, {});
 //   Attacher attacher(registry, directory, {attachments, volumes, csinodes}, {.driver = "x"});
@@ -40,6 +42,7 @@
 #pragma once
 
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <thread>
@@ -50,6 +53,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "apiserver/registry.h"
+#include "client/driver_monitor.h"
 #include "client/drivers.h"
 #include "client/events.h"
 #include "client/informer.h"
@@ -138,6 +142,8 @@ class Attacher {
     std::string driver;
     int workers = 4;
     absl::Duration rpc_timeout = absl::Minutes(1);
+    // Shared with the other controllers (the manager's); null: our own.
+    DriverMonitor* monitor = nullptr;
   };
   Attacher(apiserver::Registry& registry, DriverDirectory& drivers, AttacherInformers informers,
            Options options);
@@ -163,6 +169,8 @@ class Attacher {
   DriverDirectory& drivers_;
   AttacherInformers informers_;
   const Options options_;
+  std::unique_ptr<DriverMonitor> own_monitor_;
+  DriverMonitor& monitor_;
   const std::string finalizer_;
   EventRecorder events_;
   WorkQueue attachment_queue_;

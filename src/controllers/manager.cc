@@ -95,13 +95,16 @@ ControllerManager::PerDriver ControllerManager::MakeDriver(const std::string& dr
                            .rpc_timeout = options_.rpc_timeout, .monitor = monitor_.get()});
   d.attacher = std::make_unique<Attacher>(
       registry_, drivers_, AttacherInformers{i("volumeattachments"), i("persistentvolumes"), i("csinodes")},
-      Attacher::Options{.driver = driver, .workers = 4, .rpc_timeout = options_.rpc_timeout});
+      Attacher::Options{.driver = driver, .workers = 4, .rpc_timeout = options_.rpc_timeout,
+                        .monitor = monitor_.get()});
   d.resizer = std::make_unique<Resizer>(registry_, drivers_, i("persistentvolumeclaims"), i("persistentvolumes"),
                                         Resizer::Options{.driver = driver, .workers = 2,
-                                                         .rpc_timeout = options_.rpc_timeout});
+                                                         .rpc_timeout = options_.rpc_timeout,
+                                                         .monitor = monitor_.get(), .clock = options_.clock});
   Snapshotter::Options snap;
   snap.driver = driver;
   snap.rpc_timeout = options_.rpc_timeout;
+  snap.monitor = monitor_.get();
   d.snapshotter = std::make_unique<Snapshotter>(registry_, drivers_, i("volumesnapshotcontents"),
                                                 i("volumesnapshotclasses"), snap);
   CapacityTracker::Options cap;

@@ -153,9 +153,14 @@ void Provisioner::Start() {
       RunWorker(claim_queue_, name + ": claim", ParkAware([this](const std::string& k) { return SyncClaim(k); }));
     });
   }
-  workers_.emplace_back([this, name] {
-    RunWorker(volume_queue_, name + ": volume", ParkAware([this](const std::string& k) { return SyncVolume(k); }));
-  });
+  // As many for volumes as for claims (external-provisioner runs as many
+  // workers on both queues): deleting many volumes at once is as common as
+  // creating them.
+  for (int i = 0; i < options_.workers; ++i) {
+    workers_.emplace_back([this, name] {
+      RunWorker(volume_queue_, name + ": volume", ParkAware([this](const std::string& k) { return SyncVolume(k); }));
+    });
+  }
   workers_.emplace_back([this, name] {
     RunWorker(source_queue_, name + ": clone source", [this](const std::string& k) { return SyncCloneSource(k); });
   });

@@ -194,6 +194,66 @@ TEST_F(ProvisionerRulesTest, AVolumeStillAttachedIsNotDeleted) {
   EXPECT_TRUE(driver_->volumes().empty());
 }
 
+// --- 6. A driver outage --------------------------------------------------------
+
+TEST_F(ProvisionerRulesTest, ADriverOutageParksClaimsWithoutRetryingThemAndResumesThemAllAtOnce) {
+  Class("fast");
+  Start();
+  ASSERT_TRUE(Eventually([&] { return monitor_->Up(kDriver, ""); }));
+  driver_->Crash();
+  constexpr int kClaims = 50;
+  for (int i = 0; i < kClaims; ++i) Create("persistentvolumeclaims", "", "default", Claim("c" + std::to_string(i), "fast"));
+  // Every claim was looked at once and is now waiting: few calls reached
+  // the dead socket (the first of each worker), the rest were not made.
+  ASSERT_TRUE(Eventually([&] {
+    DriverMonitor::Stats s = monitor_->stats();
+    return s.connection_failures + s.skipped >= kClaims;
+  }));
+  ASSERT_TRUE(Eventually([&] {
+    return Events("c" + std::to_string(kClaims - 1), "ProvisioningFailed").size() == 1u;
+  }));
+  EXPECT_THAT(Events("c0", "ProvisioningFailed").front(), HasSubstr("to come back"));
+  const DriverMonitor::Stats down = monitor_->stats();
+  EXPECT_LE(down.connection_failures, 3) << "at most one failed call per worker";
+  // Waiting is not failing: no claim is tried again while the driver is
+  // down (it is not in any backoff, it is parked).
+  const int64_t attempts = down.connection_failures + down.skipped;
+  ASSERT_TRUE(Eventually([&] { return monitor_->stats().failed_probes >= down.failed_probes + 3; }));
+  EXPECT_EQ(monitor_->stats().connection_failures + monitor_->stats().skipped, attempts);
+  EXPECT_EQ(driver_->create_calls(), 0);
+  // Back, and registered again: all of them at once.
+  ASSERT_TRUE(driver_->Serve(socket_).ok());
+  const absl::Time back = absl::Now();
+  directory_.Add(kDriver, "", "unix://" + socket_);
+  ASSERT_TRUE(Eventually([&] {
+    for (int i = 0; i < kClaims; ++i) {
+      if (ClaimPhase("c" + std::to_string(i)) != "Bound") return false;
+    }
+    return true;
+  }));
+  EXPECT_LT(absl::Now() - back, absl::Seconds(5));
+  EXPECT_EQ(driver_->create_calls(), kClaims) << "each claim's CreateVolume once, after the outage";
+  EXPECT_GE(monitor_->stats().resumed, kClaims - 3);
+}
+
+TEST_F(ProvisionerRulesTest, ADeletionWaitsOutADriverOutageToo) {
+  Class("fast");
+  Start();
+  Create("persistentvolumeclaims", "", "default", Claim("data", "fast"));
+  ASSERT_TRUE(Eventually([&] { return ClaimPhase("data") == "Bound"; }));
+  const std::string pv = Str(Get("persistentvolumeclaims", "default", "data"), {"spec", "volumeName"});
+  driver_->Crash();
+  ASSERT_TRUE(registry_->Delete(K("persistentvolumeclaims"), "default", "data").ok());
+  ASSERT_TRUE(Eventually([&] { return !Events(pv, "VolumeFailedDelete").empty(); }));
+  EXPECT_THAT(Events(pv, "VolumeFailedDelete").back(), HasSubstr("unreachable"));
+  EXPECT_FALSE(Get("persistentvolumes", "", pv).is_null());
+  ASSERT_TRUE(driver_->Serve(socket_).ok());
+  // No registration this time (a driver restarted under the same socket):
+  // a probe notices it.
+  ASSERT_TRUE(Eventually([&] { return Get("persistentvolumes", "", pv).is_null(); }));
+  EXPECT_TRUE(driver_->volumes().empty());
+}
+
 // --- 5. Data sources ---------------------------------------------------------
 
 class DataSourceTest : public ProvisionerRulesTest {

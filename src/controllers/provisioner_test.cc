@@ -232,8 +232,9 @@ TEST_F(ProvisionerTest, ReleasedVolumeStillAttachedIsNotDeletedUntilDetached) {
   ASSERT_TRUE(registry_->Delete(K("persistentvolumeclaims"), "default", "data").ok());
   auto refused = [&] {
     auto events = registry_->List(K("events"), "", {});
-    return events.ok() && json(events->items).dump().find("persistentvolume " + pv_name + " is still attached to node node-1") !=
-                              std::string::npos;
+    return events.ok() &&
+           json(events->items).dump().find("persistentvolume " + pv_name + " is still attached to node node-1") !=
+               std::string::npos;
   };
   ASSERT_TRUE(Eventually(refused, absl::Seconds(30)));
   EXPECT_EQ(driver_->volumes().size(), 1u);  // refused, not deleted
@@ -431,9 +432,7 @@ TEST_F(ProvisionerTest, ANodeThatFailsLaterHandsItsWaitingClaimsBack) {
   EXPECT_EQ(driver_->create_calls(), 0);
 }
 
-// DISABLED after the ctrl + nodelife merge: fails at line ~447 (the in-flight
-// request no longer keeps the selected node); to be fixed next session.
-TEST_F(ProvisionerTest, DISABLED_AnInFlightRequestKeepsItsNodeEvenIfTheNodeIsNotReady) {
+TEST_F(ProvisionerTest, AnInFlightRequestKeepsItsNodeEvenIfTheNodeIsNotReady) {
   Class("local", "WaitForFirstConsumer");
   Create("nodes", "", "", {{"metadata", {{"name", "slow"}}}});
   json node = Get("nodes", "", "slow");

@@ -185,16 +185,49 @@ void PvBinder::Stop() {
   workers_.clear();
 }
 
+absl::Status PvBinder::CheckVolumeSatisfyClaim(const json& volume, const json& claim) {
+  // kube-controller-manager's checkVolumeSatisfyClaim, with its messages.
+  if (Deleting(volume)) return absl::FailedPreconditionError(StrCat("the volume is marked for deletion \"", Name(volume), "\""));
+  auto request = Size(Field(Field(Field(Field(claim, "spec"), "resources"), "requests"), "storage"));
+  auto capacity = Size(Field(Field(Field(volume, "spec"), "capacity"), "storage"));
+  if (!capacity || (request && *capacity < *request)) return absl::FailedPreconditionError("requested PV is too small");
+  if (VolumeClass(volume) != ClaimClass(claim)) return absl::FailedPreconditionError("storageClassName does not match");
+  if (VolumeMode(volume) != VolumeMode(claim)) return absl::FailedPreconditionError("incompatible volumeMode");
+  const json& want_modes = Field(Field(claim, "spec"), "accessModes");
+  const json& have_modes = Field(Field(volume, "spec"), "accessModes");
+  bool modes_ok = want_modes.is_array() && have_modes.is_array();
+  if (modes_ok) {
+    for (const auto& m : want_modes) {
+      modes_ok = modes_ok && std::find(have_modes.begin(), have_modes.end(), m) != have_modes.end();
+    }
+  }
+  if (!modes_ok) return absl::FailedPreconditionError("incompatible accessMode");
+  return absl::OkStatus();
+}
+
+namespace {
+
+// Whether `pv`'s required nodeAffinity admits a node with `node_labels`.
+bool AffinityAdmits(const json& pv, const json& node_labels) {
+  const json& required = Field(Field(Field(pv, "spec"), "nodeAffinity"), "required");
+  if (required.is_null()) return true;
+  std::map<std::string, std::string> labels;
+  for (const auto& [k, v] : node_labels.items()) {
+    if (v.is_string()) labels[k] = v.get<std::string>();
+  }
+  const std::string host = labels.count(kHostnameLabel) ? labels[kHostnameLabel] : "";
+  return NodeSelectorMatchesLabels(required, labels, host);
+}
+
+}  // namespace
+
 const json* PvBinder::FindBestMatch(const json& claim, const std::vector<json>& volumes, const json* node_labels) {
-  const std::string cls = ClaimClass(claim), mode = VolumeMode(claim);
   auto request = Size(Field(Field(Field(Field(claim, "spec"), "resources"), "requests"), "storage"));
   if (!request) return nullptr;
-  const json& want_modes = Field(Field(claim, "spec"), "accessModes");
   auto selector = api::LabelSelector::FromJson(Field(Field(claim, "spec"), "selector"));
   const json* best = nullptr;
   std::optional<api::Quantity> best_size;
   for (const auto& pv : volumes) {
-    if (Deleting(pv)) continue;
     const json& ref = Field(Field(pv, "spec"), "claimRef");
     if (!ref.is_null()) {
       // Pre-bound to this claim: take it if it fits at all.
@@ -205,17 +238,7 @@ const json* PvBinder::FindBestMatch(const json& claim, const std::vector<json>& 
       const std::string phase = Str(pv, {"status", "phase"});
       if (phase == "Released" || phase == "Failed") continue;
     }
-    if (VolumeClass(pv) != cls || VolumeMode(pv) != mode) continue;
-    auto capacity = Size(Field(Field(Field(pv, "spec"), "capacity"), "storage"));
-    if (!capacity || *capacity < *request) continue;
-    const json& have_modes = Field(Field(pv, "spec"), "accessModes");
-    bool modes_ok = want_modes.is_array() && have_modes.is_array();
-    if (modes_ok) {
-      for (const auto& m : want_modes) {
-        modes_ok = modes_ok && std::find(have_modes.begin(), have_modes.end(), m) != have_modes.end();
-      }
-    }
-    if (!modes_ok) continue;
+    if (!CheckVolumeSatisfyClaim(pv, claim).ok()) continue;
     if (selector.ok() && !selector->empty()) {
       std::map<std::string, std::string> labels;
       const json& l = Field(Field(pv, "metadata"), "labels");
@@ -226,24 +249,36 @@ const json* PvBinder::FindBestMatch(const json& claim, const std::vector<json>& 
     } else if (!selector.ok()) {
       continue;
     }
-    if (node_labels != nullptr) {
-      const json& required = Field(Field(Field(pv, "spec"), "nodeAffinity"), "required");
-      if (!required.is_null()) {
-        std::map<std::string, std::string> labels;
-        for (const auto& [k, v] : node_labels->items()) {
-          if (v.is_string()) labels[k] = v.get<std::string>();
-        }
-        const std::string host = labels.count(kHostnameLabel) ? labels[kHostnameLabel] : "";
-        if (!NodeSelectorMatchesLabels(required, labels, host)) continue;
-      }
-    }
+    if (node_labels != nullptr && !AffinityAdmits(pv, *node_labels)) continue;
     if (!ref.is_null()) return &pv;  // pre-bound wins
+    auto capacity = Size(Field(Field(Field(pv, "spec"), "capacity"), "storage"));
     if (best == nullptr || *capacity < *best_size) {
       best = &pv;
       best_size = capacity;
     }
   }
   return best;
+}
+
+std::string PvBinder::ConsumerNode(const json& claim) const {
+  if (std::string selected = Annotation(claim, kAnnSelectedNode); !selected.empty()) return selected;
+  std::string node;
+  informers_.pods.Select([&](const json& pod) {
+    if (Ns(pod) != Ns(claim) || Str(pod, {"spec", "nodeName"}).empty() || !node.empty()) return false;
+    for (const auto& v : Field(Field(pod, "spec"), "volumes")) {
+      if (PodVolumeClaim(pod, v) == Name(claim)) node = Str(pod, {"spec", "nodeName"});
+    }
+    return false;
+  });
+  return node;
+}
+
+json PvBinder::NodeLabelsOf(const std::string& node) const {
+  std::optional<json> n = informers_.nodes.Get("", node);
+  json labels = n ? Field(Field(*n, "metadata"), "labels") : json::object();
+  if (!labels.is_object()) labels = json::object();
+  if (!labels.contains(kHostnameLabel)) labels[kHostnameLabel] = node;
+  return labels;
 }
 
 absl::Status PvBinder::SyncClaim(const std::string& key) {
@@ -280,6 +315,24 @@ absl::Status PvBinder::SyncUnboundClaim(const json& claim) {
                      StrCat("volume \"", volume_name, "\" already bound to a different claim."));
       return SetClaimPhase(claim, "Pending", nullptr);
     }
+    if (ref.is_null()) {
+      // The user asked for a volume nobody claims: it must fit (a volume
+      // that names this claim too was paired on purpose, as upstream).
+      absl::Status fits = CheckVolumeSatisfyClaim(*pv, claim);
+      if (fits.ok()) {
+        // The node a consumer of the claim is (to be) on must be one the
+        // volume can be used from.
+        if (std::string node = ConsumerNode(claim); !node.empty() && !AffinityAdmits(*pv, NodeLabelsOf(node))) {
+          fits = absl::FailedPreconditionError(StrCat("its node affinity does not admit node \"", node,
+                                                      "\", where the claim is used"));
+        }
+      }
+      if (!fits.ok()) {
+        events_.Record(claim, "Warning", "VolumeMismatch",
+                       StrCat("Cannot bind to requested volume \"", volume_name, "\": ", fits.message()));
+        return SetClaimPhase(claim, "Pending", nullptr);
+      }
+    }
     return Bind(claim, *pv);
   }
   // Which node, for WaitForFirstConsumer classes.
@@ -300,12 +353,7 @@ absl::Status PvBinder::SyncUnboundClaim(const json& claim) {
     return SetClaimPhase(claim, "Pending", nullptr);
   }
   std::optional<json> node_labels;
-  if (wait_for_consumer) {
-    std::optional<json> node = informers_.nodes.Get("", selected);
-    node_labels = node ? Field(Field(*node, "metadata"), "labels") : json::object();
-    if (node_labels->is_null()) node_labels = json::object();
-    (*node_labels)["kubernetes.io/hostname"] = (*node_labels).value("kubernetes.io/hostname", selected);
-  }
+  if (wait_for_consumer) node_labels = NodeLabelsOf(selected);
   // Only volumes that could be this claim's: same class, and free or
   // pointing at this claim (copying every volume per sync is O(n²)).
   std::vector<json> volumes = informers_.volumes.ByIndex(kFreeByClass, cls);
@@ -320,7 +368,8 @@ absl::Status PvBinder::SyncUnboundClaim(const json& claim) {
     // Handed over once: while a provisioner's CreateVolume may be in
     // flight (its finalizer is on the claim) the claim stays that
     // driver's, even if the class now names another.
-    if (Annotation(claim, kAnnStorageProvisioner) != provisioner && !HasFinalizer(claim, kProvisioningFinalizer)) {
+    const std::string handed_to = Annotation(claim, kAnnStorageProvisioner);
+    if (handed_to != provisioner && (handed_to.empty() || !HasFinalizer(claim, kProvisioningFinalizer))) {
       BERTH_RETURN_IF_ERROR(Mutate(registry_, ClaimsKind(), Ns(claim), Name(claim), apiserver::Subresource::kMain,
                                    [&](json& o) {
                                      if (Deleting(o)) return false;

@@ -1,7 +1,10 @@
 // The PV binder (kube-controller-manager's persistentvolume controller, seed
 // 003): binds claims to volumes and keeps both sides' phases right.
 //
-// Claims: an unbound claim gets the smallest Available volume that fits
+// Claims: a claim naming a volume (spec.volumeName) that nobody claims is
+// bound to it only if it fits (CheckVolumeSatisfyClaim, and its node
+// affinity admits the node the claim's consumer is on); otherwise it stays
+// Pending with a VolumeMismatch event. An unbound claim gets the smallest Available volume that fits
 // (FindBestMatch: class, access modes, volume mode, size, label selector,
 // the selected node for WaitForFirstConsumer), or — when none fits and its
 // class has a provisioner — the volume.kubernetes.io/storage-provisioner
@@ -86,6 +89,11 @@ class PvBinder {
   static const nlohmann::json* FindBestMatch(const nlohmann::json& claim,
                                              const std::vector<nlohmann::json>& volumes,
                                              const nlohmann::json* node_labels);
+  // Whether `volume` can serve `claim` (kube-controller-manager's
+  // checkVolumeSatisfyClaim): not being deleted, large enough, same class,
+  // volume mode and every access mode. FAILED_PRECONDITION says why, in
+  // upstream's words.
+  static absl::Status CheckVolumeSatisfyClaim(const nlohmann::json& volume, const nlohmann::json& claim);
 
  private:
   absl::Status SyncUnboundClaim(const nlohmann::json& claim);
@@ -99,6 +107,11 @@ class PvBinder {
   absl::Status SetVolumePhase(const nlohmann::json& volume, const std::string& phase,
                               const std::string& message = "");
   bool ClaimInUse(const nlohmann::json& claim) const;
+  // The node a consumer of `claim` is on or chosen for: its selected-node,
+  // else the node of a scheduled pod using it ("" if none).
+  std::string ConsumerNode(const nlohmann::json& claim) const;
+  // A node's labels (kubernetes.io/hostname defaulting to its name).
+  nlohmann::json NodeLabelsOf(const std::string& node) const;
 
   apiserver::Registry& registry_;
   BinderInformers informers_;

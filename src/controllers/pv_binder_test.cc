@@ -317,5 +317,85 @@ TEST_F(PvBinderTest, WaitForFirstConsumerClaimBindsAVolumePreBoundToItAtOnce) {
   ASSERT_TRUE(Eventually([&] { return Phase("persistentvolumeclaims", "default", "data") == "Bound"; }));
 }
 
+TEST(CheckVolumeSatisfyClaimTest, SaysWhyAVolumeDoesNotFitInUpstreamsWords) {
+  json claim = Claim("c", "2Gi", "fast", {"ReadWriteOnce"});
+  EXPECT_TRUE(PvBinder::CheckVolumeSatisfyClaim(Volume("v", "2Gi", "fast"), claim).ok());
+  auto why = [&](const json& pv) { return std::string(PvBinder::CheckVolumeSatisfyClaim(pv, claim).message()); };
+  EXPECT_EQ(why(Volume("v", "1Gi", "fast")), "requested PV is too small");
+  EXPECT_EQ(why(Volume("v", "2Gi", "slow")), "storageClassName does not match");
+  EXPECT_EQ(why(Volume("v", "2Gi", "fast", {"ReadOnlyMany"})), "incompatible accessMode");
+  json block = Volume("v", "2Gi", "fast");
+  block["spec"]["volumeMode"] = "Block";
+  EXPECT_EQ(why(block), "incompatible volumeMode");
+  json deleting = Volume("v", "2Gi", "fast");
+  deleting["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z";
+  EXPECT_EQ(why(deleting), "the volume is marked for deletion \"v\"");
+}
+
+TEST_F(PvBinderTest, AClaimNamingAVolumeThatDoesNotFitStaysPendingWithVolumeMismatch) {
+  auto HasMismatch = [&](const std::string& claim, const std::string& pv, const std::string& why) {
+    auto events = registry_->List(K("events"), "default", {});
+    if (!events.ok()) return false;
+    for (const auto& e : events->items) {
+      if (Str(e, {"involvedObject", "name"}) == claim && Str(e, {"reason"}) == "VolumeMismatch" &&
+          Str(e, {"type"}) == "Warning" &&
+          Str(e, {"message"}) == "Cannot bind to requested volume \"" + pv + "\": " + why) {
+        return true;
+      }
+    }
+    return false;
+  };
+  Create("persistentvolumes", "", Volume("small", "1Gi", "fast"));
+  json rwx = Volume("rwx", "5Gi", "fast", {"ReadWriteMany"});
+  Create("persistentvolumes", "", rwx);
+  json block = Volume("block", "5Gi", "fast");
+  block["spec"]["volumeMode"] = "Block";
+  Create("persistentvolumes", "", block);
+  Create("persistentvolumes", "", Volume("other", "5Gi", "slow"));
+  json pinned = Volume("pinned", "5Gi", "fast");
+  pinned["spec"]["nodeAffinity"] = OnNode("node-b");
+  Create("persistentvolumes", "", pinned);
+  Create("nodes", "", {{"metadata", {{"name", "node-a"}, {"labels", {{"kubernetes.io/hostname", "node-a"}}}}}});
+  StartBinder();
+  const std::map<std::string, std::string> expected = {
+      {"small", "requested PV is too small"},
+      {"rwx", "incompatible accessMode"},
+      {"block", "incompatible volumeMode"},
+      {"other", "storageClassName does not match"},
+      {"pinned", "its node affinity does not admit node \"node-a\", where the claim is used"}};
+  for (const auto& [pv, why] : expected) {
+    json c = Claim("wants-" + pv, "2Gi", "fast");
+    c["spec"]["volumeName"] = pv;
+    if (pv == "pinned") c["metadata"]["annotations"] = {{kAnnSelectedNode, "node-a"}};
+    Create("persistentvolumeclaims", "default", c);
+  }
+  for (const auto& [pv, why] : expected) {
+    const std::string claim = "wants-" + pv;
+    ASSERT_TRUE(Eventually([&] { return HasMismatch(claim, pv, why); })) << claim;
+    EXPECT_EQ(Phase("persistentvolumeclaims", "default", claim), "Pending");
+    EXPECT_TRUE(Field(Get("persistentvolumes", "", pv)["spec"], "claimRef").is_null()) << pv;
+  }
+  // A scheduled pod's node counts like a selected node.
+  Create("pods", "default",
+         {{"metadata", {{"name", "p"}}},
+          {"spec", {{"nodeName", "node-a"},
+                    {"containers", {{{"name", "c"}, {"image", "i"}}}},
+                    {"volumes", {{{"name", "d"}, {"persistentVolumeClaim", {{"claimName", "used-elsewhere"}}}}}}}}});
+  ASSERT_TRUE(Eventually([&] { return pods_->Get("default", "p").has_value(); }));
+  json c = Claim("used-elsewhere", "2Gi", "fast");
+  c["spec"]["volumeName"] = "pinned";
+  Create("persistentvolumeclaims", "default", c);
+  ASSERT_TRUE(Eventually([&] { return HasMismatch("used-elsewhere", "pinned", "its node affinity does not admit node \"node-a\", where the claim is used"); }));
+  EXPECT_EQ(Phase("persistentvolumeclaims", "default", "used-elsewhere"), "Pending");
+  // The right node: it binds.
+  json ok = Claim("on-b", "2Gi", "fast");
+  ok["spec"]["volumeName"] = "pinned";
+  ok["metadata"]["annotations"] = {{kAnnSelectedNode, "node-b"}};
+  ASSERT_TRUE(registry_->Delete(K("persistentvolumeclaims"), "default", "used-elsewhere").ok());
+  ASSERT_TRUE(registry_->Delete(K("pods"), "default", "p").ok());
+  Create("persistentvolumeclaims", "default", ok);
+  ASSERT_TRUE(Eventually([&] { return Phase("persistentvolumeclaims", "default", "on-b") == "Bound"; }));
+}
+
 }  // namespace
 }  // namespace berth::controllers

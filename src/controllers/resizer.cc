@@ -65,9 +65,50 @@ bool HasCondition(const json& claim, const std::string& type) {
   return false;
 }
 
+// external-resizer's IsFinalError: the operation is for sure not in
+// progress (anything but CANCELLED, DEADLINE_EXCEEDED, UNAVAILABLE,
+// RESOURCE_EXHAUSTED, ABORTED — or no answer at all).
 bool FinalError(const absl::Status& st) {
+  switch (st.code()) {
+    case absl::StatusCode::kCancelled:
+    case absl::StatusCode::kDeadlineExceeded:
+    case absl::StatusCode::kUnavailable:
+    case absl::StatusCode::kResourceExhausted:
+    case absl::StatusCode::kAborted:
+      return false;
+    default:
+      return true;
+  }
+}
+
+// external-resizer's IsInfeasibleError, plus RESOURCE_EXHAUSTED: CSI lists
+// no such answer for ControllerExpandVolume, and berth-csi gives it only
+// when its pool cannot hold the size, before changing anything — retrying
+// at once cannot help, and the user must be able to recover.
+bool InfeasibleError(const absl::Status& st) {
   return st.code() == absl::StatusCode::kInvalidArgument || st.code() == absl::StatusCode::kOutOfRange ||
-         st.code() == absl::StatusCode::kNotFound || st.code() == absl::StatusCode::kUnimplemented;
+         st.code() == absl::StatusCode::kNotFound || st.code() == absl::StatusCode::kResourceExhausted;
+}
+
+constexpr char kResizePendingMessage[] =
+    "Waiting for user to (re-)start a pod to finish file system resize of volume on node.";
+
+// The claim's resize conditions, for a new step: `keep` keeps the others.
+void ClearResizeConditions(json& status) {
+  for (const char* type : {"Resizing", "FileSystemResizePending", "ControllerResizeError", "NodeResizeError"}) {
+    SetCondition(status, type, "");
+  }
+}
+
+void SetResizeStatus(json& status, const std::string& value) {
+  if (value.empty()) {
+    if (status.contains("allocatedResourceStatuses")) status["allocatedResourceStatuses"].erase("storage");
+    if (status.contains("allocatedResourceStatuses") && status["allocatedResourceStatuses"].empty()) {
+      status.erase("allocatedResourceStatuses");
+    }
+  } else {
+    status["allocatedResourceStatuses"]["storage"] = value;
+  }
 }
 
 }  // namespace
@@ -79,7 +120,12 @@ Resizer::Resizer(apiserver::Registry& registry, DriverDirectory& drivers, Inform
       claims_(claims),
       volumes_(volumes),
       options_(std::move(options)),
-      events_(registry, StrCat(options_.driver, "_berth-resizer")) {}
+      own_monitor_(options_.monitor == nullptr ? std::make_unique<DriverMonitor>(drivers) : nullptr),
+      monitor_(options_.monitor != nullptr ? *options_.monitor : *own_monitor_),
+      clock_(options_.clock != nullptr ? *options_.clock : RealClock()),
+      events_(registry, StrCat(options_.driver, "_berth-resizer")),
+      // external-resizer's --retry-interval-start / --retry-interval-max.
+      queue_(WorkQueue::Options{.base_delay = absl::Seconds(1), .max_delay = absl::Minutes(5)}) {}
 
 Resizer::~Resizer() { Stop(); }
 
@@ -95,7 +141,7 @@ void Resizer::Start() {
   for (int i = 0; i < options_.workers; ++i) {
     workers_.emplace_back([this] {
       RunWorker(queue_, StrCat("resizer ", options_.driver, ": claim"),
-                [this](const std::string& k) { return SyncClaim(k); });
+                ParkAware([this](const std::string& k) { return SyncClaim(k); }));
     });
   }
 }
@@ -104,6 +150,42 @@ void Resizer::Stop() {
   queue_.ShutDown();
   for (auto& w : workers_) w.join();
   workers_.clear();
+  monitor_.Unpark(queue_);
+}
+
+absl::Status Resizer::Expand(const json& pv, const std::string& key, int64_t bytes, int64_t* new_bytes,
+                             bool* node_expansion) {
+  const std::string node = VolumeNode(registry_, pv);
+  *new_bytes = bytes;
+  *node_expansion = true;
+  auto can_expand =
+      monitor_.ControllerHasCapability(options_.driver, node, ::csi::v1::ControllerServiceCapability::RPC::EXPAND_VOLUME);
+  if (!can_expand.ok()) {
+    if (IsNotAFailure(can_expand.status())) monitor_.Park(options_.driver, node, queue_, key);
+    return can_expand.status();
+  }
+  if (!*can_expand) return absl::OkStatus();  // the node grows it
+  ::csi::v1::ControllerExpandVolumeRequest req;
+  req.set_volume_id(Str(pv, {"spec", "csi", "volumeHandle"}));
+  req.mutable_capacity_range()->set_required_bytes(bytes);
+  *req.mutable_volume_capability() = PvVolumeCapability(pv);
+  if (std::string secret = Str(pv, {"spec", "csi", "controllerExpandSecretRef", "name"}); !secret.empty()) {
+    auto s = registry_.Get(K("secrets"), Str(pv, {"spec", "csi", "controllerExpandSecretRef", "namespace"}), secret);
+    if (s.ok()) {
+      for (const auto& [k, v] : DecodedSecretData(*s)) (*req.mutable_secrets())[k] = v;
+    }
+  }
+  ::csi::v1::ControllerExpandVolumeResponse resp;
+  absl::Status st = monitor_.Call(options_.driver, node, [&](const std::shared_ptr<grpc::Channel>& channel) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
+    return csi::FromGrpcStatus(::csi::v1::Controller::NewStub(channel)->ControllerExpandVolume(&ctx, req, &resp));
+  });
+  if (IsNotAFailure(st)) monitor_.Park(options_.driver, node, queue_, key);
+  if (!st.ok()) return st;
+  *new_bytes = std::max<int64_t>(resp.capacity_bytes(), bytes);
+  *node_expansion = resp.node_expansion_required();
+  return absl::OkStatus();
 }
 
 absl::Status Resizer::SyncClaim(const std::string& key) {
@@ -116,120 +198,143 @@ absl::Status Resizer::SyncClaim(const std::string& key) {
   if (!fresh_claim.ok()) {
     return fresh_claim.status().code() == absl::StatusCode::kNotFound ? absl::OkStatus() : fresh_claim.status();
   }
-  std::optional<json> claim = *fresh_claim;
-  const std::string pv_name = Str(*claim, {"spec", "volumeName"});
+  const json claim = *fresh_claim;
+  const std::string pv_name = Str(claim, {"spec", "volumeName"});
   if (pv_name.empty() || !volumes_.Get("", pv_name)) return absl::OkStatus();
   auto fresh_pv = registry_.Get(K("persistentvolumes"), "", pv_name);
   if (!fresh_pv.ok()) return absl::OkStatus();
-  std::optional<json> pv = *fresh_pv;
-  if (Str(*pv, {"spec", "csi", "driver"}) != options_.driver) return absl::OkStatus();
+  const json pv = *fresh_pv;
+  if (Str(pv, {"spec", "csi", "driver"}) != options_.driver) return absl::OkStatus();
   // Only the volume that is really this claim's (not one that names it by
   // name only, or an older claim of the same name).
-  if (Str(*pv, {"spec", "claimRef", "uid"}) != Uid(*claim)) return absl::OkStatus();
-  auto desired = Size(Str(*claim, {"spec", "resources", "requests", "storage"}));
-  auto status_size = Size(Str(*claim, {"status", "capacity", "storage"}));
-  auto pv_size = Size(Str(*pv, {"spec", "capacity", "storage"}));
-  if (!desired || !pv_size) return absl::OkStatus();
-  if (status_size && *status_size >= *desired) return absl::OkStatus();  // nothing asked
-  if (HasCondition(*claim, "FileSystemResizePending")) return absl::OkStatus();  // the node's turn
-  const std::string resize_status = Str(*claim, {"status", "allocatedResourceStatuses", "storage"});
-  const std::string allocated = Str(*claim, {"status", "allocatedResources", "storage"});
-  if (resize_status == "ControllerResizeInfeasible" && allocated == desired->ToString()) {
-    return absl::OkStatus();  // the same request failed for good; wait for a new size
-  }
-  if (*pv_size >= *desired && resize_status == "ControllerResizeInProgress") {
-    // A restart between growing the volume and recording the node's turn:
-    // whether the node must grow the filesystem is unknown, so hand it to
-    // the node (NodeExpandVolume on a grown filesystem is a no-op).
-    return EditStatus(registry_, K("persistentvolumeclaims"), *claim, [&](json& s) {
-      SetCondition(s, "Resizing", "");
-      SetCondition(s, "FileSystemResizePending", "True",
-                   "Waiting for user to (re-)start a pod to finish file system resize of volume on node.");
-      s["allocatedResourceStatuses"]["storage"] = "NodeResizePending";
-    });
-  }
-  if (*pv_size >= *desired) {
-    // The volume already has it (e.g. a statically sized PV): the claim
-    // catches up.
-    return EditStatus(registry_, K("persistentvolumeclaims"), *claim, [&](json& s) {
-      if (HasCondition(json({{"status", s}}), "FileSystemResizePending")) return;  // raced: the node's turn
-      s["capacity"]["storage"] = pv_size->ToString();
-      SetCondition(s, "Resizing", "");
-      if (s.contains("allocatedResourceStatuses")) s["allocatedResourceStatuses"].erase("storage");
-    });
-  }
-  const std::string node = VolumeNode(registry_, *pv);
-  BERTH_RETURN_IF_ERROR(EditStatus(registry_, K("persistentvolumeclaims"), *claim, [&](json& s) {
-    SetCondition(s, "Resizing", "True");
-    s["allocatedResources"]["storage"] = desired->ToString();
-    s["allocatedResourceStatuses"]["storage"] = "ControllerResizeInProgress";
-  }));
-  BERTH_ASSIGN_OR_RETURN(bool can_expand, drivers_.ControllerHasCapability(
-                                             options_.driver, node,
-                                             ::csi::v1::ControllerServiceCapability::RPC::EXPAND_VOLUME));
-  int64_t new_bytes = desired->Value();
-  bool node_expansion = true;
-  if (can_expand) {
-    ::csi::v1::ControllerExpandVolumeRequest req;
-    req.set_volume_id(Str(*pv, {"spec", "csi", "volumeHandle"}));
-    req.mutable_capacity_range()->set_required_bytes(desired->Value());
-    *req.mutable_volume_capability() = PvVolumeCapability(*pv);
-    if (std::string secret = Str(*pv, {"spec", "csi", "controllerExpandSecretRef", "name"}); !secret.empty()) {
-      auto s = registry_.Get(K("secrets"), Str(*pv, {"spec", "csi", "controllerExpandSecretRef", "namespace"}), secret);
-      if (s.ok()) {
-        for (const auto& [k, v] : DecodedSecretData(*s)) (*req.mutable_secrets())[k] = v;
-      }
+  if (Str(pv, {"spec", "claimRef", "uid"}) != Uid(claim)) return absl::OkStatus();
+  auto spec_size = Size(Str(claim, {"spec", "resources", "requests", "storage"}));
+  auto status_size = Size(Str(claim, {"status", "capacity", "storage"}));
+  auto pv_size = Size(Str(pv, {"spec", "capacity", "storage"}));
+  if (!spec_size || !pv_size) return absl::OkStatus();
+  if (status_size && *status_size >= *spec_size) {
+    // Nothing asked (or no more: an infeasible request the user took back).
+    {
+      absl::MutexLock lock(&mu_);
+      infeasible_since_.erase(key);
+      final_error_.erase(key);
     }
-    BERTH_ASSIGN_OR_RETURN(auto channel, drivers_.Channel(options_.driver, node));
-    auto stub = ::csi::v1::Controller::NewStub(channel);
-    grpc::ClientContext ctx;
-    ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
-    ::csi::v1::ControllerExpandVolumeResponse resp;
-    grpc::Status gst = stub->ControllerExpandVolume(&ctx, req, &resp);
-    if (!gst.ok()) {
-      absl::Status st = csi::FromGrpcStatus(gst);
-      events_.Record(*claim, "Warning", "VolumeResizeFailed", StrCat("resize volume \"", pv_name, "\" failed: ", st.message()));
-      if (FinalError(st)) {
-        (void)EditStatus(registry_, K("persistentvolumeclaims"), *claim, [&](json& s) {
-          SetCondition(s, "Resizing", "");
-          s["allocatedResourceStatuses"]["storage"] = "ControllerResizeInfeasible";
-        });
-      }
-      return st;
-    }
-    new_bytes = std::max<int64_t>(resp.capacity_bytes(), desired->Value());
-    node_expansion = resp.node_expansion_required();
+    return absl::OkStatus();
   }
-  const std::string new_size = api::Quantity::FromBytes(new_bytes).ToString();
+  const std::string resize_status = Str(claim, {"status", "allocatedResourceStatuses", "storage"});
+  const std::optional<api::Quantity> allocated = Size(Str(claim, {"status", "allocatedResources", "storage"}));
+  bool had_final_error, in_slow_set;
+  absl::Duration slow_remaining = absl::ZeroDuration();
   {
-    auto current = registry_.Get(K("persistentvolumes"), "", pv_name);
-    if (!current.ok()) return current.status();
-    json obj = *current;
-    auto have = Size(Str(obj, {"spec", "capacity", "storage"}));
-    if (!have || *have < api::Quantity::FromBytes(new_bytes)) {
-      obj["spec"]["capacity"]["storage"] = new_size;
-      BERTH_RETURN_IF_ERROR(
-          registry_.Update(K("persistentvolumes"), "", pv_name, obj, apiserver::Subresource::kMain).status());
+    absl::MutexLock lock(&mu_);
+    had_final_error = final_error_.contains(key);
+    auto it = infeasible_since_.find(key);
+    if (it != infeasible_since_.end() && clock_.Now() - it->second >= options_.infeasible_retry) {
+      infeasible_since_.erase(it);  // waited long enough: one more try
+      it = infeasible_since_.end();
+    }
+    // (After a restart the set is empty: the recorded size is tried once
+    // more, as upstream.)
+    in_slow_set = it != infeasible_since_.end();
+    if (in_slow_set) slow_remaining = it->second + options_.infeasible_retry - clock_.Now();
+  }
+  // Which size to ask for (external-resizer's expandAndRecover).
+  api::Quantity new_size = *spec_size;
+  if (*pv_size < *spec_size) {
+    if (resize_status == "NodeResizeInfeasible" || resize_status == "NodeResizePending" ||
+        resize_status == "NodeResizeInProgress") {
+      if (allocated) new_size = *allocated;
+      // Let a node expansion that is under way finish first.
+      if (resize_status != "NodeResizeInfeasible" && *pv_size >= new_size) return absl::OkStatus();
+    } else if (resize_status == "ControllerResizeInProgress") {
+      // Outcome unknown: the same size again, unless it failed for good.
+      if (!had_final_error && allocated) new_size = *allocated;
+    }
+  } else {
+    if (resize_status == "NodeResizePending" || resize_status == "NodeResizeInProgress") {
+      return absl::OkStatus();  // the node's turn
+    }
+    if (resize_status == "NodeResizeInfeasible" || resize_status == "ControllerResizeInProgress" ||
+        resize_status == "ControllerResizeInfeasible") {
+      if (allocated) new_size = *allocated;
+    } else if (allocated) {
+      new_size = *allocated;
+    } else if (HasCondition(claim, "FileSystemResizePending")) {
+      return absl::OkStatus();
     }
   }
+  const bool same_size = allocated && *allocated == new_size;
+  if (same_size && in_slow_set) {
+    // Infeasible at this size: not again before the slow retry.
+    queue_.AddAfter(key, slow_remaining);
+    return absl::OkStatus();
+  }
+  BERTH_RETURN_IF_ERROR(EditStatus(registry_, K("persistentvolumeclaims"), claim, [&](json& s) {
+    if (!same_size) ClearResizeConditions(s);  // a new size: earlier errors are over
+    SetCondition(s, "Resizing", "True");
+    s["allocatedResources"]["storage"] = new_size.ToString();
+    SetResizeStatus(s, "ControllerResizeInProgress");
+  }));
+  events_.Record(claim, "Normal", "Resizing", StrCat("External resizer is resizing volume ", pv_name));
+  int64_t new_bytes = 0;
+  bool node_expansion = true;
+  absl::Status st = Expand(pv, key, new_size.Value(), &new_bytes, &node_expansion);
+  if (IsNotAFailure(st)) return st;  // waits for the driver; the status says in progress
+  if (!st.ok()) {
+    events_.Record(claim, "Warning", "VolumeResizeFailed",
+                   StrCat("resize volume \"", pv_name, "\" by resizer \"", options_.driver, "\" failed: ", st.message()));
+    const bool infeasible = InfeasibleError(st);
+    {
+      absl::MutexLock lock(&mu_);
+      if (FinalError(st) || infeasible) final_error_.insert(key);
+      if (infeasible) {
+        infeasible_since_[key] = clock_.Now();
+      } else {
+        infeasible_since_.erase(key);
+        if (!FinalError(st)) final_error_.erase(key);
+      }
+    }
+    if (FinalError(st) || infeasible) {
+      absl::Status written = EditStatus(registry_, K("persistentvolumeclaims"), claim, [&](json& s) {
+        SetCondition(s, "Resizing", "");
+        SetCondition(s, "ControllerResizeError", "True", StrCat("failed to expand pvc with ", st.message()));
+        if (infeasible) SetResizeStatus(s, "ControllerResizeInfeasible");
+      });
+      if (!written.ok()) return written;
+      if (infeasible) {
+        // Not a failure to back off: the slow retry decides when it is
+        // tried again (or the user lowers the request).
+        queue_.AddAfter(key, options_.infeasible_retry);
+        return absl::OkStatus();
+      }
+    }
+    return st;
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    final_error_.erase(key);
+    infeasible_since_.erase(key);
+  }
+  const std::string grown = api::Quantity::FromBytes(new_bytes).ToString();
+  BERTH_RETURN_IF_ERROR(MutateObject(registry_, K("persistentvolumes"), pv, apiserver::Subresource::kMain, [&](json& o) {
+    auto have = Size(Str(o, {"spec", "capacity", "storage"}));
+    if (have && *have >= api::Quantity::FromBytes(new_bytes)) return false;
+    o["spec"]["capacity"]["storage"] = grown;
+    return true;
+  }));
   if (node_expansion) {
-    events_.Record(*claim, "Normal", "FileSystemResizeRequired",
-                   "Require file system resize of volume on node");
-    return EditStatus(registry_, K("persistentvolumeclaims"), *claim, [&](json& s) {
-      SetCondition(s, "Resizing", "");
-      SetCondition(s, "FileSystemResizePending", "True",
-                   "Waiting for user to (re-)start a pod to finish file system resize of volume on node.");
-      s["allocatedResourceStatuses"]["storage"] = "NodeResizePending";
+    events_.Record(claim, "Normal", "FileSystemResizeRequired", "Require file system resize of volume on node");
+    return EditStatus(registry_, K("persistentvolumeclaims"), claim, [&](json& s) {
+      ClearResizeConditions(s);
+      SetCondition(s, "FileSystemResizePending", "True", kResizePendingMessage);
+      SetResizeStatus(s, "NodeResizePending");
     });
   }
-  events_.Record(*claim, "Normal", "VolumeResizeSuccessful", StrCat("resize volume \"", pv_name, "\" successful"));
-  return EditStatus(registry_, K("persistentvolumeclaims"), *claim, [&](json& s) {
-    SetCondition(s, "Resizing", "");
-    s["capacity"]["storage"] = new_size;
-    if (s.contains("allocatedResourceStatuses")) s["allocatedResourceStatuses"].erase("storage");
-    if (s.contains("allocatedResourceStatuses") && s["allocatedResourceStatuses"].empty()) {
-      s.erase("allocatedResourceStatuses");
-    }
+  events_.Record(claim, "Normal", "VolumeResizeSuccessful", "Resize volume succeeded");
+  return EditStatus(registry_, K("persistentvolumeclaims"), claim, [&](json& s) {
+    ClearResizeConditions(s);
+    s["capacity"]["storage"] = grown;
+    SetResizeStatus(s, "");
   });
 }
 

@@ -1,32 +1,50 @@
-// Volume expansion for one CSI driver (external-resizer semantics, seed
-// 003): a bound claim asking for more than its volume has →
-// ControllerExpandVolume (or, for drivers without EXPAND_VOLUME in their
-// controller capabilities, nothing: the node grows it) → the PV's capacity →
-// either the claim's status.capacity (done) or the FileSystemResizePending
-// condition with allocatedResourceStatuses NodeResizePending, which the node
-// agent finishes with NodeExpandVolume.
+// Volume expansion for one CSI driver (external-resizer semantics with
+// RecoverVolumeExpansionFailure, seed 003): a bound claim asking for more
+// than its status.capacity → ControllerExpandVolume (or, for drivers without
+// EXPAND_VOLUME in their controller capabilities, nothing: the node grows
+// it) → the PV's capacity → either the claim's status.capacity (done) or the
+// FileSystemResizePending condition with allocatedResourceStatuses
+// NodeResizePending, which the node agent finishes with NodeExpandVolume.
 //
-// While the controller call runs the claim carries the Resizing condition
-// and ControllerResizeInProgress; a failure is an event plus
-// ControllerResizeInfeasible (final errors such as INVALID_ARGUMENT or
-// OUT_OF_RANGE) or a retry with backoff. Shrinking and classes without
-// allowVolumeExpansion are refused by the API itself.
+// The size asked of the driver follows external-resizer's expandAndRecover:
+// status.allocatedResources records it (with ControllerResizeInProgress and
+// the Resizing condition while the call runs); an operation whose outcome is
+// unknown (a non-final error) is repeated at the same size even if the user
+// lowers the request; after a final error the user's current request is
+// used. Infeasible answers — INVALID_ARGUMENT, OUT_OF_RANGE, NOT_FOUND, and
+// (berth: the pool cannot hold it; nothing was changed) RESOURCE_EXHAUSTED —
+// are recorded as ControllerResizeInfeasible with a ControllerResizeError
+// condition and a VolumeResizeFailed event, and the same size is tried again
+// only after `infeasible_retry` (5 min, external-resizer's slow set). The
+// user recovers by lowering the request to any size above status.capacity
+// (the API refuses less); the next expansion to that size clears the status.
+// NodeResizeInfeasible (recorded by the node) makes the controller hand the
+// volume to the node again, as upstream.
+//
+// Calls to the driver go through a DriverMonitor (a down driver is waited
+// for, not counted as a failure). Time (the slow retry) is on `clock`.
 //
 // Thread-safety: thread-safe; Start/Stop from one thread.
 #pragma once
 
 #include <map>
+#include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 #include "apiserver/registry.h"
+#include "client/driver_monitor.h"
 #include "client/drivers.h"
 #include "client/events.h"
 #include "client/informer.h"
 #include "client/workqueue.h"
+#include "common/clock.h"
 
 namespace berth::controllers {
 
@@ -38,6 +56,10 @@ class Resizer {
     std::string driver;
     int workers = 2;
     absl::Duration rpc_timeout = absl::Minutes(2);
+    // How long an infeasible size waits before it is tried again.
+    absl::Duration infeasible_retry = absl::Minutes(5);
+    DriverMonitor* monitor = nullptr;  // null: one of our own
+    Clock* clock = nullptr;            // null: the real clock
   };
   Resizer(apiserver::Registry& registry, DriverDirectory& drivers, Informer& claims, Informer& volumes,
           Options options);
@@ -47,17 +69,34 @@ class Resizer {
   void Start();
   void Stop();
 
+  // One reconcile (public for tests): NotAFailure while the driver is
+  // down (the key is parked).
   absl::Status SyncClaim(const std::string& key);
 
  private:
+  // The ControllerExpandVolume call (or its absence); returns the new size
+  // and whether the node must finish.
+  absl::Status Expand(const nlohmann::json& pv, const std::string& key, int64_t bytes, int64_t* new_bytes,
+                      bool* node_expansion);
+
   apiserver::Registry& registry_;
   DriverDirectory& drivers_;
   Informer& claims_;
   Informer& volumes_;
   const Options options_;
+  std::unique_ptr<DriverMonitor> own_monitor_;
+  DriverMonitor& monitor_;
+  Clock& clock_;
   EventRecorder events_;
   WorkQueue queue_;
   std::vector<std::thread> workers_;
+
+  absl::Mutex mu_;
+  // Claims whose expansion ended in a final error (in memory, as upstream:
+  // after a restart the recorded size is retried once).
+  std::set<std::string> final_error_ ABSL_GUARDED_BY(mu_);
+  // Claims recorded infeasible: since when (external-resizer's slow set).
+  std::map<std::string, absl::Time> infeasible_since_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace berth::controllers

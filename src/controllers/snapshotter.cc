@@ -11,7 +11,6 @@
 #include "controllers/node_affinity.h"
 #include "client/object.h"
 #include "client/writes.h"
-#include "csi/client.h"
 #include "csi/grpc_status.h"
 #include "grpcpp/client_context.h"
 
@@ -588,19 +587,25 @@ absl::Status SnapshotController::UpdateStatus(const json& snapshot, const json& 
 
 bool SnapshotController::RestoreInProgress(const json& snapshot) const {
   const std::string ns = Ns(snapshot), name = Name(snapshot);
-  return !informers_.claims
-              .Select([&](const json& c) {
-                if (Ns(c) != ns || Str(c, {"status", "phase"}) != "Pending") return false;
-                for (const char* field : {"dataSource", "dataSourceRef"}) {
-                  const json& ds = Field(Field(c, "spec"), field);
-                  if (Str(ds, {"kind"}) == "VolumeSnapshot" && Str(ds, {"apiGroup"}) == kGroup &&
-                      Str(ds, {"name"}) == name) {
-                    return true;
-                  }
-                }
-                return false;
-              })
-              .empty();
+  // A claim restoring from it that is not bound yet (Pending, or so new it
+  // has no phase).
+  auto restoring = [&](const json& c) {
+    const std::string phase = Str(c, {"status", "phase"});
+    if (Ns(c) != ns || (phase != "Pending" && !phase.empty())) return false;
+    for (const char* field : {"dataSource", "dataSourceRef"}) {
+      const json& ds = Field(Field(c, "spec"), field);
+      if (Str(ds, {"kind"}) == "VolumeSnapshot" && Str(ds, {"apiGroup"}) == kGroup && Str(ds, {"name"}) == name) {
+        return true;
+      }
+    }
+    return false;
+  };
+  if (!informers_.claims.Select(restoring).empty()) return true;
+  // The cache may not have a claim created a moment ago: confirm with the
+  // store before the snapshot's data may go.
+  auto live = registry_.List(CoreKind("persistentvolumeclaims"), ns, {});
+  if (!live.ok()) return true;  // unknown: keep protecting
+  return std::any_of(live->items.begin(), live->items.end(), restoring);
 }
 
 absl::Status SnapshotController::ProcessDeletion(const json& snapshot) {
@@ -696,6 +701,8 @@ Snapshotter::Snapshotter(apiserver::Registry& registry, DriverDirectory& drivers
       contents_(contents),
       classes_(classes),
       options_(std::move(options)),
+      own_monitor_(options_.monitor == nullptr ? std::make_unique<DriverMonitor>(drivers) : nullptr),
+      monitor_(options_.monitor != nullptr ? *options_.monitor : *own_monitor_),
       events_(registry, StrCat(options_.driver, "_berth-snapshotter")) {}
 
 Snapshotter::~Snapshotter() { Stop(); }
@@ -715,7 +722,7 @@ void Snapshotter::Start() {
   const std::string name = StrCat("snapshotter ", options_.driver, ": content");
   for (int i = 0; i < options_.workers; ++i) {
     workers_.emplace_back(
-        [this, name] { RunWorker(queue_, name, [this](const std::string& k) { return SyncContent(k); }); });
+        [this, name] { RunWorker(queue_, name, ParkAware([this](const std::string& k) { return SyncContent(k); })); });
   }
 }
 
@@ -723,6 +730,7 @@ void Snapshotter::Stop() {
   queue_.ShutDown();
   for (auto& w : workers_) w.join();
   workers_.clear();
+  monitor_.Unpark(queue_);
 }
 
 void Snapshotter::SchedulePoll(const std::string& name) {
@@ -753,17 +761,25 @@ absl::StatusOr<std::map<std::string, std::string>> Snapshotter::Secrets(const st
   return DecodedSecretData(*secret);
 }
 
-absl::StatusOr<std::unique_ptr<::csi::v1::Controller::Stub>> Snapshotter::Stub(const json& content) {
-  const std::string node = Annotation(content, kAnnSnapshotNode);
-  auto channel = drivers_.Channel(options_.driver, node);
-  if (!channel.ok() && node.empty()) {
+std::string Snapshotter::CallNode(const json& content) const {
+  std::string node = Annotation(content, kAnnSnapshotNode);
+  if (node.empty() && drivers_.Endpoint(options_.driver, "").empty()) {
     // A node-local driver and a content that names no node (pre-provisioned):
     // only unambiguous with one node.
     std::vector<std::string> nodes = drivers_.Nodes(options_.driver);
-    if (nodes.size() == 1) channel = drivers_.Channel(options_.driver, nodes[0]);
+    if (nodes.size() == 1) node = nodes[0];
   }
-  if (!channel.ok()) return channel.status();
-  return ::csi::v1::Controller::NewStub(*channel);
+  return node;
+}
+
+absl::Status Snapshotter::Call(const json& content, const std::function<absl::Status(::csi::v1::Controller::Stub&)>& fn) {
+  const std::string node = CallNode(content);
+  absl::Status st = monitor_.Call(options_.driver, node, [&](const std::shared_ptr<grpc::Channel>& channel) {
+    auto stub = ::csi::v1::Controller::NewStub(channel);
+    return fn(*stub);
+  });
+  if (IsNotAFailure(st)) monitor_.Park(options_.driver, node, queue_, Name(content));
+  return st;
 }
 
 absl::StatusOr<bool> Snapshotter::CanListSnapshots(const json& content) {
@@ -771,17 +787,12 @@ absl::StatusOr<bool> Snapshotter::CanListSnapshots(const json& content) {
     absl::MutexLock lock(&mu_);
     if (can_list_) return *can_list_;
   }
-  BERTH_ASSIGN_OR_RETURN(auto stub, Stub(content));
   ::csi::v1::ControllerGetCapabilitiesResponse resp;
-  grpc::Status st = csi::CallWithRetry(
-      [&] {
-        grpc::ClientContext ctx;
-        ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
-        resp.Clear();
-        return stub->ControllerGetCapabilities(&ctx, {}, &resp);
-      },
-      std::min(options_.rpc_timeout, absl::Seconds(5)));
-  if (!st.ok()) return csi::FromGrpcStatus(st);
+  BERTH_RETURN_IF_ERROR(Call(content, [&](::csi::v1::Controller::Stub& stub) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
+    return csi::FromGrpcStatus(stub.ControllerGetCapabilities(&ctx, {}, &resp));
+  }));
   bool can = false;
   for (const auto& c : resp.capabilities()) {
     can = can || c.rpc().type() == ::csi::v1::ControllerServiceCapability::RPC::LIST_SNAPSHOTS;
@@ -887,19 +898,11 @@ absl::Status Snapshotter::CreateSnapshot(const json& content) {
   for (const auto& [k, v] : *secrets) (*req.mutable_secrets())[k] = v;
 
   ::csi::v1::CreateSnapshotResponse resp;
-  absl::Status st;
-  if (auto stub = Stub(content); !stub.ok()) {
-    st = stub.status();
-  } else {
-    st = csi::FromGrpcStatus(csi::CallWithRetry(
-        [&] {
-          grpc::ClientContext ctx;
-          ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
-          resp.Clear();
-          return (*stub)->CreateSnapshot(&ctx, req, &resp);
-        },
-        std::min(options_.rpc_timeout, absl::Seconds(5))));
-  }
+  absl::Status st = Call(content, [&](::csi::v1::Controller::Stub& stub) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
+    return csi::FromGrpcStatus(stub.CreateSnapshot(&ctx, req, &resp));
+  });
   if (!st.ok()) {
     if (FinalError(st)) {
       // The driver is not working on it: nothing was made by this call.
@@ -949,17 +952,13 @@ absl::Status Snapshotter::CheckPreprovisioned(const json& content) {
   ::csi::v1::ListSnapshotsRequest req;
   req.set_snapshot_id(handle);
   for (const auto& [k, v] : secrets) (*req.mutable_secrets())[k] = v;
-  BERTH_ASSIGN_OR_RETURN(auto stub, Stub(content));
   ::csi::v1::ListSnapshotsResponse resp;
-  grpc::Status gst = csi::CallWithRetry(
-      [&] {
-        grpc::ClientContext ctx;
-        ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
-        resp.Clear();
-        return stub->ListSnapshots(&ctx, req, &resp);
-      },
-      std::min(options_.rpc_timeout, absl::Seconds(5)));
-  if (!gst.ok()) return fail(csi::FromGrpcStatus(gst));
+  absl::Status listed = Call(content, [&](::csi::v1::Controller::Stub& stub) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
+    return csi::FromGrpcStatus(stub.ListSnapshots(&ctx, req, &resp));
+  });
+  if (!listed.ok()) return fail(listed);
   const ::csi::v1::ListSnapshotsResponse::Entry* entry = nullptr;
   for (const auto& e : resp.entries()) {
     if (e.snapshot().snapshot_id() == handle) entry = &e;
@@ -990,17 +989,14 @@ absl::Status Snapshotter::DeleteContent(const json& content) {
       ::csi::v1::DeleteSnapshotRequest req;
       req.set_snapshot_id(handle);
       for (const auto& [k, v] : *secrets) (*req.mutable_secrets())[k] = v;
-      BERTH_ASSIGN_OR_RETURN(auto stub, Stub(content));
-      grpc::Status gst = csi::CallWithRetry(
-          [&] {
-            grpc::ClientContext ctx;
-            ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
-            ::csi::v1::DeleteSnapshotResponse resp;
-            return stub->DeleteSnapshot(&ctx, req, &resp);
-          },
-          std::min(options_.rpc_timeout, absl::Seconds(5)));
-      if (!gst.ok() && gst.error_code() != grpc::StatusCode::NOT_FOUND) {
-        absl::Status st = csi::FromGrpcStatus(gst);
+      absl::Status st = Call(content, [&](::csi::v1::Controller::Stub& stub) {
+        grpc::ClientContext ctx;
+        ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
+        ::csi::v1::DeleteSnapshotResponse resp;
+        grpc::Status gst = stub.DeleteSnapshot(&ctx, req, &resp);
+        return gst.error_code() == grpc::StatusCode::NOT_FOUND ? absl::OkStatus() : csi::FromGrpcStatus(gst);
+      });
+      if (!st.ok()) {
         events_.Record(content, "Warning", "SnapshotDeleteError", StrCat("Failed to delete snapshot: ", st.message()));
         return st;
       }

@@ -40,7 +40,8 @@
 //     status.error + a Warning event and are retried with backoff; a final
 //     gRPC code also clears volumesnapshot-being-created. A deleted content
 //     with deletionPolicy Delete gets DeleteSnapshot before its finalizer
-//     comes off.
+//     comes off. Calls go through a DriverMonitor: a content waiting for its
+//     driver is parked, not backed off.
 //
 // Every step is re-derived from the stored objects (names are deterministic,
 // markers are annotations and finalizers), so a restart between any two
@@ -60,6 +61,8 @@
 #pragma once
 
 #include <array>
+#include <functional>
+#include <memory>
 #include <map>
 #include <optional>
 #include <string>
@@ -72,6 +75,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "apiserver/registry.h"
+#include "client/driver_monitor.h"
 #include "client/drivers.h"
 #include "client/events.h"
 #include "client/informer.h"
@@ -173,6 +177,7 @@ class Snapshotter {
     // poll_max.
     absl::Duration poll_initial = absl::Seconds(1);
     absl::Duration poll_max = absl::Minutes(1);
+    DriverMonitor* monitor = nullptr;  // null: one of our own
   };
   Snapshotter(apiserver::Registry& registry, DriverDirectory& drivers, Informer& contents, Informer& classes,
               Options options);
@@ -195,7 +200,12 @@ class Snapshotter {
   absl::Status Fail(const nlohmann::json& content, const std::string& reason, const std::string& message,
                     absl::Status st);
   absl::StatusOr<std::map<std::string, std::string>> Secrets(const std::string& ns, const std::string& name);
-  absl::StatusOr<std::unique_ptr<::csi::v1::Controller::Stub>> Stub(const nlohmann::json& content);
+  // The node whose endpoint serves `content` ("" : the cluster-wide one).
+  std::string CallNode(const nlohmann::json& content) const;
+  // One call to the driver through the DriverMonitor; a content waiting for
+  // the driver is parked.
+  absl::Status Call(const nlohmann::json& content,
+                    const std::function<absl::Status(::csi::v1::Controller::Stub&)>& fn);
   absl::StatusOr<bool> CanListSnapshots(const nlohmann::json& content);
   void SchedulePoll(const std::string& name) ABSL_LOCKS_EXCLUDED(mu_);
   void ResetPoll(const std::string& name) ABSL_LOCKS_EXCLUDED(mu_);
@@ -205,6 +215,8 @@ class Snapshotter {
   Informer& contents_;
   Informer& classes_;
   const Options options_;
+  std::unique_ptr<DriverMonitor> own_monitor_;
+  DriverMonitor& monitor_;
   EventRecorder events_;
   WorkQueue queue_;
   std::vector<std::thread> workers_;

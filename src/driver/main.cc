@@ -21,6 +21,7 @@
 #include "driver/http_endpoint.h"
 #include "driver/metrics.h"
 #include "driver/options.h"
+#include "driver/snapshot_adopter.h"
 #include "http/server.h"
 #include "spdlog/spdlog.h"
 
@@ -36,7 +37,7 @@ std::string Hostname() {
 }
 
 int Run(const berth::driver::DriverOptions& options, const std::string& registration_dir,
-        const std::string& http_endpoint, absl::Duration grace) {
+        const std::string& http_endpoint, absl::Duration grace, bool adopt_snapshot_contents) {
   berth::LinuxCommandRunner runner;
   berth::driver::LinuxLoopDevices loops;
   berth::driver::LinuxMounter mounter;
@@ -69,6 +70,25 @@ int Run(const berth::driver::DriverOptions& options, const std::string& registra
     http = std::move(*started);
     spdlog::info("serving /healthz and /metrics on http://{}", http_endpoint);
   }
+  // Outside a pod there is no API server to talk to: the CSI services work
+  // all the same, so that is an error in the log, not a reason to stop.
+  std::unique_ptr<berth::driver::SnapshotContentAdopter> adopter;
+  if (adopt_snapshot_contents) {
+    if (auto client = berth::driver::InClusterApiClient(); !client.ok()) {
+      spdlog::error("--adopt-snapshot-contents: {}; pre-provisioned VolumeSnapshotContents will "
+                    "not be labelled for this node",
+                    client.status().ToString());
+    } else {
+      berth::driver::SnapshotContentAdopter::Options adopter_options;
+      adopter_options.driver_name = options.driver_name;
+      adopter_options.node_name = options.node_id;
+      adopter = std::make_unique<berth::driver::SnapshotContentAdopter>(
+          adopter_options, (*driver)->pool(), [] { return berth::driver::InClusterApiClient(); });
+      adopter->Start();
+      spdlog::info("labelling pre-provisioned VolumeSnapshotContents of this pool's snapshots {}={}",
+                   berth::driver::kManagedByLabel, options.node_id);
+    }
+  }
   // kubelet-style registration: a node agent watching registration_dir
   // finds this socket and learns where the CSI socket is.
   std::unique_ptr<berth::csi::RegistrationService> registration;
@@ -97,6 +117,7 @@ int Run(const berth::driver::DriverOptions& options, const std::string& registra
   spdlog::info("signal {} received; draining calls for up to {}", sig,
                absl::FormatDuration(grace));
   // Deregister first, so the node agent stops sending calls, then drain.
+  if (adopter) adopter->Stop();
   if (registration_server) registration_server->Shutdown(absl::ZeroDuration());
   (*server)->Shutdown(grace);
   if (http) http->Shutdown();
@@ -115,6 +136,7 @@ int main(int argc, char** argv) {
   double grace_seconds = 10;
   std::string http_endpoint;
   bool node_expansion_only = false;
+  bool adopt_snapshot_contents = false;
   std::string registration_dir;
 
   CLI::App app{"berth-csi: a CSI driver serving volumes from a local pool of sparse images",
@@ -151,6 +173,11 @@ int main(int argc, char** argv) {
   app.add_flag("--node-expansion-only", node_expansion_only,
                "do not advertise ControllerExpandVolume: a cluster-wide external-resizer then "
                "only updates the PV, and NodeExpandVolume on the volume's node grows it");
+  app.add_flag("--adopt-snapshot-contents", adopt_snapshot_contents,
+               "in a pod of a cluster with distributed snapshotting: label pre-provisioned "
+               "VolumeSnapshotContents whose snapshot this pool holds "
+               "snapshot.storage.kubernetes.io/managed-by=<node id>, so this node's "
+               "csi-snapshotter handles them (the node id must be the Node's name)");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off")
       ->capture_default_str();
   app.add_option("--shutdown-grace", grace_seconds,
@@ -191,5 +218,6 @@ int main(int argc, char** argv) {
     std::cerr << "berth-csi: --registration-dir must be a canonical absolute path\n";
     return kExitUsage;
   }
-  return Run(options, registration_dir, http_endpoint, absl::Seconds(grace_seconds));
+  return Run(options, registration_dir, http_endpoint, absl::Seconds(grace_seconds),
+             adopt_snapshot_contents);
 }

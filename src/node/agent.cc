@@ -11,6 +11,30 @@
 #include "spdlog/spdlog.h"
 
 namespace berth::node {
+namespace {
+
+// The volume manager as the pod workers see it.
+class VolumeManagerPodVolumes final : public pods::PodVolumes {
+ public:
+  explicit VolumeManagerPodVolumes(VolumeManager*& vm) : vm_(vm) {}
+  bool PodVolumesReady(const std::string& uid) override { return vm_ != nullptr && vm_->PodVolumesReady(uid); }
+  std::map<std::string, pods::VolumePath> PodVolumePaths(const std::string& uid) override {
+    std::map<std::string, pods::VolumePath> out;
+    if (vm_ == nullptr) return out;
+    for (auto& [name, v] : vm_->PodVolumePaths(uid)) {
+      out[name] = {.path = std::move(v.path), .block = v.block, .read_only = v.read_only};
+    }
+    return out;
+  }
+  void Wake() override {
+    if (vm_ != nullptr) vm_->Wake();
+  }
+
+ private:
+  VolumeManager*& vm_;
+};
+
+}  // namespace
 
 NodeAgent::NodeAgent(apiserver::Registry& registry, client::DriverDirectory& directory, Options options)
     : registry_(registry),
@@ -52,8 +76,26 @@ absl::Status NodeAgent::Start() {
   vm.clock = options_.clock;
   vm.containers_may_run = options_.containers_may_run;
   vm.runtime_owns_pod_status = options_.runtime_owns_pod_status;
+  if (!options_.runtime_endpoint.empty()) {
+    // The pod workers run the pods; the volume manager asks them whether a
+    // pod's containers may still run and leaves pod status to them.
+    BERTH_ASSIGN_OR_RETURN(runtime_, cri::GrpcRuntime::Connect(options_.runtime_endpoint, {}));
+    pod_volumes_ = std::make_unique<VolumeManagerPodVolumes>(volumes_raw_);
+    pods::PodWorkers::Options po;
+    po.node_name = options_.node_name;
+    po.root = options_.root;
+    po.log_root = options_.pod_log_root;
+    po.host_ip = options_.host_ip;
+    po.workers = options_.pod_workers;
+    po.clock = options_.clock;
+    pods_ = std::make_unique<pods::PodWorkers>(registry_, *runtime_, *pod_volumes_, po);
+    vm.containers_may_run = [this](const std::string& uid) { return pods_->CouldHaveRunningContainers(uid); };
+    vm.runtime_owns_pod_status = true;
+  }
   volumes_ = std::make_unique<VolumeManager>(registry_, *plugins_, directory_, *status_, vm);
+  volumes_raw_ = volumes_.get();
   BERTH_RETURN_IF_ERROR(volumes_->Start());
+  if (pods_) BERTH_RETURN_IF_ERROR(pods_->Start());
   watcher_ = std::make_unique<PluginWatcher>(registration_dir_, *plugins_);
   BERTH_RETURN_IF_ERROR(watcher_->Start());
   {
@@ -72,6 +114,7 @@ void NodeAgent::Stop() {
   }
   if (static_thread_.joinable()) static_thread_.join();
   if (watcher_) watcher_->Stop();
+  if (pods_) pods_->Stop();
   if (volumes_) volumes_->Stop();
   if (status_) status_->Stop();
 }

@@ -25,7 +25,9 @@
 #include "common/clock.h"
 #include "node/csi_plugins.h"
 #include "node/node_status.h"
+#include "cri/runtime.h"
 #include "node/plugin_watcher.h"
+#include "node/pods/pod_workers.h"
 #include "node/volume_manager.h"
 
 namespace berth::node {
@@ -48,13 +50,21 @@ class NodeAgent {
     // lease and status (null: RealClock()).
     Clock* clock = nullptr;
     // The pod workers' answers (see VolumeManager::Options); unset: no
-    // container runtime.
+    // container runtime. Set by the agent itself when `runtime_endpoint` is.
     std::function<bool(const std::string& pod_uid)> containers_may_run = nullptr;
     bool runtime_owns_pod_status = false;
     // The node status is written at least this often even when unchanged.
     absl::Duration status_report = absl::Minutes(1);
     // TEST ONLY: see NodeStatus::Options::paused_for_test.
     std::function<bool()> paused_for_test = nullptr;
+    // The CRI runtime that runs this node's pods (unix:///...); empty: none,
+    // pods are Running once their volumes are (volume-only mode).
+    std::string runtime_endpoint{};
+    // With a runtime: where pod logs go (<pod_log_root>/<ns>_<name>_<uid>/),
+    // status.hostIP, and how many pods sync at once (the clock is `clock`).
+    std::string pod_log_root{};
+    std::string host_ip{};
+    int pod_workers = 8;
   };
   NodeAgent(apiserver::Registry& registry, client::DriverDirectory& directory, Options options);
   ~NodeAgent();  // Stop()
@@ -69,6 +79,8 @@ class NodeAgent {
   void AddStaticDriver(const std::string& name, const std::string& endpoint) ABSL_LOCKS_EXCLUDED(mu_);
 
   VolumeManager& volumes() { return *volumes_; }
+  // Null without a runtime.
+  pods::PodWorkers* pods() { return pods_.get(); }
   CsiPlugins& plugins() { return *plugins_; }
   const std::string& registration_dir() const { return registration_dir_; }
 
@@ -83,6 +95,10 @@ class NodeAgent {
   std::unique_ptr<CsiPlugins> plugins_;
   std::unique_ptr<PluginWatcher> watcher_;
   std::unique_ptr<VolumeManager> volumes_;
+  VolumeManager* volumes_raw_ = nullptr;  // for the pod workers' view of it
+  std::unique_ptr<cri::GrpcRuntime> runtime_;
+  std::unique_ptr<pods::PodVolumes> pod_volumes_;
+  std::unique_ptr<pods::PodWorkers> pods_;
   std::thread static_thread_;
   absl::Mutex mu_;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;

@@ -185,6 +185,9 @@ void VolumeManager::FinishDeletedPods(const std::map<std::string, json>& deletin
   }
 }
 
+// The pod condition of volume-only mode.
+constexpr char kNoContainerRuntime[] = "berth.io/NoContainerRuntime";
+
 void VolumeManager::UpdatePodStatus(const json& pod, bool ready, const std::string& reason,
                                     const std::string& message) {
   const std::string now = client::NowRfc3339();
@@ -214,6 +217,18 @@ void VolumeManager::UpdatePodStatus(const json& pod, bool ready, const std::stri
         c["lastTransitionTime"] = now;
         conditions.push_back(c);
       }
+    }
+    // Without a runtime nothing runs the containers: say so (berth up
+    // --runtime=none).
+    if (std::none_of(conditions.begin(), conditions.end(),
+                     [](const json& x) { return Str(x, {"type"}) == kNoContainerRuntime; })) {
+      conditions.push_back({{"type", kNoContainerRuntime},
+                            {"status", "True"},
+                            {"lastProbeTime", nullptr},
+                            {"lastTransitionTime", now},
+                            {"reason", "NoContainerRuntime"},
+                            {"message", "this node has no container runtime (berth up --runtime=none): the pod's "
+                                        "volumes are mounted, its containers do not run"}});
     }
   };
   // Compare on the cached copy first: most passes change nothing.

@@ -442,7 +442,9 @@ const std::map<std::string, std::vector<SidecarRule>>& RequiredRules() {
          "namespace"}}},
       {"node-driver-registrar", {}},
       {"liveness-probe", {}},
-      {"berth-csi", {}},
+      // --adopt-snapshot-contents: pre-provisioned contents it labels.
+      {"berth-csi",
+       {{"snapshot.storage.k8s.io", "volumesnapshotcontents", {"list", "patch"}, "cluster"}}},
   };
   return *rules;
 }

@@ -15,7 +15,7 @@
 
 #include "absl/strings/match.h"
 #include "api/quantity.h"
-#include "apiserver/client.h"
+#include "http/api_client.h"
 #include "common/testing/eventually.h"
 #include "common/testing/subprocess.h"
 #include "driver/testing/sandbox.h"
@@ -59,14 +59,16 @@ class BerthUpTest : public ::testing::Test {
   void StartUp(std::vector<std::string> extra = {}) {
     std::vector<std::string> argv = {BERTH_BINARY, "--data-dir", data_, "up", "--pool-size", "1Gi",
                                      "--api-address", api_address_, "--csi-binary", BERTH_CSI_BINARY, "--node-name", "testnode",
-                                     "--volume-stats-period", "1"};
+                                     "--volume-stats-period", "1",
+                                     // The storage side alone (pods run for real in berth_up_pods_test).
+                                     "--runtime", "none"};
     argv.insert(argv.end(), extra.begin(), extra.end());
     up_ = std::make_unique<Subprocess>(argv, sandbox_.Join("up-" + std::to_string(++starts_) + ".log"));
     ASSERT_TRUE(Eventually([&] { return up_->Output().find("berth is up") != std::string::npos || up_->Wait(absl::ZeroDuration()); },
                            absl::Seconds(60)))
         << up_->Output();
     ASSERT_FALSE(up_->Wait(absl::ZeroDuration()).has_value()) << up_->Output();
-    client_ = apiserver::ApiClient::ForUnixSocket(data_ + "/api.sock");
+    client_ = http::ApiClient::ForUnixSocket(data_ + "/api.sock");
   }
   std::optional<int> StopUp(int sig) {
     if (!up_) return std::nullopt;
@@ -126,7 +128,7 @@ class BerthUpTest : public ::testing::Test {
   MountSandbox sandbox_;
   std::string data_;
   std::unique_ptr<Subprocess> up_;
-  std::unique_ptr<apiserver::ApiClient> client_;
+  std::unique_ptr<http::ApiClient> client_;
   int starts_ = 0;
   std::string api_address_;  // "": no TCP listener (no token, TLS key or kubeconfig)
 };

@@ -4,7 +4,12 @@
 //     its own driver's claims, volumes and attachments only, and nothing is
 //     stuck or leaked in either pool;
 //   - a statically provisioned CSI volume with reclaim policy Delete is
-//     deleted through its driver when its claim goes.
+//     deleted through its driver when its claim goes;
+//   - berth-csi killed (kill -9) and restarted while 200 claims are created
+//     and deleted: nothing waits for a backoff once it is registered again,
+//     and next to no calls are made while it is down.
+#include <functional>
+#include <iostream>
 #include <memory>
 #include <set>
 
@@ -14,6 +19,7 @@
 #include "client/object.h"
 #include "driver_process.h"
 #include "gmock/gmock.h"
+#include "spdlog/spdlog.h"
 #include "store/store.h"
 
 namespace berth::testing {
@@ -249,6 +255,76 @@ TEST_F(ControllersSafetyTest, StaticVolumeWithReclaimDeleteIsDeletedThroughItsDr
   EXPECT_TRUE(Eventually([&] { return Count("persistentvolumes") == 0 && PoolVolumes(b).empty(); },
                          absl::Seconds(30)))
       << Leftovers();
+}
+
+TEST_F(ControllersSafetyTest, DriverKilledThreeTimesDuringCreationAndDeletionStallsNothing) {
+  Driver& d = AddDriver(kDriverA, "class-a");
+  StartManager();
+  client::DriverMonitor& monitor = manager_->monitor();
+  constexpr int kClaims = 200;
+  auto name = [](int i) { return "c-" + std::to_string(i); };
+  auto bound = [&] {
+    int n = 0;
+    for (int i = 0; i < kClaims; ++i) n += Str(Claim(name(i)), {"status", "phase"}) == "Bound";
+    return n;
+  };
+  int64_t down_calls = 0, skipped = 0;
+  std::vector<absl::Duration> recoveries;
+  // kill -9, wait until the controllers noticed (a call failed), keep it
+  // down ~1 s, start it again and register it as the node agent would.
+  // `while_down` runs while it is down. Returns the time of the
+  // registration.
+  auto outage = [&](const std::function<void()>& while_down) {
+    const client::DriverMonitor::Stats before = monitor.stats();
+    spdlog::info("test: kill -9 berth-csi ({} claims bound, {} PVs)", bound(), Count("persistentvolumes"));
+    d.process.Kill();
+    const absl::Time killed = absl::Now();
+    while_down();
+    EXPECT_TRUE(Eventually([&] { return monitor.stats().outages > before.outages; }, absl::Seconds(30)));
+    EXPECT_TRUE(Eventually([&] { return absl::Now() - killed >= absl::Seconds(1); }, absl::Seconds(5)));
+    EXPECT_TRUE(d.process.Start());
+    spdlog::info("test: berth-csi restarted; registering it");
+    directory_.Add(kDriverA, kNode, "unix://" + d.process.socket());
+    const client::DriverMonitor::Stats after = monitor.stats();
+    down_calls += (after.connection_failures - before.connection_failures) + (after.failed_probes - before.failed_probes);
+    skipped += after.skipped - before.skipped;
+    return absl::Now();
+  };
+  // Twice while the claims are created and provisioned: 40 of the first 100
+  // exist when it dies, the other 60 are created while it is down; the same
+  // with the second 100.
+  for (int i = 0; i < 40; ++i) NewClaim(name(i), "class-a");
+  outage([&] {
+    for (int i = 40; i < 100; ++i) NewClaim(name(i), "class-a");
+  });
+  for (int i = 100; i < 140; ++i) NewClaim(name(i), "class-a");
+  absl::Time registered = outage([&] {
+    for (int i = 140; i < kClaims; ++i) NewClaim(name(i), "class-a");
+  });
+  ASSERT_TRUE(Eventually([&] { return bound() == kClaims; }, absl::Seconds(60))) << Leftovers();
+  recoveries.push_back(absl::Now() - registered);
+  EXPECT_EQ(PoolVolumes(d).size(), static_cast<size_t>(kClaims));
+  // Once while they are deleted: it dies as the deletions start.
+  size_t pvs_at_kill = 0;
+  registered = outage([&] {
+    for (int i = 0; i < kClaims; ++i) {
+      ASSERT_TRUE(registry_->Delete(K("persistentvolumeclaims"), "default", name(i)).ok());
+    }
+    pvs_at_kill = Count("persistentvolumes");
+  });
+  EXPECT_GT(pvs_at_kill, 0u);
+  ASSERT_TRUE(Eventually(
+      [&] { return Count("persistentvolumeclaims") == 0 && Count("persistentvolumes") == 0 && PoolVolumes(d).empty(); },
+      absl::Seconds(60)))
+      << Leftovers();
+  recoveries.push_back(absl::Now() - registered);
+  for (absl::Duration r : recoveries) EXPECT_LE(r, absl::Seconds(10));
+  const client::DriverMonitor::Stats s = monitor.stats();
+  std::cout << "[ FIGURES  ] 200 claims, 3 outages: done " << absl::FormatDuration(recoveries[0])
+            << " after the 2nd re-registration (all Bound) and " << absl::FormatDuration(recoveries[1])
+            << " after the 3rd (all deleted); CSI calls attempted while the driver was down: " << down_calls
+            << " (of them probes: " << s.failed_probes << "); calls not made because it was down: " << skipped
+            << "; outages seen: " << s.outages << "; keys resumed: " << s.resumed << "; PVs left when the 3rd outage was noticed: " << pvs_at_kill << "\n";
 }
 
 }  // namespace

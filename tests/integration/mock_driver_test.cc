@@ -81,7 +81,8 @@ class MockDriverTest : public BerthUpFixture {
     if (!stub->ListVolumes(&ctx, {}, &resp).ok()) return {"(ListVolumes failed)"};
     std::vector<std::string> out;
     for (const auto& e : resp.entries()) {
-      const std::string name = e.volume().volume_context().contains("name") ? e.volume().volume_context().at("name") : "";
+      const std::string name =
+          e.volume().volume_context().contains("name") ? e.volume().volume_context().at("name") : "";
       if (name.rfind("Mock Volume ", 0) != 0) out.push_back(name);
     }
     return out;
@@ -115,8 +116,8 @@ TEST_F(MockDriverTest, ClaimPodDelete) {
   Berth({"delete", "pvc", "data"});
   EXPECT_TRUE(Eventually([&] { return Get("/api/v1/persistentvolumes")["items"].empty(); }, absl::Seconds(90)))
       << Get("/api/v1/persistentvolumes").dump();
-  EXPECT_TRUE(Eventually([&] { return Get("/apis/storage.k8s.io/v1/volumeattachments")["items"].empty(); },
-                         absl::Seconds(60)));
+  EXPECT_TRUE(
+      Eventually([&] { return Get("/apis/storage.k8s.io/v1/volumeattachments")["items"].empty(); }, absl::Seconds(60)));
   EXPECT_THAT(MockVolumeNames(), ::testing::IsEmpty());
   EXPECT_EQ(StopUp(SIGTERM), 0);
 }

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "apiserver/client.h"
+#include "http/api_client.h"
 #include "common/testing/eventually.h"
 #include "common/testing/subprocess.h"
 #include "driver/testing/sandbox.h"
@@ -58,16 +58,28 @@ class BerthUpFixture : public ::testing::Test {
   }
 
   void StartUp(const std::vector<std::string>& extra = {}) {
-    std::vector<std::string> argv = {BERTH_BINARY, "--data-dir", data_, "up", "--pool-size", "1Gi",
-                                     "--api-address", api_address_, "--csi-binary", BERTH_CSI_BINARY, "--node-name", "testnode",
-                                     "--volume-stats-period", "1"};
+    std::vector<std::string> argv = {BERTH_BINARY,
+                                     "--data-dir",
+                                     data_,
+                                     "up",
+                                     "--pool-size",
+                                     "1Gi",
+                                     "--api-address",
+                                     api_address_,
+                                     "--csi-binary",
+                                     BERTH_CSI_BINARY,
+                                     "--node-name",
+                                     "testnode",
+                                     "--volume-stats-period",
+                                     "1"};
     argv.insert(argv.end(), extra.begin(), extra.end());
     up_ = std::make_unique<Subprocess>(argv, sandbox_.Join("up-" + std::to_string(++starts_) + ".log"));
-    ASSERT_TRUE(Eventually([&] { return up_->Output().find("berth is up") != std::string::npos || up_->Wait(absl::ZeroDuration()); },
-                           absl::Seconds(60)))
+    ASSERT_TRUE(Eventually(
+        [&] { return up_->Output().find("berth is up") != std::string::npos || up_->Wait(absl::ZeroDuration()); },
+        absl::Seconds(60)))
         << up_->Output();
     ASSERT_FALSE(up_->Wait(absl::ZeroDuration()).has_value()) << up_->Output();
-    client_ = apiserver::ApiClient::ForUnixSocket(data_ + "/api.sock");
+    client_ = http::ApiClient::ForUnixSocket(data_ + "/api.sock");
   }
   std::optional<int> StopUp(int sig) {
     if (!up_) return std::nullopt;
@@ -97,7 +109,9 @@ class BerthUpFixture : public ::testing::Test {
   }
   json Pod(const std::string& name) { return Get("/api/v1/namespaces/default/pods/" + name); }
   json Claim(const std::string& name) { return Get("/api/v1/namespaces/default/persistentvolumeclaims/" + name); }
-  bool Running(const std::string& pod) { return Pod(pod).value("status", json::object()).value("phase", "") == "Running"; }
+  bool Running(const std::string& pod) {
+    return Pod(pod).value("status", json::object()).value("phase", "") == "Running";
+  }
   bool Mounted(const std::string& path) {
     for (const auto& m : sandbox_.Mounts()) {
       if (m == path) return true;
@@ -120,14 +134,16 @@ class BerthUpFixture : public ::testing::Test {
   }
   // Waits until CSINode testnode lists `driver`.
   void WaitForDriverRegistered(const std::string& driver) {
-    ASSERT_TRUE(Eventually([&] {
-      const json csinode = Get("/apis/storage.k8s.io/v1/csinodes/testnode");
-      if (csinode.is_null()) return false;
-      for (const auto& d : csinode["spec"]["drivers"]) {
-        if (d.value("name", "") == driver) return true;
-      }
-      return false;
-    }, absl::Seconds(60)));
+    ASSERT_TRUE(Eventually(
+        [&] {
+          const json csinode = Get("/apis/storage.k8s.io/v1/csinodes/testnode");
+          if (csinode.is_null()) return false;
+          for (const auto& d : csinode["spec"]["drivers"]) {
+            if (d.value("name", "") == driver) return true;
+          }
+          return false;
+        },
+        absl::Seconds(60)));
   }
 
   // The HTTPS port of <data>/kubeconfig (with api_address_ set), 0 if none.
@@ -143,7 +159,7 @@ class BerthUpFixture : public ::testing::Test {
   // kubeconfig); "127.0.0.1:0" adds HTTPS for kubectl on a free port.
   std::string api_address_;
   std::unique_ptr<Subprocess> up_;
-  std::unique_ptr<apiserver::ApiClient> client_;
+  std::unique_ptr<http::ApiClient> client_;
   int starts_ = 0;
 };
 

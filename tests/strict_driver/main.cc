@@ -15,8 +15,8 @@
 #include "common/signals.h"
 #include "common/units.h"
 #include "csi/server.h"
-#include "driver/testing/strict_driver.h"
 #include "driver/mount/mounter.h"
+#include "driver/testing/strict_driver.h"
 #include "spdlog/spdlog.h"
 
 int main(int argc, char** argv) {

@@ -343,6 +343,7 @@ class FakeCsiDriver : public ::csi::v1::Identity::Service, public ::csi::v1::Con
                                       ::csi::v1::ControllerExpandVolumeResponse* out) override {
     absl::MutexLock l(&mu_);
     ++expand_calls_;
+    last_expand_bytes_ = req->capacity_range().required_bytes();
     if (expand_fail_ != grpc::StatusCode::OK) return grpc::Status(expand_fail_, "injected expand failure");
     const std::string prefix = "fake-";
     auto it = volumes_.find(req->volume_id().substr(std::min(prefix.size(), req->volume_id().size())));
@@ -361,6 +362,10 @@ class FakeCsiDriver : public ::csi::v1::Identity::Service, public ::csi::v1::Con
     absl::MutexLock l(&mu_);
     return expand_calls_;
   }
+  int64_t last_expand_bytes() const {
+    absl::MutexLock l(&mu_);
+    return last_expand_bytes_;
+  }
 
  private:
   const std::string name_;
@@ -373,6 +378,7 @@ class FakeCsiDriver : public ::csi::v1::Identity::Service, public ::csi::v1::Con
   absl::Duration create_delay_ ABSL_GUARDED_BY(mu_);
   int create_calls_ ABSL_GUARDED_BY(mu_) = 0;
   int expand_calls_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t last_expand_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   int probe_calls_ ABSL_GUARDED_BY(mu_) = 0;
   bool probe_ready_ ABSL_GUARDED_BY(mu_) = true;
   bool node_expansion_required_ ABSL_GUARDED_BY(mu_) = true;

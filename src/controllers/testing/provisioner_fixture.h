@@ -7,6 +7,7 @@
 #include <string>
 
 #include "apiserver/registry.h"
+#include "common/clock.h"
 #include "client/informer.h"
 #include "common/testing/temp_dir.h"
 #include "controllers/provisioner.h"
@@ -71,7 +72,8 @@ class ProvisionerTest : public ::testing::Test {
         Provisioner::Options{.driver = kDriver, .workers = 2, .rpc_timeout = absl::Seconds(10),
                              .monitor = monitor_.get()});
     resizer_ = std::make_unique<Resizer>(*registry_, directory_, *claims_, *volumes_,
-                                         Resizer::Options{.driver = kDriver, .workers = 1, .rpc_timeout = absl::Seconds(10)});
+                                         Resizer::Options{.driver = kDriver, .workers = 1, .rpc_timeout = absl::Seconds(10),
+                                                          .monitor = monitor_.get(), .clock = &resize_clock_});
     binder_->RegisterHandlers();
     provisioner_->RegisterHandlers();
     resizer_->RegisterHandlers();
@@ -120,6 +122,7 @@ class ProvisionerTest : public ::testing::Test {
   std::string socket_;
   DriverDirectory directory_;
   std::unique_ptr<DriverMonitor> monitor_;  // outlives the controllers
+  FakeClock resize_clock_;                  // the resizer's slow retry
   std::unique_ptr<Informer> claims_, volumes_, classes_, pods_, nodes_, csinodes_;
   std::unique_ptr<PvBinder> binder_;
   std::unique_ptr<Provisioner> provisioner_;

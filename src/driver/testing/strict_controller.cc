@@ -102,12 +102,20 @@ absl::Status StrictDriver::CreateVolume(Call&, const ::csi::v1::CreateVolumeRequ
     int64_t used = 0;
     for (const auto& [vid, v] : volumes_) used += v.capacity;
     if (used + size > options_.capacity_bytes) {
-      return absl::ResourceExhaustedError(StrCat("no room for ", size, " bytes: ", options_.capacity_bytes - used,
-                                                 " bytes left"));
+      return absl::ResourceExhaustedError(
+          StrCat("no room for ", size, " bytes: ", options_.capacity_bytes - used, " bytes left"));
     }
-    Volume v{.id = id, .name = req.name(), .capacity = size, .node_capacity = size, .block = block,
-             .parameters = parameters, .context = {{kContextKey, req.name()}}, .capabilities = {},
-             .attached = {}, .staged = std::nullopt, .targets = {}};
+    Volume v{.id = id,
+             .name = req.name(),
+             .capacity = size,
+             .node_capacity = size,
+             .block = block,
+             .parameters = parameters,
+             .context = {{kContextKey, req.name()}},
+             .capabilities = {},
+             .attached = {},
+             .staged = std::nullopt,
+             .targets = {}};
     for (const auto& cap : req.volume_capabilities()) v.capabilities.push_back(cap);
     BERTH_RETURN_IF_ERROR(CreateBacking(VolumePath(v), v.block, v.capacity));
     volumes_[id] = std::move(v);
@@ -158,18 +166,20 @@ absl::Status StrictDriver::ControllerPublish(Call& call, const ::csi::v1::Contro
       CheckCapability(rpc, v->id, v, req.has_volume_capability() ? &req.volume_capability() : nullptr));
   if (req.node_id() != options_.node_id) {
     return Violation(rpc, v->id,
-                     StrCat("node_id \"", req.node_id(), "\" was never returned by NodeGetInfo (this driver's node is \"",
-                            options_.node_id, "\")"),
+                     StrCat("node_id \"", req.node_id(),
+                            "\" was never returned by NodeGetInfo (this driver's node is \"", options_.node_id, "\")"),
                      absl::StatusCode::kNotFound);
   }
   if (req.readonly()) {
-    return Violation(rpc, v->id, "readonly is true, but the driver does not advertise PUBLISH_READONLY (the CO MUST set it false)");
+    return Violation(rpc, v->id,
+                     "readonly is true, but the driver does not advertise PUBLISH_READONLY (the CO MUST set it false)");
   }
   BERTH_RETURN_IF_ERROR(CheckVolumeContext(rpc, *v, req.volume_context()));
   call.confirmed = req.node_id();
   if (auto it = v->attached.find(req.node_id()); it != v->attached.end()) {
     if (!SameCap(it->second.capability, req.volume_capability()) || it->second.readonly != req.readonly()) {
-      return absl::AlreadyExistsError(StrCat("volume ", v->id, " is published to ", req.node_id(), " with other arguments"));
+      return absl::AlreadyExistsError(
+          StrCat("volume ", v->id, " is published to ", req.node_id(), " with other arguments"));
     }
     it->second.confirmed = true;
   } else {
@@ -178,8 +188,9 @@ absl::Status StrictDriver::ControllerPublish(Call& call, const ::csi::v1::Contro
     }
     ++attach_seq_;
     v->attached[req.node_id()] = Attachment{
-        .publish_context = {{kAttachmentKey, StrCat(attach_seq_, "-", Sha256Hex(StrCat(v->id, "/", req.node_id(), "/",
-                                                                                      attach_seq_)).substr(0, 12))}},
+        .publish_context = {{kAttachmentKey,
+                             StrCat(attach_seq_, "-",
+                                    Sha256Hex(StrCat(v->id, "/", req.node_id(), "/", attach_seq_)).substr(0, 12))}},
         .readonly = req.readonly(),
         .capability = req.volume_capability(),
         .confirmed = true};
@@ -199,15 +210,16 @@ absl::Status StrictDriver::ControllerUnpublish(Call&, const ::csi::v1::Controlle
   // Unset node_id: from every node. Only this node's state is known here.
   if (req.node_id().empty() || req.node_id() == options_.node_id) {
     if (!v.targets.empty()) {
-      return Violation(rpc, v.id,
-                       StrCat("ControllerUnpublishVolume from node ", options_.node_id,
-                              " while the volume is published at ", v.targets.begin()->first,
-                              " (NodeUnpublishVolume must succeed first)"));
+      return Violation(
+          rpc, v.id,
+          StrCat("ControllerUnpublishVolume from node ", options_.node_id, " while the volume is published at ",
+                 v.targets.begin()->first, " (NodeUnpublishVolume must succeed first)"));
     }
     if (v.staged) {
-      return Violation(rpc, v.id,
-                       StrCat("ControllerUnpublishVolume from node ", options_.node_id, " while the volume is staged at ",
-                              v.staged->path, " (NodeUnstageVolume must succeed first)"));
+      return Violation(
+          rpc, v.id,
+          StrCat("ControllerUnpublishVolume from node ", options_.node_id, " while the volume is staged at ",
+                 v.staged->path, " (NodeUnstageVolume must succeed first)"));
     }
   }
   if (req.node_id().empty()) {

@@ -30,11 +30,11 @@ namespace {
 
 namespace fs = std::filesystem;
 using namespace strict_internal;
-using nlohmann::json;
 using ::csi::v1::ControllerServiceCapability;
 using ::csi::v1::NodeServiceCapability;
 using ::csi::v1::PluginCapability;
 using ::csi::v1::VolumeCapability;
+using nlohmann::json;
 using AccessMode = ::csi::v1::VolumeCapability::AccessMode;
 
 constexpr int kStateVersion = 1;
@@ -76,7 +76,6 @@ constexpr std::pair<const char*, absl::StatusCode> kCodes[] = {
     {"UNAUTHENTICATED", absl::StatusCode::kUnauthenticated},
 };
 
-
 std::string CapText(const VolumeCapability& cap) {
   google::protobuf::TextFormat::Printer printer;
   printer.SetSingleLineMode(true);
@@ -98,21 +97,18 @@ bool MultiNodeMode(AccessMode::Mode m) {
          m == AccessMode::MULTI_NODE_MULTI_WRITER;
 }
 
-// Makes the in-flight mark of one call go when the call ends.
-class FlightMark {
+// Runs `fn` when it goes out of scope (the end of a call's in-flight mark).
+class Deferred {
  public:
-  FlightMark(absl::Mutex& mu, std::map<std::string, std::string>& in_flight, std::string volume)
-      : mu_(mu), in_flight_(in_flight), volume_(std::move(volume)) {}
-  ~FlightMark() {
-    if (volume_.empty()) return;
-    absl::MutexLock lock(&mu_);
-    in_flight_.erase(volume_);
+  explicit Deferred(std::function<void()> fn) : fn_(std::move(fn)) {}
+  ~Deferred() {
+    if (fn_) fn_();
   }
+  Deferred(const Deferred&) = delete;
+  Deferred& operator=(const Deferred&) = delete;
 
  private:
-  absl::Mutex& mu_;
-  std::map<std::string, std::string>& in_flight_;
-  const std::string volume_;
+  std::function<void()> fn_;
 };
 
 }  // namespace
@@ -163,7 +159,8 @@ StrictDriver::~StrictDriver() = default;
 
 absl::StatusOr<std::unique_ptr<StrictDriver>> StrictDriver::Open(Options options, driver::Mounter& mounter) {
   if (!IsCanonicalAbsolutePath(options.state_dir)) {
-    return absl::InvalidArgumentError(StrCat("--state-dir \"", options.state_dir, "\": want a canonical absolute path"));
+    return absl::InvalidArgumentError(
+        StrCat("--state-dir \"", options.state_dir, "\": want a canonical absolute path"));
   }
   if (options.node_id.empty()) return absl::InvalidArgumentError("--node-id is required");
   BERTH_RETURN_IF_ERROR(MakeDirs(options.state_dir + "/volumes", 0700));
@@ -265,15 +262,19 @@ grpc::Status StrictDriver::Serve(const char* rpc, StrictOp op, const std::string
     if (!volume_id.empty() && op != StrictOp::kStats) {
       absl::MutexLock lock(&flight_mu_);
       if (auto it = in_flight_.find(volume_id); it != in_flight_.end()) {
-        return Violation(rpc, volume_id,
-                         StrCat(rpc, " while ", it->second,
-                                " is in flight on the same volume (the CO keeps at most one call in flight per volume)"),
-                         absl::StatusCode::kAborted);
+        return Violation(
+            rpc, volume_id,
+            StrCat(rpc, " while ", it->second,
+                   " is in flight on the same volume (the CO keeps at most one call in flight per volume)"),
+            absl::StatusCode::kAborted);
       }
       in_flight_[volume_id] = rpc;
       marked = volume_id;
     }
-    FlightMark mark(flight_mu_, in_flight_, marked);
+    Deferred unmark(marked.empty() ? std::function<void()>() : [this, marked] {
+      absl::MutexLock lock(&flight_mu_);
+      in_flight_.erase(marked);
+    });
     if (!marked.empty() && options_.in_flight_hook) options_.in_flight_hook(rpc);
     if (auto f = TakeFault(op, false)) return absl::Status(f->code, StrCat("injected fault: ", rpc, " did nothing"));
     Call call;
@@ -281,7 +282,8 @@ grpc::Status StrictDriver::Serve(const char* rpc, StrictOp op, const std::string
     if (!result.ok()) return result;
     if (auto f = TakeFault(op, true)) {
       Unconfirm(op, volume_id, call.confirmed);
-      return absl::Status(f->code, StrCat("injected fault: ", rpc, " did its work but answers ", absl::StatusCodeToString(f->code)));
+      return absl::Status(
+          f->code, StrCat("injected fault: ", rpc, " did its work but answers ", absl::StatusCodeToString(f->code)));
     }
     return result;
   }();
@@ -319,7 +321,8 @@ void StrictDriver::Unconfirm(StrictOp op, const std::string& volume, const std::
 absl::Status StrictDriver::CheckSet(std::string_view rpc, const std::string& volume, const char* field,
                                     const std::string& value) {
   if (!value.empty()) return absl::OkStatus();
-  return Violation(rpc, volume, StrCat("the REQUIRED field ", field, " is not set"), absl::StatusCode::kInvalidArgument);
+  return Violation(rpc, volume, StrCat("the REQUIRED field ", field, " is not set"),
+                   absl::StatusCode::kInvalidArgument);
 }
 
 absl::Status StrictDriver::CheckAbsolute(std::string_view rpc, const std::string& volume, const char* field,
@@ -337,7 +340,8 @@ absl::Status StrictDriver::CheckAbsolute(std::string_view rpc, const std::string
 absl::Status StrictDriver::CheckCapability(std::string_view rpc, const std::string& volume, const Volume* v,
                                            const VolumeCapability* cap) {
   if (cap == nullptr) {
-    return Violation(rpc, volume, "the REQUIRED field volume_capability is not set", absl::StatusCode::kInvalidArgument);
+    return Violation(rpc, volume, "the REQUIRED field volume_capability is not set",
+                     absl::StatusCode::kInvalidArgument);
   }
   if (!cap->has_block() && !cap->has_mount()) {
     return Violation(rpc, volume, "volume_capability has no access_type (block or mount)",
@@ -358,7 +362,8 @@ absl::Status StrictDriver::CheckCapability(std::string_view rpc, const std::stri
   }
   if (v != nullptr && cap->has_block() != v->block) {
     return absl::FailedPreconditionError(StrCat("volume ", v->id, " is a ", v->block ? "block" : "mount",
-                                                " volume; the request asks for ", cap->has_block() ? "block" : "mount"));
+                                                " volume; the request asks for ",
+                                                cap->has_block() ? "block" : "mount"));
   }
   return absl::OkStatus();
 }
@@ -373,7 +378,8 @@ absl::Status StrictDriver::CheckPublishContext(std::string_view rpc, const Volum
   }
   auto a = v.attached.find(options_.node_id);
   if (a == v.attached.end()) {
-    return Violation(rpc, v.id, StrCat(rpc, " before ControllerPublishVolume to node ", options_.node_id, " succeeded"));
+    return Violation(rpc, v.id,
+                     StrCat(rpc, " before ControllerPublishVolume to node ", options_.node_id, " succeeded"));
   }
   if (!a->second.confirmed) {
     return Violation(rpc, v.id,
@@ -426,21 +432,32 @@ absl::StatusOr<StrictDriver::Volume*> StrictDriver::Find(const std::string& id) 
 absl::Status StrictDriver::Save() {
   json out = {{"version", kStateVersion}, {"attachSeq", attach_seq_}, {"volumes", json::array()}};
   for (const auto& [id, v] : volumes_) {
-    json vol = {{"id", v.id}, {"name", v.name}, {"capacity", v.capacity}, {"nodeCapacity", v.node_capacity},
-                {"block", v.block}, {"parameters", v.parameters}, {"context", v.context},
-                {"capabilities", json::array()}, {"attached", json::object()}, {"targets", json::object()}};
+    json vol = {{"id", v.id},
+                {"name", v.name},
+                {"capacity", v.capacity},
+                {"nodeCapacity", v.node_capacity},
+                {"block", v.block},
+                {"parameters", v.parameters},
+                {"context", v.context},
+                {"capabilities", json::array()},
+                {"attached", json::object()},
+                {"targets", json::object()}};
     for (const auto& c : v.capabilities) vol["capabilities"].push_back(CapText(c));
     for (const auto& [node, a] : v.attached) {
-      vol["attached"][node] = {{"publishContext", a.publish_context}, {"readonly", a.readonly},
-                               {"capability", CapText(a.capability)}, {"confirmed", a.confirmed}};
+      vol["attached"][node] = {{"publishContext", a.publish_context},
+                               {"readonly", a.readonly},
+                               {"capability", CapText(a.capability)},
+                               {"confirmed", a.confirmed}};
     }
     if (v.staged) {
-      vol["staged"] = {{"path", v.staged->path}, {"capability", CapText(v.staged->capability)},
-                       {"confirmed", v.staged->confirmed}};
+      vol["staged"] = {
+          {"path", v.staged->path}, {"capability", CapText(v.staged->capability)}, {"confirmed", v.staged->confirmed}};
     }
     for (const auto& [path, t] : v.targets) {
-      vol["targets"][path] = {{"staging", t.staging}, {"readonly", t.readonly},
-                              {"capability", CapText(t.capability)}, {"confirmed", t.confirmed}};
+      vol["targets"][path] = {{"staging", t.staging},
+                              {"readonly", t.readonly},
+                              {"capability", CapText(t.capability)},
+                              {"confirmed", t.confirmed}};
     }
     out["volumes"].push_back(std::move(vol));
   }
@@ -452,8 +469,8 @@ absl::Status StrictDriver::Load() {
   if (!text.ok()) return text.status().code() == absl::StatusCode::kNotFound ? absl::OkStatus() : text.status();
   const json in = json::parse(*text, nullptr, false);
   if (!in.is_object() || in.value("version", 0) != kStateVersion) {
-    return absl::FailedPreconditionError(StrCat(options_.state_dir, "/state.json is not a version ", kStateVersion,
-                                                " strict driver state"));
+    return absl::FailedPreconditionError(
+        StrCat(options_.state_dir, "/state.json is not a version ", kStateVersion, " strict driver state"));
   }
   attach_seq_ = in.value("attachSeq", uint64_t{0});
   auto strings = [](const json& j) {
@@ -504,8 +521,14 @@ std::vector<StrictDriver::VolumeView> StrictDriver::Volumes() const {
   absl::MutexLock lock(&mu_);
   std::vector<VolumeView> out;
   for (const auto& [id, v] : volumes_) {
-    VolumeView view{.id = v.id, .name = v.name, .path = VolumePath(v), .block = v.block, .capacity = v.capacity,
-                    .attached_nodes = {}, .staged_at = v.staged ? v.staged->path : "", .published_at = {}};
+    VolumeView view{.id = v.id,
+                    .name = v.name,
+                    .path = VolumePath(v),
+                    .block = v.block,
+                    .capacity = v.capacity,
+                    .attached_nodes = {},
+                    .staged_at = v.staged ? v.staged->path : "",
+                    .published_at = {}};
     for (const auto& [node, a] : v.attached) view.attached_nodes.insert(node);
     for (const auto& [path, t] : v.targets) view.published_at.insert(path);
     out.push_back(std::move(view));

@@ -90,12 +90,12 @@ class StrictDriver {
     std::string state_dir;        // canonical absolute; created 0700
     std::string violations_file;  // "" = kept in memory only
     // Capabilities (switches of the strict-csi-driver binary).
-    bool stage_unstage = true;      // node STAGE_UNSTAGE_VOLUME
-    bool publish_unpublish = true;  // controller PUBLISH_UNPUBLISH_VOLUME
-    bool volume_stats = true;       // node GET_VOLUME_STATS
-    bool expand = true;             // controller EXPAND_VOLUME + online expansion
-    bool node_expand = true;        // node EXPAND_VOLUME
-    bool topology = true;           // VOLUME_ACCESSIBILITY_CONSTRAINTS
+    bool stage_unstage = true;                   // node STAGE_UNSTAGE_VOLUME
+    bool publish_unpublish = true;               // controller PUBLISH_UNPUBLISH_VOLUME
+    bool volume_stats = true;                    // node GET_VOLUME_STATS
+    bool expand = true;                          // controller EXPAND_VOLUME + online expansion
+    bool node_expand = true;                     // node EXPAND_VOLUME
+    bool topology = true;                        // VOLUME_ACCESSIBILITY_CONSTRAINTS
     int64_t capacity_bytes = int64_t{10} << 30;  // what GetCapacity offers in all
     std::vector<StrictFault> faults;
     // Test hook: runs inside each volume RPC once it counts as in flight,
@@ -187,7 +187,8 @@ class StrictDriver {
 
   // The RPCs. Each checks the CO's side first (recording violations), then
   // acts; the gRPC services call these through Serve().
-  absl::Status CreateVolume(Call& call, const ::csi::v1::CreateVolumeRequest& req, ::csi::v1::CreateVolumeResponse* resp);
+  absl::Status CreateVolume(Call& call, const ::csi::v1::CreateVolumeRequest& req,
+                            ::csi::v1::CreateVolumeResponse* resp);
   absl::Status DeleteVolume(Call& call, const ::csi::v1::DeleteVolumeRequest& req);
   absl::Status ControllerPublish(Call& call, const ::csi::v1::ControllerPublishVolumeRequest& req,
                                  ::csi::v1::ControllerPublishVolumeResponse* resp);
@@ -202,9 +203,10 @@ class StrictDriver {
   absl::Status Unstage(Call& call, const ::csi::v1::NodeUnstageVolumeRequest& req);
   absl::Status Publish(Call& call, const ::csi::v1::NodePublishVolumeRequest& req);
   absl::Status Unpublish(Call& call, const ::csi::v1::NodeUnpublishVolumeRequest& req);
-  absl::Status Stats(Call& call, const ::csi::v1::NodeGetVolumeStatsRequest& req, ::csi::v1::NodeGetVolumeStatsResponse* resp);
-  absl::Status NodeExpand(Call& call, const ::csi::v1::NodeExpandVolumeRequest& req, ::csi::v1::NodeExpandVolumeResponse* resp);
-
+  absl::Status Stats(Call& call, const ::csi::v1::NodeGetVolumeStatsRequest& req,
+                     ::csi::v1::NodeGetVolumeStatsResponse* resp);
+  absl::Status NodeExpand(Call& call, const ::csi::v1::NodeExpandVolumeRequest& req,
+                          ::csi::v1::NodeExpandVolumeResponse* resp);
 
   // Records "CO violation: <what>" for `rpc` and returns it with `code`.
   absl::Status Violation(std::string_view rpc, std::string_view volume, std::string_view what,

@@ -31,7 +31,8 @@ using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::SizeIs;
 
-v1::VolumeCapability MountCap(v1::VolumeCapability::AccessMode::Mode mode = v1::VolumeCapability::AccessMode::SINGLE_NODE_WRITER) {
+v1::VolumeCapability MountCap(
+    v1::VolumeCapability::AccessMode::Mode mode = v1::VolumeCapability::AccessMode::SINGLE_NODE_WRITER) {
   v1::VolumeCapability cap;
   cap.mutable_mount()->set_fs_type("ext4");
   cap.mutable_access_mode()->set_mode(mode);
@@ -91,7 +92,8 @@ class Harness {
     v1::CreateVolumeResponse resp;
     grpc::Status st = CreateVolume(req, &resp);
     EXPECT_TRUE(st.ok()) << st.error_message();
-    context_[resp.volume().volume_id()] = {resp.volume().volume_context().begin(), resp.volume().volume_context().end()};
+    context_[resp.volume().volume_id()] = {resp.volume().volume_context().begin(),
+                                           resp.volume().volume_context().end()};
     block_[resp.volume().volume_id()] = block;
     return resp.volume().volume_id();
   }
@@ -104,7 +106,9 @@ class Harness {
     v1::ControllerPublishVolumeResponse r;
     grpc::ClientContext ctx;
     grpc::Status st = controller_->ControllerPublishVolume(&ctx, req, resp ? resp : &r);
-    if (st.ok()) publish_context_[id] = {(resp ? resp : &r)->publish_context().begin(), (resp ? resp : &r)->publish_context().end()};
+    if (st.ok())
+      publish_context_[id] = {(resp ? resp : &r)->publish_context().begin(),
+                              (resp ? resp : &r)->publish_context().end()};
     return st;
   }
   grpc::Status Detach(const std::string& id) {
@@ -339,7 +343,8 @@ TEST_F(StrictDriverTest, UnstageWhilePublished) {
   ASSERT_TRUE(h.Unpublish(id, h.Target()).ok());
   EXPECT_THAT(h.Unstage(id, h.Staging("elsewhere")), IsViolation(kPrecondition));
   EXPECT_TRUE(h.Unstage(id, h.Staging()).ok());
-  EXPECT_THAT(h.driver().Violations(), ElementsAre(HasSubstr("still published at"), HasSubstr("but the volume is staged at")));
+  EXPECT_THAT(h.driver().Violations(),
+              ElementsAre(HasSubstr("still published at"), HasSubstr("but the volume is staged at")));
 }
 
 TEST_F(StrictDriverTest, PublishContextMustBeWhatControllerPublishReturned) {
@@ -356,9 +361,8 @@ TEST_F(StrictDriverTest, PublishContextMustBeWhatControllerPublishReturned) {
   auto pub = h.PublishRequest(id, h.Staging(), h.Target());
   (*pub.mutable_publish_context())["strict.csi.berth.io/attachment"] = "stale";
   EXPECT_THAT(h.Publish(pub), IsViolation(kPrecondition));
-  EXPECT_THAT(h.driver().Violations(),
-              ElementsAre(HasSubstr("before ControllerPublishVolume to node node-1 succeeded"), HasSubstr("differs from"),
-                          HasSubstr("differs from")));
+  EXPECT_THAT(h.driver().Violations(), ElementsAre(HasSubstr("before ControllerPublishVolume to node node-1 succeeded"),
+                                                   HasSubstr("differs from"), HasSubstr("differs from")));
 }
 
 TEST_F(StrictDriverTest, PublishContextWithoutPublishUnpublishCapability) {
@@ -370,8 +374,9 @@ TEST_F(StrictDriverTest, PublishContextWithoutPublishUnpublishCapability) {
   (*req.mutable_publish_context())["device"] = "/dev/x";
   EXPECT_THAT(h.Stage(req), IsViolation(kPrecondition));
   EXPECT_TRUE(h.Stage(id, h.Staging()).ok());  // unset: fine without attach
-  EXPECT_THAT(h.driver().Violations(), ElementsAre(HasSubstr("does not advertise the controller capability PUBLISH_UNPUBLISH_VOLUME"),
-                                                   HasSubstr("SHALL be left unset")));
+  EXPECT_THAT(h.driver().Violations(),
+              ElementsAre(HasSubstr("does not advertise the controller capability PUBLISH_UNPUBLISH_VOLUME"),
+                          HasSubstr("SHALL be left unset")));
 }
 
 TEST_F(StrictDriverTest, DetachOrDeleteWhileInUseOnTheNode) {
@@ -511,7 +516,7 @@ TEST_F(StrictDriverTest, TimeoutAfterARealStageLeavesItUnconfirmed) {
   fs::create_directories(fs::path(h.Target()).parent_path());
   // Publishing on an uncertain stage breaks "NodeStageVolume returns success first".
   EXPECT_THAT(h.Publish(id, h.Staging(), h.Target()), IsViolation(kPrecondition));
-  ASSERT_TRUE(h.Stage(id, h.Staging()).ok());  // the CO's retry: done already, confirmed
+  ASSERT_TRUE(h.Stage(id, h.Staging()).ok());       // the CO's retry: done already, confirmed
   EXPECT_THAT(mounter_.List().value(), SizeIs(1));  // not mounted twice
   EXPECT_TRUE(h.Publish(id, h.Staging(), h.Target()).ok());
   EXPECT_THAT(h.driver().Violations(), ElementsAre(HasSubstr("did not return success")));
@@ -589,8 +594,8 @@ TEST(StrictFaultTest, Parses) {
   ASSERT_TRUE(f.ok());
   EXPECT_EQ(f->op, StrictOp::kControllerUnpublish);
   EXPECT_FALSE(f->after);
-  for (const char* bad : {"stage", "mount:UNAVAILABLE", "stage:SLOW", "stage:UNAVAILABLE:0", "stage:UNAVAILABLE:1:later",
-                          "stage:UNAVAILABLE:1:after:x"}) {
+  for (const char* bad : {"stage", "mount:UNAVAILABLE", "stage:SLOW", "stage:UNAVAILABLE:0",
+                          "stage:UNAVAILABLE:1:later", "stage:UNAVAILABLE:1:after:x"}) {
     EXPECT_EQ(ParseStrictFault(bad).status().code(), absl::StatusCode::kInvalidArgument) << bad;
   }
 }

@@ -26,7 +26,8 @@ inline constexpr char kAttachmentKey[] = "strict.csi.berth.io/attachment";
 // "vol-" + 32 lower-case hex digits (see StrictVolumeId).
 inline bool WellFormedId(const std::string& id) {
   if (id.size() != 36 || id.rfind("vol-", 0) != 0) return false;
-  return std::all_of(id.begin() + 4, id.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)) || (c >= 'a' && c <= 'f'); });
+  return std::all_of(id.begin() + 4, id.end(),
+                     [](char c) { return std::isdigit(static_cast<unsigned char>(c)) || (c >= 'a' && c <= 'f'); });
 }
 inline bool SameCap(const ::csi::v1::VolumeCapability& a, const ::csi::v1::VolumeCapability& b) {
   return google::protobuf::util::MessageDifferencer::Equals(a, b);
@@ -50,7 +51,8 @@ class StrictDriver::IdentityImpl final : public v1::Identity::Service {
   explicit IdentityImpl(StrictDriver& d) : d_(d) {}
 
   // v1::Identity::Service
-  grpc::Status GetPluginInfo(ServerContext*, const v1::GetPluginInfoRequest*, v1::GetPluginInfoResponse* resp) override {
+  grpc::Status GetPluginInfo(ServerContext*, const v1::GetPluginInfoRequest*,
+                             v1::GetPluginInfoResponse* resp) override {
     resp->set_name(d_.options_.name);
     resp->set_vendor_version("1.0.0");
     return grpc::Status::OK;
@@ -74,7 +76,8 @@ class StrictDriver::ControllerImpl final : public v1::Controller::Service {
   explicit ControllerImpl(StrictDriver& d) : d_(d) {}
 
   // v1::Controller::Service
-  grpc::Status CreateVolume(ServerContext*, const v1::CreateVolumeRequest* req, v1::CreateVolumeResponse* resp) override {
+  grpc::Status CreateVolume(ServerContext*, const v1::CreateVolumeRequest* req,
+                            v1::CreateVolumeResponse* resp) override {
     return d_.Serve("CreateVolume", StrictOp::kCreate, req->name().empty() ? "" : StrictVolumeId(req->name()),
                     [&](Call& c) { return d_.CreateVolume(c, *req, resp); });
   }

@@ -151,9 +151,9 @@ absl::Status StrictDriver::Unstage(Call&, const ::csi::v1::NodeUnstageVolumeRequ
   }
   if (!v->staged) return absl::OkStatus();  // not staged: idempotent
   if (v->staged->path != req.staging_target_path()) {
-    return Violation(rpc, id,
-                     StrCat("NodeUnstageVolume at ", req.staging_target_path(), ", but the volume is staged at ",
-                            v->staged->path));
+    return Violation(
+        rpc, id,
+        StrCat("NodeUnstageVolume at ", req.staging_target_path(), ", but the volume is staged at ", v->staged->path));
   }
   BERTH_RETURN_IF_ERROR(UnmountStaging(*v, v->staged->path));
   v->staged.reset();
@@ -178,7 +178,8 @@ absl::Status StrictDriver::Publish(Call& call, const ::csi::v1::NodePublishVolum
   std::string source = VolumePath(*v);
   if (options_.stage_unstage) {
     if (req.staging_target_path().empty()) {
-      return Violation(rpc, id, "staging_target_path is not set, but the driver has STAGE_UNSTAGE_VOLUME (it MUST be set)");
+      return Violation(rpc, id,
+                       "staging_target_path is not set, but the driver has STAGE_UNSTAGE_VOLUME (it MUST be set)");
     }
     if (!v->staged) return Violation(rpc, id, "NodePublishVolume before NodeStageVolume succeeded");
     if (v->staged->path != req.staging_target_path()) {
@@ -194,9 +195,9 @@ absl::Status StrictDriver::Publish(Call& call, const ::csi::v1::NodePublishVolum
     source = v->block ? v->staged->path + "/dev" : v->staged->path;
   }
   if (KindOf(Parent(target)) != Kind::kDirectory) {
-    return Violation(rpc, id,
-                     StrCat("the parent directory of target_path ", target,
-                            " does not exist (the CO SHALL ensure that it exists)"));
+    return Violation(
+        rpc, id,
+        StrCat("the parent directory of target_path ", target, " does not exist (the CO SHALL ensure that it exists)"));
   }
   if (auto it = v->targets.find(target); it != v->targets.end()) {
     const Target& t = it->second;
@@ -219,8 +220,10 @@ absl::Status StrictDriver::Publish(Call& call, const ::csi::v1::NodePublishVolum
     }
   }
   BERTH_RETURN_IF_ERROR(MountTarget(*v, source, target, req.readonly()));
-  v->targets[target] = Target{.staging = req.staging_target_path(), .readonly = req.readonly(),
-                              .capability = req.volume_capability(), .confirmed = true};
+  v->targets[target] = Target{.staging = req.staging_target_path(),
+                              .readonly = req.readonly(),
+                              .capability = req.volume_capability(),
+                              .confirmed = true};
   call.confirmed = target;
   return Save();
 }
@@ -255,7 +258,8 @@ absl::Status StrictDriver::Stats(Call&, const ::csi::v1::NodeGetVolumeStatsReque
                             " is set, but the driver has no STAGE_UNSTAGE_VOLUME (it must then be empty)"));
   }
   if (!staging.empty() && v->staged && v->staged->path != staging) {
-    return Violation(rpc, id, StrCat("staging_target_path ", staging, " is not where the volume is staged (", v->staged->path, ")"));
+    return Violation(
+        rpc, id, StrCat("staging_target_path ", staging, " is not where the volume is staged (", v->staged->path, ")"));
   }
   const bool known = (v->staged && v->staged->path == req.volume_path()) || v->targets.contains(req.volume_path());
   if (!known) {
@@ -300,11 +304,13 @@ absl::Status StrictDriver::NodeExpand(Call&, const ::csi::v1::NodeExpandVolumeRe
       return Violation(rpc, id, "NodeExpandVolume before NodeStageVolume succeeded (it MUST come after)");
     }
     if (!staging.empty() && staging != v->staged->path) {
-      return Violation(rpc, id, StrCat("staging_target_path ", staging, " is not where the volume is staged (",
-                                       v->staged->path, ")"));
+      return Violation(
+          rpc, id,
+          StrCat("staging_target_path ", staging, " is not where the volume is staged (", v->staged->path, ")"));
     }
   } else {
-    if (v->targets.empty()) return Violation(rpc, id, "NodeExpandVolume before NodePublishVolume succeeded (it MUST come after)");
+    if (v->targets.empty())
+      return Violation(rpc, id, "NodeExpandVolume before NodePublishVolume succeeded (it MUST come after)");
     if (!staging.empty()) {
       return Violation(rpc, id,
                        StrCat("staging_target_path ", staging,
@@ -312,7 +318,8 @@ absl::Status StrictDriver::NodeExpand(Call&, const ::csi::v1::NodeExpandVolumeRe
     }
   }
   const bool known = (v->staged && v->staged->path == req.volume_path()) || v->targets.contains(req.volume_path());
-  if (!known) return absl::NotFoundError(StrCat("volume ", id, " is neither staged nor published at ", req.volume_path()));
+  if (!known)
+    return absl::NotFoundError(StrCat("volume ", id, " is neither staged nor published at ", req.volume_path()));
   const int64_t want = req.capacity_range().required_bytes();
   if (options_.expand && want > v->capacity) {
     return Violation(rpc, id,

@@ -120,7 +120,7 @@ absl::Status AddMounts(const ContainerInputs& in, const json& c, v1::ContainerCo
       host = StrCat(v->second.path, "/", sub);
       std::error_code ec;
       if (!std::filesystem::exists(host, ec)) {
-        if (v->second.read_only || m.value("readOnly", false)) {
+        if (v->second.read_only) {
           return absl::NotFoundError(StrCat("subPath \"", sub, "\" does not exist in read-only volume \"", vname, "\""));
         }
         BERTH_RETURN_IF_ERROR(MakeDirs(host, 0750));

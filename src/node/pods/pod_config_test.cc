@@ -56,8 +56,7 @@ TEST(PodConfigTest, SandboxCarriesThePodsIdentity) {
   EXPECT_THAT(c.linux().security_context().supplemental_groups(), ::testing::ElementsAre(3000));
 }
 
-// DISABLED: the pods branch landed mid-work; this test fails on the merged tree (next session).
-TEST(PodConfigTest, DISABLED_ContainerAsKubeletBuildsIt) {
+TEST(PodConfigTest, ContainerAsKubeletBuildsIt) {
   berth::testing::TempDir dir;
   std::filesystem::create_directories(dir.Join("vol"));
   const json pod = Pod();

@@ -110,7 +110,8 @@ json ContainerStatuses(const StatusInputs& in, const json& specs, const json& ol
     const json* old = StatusByName(old_statuses, cs.name);
     json converted = ConvertContainer(cs, old, in.runtime_name);
     if (seen[cs.name] == 0) {
-      if (is_init && cs.exited() && cs.exit_code == 0) converted["ready"] = true;
+      // An init container is ready once it succeeded, not while it runs.
+      if (is_init) converted["ready"] = cs.exited() && cs.exit_code == 0;
       it->second = std::move(converted);
     } else {
       it->second["lastState"] = converted["state"];

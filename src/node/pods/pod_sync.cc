@@ -14,6 +14,7 @@
 #include "common/fs.h"
 #include "common/status.h"
 #include "common/strings.h"
+#include "node/pods/admission.h"
 #include "node/pods/pod_actions.h"
 #include "node/pods/pod_workers.h"
 #include "spdlog/spdlog.h"
@@ -189,6 +190,7 @@ absl::Status PodWorkers::SyncPod(const std::string& uid) {
     absl::MutexLock lock(&mu_);
     states_.erase(uid);
     for (auto it = backoffs_.lower_bound(uid + "/"); it != backoffs_.end() && absl::StartsWith(it->first, uid + "/");) {
+      crash_backoff_.Forget(it->first);
       it = backoffs_.erase(it);
     }
     for (const auto& c : rp.containers) exits_.erase(c.id);
@@ -207,10 +209,26 @@ absl::Status PodWorkers::SyncPod(const std::string& uid) {
     return absl::OkStatus();
   }
 
+  // Admission: a pod asking for what this node cannot do fails at once.
+  if (rp.empty()) {
+    if (auto unsupported = UnsupportedPodFields(*pod); !unsupported.empty()) {
+      std::string message = "berth's node agent cannot run this pod: ";
+      for (size_t i = 0; i < unsupported.size(); ++i) message += (i ? ", " : "") + unsupported[i];
+      events_.Record(*pod, "Warning", "UnsupportedPodSpec", message);
+      save(false);
+      volumes_.Wake();
+      return client::EditStatus(registry_, client::K("pods"), *pod, [&](json& status) {
+        status["phase"] = "Failed";
+        status["reason"] = "UnsupportedPodSpec";
+        status["message"] = message;
+        if (!status.contains("startTime")) status["startTime"] = ApiTime(clock_.Now());
+      });
+    }
+  }
   if (!volumes_.PodVolumesReady(uid)) {
     WriteStatus(*pod, rp, state, false);
     save(rp.AnyRunning());
-    EnqueueAt(uid, clock_.Now() + absl::Seconds(1));
+    EnqueueAt(uid, clock_.Now() + options_.volume_poll);
     return absl::OkStatus();
   }
   absl::Status st = RunPod(*pod, rp, state);

@@ -37,6 +37,8 @@ PodWorkers::PodWorkers(apiserver::Registry& registry, cri::Runtime& runtime, Pod
       options_(std::move(options)),
       clock_(options_.clock != nullptr ? *options_.clock : RealClock()),
       events_(registry, "kubelet"),
+      crash_backoff_(ItemBackoff::Options{.base = options_.backoff_initial, .max = options_.backoff_max, .jitter = 0},
+                     [] { return 0.5; }),
       queue_(client::WorkQueue::Options{.base_delay = absl::Milliseconds(200), .max_delay = absl::Seconds(10)}) {}
 
 PodWorkers::~PodWorkers() { Stop(); }
@@ -164,6 +166,7 @@ void PodWorkers::WorkerLoop() {
     {
       absl::MutexLock lock(&mu_);
       syncing_.erase(*uid);
+      synced_at_[*uid] = ++sync_seq_;
     }
     if (st.ok()) {
       queue_.Forget(*uid);
@@ -172,6 +175,7 @@ void PodWorkers::WorkerLoop() {
       queue_.AddRateLimited(*uid);
     }
     queue_.Done(*uid);
+    if (options_.after_sync_for_test) options_.after_sync_for_test(*uid);
   }
 }
 
@@ -200,6 +204,11 @@ void PodWorkers::Relist() {
     }
     absl::MutexLock lock(&mu_);
     runtime_name_ = version->runtime_name();
+  }
+  uint64_t listed_at;
+  {
+    absl::MutexLock lock(&mu_);
+    listed_at = sync_seq_;
   }
   cri::v1::PodSandboxFilter sandbox_filter;
   (*sandbox_filter.mutable_label_selector())[kNodeLabel] = options_.node_name;
@@ -242,9 +251,19 @@ void PodWorkers::Relist() {
       if (!now_seen.count(uid)) changed.push_back(uid);
     }
     seen_ = std::move(now_seen);
-    // Pods being synced keep their own view until the sync ends.
+    // Pods being synced, or synced since the listing, keep that sync's view.
     for (const auto& uid : syncing_) {
       if (running_.count(uid)) running.insert(uid);
+    }
+    for (auto it = synced_at_.begin(); it != synced_at_.end();) {
+      if (it->second > listed_at) {
+        running_.count(it->first) ? (void)running.insert(it->first) : (void)running.erase(it->first);
+        ++it;
+      } else if (!seen_.count(it->first) && !keys_.count(it->first)) {
+        it = synced_at_.erase(it);  // gone for good
+      } else {
+        ++it;
+      }
     }
     running_ = std::move(running);
     relisted_ = relisted_ || synced;
@@ -277,21 +296,13 @@ bool PodWorkers::InBackoff(const std::string& key, absl::Time since, absl::Durat
 
 void PodWorkers::NextBackoff(const std::string& key, absl::Time since) {
   absl::MutexLock lock(&mu_);
-  auto it = backoffs_.find(key);
-  if (it == backoffs_.end()) {
-    it = backoffs_
-             .emplace(key, CrashBackoff{.backoff = Backoff({.initial = options_.backoff_initial,
-                                                            .max = options_.backoff_max,
-                                                            .multiplier = 2.0,
-                                                            .jitter = 0}),
-                                        .current = absl::ZeroDuration(),
-                                        .last_update = absl::InfinitePast()})
-             .first;
-  } else if (since - it->second.last_update > 2 * options_.backoff_max) {
-    it->second.backoff.Reset();
+  CrashBackoff& b = backoffs_[key];
+  // Stable for twice the maximum since the last backoff: start over.
+  if (b.last_update != absl::InfinitePast() && since - b.last_update > 2 * options_.backoff_max) {
+    crash_backoff_.Forget(key);
   }
-  it->second.current = it->second.backoff.Next();
-  it->second.last_update = clock_.Now();
+  b.current = crash_backoff_.When(key);
+  b.last_update = clock_.Now();
 }
 
 }  // namespace berth::node::pods

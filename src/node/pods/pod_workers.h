@@ -43,6 +43,7 @@
 // Thread-safety: Start/Stop from one thread; the rest is thread-safe.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -89,7 +90,9 @@ class PodWorkers {
     std::string host_ip{};   // status.hostIP ("" : unset)
     int workers = 8;
     absl::Duration relist_period = absl::Seconds(1);
-    absl::Duration resync = absl::Seconds(10);
+    absl::Duration resync = absl::Minutes(1);  // kubelet's --sync-frequency
+    // While a pod waits for its volumes, how often it looks again.
+    absl::Duration volume_poll = absl::Milliseconds(250);
     absl::Duration backoff_initial = absl::Seconds(10);
     absl::Duration backoff_max = absl::Minutes(5);
     // Container logs larger than this are rotated (kubelet's
@@ -98,6 +101,8 @@ class PodWorkers {
     int log_max_files = 5;
     absl::Duration log_rotation_period = absl::Seconds(10);
     Clock* clock = nullptr;  // nullptr: RealClock()
+    // TEST ONLY: called after each sync of a pod, with its uid.
+    std::function<void(const std::string& pod_uid)> after_sync_for_test = nullptr;
   };
 
   PodWorkers(apiserver::Registry& registry, cri::Runtime& runtime, PodVolumes& volumes, Options options);
@@ -122,12 +127,11 @@ class PodWorkers {
   std::string runtime_name() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
-  // The crash-loop (and image pull) backoff of one container (kubelet's
-  // flowcontrol.Backoff entry), on berth's Backoff without jitter.
+  // Where a key's crash-loop (or image pull) backoff stands (kubelet's
+  // flowcontrol.Backoff entry); the delays come from crash_backoff_.
   struct CrashBackoff {
-    Backoff backoff;
-    absl::Duration current{};
-    absl::Time last_update{};
+    absl::Duration current = absl::ZeroDuration();
+    absl::Time last_update = absl::InfinitePast();
   };
   // What the agent remembers of a pod between syncs.
   struct PodState {
@@ -176,6 +180,9 @@ class PodWorkers {
   const Options options_;
   Clock& clock_;
   client::EventRecorder events_;
+  // The crash-loop and image pull delays: berth's per-key backoff, without
+  // jitter (kubelet's has none), base backoff_initial, cap backoff_max.
+  ItemBackoff crash_backoff_;
   std::unique_ptr<client::Informer> pods_;
   client::WorkQueue queue_;
   std::thread relister_;
@@ -190,6 +197,10 @@ class PodWorkers {
   std::map<std::string, PodState> states_ ABSL_GUARDED_BY(mu_);    // uid →
   std::set<std::string> syncing_ ABSL_GUARDED_BY(mu_);
   std::set<std::string> running_ ABSL_GUARDED_BY(mu_);  // pods with a running container or ready sandbox
+  // Syncs end in this order: a relist listed before a pod's last sync ended
+  // does not overwrite what that sync saw.
+  uint64_t sync_seq_ ABSL_GUARDED_BY(mu_) = 0;
+  std::map<std::string, uint64_t> synced_at_ ABSL_GUARDED_BY(mu_);
   // The last relist: uid → a digest of its runtime objects and their states.
   std::map<std::string, std::string> seen_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, CrashBackoff> backoffs_ ABSL_GUARDED_BY(mu_);

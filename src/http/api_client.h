@@ -16,7 +16,7 @@
 #include "absl/time/time.h"
 #include "nlohmann/json.hpp"
 
-namespace berth::apiserver {
+namespace berth::http {
 
 struct ApiResponse {
   int code = 0;
@@ -28,10 +28,6 @@ class ApiClient {
  public:
   // The unix socket <data_dir>/api.sock.
   static absl::StatusOr<std::unique_ptr<ApiClient>> ForDataDir(const std::string& data_dir);
-  // The current context of a kubeconfig: server https://HOST:PORT verified
-  // against certificate-authority-data (or certificate-authority), and a
-  // bearer token.
-  static absl::StatusOr<std::unique_ptr<ApiClient>> ForKubeconfig(const std::string& path);
   // Explicit transports (tests, benchmarks).
   static std::unique_ptr<ApiClient> ForUnixSocket(const std::string& socket_path);
   // HTTPS to host:port trusting `ca_pem`.
@@ -55,6 +51,7 @@ class ApiClient {
 
   // The default namespace of the kubeconfig context ("default").
   const std::string& default_namespace() const { return namespace_; }
+  void set_default_namespace(std::string ns) { namespace_ = std::move(ns); }
 
  private:
   ApiClient() = default;
@@ -73,4 +70,4 @@ class ApiClient {
 // Error text of a failed response: the Status message, else the body.
 std::string ErrorMessage(const ApiResponse& response);
 
-}  // namespace berth::apiserver
+}  // namespace berth::http

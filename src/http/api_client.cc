@@ -1,4 +1,4 @@
-#include "apiserver/client.h"
+#include "http/api_client.h"
 
 #include <boost/asio/connect.hpp>
 #include <boost/asio/io_context.hpp>
@@ -9,17 +9,16 @@
 #include <boost/beast/http.hpp>
 
 #include "absl/strings/escaping.h"
-#include "api/codec.h"
 #include "common/fs.h"
 #include "common/status.h"
 #include "common/strings.h"
 
-namespace berth::apiserver {
+namespace berth::http {
 namespace {
 
 namespace asio = boost::asio;
 namespace beast = boost::beast;
-namespace http = boost::beast::http;
+namespace bhttp = boost::beast::http;
 
 }  // namespace
 
@@ -59,52 +58,6 @@ absl::StatusOr<std::unique_ptr<ApiClient>> ApiClient::ForDataDir(const std::stri
   return ForUnixSocket(StrCat(data_dir, "/api.sock"));
 }
 
-absl::StatusOr<std::unique_ptr<ApiClient>> ApiClient::ForKubeconfig(const std::string& path) {
-  BERTH_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
-  auto docs = api::DecodeManifests(text);
-  if (!docs.ok() || docs->size() != 1) {
-    return absl::InvalidArgumentError(StrCat(path, ": not a kubeconfig"));
-  }
-  const nlohmann::json& cfg = (*docs)[0];
-  const std::string current = cfg.value("current-context", "");
-  auto named = [&](const char* list, const std::string& name) -> nlohmann::json {
-    if (cfg.contains(list) && cfg[list].is_array()) {
-      for (const auto& e : cfg[list]) {
-        if (e.is_object() && e.value("name", "") == name) return e;
-      }
-    }
-    return nlohmann::json::object();
-  };
-  nlohmann::json ctx = named("contexts", current).value("context", nlohmann::json::object());
-  nlohmann::json cluster = named("clusters", ctx.value("cluster", "")).value("cluster", nlohmann::json::object());
-  nlohmann::json user = named("users", ctx.value("user", "")).value("user", nlohmann::json::object());
-  const std::string server = cluster.value("server", "");
-  constexpr std::string_view kHttp = "https://";
-  if (!server.starts_with(kHttp)) {
-    return absl::InvalidArgumentError(StrCat(path, ": server \"", server, "\" is not https://host:port"));
-  }
-  std::string ca_pem;
-  if (std::string data = cluster.value("certificate-authority-data", ""); !data.empty()) {
-    if (!absl::Base64Unescape(data, &ca_pem)) {
-      return absl::InvalidArgumentError(StrCat(path, ": certificate-authority-data is not base64"));
-    }
-  } else if (std::string file = cluster.value("certificate-authority", ""); !file.empty()) {
-    BERTH_ASSIGN_OR_RETURN(ca_pem, ReadFile(file));
-  } else {
-    return absl::InvalidArgumentError(StrCat(path, ": the cluster has no certificate-authority(-data)"));
-  }
-  std::string hostport = server.substr(kHttp.size());
-  if (size_t slash = hostport.find('/'); slash != std::string::npos) hostport.resize(slash);
-  size_t colon = hostport.rfind(':');
-  int port = 0;
-  if (colon == std::string::npos || !absl::SimpleAtoi(hostport.substr(colon + 1), &port)) {
-    return absl::InvalidArgumentError(StrCat(path, ": server \"", server, "\" has no port"));
-  }
-  auto c = ForTcp(hostport.substr(0, colon), port, ca_pem, user.value("token", ""));
-  if (std::string ns = ctx.value("namespace", ""); !ns.empty()) c->namespace_ = ns;
-  return c;
-}
-
 absl::StatusOr<std::unique_ptr<ApiClient::Conn>> ApiClient::Connect() {
   auto conn = std::make_unique<Conn>();
   boost::system::error_code ec;
@@ -136,12 +89,12 @@ absl::StatusOr<std::unique_ptr<ApiClient::Conn>> ApiClient::Connect() {
 absl::StatusOr<ApiResponse> ApiClient::Call(const std::string& method, const std::string& target,
                                             const std::string& body, const std::string& content_type,
                                             const std::string& accept) {
-  http::request<http::string_body> req{http::string_to_verb(method), target, 11};
-  req.set(http::field::host, "berth");
-  req.set(http::field::accept, accept);
-  req.set(http::field::user_agent, "berth-cli");
-  if (!token_.empty()) req.set(http::field::authorization, StrCat("Bearer ", token_));
-  if (!body.empty()) req.set(http::field::content_type, content_type);
+  bhttp::request<bhttp::string_body> req{bhttp::string_to_verb(method), target, 11};
+  req.set(bhttp::field::host, "berth");
+  req.set(bhttp::field::accept, accept);
+  req.set(bhttp::field::user_agent, "berth-cli");
+  if (!token_.empty()) req.set(bhttp::field::authorization, StrCat("Bearer ", token_));
+  if (!body.empty()) req.set(bhttp::field::content_type, content_type);
   req.body() = body;
   req.prepare_payload();
   req.keep_alive(true);
@@ -152,17 +105,17 @@ absl::StatusOr<ApiResponse> ApiClient::Call(const std::string& method, const std
       BERTH_ASSIGN_OR_RETURN(conn_, Connect());
     }
     boost::system::error_code ec;
-    conn_->With([&](auto& sock) { http::write(sock, req, ec); });
-    http::response_parser<http::string_body> parser;
+    conn_->With([&](auto& sock) { bhttp::write(sock, req, ec); });
+    bhttp::response_parser<bhttp::string_body> parser;
     parser.body_limit(std::numeric_limits<std::uint64_t>::max());
-    if (!ec) conn_->With([&](auto& sock) { http::read(sock, conn_->buffer, parser, ec); });
+    if (!ec) conn_->With([&](auto& sock) { bhttp::read(sock, conn_->buffer, parser, ec); });
     if (ec) {
       conn_.reset();
       if (attempt == 0) continue;
       return absl::UnavailableError(StrCat("berth API connection failed: ", ec.message()));
     }
     auto res = parser.release();
-    ApiResponse out{static_cast<int>(res.result_int()), std::string(res[http::field::content_type]),
+    ApiResponse out{static_cast<int>(res.result_int()), std::string(res[bhttp::field::content_type]),
                     std::move(res.body())};
     if (!res.keep_alive()) conn_.reset();
     return out;
@@ -173,25 +126,25 @@ absl::StatusOr<ApiResponse> ApiClient::Call(const std::string& method, const std
 absl::StatusOr<ApiResponse> ApiClient::Stream(const std::string& target, const std::string& accept,
                                               const std::function<bool(const std::string&)>& on_line) {
   BERTH_ASSIGN_OR_RETURN(std::unique_ptr<Conn> conn, Connect());
-  http::request<http::empty_body> req{http::verb::get, target, 11};
-  req.set(http::field::host, "berth");
-  req.set(http::field::accept, accept);
-  if (!token_.empty()) req.set(http::field::authorization, StrCat("Bearer ", token_));
+  bhttp::request<bhttp::empty_body> req{bhttp::verb::get, target, 11};
+  req.set(bhttp::field::host, "berth");
+  req.set(bhttp::field::accept, accept);
+  if (!token_.empty()) req.set(bhttp::field::authorization, StrCat("Bearer ", token_));
   boost::system::error_code ec;
-  conn->With([&](auto& sock) { http::write(sock, req, ec); });
+  conn->With([&](auto& sock) { bhttp::write(sock, req, ec); });
   if (ec) return absl::UnavailableError(StrCat("berth API connection failed: ", ec.message()));
-  http::response_parser<http::string_body> parser;
+  bhttp::response_parser<bhttp::string_body> parser;
   parser.body_limit(std::numeric_limits<std::uint64_t>::max());
-  conn->With([&](auto& sock) { http::read_header(sock, conn->buffer, parser, ec); });
+  conn->With([&](auto& sock) { bhttp::read_header(sock, conn->buffer, parser, ec); });
   if (ec) return absl::UnavailableError(StrCat("berth API connection failed: ", ec.message()));
-  ApiResponse out{static_cast<int>(parser.get().result_int()), std::string(parser.get()[http::field::content_type]), ""};
+  ApiResponse out{static_cast<int>(parser.get().result_int()), std::string(parser.get()[bhttp::field::content_type]), ""};
   if (out.code != 200) {
-    conn->With([&](auto& sock) { http::read(sock, conn->buffer, parser, ec); });
+    conn->With([&](auto& sock) { bhttp::read(sock, conn->buffer, parser, ec); });
     out.body = parser.get().body();
     return out;
   }
   while (!parser.is_done()) {
-    conn->With([&](auto& sock) { http::read_some(sock, conn->buffer, parser, ec); });
+    conn->With([&](auto& sock) { bhttp::read_some(sock, conn->buffer, parser, ec); });
     if (ec) break;
     std::string& body = parser.get().body();
     size_t start = 0, nl;
@@ -212,4 +165,4 @@ std::string ErrorMessage(const ApiResponse& response) {
   return StrCat("HTTP ", response.code, ": ", response.body);
 }
 
-}  // namespace berth::apiserver
+}  // namespace berth::http

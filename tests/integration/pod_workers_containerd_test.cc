@@ -1,0 +1,272 @@
+// The pod workers against a real containerd (root; containerd, runc, the CNI
+// plugins) with objects in a real store and time on a FakeClock: the
+// crash-loop backoff of an OnFailure pod grows 10 s → 20 s → 40 s on the
+// fake clock, exit 3 with restartPolicy Never fails the pod with exit code 3
+// and releases its sandbox, a graceful deletion runs the container's SIGTERM
+// trap before the workers report that nothing runs, and a restarted agent
+// adopts the running sandboxes (never a second one) and removes those of
+// pods deleted while it was down.
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+
+#include "absl/strings/match.h"
+#include "apiserver/registry.h"
+#include "client/object.h"
+#include "common/clock.h"
+#include "common/testing/eventually.h"
+#include "common/testing/temp_dir.h"
+#include "cri/testing/containerd.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "node/pods/pod_workers.h"
+#include "store/store.h"
+
+namespace berth::node::pods {
+namespace {
+
+using berth::testing::Eventually;
+using client::K;
+using nlohmann::json;
+using ::testing::HasSubstr;
+
+constexpr char kNode[] = "n1";
+
+class FakeVolumes : public PodVolumes {
+ public:
+  bool PodVolumesReady(const std::string&) override { return true; }
+  std::map<std::string, VolumePath> PodVolumePaths(const std::string&) override { return {}; }
+  void Wake() override { ++wakes; }
+  std::atomic<int> wakes{0};
+};
+
+class PodWorkersContainerdTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (std::string why = cri::testing::TestContainerd::Unavailable(); !why.empty()) GTEST_SKIP() << why;
+    ctd_ = std::make_unique<cri::testing::TestContainerd>("10.213.1.0/24");
+    absl::Status st = ctd_->Start();
+    ASSERT_TRUE(st.ok()) << st << "\n" << ctd_->Log();
+    store_ = std::move(*store::Store::Open({.path = dir_.Join("state.db")}));
+    registry_ = std::make_unique<apiserver::Registry>(*store_);
+    ASSERT_TRUE(registry_->Bootstrap().ok());
+  }
+  void TearDown() override {
+    if (workers_) workers_->Stop();
+    workers_.reset();
+  }
+
+  void StartWorkers() {
+    PodWorkers::Options o;
+    o.node_name = kNode;
+    o.root = dir_.Join("root");
+    o.log_root = dir_.Join("logs");
+    o.workers = 2;
+    o.clock = &clock_;
+    o.after_sync_for_test = [this](const std::string&) { syncs_.fetch_add(1); };
+    workers_ = std::make_unique<PodWorkers>(*registry_, ctd_->runtime(), volumes_, o);
+    ASSERT_TRUE(workers_->Start().ok());
+  }
+  // Eventually, with the fake clock moving a second at a time (the relist
+  // that notices containers exiting runs on it).
+  template <class Pred>
+  bool EventuallyTicking(Pred pred, absl::Duration timeout = absl::Seconds(60)) {
+    return Eventually([&] {
+      if (pred()) return true;
+      clock_.Advance(absl::Seconds(1));
+      absl::SleepFor(absl::Milliseconds(50));
+      return pred();
+    }, timeout);
+  }
+  // Syncs the pod now and waits until a sync has finished.
+  void SyncNow(const std::string& uid) {
+    const int before = syncs_.load();
+    workers_->Enqueue(uid);
+    ASSERT_TRUE(Eventually([&] { return syncs_.load() > before; }, absl::Seconds(60)));
+  }
+
+  std::string CreatePod(const std::string& name, const std::string& policy, const std::string& script,
+                        json extra_spec = json::object()) {
+    json pod = {{"apiVersion", "v1"},
+                {"kind", "Pod"},
+                {"metadata", {{"name", name}, {"namespace", "default"}}},
+                {"spec",
+                 {{"nodeName", kNode},
+                  {"restartPolicy", policy},
+                  {"terminationGracePeriodSeconds", 5},
+                  {"containers", json::array({{{"name", "main"},
+                                               {"image", cri::kToolboxImage},
+                                               {"command", json::array({"/bin/sh", "-c", script})}}})}}}};
+    pod["spec"].update(extra_spec);
+    auto created = registry_->Create(K("pods"), "default", pod);
+    EXPECT_TRUE(created.ok()) << created.status();
+    return created.ok() ? client::Uid(*created) : "";
+  }
+  json Pod(const std::string& name) {
+    auto p = registry_->Get(K("pods"), "default", name);
+    return p.ok() ? *p : json();
+  }
+  json Main(const std::string& name) {
+    json statuses = Pod(name).value("status", json::object()).value("containerStatuses", json::array());
+    return statuses.empty() ? json::object() : statuses[0];
+  }
+  // The runtime's instances of the pod's containers.
+  std::vector<cri::v1::Container> Instances(const std::string& uid) {
+    cri::v1::ContainerFilter f;
+    (*f.mutable_label_selector())[kPodUidLabel] = uid;
+    auto list = ctd_->runtime().ListContainers(f);
+    return list.ok() ? *list : std::vector<cri::v1::Container>{};
+  }
+  std::vector<cri::v1::PodSandbox> Sandboxes(const std::string& uid) {
+    cri::v1::PodSandboxFilter f;
+    (*f.mutable_label_selector())[kPodUidLabel] = uid;
+    auto list = ctd_->runtime().ListPodSandbox(f);
+    return list.ok() ? *list : std::vector<cri::v1::PodSandbox>{};
+  }
+  bool NewestExited(const std::string& uid, int restarts) {
+    for (const auto& c : Instances(uid)) {
+      auto s = ctd_->runtime().ContainerStatus(c.id());
+      if (s.ok() && s->annotations().at(kRestartCountAnnotation) == std::to_string(restarts) &&
+          s->state() == cri::v1::CONTAINER_EXITED) {
+        return true;
+      }
+    }
+    return false;
+  }
+
+  berth::testing::TempDir dir_;
+  std::unique_ptr<cri::testing::TestContainerd> ctd_;
+  std::unique_ptr<store::Store> store_;
+  std::unique_ptr<apiserver::Registry> registry_;
+  FakeClock clock_;
+  FakeVolumes volumes_;
+  std::atomic<int> syncs_{0};
+  std::unique_ptr<PodWorkers> workers_;
+};
+
+TEST_F(PodWorkersContainerdTest, OnFailureRestartsWithAGrowingBackoffOnTheClock) {
+  StartWorkers();
+  const std::string uid = CreatePod("crasher", "OnFailure", "echo run; exit 1");
+  ASSERT_TRUE(Eventually([&] { return NewestExited(uid, 0); }, absl::Seconds(60))) << ctd_->Log();
+  // The first crash restarts at once (and starts a 10 s backoff).
+  SyncNow(uid);
+  ASSERT_TRUE(Eventually([&] { return NewestExited(uid, 1); }, absl::Seconds(60)));
+  absl::Duration backoff = absl::Seconds(10);
+  for (int restarts = 1; restarts <= 3; ++restarts, backoff *= 2) {
+    SyncNow(uid);
+    ASSERT_TRUE(Eventually([&] {
+      const json c = Main("crasher");
+      return c.value("restartCount", -1) == restarts && c.contains("state") && c["state"].contains("waiting") &&
+             c["state"]["waiting"].value("reason", "") == "CrashLoopBackOff";
+    })) << Main("crasher").dump();
+    EXPECT_THAT(Main("crasher")["state"]["waiting"].value("message", ""),
+                HasSubstr("back-off " + absl::FormatDuration(backoff) + " restarting failed container=main pod=crasher_default"));
+    EXPECT_EQ(Main("crasher")["lastState"]["terminated"]["exitCode"], 1);
+    EXPECT_EQ(Pod("crasher")["status"]["phase"], "Running");
+    // Not a moment before the backoff ends...
+    clock_.Advance(backoff - absl::Seconds(1));
+    SyncNow(uid);
+    EXPECT_FALSE(NewestExited(uid, restarts + 1));
+    EXPECT_EQ(Main("crasher")["restartCount"], restarts);
+    // ...and then again.
+    clock_.Advance(absl::Seconds(1));
+    ASSERT_TRUE(Eventually([&] { return NewestExited(uid, restarts + 1); }, absl::Seconds(60)));
+  }
+  // Dead instances are collected: the newest two stay.
+  EXPECT_LE(Instances(uid).size(), 2u);
+}
+
+TEST_F(PodWorkersContainerdTest, ExitThreeWithRestartPolicyNeverFailsThePod) {
+  StartWorkers();
+  const std::string uid = CreatePod("three", "Never", "echo bye; exit 3");
+  ASSERT_TRUE(EventuallyTicking([&] { return Pod("three")["status"].value("phase", "") == "Failed"; }))
+      << Pod("three").dump() << ctd_->Log();
+  const json t = Main("three")["state"]["terminated"];
+  EXPECT_EQ(t["exitCode"], 3);
+  EXPECT_EQ(t["reason"], "Error");
+  EXPECT_TRUE(absl::StartsWith(t.value("containerID", ""), "containerd://"));
+  EXPECT_FALSE(Pod("three")["status"].value("podIP", "").empty());
+  // Nothing runs any more: the sandbox is stopped, the volume manager told.
+  ASSERT_TRUE(EventuallyTicking([&] {
+    auto sbs = Sandboxes(uid);
+    return sbs.size() == 1 && sbs[0].state() == cri::v1::SANDBOX_NOTREADY && !workers_->CouldHaveRunningContainers(uid);
+  }));
+  EXPECT_GT(volumes_.wakes.load(), 0);
+  // The log stays for `logs` until the pod goes.
+  std::ifstream log(dir_.Join("logs/default_three_" + uid + "/main/0.log"));
+  std::string line;
+  std::getline(log, line);
+  EXPECT_THAT(line, HasSubstr(" stdout F bye"));
+}
+
+TEST_F(PodWorkersContainerdTest, GracefulDeletionRunsTheSigtermTrapThenReportsNothingRuns) {
+  StartWorkers();
+  const std::string shared = dir_.Join("shared");
+  const std::string uid = CreatePod(
+      "graceful", "Always", "trap 'echo last line > /shared/out; exit 0' TERM; echo up > /shared/out; while true; do sleep 1; done",
+      {{"volumes", json::array({{{"name", "shared"}, {"hostPath", {{"path", shared}, {"type", "DirectoryOrCreate"}}}}})},
+       {"containers", json::array({{{"name", "main"},
+                                    {"image", cri::kToolboxImage},
+                                    {"volumeMounts", json::array({{{"name", "shared"}, {"mountPath", "/shared"}}})},
+                                    {"command", json::array({"/bin/sh", "-c",
+                                                             "trap 'echo last line > /shared/out; exit 0' TERM; "
+                                                             "echo up > /shared/out; while true; do sleep 1; done"})}}})}});
+  ASSERT_TRUE(Eventually([&] { return Main("graceful").value("ready", false); }, absl::Seconds(60))) << Pod("graceful").dump();
+  ASSERT_TRUE(Eventually([&] {
+    std::ifstream in(shared + "/out");
+    std::string s;
+    return std::getline(in, s) && s == "up";
+  }));
+  EXPECT_TRUE(workers_->CouldHaveRunningContainers(uid));
+  // kubectl delete: the pod stays, Terminating, until the agent is done.
+  auto deleted = registry_->Delete(K("pods"), "default", "graceful", {});
+  ASSERT_TRUE(deleted.ok()) << deleted.status();
+  ASSERT_TRUE(client::Deleting(*deleted));
+  ASSERT_TRUE(Eventually([&] { return !workers_->CouldHaveRunningContainers(uid); }, absl::Seconds(60)));
+  std::ifstream in(shared + "/out");
+  std::string last;
+  std::getline(in, last);
+  EXPECT_EQ(last, "last line");
+  EXPECT_EQ(Main("graceful")["state"]["terminated"]["exitCode"], 0);
+  EXPECT_EQ(Pod("graceful")["status"]["phase"], "Succeeded");
+  // The object goes (the volume manager's final delete); so do the sandbox
+  // and the containers.
+  ASSERT_TRUE(registry_->Delete(K("pods"), "default", "graceful", {.uid = uid, .resource_version = std::nullopt,
+                                                                   .grace_period_seconds = 0})
+                  .ok());
+  ASSERT_TRUE(Eventually([&] { return Sandboxes(uid).empty() && Instances(uid).empty(); }, absl::Seconds(60)));
+  EXPECT_FALSE(std::filesystem::exists(dir_.Join("logs/default_graceful_" + uid)));
+}
+
+TEST_F(PodWorkersContainerdTest, ARestartedAgentAdoptsItsSandboxesAndRemovesThoseOfDeletedPods) {
+  StartWorkers();
+  const std::string kept = CreatePod("kept", "Always", "sleep 3600");
+  const std::string gone = CreatePod("gone", "Always", "sleep 3600");
+  ASSERT_TRUE(Eventually([&] { return Main("kept").value("ready", false) && Main("gone").value("ready", false); },
+                         absl::Seconds(60)));
+  const auto sandbox = Sandboxes(kept);
+  const auto container = Instances(kept);
+  ASSERT_EQ(sandbox.size(), 1u);
+  ASSERT_EQ(container.size(), 1u);
+  workers_->Stop();
+  workers_.reset();
+  // While the agent is down: one pod is force-deleted, containerd restarts.
+  ASSERT_TRUE(registry_->Delete(K("pods"), "default", "gone", {.uid = gone, .resource_version = std::nullopt,
+                                                              .grace_period_seconds = 0})
+                  .ok());
+  ASSERT_TRUE(ctd_->Restart().ok());
+  StartWorkers();
+  ASSERT_TRUE(EventuallyTicking([&] { return Sandboxes(gone).empty() && Instances(gone).empty(); }));
+  SyncNow(kept);
+  const auto sandbox_after = Sandboxes(kept);
+  const auto container_after = Instances(kept);
+  ASSERT_EQ(sandbox_after.size(), 1u);
+  EXPECT_EQ(sandbox_after[0].id(), sandbox[0].id());
+  ASSERT_EQ(container_after.size(), 1u);
+  EXPECT_EQ(container_after[0].id(), container[0].id());
+  EXPECT_EQ(Main("kept")["restartCount"], 0);
+  EXPECT_TRUE(Main("kept").value("ready", false));
+}
+
+}  // namespace
+}  // namespace berth::node::pods
