@@ -194,7 +194,12 @@ json EventJson(const api::KindInfo& kind, const std::string& type, const json& o
 }  // namespace
 
 bool ApiHandler::IsLongRunning(const HttpRequest& request) {
-  return request.method == "GET" && QueryTrue(request, "watch");
+  // kube-apiserver's long-running requests that berth serves: watches and
+  // followed logs (GET .../pods/NAME/log?follow=true).
+  if (request.method != "GET") return false;
+  if (QueryTrue(request, "watch")) return true;
+  return request.path.starts_with("/api/v1/namespaces/") && request.path.ends_with("/log") &&
+         request.path.find("/pods/") != std::string::npos && QueryTrue(request, "follow");
 }
 
 json StatusObject(const absl::Status& st) {

@@ -2,8 +2,8 @@
 // address parsing and the loopback rule, malformed requests, chunked
 // streams ended by shutdown; its limits (deadlines on a FakeClock, the
 // connection cap, in-flight limits and 429, fixed threads) and detached
-// streams. HTTPS with the bearer token (and the TLS handshake deadline) is
-// exercised through the API server (src/apiserver/control_plane_test.cc).
+// streams; HTTPS with the bearer token and the TLS handshake deadline (the
+// certificate made as the API server makes its own).
 #include "http/server.h"
 
 #include <arpa/inet.h>
@@ -23,11 +23,13 @@
 
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
+#include "apiserver/tls.h"
 #include "common/clock.h"
 #include "common/testing/eventually.h"
 #include "common/testing/temp_dir.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "openssl/ssl.h"
 
 namespace berth::http {
 namespace {
@@ -502,6 +504,62 @@ TEST_F(HttpLimitsTest, AClientThatStopsReadingIsClosedByTheWriteDeadline) {
   ASSERT_TRUE(Eventually([&] { return stream->Ended(); }));
   EXPECT_EQ(server->stats().timed_out, 1);
   ::close(fd);
+}
+
+TEST_F(HttpLimitsTest, TlsHandshakeMustFinishBeforeItsDeadlineAndTheTokenIsChecked) {
+  berth::testing::TempDir dir;
+  auto tls = apiserver::EnsureServingCertificate(dir.Join("tls"));
+  ASSERT_TRUE(tls.ok()) << tls.status();
+  HttpServer::Options o;
+  o.tcp_address = "127.0.0.1:0";
+  o.bearer_token = "secret-token";
+  o.tls_cert_file = tls->cert_file;
+  o.tls_key_file = tls->key_file;
+  o.limits.tls_handshake_timeout = absl::Seconds(10);
+  o.limits.header_timeout = absl::Seconds(30);
+  auto server = Start(o);
+  ASSERT_NE(server, nullptr);
+  // One client never says hello; another sends the start of a ClientHello
+  // record and stops.
+  const int silent = ConnectTcp(server->tcp_port());
+  const int partial = ConnectTcp(server->tcp_port());
+  SendAll(partial, std::string("\x16\x03\x01\x01\x00\x01", 6));
+  ASSERT_TRUE(clock_.BlockUntilTimers(2));
+  clock_.Advance(absl::Seconds(9));
+  EXPECT_FALSE(ClosedByServer(silent, absl::Milliseconds(200)));
+  EXPECT_FALSE(ClosedByServer(partial, absl::Milliseconds(10)));
+  clock_.Advance(absl::Seconds(1));
+  EXPECT_TRUE(ClosedByServer(silent));
+  EXPECT_TRUE(ClosedByServer(partial));
+  ::close(silent);
+  ::close(partial);
+  EXPECT_EQ(server->stats().timed_out, 2);
+
+  // A TLS client that completes its handshake is served, with the token
+  // only; the handshake's deadline no longer applies to it.
+  SSL_CTX* ctx = SSL_CTX_new(TLS_client_method());
+  ASSERT_NE(ctx, nullptr);
+  auto request = [&](const std::string& auth) {
+    const int fd = ConnectTcp(server->tcp_port());
+    SSL* ssl = SSL_new(ctx);
+    SSL_set_fd(ssl, fd);
+    std::string out;
+    if (SSL_connect(ssl) == 1) {
+      const std::string req = "GET /tls HTTP/1.1\r\nHost: x\r\n" + auth + "Connection: close\r\n\r\n";
+      SSL_write(ssl, req.data(), static_cast<int>(req.size()));
+      char buf[4096];
+      int n;
+      while ((n = SSL_read(ssl, buf, sizeof(buf))) > 0) out.append(buf, static_cast<size_t>(n));
+    }
+    SSL_free(ssl);
+    ::close(fd);
+    return out;
+  };
+  EXPECT_THAT(request("Authorization: Bearer secret-token\r\n"), HasSubstr("GET /tls -\n"));
+  EXPECT_THAT(request("Authorization: Bearer wrong\r\n"), StartsWith("HTTP/1.1 401"));
+  EXPECT_THAT(request(""), StartsWith("HTTP/1.1 401"));
+  SSL_CTX_free(ctx);
+  EXPECT_EQ(server->stats().timed_out, 2);
 }
 
 TEST(ParseRequestTest, QueryAndPathDecoding) {
