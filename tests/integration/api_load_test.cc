@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <iostream>
 #include <fstream>
 #include <thread>
 #include <vector>
@@ -131,8 +132,9 @@ class ApiLoadTest : public BerthUpFixture {
 TEST_F(ApiLoadTest, FloodOfIdleAndSlowHeaderTlsConnectionsLeavesKubectlServedAndIsClosedByDeadlines) {
   const std::string timeout = std::to_string(kHeaderTimeoutSeconds) + "s";
   api_address_ = "127.0.0.1:0";
-  StartUp({"--api-max-connections", "4000", "--api-request-header-timeout", timeout, "--api-tls-handshake-timeout",
-           timeout, "--api-idle-timeout", timeout});
+  // The storage side alone (no container runtime): the API server is what is under test.
+  StartUp({"--runtime", "none", "--api-max-connections", "4000", "--api-request-header-timeout", timeout,
+           "--api-tls-handshake-timeout", timeout, "--api-idle-timeout", timeout});
   const int port = ApiPort();
   ASSERT_GT(port, 0);
   // kubectl's discovery cache, so the timings below are of `get pv` alone.
@@ -186,6 +188,7 @@ TEST_F(ApiLoadTest, FloodOfIdleAndSlowHeaderTlsConnectionsLeavesKubectlServedAnd
     EXPECT_EQ(r.exit_code, 0) << r;
     EXPECT_LT(took, absl::Seconds(1)) << "kubectl get pv took " << took;
     EXPECT_LT(Threads(up_->pid()), 256);
+    std::cerr << "[ kubectl  ] get pv with the flood held: " << absl::FormatDuration(took) << "\n";
   }
   std::cerr << "[ threads  ] berth up with " << tls_.size() << " connections held: " << Threads(up_->pid()) << "\n";
   // Still within the deadline: nothing of ours was closed yet.
@@ -217,6 +220,9 @@ TEST_F(ApiLoadTest, FloodOfIdleAndSlowHeaderTlsConnectionsLeavesKubectlServedAnd
   stop = true;
   dribbler.join();
   EXPECT_EQ(closed, fds.size()) << "connections the server left open";
+  std::cerr << "[ closed   ] " << closed << " of " << fds.size() << " connections by the server, the last "
+            << absl::FormatDuration(absl::Now() - flood_ready) << " after the flood was open (deadlines "
+            << kHeaderTimeoutSeconds << " s)\n";
   // And it still serves.
   CommandResult r;
   EXPECT_LT(KubectlGetPv(&r), absl::Seconds(1));
