@@ -49,9 +49,10 @@ class ApiHandler {
 
   void Handle(const HttpRequest& request, ResponseWriter& out);
 
-  // Requests that stream for long (watches): the HTTP server exempts them
-  // from its in-flight limits; Handle() detaches their streams to the
-  // WatchHub, so none holds a handler thread.
+  // Requests that stream for long (watches, followed pod logs): the HTTP
+  // server exempts them from its in-flight limits; Handle() detaches watch
+  // streams to the WatchHub (and pods/log hands followed logs to its own
+  // thread), so none holds a handler thread.
   static bool IsLongRunning(const HttpRequest& request);
   size_t watches() const { return watches_.size(); }
 

@@ -216,6 +216,21 @@ TEST_F(HandlerTest, ListAsTableAndAcrossNamespaces) {
   EXPECT_EQ(Do("GET", std::string(kClaims) + "?labelSelector=a%20in%20(").code, 400);
 }
 
+TEST(ApiHandlerLongRunningTest, WatchesAndFollowedLogsAreLongRunning) {
+  auto long_running = [](const std::string& method, const std::string& target) {
+    auto req = http::ParseRequest(method + " " + target + " HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n");
+    EXPECT_TRUE(req.ok()) << target;
+    return req.ok() && ApiHandler::IsLongRunning(*req);
+  };
+  EXPECT_TRUE(long_running("GET", "/api/v1/persistentvolumes?watch=1"));
+  EXPECT_TRUE(long_running("GET", "/api/v1/namespaces/default/pods?watch=true&resourceVersion=5"));
+  EXPECT_TRUE(long_running("GET", "/api/v1/namespaces/default/pods/web/log?follow=true&container=c"));
+  EXPECT_FALSE(long_running("GET", "/api/v1/namespaces/default/pods/web/log"));
+  EXPECT_FALSE(long_running("GET", "/api/v1/namespaces/default/pods/web/log?follow=false"));
+  EXPECT_FALSE(long_running("GET", "/api/v1/persistentvolumes"));
+  EXPECT_FALSE(long_running("POST", "/api/v1/namespaces/default/pods?watch=1"));
+}
+
 TEST_F(HandlerTest, WatchStreamsEventsInOrderAndExpiredIs410) {
   ASSERT_EQ(Do("POST", kClaims, Claim("a")).code, 201);
   std::string rv = Do("GET", kClaims).Json()["metadata"]["resourceVersion"];
