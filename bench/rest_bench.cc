@@ -141,7 +141,7 @@ int main(int argc, char** argv) {
     // Creates over HTTPS + token (kubectl's path), 8 clients.
     {
       const int n = std::min(total / 10, 10000);
-      double rate = CreateRate([&] { return std::move(*ApiClientForKubeconfig(kubeconfig)); }, "tls", n, 8);
+      double rate = CreateRate([&] { return std::move(*berth::apiserver::ApiClientForKubeconfig(kubeconfig)); }, "tls", n, 8);
       std::printf("durable creates via HTTPS (8 clients, %d objects): %.0f/s\n", n, rate);
     }
     // Creates over the unix socket, 8 clients, up to `total` objects.

@@ -339,6 +339,11 @@ void ApiHandler::Handle(const HttpRequest& req, ResponseWriter& out) {
     if (auto it = req.query.find("resourceVersion"); it != req.query.end()) rv = it->second;
     auto stream = registry_.Watch(kind, ns, rv, opts->labels);
     if (!stream.ok()) return SendError(out, stream.status());
+    // The registry's watches are the store's own watchers, which can wake
+    // the hub when they queue an event.
+    std::unique_ptr<store::Watcher> watcher(dynamic_cast<store::Watcher*>(stream->watcher.get()));
+    if (watcher == nullptr) return SendError(out, absl::InternalError("the registry's watch cannot notify the watch hub"));
+    (void)stream->watcher.release();
     absl::Duration limit = options_.max_watch;
     if (auto it = req.query.find("timeoutSeconds"); it != req.query.end()) {
       int64_t secs = 0;
@@ -351,7 +356,7 @@ void ApiHandler::Handle(const HttpRequest& req, ResponseWriter& out) {
     if (detached == nullptr) return;
     WatchHub::Watch w;
     w.initial = std::move(stream->initial);
-    w.watcher = std::move(stream->watcher);
+    w.watcher = std::move(watcher);
     if (!opts->fields.empty()) {
       w.filter = [fields = std::move(opts->fields)](const json& o) { return fields.Matches(o); };
     }

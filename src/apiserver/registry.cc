@@ -593,7 +593,7 @@ absl::StatusOr<json> Registry::BindPod(const std::string& ns, const std::string&
   }
 }
 
-absl::StatusOr<Registry::WatchStream> Registry::Watch(const api::KindInfo& kind,
+absl::StatusOr<WatchStream> Registry::Watch(const api::KindInfo& kind,
                                                      const std::string& ns,
                                                      const std::string& resource_version,
                                                      const api::LabelSelector& labels) {

@@ -22,6 +22,7 @@
 #include "absl/status/statusor.h"
 #include "api/kinds.h"
 #include "api/selector.h"
+#include "apiserver/api.h"
 #include "apiserver/patch.h"
 #include "nlohmann/json.hpp"
 #include "store/store.h"
@@ -30,50 +31,7 @@ namespace berth::apiserver {
 
 using nlohmann::json;
 
-// A field selector: "metadata.name=x,spec.nodeName!=" (=, ==, !=) over
-// dotted JSON paths of the object.
-class FieldSelector {
- public:
-  static absl::StatusOr<FieldSelector> Parse(std::string_view text);
-  bool Matches(const json& object) const;
-  bool empty() const { return terms_.empty(); }
-
- private:
-  struct Term {
-    std::vector<std::string> path;
-    std::string value;
-    bool equal;
-  };
-  std::vector<Term> terms_;
-};
-
-struct ListOptions {
-  api::LabelSelector labels;
-  FieldSelector fields;
-  size_t limit = 0;          // 0: everything
-  std::string continue_token;
-};
-
-struct ListPage {
-  std::vector<json> items;
-  int64_t resource_version = 0;
-  std::string continue_token;  // empty on the last page
-};
-
-struct DeleteOptions {
-  std::optional<std::string> uid;               // preconditions.uid
-  std::optional<std::string> resource_version;  // preconditions.resourceVersion
-  // gracePeriodSeconds; for pods unset means spec.terminationGracePeriodSeconds.
-  std::optional<int64_t> grace_period_seconds;
-};
-
-// kMain and kStatus are the API's object and /status. kMainAndStatus is for
-// in-process controllers only (no URL reaches it): one write that changes
-// both, validated as both would be — e.g. the binder's claim volumeName and
-// phase Bound, which Kubernetes writes in two round trips.
-enum class Subresource { kMain, kStatus, kMainAndStatus };
-
-class Registry {
+class Registry : public Api {
  public:
   explicit Registry(store::Store& store) : store_(store) {}
 
@@ -81,25 +39,25 @@ class Registry {
   absl::Status Bootstrap();
 
   // `ns` is the request's namespace ("" for cluster-scoped kinds).
-  absl::StatusOr<json> Create(const api::KindInfo& kind, const std::string& ns, json object);
+  absl::StatusOr<json> Create(const api::KindInfo& kind, const std::string& ns, json object) override;
   // Creates each (namespace, object) as Create does, each succeeding or
   // failing on its own, in one group commit; one result per object.
   std::vector<absl::StatusOr<json>> CreateAll(const api::KindInfo& kind,
-                                              std::vector<std::pair<std::string, json>> objects);
+                                              std::vector<std::pair<std::string, json>> objects) override;
   absl::StatusOr<json> Get(const api::KindInfo& kind, const std::string& ns,
-                           const std::string& name);
+                           const std::string& name) override;
   // Get without a copy: the stored object, immutable and shared.
   absl::StatusOr<std::shared_ptr<const json>> GetShared(const api::KindInfo& kind,
                                                         const std::string& ns,
-                                                        const std::string& name);
+                                                        const std::string& name) override;
   absl::StatusOr<ListPage> List(const api::KindInfo& kind, const std::string& ns,
-                                const ListOptions& options);
+                                const ListOptions& options) override;
   // PUT. Without metadata.resourceVersion the update is unconditional.
   absl::StatusOr<json> Update(const api::KindInfo& kind, const std::string& ns,
-                              const std::string& name, json object, Subresource sub);
+                              const std::string& name, json object, Subresource sub) override;
   absl::StatusOr<json> Patch(const api::KindInfo& kind, const std::string& ns,
                              const std::string& name, std::string_view patch, PatchType type,
-                             Subresource sub);
+                             Subresource sub) override;
   // Returns the object's last state (with deletionTimestamp if finalizers
   // keep it). Deleting a namespace deletes what is in it. Pods are deleted
   // gracefully, as in Kubernetes: a pod bound to a node that has not
@@ -108,21 +66,14 @@ class Registry {
   // down and deletes it with grace period 0; an unscheduled or finished pod,
   // or gracePeriodSeconds 0 (`--grace-period=0 --force`), goes at once.
   absl::StatusOr<json> Delete(const api::KindInfo& kind, const std::string& ns,
-                              const std::string& name, const DeleteOptions& options = {});
+                              const std::string& name, const DeleteOptions& options = {}) override;
   // pods/binding: sets spec.nodeName of an unscheduled pod.
   absl::StatusOr<json> BindPod(const std::string& ns, const std::string& name,
                                const std::string& node_name);
 
-  // A watch from `resource_version` ("" or "0": start with ADDED events for
-  // the current objects, as Kubernetes does). OUT_OF_RANGE (410) when older
-  // than the kept history.
-  struct WatchStream {
-    std::vector<store::Event> initial;  // synthetic ADDED events, then...
-    std::unique_ptr<store::Watcher> watcher;
-  };
   absl::StatusOr<WatchStream> Watch(const api::KindInfo& kind, const std::string& ns,
                                     const std::string& resource_version,
-                                    const api::LabelSelector& labels);
+                                    const api::LabelSelector& labels) override;
 
   store::Store& store() { return store_; }
 
@@ -147,9 +98,5 @@ class Registry {
   store::Store& store_;
   std::atomic<bool> storage_protection_admission_{false};
 };
-
-// Whether the kind has a /status subresource (its status is written only
-// there, and reset on create).
-bool HasStatusSubresource(const api::KindInfo& kind);
 
 }  // namespace berth::apiserver

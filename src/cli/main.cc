@@ -11,6 +11,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "apiserver/kubeconfig.h"
+#include "cli/node_agent.h"
 #include "http/api_client.h"
 #include "apiserver/control_plane.h"
 #include "berth/version.h"
@@ -157,6 +158,20 @@ int main(int argc, char** argv) {
   ApiLimitFlags up_limits;
   up_limits.Add(up);
 
+  // node-agent (started by berth up, one per node)
+  auto* node_agent = app.add_subcommand("node-agent", "run one node's agent over the API socket (berth up starts one per node)");
+  berth::cli::NodeAgentOptions agent_options;
+  std::string agent_heartbeat = "10s", agent_log_level = "info";
+  node_agent->add_option("--node", agent_options.node_name, "the node's name")->required();
+  node_agent->add_option("--heartbeat", agent_heartbeat, "lease renewal and status interval")->capture_default_str();
+  node_agent->add_option("--volume-stats-period", agent_options.volume_stats_period_seconds,
+                         "seconds between NodeGetVolumeStats rounds")->capture_default_str();
+  node_agent->add_option("--runtime-endpoint", agent_options.runtime_endpoint, "unix:///path of the CRI runtime");
+  node_agent->add_option("--host-ip", agent_options.host_ip, "status.hostIP of the node's pods");
+  node_agent->add_option("--static-driver", agent_options.static_drivers,
+                         "NAME=unix:///path/csi.sock: a driver without a registration socket (repeatable)");
+  node_agent->add_option("--log-level", agent_log_level, "trace|debug|info|warn|error")->capture_default_str();
+
   // apply
   auto* apply = app.add_subcommand("apply", "create or update objects from manifests");
   std::vector<std::string> files;
@@ -250,7 +265,7 @@ int main(int argc, char** argv) {
 
   CLI11_PARSE(app, argc, argv);
 
-  if (serve->parsed() || up->parsed()) {
+  if (serve->parsed() || up->parsed() || node_agent->parsed()) {
     // What the control plane and its nodes create under the data directory
     // (the store, keys, the token, kubeconfig, node records, pool images) is
     // private from creation; berth-csi children inherit this.
@@ -274,6 +289,17 @@ int main(int argc, char** argv) {
     spdlog::info("signal {}: stopping", sig);
     (*cp)->Shutdown();
     return 0;
+  }
+
+  if (node_agent->parsed()) {
+    berth::BlockTerminationSignals();
+    if (auto st = berth::InitLogging(agent_log_level); !st.ok()) return Fail(st);
+    if (!absl::ParseDuration(agent_heartbeat, &agent_options.heartbeat)) {
+      return Fail(absl::InvalidArgumentError("--heartbeat \"" + agent_heartbeat + "\": want a duration such as 10s"));
+    }
+    agent_options.data_dir = data_dir;
+    absl::Status st = berth::cli::RunNodeAgent(agent_options);
+    return st.ok() ? 0 : Fail(st);
   }
 
   if (up->parsed()) {

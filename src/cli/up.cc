@@ -23,7 +23,8 @@
 #include "controllers/manager.h"
 #include "csi/endpoint.h"
 #include "csi/registration.h"
-#include "node/agent.h"
+#include "cli/node_agent.h"
+#include "node/plugin_watcher.h"
 #include "node/pods/logs.h"
 #include "nlohmann/json.hpp"
 #include "spdlog/spdlog.h"
@@ -124,20 +125,36 @@ absl::Status CreateDefaults(apiserver::Registry& registry) {
   return absl::OkStatus();
 }
 
-// TEST ONLY, under BERTH_TEST_HOOKS=1: while <node dir>/test-hooks/pause-node-status
-// exists the node's lease and status are not written — the control plane's
-// view of a hung agent (tests/integration/node_failure_test). Null otherwise.
-std::function<bool()> PauseHook(bool enabled, const std::string& node_dir) {
-  if (!enabled) return nullptr;
-  spdlog::warn("BERTH_TEST_HOOKS=1: {}/test-hooks/pause-node-status pauses the node's lease and status", node_dir);
-  return [file = node_dir + "/test-hooks/pause-node-status"] { return ::access(file.c_str(), F_OK) == 0; };
-}
-
 std::string SelfDir() {
   std::error_code ec;
   fs::path self = fs::read_symlink("/proc/self/exe", ec);
   return ec ? "" : self.parent_path().string();
 }
+
+// The controllers' side of a node's plugin registration: the node agent
+// registers the node's drivers for the node; berth up follows the same
+// directory to learn the endpoints its controllers call (as the upstream
+// sidecars beside each driver know its socket).
+class RegistrationFollower final : public node::PluginHandler {
+ public:
+  RegistrationFollower(client::DriverDirectory& directory, std::string node, std::string dir)
+      : directory_(directory), node_(std::move(node)), watcher_(std::move(dir), *this, {.notify = false}) {}
+  ~RegistrationFollower() override { Stop(); }
+  absl::Status Start() { return watcher_.Start(); }
+  void Stop() { watcher_.Stop(); }
+
+  absl::Status RegisterPlugin(const std::string& name, const std::string& endpoint,
+                              const std::vector<std::string>&) override {
+    directory_.Add(name, node_, endpoint);
+    return absl::OkStatus();
+  }
+  void DeregisterPlugin(const std::string& name) override { directory_.Remove(name, node_); }
+
+ private:
+  client::DriverDirectory& directory_;
+  const std::string node_;
+  node::PluginWatcher watcher_;
+};
 
 }  // namespace
 
@@ -216,8 +233,6 @@ absl::Status RunUp(UpOptions options) {
   absl::Duration grace = absl::Seconds(40);
   if (!absl::ParseDuration(options.node_monitor_grace_period, &grace)) grace = absl::Seconds(40);  // validated above
   const absl::Duration heartbeat = std::min(absl::Seconds(10), grace / 4);
-  // TEST ONLY: a file stops one node's lease and status (see NodeStatus).
-  const bool test_hooks = std::getenv("BERTH_TEST_HOOKS") != nullptr && std::string(std::getenv("BERTH_TEST_HOOKS")) == "1";
 
   // Nodes: an agent and a berth-csi each, and (unless --runtime=none) a
   // container runtime; pod logs are served by the API from <data>/pods.
@@ -232,29 +247,41 @@ absl::Status RunUp(UpOptions options) {
                                  return node::pods::ServePodLog(registry, pod_logs, ns, name, req, out);
                                });
   const std::string host_ip = HostIp();
-  std::vector<std::unique_ptr<node::NodeAgent>> agents;
-  for (const std::string& name : UpNodeNames(options)) {
-    const std::string dir = StrCat(options.data_dir, "/nodes/", name);
+  // Each node's agent is a process of its own (berth node-agent, over the
+  // API socket), supervised with its berth-csi: a dead or hung agent never
+  // takes the control plane with it. The controllers learn the nodes'
+  // drivers by following the same registration directories.
+  std::error_code self_ec;
+  const std::string self = fs::read_symlink("/proc/self/exe", self_ec).string();
+  if (self_ec) return absl::InternalError(StrCat("cannot find berth's own binary: ", self_ec.message()));
+  std::vector<std::unique_ptr<RegistrationFollower>> followers;
+  std::vector<std::string> node_names = UpNodeNames(options);
+  for (const std::string& name : node_names) {
+    const std::string dir = NodeDir(options.data_dir, name);
     const std::string root = dir + "/kubelet";
     BERTH_RETURN_IF_ERROR(MakeDirs(root, 0750));
-    auto agent = std::make_unique<node::NodeAgent>(registry, directory,
-                                                   node::NodeAgent::Options{.node_name = name,
-                                                                            .root = root,
-                                                                            .labels = {},
-                                                                            .heartbeat = heartbeat,
-                                                                            .workers = 4,
-                                                                            .volume_stats_period = absl::Seconds(
-                                                                                options.volume_stats_period_seconds),
-                                                                            .mount_table = ReadMountTable,
-                                                                            .paused_for_test = PauseHook(test_hooks, dir),
-                                                                            .runtime_endpoint = runtimes->Endpoint(name),
-                                                                            .pod_log_root = pod_logs,
-                                                                            .host_ip = host_ip});
+    const std::string registration_dir = root + "/plugins_registry";
+    std::vector<std::string> agent_argv = {self,
+                                           "--data-dir=" + options.data_dir,
+                                           "node-agent",
+                                           "--node=" + name,
+                                           "--heartbeat=" + absl::FormatDuration(heartbeat),
+                                           "--volume-stats-period=" + std::to_string(options.volume_stats_period_seconds),
+                                           "--host-ip=" + host_ip,
+                                           "--log-level=" + options.log_level};
+    if (std::string endpoint = runtimes->Endpoint(name); !endpoint.empty()) {
+      agent_argv.push_back("--runtime-endpoint=" + endpoint);
+    }
+    for (const auto& e : externals) agent_argv.push_back("--static-driver=" + e.name + "=" + e.endpoint);
+    supervisor.Add({.name = "node-agent/" + name,
+                    .argv = agent_argv,
+                    .log_file = dir + "/agent.log",
+                    .pid_file = dir + "/agent.pid"});
     std::vector<std::string> argv = {options.csi_binary,
                                      "--endpoint=unix://" + root + "/plugins/" + kBerthDriver + "/csi.sock",
                                      "--node-id=" + name,
                                      "--kubelet-root=" + root,
-                                     "--registration-dir=" + agent->registration_dir(),
+                                     "--registration-dir=" + registration_dir,
                                      "--log-level=" + options.log_level};
     if (!options.pool.empty()) {
       argv.push_back("--pool=" + options.pool);
@@ -267,23 +294,22 @@ absl::Status RunUp(UpOptions options) {
                     .argv = argv,
                     .log_file = dir + "/berth-csi.log",
                     .pid_file = dir + "/berth-csi.pid"});
-    for (const auto& e : externals) agent->AddStaticDriver(e.name, e.endpoint);
-    agents.push_back(std::move(agent));
+    followers.push_back(std::make_unique<RegistrationFollower>(directory, name, registration_dir));
   }
   // kubelet's volume stats, one set of families for every node here (a
-  // claim's volume is published on one node at a time).
-  cp->handler().AddMetricsCollector([&agents](std::string* out) {
-    std::vector<node::VolumeManager::VolumeStat> stats;
-    for (const auto& agent : agents) {
-      for (auto& s : agent->volumes().Stats()) stats.push_back(std::move(s));
+  // claim's volume is published on one node at a time); each agent writes
+  // its node's.
+  cp->handler().AddMetricsCollector([data_dir = options.data_dir, node_names](std::string* out) {
+    for (const auto& name : node_names) {
+      auto text = ReadFile(VolumeStatsFile(data_dir, name));
+      if (text.ok()) out->append(*text);
     }
-    node::VolumeManager::WriteStatsMetrics(out, stats);
   });
   supervisor.Start();
   absl::Status st = runtimes->WaitReady(absl::Minutes(2));
-  for (auto& agent : agents) {
+  for (auto& f : followers) {
     if (!st.ok()) break;
-    st.Update(agent->Start());
+    st.Update(f->Start());
   }
   std::vector<std::string> drivers = {kBerthDriver};
   for (const auto& e : externals) drivers.push_back(e.name);
@@ -298,7 +324,7 @@ absl::Status RunUp(UpOptions options) {
   controllers::ControllerManager manager(registry, directory, cm_options);
   if (st.ok()) st = manager.Start();
   if (st.ok()) {
-    std::cout << "berth is up: " << agents.size() << " node(s), data in " << options.data_dir << "\n"
+    std::cout << "berth is up: " << node_names.size() << " node(s), data in " << options.data_dir << "\n"
               << "  API socket: " << cp->socket_path() << " (root only)\n";
     if (!cp->kubeconfig_path().empty()) {
       std::cout << "  kubeconfig: " << cp->kubeconfig_path() << " (kubectl --kubeconfig " << cp->kubeconfig_path()
@@ -309,9 +335,9 @@ absl::Status RunUp(UpOptions options) {
     const int sig = WaitForTerminationSignal();
     spdlog::info("signal {}: stopping (volumes and data stay in place)", sig);
   }
-  // Stop in reverse: controllers, agents (mounts stay), drivers, API.
+  // Stop in reverse: controllers, agents (mounts stay) and drivers, API.
   manager.Stop();
-  for (auto& agent : agents) agent->Stop();
+  for (auto& f : followers) f->Stop();
   supervisor.Stop(absl::Seconds(15));
   cp->Shutdown();
   ::close(lock_fd);

@@ -18,7 +18,7 @@ namespace {
 const api::KindInfo& EventsKind() { return *api::FindResource("", "events"); }
 }  // namespace
 
-EventRecorder::EventRecorder(apiserver::Registry& registry, std::string component,
+EventRecorder::EventRecorder(apiserver::Api& registry, std::string component,
                              absl::Duration repeat_interval)
     : registry_(registry),
       component_(std::move(component)),

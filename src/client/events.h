@@ -22,7 +22,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "apiserver/registry.h"
+#include "apiserver/api.h"
 #include "nlohmann/json.hpp"
 
 namespace berth::client {
@@ -31,7 +31,7 @@ class EventRecorder {
  public:
   // The same event (object, reason, message) recorded again within
   // `repeat_interval` of the last write is dropped.
-  EventRecorder(apiserver::Registry& registry, std::string component,
+  EventRecorder(apiserver::Api& registry, std::string component,
                 absl::Duration repeat_interval = absl::Seconds(10));
   ~EventRecorder();
   EventRecorder(const EventRecorder&) = delete;
@@ -63,7 +63,7 @@ class EventRecorder {
   void Write(std::deque<Pending> batch) ABSL_LOCKS_EXCLUDED(mu_);
   void Forget(const std::string& id, const std::string& name) ABSL_LOCKS_EXCLUDED(mu_);
 
-  apiserver::Registry& registry_;
+  apiserver::Api& registry_;
   const std::string component_;
   const absl::Duration repeat_interval_;
   absl::Mutex mu_;

@@ -1,4 +1,5 @@
 #include "client/events.h"
+#include "apiserver/registry.h"
 
 #include <vector>
 

@@ -30,7 +30,7 @@ std::pair<std::string, std::string> SplitKey(const std::string& key) {
   return {key.substr(0, slash), key.substr(slash + 1)};
 }
 
-Informer::Informer(apiserver::Registry& registry, const api::KindInfo& kind, absl::Duration resync)
+Informer::Informer(apiserver::Api& registry, const api::KindInfo& kind, absl::Duration resync)
     : registry_(registry), kind_(kind), resync_(resync) {}
 
 Informer::~Informer() { Stop(); }

@@ -31,7 +31,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "api/kinds.h"
-#include "apiserver/registry.h"
+#include "apiserver/api.h"
 #include "nlohmann/json.hpp"
 
 namespace berth::client {
@@ -50,7 +50,7 @@ class Informer {
     std::function<void(const json&)> on_delete;
   };
 
-  Informer(apiserver::Registry& registry, const api::KindInfo& kind,
+  Informer(apiserver::Api& registry, const api::KindInfo& kind,
            absl::Duration resync = absl::Minutes(5));
   ~Informer();  // Stop()
 
@@ -90,7 +90,7 @@ class Informer {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool stopping() const;
 
-  apiserver::Registry& registry_;
+  apiserver::Api& registry_;
   const api::KindInfo& kind_;
   const absl::Duration resync_;
   // Held while the cache changes and the handlers hear of it, so a handler

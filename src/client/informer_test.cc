@@ -1,4 +1,5 @@
 #include "client/informer.h"
+#include "apiserver/registry.h"
 
 #include <atomic>
 #include <set>

@@ -18,7 +18,7 @@
 #include "absl/status/status.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "apiserver/registry.h"
+#include "apiserver/api.h"
 #include "client/object.h"
 #include "nlohmann/json.hpp"
 
@@ -28,7 +28,7 @@ namespace berth::client {
 // nothing to do) and writes it back conditionally on its resourceVersion.
 // NotFound and a different uid are success: the object the decision was
 // about is gone.
-inline absl::Status MutateObject(apiserver::Registry& registry, const api::KindInfo& kind,
+inline absl::Status MutateObject(apiserver::Api& registry, const api::KindInfo& kind,
                                  const nlohmann::json& object, apiserver::Subresource sub,
                                  const std::function<bool(nlohmann::json&)>& mutate) {
   auto current = registry.Get(kind, Ns(object), Name(object));
@@ -41,7 +41,7 @@ inline absl::Status MutateObject(apiserver::Registry& registry, const api::KindI
 
 // Applies `edit` to the stored object's status (the /status subresource
 // where the kind has one); writes only when the status changed.
-inline absl::Status EditStatus(apiserver::Registry& registry, const api::KindInfo& kind, const nlohmann::json& object,
+inline absl::Status EditStatus(apiserver::Api& registry, const api::KindInfo& kind, const nlohmann::json& object,
                                const std::function<void(nlohmann::json& status)>& edit) {
   const auto sub =
       apiserver::HasStatusSubresource(kind) ? apiserver::Subresource::kStatus : apiserver::Subresource::kMain;
@@ -59,7 +59,7 @@ inline absl::Status EditStatus(apiserver::Registry& registry, const api::KindInf
 // write when adding. Adding fails with FAILED_PRECONDITION when the object
 // is gone, replaced (another uid) or being deleted — the caller must not go
 // on as if it were protected; removing from a gone object is success.
-inline absl::Status EditFinalizer(apiserver::Registry& registry, const api::KindInfo& kind,
+inline absl::Status EditFinalizer(apiserver::Api& registry, const api::KindInfo& kind,
                                   const nlohmann::json& object, const std::string& finalizer, bool present,
                                   const std::map<std::string, std::string>& annotations = {}) {
   if (present) {

@@ -3,6 +3,10 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include <cerrno>
+
+#include "absl/time/clock.h"
+
 namespace berth {
 namespace {
 
@@ -27,6 +31,19 @@ int WaitForTerminationSignal() {
   while (sigwait(&set, &sig) != 0) {
   }
   return sig;
+}
+
+int WaitForTerminationSignal(absl::Duration timeout) {
+  sigset_t set = TerminationSet();
+  const absl::Time deadline = absl::Now() + timeout;
+  while (true) {
+    const absl::Duration left = deadline - absl::Now();
+    if (left <= absl::ZeroDuration()) return 0;
+    struct timespec ts = absl::ToTimespec(left);
+    const int sig = sigtimedwait(&set, nullptr, &ts);
+    if (sig > 0) return sig;
+    if (errno == EAGAIN) return 0;  // timed out; EINTR: wait again
+  }
 }
 
 }  // namespace berth

@@ -2,6 +2,8 @@
 // wait for them synchronously in one place.
 #pragma once
 
+#include "absl/time/time.h"
+
 namespace berth {
 
 // Blocks SIGTERM and SIGINT in the calling thread. Call first thing in
@@ -11,5 +13,7 @@ void BlockTerminationSignals();
 
 // Waits until SIGTERM or SIGINT arrives; returns its number.
 int WaitForTerminationSignal();
+// Waits up to `timeout` for SIGTERM or SIGINT; its number, or 0 if none came.
+int WaitForTerminationSignal(absl::Duration timeout);
 
 }  // namespace berth

@@ -1,5 +1,7 @@
 #include "http/api_client.h"
 
+#include <sys/socket.h>
+
 #include <boost/asio/connect.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -126,6 +128,18 @@ absl::StatusOr<ApiResponse> ApiClient::Call(const std::string& method, const std
 absl::StatusOr<ApiResponse> ApiClient::Stream(const std::string& target, const std::string& accept,
                                               const std::function<bool(const std::string&)>& on_line) {
   BERTH_ASSIGN_OR_RETURN(std::unique_ptr<Conn> conn, Connect());
+  {
+    absl::MutexLock lock(&cancel_mu_);
+    if (cancelled_) return absl::CancelledError("the stream was cancelled");
+    stream_fd_ = conn->With([](auto& sock) { return static_cast<int>(beast::get_lowest_layer(sock).native_handle()); });
+  }
+  struct Unset {
+    ApiClient* c;
+    ~Unset() {
+      absl::MutexLock lock(&c->cancel_mu_);
+      c->stream_fd_ = -1;
+    }
+  } unset{this};
   bhttp::request<bhttp::empty_body> req{bhttp::verb::get, target, 11};
   req.set(bhttp::field::host, "berth");
   req.set(bhttp::field::accept, accept);
@@ -155,6 +169,13 @@ absl::StatusOr<ApiResponse> ApiClient::Stream(const std::string& target, const s
     body.erase(0, start);
   }
   return out;
+}
+
+void ApiClient::CancelStream() {
+  absl::MutexLock lock(&cancel_mu_);
+  cancelled_ = true;
+  // shutdown(2) wakes a blocked read; the socket itself is closed by Stream.
+  if (stream_fd_ >= 0) ::shutdown(stream_fd_, SHUT_RDWR);
 }
 
 std::string ErrorMessage(const ApiResponse& response) {

@@ -12,7 +12,9 @@
 #include <memory>
 #include <string>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "nlohmann/json.hpp"
 
@@ -49,6 +51,10 @@ class ApiClient {
   absl::StatusOr<ApiResponse> Stream(const std::string& target, const std::string& accept,
                                      const std::function<bool(const std::string&)>& on_line);
 
+  // Ends a Stream() in progress, from another thread, and refuses later
+  // ones: Stream returns as if the server had closed the stream.
+  void CancelStream() ABSL_LOCKS_EXCLUDED(cancel_mu_);
+
   // The default namespace of the kubeconfig context ("default").
   const std::string& default_namespace() const { return namespace_; }
   void set_default_namespace(std::string ns) { namespace_ = std::move(ns); }
@@ -63,6 +69,9 @@ class ApiClient {
   std::string token_;
   std::string ca_pem_;
   std::string namespace_ = "default";
+  absl::Mutex cancel_mu_;
+  int stream_fd_ ABSL_GUARDED_BY(cancel_mu_) = -1;
+  bool cancelled_ ABSL_GUARDED_BY(cancel_mu_) = false;
   // One kept-alive connection for successive Call()s.
   std::unique_ptr<Conn> conn_;
 };

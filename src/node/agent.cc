@@ -36,7 +36,7 @@ class VolumeManagerPodVolumes final : public pods::PodVolumes {
 
 }  // namespace
 
-NodeAgent::NodeAgent(apiserver::Registry& registry, client::DriverDirectory& directory, Options options)
+NodeAgent::NodeAgent(apiserver::Api& registry, client::DriverDirectory& directory, Options options)
     : registry_(registry),
       directory_(directory),
       options_(std::move(options)),

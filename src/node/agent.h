@@ -20,7 +20,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
-#include "apiserver/registry.h"
+#include "apiserver/api.h"
 #include "client/drivers.h"
 #include "common/clock.h"
 #include "node/csi_plugins.h"
@@ -66,7 +66,7 @@ class NodeAgent {
     std::string host_ip{};
     int pod_workers = 8;
   };
-  NodeAgent(apiserver::Registry& registry, client::DriverDirectory& directory, Options options);
+  NodeAgent(apiserver::Api& registry, client::DriverDirectory& directory, Options options);
   ~NodeAgent();  // Stop()
 
   absl::Status Start();
@@ -87,7 +87,7 @@ class NodeAgent {
  private:
   void StaticLoop();
 
-  apiserver::Registry& registry_;
+  apiserver::Api& registry_;
   client::DriverDirectory& directory_;
   const Options options_;
   const std::string registration_dir_;

@@ -24,7 +24,7 @@ const api::KindInfo& K(std::string_view resource, std::string_view group = "") {
 
 }  // namespace
 
-absl::Status UpdateObject(apiserver::Registry& registry, const api::KindInfo& kind, const std::string& ns,
+absl::Status UpdateObject(apiserver::Api& registry, const api::KindInfo& kind, const std::string& ns,
                           const std::string& name, apiserver::Subresource sub,
                           const std::function<bool(json&)>& mutate) {
   absl::Status last;
@@ -39,7 +39,7 @@ absl::Status UpdateObject(apiserver::Registry& registry, const api::KindInfo& ki
   return last;
 }
 
-CsiPlugins::CsiPlugins(apiserver::Registry& registry, std::string node_name,
+CsiPlugins::CsiPlugins(apiserver::Api& registry, std::string node_name,
                        client::DriverDirectory& directory, absl::Duration call_timeout)
     : registry_(registry), node_name_(std::move(node_name)), directory_(directory), call_timeout_(call_timeout) {}
 

@@ -26,7 +26,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "apiserver/registry.h"
+#include "apiserver/api.h"
 #include "client/drivers.h"
 #include "csi/v1/csi.pb.h"
 #include "node/plugin_watcher.h"
@@ -45,7 +45,7 @@ class CsiPlugins final : public PluginHandler {
     bool Has(::csi::v1::NodeServiceCapability::RPC::Type t) const { return capabilities.count(t) > 0; }
   };
 
-  CsiPlugins(apiserver::Registry& registry, std::string node_name, client::DriverDirectory& directory,
+  CsiPlugins(apiserver::Api& registry, std::string node_name, client::DriverDirectory& directory,
              absl::Duration call_timeout = absl::Seconds(30));
 
   // PluginHandler
@@ -63,7 +63,7 @@ class CsiPlugins final : public PluginHandler {
   absl::Status Uninstall(const std::string& name);
   void Changed() ABSL_LOCKS_EXCLUDED(mu_);
 
-  apiserver::Registry& registry_;
+  apiserver::Api& registry_;
   const std::string node_name_;
   client::DriverDirectory& directory_;
   const absl::Duration call_timeout_;
@@ -74,7 +74,7 @@ class CsiPlugins final : public PluginHandler {
 
 // Reads the object, applies `mutate` (false: nothing to write) and writes
 // it, retrying on conflicts. NOT_FOUND when the object does not exist.
-absl::Status UpdateObject(apiserver::Registry& registry, const api::KindInfo& kind, const std::string& ns,
+absl::Status UpdateObject(apiserver::Api& registry, const api::KindInfo& kind, const std::string& ns,
                           const std::string& name, apiserver::Subresource sub,
                           const std::function<bool(nlohmann::json&)>& mutate);
 

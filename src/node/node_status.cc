@@ -43,7 +43,7 @@ json WithoutHeartbeats(json status) {
 
 }  // namespace
 
-NodeStatus::NodeStatus(apiserver::Registry& registry, Options options)
+NodeStatus::NodeStatus(apiserver::Api& registry, Options options)
     : registry_(registry),
       options_(std::move(options)),
       clock_(options_.clock != nullptr ? *options_.clock : RealClock()),

@@ -43,7 +43,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "apiserver/registry.h"
+#include "apiserver/api.h"
 #include "client/events.h"
 #include "common/clock.h"
 #include "nlohmann/json.hpp"
@@ -79,7 +79,7 @@ class NodeStatus {
     std::function<bool()> paused_for_test = nullptr;
     Clock* clock = nullptr;  // null: RealClock()
   };
-  NodeStatus(apiserver::Registry& registry, Options options);
+  NodeStatus(apiserver::Api& registry, Options options);
   ~NodeStatus();  // Stop()
 
   // Creates the Node (or adopts the existing one: labels added), posts its
@@ -108,7 +108,7 @@ class NodeStatus {
   void StatusLoop() ABSL_LOCKS_EXCLUDED(mu_);
 
   // Immutable after construction.
-  apiserver::Registry& registry_;
+  apiserver::Api& registry_;
   const Options options_;
   Clock& clock_;
   client::EventRecorder events_;

@@ -4,6 +4,7 @@
 // period; a Ready condition someone else changed is put right; readiness
 // errors make the node NotReady; the test hook stops both signals.
 #include "node/node_status.h"
+#include "apiserver/registry.h"
 
 #include <atomic>
 

@@ -9,6 +9,7 @@
 #include <filesystem>
 
 #include "common/clock.h"
+#include "apiserver/registry.h"
 #include "common/hash.h"
 #include "common/testing/temp_dir.h"
 #include "client/volume_names.h"

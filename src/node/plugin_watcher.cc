@@ -228,14 +228,16 @@ absl::StatusOr<std::string> PluginWatcher::Register(const std::string& socket) {
     std::vector<std::string> versions(info.supported_versions().begin(), info.supported_versions().end());
     verdict = handler_.RegisterPlugin(info.name(), info.endpoint().empty() ? socket : info.endpoint(), versions);
   }
-  ::pluginregistration::RegistrationStatus status;
-  status.set_plugin_registered(verdict.ok());
-  if (!verdict.ok()) status.set_error(std::string(verdict.message()));
-  grpc::ClientContext ctx;
-  ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.call_timeout));
-  ::pluginregistration::RegistrationStatusResponse ignored;
-  grpc::Status st = stub->NotifyRegistrationStatus(&ctx, status, &ignored);
-  if (!st.ok()) spdlog::warn("telling plugin {} its registration status: {}", info.name(), st.error_message());
+  if (options_.notify) {
+    ::pluginregistration::RegistrationStatus status;
+    status.set_plugin_registered(verdict.ok());
+    if (!verdict.ok()) status.set_error(std::string(verdict.message()));
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.call_timeout));
+    ::pluginregistration::RegistrationStatusResponse ignored;
+    grpc::Status st = stub->NotifyRegistrationStatus(&ctx, status, &ignored);
+    if (!st.ok()) spdlog::warn("telling plugin {} its registration status: {}", info.name(), st.error_message());
+  }
   // A refused plugin is retried with backoff too: it may be fixed in place.
   if (!verdict.ok()) return verdict;
   spdlog::info("registered plugin {} (endpoint {})", info.name(), info.endpoint().empty() ? socket : info.endpoint());

@@ -49,6 +49,9 @@ class PluginWatcher {
     absl::Duration rescan = absl::Seconds(2);
     absl::Duration call_timeout = absl::Seconds(10);
     absl::Duration max_retry = absl::Seconds(30);
+    // Tell each plugin the verdict (kubelet does). Off for an observer that
+    // only follows what the node's own agent registers.
+    bool notify = true;
   };
   PluginWatcher(std::string dir, PluginHandler& handler) : PluginWatcher(std::move(dir), handler, Options{}) {}
   PluginWatcher(std::string dir, PluginHandler& handler, Options options);

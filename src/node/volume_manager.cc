@@ -5,7 +5,7 @@ namespace berth::node {
 
 using namespace internal;  // NOLINT: the volume manager's own helpers
 
-VolumeManager::VolumeManager(apiserver::Registry& registry, CsiPlugins& plugins, client::DriverDirectory& directory,
+VolumeManager::VolumeManager(apiserver::Api& registry, CsiPlugins& plugins, client::DriverDirectory& directory,
                              NodeStatus& node_status, Options options)
     : registry_(registry),
       clock_(options.clock != nullptr ? *options.clock : RealClock()),

@@ -63,7 +63,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "apiserver/registry.h"
+#include "apiserver/api.h"
 #include "common/backoff.h"
 #include "common/clock.h"
 #include "common/mountinfo.h"
@@ -99,7 +99,7 @@ class VolumeManager {
     // manager then leaves pod status alone (see PodVolumesReady).
     bool runtime_owns_pod_status = false;
   };
-  VolumeManager(apiserver::Registry& registry, CsiPlugins& plugins, client::DriverDirectory& directory,
+  VolumeManager(apiserver::Api& registry, CsiPlugins& plugins, client::DriverDirectory& directory,
                 NodeStatus& node_status, Options options);
   ~VolumeManager();  // Stop()
 
@@ -224,7 +224,7 @@ class VolumeManager {
   std::map<std::string, std::string> VolumeContext(const Wanted& w);
   absl::Status CheckInsideRoot(const std::string& path) const;
 
-  apiserver::Registry& registry_;
+  apiserver::Api& registry_;
   Clock& clock_;
   CsiPlugins& plugins_;
   client::DriverDirectory& directory_;

@@ -97,21 +97,36 @@ struct ListPage {
 class Store;
 
 // A watch subscription. Destroying it unsubscribes.
-class Watcher {
+// A stream of watch events: the store's Watcher, or a remote watch
+// (client::RemoteApi).
+class EventSource {
  public:
-  ~Watcher();
+  virtual ~EventSource() = default;
+  // The next event, or nullopt after `timeout`; nullopt at once once the
+  // watch ended (see ended()).
+  virtual std::optional<Event> Next(absl::Duration timeout) = 0;
+  // Set when the watch was ended by its source; relist and watch again.
+  virtual bool ended() const = 0;
+  // The resourceVersion every taken event is at or below, for a bookmark
+  // (0 while events are queued or unknown).
+  virtual int64_t BookmarkVersion() const = 0;
+};
+
+class Watcher final : public EventSource {
+ public:
+  ~Watcher() override;
   Watcher(const Watcher&) = delete;
   Watcher& operator=(const Watcher&) = delete;
 
   // The next event, or nullopt after `timeout`. Returns nullopt at once when
   // the watch was ended (see ended()).
-  std::optional<Event> Next(absl::Duration timeout);
+  std::optional<Event> Next(absl::Duration timeout) override;
   // Set when the store ended this watch (it fell too far behind, or the
   // store is closing); the client should relist and watch again.
-  bool ended() const;
+  bool ended() const override;
   // When every event up to some resourceVersion has been taken with Next(),
   // that resourceVersion (for a watch bookmark); 0 while events are queued.
-  int64_t BookmarkVersion() const;
+  int64_t BookmarkVersion() const override;
   // `notify` runs after each event is queued and when the watch ends, on
   // the thread that published the change with the store's watch lock held:
   // it must be quick and must not call into the store (it is meant to wake

@@ -8,10 +8,12 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <iostream>
+#include <iterator>
 
 #include "absl/strings/match.h"
 #include "api/quantity.h"
@@ -292,6 +294,56 @@ TEST_F(BerthUpTest, KillNineAndRestartKeepsPodsRunning) {
   EXPECT_EQ(StopUp(SIGTERM), 0);
 }
 
+// Issue 18: a node agent is a process of its own. kill -9 of it leaves the
+// API and the controllers serving; berth up starts it again, and the new
+// agent adopts the node's mounts (no second stage) and serves new pods.
+TEST_F(BerthUpTest, AKilledNodeAgentIsRestartedAndAdoptsItsVolumes) {
+  StartUp();
+  Berth({"apply", "-f", Example("claim-and-pod.yaml")});
+  ASSERT_TRUE(Eventually([&] { return Running("app"); }, absl::Seconds(90))) << Pod("app").dump();
+  const std::string mount = MountOf("app", "data");
+  { std::ofstream(mount + "/hello") << "still here"; }
+  ::sync();
+  auto agent_pid = [&] {
+    pid_t pid = -1;
+    if (std::ifstream in(data_ + "/nodes/testnode/agent.pid"); in) in >> pid;
+    return pid;
+  };
+  const pid_t first = agent_pid();
+  ASSERT_GT(first, 0);
+  ASSERT_EQ(::kill(first, SIGKILL), 0);
+  // The control plane does not notice beyond the node's heartbeat.
+  EXPECT_FALSE(Get("/api/v1/nodes/testnode").is_null());
+  ASSERT_TRUE(Eventually([&] {
+    const pid_t now = agent_pid();
+    return now > 0 && now != first && ::kill(now, 0) == 0;
+  }, absl::Seconds(30)));
+  EXPECT_TRUE(Mounted(mount));
+  EXPECT_EQ(ReadAll(mount + "/hello"), "still here");
+
+  const std::string second =
+      "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {name: after}\n"
+      "spec: {accessModes: [ReadWriteOnce], resources: {requests: {storage: 64Mi}}}\n---\n"
+      "apiVersion: v1\nkind: Pod\nmetadata: {name: after}\nspec:\n  containers: [{name: c, image: busybox}]\n"
+      "  volumes: [{name: d, persistentVolumeClaim: {claimName: after}}]\n";
+  { std::ofstream(sandbox_.Join("after.yaml")) << second; }
+  Berth({"apply", "-f", sandbox_.Join("after.yaml")});
+  ASSERT_TRUE(Eventually([&] { return Running("after"); }, absl::Seconds(90))) << Pod("after").dump();
+  EXPECT_TRUE(Running("app"));
+  // One stage per volume: the restarted agent found the first one mounted.
+  const std::string log = ReadAll(data_ + "/nodes/testnode/berth-csi.log");
+  size_t stages = 0;
+  for (size_t at = log.find("NodeStageVolume code=OK"); at != std::string::npos;
+       at = log.find("NodeStageVolume code=OK", at + 1)) {
+    ++stages;
+  }
+  EXPECT_EQ(stages, 2u) << log;
+  Berth({"delete", "-f", Example("claim-and-pod.yaml")});
+  Berth({"delete", "-f", sandbox_.Join("after.yaml")});
+  EXPECT_TRUE(Eventually([&] { return Get("/api/v1/persistentvolumes")["items"].empty(); }, absl::Seconds(90)));
+  EXPECT_EQ(StopUp(SIGTERM), 0);
+}
+
 TEST_F(BerthUpTest, ThreeNodesClaimLandsOnTheEmptiestNode) {
   StartUp({"--nodes", "3"});
   ASSERT_TRUE(Eventually([&] { return Get("/apis/storage.k8s.io/v1/csistoragecapacities")["items"].size() >= 3; },
@@ -334,24 +386,20 @@ TEST_F(BerthUpTest, ThreeNodesClaimLandsOnTheEmptiestNode) {
 // Issue 18 acceptance: a node whose agent hangs is marked Unknown and
 // tainted within the grace period + 10 s, new claim + pod pairs land on the
 // other nodes, and once it is back it is Ready and untainted within 30 s.
-// Node agents still run inside `berth up` (threads): until they are their
-// own processes with <data>/nodes/<node>/agent.pid (then SIGSTOP/SIGCONT of
-// that pid is used instead), the hang is berth up's TEST ONLY hook
-// (BERTH_TEST_HOOKS=1 and <node dir>/test-hooks/pause-node-status), which
-// stops exactly what the control plane sees of a hung agent: its lease
-// renewals and status posts. The rest of the agent keeps running.
+// The hang is real: SIGSTOP of the agent's process (<data>/nodes/<node>/
+// agent.pid), SIGCONT to resume it.
 TEST_F(BerthUpTest, AHungNodeAgentIsTaintedAndAvoidedThenRecovers) {
-  ::setenv("BERTH_TEST_HOOKS", "1", 1);
   StartUp({"--nodes", "3", "--node-monitor-grace-period=8s"});
-  ::unsetenv("BERTH_TEST_HOOKS");
   auto node = [&](const std::string& name) { return Get("/api/v1/nodes/" + name); };
   auto ready = [](const json& n) {
+    if (!n.is_object()) return std::string();  // the agent has not registered its node yet
     for (const auto& c : n.value("status", json::object()).value("conditions", json::array())) {
       if (c.value("type", "") == "Ready") return c.value("status", "");
     }
     return std::string();
   };
   auto tainted = [](const json& n, const std::string& effect) {
+    if (!n.is_object()) return false;
     for (const auto& t : n.value("spec", json::object()).value("taints", json::array())) {
       if (t.value("key", "") == "node.kubernetes.io/unreachable" && t.value("effect", "") == effect) return true;
     }
@@ -368,30 +416,29 @@ TEST_F(BerthUpTest, AHungNodeAgentIsTaintedAndAvoidedThenRecovers) {
   const std::string victim = "testnode-2", victim_dir = data_ + "/nodes/" + victim;
   pid_t agent = -1;
   if (std::ifstream in(victim_dir + "/agent.pid"); in) in >> agent;
+  ASSERT_GT(agent, 0) << "no agent.pid for " << victim;
+  // The pid is a running `berth node-agent` of that node.
+  std::string cmdline;
+  if (std::ifstream in("/proc/" + std::to_string(agent) + "/cmdline"); in) {
+    cmdline.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  std::replace(cmdline.begin(), cmdline.end(), '\0', ' ');
+  ASSERT_THAT(cmdline, ::testing::HasSubstr("node-agent"));
+  ASSERT_THAT(cmdline, ::testing::HasSubstr("--node=" + victim));
   struct Hang {
     pid_t pid;
-    std::string file;
     bool on = false;
     void Stop() {
       on = true;
-      if (pid > 0) {
-        ::kill(pid, SIGSTOP);
-      } else {
-        fs::create_directories(fs::path(file).parent_path());
-        std::ofstream(file) << "paused by berth_up_test\n";
-      }
+      ::kill(pid, SIGSTOP);
     }
     void Resume() {
       if (!on) return;
       on = false;
-      if (pid > 0) {
-        ::kill(pid, SIGCONT);
-      } else {
-        fs::remove(file);
-      }
+      ::kill(pid, SIGCONT);
     }
     ~Hang() { Resume(); }
-  } hang{agent, victim_dir + "/test-hooks/pause-node-status"};
+  } hang{agent};
 
   const absl::Time stopped = absl::Now();
   hang.Stop();

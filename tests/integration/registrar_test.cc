@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "common/testing/eventually.h"
+#include "apiserver/registry.h"
 #include "common/testing/subprocess.h"
 #include "common/testing/temp_dir.h"
 #include "client/object.h"

@@ -308,7 +308,7 @@ absl::Status CopyLog(const std::string& path, const LogOptions& options,
   }
 }
 
-absl::Status ServePodLog(apiserver::Registry& registry, const std::string& log_root, const std::string& ns,
+absl::Status ServePodLog(apiserver::Api& registry, const std::string& log_root, const std::string& ns,
                          const std::string& name, const http::HttpRequest& request, http::ResponseWriter& out) {
   BERTH_ASSIGN_OR_RETURN(json pod, registry.Get(client::K("pods"), ns, name));
   std::string container;

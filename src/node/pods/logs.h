@@ -20,7 +20,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
-#include "apiserver/registry.h"
+#include "apiserver/api.h"
 #include "http/server.h"
 
 namespace berth::node::pods {
@@ -62,7 +62,7 @@ absl::Status CopyLog(const std::string& path, const LogOptions& options,
 // With follow, what is there is written at once and the rest is followed on
 // one thread shared by every follower (the stream is detached: no handler
 // thread is held), until the container instance stops or the client goes.
-absl::Status ServePodLog(apiserver::Registry& registry, const std::string& log_root, const std::string& ns,
+absl::Status ServePodLog(apiserver::Api& registry, const std::string& log_root, const std::string& ns,
                          const std::string& name, const http::HttpRequest& request, http::ResponseWriter& out);
 
 }  // namespace berth::node::pods

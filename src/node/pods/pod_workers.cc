@@ -30,7 +30,7 @@ int64_t NodeMemoryBytes() {
 
 }  // namespace
 
-PodWorkers::PodWorkers(apiserver::Registry& registry, cri::Runtime& runtime, PodVolumes& volumes, Options options)
+PodWorkers::PodWorkers(apiserver::Api& registry, cri::Runtime& runtime, PodVolumes& volumes, Options options)
     : registry_(registry),
       runtime_(runtime),
       volumes_(volumes),

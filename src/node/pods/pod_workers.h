@@ -56,7 +56,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "apiserver/registry.h"
+#include "apiserver/api.h"
 #include "client/events.h"
 #include "client/informer.h"
 #include "client/workqueue.h"
@@ -105,7 +105,7 @@ class PodWorkers {
     std::function<void(const std::string& pod_uid)> after_sync_for_test = nullptr;
   };
 
-  PodWorkers(apiserver::Registry& registry, cri::Runtime& runtime, PodVolumes& volumes, Options options);
+  PodWorkers(apiserver::Api& registry, cri::Runtime& runtime, PodVolumes& volumes, Options options);
   ~PodWorkers();  // Stop()
 
   absl::Status Start();
@@ -174,7 +174,7 @@ class PodWorkers {
   void RotateLogs() ABSL_LOCKS_EXCLUDED(mu_);
   std::string EmptyDirPath(const std::string& uid, const std::string& volume) const;
 
-  apiserver::Registry& registry_;
+  apiserver::Api& registry_;
   cri::Runtime& runtime_;
   PodVolumes& volumes_;
   const Options options_;

@@ -1,0 +1,128 @@
+#include "cli/node_agent.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "api/names.h"
+#include "client/drivers.h"
+#include "client/remote_api.h"
+#include "common/fs.h"
+#include "common/signals.h"
+#include "common/status.h"
+#include "csi/endpoint.h"
+#include "node/agent.h"
+#include "spdlog/spdlog.h"
+
+namespace berth::cli {
+namespace {
+
+using absl::StrCat;
+
+// Writes the node's volume statistics as Prometheus text, atomically.
+void WriteVolumeStats(node::NodeAgent& agent, const std::string& path) {
+  std::string text;
+  node::VolumeManager::WriteStatsMetrics(&text, agent.volumes().Stats());
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << text;
+    if (!out) {
+      spdlog::warn("cannot write {}", tmp);
+      return;
+    }
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) spdlog::warn("cannot rename {} to {}", tmp, path);
+}
+
+}  // namespace
+
+std::string NodeDir(const std::string& data_dir, const std::string& node) {
+  return StrCat(data_dir, "/nodes/", node);
+}
+
+std::string VolumeStatsFile(const std::string& data_dir, const std::string& node) {
+  return NodeDir(data_dir, node) + "/volume-stats.prom";
+}
+
+absl::Status ValidateNodeAgentOptions(const NodeAgentOptions& o) {
+  if (o.node_name.empty()) return absl::InvalidArgumentError("--node is required");
+  // The name becomes a directory: a DNS subdomain has no '/' and no "..".
+  if (absl::Status st = api::ValidateDns1123Subdomain("--node", o.node_name); !st.ok()) {
+    return absl::InvalidArgumentError(st.message());
+  }
+  if (o.heartbeat <= absl::ZeroDuration()) return absl::InvalidArgumentError("--heartbeat must be positive");
+  if (o.volume_stats_period_seconds < 0) {
+    return absl::InvalidArgumentError("--volume-stats-period must not be negative");
+  }
+  if (!o.runtime_endpoint.empty()) {
+    BERTH_RETURN_IF_ERROR(csi::ParseUnixEndpoint(o.runtime_endpoint).status());
+  }
+  for (const auto& d : o.static_drivers) {
+    const size_t eq = d.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      return absl::InvalidArgumentError(StrCat("--static-driver \"", d, "\": want NAME=unix:///path/csi.sock"));
+    }
+    BERTH_RETURN_IF_ERROR(csi::ParseUnixEndpoint(d.substr(eq + 1)).status());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RunNodeAgent(const NodeAgentOptions& o) {
+  BERTH_RETURN_IF_ERROR(ValidateNodeAgentOptions(o));
+  const std::string dir = NodeDir(o.data_dir, o.node_name);
+  const std::string root = dir + "/kubelet";
+  BERTH_RETURN_IF_ERROR(MakeDirs(root, 0750));
+  const std::string pod_logs = o.data_dir + "/pods";
+  BERTH_RETURN_IF_ERROR(MakeDirs(pod_logs, 0700));
+
+  auto api = client::RemoteApi::ForDataDir(o.data_dir);
+  // berth up starts the agents right after the API; a restarted agent may
+  // find the API restarting too.
+  const absl::Time deadline = absl::Now() + o.api_wait;
+  while (true) {
+    auto ns = api->Get(*api::FindResource("", "namespaces"), "", "default");
+    if (ns.ok()) break;
+    if (absl::Now() >= deadline) {
+      return absl::UnavailableError(StrCat("node agent ", o.node_name, ": berth's API at ", o.data_dir,
+                                           "/api.sock did not answer: ", ns.status().message()));
+    }
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+
+  client::DriverDirectory directory;
+  node::NodeAgent agent(*api, directory,
+                        node::NodeAgent::Options{.node_name = o.node_name,
+                                                 .root = root,
+                                                 .labels = {},
+                                                 .heartbeat = o.heartbeat,
+                                                 .workers = 4,
+                                                 .volume_stats_period = absl::Seconds(o.volume_stats_period_seconds),
+                                                 .mount_table = ReadMountTable,
+                                                 .runtime_endpoint = o.runtime_endpoint,
+                                                 .pod_log_root = pod_logs,
+                                                 .host_ip = o.host_ip});
+  for (const auto& d : o.static_drivers) {
+    const size_t eq = d.find('=');
+    agent.AddStaticDriver(d.substr(0, eq), d.substr(eq + 1));
+  }
+  BERTH_RETURN_IF_ERROR(agent.Start());
+  spdlog::info("node agent {} running (pid {})", o.node_name, ::getpid());
+
+  // Volume statistics for berth up's /metrics, until a termination signal.
+  const std::string stats_file = VolumeStatsFile(o.data_dir, o.node_name);
+  const absl::Duration stats_every =
+      o.volume_stats_period_seconds > 0 ? std::min(absl::Seconds(o.volume_stats_period_seconds), absl::Seconds(10))
+                                        : absl::Seconds(10);
+  int sig = 0;
+  while ((sig = WaitForTerminationSignal(stats_every)) == 0) WriteVolumeStats(agent, stats_file);
+  spdlog::info("node agent {}: signal {}: stopping (mounts and containers stay)", o.node_name, sig);
+  agent.Stop();
+  return absl::OkStatus();
+}
+
+}  // namespace berth::cli

@@ -1,0 +1,44 @@
+// `berth node-agent`: one node's agent (kubelet's role) as a process of its
+// own, talking to berth's API over the root-only socket. `berth up` starts
+// one per node under its supervisor (pid in <data>/nodes/<node>/agent.pid),
+// so an agent that dies or hangs never takes the control plane with it, and
+// the control plane's death leaves the node's mounts and containers alone.
+//
+// The agent also writes its volume statistics (kubelet_volume_stats_*) to
+// <data>/nodes/<node>/volume-stats.prom for berth up's /metrics.
+//
+// Thread-safety: RunNodeAgent is called once, from main.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+
+namespace berth::cli {
+
+struct NodeAgentOptions {
+  std::string data_dir = "/var/lib/berth";
+  std::string node_name;
+  absl::Duration heartbeat = absl::Seconds(10);
+  int volume_stats_period_seconds = 60;
+  std::string runtime_endpoint;  // unix:///...; empty: volumes only
+  std::string host_ip;
+  std::vector<std::string> static_drivers;  // NAME=unix:///path/csi.sock
+  // How long to wait for the API socket at start (berth up starts agents
+  // right after the API).
+  absl::Duration api_wait = absl::Minutes(1);
+};
+
+// The node's directory under the data dir, its kubelet root and the file
+// of its volume statistics.
+std::string NodeDir(const std::string& data_dir, const std::string& node);
+std::string VolumeStatsFile(const std::string& data_dir, const std::string& node);
+
+absl::Status ValidateNodeAgentOptions(const NodeAgentOptions& options);
+
+// Runs until SIGTERM/SIGINT; OK after a clean stop.
+absl::Status RunNodeAgent(const NodeAgentOptions& options);
+
+}  // namespace berth::cli
