@@ -9,6 +9,7 @@
 #include "common/logging.h"
 #include "common/status.h"
 #include "common/strings.h"
+#include "metrics/prometheus.h"
 #include "openssl/rand.h"
 #include "spdlog/spdlog.h"
 
@@ -29,6 +30,39 @@ absl::StatusOr<std::string> LoadOrCreateToken(const std::string& path) {
   std::string token = absl::BytesToHexString(absl::string_view(reinterpret_cast<char*>(raw), sizeof(raw)));
   BERTH_RETURN_IF_ERROR(WriteFileAtomic(path, token + "\n", 0600));
   return token;
+}
+
+// kube-apiserver's in-flight gauge, and berth's view of its connections.
+void WriteServingMetrics(const http::HttpServer::Stats& s, std::string* out) {
+  using metrics::MetricType;
+  metrics::WriteFamily(out, "apiserver_current_inflight_requests", MetricType::kGauge,
+                       "Requests being served (running or queued for a handler thread), by kind.");
+  metrics::WriteSample(out, "apiserver_current_inflight_requests", {{"request_kind", "readOnly"}},
+                       static_cast<double>(s.inflight_reads));
+  metrics::WriteSample(out, "apiserver_current_inflight_requests", {{"request_kind", "mutating"}},
+                       static_cast<double>(s.inflight_mutating));
+  struct Family {
+    const char* name;
+    MetricType type;
+    const char* help;
+    int64_t value;
+  };
+  const Family families[] = {
+      {"berth_apiserver_open_connections", MetricType::kGauge, "Connections open to the API server.",
+       s.open_connections},
+      {"berth_apiserver_long_running_requests", MetricType::kGauge, "Watches being streamed.", s.long_running},
+      {"berth_apiserver_connections_total", MetricType::kCounter, "Connections accepted.", s.accepted},
+      {"berth_apiserver_refused_connections_total", MetricType::kCounter,
+       "Connections closed at once because --api-max-connections were open.", s.refused_connections},
+      {"berth_apiserver_timed_out_connections_total", MetricType::kCounter,
+       "Connections closed by a deadline (TLS handshake, request headers, idle keep-alive, I/O).", s.timed_out},
+      {"berth_apiserver_throttled_requests_total", MetricType::kCounter,
+       "Requests answered 429 Too Many Requests (over an in-flight limit).", s.throttled},
+  };
+  for (const Family& f : families) {
+    metrics::WriteFamily(out, f.name, f.type, f.help);
+    metrics::WriteSample(out, f.name, {}, static_cast<double>(f.value));
+  }
 }
 
 }  // namespace
@@ -81,10 +115,14 @@ absl::StatusOr<std::unique_ptr<ControlPlane>> ControlPlane::Start(const Options&
     http.tls_key_file = tls.key_file;
     cp->ca_pem_ = tls.cert_pem;
   }
+  http.limits = options.limits;
+  http.clock = options.handler.clock;
+  http.long_running = &ApiHandler::IsLongRunning;
   ApiHandler* handler = cp->handler_.get();
   BERTH_ASSIGN_OR_RETURN(cp->http_, http::HttpServer::Start(std::move(http), [handler](const HttpRequest& r, ResponseWriter& w) {
                            handler->Handle(r, w);
                          }));
+  cp->handler_->AddMetricsCollector([server = cp->http_.get()](std::string* out) { WriteServingMetrics(server->stats(), out); });
   if (!options.api_address.empty()) {
     std::string host = options.api_address.substr(0, options.api_address.rfind(':'));
     cp->kubeconfig_ = StrCat(options.data_dir, "/kubeconfig");

@@ -30,7 +30,9 @@ class ControlPlane {
   struct Options {
     std::string data_dir = "/var/lib/berth";
     std::string api_address = "127.0.0.1:7443";  // "" = unix socket only
-    ApiHandler::Options handler;
+    ApiHandler::Options handler;  // its clock is the HTTP server's too
+    // Threads, connection and in-flight limits, deadlines of both listeners.
+    http::HttpServer::Limits limits;
   };
   static absl::StatusOr<std::unique_ptr<ControlPlane>> Start(const Options& options);
   ~ControlPlane();
@@ -39,6 +41,7 @@ class ControlPlane {
   ApiHandler& handler() { return *handler_; }
   store::Store& store() { return *store_; }
   int tcp_port() const { return http_->tcp_port(); }
+  http::HttpServer::Stats serving_stats() const { return http_->stats(); }
   const std::string& kubeconfig_path() const { return kubeconfig_; }
   const std::string& socket_path() const { return socket_; }
   const std::string& token() const { return token_; }

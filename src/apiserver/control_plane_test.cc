@@ -3,15 +3,22 @@
 // (The HTTP server itself is tested in src/http/server_test.cc.)
 #include "apiserver/control_plane.h"
 
+#include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <filesystem>
+#include <thread>
+
 #include "apiserver/kubeconfig.h"
 #include "http/api_client.h"
 #include "apiserver/tls.h"
 #include "common/fs.h"
+#include "common/clock.h"
+#include "common/testing/eventually.h"
 #include "common/testing/log_capture.h"
 #include "common/testing/temp_dir.h"
 #include "gmock/gmock.h"
@@ -129,12 +136,17 @@ TEST_F(ControlPlaneHttpTest, MetricsAreServedFromCollectorsBehindTheSameAuthenti
   EXPECT_EQ(r->code, 200);
   EXPECT_EQ(r->content_type, metrics::kTextContentType);
   ASSERT_TRUE(metrics::testing::CheckExposition(r->body).ok()) << r->body;
-  EXPECT_EQ(r->body,
-            "# HELP berth_test_volumes Volumes.\n# TYPE berth_test_volumes gauge\nberth_test_volumes{node=\"n1\"} 3\n"
-            "# HELP berth_test_up Up.\n# TYPE berth_test_up gauge\nberth_test_up 1\n");
+  // The server's own families first (this request is the one in flight),
+  // then the collectors in the order added.
+  EXPECT_THAT(r->body, ::testing::HasSubstr("apiserver_current_inflight_requests{request_kind=\"readOnly\"} 1\n"));
+  EXPECT_THAT(r->body, ::testing::HasSubstr("berth_apiserver_open_connections 1\n"));
+  EXPECT_THAT(r->body,
+              ::testing::EndsWith(
+                  "# HELP berth_test_volumes Volumes.\n# TYPE berth_test_volumes gauge\nberth_test_volumes{node=\"n1\"} 3\n"
+                  "# HELP berth_test_up Up.\n# TYPE berth_test_up gauge\nberth_test_up 1\n"));
   auto good = ApiClientForKubeconfig(cp_->kubeconfig_path());
   ASSERT_TRUE(good.ok());
-  EXPECT_EQ((*good)->Call("GET", "/metrics")->body, r->body);
+  EXPECT_THAT((*good)->Call("GET", "/metrics")->body, ::testing::HasSubstr("berth_test_up 1\n"));
   auto ca = EnsureServingCertificate(dir_.path() + "/data/tls");
   ASSERT_TRUE(ca.ok());
   auto bad = ApiClient::ForTcp("127.0.0.1", cp_->tcp_port(), ca->cert_pem, "wrong");
@@ -174,6 +186,113 @@ TEST_F(ControlPlaneHttpTest, WatchStreamsOverChunkedEncodingAndShutdownEndsIt) {
   cp_->Shutdown();
   open_watch.join();
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+}
+
+// ---- Serving limits (the HTTP server's own are in src/http/server_test.cc) ----
+
+class ControlPlaneClockTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ControlPlane::Options o;
+    o.data_dir = dir_.path() + "/data";
+    o.api_address = "127.0.0.1:0";
+    o.handler.clock = &clock_;
+    o.handler.bookmark_interval = absl::Seconds(30);
+    o.limits.tls_handshake_timeout = absl::Seconds(10);
+    auto cp = ControlPlane::Start(o);
+    ASSERT_TRUE(cp.ok()) << cp.status();
+    cp_ = std::move(*cp);
+  }
+  FakeClock clock_;
+  berth::testing::TempDir dir_;
+  std::unique_ptr<ControlPlane> cp_;
+};
+
+int ConnectLoopback(int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in sin{};
+  sin.sin_family = AF_INET;
+  sin.sin_port = htons(static_cast<uint16_t>(port));
+  sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&sin), sizeof(sin)), 0);
+  return fd;
+}
+
+TEST_F(ControlPlaneClockTest, TlsHandshakeMustFinishBeforeItsDeadline) {
+  // A client that connects and never says hello.
+  const int fd = ConnectLoopback(cp_->tcp_port());
+  ASSERT_TRUE(clock_.BlockUntilTimers(1));
+  clock_.Advance(absl::Seconds(9));
+  pollfd p{fd, POLLIN, 0};
+  EXPECT_EQ(::poll(&p, 1, 200), 0);  // still open
+  clock_.Advance(absl::Seconds(1));
+  ASSERT_EQ(::poll(&p, 1, 10000), 1);
+  char c;
+  EXPECT_LE(::recv(fd, &c, 1, 0), 0);
+  ::close(fd);
+  EXPECT_EQ(cp_->serving_stats().timed_out, 1);
+  // kubectl's way (the kubeconfig, HTTPS, the token) still works.
+  auto good = ApiClientForKubeconfig(cp_->kubeconfig_path());
+  ASSERT_TRUE(good.ok());
+  EXPECT_EQ((*good)->Call("GET", "/api/v1/namespaces")->code, 200);
+}
+
+TEST_F(ControlPlaneClockTest, WatchesSendBookmarksAndEndAtTheirTimeoutWithoutAThreadEach) {
+  const int threads_before = [] {
+    int n = 0;
+    for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/self/task")) ++n;
+    return n;
+  }();
+  // Watchers (each client thread is ours: count the server's threads by
+  // the difference the watches make, with the clients idle in read()).
+  constexpr int kWatches = 40;
+  std::vector<std::vector<json>> seen(kWatches);
+  std::vector<std::thread> clients;
+  for (int i = 0; i < kWatches; ++i) {
+    clients.emplace_back([&, i] {
+      auto w = ApiClient::ForUnixSocket(cp_->socket_path());
+      auto r = w->Stream("/api/v1/namespaces?watch=1&allowWatchBookmarks=true&timeoutSeconds=60",
+                         "application/json", [&](const std::string& line) {
+                           seen[i].push_back(json::parse(line));
+                           return true;
+                         });
+      EXPECT_TRUE(r.ok()) << r.status();
+    });
+  }
+  ASSERT_TRUE(berth::testing::Eventually([&] { return cp_->handler().watches() == kWatches; }));
+  int threads_now = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/self/task")) ++threads_now;
+  EXPECT_EQ(threads_now, threads_before + kWatches);  // the clients' threads, none of the server's
+  EXPECT_EQ(cp_->serving_stats().long_running, kWatches);
+
+  auto client = ApiClient::ForUnixSocket(cp_->socket_path());
+  ASSERT_EQ(client->Call("POST", "/api/v1/namespaces",
+                         json({{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", "n1"}}}}).dump())
+                ->code,
+            201);
+  // Every watch gets the three namespaces there were, then n1.
+  ASSERT_TRUE(berth::testing::Eventually([&] {
+    for (const auto& s : seen) {
+      if (s.size() < 4) return false;
+    }
+    return true;
+  }));
+  for (const auto& s : seen) EXPECT_EQ(s[3]["object"]["metadata"]["name"], "n1");
+  // Bookmarks every 30 s of the clock; the watches end at 60 s.
+  clock_.Advance(absl::Seconds(30));
+  ASSERT_TRUE(berth::testing::Eventually([&] {
+    for (const auto& s : seen) {
+      if (s.size() < 5) return false;
+    }
+    return true;
+  }));
+  for (const auto& s : seen) {
+    EXPECT_EQ(s[4]["type"], "BOOKMARK");
+    EXPECT_EQ(s[4]["object"]["kind"], "Namespace");
+  }
+  clock_.Advance(absl::Seconds(30));
+  for (auto& t : clients) t.join();  // each stream ended at its deadline
+  EXPECT_TRUE(berth::testing::Eventually([&] { return cp_->handler().watches() == 0; }));
 }
 
 }  // namespace

@@ -193,6 +193,15 @@ json EventJson(const api::KindInfo& kind, const std::string& type, const json& o
 
 }  // namespace
 
+bool ApiHandler::IsLongRunning(const HttpRequest& request) {
+  // kube-apiserver's long-running requests that berth serves: watches and
+  // followed logs (GET .../pods/NAME/log?follow=true).
+  if (request.method != "GET") return false;
+  if (QueryTrue(request, "watch")) return true;
+  return request.path.starts_with("/api/v1/namespaces/") && request.path.ends_with("/log") &&
+         request.path.find("/pods/") != std::string::npos && QueryTrue(request, "follow");
+}
+
 json StatusObject(const absl::Status& st) {
   if (st.ok()) {
     return {{"kind", "Status"}, {"apiVersion", "v1"}, {"metadata", json::object()}, {"status", "Success"}};
@@ -330,47 +339,39 @@ void ApiHandler::Handle(const HttpRequest& req, ResponseWriter& out) {
     if (auto it = req.query.find("resourceVersion"); it != req.query.end()) rv = it->second;
     auto stream = registry_.Watch(kind, ns, rv, opts->labels);
     if (!stream.ok()) return SendError(out, stream.status());
+    // The registry's watches are the store's own watchers, which can wake
+    // the hub when they queue an event.
+    std::unique_ptr<store::Watcher> watcher(dynamic_cast<store::Watcher*>(stream->watcher.get()));
+    if (watcher == nullptr) return SendError(out, absl::InternalError("the registry's watch cannot notify the watch hub"));
+    (void)stream->watcher.release();
     absl::Duration limit = options_.max_watch;
     if (auto it = req.query.find("timeoutSeconds"); it != req.query.end()) {
       int64_t secs = 0;
       if (absl::SimpleAtoi(it->second, &secs) && secs > 0) limit = std::min(limit, absl::Seconds(secs));
     }
-    const bool bookmarks = QueryTrue(req, "allowWatchBookmarks");
     if (!out.StartStream(200, kJson)) return;
-    auto send = [&](const std::string& type, const json& object) {
-      return out.WriteChunk(EventJson(kind, type, object, table).dump(-1, ' ', false, json::error_handler_t::replace) + "\n");
+    // The stream goes on without this thread: the hub writes the initial
+    // events, then the watcher's, bookmarks, and ends it at the deadline.
+    std::shared_ptr<http::Stream> detached = out.Detach();
+    if (detached == nullptr) return;
+    WatchHub::Watch w;
+    w.initial = std::move(stream->initial);
+    w.watcher = std::move(watcher);
+    if (!opts->fields.empty()) {
+      w.filter = [fields = std::move(opts->fields)](const json& o) { return fields.Matches(o); };
+    }
+    w.encode = [k = &kind, table](const std::string& type, const json& object) {
+      return EventJson(*k, type, object, table).dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
     };
-    for (const auto& e : stream->initial) {
-      if (opts->fields.empty() || opts->fields.Matches(*e.object)) {
-        if (!send("ADDED", *e.object)) return;
-      }
+    if (QueryTrue(req, "allowWatchBookmarks")) {
+      w.bookmark = [k = &kind](int64_t bookmark_rv) {
+        return json{{"kind", k->kind}, {"apiVersion", k->api_version()},
+                    {"metadata", {{"resourceVersion", std::to_string(bookmark_rv)}}}};
+      };
     }
-    const absl::Time deadline = absl::Now() + limit;
-    absl::Time next_bookmark = absl::Now() + options_.bookmark_interval;
-    int64_t last_bookmark = 0;
-    while (absl::Now() < deadline) {
-      auto e = stream->watcher->Next(absl::Milliseconds(250));
-      if (e) {
-        if (!opts->fields.empty() && !opts->fields.Matches(*e->object)) continue;
-        if (!send(store::EventTypeName(e->type), *e->object)) return;
-        continue;
-      }
-      if (stream->watcher->ended()) {
-        send("ERROR", StatusObject(absl::OutOfRangeError("the watch fell behind; relist and watch again")));
-        return;
-      }
-      if (out.Cancelled()) return;
-      if (bookmarks && absl::Now() >= next_bookmark) {
-        next_bookmark = absl::Now() + options_.bookmark_interval;
-        int64_t rv_now = stream->watcher->BookmarkVersion();
-        if (rv_now > last_bookmark) {
-          last_bookmark = rv_now;
-          json obj = {{"kind", kind.kind}, {"apiVersion", kind.api_version()},
-                      {"metadata", {{"resourceVersion", std::to_string(rv_now)}}}};
-          if (!send("BOOKMARK", obj)) return;
-        }
-      }
-    }
+    w.ended_status = StatusObject(absl::OutOfRangeError("the watch fell behind; relist and watch again"));
+    w.deadline = options_.clock->Now() + limit;
+    watches_.Add(std::move(w), std::move(detached));
     return;
   }
   if (req.method == "GET") {

@@ -25,6 +25,8 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "apiserver/registry.h"
+#include "apiserver/watch_hub.h"
+#include "common/clock.h"
 #include "http/server.h"
 
 namespace berth::apiserver {
@@ -38,10 +40,21 @@ class ApiHandler {
   struct Options {
     absl::Duration bookmark_interval = absl::Seconds(30);
     absl::Duration max_watch = absl::Minutes(30);
+    Clock* clock = &RealClock();  // watch deadlines and bookmarks
   };
-  ApiHandler(Registry& registry, Options options) : registry_(registry), options_(options) {}
+  ApiHandler(Registry& registry, Options options)
+      : registry_(registry),
+        options_(options),
+        watches_({.bookmark_interval = options.bookmark_interval, .clock = options.clock}) {}
 
   void Handle(const HttpRequest& request, ResponseWriter& out);
+
+  // Requests that stream for long (watches, followed pod logs): the HTTP
+  // server exempts them from its in-flight limits; Handle() detaches watch
+  // streams to the WatchHub (and pods/log hands followed logs to its own
+  // thread), so none holds a handler thread.
+  static bool IsLongRunning(const HttpRequest& request);
+  size_t watches() const { return watches_.size(); }
 
   // GET /metrics (Prometheus text format) renders every collector in the
   // order added, each appending whole metric families.
@@ -63,6 +76,7 @@ class ApiHandler {
   absl::Mutex metrics_mu_;
   std::vector<MetricsCollector> metrics_ ABSL_GUARDED_BY(metrics_mu_);
   std::map<std::pair<std::string, std::string>, SubresourceHandler> subresources_ ABSL_GUARDED_BY(metrics_mu_);
+  WatchHub watches_;  // last: its streams end before the rest goes
 };
 
 // The Kubernetes Status object for an error (or success when `status` is ok).

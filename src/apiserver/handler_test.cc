@@ -1,5 +1,7 @@
 #include "apiserver/handler.h"
 
+#include "common/clock.h"
+#include "common/testing/eventually.h"
 #include "common/testing/temp_dir.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -9,6 +11,53 @@ namespace {
 
 using nlohmann::json;
 using ::testing::HasSubstr;
+
+// A detached stream as the HTTP server would hand it over, recording.
+class RecordingStream : public http::Stream {
+ public:
+  // http::Stream
+  bool Write(std::string data) override {
+    absl::MutexLock lock(&mu_);
+    if (ended_) return false;
+    chunks_.push_back(std::move(data));
+    return true;
+  }
+  void Finish() override {
+    absl::MutexLock lock(&mu_);
+    ended_ = true;
+  }
+  bool Ended() const override {
+    absl::MutexLock lock(&mu_);
+    return ended_;
+  }
+  size_t Pending() const override { return 0; }
+  bool Backlogged() const override { return false; }
+  void SetWakeup(std::function<void()> wakeup) override {
+    absl::MutexLock lock(&mu_);
+    wakeup_ = std::move(wakeup);
+  }
+
+  std::vector<std::string> chunks() const {
+    absl::MutexLock lock(&mu_);
+    return chunks_;
+  }
+  // The client goes away.
+  void Hangup() {
+    std::function<void()> wakeup;
+    {
+      absl::MutexLock lock(&mu_);
+      ended_ = true;
+      wakeup = wakeup_;
+    }
+    if (wakeup) wakeup();
+  }
+
+ private:
+  mutable absl::Mutex mu_;
+  std::vector<std::string> chunks_ ABSL_GUARDED_BY(mu_);
+  bool ended_ ABSL_GUARDED_BY(mu_) = false;
+  std::function<void()> wakeup_ ABSL_GUARDED_BY(mu_);
+};
 
 // Records what a handler answers.
 class RecordingWriter : public ResponseWriter {
@@ -21,19 +70,17 @@ class RecordingWriter : public ResponseWriter {
   bool StartStream(int c, const std::string& ct) override {
     code = c;
     content_type = ct;
+    stream = std::make_shared<RecordingStream>();
     return true;
   }
-  bool WriteChunk(const std::string& data) override {
-    chunks.push_back(data);
-    return static_cast<int>(chunks.size()) < stop_after;
-  }
-  bool Cancelled() override { return static_cast<int>(chunks.size()) >= stop_after; }
+  bool WriteChunk(const std::string& data) override { return stream != nullptr && stream->Write(data); }
+  bool Cancelled() override { return stream != nullptr && stream->Ended(); }
+  std::shared_ptr<http::Stream> Detach() override { return stream; }
   json Json() const { return json::parse(body); }
 
   int code = 0;
   std::string content_type, body;
-  std::vector<std::string> chunks;
-  int stop_after = 1 << 30;
+  std::shared_ptr<RecordingStream> stream;
 };
 
 class HandlerTest : public ::testing::Test {
@@ -42,8 +89,8 @@ class HandlerTest : public ::testing::Test {
     store_ = std::move(*store::Store::Open({.path = dir_.path() + "/state.db"}));
     registry_ = std::make_unique<Registry>(*store_);
     ASSERT_TRUE(registry_->Bootstrap().ok());
-    handler_ = std::make_unique<ApiHandler>(*registry_, ApiHandler::Options{.bookmark_interval = absl::Milliseconds(10),
-                                                                           .max_watch = absl::Seconds(20)});
+    handler_ = std::make_unique<ApiHandler>(
+        *registry_, ApiHandler::Options{.bookmark_interval = absl::Seconds(30), .max_watch = absl::Seconds(60), .clock = &clock_});
   }
   RecordingWriter Do(const std::string& method, const std::string& target, const std::string& body = "",
                      const std::string& content_type = "application/json", const std::string& accept = "application/json") {
@@ -62,6 +109,7 @@ class HandlerTest : public ::testing::Test {
         .dump();
   }
 
+  FakeClock clock_;
   berth::testing::TempDir dir_;
   std::unique_ptr<store::Store> store_;
   std::unique_ptr<Registry> registry_;
@@ -168,6 +216,21 @@ TEST_F(HandlerTest, ListAsTableAndAcrossNamespaces) {
   EXPECT_EQ(Do("GET", std::string(kClaims) + "?labelSelector=a%20in%20(").code, 400);
 }
 
+TEST(ApiHandlerLongRunningTest, WatchesAndFollowedLogsAreLongRunning) {
+  auto long_running = [](const std::string& method, const std::string& target) {
+    auto req = http::ParseRequest(method + " " + target + " HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n");
+    EXPECT_TRUE(req.ok()) << target;
+    return req.ok() && ApiHandler::IsLongRunning(*req);
+  };
+  EXPECT_TRUE(long_running("GET", "/api/v1/persistentvolumes?watch=1"));
+  EXPECT_TRUE(long_running("GET", "/api/v1/namespaces/default/pods?watch=true&resourceVersion=5"));
+  EXPECT_TRUE(long_running("GET", "/api/v1/namespaces/default/pods/web/log?follow=true&container=c"));
+  EXPECT_FALSE(long_running("GET", "/api/v1/namespaces/default/pods/web/log"));
+  EXPECT_FALSE(long_running("GET", "/api/v1/namespaces/default/pods/web/log?follow=false"));
+  EXPECT_FALSE(long_running("GET", "/api/v1/persistentvolumes"));
+  EXPECT_FALSE(long_running("POST", "/api/v1/namespaces/default/pods?watch=1"));
+}
+
 TEST_F(HandlerTest, WatchStreamsEventsInOrderAndExpiredIs410) {
   ASSERT_EQ(Do("POST", kClaims, Claim("a")).code, 201);
   std::string rv = Do("GET", kClaims).Json()["metadata"]["resourceVersion"];
@@ -178,17 +241,44 @@ TEST_F(HandlerTest, WatchStreamsEventsInOrderAndExpiredIs410) {
   auto req = http::ParseRequest(raw);
   ASSERT_TRUE(req.ok());
   RecordingWriter w;
-  w.stop_after = 3;  // MODIFIED, DELETED, BOOKMARK
-  handler_->Handle(*req, w);
-  ASSERT_EQ(w.chunks.size(), 3u);
-  EXPECT_EQ(json::parse(w.chunks[0])["type"], "MODIFIED");
-  EXPECT_EQ(json::parse(w.chunks[0])["object"]["metadata"]["labels"]["x"], "1");
-  EXPECT_EQ(json::parse(w.chunks[1])["type"], "DELETED");
-  json bookmark = json::parse(w.chunks[2]);
+  handler_->Handle(*req, w);  // returns at once: the hub goes on with the stream
+  ASSERT_NE(w.stream, nullptr);
+  ASSERT_TRUE(berth::testing::Eventually([&] { return w.stream->chunks().size() == 2; }));  // MODIFIED, DELETED
+  clock_.Advance(absl::Seconds(30));
+  ASSERT_TRUE(berth::testing::Eventually([&] { return w.stream->chunks().size() == 3; }));  // BOOKMARK
+  const std::vector<std::string> chunks = w.stream->chunks();
+  EXPECT_EQ(json::parse(chunks[0])["type"], "MODIFIED");
+  EXPECT_EQ(json::parse(chunks[0])["object"]["metadata"]["labels"]["x"], "1");
+  EXPECT_EQ(json::parse(chunks[1])["type"], "DELETED");
+  json bookmark = json::parse(chunks[2]);
   EXPECT_EQ(bookmark["type"], "BOOKMARK");
   EXPECT_EQ(bookmark["object"]["metadata"]["resourceVersion"],
-            json::parse(w.chunks[1])["object"]["metadata"]["resourceVersion"]);
+            json::parse(chunks[1])["object"]["metadata"]["resourceVersion"]);
+  // The deadline (max_watch) ends it; the hub lets it go.
+  clock_.Advance(absl::Seconds(30));
+  EXPECT_TRUE(berth::testing::Eventually([&] { return w.stream->Ended() && handler_->watches() == 0; }));
+  EXPECT_EQ(w.stream->chunks().size(), 3u);
   EXPECT_EQ(Do("GET", std::string(kClaims) + "?watch=1&resourceVersion=abc").code, 400);
+}
+
+TEST_F(HandlerTest, WatchesLiveInTheHubUntilTheClientGoes) {
+  auto req = http::ParseRequest("GET " + std::string(kClaims) + "?watch=1 HTTP/1.1\r\nHost: x\r\n\r\n");
+  ASSERT_TRUE(req.ok());
+  std::vector<RecordingWriter> writers(3);
+  for (auto& w : writers) handler_->Handle(*req, w);
+  EXPECT_EQ(handler_->watches(), 3u);
+  ASSERT_EQ(Do("POST", kClaims, Claim("a")).code, 201);
+  for (auto& w : writers) {
+    ASSERT_TRUE(berth::testing::Eventually([&] { return w.stream->chunks().size() == 1; }));
+    EXPECT_EQ(json::parse(w.stream->chunks()[0])["type"], "ADDED");
+  }
+  writers[1].stream->Hangup();
+  EXPECT_TRUE(berth::testing::Eventually([&] { return handler_->watches() == 2; }));
+  ASSERT_EQ(Do("DELETE", std::string(kClaims) + "/a").code, 200);
+  for (int i : {0, 2}) {
+    ASSERT_TRUE(berth::testing::Eventually([&] { return writers[i].stream->chunks().size() == 2; }));
+  }
+  EXPECT_EQ(writers[1].stream->chunks().size(), 1u);
 }
 
 TEST_F(HandlerTest, SecretsNeverInTables) {

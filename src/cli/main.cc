@@ -1,12 +1,15 @@
 // berth: the command line of the berth control plane. A thin main over
 // berth::cli (commands) and berth::apiserver (serve).
+#include <sys/resource.h>
 #include <sys/stat.h>
 
 #include <iostream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
 #include "apiserver/kubeconfig.h"
 #include "cli/node_agent.h"
 #include "http/api_client.h"
@@ -37,6 +40,68 @@ absl::StatusOr<absl::Duration> ParseTimeout(const std::string& text) {
   return d;
 }
 
+// The API server's limits, as flags of `berth up` and `berth serve`
+// (defaults: kube-apiserver's where it has one).
+struct ApiLimitFlags {
+  berth::http::HttpServer::Limits limits;
+  std::string tls_handshake_timeout = "10s", header_timeout = "32s", idle_timeout = "90s";
+
+  void Add(CLI::App* cmd) {
+    cmd->add_option("--max-requests-inflight", limits.max_requests_inflight,
+                    "API reads (GET) in flight before 429 Too Many Requests; 0: no limit")
+        ->capture_default_str();
+    cmd->add_option("--max-mutating-requests-inflight", limits.max_mutating_requests_inflight,
+                    "API writes in flight before 429 Too Many Requests; 0: no limit")
+        ->capture_default_str();
+    cmd->add_option("--api-max-connections", limits.max_connections,
+                    "open API connections; more are closed at once")
+        ->capture_default_str();
+    cmd->add_option("--api-tls-handshake-timeout", tls_handshake_timeout,
+                    "close a connection whose TLS handshake takes longer")
+        ->capture_default_str();
+    cmd->add_option("--api-request-header-timeout", header_timeout,
+                    "close a connection whose request headers take longer to arrive")
+        ->capture_default_str();
+    cmd->add_option("--api-idle-timeout", idle_timeout, "close a kept-alive connection idle this long")
+        ->capture_default_str();
+    cmd->add_option("--api-threads", limits.handler_threads, "threads running API requests")->capture_default_str();
+    cmd->add_option("--api-io-threads", limits.io_threads, "threads doing the API server's network I/O")
+        ->capture_default_str();
+  }
+
+  absl::StatusOr<berth::http::HttpServer::Limits> Parse() const {
+    berth::http::HttpServer::Limits out = limits;
+    for (auto [text, field, flag] : {std::tuple{&tls_handshake_timeout, &out.tls_handshake_timeout, "--api-tls-handshake-timeout"},
+                                     std::tuple{&header_timeout, &out.header_timeout, "--api-request-header-timeout"},
+                                     std::tuple{&idle_timeout, &out.idle_timeout, "--api-idle-timeout"}}) {
+      if (!absl::ParseDuration(*text, field) || *field <= absl::ZeroDuration()) {
+        return absl::InvalidArgumentError(absl::StrCat(flag, " must be a positive duration like 500ms, 10s or 2m"));
+      }
+    }
+    if (out.handler_threads < 1 || out.handler_threads > 256 || out.io_threads < 1 || out.io_threads > 64) {
+      return absl::InvalidArgumentError("--api-threads must be 1-256 and --api-io-threads 1-64");
+    }
+    if (out.max_connections < 1) return absl::InvalidArgumentError("--api-max-connections must be at least 1");
+    return out;
+  }
+};
+
+// Each API connection is a descriptor: lift the soft limit to the hard one
+// (as Go programs do at start), and say so when the connection cap cannot
+// be reached.
+void RaiseOpenFileLimit(size_t max_connections) {
+  rlimit rl{};
+  if (::getrlimit(RLIMIT_NOFILE, &rl) != 0) return;
+  if (rl.rlim_cur < rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &rl);
+  }
+  if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < max_connections + 1024) {
+    spdlog::warn("open files are limited to {} (ulimit -n): fewer than --api-max-connections {} can be open",
+                 rl.rlim_cur, max_connections);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -58,6 +123,8 @@ int main(int argc, char** argv) {
   std::string api_address = "127.0.0.1:7443", log_level = "info";
   serve->add_option("--api-address", api_address, "loopback TCP address for kubectl (\"\" to disable)");
   serve->add_option("--log-level", log_level, "trace|debug|info|warn|error");
+  ApiLimitFlags serve_limits;
+  serve_limits.Add(serve);
 
   // up
   auto* up = app.add_subcommand("up", "run the whole stack on this machine: API, controllers, node agents, berth-csi");
@@ -88,6 +155,8 @@ int main(int argc, char** argv) {
   up->add_option("--node-monitor-grace-period", up_options.node_monitor_grace_period,
                  "a node whose lease is not renewed this long is marked Unknown and tainted (e.g. 40s)")
       ->capture_default_str();
+  ApiLimitFlags up_limits;
+  up_limits.Add(up);
 
   // node-agent (started by berth up, one per node)
   auto* node_agent = app.add_subcommand("node-agent", "run one node's agent over the API socket (berth up starts one per node)");
@@ -205,9 +274,13 @@ int main(int argc, char** argv) {
   if (serve->parsed()) {
     berth::BlockTerminationSignals();
     if (auto st = berth::InitLogging(log_level); !st.ok()) return Fail(st);
+    auto limits = serve_limits.Parse();
+    if (!limits.ok()) return Fail(limits.status());
+    RaiseOpenFileLimit(limits->max_connections);
     berth::apiserver::ControlPlane::Options options;
     options.data_dir = data_dir;
     options.api_address = api_address;
+    options.limits = *limits;
     auto cp = berth::apiserver::ControlPlane::Start(options);
     if (!cp.ok()) return Fail(cp.status());
     spdlog::info("berth API on {} (root only){}", (*cp)->socket_path(),
@@ -232,6 +305,10 @@ int main(int argc, char** argv) {
   if (up->parsed()) {
     berth::BlockTerminationSignals();
     if (auto st = berth::InitLogging(up_options.log_level); !st.ok()) return Fail(st);
+    auto limits = up_limits.Parse();
+    if (!limits.ok()) return Fail(limits.status());
+    RaiseOpenFileLimit(limits->max_connections);
+    up_options.api_limits = *limits;
     up_options.data_dir = data_dir;
     absl::Status st = berth::cli::RunUp(up_options);
     return st.ok() ? 0 : Fail(st);

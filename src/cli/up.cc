@@ -220,6 +220,7 @@ absl::Status RunUp(UpOptions options) {
   apiserver::ControlPlane::Options cp_options;
   cp_options.data_dir = options.data_dir;
   cp_options.api_address = options.api_address;
+  cp_options.limits = options.api_limits;
   BERTH_ASSIGN_OR_RETURN(auto cp, apiserver::ControlPlane::Start(cp_options));
   apiserver::Registry& registry = cp->registry();
   BERTH_RETURN_IF_ERROR(CreateDefaults(registry));

@@ -20,6 +20,7 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "cli/runtime_setup.h"
+#include "http/server.h"
 
 namespace berth::cli {
 
@@ -42,6 +43,8 @@ struct UpOptions {
   // is not renewed for this long is marked Unknown and tainted. Below 40 s
   // the agents renew their leases every quarter of it instead of every 10 s.
   std::string node_monitor_grace_period = "40s";
+  // The API server's threads, connection and in-flight limits, deadlines.
+  http::HttpServer::Limits api_limits;
   // Containers: berth's containerd per node (default), an existing CRI
   // runtime, or none (cli/runtime_setup.h).
   RuntimeOptions runtime{};

@@ -48,10 +48,16 @@ absl::StatusOr<std::unique_ptr<http::HttpServer>> StartHttpEndpoint(
   // The operator names the address (a pod IP for the kubelet's probes and
   // Prometheus); nothing served here is secret or mutating.
   o.loopback_only = false;
-  o.max_connections = 64;
+  o.limits.io_threads = 1;
+  o.limits.handler_threads = 2;
+  o.limits.max_connections = 64;
+  o.limits.max_requests_inflight = 16;
+  o.limits.max_mutating_requests_inflight = 4;
+  o.limits.header_timeout = absl::Seconds(10);
+  o.limits.idle_timeout = absl::Seconds(60);
+  o.limits.io_timeout = absl::Seconds(10);
+  o.limits.max_header_bytes = 64 << 10;
   o.max_body_bytes = 64 << 10;
-  o.idle_timeout = absl::Seconds(60);
-  o.io_timeout = absl::Seconds(10);
   return http::HttpServer::Start(std::move(o), NewHttpHandler(driver, metrics, std::move(serving)));
 }
 

@@ -1,283 +1,63 @@
 #include "http/server.h"
 
 #include <arpa/inet.h>
-#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <poll.h>
 #include <signal.h>
-#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <fcntl.h>
+
 #include <cerrno>
 #include <cstring>
+#include <array>
+#include <deque>
+#include <list>
+#include <thread>
+#include <vector>
 
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ip/v6_only.hpp>
+#include <boost/asio/local/stream_protocol.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/ssl.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/write.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
-#include <boost/beast/http/read.hpp>
-#include <boost/beast/http/string_body.hpp>
 #include <boost/beast/http/parser.hpp>
+#include <boost/beast/http/read.hpp>
 
-#include "absl/strings/numbers.h"
-#include "common/logging.h"
-#include "spdlog/spdlog.h"
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "common/status.h"
 #include "common/strings.h"
+#include "http/request.h"
+#include "http/response.h"
 #include "openssl/crypto.h"
-#include "openssl/err.h"
-#include "openssl/ssl.h"
+#include "spdlog/spdlog.h"
 
 namespace berth::http {
 namespace {
 
+using internal::DetachedStream;
+using internal::HandlerPool;
+using internal::Output;
+using internal::ResponseHead;
+using internal::SessionBase;
+using internal::Writer;
+
+namespace net = boost::asio;
+namespace ssl = boost::asio::ssl;
 namespace beast = boost::beast;
 namespace bhttp = boost::beast::http;
-
-// Blocking stream over a socket (optionally TLS) with poll()-based
-// timeouts that also wakes on the server's shutdown eventfd. The socket is
-// non-blocking underneath: every operation is tried first and waited for
-// only when it would block (OpenSSL may hold decrypted bytes already).
-// Satisfies Beast's SyncReadStream.
-class FdStream {
- public:
-  FdStream(int fd, int wake_fd, absl::Duration timeout, SSL* ssl = nullptr)
-      : fd_(fd), wake_fd_(wake_fd), timeout_(timeout), ssl_(ssl) {
-    ::fcntl(fd_, F_SETFL, ::fcntl(fd_, F_GETFL) | O_NONBLOCK);
-  }
-
-  void set_timeout(absl::Duration t) { timeout_ = t; }
-
-  // TLS server handshake; false on failure or timeout.
-  bool Handshake() {
-    while (true) {
-      int rc = SSL_accept(ssl_);
-      if (rc == 1) return true;
-      boost::system::error_code ec;
-      if (!WaitFor(SSL_get_error(ssl_, rc), ec)) return false;
-    }
-  }
-
-  template <class MutableBufferSequence>
-  size_t read_some(const MutableBufferSequence& buffers, boost::system::error_code& ec) {
-    ec = {};
-    for (auto it = boost::asio::buffer_sequence_begin(buffers);
-         it != boost::asio::buffer_sequence_end(buffers); ++it) {
-      boost::asio::mutable_buffer b = *it;
-      if (b.size() == 0) continue;
-      while (true) {
-        if (ssl_ != nullptr) {
-          int n = SSL_read(ssl_, b.data(), static_cast<int>(std::min<size_t>(b.size(), 1 << 30)));
-          if (n > 0) return static_cast<size_t>(n);
-          int err = SSL_get_error(ssl_, n);
-          if (err == SSL_ERROR_ZERO_RETURN) {
-            ec = boost::asio::error::eof;
-            return 0;
-          }
-          if (!WaitFor(err, ec)) return 0;
-          continue;
-        }
-        ssize_t n = ::recv(fd_, b.data(), b.size(), 0);
-        if (n > 0) return static_cast<size_t>(n);
-        if (n == 0) {
-          ec = boost::asio::error::eof;
-          return 0;
-        }
-        if (errno == EINTR) continue;
-        if (errno != EAGAIN && errno != EWOULDBLOCK) {
-          ec.assign(errno, boost::system::system_category());
-          return 0;
-        }
-        if (!Wait(POLLIN, ec)) return 0;
-      }
-    }
-    return 0;
-  }
-  template <class MutableBufferSequence>
-  size_t read_some(const MutableBufferSequence& buffers) {
-    boost::system::error_code ec;
-    size_t n = read_some(buffers, ec);
-    if (ec) throw boost::system::system_error(ec);
-    return n;
-  }
-
-  bool WriteAll(std::string_view data) {
-    boost::system::error_code ec;
-    while (!data.empty()) {
-      if (ssl_ != nullptr) {
-        int n = SSL_write(ssl_, data.data(), static_cast<int>(std::min<size_t>(data.size(), 1 << 30)));
-        if (n > 0) {
-          data.remove_prefix(static_cast<size_t>(n));
-          continue;
-        }
-        if (!WaitFor(SSL_get_error(ssl_, n), ec)) return false;
-        continue;
-      }
-      ssize_t n = ::send(fd_, data.data(), data.size(), MSG_NOSIGNAL);
-      if (n >= 0) {
-        data.remove_prefix(static_cast<size_t>(n));
-        continue;
-      }
-      if (errno == EINTR) continue;
-      if (errno != EAGAIN && errno != EWOULDBLOCK) return false;
-      if (!Wait(POLLOUT, ec)) return false;
-    }
-    return true;
-  }
-
-  // Whether the peer hung up or the server is stopping (without blocking).
-  bool PeerGone() {
-    pollfd p[2] = {{fd_, POLLRDHUP, 0}, {wake_fd_, POLLIN, 0}};
-    if (::poll(p, 2, 0) <= 0) return false;
-    return (p[0].revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0 || (p[1].revents & POLLIN) != 0;
-  }
-
- private:
-  // Waits as OpenSSL asks; false (with `ec`) for real errors.
-  bool WaitFor(int ssl_error, boost::system::error_code& ec) {
-    if (ssl_error == SSL_ERROR_WANT_READ) return Wait(POLLIN, ec);
-    if (ssl_error == SSL_ERROR_WANT_WRITE) return Wait(POLLOUT, ec);
-    ec = boost::asio::error::connection_reset;
-    return false;
-  }
-
-  bool Wait(short events, boost::system::error_code& ec) {
-    pollfd p[2] = {{fd_, events, 0}, {wake_fd_, POLLIN, 0}};
-    const int ms = static_cast<int>(absl::ToInt64Milliseconds(timeout_));
-    while (true) {
-      int rc = ::poll(p, 2, ms);
-      if (rc < 0 && errno == EINTR) continue;
-      if (rc < 0) {
-        ec.assign(errno, boost::system::system_category());
-        return false;
-      }
-      if (rc == 0) {
-        ec = boost::asio::error::timed_out;
-        return false;
-      }
-      if (p[1].revents & POLLIN) {
-        ec = boost::asio::error::operation_aborted;
-        return false;
-      }
-      return true;
-    }
-  }
-
-  int fd_;
-  int wake_fd_;
-  absl::Duration timeout_;
-  SSL* ssl_;
-};
-
-const char* StatusText(int code) {
-  switch (code) {
-    case 200: return "OK";
-    case 201: return "Created";
-    case 202: return "Accepted";
-    case 400: return "Bad Request";
-    case 401: return "Unauthorized";
-    case 403: return "Forbidden";
-    case 404: return "Not Found";
-    case 405: return "Method Not Allowed";
-    case 406: return "Not Acceptable";
-    case 409: return "Conflict";
-    case 410: return "Gone";
-    case 413: return "Payload Too Large";
-    case 415: return "Unsupported Media Type";
-    case 422: return "Unprocessable Entity";
-    case 429: return "Too Many Requests";
-    case 500: return "Internal Server Error";
-    case 503: return "Service Unavailable";
-    case 504: return "Gateway Timeout";
-    default: return "Unknown";
-  }
-}
-
-class ConnectionWriter : public ResponseWriter {
- public:
-  ConnectionWriter(FdStream& stream, bool keep_alive) : stream_(stream), keep_alive_(keep_alive) {}
-
-  void Send(int code, const std::string& content_type, const std::string& body) override {
-    if (sent_) return;
-    sent_ = true;
-    code_ = code;
-    std::string head = StrCat("HTTP/1.1 ", code, " ", StatusText(code), "\r\nContent-Type: ", content_type,
-                              "\r\nContent-Length: ", body.size(), "\r\nCache-Control: no-cache, private\r\n",
-                              keep_alive_ ? "" : "Connection: close\r\n", "\r\n");
-    ok_ = stream_.WriteAll(head) && stream_.WriteAll(body);
-  }
-  bool StartStream(int code, const std::string& content_type) override {
-    if (sent_) return false;
-    sent_ = true;
-    code_ = code;
-    streaming_ = true;
-    std::string head = StrCat("HTTP/1.1 ", code, " ", StatusText(code), "\r\nContent-Type: ", content_type,
-                              "\r\nTransfer-Encoding: chunked\r\nCache-Control: no-cache, private\r\n\r\n");
-    ok_ = stream_.WriteAll(head);
-    return ok_;
-  }
-  bool WriteChunk(const std::string& data) override {
-    if (!streaming_ || !ok_) return false;
-    if (data.empty()) return true;
-    char size[32];
-    std::snprintf(size, sizeof(size), "%zx\r\n", data.size());
-    ok_ = stream_.WriteAll(size) && stream_.WriteAll(data) && stream_.WriteAll("\r\n");
-    return ok_;
-  }
-  bool Cancelled() override { return !ok_ || stream_.PeerGone(); }
-  int code() const { return code_; }
-
-  // Ends a stream; whether the connection can be reused.
-  bool Finish() {
-    if (!sent_) Send(500, "text/plain", "no response\n");
-    if (streaming_ && ok_) ok_ = stream_.WriteAll("0\r\n\r\n");
-    return ok_ && keep_alive_;
-  }
-
- private:
-  FdStream& stream_;
-  bool keep_alive_;
-  bool sent_ = false;
-  bool streaming_ = false;
-  bool ok_ = true;
-  int code_ = 0;
-};
-
-HttpRequest FromBeast(bhttp::request<bhttp::string_body>&& req) {
-  HttpRequest out;
-  out.method = std::string(req.method_string());
-  out.target = std::string(req.target());
-  for (const auto& field : req) {
-    std::string name(field.name_string());
-    for (auto& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    out.headers[name] = std::string(field.value());
-  }
-  out.body = std::move(req.body());
-  return out;
-}
-
-// Splits target into path and query; false if the path is malformed.
-bool SplitTarget(HttpRequest& r) {
-  std::string_view t = r.target;
-  std::string_view q;
-  if (size_t pos = t.find('?'); pos != std::string_view::npos) {
-    q = t.substr(pos + 1);
-    t = t.substr(0, pos);
-  }
-  auto path = PercentDecode(t, false);
-  if (!path || path->empty() || path->front() != '/' || path->find('\0') != std::string::npos) return false;
-  r.path = std::move(*path);
-  r.query = ParseQuery(q);
-  return true;
-}
-
-void SendPlain(FdStream& stream, int code, std::string_view message) {
-  std::string body = StrCat("{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"metadata\":{},\"status\":\"Failure\",\"message\":\"",
-                            message, "\",\"reason\":\"", code == 401 ? "Unauthorized" : "BadRequest", "\",\"code\":", code, "}");
-  stream.WriteAll(StrCat("HTTP/1.1 ", code, " ", StatusText(code), "\r\nContent-Type: application/json\r\nContent-Length: ",
-                         body.size(), "\r\nConnection: close\r\n\r\n", body));
-}
+using tcp = net::ip::tcp;
+using UnixProtocol = net::local::stream_protocol;
+using ErrorCode = boost::system::error_code;
 
 bool TokenMatches(const std::string& header, const std::string& token) {
   constexpr std::string_view kBearer = "Bearer ";
@@ -287,184 +67,406 @@ bool TokenMatches(const std::string& header, const std::string& token) {
 
 }  // namespace
 
-std::optional<std::string> PercentDecode(std::string_view s, bool plus_is_space) {
-  std::string out;
-  out.reserve(s.size());
-  for (size_t i = 0; i < s.size(); ++i) {
-    char c = s[i];
-    if (c == '%') {
-      if (i + 2 >= s.size()) return std::nullopt;
-      auto hex = [](char h) -> int {
-        if (h >= '0' && h <= '9') return h - '0';
-        if (h >= 'a' && h <= 'f') return h - 'a' + 10;
-        if (h >= 'A' && h <= 'F') return h - 'A' + 10;
-        return -1;
-      };
-      int hi = hex(s[i + 1]), lo = hex(s[i + 2]);
-      if (hi < 0 || lo < 0) return std::nullopt;
-      out += static_cast<char>(hi * 16 + lo);
-      i += 2;
-    } else if (c == '+' && plus_is_space) {
-      out += ' ';
+class HttpServer::Impl {
+ public:
+  Impl(Options options, HttpHandler handler)
+      : options_(std::move(options)),
+        handler_(std::move(handler)),
+        clock_(*options_.clock),
+        work_(net::make_work_guard(ioc_)),
+        ssl_ctx_(ssl::context::tls_server) {}
+
+  absl::Status Init();
+  void Shutdown();
+  Stats stats() const;
+
+  int tcp_port_ = 0;
+
+  // Everything below is the sessions' business too.
+  absl::Status InitTls();
+  absl::Status Listen();
+  template <class Acceptor>
+  void Accept(Acceptor& acceptor);
+  void OnAccepted(tcp::socket socket);
+  void OnAccepted(UnixProtocol::socket socket);
+  template <class S>
+  void Launch(S stream, bool over_unix_socket);
+
+  // Sessions, for Shutdown; each unregisters itself when destroyed.
+  std::list<std::weak_ptr<SessionBase>>::iterator Register(std::weak_ptr<SessionBase> s) ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    return sessions_.insert(sessions_.end(), std::move(s));
+  }
+  void Unregister(std::list<std::weak_ptr<SessionBase>>::iterator it) ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    sessions_.erase(it);
+  }
+  // Takes an in-flight slot; false when over the limit.
+  bool Admit(bool mutating) {
+    std::atomic<int64_t>& n = mutating ? inflight_mutating_ : inflight_reads_;
+    const size_t limit = mutating ? options_.limits.max_mutating_requests_inflight : options_.limits.max_requests_inflight;
+    if (n.fetch_add(1) >= static_cast<int64_t>(limit) && limit > 0) {
+      --n;
+      return false;
+    }
+    return true;
+  }
+  void Release(bool mutating) { --(mutating ? inflight_mutating_ : inflight_reads_); }
+
+  const Options options_;
+  const HttpHandler handler_;
+  Clock& clock_;
+  net::io_context ioc_;
+  net::executor_work_guard<net::io_context::executor_type> work_;
+  ssl::context ssl_ctx_;
+  bool https_ = false;
+  std::unique_ptr<tcp::acceptor> tcp_acceptor_;
+  std::unique_ptr<UnixProtocol::acceptor> unix_acceptor_;
+  std::vector<std::thread> io_threads_;
+  std::unique_ptr<HandlerPool> pool_;
+  std::atomic<bool> stopping_{false};
+
+  absl::Mutex mu_;
+  std::list<std::weak_ptr<SessionBase>> sessions_ ABSL_GUARDED_BY(mu_);
+  ScopedTimer accept_retry_ ABSL_GUARDED_BY(mu_);
+
+  std::atomic<int64_t> open_{0};
+  std::atomic<int64_t> inflight_reads_{0};
+  std::atomic<int64_t> inflight_mutating_{0};
+  std::atomic<int64_t> long_running_{0};
+  std::atomic<int64_t> accepted_{0};
+  std::atomic<int64_t> refused_{0};
+  std::atomic<int64_t> timed_out_{0};
+  std::atomic<int64_t> throttled_{0};
+};
+
+namespace {
+
+// One connection. Everything but PostFlush/PostClose/PostDeadline runs on
+// the connection's strand (its socket's executor), so none of it locks.
+// Kept alive by its pending operations and by the handler task running for
+// it; Output and DetachedStream never own it.
+template <class S>
+class Session final : public SessionBase {
+ public:
+  static constexpr bool kTls = std::is_same_v<S, ssl::stream<tcp::socket>>;
+
+  Session(HttpServer::Impl& server, S stream, bool over_unix_socket)
+      : server_(server), stream_(std::move(stream)), executor_(stream_->get_executor()), unix_(over_unix_socket) {
+    ++server_.open_;
+  }
+  ~Session() override {
+    // The socket and the strand must go before the server may (Shutdown
+    // waits for the last session to unregister).
+    stream_.reset();
+    executor_.reset();
+    --server_.open_;
+    server_.Unregister(registration_);
+  }
+
+  void Begin() {
+    registration_ = server_.Register(weak_from_this());
+    net::dispatch(*executor_, [self = Self()] { self->Start(); });
+  }
+
+  // SessionBase
+  void PostFlush() override { net::post(*executor_, [self = Self()] { self->Flush(); }); }
+  void PostClose() override { net::post(*executor_, [self = Self()] { self->Close(); }); }
+
+ private:
+  struct Deadline {
+    Clock::TimerId id = 0;
+    uint64_t generation = 0;
+    bool armed = false;
+  };
+
+  std::shared_ptr<Session> Self() { return std::static_pointer_cast<Session>(shared_from_this()); }
+  const HttpServer::Options& options() const { return server_.options_; }
+
+  void Start() {
+    if (server_.stopping_) return Close();
+    if constexpr (kTls) {
+      Arm(read_deadline_, options().limits.tls_handshake_timeout);
+      stream_->async_handshake(ssl::stream_base::server, [self = Self()](ErrorCode ec) {
+        self->Disarm(self->read_deadline_);
+        if (ec || self->closed_) return self->Close();
+        self->ReadRequest();
+      });
     } else {
-      out += c;
+      ReadRequest();
     }
   }
-  return out;
-}
 
-std::map<std::string, std::string> ParseQuery(std::string_view query) {
-  std::map<std::string, std::string> out;
-  for (std::string_view part : Split(query, '&')) {
-    if (part.empty()) continue;
-    size_t eq = part.find('=');
-    auto key = PercentDecode(part.substr(0, eq), true);
-    auto value = PercentDecode(eq == std::string_view::npos ? "" : part.substr(eq + 1), true);
-    if (key && value) out[*key] = *value;
+  // A kept-alive connection idles until the next request's first byte; its
+  // headers then have header_timeout to arrive.
+  void ReadRequest() {
+    if (closed_) return;
+    if (requests_ > 0 && buffer_.size() == 0) {
+      Arm(read_deadline_, options().limits.idle_timeout);
+      stream_->async_read_some(buffer_.prepare(4096), [self = Self()](ErrorCode ec, size_t n) {
+        if (ec || self->closed_) return self->Close();
+        self->buffer_.commit(n);
+        self->ReadHeader();
+      });
+      return;
+    }
+    ReadHeader();
   }
-  return out;
-}
 
-absl::StatusOr<HttpRequest> ParseRequest(std::string_view bytes) {
-  bhttp::request_parser<bhttp::string_body> parser;
-  parser.header_limit(64 * 1024);
-  parser.body_limit(8 << 20);
-  boost::system::error_code ec;
-  size_t used = parser.put(boost::asio::buffer(bytes.data(), bytes.size()), ec);
-  if (!ec && parser.is_header_done() && !parser.is_done() && used < bytes.size()) {
-    parser.put(boost::asio::buffer(bytes.data() + used, bytes.size() - used), ec);
+  void ReadHeader() {
+    parser_.emplace();
+    parser_->header_limit(static_cast<std::uint32_t>(std::min<size_t>(options().limits.max_header_bytes, UINT32_MAX)));
+    parser_->body_limit(options().max_body_bytes);
+    Arm(read_deadline_, options().limits.header_timeout);
+    bhttp::async_read_header(*stream_, buffer_, *parser_, [self = Self()](ErrorCode ec, size_t) { self->OnHeader(ec); });
   }
-  if (!ec && !parser.is_done()) parser.put_eof(ec);
-  if (ec || !parser.is_done()) {
-    return absl::InvalidArgumentError(StrCat("malformed HTTP request: ", ec ? ec.message() : "incomplete"));
+
+  static bool IsParseError(const ErrorCode& ec) {
+    return ec.category() == bhttp::make_error_code(bhttp::error::bad_target).category() &&
+           ec != bhttp::error::end_of_stream && ec != bhttp::error::partial_message;
   }
-  HttpRequest r = FromBeast(parser.release());
-  if (!SplitTarget(r)) return absl::InvalidArgumentError("malformed request path");
-  return r;
-}
 
-absl::StatusOr<TcpAddress> ParseTcpAddress(std::string_view address) {
-  auto bad = [&](std::string_view why) {
-    return absl::InvalidArgumentError(
-        StrCat("bad TCP address \"", address, "\": ", why, " (want host:port, e.g. 127.0.0.1:9809 or [::1]:9809)"));
-  };
-  const size_t colon = address.rfind(':');
-  if (colon == std::string_view::npos) return bad("no port");
-  std::string_view host = address.substr(0, colon);
-  std::string_view port = address.substr(colon + 1);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
-  if (host.empty()) return bad("no host: name the address to listen on");
-  TcpAddress out;
-  out.host = std::string(host);
-  if (port.empty() || port.size() > 5 || port.find_first_not_of("0123456789") != std::string_view::npos ||
-      !absl::SimpleAtoi(std::string(port), &out.port) || out.port > 65535) {
-    return bad("the port must be a number from 0 to 65535");
+  void OnHeader(ErrorCode ec) {
+    if (closed_) return;
+    if (ec == bhttp::error::header_limit) return Reject(431, "request header too large");
+    if (IsParseError(ec)) return Reject(400, "malformed HTTP request");
+    if (ec) return Close();
+    // TCP clients prove themselves with the token before anything else runs
+    // (their body is not even read).
+    if (https() && !TokenMatches(std::string(parser_->get()[bhttp::field::authorization]), options().bearer_token)) {
+      return Reject(401, "Unauthorized");
+    }
+    Arm(read_deadline_, options().limits.io_timeout);
+    bhttp::async_read(*stream_, buffer_, *parser_, [self = Self()](ErrorCode ec2, size_t) { self->OnRequest(ec2); });
   }
-  in_addr v4{};
-  in6_addr v6{};
-  if (::inet_pton(AF_INET, out.host.c_str(), &v4) == 1) {
-    out.loopback = (ntohl(v4.s_addr) >> 24) == 127;
-  } else if (::inet_pton(AF_INET6, out.host.c_str(), &v6) == 1) {
-    out.ipv6 = true;
-    out.loopback = IN6_IS_ADDR_LOOPBACK(&v6);
-  } else {
-    return bad("the host must be an IPv4 or IPv6 address");
+
+  void OnRequest(ErrorCode ec) {
+    Disarm(read_deadline_);
+    if (closed_) return;
+    if (ec == bhttp::error::body_limit) return Reject(413, "request body too large");
+    if (IsParseError(ec)) return Reject(400, "malformed HTTP request");
+    if (ec) return Close();
+    keep_alive_ = parser_->get().keep_alive();
+    auto req = std::make_shared<HttpRequest>(internal::FromBeast(parser_->release()));
+    parser_.reset();
+    req->over_unix_socket = unix_;
+    if (!internal::SplitTarget(*req)) return Reject(400, "malformed request path");
+    ++requests_;
+    const bool long_running = options().long_running && options().long_running(*req);
+    const bool mutating = req->method != "GET" && req->method != "HEAD" && req->method != "OPTIONS";
+    if (!long_running && !server_.Admit(mutating)) {
+      // kube-apiserver's answer over --max-requests-inflight; clients retry.
+      ++server_.throttled_;
+      return SendDirect(StrCat(ResponseHead(429, "text/plain; charset=utf-8", "Retry-After: 1\r\n"),
+                               "Content-Length: 43\r\n\r\nToo many requests, please try again later.\n"));
+    }
+    out_ = std::make_shared<Output>(weak_from_this());
+    server_.pool_->Post([self = Self(), out = out_, req, keep_alive = keep_alive_, long_running, mutating] {
+      HttpServer::Impl& server = self->server_;
+      Writer writer(out, keep_alive);
+      const absl::Time start = absl::Now();
+      server.handler_(*req, writer);
+      if (!long_running) server.Release(mutating);
+      // Method and path only: bodies (Secrets) and query strings never reach logs.
+      spdlog::debug("{} {} {} {}ms{}", req->method, req->path, writer.code(),
+                    absl::ToInt64Milliseconds(absl::Now() - start), req->over_unix_socket ? " (unix)" : "");
+      writer.Done();
+    });
   }
-  return out;
-}
 
-HttpServer::HttpServer(Options options, HttpHandler handler)
-    : options_(std::move(options)), handler_(std::move(handler)) {}
+  // An answer of the server's own (errors, 429): whole, then the connection
+  // goes on (keep-alive) or closes.
+  void SendDirect(std::string bytes) {
+    out_ = std::make_shared<Output>(weak_from_this());
+    out_->Append(std::move(bytes), true);
+    out_->HandlerReturned(false);
+  }
+  void Reject(int code, std::string_view message) {
+    keep_alive_ = false;
+    std::string body = internal::StatusBody(code, code == 401 ? "Unauthorized" : "BadRequest", message);
+    SendDirect(StrCat(ResponseHead(code, "application/json", "Connection: close\r\n"), "Content-Length: ", body.size(),
+                      "\r\n\r\n", body));
+  }
 
-HttpServer::~HttpServer() { Shutdown(); }
+  void Flush() {
+    if (closed_ || writing_ || !out_) return;
+    Output::Batch batch = out_->Take();
+    if (!batch.bytes.empty()) {
+      writing_ = true;
+      write_buffer_ = std::move(batch.bytes);
+      Arm(write_deadline_, options().limits.io_timeout);
+      net::async_write(*stream_, net::buffer(write_buffer_), [self = Self()](ErrorCode ec, size_t n) {
+        self->writing_ = false;
+        self->Disarm(self->write_deadline_);
+        if (self->closed_) return;
+        if (ec) return self->Close();
+        if (auto wakeup = self->out_->Written(n)) wakeup();
+        self->Flush();
+      });
+      return;
+    }
+    if (batch.detached && !watching_eof_) {
+      watching_eof_ = true;
+      ++server_.long_running_;
+      WatchForEof();
+    }
+    if (!batch.response_done) return;
+    out_.reset();
+    // A detached stream's end closes the connection (its EOF watch holds
+    // the read side).
+    if (batch.detached || !keep_alive_ || server_.stopping_) return Close();
+    ReadRequest();
+  }
 
-absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(Options options, HttpHandler handler) {
+  // While a detached stream runs nobody reads the connection: notice the
+  // client going away (whatever it sends meanwhile is dropped: the
+  // connection closes after the stream).
+  void WatchForEof() {
+    stream_->async_read_some(net::buffer(eof_buffer_), [self = Self()](ErrorCode ec, size_t) {
+      if (self->closed_) return;
+      if (ec) return self->Close();
+      self->WatchForEof();
+    });
+  }
+
+  void Close() {
+    if (closed_) return;
+    closed_ = true;
+    if (watching_eof_) --server_.long_running_;
+    Disarm(read_deadline_);
+    Disarm(write_deadline_);
+    if (out_) {
+      if (auto wakeup = out_->Close()) wakeup();
+    }
+    ErrorCode ignored;
+    stream_->lowest_layer().shutdown(net::socket_base::shutdown_both, ignored);
+    stream_->lowest_layer().close(ignored);
+  }
+
+  // Deadlines run on the server's clock; a deadline that passes closes the
+  // connection, which ends whatever operation was waiting.
+  void Arm(Deadline& d, absl::Duration timeout) {
+    Disarm(d);
+    d.armed = true;
+    d.generation = ++generations_;
+    const bool is_read = &d == &read_deadline_;
+    d.id = server_.clock_.AfterFunc(server_.clock_.Now() + timeout,
+                                    [weak = weak_from_this(), is_read, generation = d.generation] {
+                                      if (auto s = weak.lock()) {
+                                        auto self = std::static_pointer_cast<Session>(s);
+                                        net::post(*self->executor_, [self, is_read, generation] {
+                                          self->OnDeadline(is_read, generation);
+                                        });
+                                      }
+                                    });
+  }
+  void Disarm(Deadline& d) {
+    if (!d.armed) return;
+    d.armed = false;
+    server_.clock_.Cancel(d.id);
+  }
+  void OnDeadline(bool is_read, uint64_t generation) {
+    Deadline& d = is_read ? read_deadline_ : write_deadline_;
+    if (closed_ || !d.armed || d.generation != generation) return;
+    d.armed = false;
+    ++server_.timed_out_;
+    Close();
+  }
+
+  bool https() const { return kTls; }
+
+  HttpServer::Impl& server_;
+  std::optional<S> stream_;
+  std::optional<net::any_io_executor> executor_;  // the connection's strand
+  const bool unix_;
+  std::list<std::weak_ptr<SessionBase>>::iterator registration_;
+
+  beast::flat_buffer buffer_;
+  std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
+  std::shared_ptr<Output> out_;  // the response being written
+  std::string write_buffer_;
+  std::array<char, 512> eof_buffer_;
+  Deadline read_deadline_, write_deadline_;
+  uint64_t generations_ = 0;
+  int requests_ = 0;
+  bool keep_alive_ = true;
+  bool writing_ = false;
+  bool watching_eof_ = false;
+  bool closed_ = false;
+};
+
+}  // namespace
+
+absl::Status HttpServer::Impl::Init() {
   // OpenSSL writes with write(2): a client that went away must make a write
   // fail with EPIPE, not kill the process.
   ::signal(SIGPIPE, SIG_IGN);
-  const bool https = !options.tcp_address.empty() && options.tcp_mode == TcpMode::kHttpsWithToken;
-  if (https && (options.bearer_token.empty() || options.tls_cert_file.empty() || options.tls_key_file.empty())) {
-    return absl::InvalidArgumentError("an HTTPS listener needs a bearer token and a TLS certificate and key");
-  }
-  std::unique_ptr<HttpServer> server(new HttpServer(std::move(options), std::move(handler)));
-  if (https) {
-    SSL_CTX* ctx = SSL_CTX_new(TLS_server_method());
-    server->ssl_ctx_ = ctx;
-    if (ctx == nullptr || SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION) != 1 ||
-        SSL_CTX_use_certificate_chain_file(ctx, server->options_.tls_cert_file.c_str()) != 1 ||
-        SSL_CTX_use_PrivateKey_file(ctx, server->options_.tls_key_file.c_str(), SSL_FILETYPE_PEM) != 1 ||
-        SSL_CTX_check_private_key(ctx) != 1) {
-      return absl::FailedPreconditionError(StrCat("cannot load the TLS certificate ",
-                                                  server->options_.tls_cert_file, " and key"));
-    }
-    SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
-    SSL_CTX_set_alpn_select_cb(
-        ctx,
-        [](SSL*, const unsigned char** out, unsigned char* outlen, const unsigned char* in, unsigned int inlen,
-           void*) -> int {
-          // HTTP/1.1 only: clients offering h2 fall back to it.
-          static const unsigned char kHttp11[] = {8, 'h', 't', 't', 'p', '/', '1', '.', '1'};
-          unsigned char* selected = nullptr;
-          if (SSL_select_next_proto(&selected, outlen, kHttp11, sizeof(kHttp11), in, inlen) != OPENSSL_NPN_NEGOTIATED) {
-            return SSL_TLSEXT_ERR_NOACK;
-          }
-          *out = selected;
-          return SSL_TLSEXT_ERR_OK;
-        },
-        nullptr);
-  }
-  server->wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  if (server->wake_fd_ < 0) return ErrnoStatus(errno, "eventfd");
-  BERTH_RETURN_IF_ERROR(server->Listen());
-  if (server->tcp_fd_ >= 0) {
-    server->acceptors_.emplace_back([s = server.get()] { s->AcceptLoop(s->tcp_fd_, false); });
-  }
-  if (server->unix_fd_ >= 0) {
-    server->acceptors_.emplace_back([s = server.get()] { s->AcceptLoop(s->unix_fd_, true); });
-  }
-  return server;
+  https_ = !options_.tcp_address.empty() && options_.tcp_mode == TcpMode::kHttpsWithToken;
+  if (https_) BERTH_RETURN_IF_ERROR(InitTls());
+  BERTH_RETURN_IF_ERROR(Listen());
+  pool_ = std::make_unique<HandlerPool>(options_.limits.handler_threads);
+  for (int i = 0; i < std::max(1, options_.limits.io_threads); ++i) io_threads_.emplace_back([this] { ioc_.run(); });
+  if (tcp_acceptor_) net::post(tcp_acceptor_->get_executor(), [this] { Accept(*tcp_acceptor_); });
+  if (unix_acceptor_) net::post(unix_acceptor_->get_executor(), [this] { Accept(*unix_acceptor_); });
+  return absl::OkStatus();
 }
 
-absl::Status HttpServer::Listen() {
+absl::Status HttpServer::Impl::InitTls() {
+  if (options_.bearer_token.empty() || options_.tls_cert_file.empty() || options_.tls_key_file.empty()) {
+    return absl::InvalidArgumentError("an HTTPS listener needs a bearer token and a TLS certificate and key");
+  }
+  SSL_CTX* ctx = ssl_ctx_.native_handle();
+  ErrorCode ec1, ec2;
+  ssl_ctx_.use_certificate_chain_file(options_.tls_cert_file, ec1);
+  ssl_ctx_.use_private_key_file(options_.tls_key_file, ssl::context::pem, ec2);
+  if (ec1 || ec2 || SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION) != 1 || SSL_CTX_check_private_key(ctx) != 1) {
+    return absl::FailedPreconditionError(StrCat("cannot load the TLS certificate ", options_.tls_cert_file, " and key"));
+  }
+  SSL_CTX_set_alpn_select_cb(
+      ctx,
+      [](SSL*, const unsigned char** out, unsigned char* outlen, const unsigned char* in, unsigned int inlen,
+         void*) -> int {
+        // HTTP/1.1 only: clients offering h2 fall back to it.
+        static const unsigned char kHttp11[] = {8, 'h', 't', 't', 'p', '/', '1', '.', '1'};
+        unsigned char* selected = nullptr;
+        if (SSL_select_next_proto(&selected, outlen, kHttp11, sizeof(kHttp11), in, inlen) != OPENSSL_NPN_NEGOTIATED) {
+          return SSL_TLSEXT_ERR_NOACK;
+        }
+        *out = selected;
+        return SSL_TLSEXT_ERR_OK;
+      },
+      nullptr);
+  return absl::OkStatus();
+}
+
+absl::Status HttpServer::Impl::Listen() {
   if (!options_.tcp_address.empty()) {
     BERTH_ASSIGN_OR_RETURN(TcpAddress addr, ParseTcpAddress(options_.tcp_address));
     if (options_.loopback_only && !addr.loopback) {
       return absl::InvalidArgumentError(
           StrCat("this server listens on loopback only (127.0.0.0/8 or [::1]), not ", addr.host));
     }
-    sockaddr_storage ss{};
-    socklen_t ss_len = 0;
-    if (addr.ipv6) {
-      auto* sin6 = reinterpret_cast<sockaddr_in6*>(&ss);
-      sin6->sin6_family = AF_INET6;
-      sin6->sin6_port = htons(static_cast<uint16_t>(addr.port));
-      ::inet_pton(AF_INET6, addr.host.c_str(), &sin6->sin6_addr);
-      ss_len = sizeof(sockaddr_in6);
-    } else {
-      auto* sin = reinterpret_cast<sockaddr_in*>(&ss);
-      sin->sin_family = AF_INET;
-      sin->sin_port = htons(static_cast<uint16_t>(addr.port));
-      ::inet_pton(AF_INET, addr.host.c_str(), &sin->sin_addr);
-      ss_len = sizeof(sockaddr_in);
-    }
-    tcp_fd_ = ::socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (tcp_fd_ < 0) return ErrnoStatus(errno, "socket");
-    int one = 1;
-    ::setsockopt(tcp_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    if (addr.ipv6) ::setsockopt(tcp_fd_, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
-    if (::bind(tcp_fd_, reinterpret_cast<sockaddr*>(&ss), ss_len) != 0) {
-      return ErrnoStatus(errno, StrCat("bind ", options_.tcp_address));
-    }
-    if (::listen(tcp_fd_, 128) != 0) return ErrnoStatus(errno, "listen");
-    socklen_t len = sizeof(ss);
-    ::getsockname(tcp_fd_, reinterpret_cast<sockaddr*>(&ss), &len);
-    tcp_port_ = ntohs(addr.ipv6 ? reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port
-                                : reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
+    ErrorCode ec;
+    const net::ip::address ip = net::ip::make_address(addr.host, ec);
+    if (ec) return absl::InvalidArgumentError(StrCat("bad address ", addr.host));
+    const tcp::endpoint endpoint(ip, static_cast<uint16_t>(addr.port));
+    auto acceptor = std::make_unique<tcp::acceptor>(net::make_strand(ioc_));
+    acceptor->open(endpoint.protocol(), ec);
+    if (!ec) acceptor->set_option(net::socket_base::reuse_address(true), ec);
+    if (!ec && addr.ipv6) acceptor->set_option(net::ip::v6_only(true), ec);
+    if (!ec) acceptor->bind(endpoint, ec);
+    if (ec) return ErrnoStatus(ec.value(), StrCat("bind ", options_.tcp_address));
+    acceptor->listen(net::socket_base::max_listen_connections, ec);
+    if (ec) return ErrnoStatus(ec.value(), "listen");
+    ::fcntl(acceptor->native_handle(), F_SETFD, FD_CLOEXEC);
+    tcp_port_ = acceptor->local_endpoint().port();
+    tcp_acceptor_ = std::move(acceptor);
   }
   if (!options_.unix_socket.empty()) {
     const std::string& path = options_.unix_socket;
-    sockaddr_un sun{};
-    if (path.size() >= sizeof(sun.sun_path)) return absl::InvalidArgumentError(StrCat("socket path too long: ", path));
+    if (path.size() >= sizeof(sockaddr_un::sun_path)) {
+      return absl::InvalidArgumentError(StrCat("socket path too long: ", path));
+    }
     struct stat st;
     if (::lstat(path.c_str(), &st) == 0) {
       if (!S_ISSOCK(st.st_mode)) {
@@ -472,139 +474,142 @@ absl::Status HttpServer::Listen() {
       }
       ::unlink(path.c_str());  // stale socket of an earlier run
     }
-    unix_fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (unix_fd_ < 0) return ErrnoStatus(errno, "socket");
-    sun.sun_family = AF_UNIX;
-    std::memcpy(sun.sun_path, path.c_str(), path.size());
+    auto acceptor = std::make_unique<UnixProtocol::acceptor>(net::make_strand(ioc_));
+    ErrorCode ec;
+    acceptor->open(UnixProtocol(), ec);
+    if (ec) return ErrnoStatus(ec.value(), "socket");
+    ::fcntl(acceptor->native_handle(), F_SETFD, FD_CLOEXEC);
     mode_t old = ::umask(0177);  // the socket is born 0600
-    int rc = ::bind(unix_fd_, reinterpret_cast<sockaddr*>(&sun), sizeof(sun));
+    acceptor->bind(UnixProtocol::endpoint(path), ec);
     ::umask(old);
-    if (rc != 0) return ErrnoStatus(errno, StrCat("bind ", path));
+    if (ec) return ErrnoStatus(ec.value(), StrCat("bind ", path));
     ::chmod(path.c_str(), 0600);
-    if (::listen(unix_fd_, 128) != 0) return ErrnoStatus(errno, "listen");
+    acceptor->listen(net::socket_base::max_listen_connections, ec);
+    if (ec) return ErrnoStatus(ec.value(), "listen");
+    unix_acceptor_ = std::move(acceptor);
   }
   return absl::OkStatus();
 }
 
-void HttpServer::AcceptLoop(int listen_fd, bool unix_socket) {
-  while (!stopping_) {
-    pollfd p[2] = {{listen_fd, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
-    int rc = ::poll(p, 2, -1);
-    if (rc < 0 && errno == EINTR) continue;
-    if (rc < 0 || (p[1].revents & POLLIN)) break;
-    int fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
-    if (fd < 0) continue;
-    if (unix_socket) {
-      // The socket file is 0600; check the peer as well.
-      ucred cred{};
-      socklen_t len = sizeof(cred);
-      if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 ||
-          (cred.uid != 0 && cred.uid != ::geteuid())) {
-        ::close(fd);
-        continue;
-      }
-    } else {
-      int one = 1;
-      ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    }
-    {
-      absl::MutexLock lock(&connections_->mu);
-      if (connections_->active >= options_.max_connections) {
-        if (unix_socket) {
-          FdStream s(fd, wake_fd_, absl::Seconds(1));
-          SendPlain(s, 503, "too many connections");
-        }
-        ::close(fd);
-        continue;
-      }
-      ++connections_->active;
-    }
-    // The count lives in shared state: Shutdown() may return (and this
-    // server be destroyed) the moment the count drops to zero.
-    std::thread([this, fd, unix_socket, connections = connections_] {
-      Serve(fd, unix_socket);
-      ::close(fd);
-      absl::MutexLock lock(&connections->mu);
-      --connections->active;
-    }).detach();
-  }
-}
-
-void HttpServer::Serve(int fd, bool unix_socket) {
-  const bool https = !unix_socket && options_.tcp_mode == TcpMode::kHttpsWithToken;
-  std::unique_ptr<SSL, decltype(&SSL_free)> ssl(nullptr, &SSL_free);
-  if (https) {
-    ssl.reset(SSL_new(static_cast<SSL_CTX*>(ssl_ctx_)));
-    if (!ssl || SSL_set_fd(ssl.get(), fd) != 1) return;
-  }
-  FdStream stream(fd, wake_fd_, options_.io_timeout, ssl.get());
-  if (ssl && !stream.Handshake()) return;
-  beast::flat_buffer buffer;
-  while (!stopping_) {
-    bhttp::request_parser<bhttp::string_body> parser;
-    parser.header_limit(64 * 1024);
-    parser.body_limit(options_.max_body_bytes);
-    boost::system::error_code ec;
-    stream.set_timeout(options_.idle_timeout);
-    bhttp::read_header(stream, buffer, parser, ec);
-    if (!ec) {
-      stream.set_timeout(options_.io_timeout);
-      bhttp::read(stream, buffer, parser, ec);
-    }
-    if (ec == bhttp::error::end_of_stream || ec == boost::asio::error::eof ||
-        ec == boost::asio::error::timed_out || ec == boost::asio::error::operation_aborted) {
-      return;
-    }
-    if (ec == bhttp::error::body_limit) {
-      SendPlain(stream, 413, "request body too large");
-      return;
-    }
+template <class Acceptor>
+void HttpServer::Impl::Accept(Acceptor& acceptor) {
+  net::any_io_executor strand = net::make_strand(ioc_);
+  acceptor.async_accept(strand, [this, &acceptor](ErrorCode ec, auto socket) {
+    if (stopping_ || ec == net::error::operation_aborted) return;
     if (ec) {
-      SendPlain(stream, 400, "malformed HTTP request");
+      // Out of descriptors (EMFILE) or the like: try again shortly rather
+      // than spin; the connections that exist go on being served.
+      spdlog::warn("accepting a connection failed: {}", ec.message());
+      absl::MutexLock lock(&mu_);
+      accept_retry_.Set(clock_, clock_.Now() + absl::Milliseconds(100), [this, &acceptor] {
+        net::post(acceptor.get_executor(), [this, &acceptor] {
+          if (!stopping_) Accept(acceptor);
+        });
+      });
       return;
     }
-    const bool keep_alive = parser.get().keep_alive();
-    HttpRequest req = FromBeast(parser.release());
-    req.over_unix_socket = unix_socket;
-    if (!SplitTarget(req)) {
-      SendPlain(stream, 400, "malformed request path");
-      return;
+    ++accepted_;
+    if (open_ >= static_cast<int64_t>(options_.limits.max_connections)) {
+      ++refused_;
+      ErrorCode ignored;
+      socket.close(ignored);
+    } else {
+      OnAccepted(std::move(socket));
     }
-    // TCP clients prove themselves with the token; nothing else runs first.
-    if (https && !TokenMatches(req.Header("authorization"), options_.bearer_token)) {
-      SendPlain(stream, 401, "Unauthorized");
-      return;
-    }
-    stream.set_timeout(options_.io_timeout);
-    ConnectionWriter writer(stream, keep_alive);
-    const absl::Time start = absl::Now();
-    handler_(req, writer);
-    // Method and path only: bodies (Secrets) and query strings never reach logs.
-    spdlog::debug("{} {} {} {}ms{}", req.method, req.path, writer.code(),
-                  absl::ToInt64Milliseconds(absl::Now() - start), unix_socket ? " (unix)" : "");
-    if (!writer.Finish()) return;
+    Accept(acceptor);
+  });
+}
+
+void HttpServer::Impl::OnAccepted(tcp::socket socket) {
+  ErrorCode ignored;
+  socket.set_option(tcp::no_delay(true), ignored);
+  if (https_) {
+    Launch(ssl::stream<tcp::socket>(std::move(socket), ssl_ctx_), false);
+  } else {
+    Launch(std::move(socket), false);
   }
 }
 
-void HttpServer::Shutdown() {
-  if (stopping_.exchange(true)) return;
-  uint64_t one = 1;
-  if (wake_fd_ >= 0) (void)!::write(wake_fd_, &one, sizeof(one));
-  for (auto& t : acceptors_) t.join();
-  acceptors_.clear();
-  // Connection threads see the eventfd and return; wait for them.
-  {
-    absl::MutexLock lock(&connections_->mu);
-    connections_->mu.Await(absl::Condition(+[](size_t* n) { return *n == 0; }, &connections_->active));
+void HttpServer::Impl::OnAccepted(UnixProtocol::socket socket) {
+  // The socket file is 0600; check the peer as well.
+  ucred cred{};
+  socklen_t len = sizeof(cred);
+  if (::getsockopt(socket.native_handle(), SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 ||
+      (cred.uid != 0 && cred.uid != ::geteuid())) {
+    ErrorCode ignored;
+    socket.close(ignored);
+    return;
   }
-  if (tcp_fd_ >= 0) ::close(tcp_fd_);
-  if (unix_fd_ >= 0) {
-    ::close(unix_fd_);
+  Launch(std::move(socket), true);
+}
+
+template <class S>
+void HttpServer::Impl::Launch(S stream, bool over_unix_socket) {
+  std::make_shared<Session<S>>(*this, std::move(stream), over_unix_socket)->Begin();
+}
+
+void HttpServer::Impl::Shutdown() {
+  if (stopping_.exchange(true)) return;
+  {
+    absl::MutexLock lock(&mu_);
+    accept_retry_.Reset();
+  }
+  // Close every connection: streams end, handlers writing see Cancelled().
+  // A connection accepted meanwhile closes itself at Start (stopping_).
+  std::vector<std::shared_ptr<SessionBase>> live;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& weak : sessions_) {
+      if (auto s = weak.lock()) live.push_back(std::move(s));
+    }
+  }
+  for (auto& s : live) s->PostClose();
+  live.clear();
+  if (pool_) pool_->Stop();
+  {
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(
+        +[](std::list<std::weak_ptr<SessionBase>>* s) { return s->empty(); }, &sessions_));
+  }
+  work_.reset();
+  ioc_.stop();
+  for (auto& t : io_threads_) t.join();
+  io_threads_.clear();
+  tcp_acceptor_.reset();
+  if (unix_acceptor_) {
+    unix_acceptor_.reset();
     ::unlink(options_.unix_socket.c_str());
   }
-  ::close(wake_fd_);
-  if (ssl_ctx_ != nullptr) SSL_CTX_free(static_cast<SSL_CTX*>(ssl_ctx_));
-  ssl_ctx_ = nullptr;
+}
+
+HttpServer::Stats HttpServer::Impl::stats() const {
+  return Stats{.open_connections = open_,
+               .inflight_reads = inflight_reads_,
+               .inflight_mutating = inflight_mutating_,
+               .long_running = long_running_,
+               .accepted = accepted_,
+               .refused_connections = refused_,
+               .timed_out = timed_out_,
+               .throttled = throttled_};
+}
+
+HttpServer::HttpServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+HttpServer::~HttpServer() { Shutdown(); }
+
+absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(Options options, HttpHandler handler) {
+  auto impl = std::make_unique<Impl>(std::move(options), std::move(handler));
+  if (absl::Status st = impl->Init(); !st.ok()) {
+    impl->Shutdown();
+    return st;
+  }
+  return std::unique_ptr<HttpServer>(new HttpServer(std::move(impl)));
+}
+
+int HttpServer::tcp_port() const { return impl_->tcp_port_; }
+HttpServer::Stats HttpServer::stats() const { return impl_->stats(); }
+void HttpServer::Shutdown() {
+  if (impl_) impl_->Shutdown();
 }
 
 }  // namespace berth::http

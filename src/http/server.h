@@ -1,4 +1,4 @@
-// berth's HTTP/1.1 server, on Boost.Beast's parser: the API server's
+// berth's HTTP/1.1 server, on Boost.Asio and Beast: the API server's
 // transport (unix socket; HTTPS with a bearer token on TCP) and berth-csi's
 // health and metrics endpoint (plain HTTP on an address the operator names).
 //
@@ -6,30 +6,42 @@
 //       {.tcp_address = "127.0.0.1:9809", .tcp_mode = HttpServer::TcpMode::kPlainHttp},
 //       [](const HttpRequest& r, ResponseWriter& w) { w.Send(200, "text/plain", "ok\n"); });
 //
-// Requests are parsed by Beast (boost::beast::http::request_parser) over a
-// small blocking stream on a file descriptor whose reads and writes poll
-// with timeouts and wake up when the server shuts down. One thread per
-// connection: the servers have a handful of local clients (the CLI, kubectl,
-// a Prometheus scraper, a kubelet probe), and long-lived watches are simply
-// blocked threads.
+// Threads are fixed whatever the load: `io_threads` run every connection's
+// asynchronous I/O (accept, TLS handshake, reading requests, writing
+// responses), `handler_threads` run handlers. A connection that waits for a
+// client holds no thread, only its socket and a timer.
 //
-// Thread-safety: HttpServer is thread-safe; a ResponseWriter belongs to the
-// connection thread that calls the handler.
+// Limits, as kube-apiserver has them:
+//   - open connections are capped (`max_connections`; more are closed at
+//     accept);
+//   - a TLS handshake must finish within `tls_handshake_timeout`, a
+//     request's headers must arrive within `header_timeout` of the first
+//     request (or of the first byte of a later one), a kept-alive connection
+//     may idle `idle_timeout` between requests, a body must arrive and each
+//     write of a response complete within `io_timeout` — else the server
+//     closes the connection;
+//   - handlers in flight are bounded, reads (GET, HEAD, OPTIONS) and writes
+//     (everything else) separately; a request over its limit is answered
+//     429 with `Retry-After: 1` at once. Long-running requests (watches:
+//     `long_running`) are exempt and must not hold a handler thread: the
+//     handler starts the stream, Detach()es it and returns; whoever holds
+//     the Stream writes to it from any thread, without blocking.
+//
+// Thread-safety: HttpServer is thread-safe. A ResponseWriter belongs to the
+// handler call it is passed to; a Stream is thread-safe.
 #pragma once
 
 #include <atomic>
+#include <cstdint>
 #include <functional>
 #include <map>
-#include <optional>
 #include <memory>
+#include <optional>
 #include <string>
-#include <thread>
-#include <vector>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/clock.h"
 
 namespace berth::http {
 
@@ -48,18 +60,47 @@ struct HttpRequest {
   }
 };
 
+// A chunked response that goes on after its handler returned (a watch).
+// Writes never block: data is queued and written by the server's I/O
+// threads. A producer that outruns its client sees Pending() grow and
+// should stop producing until woken (the wakeup runs when the queue has
+// drained, and when the stream ends).
+class Stream {
+ public:
+  virtual ~Stream() = default;
+  // Queues one chunk. False once the stream has ended (the client went
+  // away, a write timed out, the server is stopping, or Finish was called).
+  virtual bool Write(std::string data) = 0;
+  // Ends the response (the last chunk). Idempotent.
+  virtual void Finish() = 0;
+  virtual bool Ended() const = 0;
+  // Bytes queued and not yet written.
+  virtual size_t Pending() const = 0;
+  // True while more than 256 KiB is unwritten: stop writing until woken.
+  virtual bool Backlogged() const = 0;
+  // `wakeup` runs (on an I/O thread, with no lock of the server held; it
+  // must not block) when a backlog (see Backlogged) has all been written,
+  // and once when the stream ends. Replaces an earlier
+  // wakeup.
+  virtual void SetWakeup(std::function<void()> wakeup) = 0;
+};
+
 // How a handler answers: one whole response, or a chunked stream.
 class ResponseWriter {
  public:
   virtual ~ResponseWriter() = default;
   virtual void Send(int code, const std::string& content_type, const std::string& body) = 0;
   // Starts a chunked response; then WriteChunk until done or it returns
-  // false (the client went away or the server is stopping).
+  // false (the client went away or the server is stopping). WriteChunk
+  // blocks while the client is slow to read.
   virtual bool StartStream(int code, const std::string& content_type) = 0;
   virtual bool WriteChunk(const std::string& data) = 0;
-  // True once the peer has closed its side or the server is stopping; for
-  // handlers that wait (watches).
+  // True once the peer has closed its side or the server is stopping.
   virtual bool Cancelled() = 0;
+  // After StartStream: hands the stream over, so it goes on after the
+  // handler returns without holding a thread. The connection closes once
+  // the stream ends. nullptr if no stream was started.
+  virtual std::shared_ptr<Stream> Detach() = 0;
 };
 
 using HttpHandler = std::function<void(const HttpRequest&, ResponseWriter&)>;
@@ -92,6 +133,24 @@ class HttpServer {
   // read-only endpoints that carry no secrets (health and metrics).
   enum class TcpMode { kHttpsWithToken, kPlainHttp };
 
+  // Threads, limits and deadlines (flags of `berth up` and `berth serve`
+  // for the API server).
+  struct Limits {
+    int io_threads = 2;
+    int handler_threads = 8;
+    size_t max_connections = 4096;
+    // Handlers in flight (running or queued for a handler thread); 0: no
+    // limit. kube-apiserver's --max-requests-inflight and
+    // --max-mutating-requests-inflight.
+    size_t max_requests_inflight = 400;
+    size_t max_mutating_requests_inflight = 200;
+    absl::Duration tls_handshake_timeout = absl::Seconds(10);
+    absl::Duration header_timeout = absl::Seconds(32);  // kube-apiserver's ReadHeaderTimeout
+    absl::Duration idle_timeout = absl::Seconds(90);    // kube-apiserver's IdleTimeout
+    absl::Duration io_timeout = absl::Seconds(30);
+    size_t max_header_bytes = 1 << 20;                  // kube-apiserver's MaxHeaderBytes
+  };
+
   struct Options {
     std::string unix_socket;                  // "" = none; created mode 0600
     std::string tcp_address = "127.0.0.1:0";  // "" = none; see ParseTcpAddress
@@ -102,41 +161,42 @@ class HttpServer {
     std::string bearer_token;                 // required for kHttpsWithToken
     std::string tls_cert_file;                // required for kHttpsWithToken
     std::string tls_key_file;
-    size_t max_connections = 512;
+    Limits limits;
     size_t max_body_bytes = 8 << 20;
-    absl::Duration idle_timeout = absl::Minutes(5);
-    absl::Duration io_timeout = absl::Seconds(30);
+    // Requests that stream for long (watches): exempt from the in-flight
+    // limits; their handlers are expected to Detach().
+    std::function<bool(const HttpRequest&)> long_running;
+    // Deadlines run on this clock (tests pass a FakeClock).
+    Clock* clock = &RealClock();
+  };
+
+  // What the server has done, for /metrics and tests.
+  struct Stats {
+    int64_t open_connections = 0;
+    int64_t inflight_reads = 0;
+    int64_t inflight_mutating = 0;
+    int64_t long_running = 0;          // detached streams open
+    int64_t accepted = 0;              // connections, ever
+    int64_t refused_connections = 0;   // closed at accept: over max_connections
+    int64_t timed_out = 0;             // connections closed by a deadline
+    int64_t throttled = 0;             // requests answered 429
   };
 
   static absl::StatusOr<std::unique_ptr<HttpServer>> Start(Options options, HttpHandler handler);
   ~HttpServer();  // Shutdown()
 
   // The bound TCP port (0 without TCP).
-  int tcp_port() const { return tcp_port_; }
-  // Stops accepting, ends streams and waits for connection threads.
+  int tcp_port() const;
+  Stats stats() const;
+  // Stops accepting, closes every connection (ending streams), waits for
+  // the handlers running to return and for the threads to stop.
   void Shutdown();
 
+  class Impl;
+
  private:
-  HttpServer(Options options, HttpHandler handler);
-  absl::Status Listen();
-  void AcceptLoop(int listen_fd, bool unix_socket);
-  void Serve(int fd, bool unix_socket);
-
-  const Options options_;
-  const HttpHandler handler_;
-  int tcp_fd_ = -1;
-  int unix_fd_ = -1;
-  int tcp_port_ = 0;
-  int wake_fd_ = -1;  // eventfd: readable once shutting down
-  void* ssl_ctx_ = nullptr;  // SSL_CTX for the TCP listener (kHttpsWithToken)
-  std::atomic<bool> stopping_{false};
-  std::vector<std::thread> acceptors_;
-
-  struct Connections {
-    absl::Mutex mu;
-    size_t active ABSL_GUARDED_BY(mu) = 0;
-  };
-  std::shared_ptr<Connections> connections_ = std::make_shared<Connections>();
+  explicit HttpServer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
 };
 
 }  // namespace berth::http

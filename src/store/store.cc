@@ -410,18 +410,33 @@ void Watcher::Offer(const Event& e, const Object* before) {
       if (!now && was) out.type = EventType::kDeleted;
     }
   }
-  absl::MutexLock lock(&mu_);
-  if (ended_) return;
-  if (queue_.size() >= store_->options_.watcher_queue) {
-    ended_ = true;  // too slow: the client relists
-    return;
+  std::function<void()> notify;
+  {
+    absl::MutexLock lock(&mu_);
+    if (ended_) return;
+    if (queue_.size() >= store_->options_.watcher_queue) {
+      ended_ = true;  // too slow: the client relists
+    } else {
+      queue_.push_back(std::move(out));
+    }
+    notify = notify_;
   }
-  queue_.push_back(std::move(out));
+  if (notify) notify();
 }
 
 void Watcher::End() {
+  std::function<void()> notify;
+  {
+    absl::MutexLock lock(&mu_);
+    ended_ = true;
+    notify = notify_;
+  }
+  if (notify) notify();
+}
+
+void Watcher::SetNotify(std::function<void()> notify) {
   absl::MutexLock lock(&mu_);
-  ended_ = true;
+  notify_ = std::move(notify);
 }
 
 // ---- Store ----

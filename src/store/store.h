@@ -127,6 +127,11 @@ class Watcher final : public EventSource {
   // When every event up to some resourceVersion has been taken with Next(),
   // that resourceVersion (for a watch bookmark); 0 while events are queued.
   int64_t BookmarkVersion() const override;
+  // `notify` runs after each event is queued and when the watch ends, on
+  // the thread that published the change with the store's watch lock held:
+  // it must be quick and must not call into the store (it is meant to wake
+  // whoever drains this watcher with Next(0)). Replaces an earlier one.
+  void SetNotify(std::function<void()> notify) ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   friend class Store;
@@ -147,6 +152,7 @@ class Watcher final : public EventSource {
   std::deque<Event> queue_ ABSL_GUARDED_BY(mu_);
   bool ended_ ABSL_GUARDED_BY(mu_) = false;
   int64_t progress_rv_ ABSL_GUARDED_BY(mu_) = 0;  // all events up to this were offered
+  std::function<void()> notify_ ABSL_GUARDED_BY(mu_);
 };
 
 class Store {

@@ -211,6 +211,28 @@ TEST_F(StoreTest, WatchDeliversInOrderAndResumes) {
   EXPECT_THAT(after, ::testing::ElementsAre("elsewhere", "a"));
 }
 
+TEST_F(StoreTest, WatcherNotifiesEachQueuedEventAndItsEnd) {
+  auto opened = Store::Open({.path = dir_.Join("state.db"), .watcher_queue = 2});
+  ASSERT_TRUE(opened.ok());
+  auto& s = *opened;
+  auto w = s->Watch("persistentvolumeclaims", "default", s->ResourceVersion());
+  ASSERT_TRUE(w.ok()) << w.status();
+  std::atomic<int> notified{0};
+  (*w)->SetNotify([&] { ++notified; });
+  ASSERT_TRUE(s->Create("persistentvolumeclaims", Pvc("a")).ok());
+  ASSERT_TRUE(s->Create("persistentvolumeclaims", Pvc("other-ns", "other")).ok());  // not this watch's
+  ASSERT_TRUE(s->Create("persistentvolumeclaims", Pvc("b")).ok());
+  // The writer has published both events when Create returns.
+  EXPECT_EQ(notified.load(), 2);
+  // A third event overflows the queue of two: the watch ends, and says so.
+  ASSERT_TRUE(s->Create("persistentvolumeclaims", Pvc("c")).ok());
+  EXPECT_EQ(notified.load(), 3);
+  EXPECT_EQ((*(*w)->Next(absl::ZeroDuration())->object)["metadata"]["name"], "a");
+  EXPECT_EQ((*(*w)->Next(absl::ZeroDuration())->object)["metadata"]["name"], "b");
+  EXPECT_FALSE((*w)->Next(absl::ZeroDuration()).has_value());
+  EXPECT_TRUE((*w)->ended());
+}
+
 TEST_F(StoreTest, TooOldResourceVersionIsGone) {
   auto s = Open(/*history=*/3);
   for (int i = 0; i < 10; ++i) ASSERT_TRUE(s->Create("pods", Pvc("p" + std::to_string(i))).ok());

@@ -25,6 +25,7 @@ class NullWriter : public berth::http::ResponseWriter {
   bool StartStream(int, const std::string&) override { return true; }
   bool WriteChunk(const std::string&) override { return true; }
   bool Cancelled() override { return true; }
+  std::shared_ptr<berth::http::Stream> Detach() override { return nullptr; }
 };
 
 struct World {

@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -64,7 +65,7 @@ class BerthUpFixture : public ::testing::Test {
                                      "--pool-size",
                                      pool_size_,
                                      "--api-address",
-                                     "",
+                                     api_address_,
                                      "--csi-binary",
                                      BERTH_CSI_BINARY,
                                      "--node-name",
@@ -145,8 +146,18 @@ class BerthUpFixture : public ::testing::Test {
         absl::Seconds(60)));
   }
 
+  // The HTTPS port of <data>/kubeconfig (with api_address_ set), 0 if none.
+  int ApiPort() {
+    const std::string text = ReadWholeFile(data_ + "/kubeconfig");
+    const size_t at = text.find("server: https://127.0.0.1:");
+    return at == std::string::npos ? 0 : std::atoi(text.c_str() + at + 26);
+  }
+
   MountSandbox sandbox_;
   std::string data_;
+  // --api-address: "" serves the API socket only (no token, TLS key or
+  // kubeconfig); "127.0.0.1:0" adds HTTPS for kubectl on a free port.
+  std::string api_address_;
   std::unique_ptr<Subprocess> up_;
   std::unique_ptr<http::ApiClient> client_;
   int starts_ = 0;

@@ -5,9 +5,13 @@
 #include <deque>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/numbers.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "client/object.h"
 #include "common/status.h"
@@ -103,66 +107,203 @@ std::optional<CriLogLine> ParseCriLogLine(std::string_view line) {
   return out;
 }
 
+namespace {
+
+// Reads a CRI log file incrementally: what is there at first (its last
+// tailLines), then whatever is appended, across rotations and truncation.
+class LogReader {
+ public:
+  LogReader(std::string path, const LogOptions& options) : path_(std::move(path)), options_(options), lines_(options_) {}
+  LogReader(const LogReader&) = delete;  // lines_ refers to options_
+  LogReader& operator=(const LogReader&) = delete;
+
+  absl::Status Open() {
+    in_.open(path_, std::ios::binary);
+    if (!in_) return absl::NotFoundError(StrCat("log file ", path_, " not found"));
+    id_ = IdOf(path_);
+    return absl::OkStatus();
+  }
+
+  // The complete lines there now (the last tailLines of them). False when
+  // the output is done (the reader went away or limitBytes was reached).
+  bool ReadInitial(const std::function<bool(std::string_view)>& write) {
+    std::deque<std::string> tail;
+    std::string raw;
+    while (std::getline(in_, raw)) {
+      if (in_.eof()) break;  // an unfinished last line: read again when following
+      offset_ = in_.tellg();
+      auto out = lines_.Feed(raw);
+      if (!out) continue;
+      tail.push_back(std::move(*out));
+      if (options_.tail_lines >= 0 && static_cast<int64_t>(tail.size()) > options_.tail_lines) tail.pop_front();
+    }
+    for (auto& s : tail) {
+      if (!Emit(std::move(s), write)) return false;
+    }
+    return true;
+  }
+
+  enum class Step { kGot, kNothingNew, kDone };
+  // What was appended since; a rotated or truncated file is started over
+  // (kGot: look again at once).
+  Step ReadMore(const std::function<bool(std::string_view)>& write) {
+    in_.clear();
+    in_.seekg(offset_);
+    bool got = false;
+    std::string chunk;
+    while (std::getline(in_, chunk)) {
+      if (in_.eof()) break;  // no newline yet: read again
+      offset_ = in_.tellg();
+      got = true;
+      if (auto out = lines_.Feed(chunk); out && !Emit(std::move(*out), write)) return Step::kDone;
+    }
+    if (got) return Step::kGot;
+    std::optional<FileId> now = IdOf(path_);
+    struct stat st {};
+    const bool truncated = ::stat(path_.c_str(), &st) == 0 && st.st_size < offset_;
+    if ((now && id_ && !(*now == *id_)) || truncated) {
+      in_.close();
+      in_.open(path_, std::ios::binary);
+      id_ = now;
+      offset_ = 0;
+      return Step::kGot;
+    }
+    return Step::kNothingNew;
+  }
+
+ private:
+  bool Emit(std::string s, const std::function<bool(std::string_view)>& write) {
+    if (options_.limit_bytes >= 0) {
+      if (written_ >= options_.limit_bytes) return false;
+      if (written_ + static_cast<int64_t>(s.size()) > options_.limit_bytes) s.resize(options_.limit_bytes - written_);
+    }
+    written_ += static_cast<int64_t>(s.size());
+    return write(s) && (options_.limit_bytes < 0 || written_ < options_.limit_bytes);
+  }
+
+  const std::string path_;
+  const LogOptions options_;
+  LineAssembler lines_;
+  std::ifstream in_;
+  std::optional<FileId> id_;
+  std::streamoff offset_ = 0;
+  int64_t written_ = 0;
+};
+
+// Every followed log of the process (kubectl logs -f), on one thread: each
+// is a detached HTTP stream the thread appends to every 100 ms while its
+// container instance runs. A follower whose stream ends (the client went
+// away, the server is stopping) is dropped at once from the stream's
+// wakeup, which waits for a round in progress: once the HTTP server has
+// shut down, no follower touches the registry again.
+class LogFollowers {
+ public:
+  struct Follower {
+    std::unique_ptr<LogReader> reader;
+    std::shared_ptr<http::Stream> stream;
+    std::function<bool()> still_running;  // the registry's view, asked every second
+    absl::Time next_check = absl::InfinitePast();
+  };
+
+  static LogFollowers& Get() {
+    static LogFollowers* followers = new LogFollowers();  // lives as long as the process; its thread too
+    return *followers;
+  }
+
+  void Add(Follower f) ABSL_LOCKS_EXCLUDED(mu_) {
+    std::shared_ptr<http::Stream> stream = f.stream;
+    const uint64_t id = [&] {
+      absl::MutexLock lock(&mu_);
+      if (!thread_.joinable()) thread_ = std::thread([this] { Run(); });
+      followers_.emplace(++next_id_, std::move(f));
+      return next_id_;
+    }();
+    // Runs at once if the stream already ended.
+    stream->SetWakeup([this, id, weak = std::weak_ptr<http::Stream>(stream)] {
+      auto s = weak.lock();
+      if (s == nullptr || s->Ended()) Remove(id);
+    });
+  }
+
+ private:
+  LogFollowers() = default;
+
+  void Remove(uint64_t id) ABSL_LOCKS_EXCLUDED(mu_) {
+    Follower gone;
+    {
+      absl::MutexLock lock(&mu_);
+      auto it = followers_.find(id);
+      if (it == followers_.end()) return;
+      gone = std::move(it->second);
+      followers_.erase(it);
+    }
+    // `gone` (its stream's wakeup among it) is destroyed outside the lock.
+  }
+
+  void Run() ABSL_LOCKS_EXCLUDED(mu_) {
+    for (;;) {
+      std::vector<Follower> done;
+      {
+        absl::MutexLock lock(&mu_);
+        mu_.Await(absl::Condition(+[](std::map<uint64_t, Follower>* f) { return !f->empty(); }, &followers_));
+        for (auto it = followers_.begin(); it != followers_.end();) {
+          if (Step(it->second)) {
+            ++it;
+          } else {
+            done.push_back(std::move(it->second));
+            it = followers_.erase(it);
+          }
+        }
+      }
+      for (auto& f : done) f.stream->Finish();
+      done.clear();
+      absl::SleepFor(absl::Milliseconds(100));
+    }
+  }
+
+  // One round for one follower; false when it is done.
+  static bool Step(Follower& f) {
+    if (f.stream->Ended()) return false;
+    if (f.stream->Backlogged()) return true;  // the client reads slowly: wait for it
+    auto write = [&](std::string_view s) { return f.stream->Write(std::string(s)); };
+    for (;;) {
+      switch (f.reader->ReadMore(write)) {
+        case LogReader::Step::kDone: return false;
+        case LogReader::Step::kGot:
+          if (f.stream->Backlogged()) return true;
+          continue;
+        case LogReader::Step::kNothingNew: break;
+      }
+      break;
+    }
+    if (absl::Now() >= f.next_check) {
+      f.next_check = absl::Now() + absl::Seconds(1);
+      if (!f.still_running()) return false;
+    }
+    return true;
+  }
+
+  absl::Mutex mu_;
+  std::map<uint64_t, Follower> followers_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 0;
+  std::thread thread_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace
+
 absl::Status CopyLog(const std::string& path, const LogOptions& options,
                      const std::function<bool(std::string_view)>& write, const std::function<bool()>& keep_following,
                      absl::Duration poll) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(StrCat("log file ", path, " not found"));
-  std::optional<FileId> id = IdOf(path);
-  LineAssembler lines(options);
-  int64_t written = 0;
-  bool open = true;
-  auto emit = [&](std::string s) {
-    if (options.limit_bytes >= 0) {
-      if (written >= options.limit_bytes) return false;
-      if (written + static_cast<int64_t>(s.size()) > options.limit_bytes) s.resize(options.limit_bytes - written);
-    }
-    written += static_cast<int64_t>(s.size());
-    open = write(s);
-    return open && (options.limit_bytes < 0 || written < options.limit_bytes);
-  };
-
-  // What is there now (the last tailLines of it).
-  std::deque<std::string> tail;
-  std::string raw;
-  std::streamoff offset = 0;
-  while (std::getline(in, raw)) {
-    if (in.eof()) break;  // an unfinished last line: read again when following
-    offset = in.tellg();
-    auto out = lines.Feed(raw);
-    if (!out) continue;
-    tail.push_back(std::move(*out));
-    if (options.tail_lines >= 0 && static_cast<int64_t>(tail.size()) > options.tail_lines) tail.pop_front();
-  }
-  for (auto& s : tail) {
-    if (!emit(std::move(s))) return absl::OkStatus();
-  }
-  if (!options.follow) return absl::OkStatus();
-
+  LogReader reader(path, options);
+  BERTH_RETURN_IF_ERROR(reader.Open());
+  if (!reader.ReadInitial(write) || !options.follow) return absl::OkStatus();
   for (;;) {
-    in.clear();
-    in.seekg(offset);
-    bool got = false;
-    std::string chunk;
-    while (std::getline(in, chunk)) {
-      if (in.eof()) break;  // no newline yet: read again
-      offset = in.tellg();
-      got = true;
-      if (auto out = lines.Feed(chunk); out && !emit(std::move(*out))) return absl::OkStatus();
+    switch (reader.ReadMore(write)) {
+      case LogReader::Step::kDone: return absl::OkStatus();
+      case LogReader::Step::kGot: continue;
+      case LogReader::Step::kNothingNew: break;
     }
-    if (got) continue;
-    // Rotated (a new file at the path) or truncated: start on the new one.
-    std::optional<FileId> now = IdOf(path);
-    struct stat st {};
-    const bool truncated = ::stat(path.c_str(), &st) == 0 && st.st_size < offset;
-    if ((now && id && !(*now == *id)) || truncated) {
-      in.close();
-      in.open(path, std::ios::binary);
-      id = now;
-      offset = 0;
-      continue;
-    }
-    if (!open || !keep_following()) return absl::OkStatus();
+    if (!keep_following()) return absl::OkStatus();
     absl::SleepFor(poll);
   }
 }
@@ -244,24 +385,26 @@ absl::Status ServePodLog(apiserver::Api& registry, const std::string& log_root, 
   if (!fs::exists(path)) {
     return absl::NotFoundError(StrCat("the log of container \"", container, "\" in pod \"", name, "\" is gone (", path, ")"));
   }
+  auto reader = std::make_unique<LogReader>(path, options);
+  if (absl::Status st = reader->Open(); !st.ok()) return st;
   if (!out.StartStream(200, "text/plain")) return absl::OkStatus();
-  // Follow while this instance of the container runs (checked every second).
-  absl::Time next_check = absl::Now();
-  bool running = true;
-  auto keep_following = [&] {
-    if (out.Cancelled()) return false;
-    if (absl::Now() < next_check) return running;
-    next_check = absl::Now() + absl::Seconds(1);
+  if (!reader->ReadInitial([&](std::string_view s) { return out.WriteChunk(std::string(s)); }) || !options.follow) {
+    return absl::OkStatus();
+  }
+  // Follow while this instance of the container runs (checked every
+  // second), on the followers' thread: this handler's thread is free.
+  auto still_running = [&registry, ns, name, uid = client::Uid(pod), container, index] {
     auto now = registry.Get(client::K("pods"), ns, name);
     bool is_init = false;
-    const json* s = now.ok() && client::Uid(*now) == client::Uid(pod) ? StatusOf(*now, container, &is_init) : nullptr;
-    running = s != nullptr && s->value("restartCount", 0) == index && s->contains("state") &&
-              (*s)["state"].contains("running");
-    return running;
+    const json* s = now.ok() && client::Uid(*now) == uid ? StatusOf(*now, container, &is_init) : nullptr;
+    return s != nullptr && s->value("restartCount", 0) == index && s->contains("state") &&
+           (*s)["state"].contains("running");
   };
-  absl::Status st = CopyLog(path, options, [&](std::string_view s) { return out.WriteChunk(std::string(s)); },
-                            keep_following);
-  if (!st.ok()) spdlog::warn("pod {}/{} log: {}", ns, name, st.ToString());
+  std::shared_ptr<http::Stream> stream = out.Detach();
+  if (stream == nullptr) return absl::OkStatus();
+  LogFollowers::Get().Add({.reader = std::move(reader),
+                           .stream = std::move(stream),
+                           .still_running = std::move(still_running)});
   return absl::OkStatus();
 }
 

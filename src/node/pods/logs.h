@@ -9,7 +9,8 @@
 // The pod workers rotate files larger than --container-log-max-size
 // (<file>.<YYYYMMDD-HHMMSS>, ReopenContainerLog) and keep a few.
 //
-// Thread-safety: pure functions; ServePodLog is reentrant.
+// Thread-safety: pure functions; ServePodLog is reentrant (followed logs
+// share one thread of the process).
 #pragma once
 
 #include <functional>
@@ -58,6 +59,9 @@ absl::Status CopyLog(const std::string& path, const LogOptions& options,
 // API's: NOT_FOUND for a pod, INVALID_ARGUMENT ("a container name must be
 // specified for pod ...", a container still waiting to start, no previous
 // container) as kubelet and the API server word them.
+// With follow, what is there is written at once and the rest is followed on
+// one thread shared by every follower (the stream is detached: no handler
+// thread is held), until the container instance stops or the client goes.
 absl::Status ServePodLog(apiserver::Api& registry, const std::string& log_root, const std::string& ns,
                          const std::string& name, const http::HttpRequest& request, http::ResponseWriter& out);
 

@@ -2,8 +2,16 @@
 
 #include <filesystem>
 #include <fstream>
+#include <memory>
+#include <vector>
 
+#include "absl/synchronization/mutex.h"
+#include "apiserver/registry.h"
+#include "client/object.h"
+#include "common/testing/eventually.h"
 #include "common/testing/temp_dir.h"
+#include "node/pods/pod_config.h"
+#include "store/store.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -73,6 +81,148 @@ TEST(CriLogTest, FollowsAppendsAndRotation) {
                       absl::Milliseconds(1))
                   .ok());
   EXPECT_EQ(out, "first\nunfinished\nafter rotation\n");
+}
+
+
+// ---- The pods/log subresource, followed ----
+
+// A detached stream as the HTTP server hands it over, recording.
+class RecordingStream : public http::Stream {
+ public:
+  bool Write(std::string data) override {
+    absl::MutexLock lock(&mu_);
+    if (ended_) return false;
+    text_ += data;
+    return true;
+  }
+  void Finish() override {
+    absl::MutexLock lock(&mu_);
+    ended_ = true;
+  }
+  bool Ended() const override {
+    absl::MutexLock lock(&mu_);
+    return ended_;
+  }
+  size_t Pending() const override { return 0; }
+  bool Backlogged() const override { return false; }
+  void SetWakeup(std::function<void()> wakeup) override {
+    absl::MutexLock lock(&mu_);
+    wakeup_ = std::move(wakeup);
+  }
+  std::string text() const {
+    absl::MutexLock lock(&mu_);
+    return text_;
+  }
+  // The client goes away: the server runs the wakeup.
+  void Hangup() {
+    std::function<void()> wakeup;
+    {
+      absl::MutexLock lock(&mu_);
+      ended_ = true;
+      wakeup = wakeup_;
+    }
+    if (wakeup) wakeup();
+  }
+
+ private:
+  mutable absl::Mutex mu_;
+  std::string text_ ABSL_GUARDED_BY(mu_);
+  bool ended_ ABSL_GUARDED_BY(mu_) = false;
+  std::function<void()> wakeup_ ABSL_GUARDED_BY(mu_);
+};
+
+class DetachingWriter : public http::ResponseWriter {
+ public:
+  void Send(int c, const std::string&, const std::string& b) override {
+    code = c;
+    body = b;
+  }
+  bool StartStream(int c, const std::string&) override {
+    code = c;
+    return true;
+  }
+  bool WriteChunk(const std::string& data) override { return stream->Write(data); }
+  bool Cancelled() override { return stream->Ended(); }
+  std::shared_ptr<http::Stream> Detach() override {
+    detached = true;
+    return stream;
+  }
+  int code = 0;
+  std::string body;
+  bool detached = false;
+  std::shared_ptr<RecordingStream> stream = std::make_shared<RecordingStream>();
+};
+
+int Threads() {
+  int n = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/self/task")) ++n;
+  return n;
+}
+
+TEST(PodLogTest, FollowedLogsShareOneThreadAndEndWithTheContainerOrTheClient) {
+  berth::testing::TempDir dir;
+  auto store = store::Store::Open({.path = dir.Join("state.db")});
+  ASSERT_TRUE(store.ok()) << store.status();
+  apiserver::Registry registry(**store);
+  ASSERT_TRUE(registry.Bootstrap().ok());
+  const std::string log_root = dir.Join("pods");
+  auto running = [] {
+    return nlohmann::json{{"containerStatuses",
+                           {{{"name", "c"}, {"restartCount", 0}, {"state", {{"running", nlohmann::json::object()}}}}}}};
+  };
+  constexpr int kPods = 5;
+  std::vector<std::string> logs;
+  for (int i = 0; i < kPods; ++i) {
+    const std::string name = "p" + std::to_string(i);
+    auto pod = registry.Create(client::K("pods"), "default",
+                               {{"apiVersion", "v1"},
+                                {"kind", "Pod"},
+                                {"metadata", {{"name", name}}},
+                                {"spec", {{"containers", {{{"name", "c"}, {"image", "busybox"}}}}}}});
+    ASSERT_TRUE(pod.ok()) << pod.status();
+    (*pod)["status"] = running();
+    ASSERT_TRUE(registry.Update(client::K("pods"), "default", name, *pod, apiserver::Subresource::kStatus).ok());
+    const std::string d = PodLogDirectory(log_root, *pod) + "/c";
+    std::filesystem::create_directories(d);
+    logs.push_back(d + "/0.log");
+    Append(logs.back(), "2026-01-01T00:00:01Z stdout F before " + name + "\n");
+  }
+  auto follow = [&](int i) {
+    auto req = http::ParseRequest("GET /api/v1/namespaces/default/pods/p" + std::to_string(i) +
+                                  "/log?follow=true HTTP/1.1\r\nHost: x\r\n\r\n");
+    EXPECT_TRUE(req.ok());
+    auto w = std::make_unique<DetachingWriter>();
+    // Returns at once: the handler's thread is not held.
+    EXPECT_TRUE(ServePodLog(registry, log_root, "default", "p" + std::to_string(i), *req, *w).ok());
+    EXPECT_EQ(w->code, 200);
+    EXPECT_TRUE(w->detached);
+    EXPECT_EQ(w->stream->text(), "before p" + std::to_string(i) + "\n");
+    return w;
+  };
+  std::vector<std::unique_ptr<DetachingWriter>> writers;
+  writers.push_back(follow(0));
+  const int threads = Threads();  // with the followers' thread
+  for (int i = 1; i < kPods; ++i) writers.push_back(follow(i));
+  EXPECT_EQ(Threads(), threads);
+
+  for (int i = 0; i < kPods; ++i) Append(logs[i], "2026-01-01T00:00:02Z stdout F after\n");
+  ASSERT_TRUE(berth::testing::Eventually([&] {
+    for (const auto& w : writers) {
+      if (w->stream->text().find("after\n") == std::string::npos) return false;
+    }
+    return true;
+  }));
+  // The client of p1 goes away: nothing more is written to it.
+  writers[1]->stream->Hangup();
+  // p0's container stops: its stream ends.
+  auto p0 = registry.Get(client::K("pods"), "default", "p0");
+  ASSERT_TRUE(p0.ok());
+  (*p0)["status"]["containerStatuses"][0]["state"] = {{"terminated", {{"exitCode", 0}}}};
+  ASSERT_TRUE(registry.Update(client::K("pods"), "default", "p0", *p0, apiserver::Subresource::kStatus).ok());
+  EXPECT_TRUE(berth::testing::Eventually([&] { return writers[0]->stream->Ended(); }));
+  EXPECT_FALSE(writers[2]->stream->Ended());
+  // The others end when their clients go (here, all of them).
+  for (auto& w : writers) w->stream->Hangup();
 }
 
 }  // namespace
