@@ -369,7 +369,9 @@ TEST_F(PvBinderTest, AClaimNamingAVolumeThatDoesNotFitStaysPendingWithVolumeMism
     if (pv == "pinned") c["metadata"]["annotations"] = {{kAnnSelectedNode, "node-a"}};
     Create("persistentvolumeclaims", "default", c);
   }
-  for (const auto& [pv, why] : expected) {
+  for (const auto& entry : expected) {
+    const std::string& pv = entry.first;
+    const std::string& why = entry.second;
     const std::string claim = "wants-" + pv;
     ASSERT_TRUE(Eventually([&] { return HasMismatch(claim, pv, why); })) << claim;
     EXPECT_EQ(Phase("persistentvolumeclaims", "default", claim), "Pending");

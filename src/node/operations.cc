@@ -100,6 +100,7 @@ absl::Status VolumeManager::Stage(const Wanted& w) {
     staged_[v.unique] = Staged{.volume = v, .path = path, .certain = call.ok()};
   } else {
     staged_.erase(v.unique);
+    expanded_.erase(v.unique);
   }
   return call;
 }
@@ -125,6 +126,7 @@ absl::Status VolumeManager::Unstage(const Staged& s) {
   spdlog::info("node {}: unstaged {} from {}", options_.node_name, v.pv, s.path);
   absl::MutexLock lock(&mu_);
   staged_.erase(v.unique);
+  expanded_.erase(v.unique);
   return absl::OkStatus();
 }
 
@@ -259,6 +261,8 @@ absl::Status VolumeManager::Expand(const Wanted& w, const std::string& target, c
     }
   }));
   spdlog::info("node {}: expanded {} to {}", options_.node_name, v.pv, capacity.dump());
+  absl::MutexLock lock(&mu_);
+  expanded_[v.unique] = size;
   return absl::OkStatus();
 }
 

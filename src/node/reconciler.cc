@@ -41,10 +41,12 @@ void VolumeManager::Reconcile() {
 
   std::map<std::string, Staged> staged;
   std::map<std::pair<std::string, std::string>, Published> published;
+  std::map<std::string, int64_t> expanded;
   {
     absl::MutexLock lock(&mu_);
     staged = staged_;
     published = published_;
+    expanded = expanded_;
     snapshot_seq_ = done_seq_;
     done_at_.clear();  // only ops ending after this snapshot make it stale
   }
@@ -104,7 +106,10 @@ void VolumeManager::Reconcile() {
     const std::string staging =
         stages ? StagingPath(w.volume.driver, w.volume.handle, w.volume.pv, w.volume.block) : "";
     if (is_published) {
-      if (ResizePending(w.claim) && Bytes(Field(Field(Field(w.pv, "spec"), "capacity"), "storage")) > 0) {
+      const int64_t pv_size = Bytes(Field(Field(Field(w.pv, "spec"), "capacity"), "storage"));
+      auto done = expanded.find(w.volume.unique);
+      const bool already = done != expanded.end() && done->second >= pv_size;
+      if (ResizePending(w.claim) && pv_size > 0 && !already) {
         Dispatch(Op{.lock_key = w.volume.unique,
                     .id = StrCat("expand/", w.volume.unique),
                     .run = [this, w, target = pub->second.target, staging] { return Expand(w, target, staging); },

@@ -243,6 +243,10 @@ class VolumeManager {
   bool dirty_ ABSL_GUARDED_BY(mu_) = true;
   std::map<std::string, Staged> staged_ ABSL_GUARDED_BY(mu_);                             // unique →
   std::map<std::pair<std::string, std::string>, Published> published_ ABSL_GUARDED_BY(mu_);  // (uid, pv) →
+  // unique → the size this agent last finished NodeExpandVolume for: the
+  // claim read from the informer may not show that write yet, and one
+  // expansion is done once.
+  std::map<std::string, int64_t> expanded_ ABSL_GUARDED_BY(mu_);
   std::set<std::string> locked_ ABSL_GUARDED_BY(mu_);                                     // volumes with an op running
   // Ops finished since the reconciler's snapshot of staged_/published_: an op
   // on such a volume is decided on stale state and is not dispatched (the

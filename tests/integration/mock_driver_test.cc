@@ -100,7 +100,7 @@ TEST_F(MockDriverTest, ClaimPodDelete) {
   ::unsetenv("CSI_ENDPOINT");
   ASSERT_TRUE(Eventually([&] { return fs::exists(Socket()) || mock_->Wait(absl::ZeroDuration()); }, absl::Seconds(30)));
   ASSERT_FALSE(mock_->Wait(absl::ZeroDuration()).has_value()) << mock_->Output();
-  StartUp({"--external-driver", std::string(kDriver) + "=unix://" + Socket()});
+  StartUp({"--runtime", "none", "--external-driver", std::string(kDriver) + "=unix://" + Socket()});
   WaitForDriverRegistered(kDriver);
   Berth({"apply", "-f", WriteFile("mock.yaml", kManifests)});
   ASSERT_TRUE(Eventually([&] { return Running("app"); }, absl::Seconds(90)))

@@ -94,7 +94,10 @@ class StrictE2eTest : public BerthUpFixture {
     ASSERT_FALSE(driver_->Wait(absl::ZeroDuration()).has_value()) << driver_->Output();
   }
   std::string Socket() const { return sandbox_.Join("strict.sock"); }
-  void StartUpWithDriver() { StartUp({"--external-driver", std::string(kDriver) + "=unix://" + Socket()}); }
+  // Volumes only (--runtime none): this suite is about the CSI calls.
+  void StartUpWithDriver() {
+    StartUp({"--runtime", "none", "--external-driver", std::string(kDriver) + "=unix://" + Socket()});
+  }
 
   // The strict driver's volumes (from its state file).
   json DriverVolumes() {

@@ -11,6 +11,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
+#include <iterator>
 #include <memory>
 #include <optional>
 #include <string>
@@ -47,13 +49,24 @@ class BerthUpFixture : public ::testing::Test {
   }
   void TearDown() override {
     StopUp(SIGKILL);
-    // berth-csi gets SIGTERM when berth up dies; let it go before the
-    // sandbox unmounts what is left.
-    std::ifstream in(data_ + "/nodes/testnode/berth-csi.pid");
-    pid_t pid = -1;
-    if (in >> pid && pid > 1) {
-      for (int i = 0; i < 300 && ::kill(pid, 0) == 0; ++i) absl::SleepFor(absl::Milliseconds(50));
-      ::kill(pid, SIGKILL);
+    // Node agents and berth-csi get SIGTERM when berth up dies; let them go
+    // before the sandbox unmounts what is left.
+    std::error_code ec;
+    for (const auto& node : std::filesystem::directory_iterator(data_ + "/nodes", ec)) {
+      for (const char* file : {"agent.pid", "berth-csi.pid"}) {
+        std::ifstream in(node.path() / file);
+        pid_t pid = -1;
+        if (in >> pid && pid > 1) {
+          for (int i = 0; i < 300 && ::kill(pid, 0) == 0; ++i) absl::SleepFor(absl::Milliseconds(50));
+          ::kill(pid, SIGKILL);
+        }
+      }
+      if (HasFailure()) {
+        std::ifstream log(node.path() / "agent.log");
+        std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+        if (text.size() > 6000) text = text.substr(text.size() - 6000);
+        std::cout << "---- " << node.path().filename().string() << "/agent.log (tail)\n" << text << "----\n";
+      }
     }
   }
 
