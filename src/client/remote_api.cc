@@ -5,6 +5,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/status.h"
 #include "common/strings.h"
 #include "spdlog/spdlog.h"
@@ -262,13 +263,10 @@ absl::StatusOr<ListPage> RemoteApi::List(const api::KindInfo& kind, const std::s
   ListPage out;
   std::string token = options.continue_token;
   do {
-    std::string target = Path(kind, ns);
-    std::string sep = "?";
-    if (options.limit > 0) {
-      absl::StrAppend(&target, sep, "limit=", options.limit);
-      sep = "&";
-    }
-    if (!token.empty()) absl::StrAppend(&target, sep, "continue=", QueryEscape(token));
+    std::vector<std::string> query;
+    if (options.limit > 0) query.push_back(StrCat("limit=", options.limit));
+    if (!token.empty()) query.push_back(StrCat("continue=", QueryEscape(token)));
+    const std::string target = query.empty() ? Path(kind, ns) : StrCat(Path(kind, ns), "?", absl::StrJoin(query, "&"));
     BERTH_ASSIGN_OR_RETURN(json page, Call("GET", target));
     if (!page.contains("items") || !page["items"].is_array()) {
       return absl::InternalError(StrCat("GET ", target, ": the answer is not a list"));

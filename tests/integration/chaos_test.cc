@@ -2,7 +2,9 @@
 // storage side; pods get their volumes staged and published, no
 // containers), rounds of claims created and deleted while the whole of
 // berth up, its berth-csi or (when it is a process of its own) its node
-// agent is killed with SIGKILL at random points. After the last restart:
+// agent is killed with SIGKILL at random points, or the agent is stopped
+// (SIGSTOP) until its node is tainted unreachable, then resumed. After the
+// last restart:
 //   - nothing lost: every claim not deleted is Bound to a PV whose volume is
 //     in the pool, and what was written into a pod's volume is still there;
 //   - nothing leaked: the pool's volume images are exactly the PVs' volumes;
@@ -51,7 +53,11 @@ struct Item {
   std::string content;
 };
 
-enum class Victim { kUp, kDriver, kAgent };
+enum class Victim { kUp, kDriver, kAgent, kHang };
+
+// The node monitor grace period berth up runs with here: a hung agent
+// (SIGSTOP) is noticed within seconds.
+constexpr char kGrace[] = "4s";
 
 class ChaosTest : public BerthUpFixture {
  protected:
@@ -138,12 +144,16 @@ class ChaosTest : public BerthUpFixture {
     if (v == Victim::kUp) {
       const pid_t pid = up_->pid();
       EXPECT_EQ(StopUp(SIGKILL), 128 + SIGKILL);
-      StartUp({"--runtime", "none"});
+      StartUp({"--runtime", "none", "--node-monitor-grace-period", kGrace});
       last_restart_ = absl::Now();
       std::cout << fmt::format("[ CHAOS    ] {}: kill -9 berth up ({}); serving again after {}\n", when, pid,
                                absl::FormatDuration(last_restart_ - killed))
                 << std::flush;
       ++kills_["berth up"];
+      return;
+    }
+    if (v == Victim::kHang) {
+      Hang(when);
       return;
     }
     const std::string file = v == Victim::kDriver ? "berth-csi.pid" : "agent.pid";
@@ -163,16 +173,54 @@ class ChaosTest : public BerthUpFixture {
               << std::flush;
     ++kills_[v == Victim::kDriver ? "berth-csi" : "node agent"];
   }
+  // SIGSTOP of the node agent past the grace period: the node goes Unknown
+  // and tainted; SIGCONT: Ready and untainted again.
+  void Hang(const std::string& when) {
+    const pid_t pid = ChildPid("agent.pid");
+    if (pid <= 0) {
+      std::cout << fmt::format("[ CHAOS    ] {}: no live node agent; nothing stopped\n", when) << std::flush;
+      return;
+    }
+    struct Resume {
+      pid_t pid;
+      ~Resume() { ::kill(pid, SIGCONT); }
+    } resume{pid};
+    const absl::Time stopped = absl::Now();
+    ASSERT_EQ(::kill(pid, SIGSTOP), 0);
+    auto unreachable = [&] {
+      const json node = Get("/api/v1/nodes/testnode");
+      if (!node.is_object()) return false;
+      for (const auto& t : node.value("spec", json::object()).value("taints", json::array())) {
+        if (t.value("key", "") == "node.kubernetes.io/unreachable") return true;
+      }
+      return false;
+    };
+    // Bounded loosely here (CI is loaded); BerthUpTest holds the grace + 10 s figure.
+    EXPECT_TRUE(Eventually(unreachable, absl::Seconds(4 + 30))) << "the hung node was not tainted";
+    const absl::Duration tainted_after = absl::Now() - stopped;
+    ::kill(pid, SIGCONT);
+    EXPECT_TRUE(Eventually([&] { return !unreachable(); }, absl::Seconds(30))) << "the node stayed tainted";
+    last_restart_ = absl::Now();
+    std::cout << fmt::format("[ CHAOS    ] {}: SIGSTOP node agent ({}); tainted after {}, SIGCONT, untainted after {}\n",
+                             when, pid, absl::FormatDuration(tainted_after),
+                             absl::FormatDuration(last_restart_ - stopped - tainted_after))
+              << std::flush;
+    ++kills_["node agent SIGSTOP"];
+  }
+
   Victim PickVictim(std::mt19937_64& rng) {
-    // A node agent of its own (agent.pid) is a third victim when there is one.
+    // A node agent of its own (agent.pid) is a third victim when there is
+    // one, and a hung one (SIGSTOP past the grace period) a fourth.
     const bool agent = fs::exists(NodeDir() + "/agent.pid");
-    switch (std::uniform_int_distribution<int>(0, agent ? 2 : 1)(rng)) {
+    switch (std::uniform_int_distribution<int>(0, agent ? 3 : 1)(rng)) {
       case 0:
         return Victim::kUp;
       case 1:
         return Victim::kDriver;
-      default:
+      case 2:
         return Victim::kAgent;
+      default:
+        return Victim::kHang;
     }
   }
 
@@ -308,7 +356,7 @@ TEST_F(ChaosTest, KillNineOfStackDriverAndAgentLosesAndLeaksNothing) {
   };
 
   pool_size_ = "24Gi";  // sparse; room for every claim ever created
-  StartUp({"--runtime", "none"});
+  StartUp({"--runtime", "none", "--node-monitor-grace-period", kGrace});
   if (HasFatalFailure()) return;
   WaitForDriverRegistered("local.csi.berth.io");
   if (HasFatalFailure()) return;
