@@ -10,9 +10,13 @@
 // debootstrap, no release berth-csi (scripts/build), no mirror. The root
 // filesystem is cached in the build tree (image-test/), so a second run
 // only repacks.
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -58,6 +62,15 @@ class ImageTest : public ::testing::Test {
       skip_ = "needs a release berth-csi at " + binary_ + " (scripts/build)";
       return;
     }
+    // CTest runs each case as its own process, two at a time: they share
+    // the root filesystem cached in the build tree, so one builds at a time
+    // (the lock is held until TearDownTestSuite; the kernel drops it if the
+    // process dies).
+    lock_fd_ = ::open((std::string(BERTH_BINARY_DIR) + "/image-test.lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (lock_fd_ < 0 || ::flock(lock_fd_, LOCK_EX) != 0) {
+      build_output_ = "cannot lock the image test's cache: " + std::string(std::strerror(errno));
+      return;
+    }
     dir_ = new TempDir();
     auto r = Image({"--out", dir_->Join("berth-csi.tar")});
     if (r.exit_code == 3) {
@@ -70,6 +83,8 @@ class ImageTest : public ::testing::Test {
   static void TearDownTestSuite() {
     delete dir_;
     dir_ = nullptr;
+    if (lock_fd_ >= 0) ::close(lock_fd_);
+    lock_fd_ = -1;
   }
   void SetUp() override {
     if (!skip_.empty()) GTEST_SKIP() << skip_;
@@ -105,6 +120,7 @@ class ImageTest : public ::testing::Test {
   static inline std::string build_output_;
   static inline bool built_ = false;
   static inline TempDir* dir_ = nullptr;
+  static inline int lock_fd_ = -1;
   TempDir tmp_;
   std::string archive_;
   std::string unpacked_;
