@@ -45,12 +45,13 @@ std::vector<std::string> Segments(const std::string& path) {
 json ResourceList(std::string_view group, std::string_view version) {
   json resources = json::array();
   if (group == eventsv1::kGroup && version == eventsv1::kVersion) {
-    resources.push_back({{"name", "events"},
-                         {"singularName", "event"},
-                         {"namespaced", true},
-                         {"kind", "Event"},
-                         {"verbs", {"create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"}},
-                         {"shortNames", {"ev"}}});
+    // No short name: "ev" is core/v1's, as in kube-apiserver.
+    resources.push_back(
+        {{"name", "events"},
+         {"singularName", "event"},
+         {"namespaced", true},
+         {"kind", "Event"},
+         {"verbs", {"create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"}}});
   }
   for (const auto& k : api::AllKinds()) {
     if (k.group != group || k.version != version) continue;
@@ -491,6 +492,18 @@ void ApiHandler::Handle(const HttpRequest& req, ResponseWriter& out) {
         opts.grace_period_seconds = g.get<int64_t>();
       } else if (!g.is_null()) {
         return SendError(out, api::BadRequest("DeleteOptions.gracePeriodSeconds must be an integer"));
+      }
+      // client-go sends DeleteOptions.dryRun in the body, not the query.
+      if (const json& d = body.value("dryRun", json()); !d.is_null()) {
+        for (const auto& v : d.is_array() ? d : json::array({d})) {
+          if (v != "All") {
+            return SendError(
+                out,
+                api::Invalid("DeleteOptions.meta.k8s.io", "",
+                             {{"dryRun", StrCat("Unsupported value: ", v.dump(), ": supported values: \"All\"")}}));
+          }
+          dry_run = true;
+        }
       }
       json pre = body.value("preconditions", json::object());
       if (pre.is_object()) {

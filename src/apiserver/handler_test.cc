@@ -232,6 +232,9 @@ TEST_F(HandlerTest, DryRunChecksEverythingAndStoresNothing) {
                 .code,
             422);
   EXPECT_EQ(Do("DELETE", data + "?dryRun=All").code, 200);
+  // kubectl delete --dry-run=server: DeleteOptions in the body.
+  EXPECT_EQ(Do("DELETE", data, R"({"kind":"DeleteOptions","apiVersion":"v1","dryRun":["All"]})").code, 200);
+  EXPECT_EQ(Do("DELETE", data, R"({"dryRun":["Some"]})").code, 422);
   EXPECT_EQ(Do("DELETE", std::string(kClaims) + "/nosuch?dryRun=All").code, 404);
   EXPECT_EQ(registry_->store().ResourceVersion(), rv);
   json stored = Do("GET", data).Json();
