@@ -52,7 +52,8 @@ constexpr const char* kSidecars[] = {"csi-node-driver-registrar", "csi-provision
 constexpr char kDriverObjects[] = R"(apiVersion: storage.k8s.io/v1
 kind: CSIDriver
 metadata: {name: side.csi.berth.io}
-spec: {attachRequired: true, podInfoOnMount: false, fsGroupPolicy: File, volumeLifecycleModes: [Persistent]}
+spec: {attachRequired: true, podInfoOnMount: false, storageCapacity: true, fsGroupPolicy: File,
+       volumeLifecycleModes: [Persistent]}
 ---
 apiVersion: storage.k8s.io/v1
 kind: StorageClass
@@ -191,7 +192,14 @@ class SidecarsTest : public BerthUpFixture {
   }
   void StartControllerSidecars(bool upstream_snapshot_controller) {
     const std::string csi = "--csi-address=" + SideSocket();
-    StartSidecar("csi-provisioner", {csi, "--feature-gates=Topology=true"}, true);
+    // Capacity tracking too (CSIStorageCapacity in NAMESPACE, no owner):
+    // with storageCapacity in the CSIDriver the scheduler places the pod
+    // only where the provisioner's objects say there is room.
+    ::setenv("NAMESPACE", "kube-system", 1);
+    StartSidecar("csi-provisioner",
+                 {csi, "--feature-gates=Topology=true", "--enable-capacity", "--capacity-ownerref-level=-1",
+                  "--capacity-poll-interval=5s"},
+                 true);
     StartSidecar("csi-attacher", {csi}, true);
     StartSidecar("csi-resizer", {csi}, true);
     StartSidecar("csi-snapshotter", {csi}, true);
@@ -238,6 +246,16 @@ class SidecarsTest : public BerthUpFixture {
     ASSERT_NO_FATAL_FAILURE(StartStack(up_extra));
     StartControllerSidecars(upstream_snapshot_controller);
     Berth({"apply", "-f", WriteFile("driver.yaml", kDriverObjects)});
+    // csi-provisioner publishes the node's capacity for the class.
+    ASSERT_TRUE(Eventually(
+        [&] {
+          for (const auto& c : Items("/apis/storage.k8s.io/v1/namespaces/kube-system/csistoragecapacities")) {
+            if (c.value("storageClassName", "") == "side" && c.contains("capacity")) return true;
+          }
+          return false;
+        },
+        absl::Seconds(60)))
+        << Items("/apis/storage.k8s.io/v1/csistoragecapacities").dump();
     Berth({"apply", "-f", WriteFile("app.yaml", kClaimAndPod)});
 
     // Provisioned by csi-provisioner (WaitForFirstConsumer: after the
