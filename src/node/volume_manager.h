@@ -220,6 +220,7 @@ class VolumeManager {
   // Whether the driver needs the VolumeAttachment; its attachmentMetadata
   // when attached, else an error saying what is awaited.
   absl::StatusOr<std::map<std::string, std::string>> PublishContext(const Volume& v);
+  ::csi::v1::VolumeCapability NodeVolumeCapability(const Wanted& w);
   absl::StatusOr<std::map<std::string, std::string>> SecretsOf(const nlohmann::json& pv, const char* ref);
   std::map<std::string, std::string> VolumeContext(const Wanted& w);
   absl::Status CheckInsideRoot(const std::string& path) const;
