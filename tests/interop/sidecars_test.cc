@@ -17,9 +17,11 @@
 // ready → claim restored from it Running with the data → everything
 // deleted, leaving no PV, VolumeAttachment, snapshot content, volume or
 // snapshot image in the second driver's pool, volume mount or loop device.
-// One test with berth's snapshot controller, one with the upstream
-// snapshot-controller (--no-snapshot-controller). Without CSI_SIDECARS the
-// tests say why and are skipped.
+// csi-provisioner also publishes CSIStorageCapacity, by which berth's
+// scheduler places the pod. One test with berth's snapshot controller, one
+// with the upstream snapshot-controller (--no-snapshot-controller), which
+// then also snapshots a volume of berth's own driver. Without CSI_SIDECARS
+// the tests say why and are skipped.
 #include <unistd.h>
 
 #include <cstdlib>
