@@ -346,6 +346,14 @@ absl::Status RunUp(UpOptions options) {
       std::cout << "  kubeconfig: " << cp->kubeconfig_path() << " (kubectl --kubeconfig " << cp->kubeconfig_path()
                 << " get pvc)\n";
     }
+    for (const auto& driver : options.sidecar_drivers) {
+      std::cout << "  sidecar driver " << driver << ": its node plugin registers in " << options.data_dir
+                << "/nodes/<node>/kubelet/plugins_registry (kubelet root " << options.data_dir
+                << "/nodes/<node>/kubelet); its controller sidecars use "
+                << (cp->kubeconfig_path().empty() ? std::string("a kubeconfig, which needs --api-address")
+                                                  : "--kubeconfig " + cp->kubeconfig_path())
+                << " (docs/api.md)\n";
+    }
     std::cout << "  try: berth --data-dir " << options.data_dir << " apply -f examples/claim-and-pod.yaml\n"
               << std::flush;
     const int sig = WaitForTerminationSignal();
