@@ -69,7 +69,7 @@ class ControllerManager {
     // cluster-wide controllers (binder, scheduler, attach-detach, snapshot
     // controller) still do Kubernetes' part for them, and the node agents
     // stage and publish their volumes.
-    std::vector<std::string> sidecar_drivers;
+    std::vector<std::string> sidecar_drivers = {};
     // false: VolumeSnapshots are left to the upstream snapshot-controller
     // (the per-driver content handling still runs for berth's drivers).
     bool snapshot_controller = true;
