@@ -554,6 +554,45 @@ TEST_F(NodeAgentTest, ExpandsOnTheNodeAndFinishesTheClaim) {
   EXPECT_FALSE(status.contains("allocatedResourceStatuses"));
 }
 
+TEST_F(NodeAgentFaultTest, AnInfeasibleNodeExpansionIsRecordedOnTheClaimAndClearedWhenItSucceeds) {
+  AttachNotRequired();
+  CreateVolume("data", "pv-1", kHandle);
+  StartAgent();
+  ServeDriver();
+  CreatePod("app", "data");
+  ASSERT_TRUE(Eventually([&] { return PodPhase("app") == "Running"; }));
+  driver_->Fail("expand", 1, grpc::StatusCode::OUT_OF_RANGE);
+  ASSERT_TRUE(UpdateObject(*registry_, K("persistentvolumes"), "", "pv-1", apiserver::Subresource::kMain, [](json& pv) {
+    pv["spec"]["capacity"]["storage"] = "2Gi";
+    return true;
+  }).ok());
+  ASSERT_TRUE(UpdateObject(*registry_, K("persistentvolumeclaims"), "default", "data", apiserver::Subresource::kStatus,
+                           [](json& c) {
+    c["status"]["allocatedResourceStatuses"] = {{"storage", "NodeResizePending"}};
+    c["status"]["conditions"] = json::array({{{"type", "FileSystemResizePending"}, {"status", "True"}}});
+    return true;
+  }).ok());
+  auto claim_status = [&] { return Get("persistentvolumeclaims", "default", "data")["status"]; };
+  ASSERT_TRUE(Eventually([&] {
+    return Str(claim_status(), {"allocatedResourceStatuses", "storage"}) == "NodeResizeInfeasible";
+  })) << claim_status().dump();
+  bool has_error = false;
+  const json failed = claim_status();
+  for (const auto& c : failed["conditions"]) {
+    has_error |= c["type"] == "NodeResizeError" && c["status"] == "True" &&
+                 Str(c, {"message"}).find("pv-1") != std::string::npos;
+  }
+  EXPECT_TRUE(has_error) << claim_status().dump();
+  EXPECT_EQ(Str(claim_status(), {"capacity", "storage"}), "1Gi");
+  // The retry (after the operation's backoff) succeeds: all of it is cleared.
+  ASSERT_TRUE(Eventually([&] {
+    fake_clock_.Advance(absl::Milliseconds(500));
+    return Str(claim_status(), {"capacity", "storage"}) == "2Gi";
+  })) << claim_status().dump();
+  EXPECT_FALSE(claim_status().contains("conditions"));
+  EXPECT_FALSE(claim_status().contains("allocatedResourceStatuses"));
+}
+
 TEST_F(NodeAgentTest, BlockVolumesArePublishedUnderVolumeDevices) {
   AttachNotRequired();
   CreateVolume("raw", "pv-b", "vol-b", /*block=*/true);

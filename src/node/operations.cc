@@ -56,6 +56,38 @@ std::map<std::string, std::string> VolumeManager::VolumeContext(const Wanted& w)
   return client::PvVolumeCapability(w.pv, split ? client::SingleNodeModes::kSplit : client::SingleNodeModes::kLegacy);
 }
 
+// A NodeExpandVolume that failed, on the claim (kubelet with
+// RecoverVolumeExpansionFailure): an infeasible size (INVALID_ARGUMENT,
+// OUT_OF_RANGE, NOT_FOUND, or RESOURCE_EXHAUSTED: the pool cannot hold it)
+// sets allocatedResourceStatuses NodeResizeInfeasible, so the user sees it
+// and may lower the request; any failure sets the NodeResizeError condition
+// with the driver's message. The operation's own backoff paces the retries.
+void VolumeManager::RecordNodeResizeFailure(const Wanted& w, const absl::Status& failure) {
+  const absl::StatusCode code = failure.code();
+  const bool infeasible = code == absl::StatusCode::kInvalidArgument || code == absl::StatusCode::kOutOfRange ||
+                          code == absl::StatusCode::kNotFound || code == absl::StatusCode::kResourceExhausted;
+  if (client::IsNotAFailure(failure)) return;  // waiting for the driver: nothing failed
+  absl::Status st = client::EditStatus(registry_, K("persistentvolumeclaims"), w.claim, [&](json& status) {
+    if (infeasible) status["allocatedResourceStatuses"]["storage"] = "NodeResizeInfeasible";
+    json& conditions = status["conditions"];
+    if (!conditions.is_array()) conditions = json::array();
+    json c = {{"type", "NodeResizeError"},
+              {"status", "True"},
+              {"lastProbeTime", nullptr},
+              {"lastTransitionTime", client::NowRfc3339()},
+              {"message", StrCat("resize of volume \"", w.volume.pv, "\" on node failed: ", failure.message())}};
+    for (json& existing : conditions) {
+      if (Str(existing, {"type"}) == "NodeResizeError") {
+        c["lastTransitionTime"] = existing.value("lastTransitionTime", Str(c, {"lastTransitionTime"}));
+        existing = c;
+        return;
+      }
+    }
+    conditions.push_back(c);
+  });
+  if (!st.ok()) spdlog::warn("node {}: recording the failed resize of {}: {}", options_.node_name, w.volume.pv, st.ToString());
+}
+
 // ---- the operations ----
 
 absl::Status VolumeManager::Stage(const Wanted& w) {
@@ -237,8 +269,12 @@ absl::Status VolumeManager::Expand(const Wanted& w, const std::string& target, c
     req.mutable_capacity_range()->set_required_bytes(size);
     *req.mutable_volume_capability() = NodeVolumeCapability(w);
     SetMap(req.mutable_secrets(), secrets);
-    BERTH_RETURN_IF_ERROR(CallNode(directory_, v.driver, options_.node_name, options_.call_timeout, "NodeExpandVolume",
-                                   &::csi::v1::Node::Stub::NodeExpandVolume, req));
+    absl::Status grown = CallNode(directory_, v.driver, options_.node_name, options_.call_timeout, "NodeExpandVolume",
+                                  &::csi::v1::Node::Stub::NodeExpandVolume, req);
+    if (!grown.ok()) {
+      RecordNodeResizeFailure(w, grown);
+      return grown;
+    }
   }
   // The node's part is done: the claim shows the new size.
   BERTH_RETURN_IF_ERROR(client::EditStatus(registry_, K("persistentvolumeclaims"), w.claim, [&](json& status) {
@@ -247,7 +283,8 @@ absl::Status VolumeManager::Expand(const Wanted& w, const std::string& target, c
       conditions.erase(std::remove_if(conditions.begin(), conditions.end(),
                                       [](const json& c) {
                                         const std::string t = Str(c, {"type"});
-                                        return t == "FileSystemResizePending" || t == "Resizing";
+                                        return t == "FileSystemResizePending" || t == "Resizing" ||
+                                               t == "NodeResizeError";
                                       }),
                        conditions.end());
       if (conditions.empty()) status.erase("conditions");

@@ -229,6 +229,7 @@ class VolumeManager {
   // Reconcile again within Options::poll, changed or not.
   void PollSoon() ABSL_LOCKS_EXCLUDED(mu_);
   ::csi::v1::VolumeCapability NodeVolumeCapability(const Wanted& w);
+  void RecordNodeResizeFailure(const Wanted& w, const absl::Status& failure);
   absl::StatusOr<std::map<std::string, std::string>> SecretsOf(const nlohmann::json& pv, const char* ref);
   std::map<std::string, std::string> VolumeContext(const Wanted& w);
   absl::Status CheckInsideRoot(const std::string& path) const;
