@@ -56,6 +56,9 @@ std::string WithoutComments(const std::string& text) {
     if (TrimSpace(line).starts_with("#")) continue;
     out += StrCat(line, "\n");
   }
+  // Trailing blank lines are not a change (the text is written back with
+  // each reopening).
+  while (out.size() >= 2 && out[out.size() - 1] == '\n' && out[out.size() - 2] == '\n') out.pop_back();
   return out;
 }
 
