@@ -47,6 +47,8 @@ ClientCommands::ClientCommands(CLI::App& app) : app_(app) {
   get_cmd_->add_option("--sort-by", get_.sort_by, "sort by a JSONPath ({.metadata.name}, .spec.capacity.storage)");
   get_cmd_->add_flag("-w,--watch", get_.watch, "after listing, watch for changes");
   get_cmd_->add_flag("--watch-only", get_.watch_only, "watch for changes without listing first");
+  get_cmd_->add_flag("--no-headers", get_.no_headers, "tables and custom columns without their header line");
+  get_cmd_->add_flag("--ignore-not-found", get_.ignore_not_found, "a name that does not exist is not an error");
   AddNamespace(get_cmd_, get_.target, true);
 
   // describe

@@ -142,6 +142,8 @@ absl::Status Get(ApiClient& client, const GetOptions& o, std::ostream& out, std:
         auto got = GetObject(client, *req.kind, kind_ns, n);
         if (got.ok()) {
           g.items.push_back(std::move(*got));
+        } else if (got.status().code() == absl::StatusCode::kNotFound && o.ignore_not_found) {
+          continue;
         } else if (got.status().code() == absl::StatusCode::kNotFound) {
           // kubectl prints what it found, then one line per missing name.
           if (missing.ok()) missing = got.status();
@@ -159,6 +161,7 @@ absl::Status Get(ApiClient& client, const GetOptions& o, std::ostream& out, std:
   print.with_namespace = o.target.all_namespaces;
   print.with_kind = requests.size() > 1;
   print.single = requests.size() == 1 && requests[0].names.size() == 1 && !watch;
+  print.headers = !o.no_headers;
   size_t count = 0;
   for (const auto& g : groups) count += g.items.size();
   if (!o.watch_only) {
@@ -177,7 +180,7 @@ absl::Status Get(ApiClient& client, const GetOptions& o, std::ostream& out, std:
   if (!missing.ok()) return absl::Status(missing.code(), missing_text);
   if (!watch) return absl::OkStatus();
   const KindRequest& req = requests[0];
-  print.headers = o.watch_only || count == 0;
+  print.headers = !o.no_headers && (o.watch_only || count == 0);
   return Watch(client, o, req, req.kind->namespaced && !o.target.all_namespaces ? ns : "", list_rv, std::move(print),
                out);
 }

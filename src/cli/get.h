@@ -30,6 +30,8 @@ struct GetOptions {
   std::string sort_by;            // --sort-by
   bool watch = false;             // -w
   bool watch_only = false;        // --watch-only
+  bool no_headers = false;        // --no-headers (tables, custom columns)
+  bool ignore_not_found = false;  // --ignore-not-found: a missing name is no error
 };
 
 // One kind and the names asked for (none: the whole collection).

@@ -78,6 +78,13 @@ TEST(PrintObjectsTest, CustomColumnsAlignLikeKubectlAndShowNoneForMissing) {
             "long-name   2Gi    <none>\n");
 }
 
+TEST(PrintObjectsTest, NoHeadersLeavesOutTheHeaderLine) {
+  PrintOptions o;
+  o.headers = false;
+  EXPECT_EQ(Print({{&Kind("pvc"), {Claim("a", "1Gi", "Bound")}}}, "custom-columns=NAME:.metadata.name", o), "a\n");
+  EXPECT_THAT(Print({{&Kind("pvc"), {Claim("a", "1Gi", "Bound")}}}, "", o), ::testing::StartsWith("a "));
+}
+
 TEST(PrintObjectsTest, SeveralKindsPrintOneTableEachWithKindSlashName) {
   PrintOptions o;
   o.with_kind = true;

@@ -167,6 +167,9 @@ TEST_F(BerthCliTest, GetListsKindsWithSelectorsInEveryOutputFormat) {
   CliResult missing = Cli({"get", "pvc", "x", "--data-dir", D});
   EXPECT_EQ(missing.exit_code, 1);
   EXPECT_EQ(missing.err, "Error from server (NotFound): persistentvolumeclaims \"x\" not found\n");
+  EXPECT_EQ(Ok({"get", "pvc", "a", "x", "--ignore-not-found", "-o", "name", "--data-dir", D}),
+            "persistentvolumeclaim/a\n");
+  EXPECT_EQ(Ok({"get", "pvc", "--no-headers", "-o", "custom-columns=N:.metadata.name", "--data-dir", D}), "a\nb\n");
   CliResult partly = Cli({"get", "pvc", "a", "x", "-o", "name", "--data-dir", D});
   EXPECT_EQ(partly.exit_code, 1);
   EXPECT_EQ(partly.out, "persistentvolumeclaim/a\n");
