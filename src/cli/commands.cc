@@ -5,7 +5,6 @@
 #include <iostream>
 #include <iterator>
 #include <optional>
-#include <thread>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_split.h"
@@ -26,6 +25,8 @@ using nlohmann::json;
 
 constexpr char kLastApplied[] = "kubectl.kubernetes.io/last-applied-configuration";
 constexpr char kMergePatch[] = "application/merge-patch+json";
+// How often delete --wait and wait look at the object again.
+constexpr absl::Duration kPollInterval = absl::Milliseconds(100);
 
 std::string Labels(const json& m) {
   if (!m.is_object() || m.empty()) return "<none>";
@@ -319,7 +320,7 @@ absl::Status Describe(ApiClient& client, const std::vector<std::string>& args, c
   return absl::OkStatus();
 }
 
-absl::Status Delete(ApiClient& client, const DeleteOptions& o, std::ostream& out) {
+absl::Status Delete(ApiClient& client, const DeleteOptions& o, std::ostream& out, Clock& clock) {
   const Target& target = o.target;
   const bool wait = o.wait;
   std::vector<std::tuple<const api::KindInfo*, std::string, std::string>> todo;
@@ -381,16 +382,16 @@ absl::Status Delete(ApiClient& client, const DeleteOptions& o, std::ostream& out
     }
   }
   if (wait) {
-    const absl::Time deadline = absl::Now() + timeout;
+    const absl::Time deadline = clock.Now() + timeout;
     for (const auto& [k, ns, name] : deleted) {
       while (true) {
         BERTH_ASSIGN_OR_RETURN(ApiResponse r, client.Call("GET", ObjectPath(*k, ns, name)));
         if (r.code == 404) break;
-        if (absl::Now() >= deadline) {
+        if (clock.Now() >= deadline) {
           return absl::DeadlineExceededError(StrCat("timed out waiting for ", TypedName(*k, name), " to be deleted (finalizers: ",
                                                     ParseBody(r).value_or(json::object())["metadata"].value("finalizers", json::array()).dump(), ")"));
         }
-        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        clock.SleepUntil(std::min(clock.Now() + kPollInterval, deadline));
       }
     }
   }
@@ -398,7 +399,7 @@ absl::Status Delete(ApiClient& client, const DeleteOptions& o, std::ostream& out
 }
 
 absl::Status Wait(ApiClient& client, const std::string& kind_slash_name, const std::string& for_condition,
-                  const Target& target, absl::Duration timeout, std::ostream& out) {
+                  const Target& target, absl::Duration timeout, std::ostream& out, Clock& clock) {
   size_t slash = kind_slash_name.find('/');
   if (slash == std::string::npos) return absl::InvalidArgumentError("wait needs KIND/NAME");
   BERTH_ASSIGN_OR_RETURN(const api::KindInfo* kind, ResolveKind(kind_slash_name.substr(0, slash)));
@@ -434,7 +435,7 @@ absl::Status Wait(ApiClient& client, const std::string& kind_slash_name, const s
   } else {
     return absl::InvalidArgumentError("--for must be delete, condition=NAME[=VALUE] or jsonpath='{...}'=VALUE");
   }
-  const absl::Time deadline = absl::Now() + timeout;
+  const absl::Time deadline = clock.Now() + timeout;
   while (true) {
     BERTH_ASSIGN_OR_RETURN(ApiResponse r, client.Call("GET", ObjectPath(*kind, ns, name)));
     if (met(r)) {
@@ -442,10 +443,10 @@ absl::Status Wait(ApiClient& client, const std::string& kind_slash_name, const s
       return absl::OkStatus();
     }
     if (r.code != 200 && r.code != 404) return ServerError(r);
-    if (absl::Now() >= deadline) {
+    if (clock.Now() >= deadline) {
       return absl::DeadlineExceededError(StrCat("timed out waiting for the condition on ", kind->resource, "/", name));
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    clock.SleepUntil(std::min(clock.Now() + kPollInterval, deadline));
   }
 }
 

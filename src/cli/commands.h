@@ -17,6 +17,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "cli/jsonpath.h"
+#include "common/clock.h"
 #include "cli/rest.h"
 #include "http/api_client.h"
 #include "nlohmann/json.hpp"
@@ -51,12 +52,16 @@ struct DeleteOptions {
   std::optional<int64_t> grace_period_seconds;
   bool ignore_not_found = false;
 };
-absl::Status Delete(http::ApiClient& client, const DeleteOptions& options, std::ostream& out);
+// With wait, looks again every 100 ms on `clock` until the objects are gone
+// (DEADLINE_EXCEEDED naming the finalizers left after options.timeout).
+absl::Status Delete(http::ApiClient& client, const DeleteOptions& options, std::ostream& out,
+                    Clock& clock = RealClock());
 
 // `for_condition`: "delete", "jsonpath={.status.phase}=Bound",
-// "condition=Ready[=VALUE]".
+// "condition=Ready[=VALUE]". Looks every 100 ms on `clock`;
+// DEADLINE_EXCEEDED after `timeout`.
 absl::Status Wait(http::ApiClient& client, const std::string& kind_slash_name, const std::string& for_condition,
-                  const Target& target, absl::Duration timeout, std::ostream& out);
+                  const Target& target, absl::Duration timeout, std::ostream& out, Clock& clock = RealClock());
 absl::Status Events(http::ApiClient& client, const Target& target, const std::string& for_object, std::ostream& out);
 
 // `type`: strategic (the default, as kubectl), merge or json. Prints
