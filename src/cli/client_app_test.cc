@@ -2,7 +2,11 @@
 // command, several kinds, -A, selectors, output formats.
 #include "cli/client_app.h"
 
+#include <cstdlib>
+#include <fstream>
 #include <sstream>
+
+#include "common/testing/temp_dir.h"
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -115,6 +119,11 @@ TEST_F(ClientAppTest, CompletionScriptsNameTheCommandsAndKinds) {
     EXPECT_THAT(*script, ::testing::HasSubstr("--field-selector"));
   }
   EXPECT_EQ(CompletionScript(app_, "fish").status().code(), absl::StatusCode::kInvalidArgument);
+  // bash accepts it (syntax only: -n).
+  testing::TempDir dir;
+  const std::string path = dir.path() + "/berth.bash";
+  std::ofstream(path) << *CompletionScript(app_, "bash");
+  EXPECT_EQ(std::system(("bash -n " + path).c_str()), 0);
 }
 
 TEST(FormatErrorTest, ServerErrorsKeepTheirFormAndOthersGetErrorPrefix) {

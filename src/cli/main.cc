@@ -220,7 +220,20 @@ int main(int argc, char** argv) {
   auto* down = app.add_subcommand(
       "down", "with berth up stopped: stop every container, pod network and mount berth started (data stays)");
 
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    // kubectl's form and exit code 1 (not CLI11's own codes), so scripts
+    // see one failure code.
+    std::cerr << "error: " << e.what() << "\nRun 'berth --help' (or 'berth COMMAND --help') for usage.\n";
+    return kExitFailure;
+  }
 
   if (serve->parsed() || up->parsed() || node_agent->parsed()) {
     // What the control plane and its nodes create under the data directory

@@ -176,6 +176,10 @@ TEST_F(BerthCliTest, GetListsKindsWithSelectorsInEveryOutputFormat) {
   CliResult unknown = Cli({"get", "foo", "--data-dir", D});
   EXPECT_EQ(unknown.exit_code, 1);
   EXPECT_EQ(unknown.err, "error: the server doesn't have a resource type \"foo\"\n");
+  CliResult bad_flag = Cli({"get", "pvc", "--no-such-flag", "--data-dir", D});
+  EXPECT_EQ(bad_flag.exit_code, 1);
+  EXPECT_THAT(bad_flag.err, ::testing::StartsWith("error: "));
+  EXPECT_EQ(Cli({"get", "--help"}).exit_code, 0);
   CliResult bad_output = Cli({"get", "pvc", "-o", "xml", "--data-dir", D});
   EXPECT_EQ(bad_output.exit_code, 1);
   EXPECT_THAT(bad_output.err, HasSubstr("error: unable to match a printer suitable for the output format \"xml\""));
