@@ -38,23 +38,32 @@ inline void SplitClassParameters(const nlohmann::json& parameters,
   }
 }
 
-// A Kubernetes access mode ("ReadWriteOnce"...) as a CSI access mode
-// (unknown values map to SINGLE_NODE_WRITER, like ReadWriteOnce).
-inline ::csi::v1::VolumeCapability::AccessMode::Mode CsiAccessMode(const std::string& mode) {
+// Whether the driver knows the access modes of CSI 1.5's
+// SINGLE_NODE_MULTI_WRITER capability (SINGLE_NODE_SINGLE_WRITER and
+// SINGLE_NODE_MULTI_WRITER). A driver that does not must never see them.
+enum class SingleNodeModes { kLegacy, kSplit };
+
+// A Kubernetes access mode ("ReadWriteOnce"...) as a CSI access mode, as
+// Kubernetes' ToCSIAccessMode: for a driver with the SINGLE_NODE_MULTI_WRITER
+// capability ReadWriteOnce → SINGLE_NODE_MULTI_WRITER and ReadWriteOncePod →
+// SINGLE_NODE_SINGLE_WRITER; for any other, both → SINGLE_NODE_WRITER.
+// Unknown values map like ReadWriteOnce.
+inline ::csi::v1::VolumeCapability::AccessMode::Mode CsiAccessMode(const std::string& mode, SingleNodeModes modes) {
   using Mode = ::csi::v1::VolumeCapability::AccessMode;
   if (mode == "ReadOnlyMany") return Mode::MULTI_NODE_READER_ONLY;
   if (mode == "ReadWriteMany") return Mode::MULTI_NODE_MULTI_WRITER;
+  if (modes == SingleNodeModes::kLegacy) return Mode::SINGLE_NODE_WRITER;
   if (mode == "ReadWriteOncePod") return Mode::SINGLE_NODE_SINGLE_WRITER;
-  return Mode::SINGLE_NODE_WRITER;
+  return Mode::SINGLE_NODE_MULTI_WRITER;
 }
 
 // One capability with `access_mode`: block, or a mount with `fstype` and
 // `mount_options` (a JSON array of strings, or null).
-inline ::csi::v1::VolumeCapability MakeVolumeCapability(const std::string& access_mode, bool block,
-                                                        const std::string& fstype,
+inline ::csi::v1::VolumeCapability MakeVolumeCapability(const std::string& access_mode, SingleNodeModes modes,
+                                                        bool block, const std::string& fstype,
                                                         const nlohmann::json& mount_options) {
   ::csi::v1::VolumeCapability cap;
-  cap.mutable_access_mode()->set_mode(CsiAccessMode(access_mode));
+  cap.mutable_access_mode()->set_mode(CsiAccessMode(access_mode, modes));
   if (block) {
     cap.mutable_block();
     return cap;
@@ -72,7 +81,7 @@ inline ::csi::v1::VolumeCapability MakeVolumeCapability(const std::string& acces
 // The capability a bound PV is used with: its first access mode (as kubelet
 // and external-attacher choose, with ReadWriteOncePod taking precedence),
 // volumeMode, spec.csi.fsType and spec.mountOptions.
-inline ::csi::v1::VolumeCapability PvVolumeCapability(const nlohmann::json& pv) {
+inline ::csi::v1::VolumeCapability PvVolumeCapability(const nlohmann::json& pv, SingleNodeModes single_node) {
   const nlohmann::json& spec = Field(pv, "spec");
   std::string mode = "ReadWriteOnce";
   const nlohmann::json& modes = Field(spec, "accessModes");
@@ -82,7 +91,7 @@ inline ::csi::v1::VolumeCapability PvVolumeCapability(const nlohmann::json& pv) 
       if (m == "ReadWriteOncePod") mode = "ReadWriteOncePod";
     }
   }
-  return MakeVolumeCapability(mode, Str(spec, {"volumeMode"}) == "Block", Str(spec, {"csi", "fsType"}),
+  return MakeVolumeCapability(mode, single_node, Str(spec, {"volumeMode"}) == "Block", Str(spec, {"csi", "fsType"}),
                               Field(spec, "mountOptions"));
 }
 

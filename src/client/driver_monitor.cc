@@ -120,6 +120,13 @@ absl::StatusOr<bool> DriverMonitor::ControllerHasCapability(const std::string& d
   return has;
 }
 
+absl::StatusOr<SingleNodeModes> DriverMonitor::ControllerSingleNodeModes(const std::string& driver,
+                                                                         const std::string& node) {
+  auto split = ControllerHasCapability(driver, node, ::csi::v1::ControllerServiceCapability::RPC::SINGLE_NODE_MULTI_WRITER);
+  if (!split.ok()) return split.status();
+  return *split ? SingleNodeModes::kSplit : SingleNodeModes::kLegacy;
+}
+
 absl::Status DriverMonitor::Probe(const std::string& driver, const std::string& node) {
   {
     absl::MutexLock lock(&mu_);

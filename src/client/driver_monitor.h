@@ -42,6 +42,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "client/capability.h"
 #include "client/drivers.h"
 #include "client/workqueue.h"
 #include "common/backoff.h"
@@ -99,6 +100,10 @@ class DriverMonitor {
   // ControllerGetCapabilities through the directory's cache, as a Call.
   absl::StatusOr<bool> ControllerHasCapability(const std::string& driver, const std::string& node,
                                                ::csi::v1::ControllerServiceCapability::RPC::Type rpc);
+
+  // How the driver's controller takes single-node access modes: split when
+  // it reports SINGLE_NODE_MULTI_WRITER, else the legacy SINGLE_NODE_WRITER.
+  absl::StatusOr<SingleNodeModes> ControllerSingleNodeModes(const std::string& driver, const std::string& node);
 
   // Re-adds `key` to `queue` once the endpoint serving (driver, node) is up
   // (at once if it already is). A key parked twice is re-added once.

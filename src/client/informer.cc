@@ -160,7 +160,6 @@ std::optional<int64_t> Informer::Relist() {
       cache_ = fresh;
       indexes_.clear();
       for (const auto& [key, obj] : cache_) ReindexLocked(key, nullptr, obj.get());
-      synced_ = true;
     }
     for (const auto& [key, obj] : fresh) {
       auto it = before.find(key);
@@ -178,6 +177,11 @@ std::optional<int64_t> Informer::Relist() {
         if (h.on_delete) h.on_delete(*obj);
       }
     }
+    // Synced only once the handlers have seen the whole first list: a caller
+    // that treats "not handled yet" as "gone" (the pod workers' orphan
+    // cleanup) would otherwise act on objects whose add is still on its way.
+    absl::MutexLock lock(&mu_);
+    synced_ = true;
     return page->resource_version;
   }
   return std::nullopt;

@@ -61,7 +61,8 @@ class Informer {
   void AddIndex(const std::string& name, IndexFunc fn);
   void Start();
   void Stop();
-  // True once the first list is in the cache.
+  // True once the first list is in the cache and every handler has been
+  // called for it.
   bool WaitForSync(absl::Duration timeout);
 
   std::optional<json> Get(const std::string& ns, const std::string& name) const;

@@ -68,6 +68,29 @@ TEST_F(InformerTest, ListsThenFollowsAddsUpdatesAndDeletes) {
   EXPECT_EQ(informer.List("other").size(), 0u);
 }
 
+TEST_F(InformerTest, NotSyncedUntilEveryHandlerHasSeenTheFirstList) {
+  Open();
+  ASSERT_TRUE(registry_->Create(Claims(), "default", Claim("one")).ok());
+  absl::Notification entered, release;
+  std::atomic<int> adds{0};
+  Informer informer(*registry_, Claims());
+  informer.AddHandlers({.on_add = [&](const json&) {
+    entered.Notify();
+    release.WaitForNotification();
+    ++adds;
+  }, .on_update = nullptr, .on_delete = nullptr});
+  informer.Start();
+  ASSERT_TRUE(entered.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  // The list is in the cache, but its add is still being handled: whoever
+  // reads "not handled" as "gone" must not be told the informer is synced.
+  EXPECT_TRUE(informer.Get("default", "one").has_value());
+  EXPECT_FALSE(informer.WaitForSync(absl::Milliseconds(100)));
+  release.Notify();
+  ASSERT_TRUE(informer.WaitForSync(absl::Seconds(10)));
+  EXPECT_EQ(adds.load(), 1);
+  informer.Stop();
+}
+
 TEST_F(InformerTest, AWatchThatFallsBehindRelistsAndConverges) {
   Open(/*watcher_queue=*/2);
   absl::Notification release;

@@ -538,7 +538,12 @@ absl::Status Attacher::Attach(const json& va) {
   ::csi::v1::ControllerPublishVolumeRequest req;
   req.set_volume_id(Str(*pv, {"spec", "csi", "volumeHandle"}));
   req.set_node_id(node_id);
-  *req.mutable_volume_capability() = PvVolumeCapability(*pv);
+  auto modes = monitor_.ControllerSingleNodeModes(options_.driver, endpoint_node);
+  if (!modes.ok()) {
+    if (IsNotAFailure(modes.status())) monitor_.Park(options_.driver, endpoint_node, attachment_queue_, Name(va));
+    return fail(modes.status());
+  }
+  *req.mutable_volume_capability() = PvVolumeCapability(*pv, *modes);
   const json& read_only = Field(Field(Field(*pv, "spec"), "csi"), "readOnly");
   req.set_readonly(read_only.is_boolean() && read_only.get<bool>());
   *req.mutable_secrets() = *secrets;

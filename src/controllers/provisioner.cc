@@ -241,9 +241,10 @@ absl::StatusOr<::csi::v1::CreateVolumeRequest> Provisioner::BuildRequest(const j
   const bool block = Str(spec, {"volumeMode"}) == "Block";
   const json& modes = Field(spec, "accessModes");
   if (!modes.is_array() || modes.empty()) return absl::InvalidArgumentError("the claim has no accessModes");
+  BERTH_ASSIGN_OR_RETURN(const SingleNodeModes single_node, monitor_.ControllerSingleNodeModes(options_.driver, node));
   for (const auto& m : modes) {
-    *req.add_volume_capabilities() =
-        MakeVolumeCapability(m.is_string() ? m.get<std::string>() : "", block, fstype, Field(sc, "mountOptions"));
+    *req.add_volume_capabilities() = MakeVolumeCapability(m.is_string() ? m.get<std::string>() : "", single_node, block,
+                                                          fstype, Field(sc, "mountOptions"));
   }
   // Provisioner secrets.
   const std::string secret_name = Expand(reserved["provisioner-secret-name"], claim);
@@ -523,6 +524,10 @@ absl::Status Provisioner::SyncDeletedClaim(const json& claim, const std::string&
   // (idempotent by name, on the same node) and delete what exists.
   const std::string node = NodeForClaim(claim);
   auto req = BuildRequest(claim, sc, node);
+  if (!req.ok() && IsNotAFailure(req.status())) {
+    monitor_.Park(options_.driver, node, claim_queue_, key);
+    return req.status();
+  }
   if (!req.ok()) {
     events_.Record(claim, "Warning", "ProvisioningCleanupBlocked",
                    StrCat("cannot rebuild the request to clean up volume ", pv_name, ": ", req.status().message()));
@@ -592,6 +597,10 @@ absl::Status Provisioner::SyncClaimOnce(const std::string& key) {
   }
   const std::string node = NodeForClaim(*claim);
   auto req = BuildRequest(*claim, sc, node);
+  if (!req.ok() && IsNotAFailure(req.status())) {
+    monitor_.Park(options_.driver, node, claim_queue_, key);  // the driver is down: waits for it
+    return req.status();
+  }
   if (!req.ok()) {
     events_.Record(*claim, "Warning", "ProvisioningFailed",
                    StrCat("failed to provision volume with StorageClass \"", Name(sc), "\": ", req.status().message()));

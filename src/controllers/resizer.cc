@@ -168,7 +168,12 @@ absl::Status Resizer::Expand(const json& pv, const std::string& key, int64_t byt
   ::csi::v1::ControllerExpandVolumeRequest req;
   req.set_volume_id(Str(pv, {"spec", "csi", "volumeHandle"}));
   req.mutable_capacity_range()->set_required_bytes(bytes);
-  *req.mutable_volume_capability() = PvVolumeCapability(pv);
+  auto modes = monitor_.ControllerSingleNodeModes(options_.driver, node);
+  if (!modes.ok()) {
+    if (IsNotAFailure(modes.status())) monitor_.Park(options_.driver, node, queue_, key);
+    return modes.status();
+  }
+  *req.mutable_volume_capability() = PvVolumeCapability(pv, *modes);
   if (std::string secret = Str(pv, {"spec", "csi", "controllerExpandSecretRef", "name"}); !secret.empty()) {
     auto s = registry_.Get(K("secrets"), Str(pv, {"spec", "csi", "controllerExpandSecretRef", "namespace"}), secret);
     if (s.ok()) {

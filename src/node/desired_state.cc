@@ -10,7 +10,7 @@ using namespace internal;  // NOLINT: the volume manager's own helpers
 std::vector<VolumeManager::Wanted> VolumeManager::Desired(std::map<std::string, std::string>* waiting, PodsSeen* pods) {
   std::vector<Wanted> out;
   const std::string node = options_.node_name;
-  auto on_node = informers_.at("pods")->Select([&](const json& p) { return Str(p, {"spec", "nodeName"}) == node; });
+  auto on_node = informers_.at("pods")->ByIndex(kPodsByNode, node);
   auto& claims = *informers_.at("persistentvolumeclaims");
   auto& volumes = *informers_.at("persistentvolumes");
   for (auto& pod : on_node) {

@@ -55,6 +55,14 @@ std::map<std::string, std::string> VolumeManager::VolumeContext(const Wanted& w)
   return out;
 }
 
+// The volume's capability as the node's driver takes it (kubelet asks the
+// node service for SINGLE_NODE_MULTI_WRITER before using the split modes).
+::csi::v1::VolumeCapability VolumeManager::NodeVolumeCapability(const Wanted& w) {
+  auto driver = plugins_.Get(w.volume.driver);
+  const bool split = driver && driver->Has(NodeCap::SINGLE_NODE_MULTI_WRITER);
+  return client::PvVolumeCapability(w.pv, split ? client::SingleNodeModes::kSplit : client::SingleNodeModes::kLegacy);
+}
+
 // ---- the operations ----
 
 absl::Status VolumeManager::Stage(const Wanted& w) {
@@ -77,7 +85,7 @@ absl::Status VolumeManager::Stage(const Wanted& w) {
   ::csi::v1::NodeStageVolumeRequest req;
   req.set_volume_id(v.handle);
   req.set_staging_target_path(path);
-  *req.mutable_volume_capability() = client::PvVolumeCapability(w.pv);
+  *req.mutable_volume_capability() = NodeVolumeCapability(w);
   SetMap(req.mutable_publish_context(), publish_context);
   SetMap(req.mutable_secrets(), secrets);
   SetMap(req.mutable_volume_context(), VolumeContext(w));
@@ -148,7 +156,7 @@ absl::Status VolumeManager::Publish(const Wanted& w, const std::string& staging)
   req.set_staging_target_path(staging);
   req.set_target_path(target);
   req.set_readonly(w.read_only);
-  *req.mutable_volume_capability() = client::PvVolumeCapability(w.pv);
+  *req.mutable_volume_capability() = NodeVolumeCapability(w);
   SetMap(req.mutable_publish_context(), publish_context);
   SetMap(req.mutable_secrets(), secrets);
   SetMap(req.mutable_volume_context(), VolumeContext(w));
@@ -234,7 +242,7 @@ absl::Status VolumeManager::Expand(const Wanted& w, const std::string& target, c
     req.set_volume_path(target);
     req.set_staging_target_path(staging);
     req.mutable_capacity_range()->set_required_bytes(size);
-    *req.mutable_volume_capability() = client::PvVolumeCapability(w.pv);
+    *req.mutable_volume_capability() = NodeVolumeCapability(w);
     SetMap(req.mutable_secrets(), secrets);
     BERTH_RETURN_IF_ERROR(CallNode(directory_, v.driver, options_.node_name, options_.call_timeout, "NodeExpandVolume",
                                    &::csi::v1::Node::Stub::NodeExpandVolume, req));

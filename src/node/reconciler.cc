@@ -23,9 +23,13 @@ void VolumeManager::ReconcileLoop() {
       // Wake for the resync, or as soon as a failed operation may be retried.
       const absl::Time now = clock_.Now();
       absl::Time next = now + options_.resync;
-      for (const auto& [id, at] : retry_at_) {
-        if (at > now && at < next) next = at;
+      for (const auto* times : {&retry_at_, &waiting_until_}) {
+        for (const auto& [id, at] : *times) {
+          if (at > now && at < next) next = at;
+        }
       }
+      if (poll_at_ < next) next = std::max(poll_at_, now);
+      poll_at_ = absl::InfiniteFuture();
       clock_.AwaitWithDeadline(mu_, absl::Condition(&ready), next);
       if (stop_) return;
       dirty_ = false;
@@ -56,6 +60,7 @@ void VolumeManager::Reconcile() {
   for (const auto& [unique, s] : staged) in_use.push_back(unique);
   for (const auto& [key, p] : published) in_use.push_back(p.volume.unique);
   const bool in_use_reported = node_status_.SetVolumesInUse(in_use).ok();
+  if (!in_use_reported) PollSoon();
 
   std::set<std::string> wanted_unique;
   std::set<std::pair<std::string, std::string>> wanted_pub;
@@ -248,6 +253,11 @@ void VolumeManager::UpdatePodStatus(const json& pod, bool ready, const std::stri
   if (!st.ok()) Wake();
 }
 
+void VolumeManager::PollSoon() {
+  absl::MutexLock lock(&mu_);
+  poll_at_ = std::min(poll_at_, clock_.Now() + options_.poll);
+}
+
 void VolumeManager::Dispatch(Op op) {
   absl::MutexLock lock(&mu_);
   if (locked_.count(op.lock_key)) return;
@@ -255,6 +265,7 @@ void VolumeManager::Dispatch(Op op) {
   // (a stage that just finished would otherwise be staged again).
   if (auto d = done_at_.find(op.lock_key); d != done_at_.end() && d->second > snapshot_seq_) return;
   if (auto r = retry_at_.find(op.id); r != retry_at_.end() && r->second > clock_.Now()) return;
+  if (auto w = waiting_until_.find(op.id); w != waiting_until_.end() && w->second > clock_.Now()) return;
   locked_.insert(op.lock_key);
   if (!op.pod.is_null()) ++pod_ops_[Uid(op.pod)];
   queue_.push_back(std::move(op));
@@ -285,13 +296,17 @@ void VolumeManager::WorkerLoop() {
     done_at_[op.lock_key] = ++done_seq_;
     dirty_ = true;
     if (!uid.empty() && --pod_ops_[uid] <= 0) pod_ops_.erase(uid);
+    waiting_until_.erase(op.id);
     if (st.ok()) {
       retry_at_.erase(op.id);
       if (!uid.empty()) errors_.erase(uid);
       continue;
     }
+    // Waiting for the driver is no failure (no backoff): tried again when a
+    // plugin registers or goes, else after Options::poll.
     if (waits) {
       retry_at_.erase(op.id);
+      waiting_until_[op.id] = clock_.Now() + options_.poll;
     } else {
       retry_at_[op.id] = retry_at;
     }

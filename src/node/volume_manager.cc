@@ -45,13 +45,29 @@ absl::Status VolumeManager::Start() {
                                                         {"volumeattachments", "storage.k8s.io"},
                                                         {"csidrivers", "storage.k8s.io"}}) {
     auto informer = std::make_unique<client::Informer>(registry_, K(resource, group));
-    informer->AddHandlers({.on_add = [this](const json&) { Wake(); },
-                           .on_update = [this](const json&, const json&) { Wake(); },
-                           .on_delete = [this](const json&) { Wake(); }});
+    if (std::string_view(resource) == "pods") {
+      // Pods of other nodes neither wake the reconciler nor get looked at.
+      const std::string node = options_.node_name;
+      auto here = [node](const json& pod) { return Str(pod, {"spec", "nodeName"}) == node; };
+      informer->AddIndex(kPodsByNode, [](const json& pod) { return std::vector<std::string>{Str(pod, {"spec", "nodeName"})}; });
+      informer->AddHandlers({.on_add = [this, here](const json& p) { if (here(p)) Wake(); },
+                             .on_update = [this, here](const json& a, const json& b) { if (here(a) || here(b)) Wake(); },
+                             .on_delete = [this, here](const json& p) { if (here(p)) Wake(); }});
+    } else {
+      informer->AddHandlers({.on_add = [this](const json&) { Wake(); },
+                             .on_update = [this](const json&, const json&) { Wake(); },
+                             .on_delete = [this](const json&) { Wake(); }});
+    }
     informers_[resource] = std::move(informer);
   }
   for (auto& [r, informer] : informers_) informer->Start();
-  plugins_.SetOnChange([this] { Wake(); });
+  plugins_.SetOnChange([this] {
+    {
+      absl::MutexLock lock(&mu_);
+      waiting_until_.clear();  // what waited for a driver may go now
+    }
+    Wake();
+  });
   {
     absl::MutexLock lock(&mu_);
     stop_ = false;

@@ -81,7 +81,13 @@ class VolumeManager {
     std::string node_name;
     std::string root;  // kubelet root: canonical, absolute
     absl::Duration call_timeout = absl::Minutes(2);
-    absl::Duration resync = absl::Seconds(1);
+    // The reconciler works when something changes (an object, a plugin, an
+    // operation ending, a retry falling due); this is its safety net.
+    absl::Duration resync = absl::Seconds(10);
+    // How soon work that waits on something with no event of its own is
+    // looked at again: a driver that is unreachable, an API server that did
+    // not take volumesInUse.
+    absl::Duration poll = absl::Seconds(1);
     int workers = 4;
     // How often NodeGetVolumeStats is asked of every published volume
     // (kubelet's --volume-stats-agg-period); zero: never on its own.
@@ -220,6 +226,9 @@ class VolumeManager {
   // Whether the driver needs the VolumeAttachment; its attachmentMetadata
   // when attached, else an error saying what is awaited.
   absl::StatusOr<std::map<std::string, std::string>> PublishContext(const Volume& v);
+  // Reconcile again within Options::poll, changed or not.
+  void PollSoon() ABSL_LOCKS_EXCLUDED(mu_);
+  ::csi::v1::VolumeCapability NodeVolumeCapability(const Wanted& w);
   absl::StatusOr<std::map<std::string, std::string>> SecretsOf(const nlohmann::json& pv, const char* ref);
   std::map<std::string, std::string> VolumeContext(const Wanted& w);
   absl::Status CheckInsideRoot(const std::string& path) const;
@@ -241,6 +250,8 @@ class VolumeManager {
   mutable absl::Mutex mu_;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   bool dirty_ ABSL_GUARDED_BY(mu_) = true;
+  // The next reconcile for work without an event of its own (Options::poll).
+  absl::Time poll_at_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
   std::map<std::string, Staged> staged_ ABSL_GUARDED_BY(mu_);                             // unique →
   std::map<std::pair<std::string, std::string>, Published> published_ ABSL_GUARDED_BY(mu_);  // (uid, pv) →
   // unique → the size this agent last finished NodeExpandVolume for: the
@@ -257,6 +268,7 @@ class VolumeManager {
   std::deque<Op> queue_ ABSL_GUARDED_BY(mu_);
   ItemBackoff backoff_;                                                  // per op id
   std::map<std::string, absl::Time> retry_at_ ABSL_GUARDED_BY(mu_);      // op id → not before
+  std::map<std::string, absl::Time> waiting_until_ ABSL_GUARDED_BY(mu_);  // op id waiting for its driver → poll at
   std::map<std::string, int> pod_ops_ ABSL_GUARDED_BY(mu_);             // pod uid → ops queued or running
   std::set<std::string> ready_pods_ ABSL_GUARDED_BY(mu_);               // every volume published
   // pod uid → spec volume name → (pv, read-only), from the last pass.

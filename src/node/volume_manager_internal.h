@@ -48,6 +48,7 @@ inline const api::KindInfo& K(std::string_view resource, std::string_view group 
 
 inline constexpr char kCsiPluginDir[] = "/plugins/kubernetes.io/csi";
 inline constexpr char kVolData[] = "vol_data.json";
+inline constexpr char kPodsByNode[] = "spec.nodeName";  // the pod informer's index
 
 // A name from an object that becomes one path component.
 inline absl::Status CheckComponent(const std::string& what, const std::string& s) {

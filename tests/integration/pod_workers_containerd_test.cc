@@ -248,14 +248,39 @@ TEST_F(PodWorkersContainerdTest, ARestartedAgentAdoptsItsSandboxesAndRemovesThos
   const auto container = Instances(kept);
   ASSERT_EQ(sandbox.size(), 1u);
   ASSERT_EQ(container.size(), 1u);
+  // An agent restart alone: the running sandbox and container are adopted.
+  workers_->Stop();
+  workers_.reset();
+  StartWorkers();
+  SyncNow(kept);
+  ASSERT_EQ(Sandboxes(kept).size(), 1u);
+  EXPECT_EQ(Sandboxes(kept)[0].id(), sandbox[0].id());
+  ASSERT_EQ(Instances(kept).size(), 1u);
+  EXPECT_EQ(Instances(kept)[0].id(), container[0].id());
+  // Not stopped either: a restarted agent once took a pod its informer had
+  // not listed yet for one deleted while it was down.
+  EXPECT_EQ(Instances(kept)[0].state(), cri::v1::CONTAINER_RUNNING);
   workers_->Stop();
   workers_.reset();
   // While the agent is down: one pod is force-deleted, containerd restarts.
   ASSERT_TRUE(registry_->Delete(K("pods"), "default", "gone", {.uid = gone, .resource_version = std::nullopt,
                                                               .grace_period_seconds = 0})
                   .ok());
-  ASSERT_TRUE(ctd_->Restart().ok());
+  ASSERT_TRUE(ctd_->Restart().ok()) << ctd_->Log();
   const absl::Time restarted = absl::Now();
+  // containerd recovers the sandbox from its shim (the list fails until it
+  // has): it must be adopted, never replaced.
+  std::vector<cri::v1::PodSandbox> recovered;
+  ASSERT_TRUE(Eventually([&] {
+    cri::v1::PodSandboxFilter f;
+    (*f.mutable_label_selector())[kPodUidLabel] = kept;
+    auto list = ctd_->runtime().ListPodSandbox(f);
+    if (list.ok()) recovered = *list;
+    return list.ok();
+  }, absl::Seconds(30)));
+  ASSERT_EQ(recovered.size(), 1u) << ctd_->Log();
+  ASSERT_EQ(recovered[0].id(), sandbox[0].id());
+  ASSERT_EQ(recovered[0].state(), cri::v1::SANDBOX_READY) << ctd_->Log();
   StartWorkers();
   ASSERT_TRUE(EventuallyTicking([&] { return Sandboxes(gone).empty() && Instances(gone).empty(); }));
   // Its `sleep` (PID 1: SIGTERM does nothing) was killed after kubelet's
@@ -268,8 +293,9 @@ TEST_F(PodWorkersContainerdTest, ARestartedAgentAdoptsItsSandboxesAndRemovesThos
   EXPECT_EQ(sandbox_after[0].id(), sandbox[0].id());
   ASSERT_EQ(container_after.size(), 1u);
   EXPECT_EQ(container_after[0].id(), container[0].id());
+  EXPECT_EQ(container_after[0].state(), cri::v1::CONTAINER_RUNNING);
   EXPECT_EQ(Main("kept")["restartCount"], 0);
-  EXPECT_TRUE(Main("kept").value("ready", false));
+  ASSERT_TRUE(EventuallyTicking([&] { return Main("kept").value("ready", false); })) << Pod("kept").dump();
 }
 
 }  // namespace

@@ -318,13 +318,7 @@ TEST_F(StrictE2eTest, ExpansionWithoutNodeExpansion) {
 // advertises SINGLE_NODE_MULTI_WRITER (Kubernetes' ToCSIAccessMode, in
 // external-provisioner, external-attacher and kubelet); otherwise to
 // SINGLE_NODE_WRITER.
-// DISABLED: berth maps ReadWriteOncePod to SINGLE_NODE_SINGLE_WRITER for
-// every driver (client::CsiAccessMode, used by the provisioner, the
-// attacher, the resizer and the node's operations), so CreateVolume to the
-// strict driver is a CO violation (docs/failure-semantics.md, "The CO's half
-// of the CSI spec"). Enable once the mapping follows each driver's
-// SINGLE_NODE_MULTI_WRITER capability.
-TEST_F(StrictE2eTest, DISABLED_ReadWriteOncePodClaim) {
+TEST_F(StrictE2eTest, ReadWriteOncePodClaim) {
   StartDriver();
   StartUpWithDriver();
   WaitForDriverRegistered(kDriver);

@@ -162,6 +162,7 @@ absl::StatusOr<RuntimePod> PodWorkers::GetRuntimePod(const std::string& uid) {
 }
 
 absl::Status PodWorkers::SyncPod(const std::string& uid) {
+  const bool listed = pods_->WaitForSync(absl::ZeroDuration());  // before the lookup, or it may race the list
   const std::optional<json> pod = PodByUid(uid);
   PodState state;
   {
@@ -175,6 +176,12 @@ absl::Status PodWorkers::SyncPod(const std::string& uid) {
     running ? (void)running_.insert(uid) : (void)running_.erase(uid);
   };
 
+  if (!pod && !listed) {
+    // Not known yet is not gone: until the informer has its first list (and
+    // its handlers have run), a pod the runtime runs may simply not have
+    // arrived. As kubelet's housekeeping waits for its sources to be ready.
+    return absl::UnavailableError("the pod informer has not listed the pods yet");
+  }
   if (!pod) {
     // Gone from the API (force-deleted, or deleted while the agent was
     // down): nothing of it may run. As kubelet, with the least grace period
@@ -182,6 +189,10 @@ absl::Status PodWorkers::SyncPod(const std::string& uid) {
     // orphan found in the runtime has no spec left to ask.
     json last = state.last_pod.value_or(json{{"metadata", {{"name", rp.name}, {"namespace", rp.ns}, {"uid", uid}}}});
     last["metadata"]["deletionGracePeriodSeconds"] = 0;
+    if (!rp.empty()) {
+      spdlog::info("node {}: pod {}/{} ({}) is gone from the API: stopping and removing what runs of it",
+                   options_.node_name, rp.ns, rp.name, uid);
+    }
     if (rp.AnyRunning()) BERTH_RETURN_IF_ERROR(KillPod(last, rp));
     save(false);
     volumes_.Wake();
