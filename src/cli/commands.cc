@@ -101,6 +101,43 @@ class ProgressTurn {
   const absl::Time start_;
 };
 
+// An RFC 3339 time of an event, if it has one.
+std::optional<absl::Time> EventTime(const json& e, std::initializer_list<const char*> fields) {
+  for (const char* f : fields) {
+    absl::Time t;
+    std::string err;
+    if (e.contains(f) && e[f].is_string() && absl::ParseTime(absl::RFC3339_full, e[f].get<std::string>(), &t, &err)) {
+      return t;
+    }
+  }
+  return std::nullopt;
+}
+
+// describe's Events section as kubectl prints it: Type, Reason, Age ("5m",
+// "2m (x4 over 10m)"), From, Message; oldest first.
+std::string DescribeEvents(std::vector<json> events, absl::Time now) {
+  auto last = [](const json& e) {
+    return EventTime(e, {"lastTimestamp", "eventTime", "firstTimestamp"}).value_or(absl::InfinitePast());
+  };
+  std::stable_sort(events.begin(), events.end(), [&](const json& a, const json& b) { return last(a) < last(b); });
+  std::vector<std::vector<std::string>> lines = {{"Type", "Reason", "Age", "From", "Message"},
+                                                 {"----", "------", "----", "----", "-------"}};
+  for (const json& e : events) {
+    std::string age = "<unknown>";
+    if (auto t = EventTime(e, {"lastTimestamp", "eventTime", "firstTimestamp"})) age = api::HumanDuration(now - *t);
+    const int64_t count = e.contains("count") && e["count"].is_number_integer() ? e["count"].get<int64_t>() : 1;
+    if (auto first = EventTime(e, {"firstTimestamp", "eventTime"}); count > 1 && first) {
+      age += StrCat(" (x", count, " over ", api::HumanDuration(now - *first), ")");
+    }
+    const json source = e.value("source", json::object());
+    std::string from = source.is_object() ? source.value("component", "") : "";
+    if (from.empty()) from = e.value("reportingComponent", "");
+    if (source.is_object() && !source.value("host", "").empty()) from += ", " + source.value("host", "");
+    lines.push_back({e.value("type", ""), e.value("reason", ""), age, from, e.value("message", "")});
+  }
+  return api::Tabulate(lines);
+}
+
 std::string Capitalised(std::string_view s) {
   std::string out(s);
   if (!out.empty()) out[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(out[0])));
@@ -300,9 +337,7 @@ absl::Status DescribeKind(ApiClient& client, const api::KindInfo& kind_info, con
     if (!events.ok() || events->empty()) {
       out << Pad("Events") << "<none>\n";
     } else {
-      out << "Events:\n";
-      json table = api::BuildTable(*api::FindResource("", "events"), *events, absl::Now(), "");
-      out << Indent(api::RenderTable(table, false, false), 2);
+      out << "Events:\n" << Indent(DescribeEvents(*events, absl::Now()), 2);
     }
   }
   return absl::OkStatus();

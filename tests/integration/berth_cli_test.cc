@@ -197,7 +197,8 @@ TEST_F(BerthCliTest, DescribePatchEditWatchWaitAndDeleteAll) {
   const std::string described = Ok({"describe", "pvc/a", "--data-dir", D});
   EXPECT_THAT(described, HasSubstr("Name:          a\n"));
   EXPECT_THAT(described, HasSubstr("Events:\n"));
-  EXPECT_THAT(described, HasSubstr("persistentvolumeclaim/a"));
+  EXPECT_THAT(described, ::testing::ContainsRegex("\n  Type +Reason +Age +From +Message\n  ---- +------ +---- +---- +-------\n"
+                                                  "  Normal +WaitForFirstConsumer +[0-9]+s.* +waiting for first consumer"));
 
   // A watch sees a claim created after it started.
   Subprocess watch({BERTH_BINARY, "get", "pvc", "--watch-only", "-o", "name", "--data-dir", D}, sandbox_.Join("watch.log"));
