@@ -177,9 +177,15 @@ absl::StatusOr<std::vector<Step>> ParsePath(std::string_view expr) {
     } else if (need_dot) {
       return absl::InvalidArgumentError(StrCat("unexpected \"", p, "\""));
     }
+    // The name runs to the next '.' or '['; a backslash-dot is a dot inside
+    // it, as in kubectl's {.metadata.annotations.kubectl\.kubernetes\.io/x}.
     size_t end = 0;
-    while (end < p.size() && p[end] != '.' && p[end] != '[' && !std::isspace(static_cast<unsigned char>(p[end]))) ++end;
-    std::string_view name = p.substr(0, end);
+    std::string unescaped;
+    while (end < p.size() && p[end] != '.' && p[end] != '[' && !std::isspace(static_cast<unsigned char>(p[end]))) {
+      if (p[end] == '\\' && end + 1 < p.size()) ++end;
+      unescaped += p[end++];
+    }
+    std::string_view name = unescaped;
     p.remove_prefix(end);
     need_dot = true;
     if (name.empty()) {

@@ -2,7 +2,8 @@
 // columns, `wait --for=jsonpath=`), the subset berth supports:
 //
 //   text outside braces            printed as is
-//   {.a.b} {$.a.b} {.a['b.c']}     fields ("['...']" for names with dots)
+//   {.a.b} {$.a.b} {.a['b.c']}     fields ("['...']" or "b\.c" for names
+//   {.a.b\.c}                      with dots)
 //   {.items[0]} {.items[-1]}       an element (negative: from the end)
 //   {.items[1:3]} {.items[*]}      a slice, every element (or {.a.*})
 //   {..name}                       every "name" field at any depth

@@ -33,6 +33,7 @@ TEST(JsonPathTest, FieldsIndexesAndWildcards) {
   EXPECT_EQ(Render("{.items[0:2].status.phase}"), "Bound Pending");
   EXPECT_EQ(Render("{.items[0].metadata.labels['app.kubernetes.io/name']}"), "web");
   EXPECT_EQ(Render("{.items[0].spec.resources.requests.*}"), "1Gi");
+  EXPECT_EQ(Render("{.items[0].metadata.labels.app\\.kubernetes\\.io/name}"), "web");
 }
 
 TEST(JsonPathTest, TextAroundActionsAndStringLiterals) {
