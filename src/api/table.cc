@@ -731,7 +731,6 @@ size_t TextWidth(std::string_view s) {
   return n;
 }
 
-
 }  // namespace
 
 // kubectl's tabwriter: minwidth 6, padding 3; the last column is not padded.

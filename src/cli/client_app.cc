@@ -70,8 +70,9 @@ ClientCommands::ClientCommands(CLI::App& app) : app_(app) {
   delete_cmd_->add_option("-l,--selector", delete_.label_selector, "label selector");
   delete_cmd_->add_flag("--wait{true}", delete_.wait, "wait until the objects are gone (default true; --wait=false)");
   delete_cmd_->add_option("--timeout", delete_timeout_, "how long --wait waits")->capture_default_str();
-  delete_cmd_->add_option("--grace-period", grace_period_,
-                          "seconds a pod's containers get to stop after SIGTERM (-1: the pod's own; 0 only with --force)");
+  delete_cmd_->add_option(
+      "--grace-period", grace_period_,
+      "seconds a pod's containers get to stop after SIGTERM (-1: the pod's own; 0 only with --force)");
   delete_cmd_->add_flag("--force", force_, "with --grace-period=0: remove at once, without waiting for the node");
   delete_cmd_->add_flag("--ignore-not-found", delete_.ignore_not_found, "a missing object is not an error");
   AddNamespace(delete_cmd_, delete_.target, true);
@@ -79,7 +80,8 @@ ClientCommands::ClientCommands(CLI::App& app) : app_(app) {
   // wait
   wait_cmd_ = app.add_subcommand("wait", "wait for a condition on an object");
   wait_cmd_->add_option("args", args_, "KIND/NAME | KIND NAME")->required();
-  wait_cmd_->add_option("--for", for_condition_, "delete | condition=NAME[=VALUE] | jsonpath='{...}'=VALUE")->required();
+  wait_cmd_->add_option("--for", for_condition_, "delete | condition=NAME[=VALUE] | jsonpath='{...}'=VALUE")
+      ->required();
   wait_cmd_->add_option("--timeout", timeout_, "give up after this long")->capture_default_str();
   AddNamespace(wait_cmd_, target_, false);
 

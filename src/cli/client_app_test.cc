@@ -103,8 +103,8 @@ TEST_F(ClientAppTest, CommandsWithoutTheServerDoNotConnect) {
 TEST_F(ClientAppTest, ExplainOfAMissingFieldIsNotFound) {
   Parse({"explain", "pvc.spec.nosuch"});
   std::ostringstream out, err;
-  auto st = commands_.Run([]() -> absl::StatusOr<http::ApiClient*> { return absl::UnavailableError("x"); }, out, err,
-                          false);
+  auto st =
+      commands_.Run([]() -> absl::StatusOr<http::ApiClient*> { return absl::UnavailableError("x"); }, out, err, false);
   EXPECT_EQ(st.code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(FormatError(st), "error: field \"nosuch\" does not exist\n");
 }

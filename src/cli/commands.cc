@@ -8,10 +8,10 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_split.h"
-#include "cli/get.h"
 #include "api/codec.h"
 #include "api/kinds.h"
 #include "api/table.h"
+#include "cli/get.h"
 #include "common/fs.h"
 #include "common/status.h"
 #include "common/strings.h"
@@ -202,8 +202,8 @@ absl::StatusOr<std::vector<json>> ReadManifests(const std::vector<std::string>& 
   return out;
 }
 
-absl::Status Apply(ApiClient& client, const std::vector<std::string>& files, const Target& target,
-                   std::ostream& out, bool progress) {
+absl::Status Apply(ApiClient& client, const std::vector<std::string>& files, const Target& target, std::ostream& out,
+                   bool progress) {
   if (files.empty()) return absl::InvalidArgumentError("must specify -f FILE|DIR|-");
   BERTH_ASSIGN_OR_RETURN(std::vector<json> manifests, ReadManifests(files));
   ErrorList errors;
@@ -328,7 +328,8 @@ absl::Status DescribeKind(ApiClient& client, const api::KindInfo& kind_info, con
                                                                   ",involvedObject.kind=", kind->kind,
                                                                   ",involvedObject.uid=", md.value("uid", ""))));
     const std::string object_ns = md.value("namespace", "");
-    auto events = ListAll(client, CollectionPath(*api::FindResource("", "events"), kind->namespaced ? object_ns : "default"), query);
+    auto events = ListAll(
+        client, CollectionPath(*api::FindResource("", "events"), kind->namespaced ? object_ns : "default"), query);
     if (!kind->namespaced && events.ok()) {
       // Events about cluster-scoped objects may live in any namespace.
       auto all = ListAll(client, CollectionPath(*api::FindResource("", "events"), ""), query);

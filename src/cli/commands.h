@@ -17,8 +17,8 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "cli/jsonpath.h"
-#include "common/clock.h"
 #include "cli/rest.h"
+#include "common/clock.h"
 #include "http/api_client.h"
 #include "nlohmann/json.hpp"
 
@@ -45,9 +45,9 @@ struct DeleteOptions {
   std::vector<std::string> args;   // "KIND NAME..." or "KIND/NAME..."
   std::vector<std::string> files;  // -f
   Target target;
-  bool all = false;                // --all: every object of the kind(s)
-  std::string label_selector;      // -l
-  bool wait = true;                // --wait
+  bool all = false;            // --all: every object of the kind(s)
+  std::string label_selector;  // -l
+  bool wait = true;            // --wait
   absl::Duration timeout = absl::Seconds(60);
   std::optional<int64_t> grace_period_seconds;
   bool ignore_not_found = false;

@@ -12,8 +12,8 @@
 #include "cli/commands.h"
 #include "cli/get.h"
 #include "cli/printers.h"
-#include "common/fs.h"
 #include "cli/rest.h"
+#include "common/fs.h"
 #include "common/status.h"
 #include "common/strings.h"
 
@@ -38,7 +38,8 @@ absl::StatusOr<json> ParseDocument(const std::string& text) {
   json j = json::parse(text, nullptr, false);
   if (!j.is_discarded()) return j;
   auto docs = api::DecodeManifests(text);
-  if (!docs.ok()) return absl::InvalidArgumentError(StrCat("unable to parse \"", text, "\": ", docs.status().message()));
+  if (!docs.ok())
+    return absl::InvalidArgumentError(StrCat("unable to parse \"", text, "\": ", docs.status().message()));
   if (docs->size() != 1) return absl::InvalidArgumentError("expected one document");
   return std::move(docs->front());
 }
@@ -112,7 +113,8 @@ absl::Status Patch(ApiClient& client, const std::vector<std::string>& args, cons
     out << PrintObjects({{kind, {after}}}, print, absl::Now());
     return absl::OkStatus();
   }
-  const bool changed = before["metadata"].value("resourceVersion", "") != after["metadata"].value("resourceVersion", "");
+  const bool changed =
+      before["metadata"].value("resourceVersion", "") != after["metadata"].value("resourceVersion", "");
   out << TypedName(*kind, name) << (changed ? " patched" : " patched (no change)") << "\n";
   return absl::OkStatus();
 }

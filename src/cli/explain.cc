@@ -20,7 +20,8 @@ struct FieldDoc {
   std::string_view description;
 };
 
-constexpr std::string_view kMeta = "Standard object's metadata: name, namespace, labels, annotations, uid, resourceVersion, finalizers.";
+constexpr std::string_view kMeta =
+    "Standard object's metadata: name, namespace, labels, annotations, uid, resourceVersion, finalizers.";
 constexpr std::string_view kApiVersion = "The versioned schema of this representation of the object.";
 constexpr std::string_view kKind = "The REST resource this object represents (CamelCase).";
 
@@ -153,14 +154,16 @@ absl::Status Explain(const std::string& what, std::ostream& out) {
   if (!documented) {
     out << "DESCRIPTION:\n"
         << Wrapped(StrCat("berth has no field descriptions for ", kind->kind, "; its fields are those of Kubernetes' ",
-                          kind->api_version(), " ", kind->kind, " (berth explain covers the storage kinds: pvc, pv, "
-                          "sc, vs, vsclass, volumeattachments)."), 5);
+                          kind->api_version(), " ", kind->kind,
+                          " (berth explain covers the storage kinds: pvc, pv, "
+                          "sc, vs, vsclass, volumeattachments)."),
+                   5);
     if (!path.empty()) return absl::NotFoundError(StrCat("field \"", path, "\" is not described by berth"));
     return absl::OkStatus();
   }
   if (self == nullptr) {
-    return absl::NotFoundError(StrCat("field \"", path.substr(path.rfind('.') == std::string::npos ? 0 : path.rfind('.') + 1),
-                                      "\" does not exist"));
+    return absl::NotFoundError(StrCat(
+        "field \"", path.substr(path.rfind('.') == std::string::npos ? 0 : path.rfind('.') + 1), "\" does not exist"));
   }
   std::vector<const FieldDoc*> children;
   for (const FieldDoc& f : kFields) {
@@ -180,8 +183,8 @@ absl::Status Explain(const std::string& what, std::ostream& out) {
   if (!children.empty()) {
     out << "\nFIELDS:\n";
     for (const FieldDoc* c : children) {
-      out << "   " << c->path.substr(c->path.rfind('.') == std::string_view::npos ? 0 : c->path.rfind('.') + 1)
-          << "\t<" << c->type << ">\n"
+      out << "   " << c->path.substr(c->path.rfind('.') == std::string_view::npos ? 0 : c->path.rfind('.') + 1) << "\t<"
+          << c->type << ">\n"
           << Wrapped(c->description, 5) << "\n";
     }
   }

@@ -112,8 +112,10 @@ absl::Status Get(ApiClient& client, const GetOptions& o, std::ostream& out, std:
   BERTH_ASSIGN_OR_RETURN(std::vector<KindRequest> requests, ParseResourceArgs(o.args));
   const bool watch = o.watch || o.watch_only;
   if (watch && requests.size() > 1) {
-    return absl::InvalidArgumentError(StrCat("watch is only supported on individual resources and resource "
-                                             "collections, but ", requests.size(), " resources were found"));
+    return absl::InvalidArgumentError(
+        StrCat("watch is only supported on individual resources and resource "
+               "collections, but ",
+               requests.size(), " resources were found"));
   }
   const std::string ns = NamespaceFor(client, o.target);
   const std::string query = SelectorQuery(o);
@@ -170,7 +172,8 @@ absl::Status Get(ApiClient& client, const GetOptions& o, std::ostream& out, std:
       // kubectl's note, on stderr so scripts reading stdout see nothing.
       if (!watch) {
         err << (any_namespaced && !o.target.all_namespaces ? StrCat("No resources found in ", ns, " namespace.")
-                                                         : std::string("No resources found")) << "\n";
+                                                           : std::string("No resources found"))
+            << "\n";
       }
     } else if (!(count == 0 && (by_name || watch))) {
       out << PrintObjects(groups, print, absl::Now());

@@ -24,7 +24,10 @@ absl::Status Version(ApiClient* client, const std::string& output, std::ostream&
     return absl::InvalidArgumentError("--output must be 'yaml' or 'json'");
   }
   json doc = {{"clientVersion",
-               {{"major", "0"}, {"minor", "1"}, {"gitVersion", StrCat("v", berth::kVersion)}, {"compiler", "gcc"},
+               {{"major", "0"},
+                {"minor", "1"},
+                {"gitVersion", StrCat("v", berth::kVersion)},
+                {"compiler", "gcc"},
                 {"platform", "linux/amd64"}}}};
   absl::Status server_error;
   if (client != nullptr) {
@@ -35,8 +38,10 @@ absl::Status Version(ApiClient* client, const std::string& output, std::ostream&
       server_error = ServerError(*r);
     } else {
       auto body = ParseBody(*r);
-      if (body.ok()) doc["serverVersion"] = std::move(*body);
-      else server_error = body.status();
+      if (body.ok())
+        doc["serverVersion"] = std::move(*body);
+      else
+        server_error = body.status();
     }
   }
   if (output == "json") {
@@ -133,7 +138,8 @@ absl::StatusOr<std::string> CompletionScript(const CLI::App& app, const std::str
   }
   std::vector<std::string> commands, entries;
   CollectCommands(app, entries, globals);
-  for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) commands.push_back(sub->get_name());
+  for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; }))
+    commands.push_back(sub->get_name());
   std::vector<std::string> kinds;
   for (const auto& k : api::AllKinds()) {
     kinds.emplace_back(k.resource);
@@ -141,8 +147,9 @@ absl::StatusOr<std::string> CompletionScript(const CLI::App& app, const std::str
   }
   std::string script;
   if (shell == "zsh") {
-    script += "#compdef berth\n# zsh completion for berth: eval \"$(berth completion zsh)\" or save as _berth\n"
-              "autoload -U +X bashcompinit && bashcompinit\n";
+    script +=
+        "#compdef berth\n# zsh completion for berth: eval \"$(berth completion zsh)\" or save as _berth\n"
+        "autoload -U +X bashcompinit && bashcompinit\n";
   } else {
     script += "# bash completion for berth: source <(berth completion bash)\n";
   }

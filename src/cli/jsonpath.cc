@@ -15,19 +15,19 @@ using nlohmann::json;
 
 struct JsonPathTemplate::Step {
   enum Type { kField, kRecursive, kWildcard, kIndex, kSlice, kFilter } type;
-  std::string name;                      // kField, kRecursive
-  long index = 0;                        // kIndex
-  std::optional<long> begin, end;        // kSlice
-  std::vector<Step> filter_path;         // kFilter: @.path
-  std::string op;                        // kFilter: "" (exists), ==, != ...
-  json operand;                          // kFilter
+  std::string name;                // kField, kRecursive
+  long index = 0;                  // kIndex
+  std::optional<long> begin, end;  // kSlice
+  std::vector<Step> filter_path;   // kFilter: @.path
+  std::string op;                  // kFilter: "" (exists), ==, != ...
+  json operand;                    // kFilter
 };
 
 struct JsonPathTemplate::Node {
   enum Type { kText, kPath, kRange } type;
-  std::string text;                                // kText
-  std::vector<Step> path;                          // kPath, kRange
-  std::vector<std::shared_ptr<const Node>> body;   // kRange
+  std::string text;                               // kText
+  std::vector<Step> path;                         // kPath, kRange
+  std::vector<std::shared_ptr<const Node>> body;  // kRange
 };
 
 namespace {
@@ -148,8 +148,10 @@ absl::StatusOr<std::vector<Step>> ParsePath(std::string_view expr) {
       for (; i < p.size(); ++i) {
         char c = p[i];
         if (quote) {
-          if (c == '\\') ++i;
-          else if (c == quote) quote = 0;
+          if (c == '\\')
+            ++i;
+          else if (c == quote)
+            quote = 0;
         } else if (c == '"' || c == '\'') {
           quote = c;
         } else if (c == '(') {
@@ -235,8 +237,8 @@ bool Matches(const Step& f, const json& element) {
   for (const json* v : got) {
     const json& a = *v;
     const json& b = f.operand;
-    bool comparable = (a.is_number() && b.is_number()) || (a.is_string() && b.is_string()) ||
-                      (a.is_boolean() && b.is_boolean());
+    bool comparable =
+        (a.is_number() && b.is_number()) || (a.is_string() && b.is_string()) || (a.is_boolean() && b.is_boolean());
     if (!comparable) {
       if (f.op == "!=") return true;
       continue;
@@ -303,8 +305,10 @@ absl::StatusOr<std::string_view> Braced(std::string_view text, size_t& at) {
   for (size_t i = at + 1; i < text.size(); ++i) {
     char c = text[i];
     if (quote) {
-      if (c == '\\') ++i;
-      else if (c == quote) quote = 0;
+      if (c == '\\')
+        ++i;
+      else if (c == quote)
+        quote = 0;
     } else if (c == '"' || c == '\'') {
       quote = c;
     } else if (c == '}') {
@@ -346,7 +350,9 @@ absl::StatusOr<JsonPathTemplate> JsonPathTemplate::Parse(std::string_view text) 
   JsonPathTemplate t;
   // Open ranges: each collects the nodes until its {end}.
   std::vector<std::pair<std::shared_ptr<Node>, std::vector<std::shared_ptr<const Node>>>> open;
-  auto sink = [&]() -> std::vector<std::shared_ptr<const Node>>& { return open.empty() ? t.nodes_ : open.back().second; };
+  auto sink = [&]() -> std::vector<std::shared_ptr<const Node>>& {
+    return open.empty() ? t.nodes_ : open.back().second;
+  };
   size_t at = 0;
   while (at < text.size()) {
     size_t brace = text.find('{', at);

@@ -54,9 +54,7 @@ TEST(JsonPathTest, FiltersCompareStringsAndNumbersAndTestExistence) {
   EXPECT_EQ(Render("{.items[?(@.metadata.labels)].metadata.name}"), "a");
 }
 
-TEST(JsonPathTest, RecursiveDescentFindsEveryMatchingField) {
-  EXPECT_EQ(Render("{..phase}"), "Bound Pending Bound");
-}
+TEST(JsonPathTest, RecursiveDescentFindsEveryMatchingField) { EXPECT_EQ(Render("{..phase}"), "Bound Pending Bound"); }
 
 TEST(JsonPathTest, MissingFieldsPrintNothing) {
   EXPECT_EQ(Render("{.items[0].nosuch.deeper}"), "");

@@ -11,18 +11,18 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
-#include "apiserver/kubeconfig.h"
-#include "cli/node_agent.h"
-#include "http/api_client.h"
 #include "apiserver/control_plane.h"
+#include "apiserver/kubeconfig.h"
 #include "berth/version.h"
 #include "cli/client_app.h"
 #include "cli/commands.h"
+#include "cli/node_agent.h"
 #include "cli/runtime_commands.h"
 #include "cli/up.h"
 #include "common/logging.h"
 #include "common/signals.h"
 #include "common/units.h"
+#include "http/api_client.h"
 #include "spdlog/spdlog.h"
 
 namespace {

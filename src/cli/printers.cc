@@ -35,7 +35,8 @@ absl::StatusOr<std::vector<CustomColumn>> ParseCustomColumns(std::string_view sp
 absl::StatusOr<OutputFormat> OutputFormat::Parse(std::string_view text) {
   OutputFormat f;
   auto unquote = [](std::string_view s) {
-    if (s.size() >= 2 && (s.front() == '\'' || s.front() == '"') && s.back() == s.front()) s = s.substr(1, s.size() - 2);
+    if (s.size() >= 2 && (s.front() == '\'' || s.front() == '"') && s.back() == s.front())
+      s = s.substr(1, s.size() - 2);
     return s;
   };
   if (text.empty()) return f;
@@ -58,9 +59,8 @@ absl::StatusOr<OutputFormat> OutputFormat::Parse(std::string_view text) {
     f.type = kCustomColumns;
     BERTH_ASSIGN_OR_RETURN(f.columns, ParseCustomColumns(unquote(text)));
   } else {
-    return absl::InvalidArgumentError(
-        StrCat("unable to match a printer suitable for the output format \"", text,
-               "\", allowed formats are: custom-columns,json,jsonpath,name,wide,yaml"));
+    return absl::InvalidArgumentError(StrCat("unable to match a printer suitable for the output format \"", text,
+                                             "\", allowed formats are: custom-columns,json,jsonpath,name,wide,yaml"));
   }
   return f;
 }
@@ -85,7 +85,8 @@ absl::Status SortObjects(std::vector<json>& objects, std::string_view expr) {
         k.number = v.get<double>();
       } else if (v.is_string()) {
         k.text = v.get<std::string>();
-        if (auto q = api::Quantity::Parse(k.text); q.ok() && !k.text.empty() && std::isdigit(static_cast<unsigned char>(k.text[0]))) {
+        if (auto q = api::Quantity::Parse(k.text);
+            q.ok() && !k.text.empty() && std::isdigit(static_cast<unsigned char>(k.text[0]))) {
           k.numeric = true;
           k.number = static_cast<double>(q->Value());
         }

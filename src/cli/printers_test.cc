@@ -105,8 +105,10 @@ TEST(PrintObjectsTest, AllNamespacesAddsANamespaceColumnToNamespacedKindsOnly) {
 }
 
 TEST(SortObjectsTest, SortsQuantitiesBySizeNumbersNumericallyAndMissingFirst) {
-  std::vector<json> claims = {Claim("ten", "10Gi", "Bound"), Claim("two", "2Gi", "Bound"),
-                              Claim("half", "512Mi", "Bound"), {{"metadata", {{"name", "none"}}}}};
+  std::vector<json> claims = {Claim("ten", "10Gi", "Bound"),
+                              Claim("two", "2Gi", "Bound"),
+                              Claim("half", "512Mi", "Bound"),
+                              {{"metadata", {{"name", "none"}}}}};
   ASSERT_TRUE(SortObjects(claims, ".spec.resources.requests.storage").ok());
   std::vector<std::string> names;
   for (const auto& c : claims) names.push_back(c["metadata"]["name"]);

@@ -63,15 +63,21 @@ absl::Status ServerError(const ApiResponse& r) {
   std::string msg = http::ErrorMessage(r);
   std::string text = reason.empty() ? msg : StrCat("Error from server (", reason, "): ", msg);
   switch (r.code) {
-    case 404: return absl::NotFoundError(text);
-    case 409: return reason == "AlreadyExists" ? absl::AlreadyExistsError(text) : absl::AbortedError(text);
+    case 404:
+      return absl::NotFoundError(text);
+    case 409:
+      return reason == "AlreadyExists" ? absl::AlreadyExistsError(text) : absl::AbortedError(text);
     case 400:
-    case 422: return absl::InvalidArgumentError(text);
+    case 422:
+      return absl::InvalidArgumentError(text);
     case 401:
-    case 403: return absl::PermissionDeniedError(text);
+    case 403:
+      return absl::PermissionDeniedError(text);
     case 429:
-    case 503: return absl::UnavailableError(text);
-    default: return absl::InternalError(text);
+    case 503:
+      return absl::UnavailableError(text);
+    default:
+      return absl::InternalError(text);
   }
 }
 

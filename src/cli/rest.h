@@ -49,8 +49,7 @@ std::string NamespaceFor(const http::ApiClient& client, const Target& t);
 // "labelSelector=..."). `resource_version`, if given and empty, gets the
 // list's version (where a watch should start).
 absl::StatusOr<std::vector<nlohmann::json>> ListAll(http::ApiClient& client, const std::string& path,
-                                                    const std::string& query,
-                                                    std::string* resource_version = nullptr);
+                                                    const std::string& query, std::string* resource_version = nullptr);
 // GET of one object; its ServerError otherwise.
 absl::StatusOr<nlohmann::json> GetObject(http::ApiClient& client, const api::KindInfo& k, const std::string& ns,
                                          const std::string& name);

@@ -253,7 +253,8 @@ absl::Status RunUp(UpOptions options) {
 
   std::error_code exists_ec;
   const bool first_start = !fs::exists(options.data_dir + "/state.db", exists_ec);
-  Say(first_start ? StrCat("first start in ", options.data_dir, ": creating the store", options.api_address.empty() ? "" : ", the API's TLS key, token and kubeconfig")
+  Say(first_start ? StrCat("first start in ", options.data_dir, ": creating the store",
+                           options.api_address.empty() ? "" : ", the API's TLS key, token and kubeconfig")
                   : StrCat("starting in ", options.data_dir, " (the state of the last run is kept)"));
   apiserver::ControlPlane::Options cp_options;
   cp_options.data_dir = options.data_dir;

@@ -69,8 +69,7 @@ TEST_F(WaitTest, WaitTimesOutOnTheClock) {
   CreateHeldSecret("s");
   std::ostringstream out;
   absl::Status st;
-  std::thread waiter(
-      [&] { st = Wait(*client_, "secret/s", "condition=Ready", {}, absl::Minutes(5), out, clock_); });
+  std::thread waiter([&] { st = Wait(*client_, "secret/s", "condition=Ready", {}, absl::Minutes(5), out, clock_); });
   ASSERT_TRUE(clock_.BlockUntilTimers(1));
   clock_.Advance(absl::Minutes(5));
   waiter.join();

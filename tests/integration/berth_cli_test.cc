@@ -10,8 +10,8 @@
 
 #include <set>
 
-#include "gmock/gmock.h"
 #include "api/codec.h"
+#include "gmock/gmock.h"
 #include "up_fixture.h"
 
 namespace berth::testing {
@@ -75,7 +75,8 @@ class BerthCliTest : public BerthUpFixture {
   }
   static std::set<std::string> Names(const json& list) {
     std::set<std::string> out;
-    for (const auto& i : list["items"]) out.insert(i["kind"].get<std::string>() + "/" + i["metadata"]["name"].get<std::string>());
+    for (const auto& i : list["items"])
+      out.insert(i["kind"].get<std::string>() + "/" + i["metadata"]["name"].get<std::string>());
     return out;
   }
 };
@@ -96,7 +97,8 @@ TEST_F(BerthCliTest, UpReportsProgressAndGlobalFlagsGoAnywhere) {
   ASSERT_NO_FATAL_FAILURE(StartUp({"--runtime", "none"}));
   const std::string up = up_->Output();
   EXPECT_THAT(up, HasSubstr("berth up: first start in " + data_));
-  EXPECT_THAT(up, HasSubstr("node testnode: starting its node agent and berth-csi, which makes its 1Gi sparse XFS pool image"));
+  EXPECT_THAT(
+      up, HasSubstr("node testnode: starting its node agent and berth-csi, which makes its 1Gi sparse XFS pool image"));
   EXPECT_THAT(up, HasSubstr("berth up: node testnode: berth-csi registered, its pool is ready"));
   EXPECT_THAT(up, HasSubstr("export KUBECONFIG=" + data_ + "/kubeconfig"));
   // Registration is reported before "berth is up".
@@ -191,48 +193,60 @@ TEST_F(BerthCliTest, DescribePatchEditWatchWaitAndDeleteAll) {
   Ok({"apply", "-f", WriteFile("claims.yaml", kClaims), "--data-dir", D});
 
   // describe: the object and its events (the binder's WaitForFirstConsumer).
-  ASSERT_TRUE(Eventually([&] { return Cli({"describe", "pvc", "a", "--data-dir", D}).out.find("WaitForFirstConsumer") != std::string::npos; },
-                         absl::Seconds(30)))
+  ASSERT_TRUE(Eventually(
+      [&] {
+        return Cli({"describe", "pvc", "a", "--data-dir", D}).out.find("WaitForFirstConsumer") != std::string::npos;
+      },
+      absl::Seconds(30)))
       << Cli({"describe", "pvc", "a", "--data-dir", D});
   const std::string described = Ok({"describe", "pvc/a", "--data-dir", D});
   EXPECT_THAT(described, HasSubstr("Name:          a\n"));
   EXPECT_THAT(described, HasSubstr("Events:\n"));
-  EXPECT_THAT(described, ::testing::ContainsRegex("\n  Type +Reason +Age +From +Message\n  ---- +------ +---- +---- +-------\n"
-                                                  "  Normal +WaitForFirstConsumer +[0-9]+s.* +waiting for first consumer"));
+  EXPECT_THAT(described,
+              ::testing::ContainsRegex("\n  Type +Reason +Age +From +Message\n  ---- +------ +---- +---- +-------\n"
+                                       "  Normal +WaitForFirstConsumer +[0-9]+s.* +waiting for first consumer"));
 
   // A watch sees a claim created after it started.
-  Subprocess watch({BERTH_BINARY, "get", "pvc", "--watch-only", "-o", "name", "--data-dir", D}, sandbox_.Join("watch.log"));
+  Subprocess watch({BERTH_BINARY, "get", "pvc", "--watch-only", "-o", "name", "--data-dir", D},
+                   sandbox_.Join("watch.log"));
   absl::SleepFor(absl::Milliseconds(500));  // let the watch connect (a miss only delays: the claim is re-applied below)
   Ok({"apply", "-f", WriteFile("c.yaml", R"({"apiVersion":"v1","kind":"PersistentVolumeClaim","metadata":{"name":"c"},
-      "spec":{"accessModes":["ReadWriteOnce"],"resources":{"requests":{"storage":"1Gi"}}}})"), "--data-dir", D});
-  EXPECT_TRUE(Eventually([&] {
-    Ok({"patch", "pvc", "c", "--type", "merge", "-p", R"({"metadata":{"labels":{"n":")" + std::to_string(absl::ToUnixMicros(absl::Now())) + "\"}}}",
-        "--data-dir", D});
-    return watch.Output().find("persistentvolumeclaim/c") != std::string::npos;
-  }, absl::Seconds(20)))
+      "spec":{"accessModes":["ReadWriteOnce"],"resources":{"requests":{"storage":"1Gi"}}}})"),
+      "--data-dir", D});
+  EXPECT_TRUE(Eventually(
+      [&] {
+        Ok({"patch", "pvc", "c", "--type", "merge", "-p",
+            R"({"metadata":{"labels":{"n":")" + std::to_string(absl::ToUnixMicros(absl::Now())) + "\"}}}", "--data-dir",
+            D});
+        return watch.Output().find("persistentvolumeclaim/c") != std::string::npos;
+      },
+      absl::Seconds(20)))
       << watch.Output();
   EXPECT_THAT(watch.Output(), Not(HasSubstr("persistentvolumeclaim/a")));  // --watch-only: no initial list
   CliResult two_kinds = Cli({"get", "pvc,pv", "-w", "--data-dir", D});
   EXPECT_EQ(two_kinds.exit_code, 1);
 
   // patch: merge, JSON patch, strategic (the default); "(no change)".
-  EXPECT_EQ(Ok({"patch", "pvc", "a", "--type", "merge", "-p", R"({"metadata":{"labels":{"tier":"gold"}}})", "--data-dir", D}),
-            "persistentvolumeclaim/a patched\n");
+  EXPECT_EQ(
+      Ok({"patch", "pvc", "a", "--type", "merge", "-p", R"({"metadata":{"labels":{"tier":"gold"}}})", "--data-dir", D}),
+      "persistentvolumeclaim/a patched\n");
   EXPECT_EQ(Ok({"patch", "pvc/a", "-p", R"({"metadata":{"labels":{"tier":"gold"}}})", "--data-dir", D}),
             "persistentvolumeclaim/a patched (no change)\n");
-  EXPECT_EQ(Ok({"patch", "pvc", "a", "--type", "json", "-p", R"([{"op":"add","path":"/metadata/labels/zone","value":"z1"}])",
-                "--data-dir", D}),
+  EXPECT_EQ(Ok({"patch", "pvc", "a", "--type", "json", "-p",
+                R"([{"op":"add","path":"/metadata/labels/zone","value":"z1"}])", "--data-dir", D}),
             "persistentvolumeclaim/a patched\n");
   EXPECT_EQ(Claim("a")["metadata"]["labels"], json::parse(R"({"app":"web","tier":"gold","zone":"z1"})"));
 
   // edit with $EDITOR; a rejected edit keeps a copy and exits 1.
   const std::string tmp = sandbox_.Join("edit-tmp");
   std::filesystem::create_directories(tmp);
-  EXPECT_EQ(Ok({"edit", "pvc", "a", "--data-dir", D}, {"EDITOR=sed -i s/tier:\\ gold/tier:\\ silver/", "TMPDIR=" + tmp}),
-            "persistentvolumeclaim/a edited\n");
+  EXPECT_EQ(
+      Ok({"edit", "pvc", "a", "--data-dir", D}, {"EDITOR=sed -i s/tier:\\ gold/tier:\\ silver/", "TMPDIR=" + tmp}),
+      "persistentvolumeclaim/a edited\n");
   EXPECT_EQ(Claim("a")["metadata"]["labels"]["tier"], "silver");
   EXPECT_TRUE(std::filesystem::is_empty(tmp));
-  CliResult renamed = Cli({"edit", "pvc", "a", "--data-dir", D}, {"EDITOR=sed -i s/name:\\ a$/name:\\ zz/", "TMPDIR=" + tmp});
+  CliResult renamed =
+      Cli({"edit", "pvc", "a", "--data-dir", D}, {"EDITOR=sed -i s/name:\\ a$/name:\\ zz/", "TMPDIR=" + tmp});
   EXPECT_EQ(renamed.exit_code, 1) << renamed;
   EXPECT_THAT(renamed.err, HasSubstr("At least one of apiVersion, kind and name was changed"));
   EXPECT_THAT(renamed.err, HasSubstr("A copy of your changes has been stored to \"" + tmp + "/berth-edit-"));
