@@ -1,5 +1,7 @@
 #include "apiserver/handler.h"
 
+#include "apiserver/events_v1.h"
+
 #include "absl/strings/numbers.h"
 #include "api/codec.h"
 #include "api/errors.h"
@@ -42,6 +44,15 @@ std::vector<std::string> Segments(const std::string& path) {
 
 json ResourceList(std::string_view group, std::string_view version) {
   json resources = json::array();
+  if (group == eventsv1::kGroup && version == eventsv1::kVersion) {
+    // No short name: "ev" is core/v1's, as in kube-apiserver.
+    resources.push_back(
+        {{"name", "events"},
+         {"singularName", "event"},
+         {"namespaced", true},
+         {"kind", "Event"},
+         {"verbs", {"create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"}}});
+  }
   for (const auto& k : api::AllKinds()) {
     if (k.group != group || k.version != version) continue;
     json r = {{"name", k.resource},
@@ -87,6 +98,9 @@ json GroupList() {
     json v = {{"groupVersion", StrCat(k.group, "/", k.version)}, {"version", k.version}};
     groups.push_back({{"name", k.group}, {"versions", json::array({v})}, {"preferredVersion", v}});
   }
+  // Served from core/v1 Events (apiserver/events_v1.h).
+  json v = {{"groupVersion", eventsv1::kApiVersion}, {"version", eventsv1::kVersion}};
+  groups.push_back({{"name", eventsv1::kGroup}, {"versions", json::array({v})}, {"preferredVersion", v}});
   return {{"kind", "APIGroupList"}, {"apiVersion", "v1"}, {"groups", groups}};
 }
 
@@ -270,11 +284,12 @@ void ApiHandler::Handle(const HttpRequest& req, ResponseWriter& out) {
     version = segs[2];
     start = 3;
   } else if (segs.size() == 2 && segs[0] == "apis" && req.method == "GET") {
-    for (const auto& k : api::AllKinds()) {
-      if (k.group == segs[1]) {
-        json v = {{"groupVersion", StrCat(k.group, "/", k.version)}, {"version", k.version}};
-        return SendJson(out, 200, {{"kind", "APIGroup"}, {"apiVersion", "v1"}, {"name", k.group},
-                                   {"versions", json::array({v})}, {"preferredVersion", v}});
+    const json all = GroupList();
+    for (json g : all["groups"]) {
+      if (g["name"] == segs[1]) {
+        g["kind"] = "APIGroup";
+        g["apiVersion"] = "v1";
+        return SendJson(out, 200, g);
       }
     }
     return SendError(out, absl::NotFoundError("the server could not find the requested resource"));
@@ -284,13 +299,28 @@ void ApiHandler::Handle(const HttpRequest& req, ResponseWriter& out) {
   if (segs.size() == start) {
     bool known = false;
     for (const auto& k : api::AllKinds()) known = known || (k.group == group && k.version == version);
+    known = known || (group == eventsv1::kGroup && version == eventsv1::kVersion);
     if (!known || req.method != "GET") {
       return SendError(out, absl::NotFoundError("the server could not find the requested resource"));
     }
     return SendJson(out, 200, ResourceList(group, version));
   }
-  auto route = ParseRoute(segs, start, group, version);
+  // events.k8s.io/v1 is core/v1 Events, converted on the way in and out.
+  const bool events_v1 = group == eventsv1::kGroup && version == eventsv1::kVersion;
+  auto route = ParseRoute(segs, start, events_v1 ? "" : group, events_v1 ? "v1" : version);
   if (!route.ok()) return SendError(out, route.status());
+  if (events_v1 && (route->kind->kind != "Event" || !route->sub.empty())) {
+    return SendError(out, absl::NotFoundError("the server could not find the requested resource"));
+  }
+  auto present = [events_v1](const json& o) { return events_v1 ? eventsv1::FromCore(o) : o; };
+  auto present_list = [&](const api::KindInfo& k, const ListPage& page) {
+    json list = ListObject(k, page);
+    if (events_v1) {
+      list["apiVersion"] = eventsv1::kApiVersion;
+      for (auto& item : list["items"]) item = eventsv1::FromCore(item);
+    }
+    return list;
+  };
   const api::KindInfo& kind = *route->kind;
   const std::string& ns = route->ns;
   const std::string& name = route->name;
@@ -314,8 +344,17 @@ void ApiHandler::Handle(const HttpRequest& req, ResponseWriter& out) {
   if (route->sub == "status" && !HasStatusSubresource(kind)) {
     return SendError(out, absl::NotFoundError("the server could not find the requested resource"));
   }
-  if (req.query.contains("dryRun")) {
-    return SendError(out, api::BadRequest("dry run is not supported by berth"));
+  // dryRun=All (kubectl --dry-run=server): every check, nothing stored.
+  bool dry_run = false;
+  if (auto it = req.query.find("dryRun"); it != req.query.end() && req.method != "GET") {
+    if (it->second != "All") {
+      const char* options = req.method == "POST" ? "CreateOptions" : req.method == "DELETE" ? "DeleteOptions"
+                                                 : req.method == "PATCH" ? "PatchOptions" : "UpdateOptions";
+      return SendError(out, api::Invalid(StrCat(options, ".meta.k8s.io"), "",
+                                         {{"dryRun", StrCat("Unsupported value: \"", it->second,
+                                                            "\": supported values: \"All\"")}}));
+    }
+    dry_run = true;
   }
   if (kind.namespaced && ns.empty() && (req.method != "GET" || !name.empty())) {
     return SendError(out, api::BadRequest(StrCat(kind.kind, " is namespaced: use /namespaces/<ns>/", kind.resource)));
@@ -330,7 +369,7 @@ void ApiHandler::Handle(const HttpRequest& req, ResponseWriter& out) {
       return SendJson(out, 200, api::BuildTable(kind, {*got}, absl::Now(),
                                                 (*got)["metadata"].value("resourceVersion", "")));
     }
-    return SendJson(out, 200, *got);
+    return SendJson(out, 200, present(*got));
   }
   if (req.method == "GET" && QueryTrue(req, "watch")) {
     auto opts = ListOptionsFrom(req);
@@ -360,12 +399,15 @@ void ApiHandler::Handle(const HttpRequest& req, ResponseWriter& out) {
     if (!opts->fields.empty()) {
       w.filter = [fields = std::move(opts->fields)](const json& o) { return fields.Matches(o); };
     }
-    w.encode = [k = &kind, table](const std::string& type, const json& object) {
-      return EventJson(*k, type, object, table).dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
+    w.encode = [k = &kind, table, events_v1](const std::string& type, const json& object) {
+      const bool convert = events_v1 && !table && type != "BOOKMARK" && type != "ERROR";
+      return EventJson(*k, type, convert ? eventsv1::FromCore(object) : object, table)
+                 .dump(-1, ' ', false, json::error_handler_t::replace) +
+             "\n";
     };
     if (QueryTrue(req, "allowWatchBookmarks")) {
-      w.bookmark = [k = &kind](int64_t bookmark_rv) {
-        return json{{"kind", k->kind}, {"apiVersion", k->api_version()},
+      w.bookmark = [k = &kind, events_v1](int64_t bookmark_rv) {
+        return json{{"kind", k->kind}, {"apiVersion", events_v1 ? eventsv1::kApiVersion : k->api_version()},
                     {"metadata", {{"resourceVersion", std::to_string(bookmark_rv)}}}};
       };
     }
@@ -384,29 +426,38 @@ void ApiHandler::Handle(const HttpRequest& req, ResponseWriter& out) {
       if (!page->continue_token.empty()) t["metadata"]["continue"] = page->continue_token;
       return SendJson(out, 200, t);
     }
-    return SendJson(out, 200, ListObject(kind, *page));
+    return SendJson(out, 200, present_list(kind, *page));
   }
   if (req.method == "POST") {
     auto body = DecodeBody(req);
     if (!body.ok()) return SendError(out, body.status());
+    if (events_v1) {
+      if (absl::Status st = eventsv1::ValidateCreate(*body); !st.ok()) return SendError(out, st);
+      body = eventsv1::ToCore(*body);
+      if (!body.ok()) return SendError(out, body.status());
+    }
     if (route->sub == "binding") {
+      if (dry_run) return SendError(out, api::BadRequest("dryRun is not supported for pods/binding"));
       std::string node = body->value("target", json::object()).value("name", "");
       auto bound = registry_.BindPod(ns, name, node);
       if (!bound.ok()) return SendError(out, bound.status());
       return SendJson(out, 201, StatusObject(absl::OkStatus()));
     }
     if (!name.empty()) return SendError(out, api::MethodNotAllowed("POST is for collections"));
-    auto created = registry_.Create(kind, ns, std::move(*body));
+    auto created = dry_run ? registry_.DryRunCreate(kind, ns, std::move(*body)) : registry_.Create(kind, ns, std::move(*body));
     if (!created.ok()) return SendError(out, created.status());
-    return SendJson(out, 201, *created);
+    return SendJson(out, 201, present(*created));
   }
   if (req.method == "PUT") {
     if (name.empty()) return SendError(out, api::MethodNotAllowed("PUT needs an object name"));
     auto body = DecodeBody(req);
     if (!body.ok()) return SendError(out, body.status());
-    auto updated = registry_.Update(kind, ns, name, std::move(*body), sub);
+    if (events_v1) body = eventsv1::ToCore(*body);
+    if (!body.ok()) return SendError(out, body.status());
+    auto updated = dry_run ? registry_.DryRunUpdate(kind, ns, name, std::move(*body), sub)
+                           : registry_.Update(kind, ns, name, std::move(*body), sub);
     if (!updated.ok()) return SendError(out, updated.status());
-    return SendJson(out, 200, *updated);
+    return SendJson(out, 200, present(*updated));
   }
   if (req.method == "PATCH") {
     if (name.empty()) return SendError(out, api::MethodNotAllowed("PATCH needs an object name"));
@@ -416,7 +467,14 @@ void ApiHandler::Handle(const HttpRequest& req, ResponseWriter& out) {
       return SendError(out, api::UnsupportedMediaType(
                                 "server-side apply is not supported; use client-side apply (kubectl apply)"));
     }
-    auto patched = registry_.Patch(kind, ns, name, req.body, *type, sub);
+    if (events_v1) {
+      if (dry_run) return SendError(out, api::BadRequest("dryRun is not supported for events.k8s.io/v1 patches"));
+      auto patched = eventsv1::Patch(registry_, ns, name, req.body, *type);
+      if (!patched.ok()) return SendError(out, patched.status());
+      return SendJson(out, 200, *patched);
+    }
+    auto patched = dry_run ? registry_.DryRunPatch(kind, ns, name, req.body, *type, sub)
+                           : registry_.Patch(kind, ns, name, req.body, *type, sub);
     if (!patched.ok()) return SendError(out, patched.status());
     return SendJson(out, 200, *patched);
   }
@@ -435,6 +493,18 @@ void ApiHandler::Handle(const HttpRequest& req, ResponseWriter& out) {
       } else if (!g.is_null()) {
         return SendError(out, api::BadRequest("DeleteOptions.gracePeriodSeconds must be an integer"));
       }
+      // client-go sends DeleteOptions.dryRun in the body, not the query.
+      if (const json& d = body.value("dryRun", json()); !d.is_null()) {
+        for (const auto& v : d.is_array() ? d : json::array({d})) {
+          if (v != "All") {
+            return SendError(
+                out,
+                api::Invalid("DeleteOptions.meta.k8s.io", "",
+                             {{"dryRun", StrCat("Unsupported value: ", v.dump(), ": supported values: \"All\"")}}));
+          }
+          dry_run = true;
+        }
+      }
       json pre = body.value("preconditions", json::object());
       if (pre.is_object()) {
         if (pre.contains("uid") && pre["uid"].is_string()) opts.uid = pre["uid"].get<std::string>();
@@ -442,6 +512,14 @@ void ApiHandler::Handle(const HttpRequest& req, ResponseWriter& out) {
           opts.resource_version = pre["resourceVersion"].get<std::string>();
         }
       }
+    }
+    if (dry_run && name.empty()) {
+      return SendError(out, api::MethodNotAllowed("deletecollection with dryRun is not supported"));
+    }
+    if (dry_run) {
+      auto current = registry_.DryRunDelete(kind, ns, name, opts);
+      if (!current.ok()) return SendError(out, current.status());
+      return SendJson(out, 200, present(*current));
     }
     if (name.empty()) {
       // deletecollection
@@ -457,14 +535,14 @@ void ApiHandler::Handle(const HttpRequest& req, ResponseWriter& out) {
         if (d.ok()) deleted.push_back(*d);
       }
       ListPage result{deleted.get<std::vector<json>>(), registry_.store().ResourceVersion(), ""};
-      return SendJson(out, 200, ListObject(kind, result));
+      return SendJson(out, 200, present_list(kind, result));
     }
     auto deleted = registry_.Delete(kind, ns, name, opts);
     if (!deleted.ok()) return SendError(out, deleted.status());
     const bool pending = (*deleted)["metadata"].contains("deletionTimestamp") &&
                          (*deleted)["metadata"].contains("finalizers") &&
                          !(*deleted)["metadata"]["finalizers"].empty();
-    return SendJson(out, pending ? 202 : 200, *deleted);
+    return SendJson(out, pending ? 202 : 200, present(*deleted));
   }
   SendError(out, api::MethodNotAllowed(StrCat("method ", req.method, " is not supported")));
 }

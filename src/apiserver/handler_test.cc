@@ -126,7 +126,10 @@ TEST_F(HandlerTest, DiscoveryDescribesEveryKind) {
   std::vector<std::string> names;
   for (const auto& g : groups["groups"]) names.push_back(g["name"]);
   EXPECT_THAT(names,
-              ::testing::UnorderedElementsAre("storage.k8s.io", "snapshot.storage.k8s.io", "coordination.k8s.io"));
+              ::testing::UnorderedElementsAre("storage.k8s.io", "snapshot.storage.k8s.io", "coordination.k8s.io",
+                                              "events.k8s.io"));
+  EXPECT_EQ(Do("GET", "/apis/events.k8s.io/v1").Json()["resources"][0]["name"], "events");
+  EXPECT_EQ(Do("GET", "/apis/events.k8s.io").Json()["preferredVersion"]["groupVersion"], "events.k8s.io/v1");
   EXPECT_EQ(Do("GET", "/apis/coordination.k8s.io/v1").Json()["resources"][0]["name"], "leases");
   auto core = Do("GET", "/api/v1").Json();
   bool found_pvc = false, found_status = false;
@@ -195,6 +198,51 @@ TEST_F(HandlerTest, CrudWithKubernetesStatusCodes) {
   EXPECT_EQ(deleted.code, 200);
   EXPECT_EQ(Do("GET", std::string(kClaims) + "/data").code, 404);
   EXPECT_EQ(Do("DELETE", std::string(kClaims) + "/data").code, 404);
+}
+
+// kubectl --dry-run=server: the same checks and answers as the write, and
+// nothing stored (no new resourceVersion, so no watch event).
+TEST_F(HandlerTest, DryRunChecksEverythingAndStoresNothing) {
+  const std::string data = std::string(kClaims) + "/data";
+  auto would = Do("POST", std::string(kClaims) + "?dryRun=All", Claim("data"));
+  ASSERT_EQ(would.code, 201) << would.body;
+  EXPECT_EQ(would.Json()["metadata"]["name"], "data");
+  EXPECT_EQ(would.Json()["status"]["phase"], "Pending");
+  EXPECT_EQ(Do("GET", data).code, 404);
+  EXPECT_EQ(Do("POST", std::string(kClaims) + "?dryRun=All",
+                R"({"apiVersion":"v1","kind":"PersistentVolumeClaim","metadata":{"name":"x"},"spec":{}})")
+                .code,
+            422);
+
+  ASSERT_EQ(Do("POST", kClaims, Claim("data")).code, 201);
+  EXPECT_EQ(Do("POST", std::string(kClaims) + "?dryRun=All", Claim("data")).code, 409);
+  const int64_t rv = registry_->store().ResourceVersion();
+  json got = Do("GET", data).Json();
+  got["metadata"]["labels"] = {{"a", "b"}};
+  auto put = Do("PUT", data + "?dryRun=All", got.dump());
+  EXPECT_EQ(put.code, 200) << put.body;
+  EXPECT_EQ(put.Json()["metadata"]["labels"]["a"], "b");
+  auto patch = Do("PATCH", data + "?dryRun=All&fieldManager=kubectl-client-side-apply",
+                  R"({"metadata":{"labels":{"x":"y"}}})", "application/merge-patch+json");
+  EXPECT_EQ(patch.code, 200) << patch.body;
+  EXPECT_EQ(patch.Json()["metadata"]["labels"]["x"], "y");
+  // Immutable fields are still refused.
+  EXPECT_EQ(Do("PATCH", data + "?dryRun=All", R"({"spec":{"accessModes":["ReadWriteMany"]}})",
+               "application/merge-patch+json")
+                .code,
+            422);
+  EXPECT_EQ(Do("DELETE", data + "?dryRun=All").code, 200);
+  // kubectl delete --dry-run=server: DeleteOptions in the body.
+  EXPECT_EQ(Do("DELETE", data, R"({"kind":"DeleteOptions","apiVersion":"v1","dryRun":["All"]})").code, 200);
+  EXPECT_EQ(Do("DELETE", data, R"({"dryRun":["Some"]})").code, 422);
+  EXPECT_EQ(Do("DELETE", std::string(kClaims) + "/nosuch?dryRun=All").code, 404);
+  EXPECT_EQ(registry_->store().ResourceVersion(), rv);
+  json stored = Do("GET", data).Json();
+  EXPECT_FALSE(stored["metadata"].contains("labels")) << stored.dump();
+
+  auto bogus = Do("POST", std::string(kClaims) + "?dryRun=Some", Claim("other"));
+  EXPECT_EQ(bogus.code, 422);
+  EXPECT_THAT(bogus.Json()["message"].get<std::string>(), HasSubstr("dryRun: Unsupported value: \"Some\""));
 }
 
 TEST_F(HandlerTest, ListAsTableAndAcrossNamespaces) {
@@ -300,6 +348,84 @@ TEST_F(HandlerTest, PodBindingSubresource) {
                   R"({"apiVersion":"v1","kind":"Binding","metadata":{"name":"p"},"target":{"kind":"Node","name":"n1"}})");
   EXPECT_EQ(bound.code, 201);
   EXPECT_EQ(Do("GET", "/api/v1/namespaces/default/pods/p").Json()["spec"]["nodeName"], "n1");
+}
+
+// events.k8s.io/v1 (client-go's tools/events: kube-scheduler, newer
+// controllers) is core/v1 Events converted: written through one version,
+// read, listed, patched and watched through the other.
+TEST_F(HandlerTest, EventsV1AreCoreEventsConverted) {
+  const std::string v1 = "/apis/events.k8s.io/v1/namespaces/default/events";
+  const json event = {{"apiVersion", "events.k8s.io/v1"},
+                      {"kind", "Event"},
+                      {"metadata", {{"name", "data.1"}, {"namespace", "default"}}},
+                      {"eventTime", "2026-11-26T03:00:00.000000Z"},
+                      {"reportingController", "example.io/scheduler"},
+                      {"reportingInstance", "scheduler-1"},
+                      {"action", "Binding"},
+                      {"reason", "Scheduled"},
+                      {"type", "Normal"},
+                      {"note", "assigned default/app to node-1"},
+                      {"regarding", {{"kind", "Pod"}, {"namespace", "default"}, {"name", "app"}}}};
+  const std::string rv = Do("GET", v1).Json()["metadata"]["resourceVersion"];
+  auto created = Do("POST", v1, event.dump());
+  ASSERT_EQ(created.code, 201) << created.body;
+  EXPECT_EQ(created.Json()["apiVersion"], "events.k8s.io/v1");
+  EXPECT_EQ(created.Json()["note"], "assigned default/app to node-1");
+  json core = Do("GET", "/api/v1/namespaces/default/events/data.1").Json();
+  EXPECT_EQ(core["message"], "assigned default/app to node-1");
+  EXPECT_EQ(core["involvedObject"]["name"], "app");
+  EXPECT_EQ(core["reportingComponent"], "example.io/scheduler");
+
+  // The series update tools/events sends.
+  auto patched = Do("PATCH", v1 + "/data.1",
+                    R"({"series":{"count":2,"lastObservedTime":"2026-11-26T03:00:05.000000Z"}})",
+                    "application/strategic-merge-patch+json");
+  ASSERT_EQ(patched.code, 200) << patched.body;
+  EXPECT_EQ(patched.Json()["series"]["count"], 2);
+  EXPECT_EQ(patched.Json()["regarding"]["name"], "app");
+  json list = Do("GET", v1).Json();
+  EXPECT_EQ(list["apiVersion"], "events.k8s.io/v1");
+  ASSERT_EQ(list["items"].size(), 1u);
+  EXPECT_EQ(list["items"][0]["series"]["count"], 2);
+
+  // A core/v1 event reads as events.k8s.io/v1.
+  ASSERT_EQ(Do("POST", "/api/v1/namespaces/default/events",
+                R"({"metadata":{"name":"old.1"},"involvedObject":{"kind":"Pod","namespace":"default","name":"app"},
+                    "reason":"Pulled","message":"pulled","count":3,"type":"Normal"})")
+                .code,
+            201);
+  json old = Do("GET", v1 + "/old.1").Json();
+  EXPECT_EQ(old["note"], "pulled");
+  EXPECT_EQ(old["deprecatedCount"], 3);
+  EXPECT_FALSE(old.contains("message"));
+
+  // Watched as events.k8s.io/v1.
+  auto req = http::ParseRequest("GET " + v1 + "?watch=1&resourceVersion=" + rv + " HTTP/1.1\r\nHost: x\r\n\r\n");
+  ASSERT_TRUE(req.ok());
+  RecordingWriter w;
+  handler_->Handle(*req, w);
+  ASSERT_NE(w.stream, nullptr);
+  ASSERT_TRUE(berth::testing::Eventually([&] { return w.stream->chunks().size() == 3; }));
+  const json first = json::parse(w.stream->chunks()[0]);
+  EXPECT_EQ(first["type"], "ADDED");
+  EXPECT_EQ(first["object"]["apiVersion"], "events.k8s.io/v1");
+  EXPECT_EQ(first["object"]["note"], "assigned default/app to node-1");
+  w.stream->Hangup();
+
+  // The create rules of events.k8s.io/v1, and its field names only.
+  json bad = event;
+  bad["metadata"]["name"] = "data.2";
+  bad.erase("eventTime");
+  bad["deprecatedCount"] = 1;
+  auto invalid = Do("POST", v1, bad.dump());
+  EXPECT_EQ(invalid.code, 422);
+  EXPECT_THAT(invalid.Json()["message"].get<std::string>(), HasSubstr("eventTime: Required value"));
+  EXPECT_THAT(invalid.Json()["message"].get<std::string>(), HasSubstr("count: Invalid value"));
+  json core_names = event;
+  core_names["metadata"]["name"] = "data.3";
+  core_names["message"] = "core field";
+  EXPECT_EQ(Do("POST", v1, core_names.dump()).code, 400);
+  EXPECT_EQ(Do("GET", "/apis/events.k8s.io/v1/namespaces/default/pods").code, 404);
 }
 
 }  // namespace

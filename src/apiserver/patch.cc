@@ -168,7 +168,25 @@ absl::StatusOr<json> ApplyPatch(const json& original, std::string_view patch_tex
     case PatchType::kJson: {
       if (!patch.is_array()) return api::BadRequest("json patch must be a list of operations");
       try {
-        return original.patch(patch);
+        // Kubernetes applies JSON patches with evanphx/json-patch v4, which
+        // departs from RFC 6902 in one way clients rely on: "replace" of a
+        // member missing from an existing object sets it (the external-
+        // snapshotter replaces /metadata/annotations and /status of
+        // VolumeSnapshotContents that have none). Operations apply in
+        // order, each to the result of the last.
+        json doc = original;
+        for (const json& op : patch) {
+          json step = op;
+          if (op.is_object() && op.value("op", "") == "replace" && op.contains("path") && op["path"].is_string()) {
+            const json::json_pointer target(op["path"].get<std::string>());
+            if (!target.empty() && !doc.contains(target)) {
+              const json::json_pointer parent = target.parent_pointer();
+              if (doc.contains(parent) && doc.at(parent).is_object()) step["op"] = "add";
+            }
+          }
+          doc = doc.patch(json::array({std::move(step)}));
+        }
+        return doc;
       } catch (const json::exception& e) {
         // "[json.exception.out_of_range.403] key 'x' not found" → the text.
         std::string what = e.what();

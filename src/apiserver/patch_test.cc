@@ -62,6 +62,30 @@ TEST(PatchTest, JsonPatchAppliesOrFailsCleanly) {
   EXPECT_EQ(api::ToHttpError(garbage.status()).code, 400);
 }
 
+// The external-snapshotter (csi-snapshotter v7) marks a VolumeSnapshotContent
+// without annotations with [replace /metadata/annotations {}, add
+// /metadata/annotations/<key>]; kube-apiserver's JSON patch (evanphx/json-patch
+// v4) sets a missing object member on replace, so berth must too.
+TEST(PatchTest, JsonPatchReplaceOfMissingMemberSetsItAsKubernetesDoes) {
+  json out = Apply(kPod, R"([{"op":"replace","path":"/metadata/annotations","value":{}},
+                             {"op":"add","path":"/metadata/annotations/snapshot.storage.kubernetes.io~1volumesnapshot-being-created","value":"yes"},
+                             {"op":"replace","path":"/spec/nodeName","value":"node-1"}])",
+                   PatchType::kJson);
+  EXPECT_EQ(out["metadata"]["annotations"],
+            json({{"snapshot.storage.kubernetes.io/volumesnapshot-being-created", "yes"}}));
+  EXPECT_EQ(out["spec"]["nodeName"], "node-1");
+  // Still refused: a missing parent, an array index past the end.
+  auto no_parent = ApplyPatch(kPod, R"([{"op":"replace","path":"/nope/deeper","value":1}])", PatchType::kJson,
+                              PodSchema());
+  EXPECT_EQ(api::ToHttpError(no_parent.status()).code, 422);
+  auto past_end = ApplyPatch(kPod, R"([{"op":"replace","path":"/spec/containers/7","value":{}}])",
+                             PatchType::kJson, PodSchema());
+  EXPECT_EQ(api::ToHttpError(past_end.status()).code, 422);
+  auto bad_pointer = ApplyPatch(kPod, R"([{"op":"replace","path":"no-slash","value":1}])", PatchType::kJson,
+                                PodSchema());
+  EXPECT_FALSE(bad_pointer.ok());
+}
+
 TEST(PatchTest, StrategicMergesKeyedListsElementByElement) {
   json out = Apply(kPod, R"({"spec":{"containers":[{"name":"sidecar","image":"busybox:2"},
                                                    {"name":"extra","image":"x"}]},

@@ -27,6 +27,14 @@ absl::Status Conflict(const api::KindInfo& kind, const std::string& name) {
 // many group-commit rounds in a row, so the bound is generous.
 constexpr int kPatchRetries = 1000;
 
+// The namespaces every cluster keeps.
+absl::Status CheckDeletable(const api::KindInfo& kind, const std::string& name) {
+  if (kind.kind == "Namespace" && (name == "default" || name == "kube-system" || name == "kube-public")) {
+    return absl::PermissionDeniedError(StrCat("namespaces \"", name, "\" is forbidden: this namespace may not be deleted"));
+  }
+  return absl::OkStatus();
+}
+
 std::string Str(const json& v, std::string_view key) {
   if (!v.is_object()) return "";
   auto it = v.find(key);
@@ -278,6 +286,29 @@ std::vector<absl::StatusOr<json>> Registry::CreateAll(
   return out;
 }
 
+absl::StatusOr<json> Registry::DryRunCreate(const api::KindInfo& kind, const std::string& ns, json obj) {
+  BERTH_RETURN_IF_ERROR(PrepareCreate(kind, ns, obj));
+  const std::string name = Str(obj["metadata"], "name");
+  if (GetShared(kind, ns, name).ok()) return CreatedOrExists(kind, name, absl::AlreadyExistsError(name));
+  return obj;
+}
+
+absl::StatusOr<json> Registry::DryRunDelete(const api::KindInfo& kind, const std::string& ns,
+                                            const std::string& name, const DeleteOptions& options) {
+  BERTH_RETURN_IF_ERROR(CheckDeletable(kind, name));
+  BERTH_ASSIGN_OR_RETURN(json cur, Get(kind, ns, name));
+  const std::string rv = cur["metadata"].value("resourceVersion", "");
+  const std::string uid = cur["metadata"].value("uid", "");
+  if (options.resource_version && *options.resource_version != rv) {
+    return absl::AbortedError(StrCat("Precondition failed: ResourceVersion in precondition: ", *options.resource_version,
+                                     ", ResourceVersion in object meta: ", rv));
+  }
+  if (options.uid && *options.uid != uid) {
+    return absl::AbortedError(StrCat("Precondition failed: UID in precondition: ", *options.uid, ", UID in object meta: ", uid));
+  }
+  return cur;
+}
+
 absl::StatusOr<json> Registry::CreatedOrExists(const api::KindInfo& kind, const std::string& name,
                                                absl::StatusOr<json> created) {
   if (!created.ok() && created.status().code() == absl::StatusCode::kAlreadyExists) {
@@ -380,7 +411,7 @@ absl::StatusOr<ListPage> Registry::List(const api::KindInfo& kind, const std::st
 
 absl::StatusOr<json> Registry::UpdateOnce(const api::KindInfo& kind, const std::string& ns,
                                           const std::string& name, json obj, Subresource sub,
-                                          bool* unconditional) {
+                                          bool* unconditional, bool dry_run) {
   if (!obj.is_object()) return api::BadRequest("the request body must be a JSON object");
   const std::string api_version = kind.api_version();
   if (obj.contains("apiVersion") && obj["apiVersion"] != api_version) {
@@ -460,6 +491,7 @@ absl::StatusOr<json> Registry::UpdateOnce(const api::KindInfo& kind, const std::
   if (kind.kind == "PersistentVolumeClaim" && sub != Subresource::kStatus) {
     BERTH_RETURN_IF_ERROR(CheckClaimResize(old, obj));
   }
+  if (dry_run) return obj;
   auto updated = store_.Update(std::string(kind.resource), std::move(obj));
   if (!updated.ok() && updated.status().code() == absl::StatusCode::kAborted) return Conflict(kind, name);
   return updated;
@@ -467,6 +499,16 @@ absl::StatusOr<json> Registry::UpdateOnce(const api::KindInfo& kind, const std::
 
 absl::StatusOr<json> Registry::Update(const api::KindInfo& kind, const std::string& ns,
                                       const std::string& name, json object, Subresource sub) {
+  return UpdateImpl(kind, ns, name, std::move(object), sub, /*dry_run=*/false);
+}
+
+absl::StatusOr<json> Registry::DryRunUpdate(const api::KindInfo& kind, const std::string& ns,
+                                            const std::string& name, json object, Subresource sub) {
+  return UpdateImpl(kind, ns, name, std::move(object), sub, /*dry_run=*/true);
+}
+
+absl::StatusOr<json> Registry::UpdateImpl(const api::KindInfo& kind, const std::string& ns,
+                                          const std::string& name, json object, Subresource sub, bool dry_run) {
   // Only an update without a resourceVersion is ever retried (see below):
   // any other hands its object over instead of copying it.
   bool conditional = false;
@@ -476,11 +518,11 @@ absl::StatusOr<json> Registry::Update(const api::KindInfo& kind, const std::stri
   }
   if (conditional) {
     bool unconditional = false;
-    return UpdateOnce(kind, ns, name, std::move(object), sub, &unconditional);
+    return UpdateOnce(kind, ns, name, std::move(object), sub, &unconditional, dry_run);
   }
   for (int attempt = 0;; ++attempt) {
     bool unconditional = false;
-    auto out = UpdateOnce(kind, ns, name, object, sub, &unconditional);
+    auto out = UpdateOnce(kind, ns, name, object, sub, &unconditional, dry_run);
     // An unconditional update lost a race with another writer between our
     // read and write: it asked for no precondition, so try again.
     if (out.ok() || !unconditional || out.status().code() != absl::StatusCode::kAborted ||
@@ -493,6 +535,17 @@ absl::StatusOr<json> Registry::Update(const api::KindInfo& kind, const std::stri
 absl::StatusOr<json> Registry::Patch(const api::KindInfo& kind, const std::string& ns,
                                      const std::string& name, std::string_view patch,
                                      PatchType type, Subresource sub) {
+  return PatchImpl(kind, ns, name, patch, type, sub, /*dry_run=*/false);
+}
+
+absl::StatusOr<json> Registry::DryRunPatch(const api::KindInfo& kind, const std::string& ns,
+                                           const std::string& name, std::string_view patch, PatchType type,
+                                           Subresource sub) {
+  return PatchImpl(kind, ns, name, patch, type, sub, /*dry_run=*/true);
+}
+
+absl::StatusOr<json> Registry::PatchImpl(const api::KindInfo& kind, const std::string& ns, const std::string& name,
+                                         std::string_view patch, PatchType type, Subresource sub, bool dry_run) {
   for (int attempt = 0;; ++attempt) {
     BERTH_ASSIGN_OR_RETURN(json old, Get(kind, ns, name));
     const std::string old_rv = old["metadata"].value("resourceVersion", "");
@@ -504,7 +557,7 @@ absl::StatusOr<json> Registry::Patch(const api::KindInfo& kind, const std::strin
     const bool precondition = patched["metadata"].value("resourceVersion", "") != old_rv;
     if (!precondition) patched["metadata"]["resourceVersion"] = old_rv;
     bool unconditional = false;
-    auto out = UpdateOnce(kind, ns, name, std::move(patched), sub, &unconditional);
+    auto out = UpdateOnce(kind, ns, name, std::move(patched), sub, &unconditional, dry_run);
     if (out.ok() || precondition || out.status().code() != absl::StatusCode::kAborted ||
         attempt >= kPatchRetries) {
       return out;
@@ -515,9 +568,7 @@ absl::StatusOr<json> Registry::Patch(const api::KindInfo& kind, const std::strin
 absl::StatusOr<json> Registry::Delete(const api::KindInfo& kind, const std::string& ns,
                                       const std::string& name, const DeleteOptions& options) {
   const std::string eff_ns = kind.namespaced ? ns : "";
-  if (kind.kind == "Namespace" && (name == "default" || name == "kube-system" || name == "kube-public")) {
-    return absl::PermissionDeniedError(StrCat("namespaces \"", name, "\" is forbidden: this namespace may not be deleted"));
-  }
+  BERTH_RETURN_IF_ERROR(CheckDeletable(kind, name));
   std::optional<std::string> uid = options.uid;
   if (options.resource_version) {
     BERTH_ASSIGN_OR_RETURN(json cur, Get(kind, ns, name));

@@ -67,6 +67,19 @@ class Registry : public Api {
   // or gracePeriodSeconds 0 (`--grace-period=0 --force`), goes at once.
   absl::StatusOr<json> Delete(const api::KindInfo& kind, const std::string& ns,
                               const std::string& name, const DeleteOptions& options = {}) override;
+  // dryRun=All: the request goes through every step of the write it names
+  // — decoding, defaults, admission, validation, immutability, conflicts
+  // and preconditions — with the same errors, and returns what would be
+  // stored, but nothing is stored and no watcher hears of it.
+  absl::StatusOr<json> DryRunCreate(const api::KindInfo& kind, const std::string& ns, json object);
+  absl::StatusOr<json> DryRunUpdate(const api::KindInfo& kind, const std::string& ns, const std::string& name,
+                                    json object, Subresource sub);
+  absl::StatusOr<json> DryRunPatch(const api::KindInfo& kind, const std::string& ns, const std::string& name,
+                                   std::string_view patch, PatchType type, Subresource sub);
+  // The object as it is (it must exist and meet the preconditions).
+  absl::StatusOr<json> DryRunDelete(const api::KindInfo& kind, const std::string& ns, const std::string& name,
+                                    const DeleteOptions& options = {});
+
   // pods/binding: sets spec.nodeName of an unscheduled pod.
   absl::StatusOr<json> BindPod(const std::string& ns, const std::string& name,
                                const std::string& node_name);
@@ -84,9 +97,14 @@ class Registry : public Api {
   void EnableStorageProtectionAdmission(bool on) { storage_protection_admission_ = on; }
 
  private:
+  absl::StatusOr<json> UpdateImpl(const api::KindInfo& kind, const std::string& ns, const std::string& name,
+                                  json object, Subresource sub, bool dry_run);
+  absl::StatusOr<json> PatchImpl(const api::KindInfo& kind, const std::string& ns, const std::string& name,
+                                 std::string_view patch, PatchType type, Subresource sub, bool dry_run);
+  // With `dry_run`, returns what it would store instead of storing it.
   absl::StatusOr<json> UpdateOnce(const api::KindInfo& kind, const std::string& ns,
                                   const std::string& name, json object, Subresource sub,
-                                  bool* unconditional);
+                                  bool* unconditional, bool dry_run = false);
   absl::Status CheckNamespace(const api::KindInfo& kind, const std::string& ns);
   // Create's admission: checks, defaults and validates `obj` in place.
   absl::Status PrepareCreate(const api::KindInfo& kind, const std::string& ns, json& obj);

@@ -141,6 +141,10 @@ int main(int argc, char** argv) {
   up->add_option("--node-name", up_options.node_name, "node name (default: the host name; -1..-N with --nodes N)");
   up->add_option("--external-driver", up_options.external_drivers,
                  "NAME=unix:///path/csi.sock: drive an already-running CSI driver too (repeatable)");
+  up->add_option("--sidecar-driver", up_options.sidecar_drivers,
+                 "NAME: leave this driver's controller side to the upstream kubernetes-csi sidecars (repeatable)");
+  up->add_flag("!--no-snapshot-controller", up_options.snapshot_controller,
+               "leave VolumeSnapshots to the upstream snapshot-controller");
   up->add_option("--api-address", up_options.api_address, "loopback TCP address for kubectl (\"\" to disable)")
       ->capture_default_str();
   up->add_option("--csi-binary", up_options.csi_binary, "berth-csi to run (default: beside this binary)");

@@ -231,6 +231,20 @@ absl::Status ValidateUpOptions(const UpOptions& o) {
     }
   }
   for (const auto& e : o.external_drivers) BERTH_RETURN_IF_ERROR(ParseExternal(e).status());
+  for (const auto& name : o.sidecar_drivers) {
+    if (absl::Status st = csi::CheckDriverName(name); !st.ok()) {
+      return absl::InvalidArgumentError(StrCat("--sidecar-driver: ", st.message()));
+    }
+    if (name == kBerthDriver) {
+      return absl::InvalidArgumentError(StrCat("--sidecar-driver: ", kBerthDriver, " is berth's own driver"));
+    }
+    for (const auto& e : o.external_drivers) {
+      if (e.starts_with(name + "=")) {
+        return absl::InvalidArgumentError(StrCat("--sidecar-driver ", name,
+                                                 ": also an --external-driver (berth's controllers drive those)"));
+      }
+    }
+  }
   return ValidateRuntimeOptions(o.runtime, o.nodes);
 }
 
@@ -372,6 +386,8 @@ absl::Status RunUp(UpOptions options) {
   // with the upstream node-driver-registrar) gets its controllers then.
   cm_options.follow_directory = true;
   cm_options.node_monitor_grace_period = grace;
+  cm_options.sidecar_drivers = options.sidecar_drivers;
+  cm_options.snapshot_controller = options.snapshot_controller;
   controllers::ControllerManager manager(registry, directory, cm_options);
   if (st.ok()) {
     Say("starting the controllers and the scheduler");
@@ -385,6 +401,14 @@ absl::Status RunUp(UpOptions options) {
     if (!cp->kubeconfig_path().empty()) {
       std::cout << "  kubeconfig: " << cp->kubeconfig_path() << "\n"
                 << "  connect:    export KUBECONFIG=" << cp->kubeconfig_path() << "; kubectl get pvc\n";
+    }
+    for (const auto& driver : options.sidecar_drivers) {
+      std::cout << "  sidecar driver " << driver << ": its node plugin registers in " << options.data_dir
+                << "/nodes/<node>/kubelet/plugins_registry (kubelet root " << options.data_dir
+                << "/nodes/<node>/kubelet); its controller sidecars use "
+                << (cp->kubeconfig_path().empty() ? std::string("a kubeconfig, which needs --api-address")
+                                                  : "--kubeconfig " + cp->kubeconfig_path())
+                << " (docs/api.md)\n";
     }
     std::cout << "  try: berth --data-dir " << options.data_dir << " apply -f examples/claim-and-pod.yaml\n"
               << std::flush;

@@ -33,6 +33,13 @@ struct UpOptions {
   int nodes = 1;
   std::string node_name;        // default: the host name; with --nodes N, <name>-1 ... <name>-N
   std::vector<std::string> external_drivers;  // NAME=unix:///path/csi.sock
+  // Drivers whose controller side the upstream kubernetes-csi sidecars
+  // serve against this API (berth's per-driver controllers leave them be);
+  // their node side registers with a node agent as any driver does.
+  std::vector<std::string> sidecar_drivers;
+  // false (--no-snapshot-controller): VolumeSnapshots are handled by the
+  // upstream snapshot-controller run against this API.
+  bool snapshot_controller = true;
   std::string api_address = "127.0.0.1:7443";
   std::string csi_binary;       // default: berth-csi beside the berth binary
   std::string log_level = "info";

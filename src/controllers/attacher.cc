@@ -8,6 +8,7 @@
 #include "common/status.h"
 #include "common/strings.h"
 #include "client/capability.h"
+#include "client/secrets.h"
 #include "controllers/node_affinity.h"
 #include "controllers/taints.h"
 #include "client/object.h"
@@ -452,16 +453,8 @@ std::string Attacher::EndpointNode(const json& pv, const json& attachment) const
 
 absl::StatusOr<google::protobuf::Map<std::string, std::string>> Attacher::PublishSecrets(const json& pv) {
   google::protobuf::Map<std::string, std::string> out;
-  const json& ref = Field(Field(Field(pv, "spec"), "csi"), "controllerPublishSecretRef");
-  const std::string name = Str(ref, {"name"});
-  if (name.empty()) return out;
-  const std::string ns = Str(ref, {"namespace"});
-  auto secret = registry_.Get(K("secrets"), ns, name);
-  if (!secret.ok()) {
-    return absl::FailedPreconditionError(
-        StrCat("controller publish secret ", ns, "/", name, ": ", secret.status().message()));
-  }
-  for (const auto& [k, v] : DecodedSecretData(*secret)) out[k] = v;
+  BERTH_ASSIGN_OR_RETURN(const SecretData secrets, PvSecret(registry_, pv, "controllerPublishSecretRef"));
+  for (const auto& [k, v] : secrets) out[k] = v;
   return out;
 }
 

@@ -1,5 +1,6 @@
 #include "controllers/manager.h"
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "common/strings.h"
@@ -62,11 +63,13 @@ ControllerManager::ControllerManager(apiserver::Registry& registry, DriverDirect
       SchedulerInformers{i("pods"), i("nodes"), i("persistentvolumeclaims"), i("persistentvolumes"),
                          i("storageclasses"), i("csinodes"), i("csidrivers"), i("csistoragecapacities")},
       Scheduler::Options{});
-  snapshot_controller_ = std::make_unique<SnapshotController>(
-      registry_,
-      SnapshotInformers{i("volumesnapshots"), i("volumesnapshotcontents"), i("volumesnapshotclasses"),
-                        i("persistentvolumeclaims")},
-      SnapshotController::Options{});
+  if (options_.snapshot_controller) {
+    snapshot_controller_ = std::make_unique<SnapshotController>(
+        registry_,
+        SnapshotInformers{i("volumesnapshots"), i("volumesnapshotcontents"), i("volumesnapshotclasses"),
+                          i("persistentvolumeclaims")},
+        SnapshotController::Options{});
+  }
   ephemeral_ = std::make_unique<EphemeralController>(registry_, i("pods"), i("persistentvolumeclaims"),
                                                      EphemeralController::Options{});
   node_lifecycle_ = std::make_unique<NodeLifecycleController>(
@@ -80,8 +83,13 @@ ControllerManager::ControllerManager(apiserver::Registry& registry, DriverDirect
                                                   PodGarbageCollector::Options{.clock = options_.clock});
   absl::MutexLock lock(&mu_);
   for (const auto& driver : options_.drivers) {
-    if (!per_driver_.contains(driver)) per_driver_.emplace(driver, MakeDriver(driver));
+    if (!per_driver_.contains(driver) && !IsSidecarDriver(driver)) per_driver_.emplace(driver, MakeDriver(driver));
   }
+}
+
+bool ControllerManager::IsSidecarDriver(const std::string& driver) const {
+  return std::find(options_.sidecar_drivers.begin(), options_.sidecar_drivers.end(), driver) !=
+         options_.sidecar_drivers.end();
 }
 
 ControllerManager::PerDriver ControllerManager::MakeDriver(const std::string& driver) {
@@ -130,6 +138,7 @@ void ControllerManager::StartDriver(PerDriver& d) {
 }
 
 void ControllerManager::AddDriver(const std::string& driver) {
+  if (IsSidecarDriver(driver)) return;
   absl::MutexLock lock(&mu_);
   if (per_driver_.contains(driver)) return;
   // Registered on running informers: the handlers first see every cached
@@ -168,7 +177,7 @@ absl::Status ControllerManager::Start() {
   binder_->RegisterHandlers();
   attach_detach_->RegisterHandlers();
   scheduler_->RegisterHandlers();
-  snapshot_controller_->RegisterHandlers();
+  if (snapshot_controller_) snapshot_controller_->RegisterHandlers();
   ephemeral_->RegisterHandlers();
   node_lifecycle_->RegisterHandlers();
   taint_eviction_->RegisterHandlers();
@@ -182,7 +191,7 @@ absl::Status ControllerManager::Start() {
   binder_->Start();
   attach_detach_->Start();
   scheduler_->Start();
-  snapshot_controller_->Start();
+  if (snapshot_controller_) snapshot_controller_->Start();
   ephemeral_->Start();
   node_lifecycle_->Start();
   taint_eviction_->Start();
@@ -217,7 +226,7 @@ void ControllerManager::Stop() {
   taint_eviction_->Stop();
   node_lifecycle_->Stop();
   ephemeral_->Stop();
-  snapshot_controller_->Stop();
+  if (snapshot_controller_) snapshot_controller_->Stop();
   scheduler_->Stop();
   attach_detach_->Stop();
   binder_->Stop();

@@ -63,6 +63,16 @@ class ControllerManager {
     // to the DriverDirectory later (a node's plugin registration), as they
     // appear.
     bool follow_directory = false;
+    // Drivers served by the upstream kubernetes-csi sidecars (external-
+    // provisioner, -attacher, -resizer, -snapshotter, capacity): never given
+    // per-driver controllers, even when they register on a node. The
+    // cluster-wide controllers (binder, scheduler, attach-detach, snapshot
+    // controller) still do Kubernetes' part for them, and the node agents
+    // stage and publish their volumes.
+    std::vector<std::string> sidecar_drivers = {};
+    // false: VolumeSnapshots are left to the upstream snapshot-controller
+    // (the per-driver content handling still runs for berth's drivers).
+    bool snapshot_controller = true;
     // The node lifecycle controller (kube-controller-manager's
     // --node-monitor-period and --node-monitor-grace-period).
     absl::Duration node_monitor_period = absl::Seconds(5);
@@ -87,7 +97,7 @@ class ControllerManager {
   DriverMonitor& monitor() const { return *monitor_; }
 
   // Runs the per-driver controllers for `driver` (started at once when the
-  // manager runs; no-op when they exist).
+  // manager runs; no-op when they exist or `driver` is a sidecar driver).
   void AddDriver(const std::string& driver) ABSL_LOCKS_EXCLUDED(mu_);
   std::vector<std::string> drivers() const ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -100,6 +110,7 @@ class ControllerManager {
     std::unique_ptr<CapacityTracker> capacity;
   };
   PerDriver MakeDriver(const std::string& driver);
+  bool IsSidecarDriver(const std::string& driver) const;
   static void StartDriver(PerDriver& d);
 
   apiserver::Registry& registry_;

@@ -119,5 +119,24 @@ TEST_F(ControllerManagerTest, DriversKnownBeforeStartAreFollowedToo) {
   EXPECT_THAT(manager.drivers(), ::testing::ElementsAre(kLate));
 }
 
+// berth up --sidecar-driver: the upstream sidecars serve the driver's
+// controller side, so neither naming it nor its registration on a node
+// starts berth's provisioner (or the rest) for it.
+TEST_F(ControllerManagerTest, SidecarDriversGetNoControllers) {
+  ControllerManager::Options o = Follow(true);
+  o.drivers = {kLate};
+  o.sidecar_drivers = {kLate};
+  ControllerManager manager(*registry_, directory_, o);
+  ASSERT_TRUE(manager.Start().ok());
+  directory_.Add(kLate, "node-1", "unix://" + socket_);
+  manager.AddDriver(kLate);
+  ClassAndClaim("data");
+  absl::SleepFor(absl::Milliseconds(500));
+  EXPECT_EQ(Phase("data"), "Pending") << "left to the external provisioner";
+  EXPECT_TRUE(manager.drivers().empty());
+  EXPECT_EQ(driver_->create_calls(), 0);
+  manager.Stop();
+}
+
 }  // namespace
 }  // namespace berth::controllers

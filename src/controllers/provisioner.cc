@@ -8,6 +8,7 @@
 #include "common/status.h"
 #include "common/strings.h"
 #include "client/capability.h"
+#include "client/secrets.h"
 #include "controllers/data_source.h"
 #include "controllers/node_affinity.h"
 #include "controllers/taints.h"
@@ -48,19 +49,11 @@ std::string ClaimProvisioner(const json& claim) {
 const api::KindInfo& Claims() { return K("persistentvolumeclaims"); }
 
 // A final error: the driver is not working on the volume any more, so
-// nothing can exist for this attempt (external-provisioner's checkError:
-// only CANCELLED, DEADLINE_EXCEEDED, UNAVAILABLE and ABORTED — or no gRPC
-// answer at all — mean "maybe still in progress").
+// nothing can exist for this attempt. external-provisioner's checkError
+// differs from the other sidecars in one code: RESOURCE_EXHAUSTED is final
+// for CreateVolume (the pool is full; nothing was made).
 bool FinalError(const absl::Status& st) {
-  switch (st.code()) {
-    case absl::StatusCode::kDeadlineExceeded:
-    case absl::StatusCode::kUnavailable:
-    case absl::StatusCode::kAborted:
-    case absl::StatusCode::kCancelled:
-      return false;
-    default:
-      return true;
-  }
+  return csi::IsFinalError(st) || st.code() == absl::StatusCode::kResourceExhausted;
 }
 
 }  // namespace
@@ -249,14 +242,8 @@ absl::StatusOr<::csi::v1::CreateVolumeRequest> Provisioner::BuildRequest(const j
   // Provisioner secrets.
   const std::string secret_name = Expand(reserved["provisioner-secret-name"], claim);
   const std::string secret_ns = Expand(reserved["provisioner-secret-namespace"], claim);
-  if (!secret_name.empty()) {
-    auto secret = registry_.Get(K("secrets"), secret_ns, secret_name);
-    if (!secret.ok()) {
-      return absl::FailedPreconditionError(StrCat("provisioner secret ", secret_ns, "/", secret_name, ": ",
-                                                  secret.status().message()));
-    }
-    for (const auto& [k, v] : DecodedSecretData(*secret)) (*req.mutable_secrets())[k] = v;
-  }
+  BERTH_ASSIGN_OR_RETURN(const SecretData secrets, CsiSecret(registry_, secret_ns, secret_name, "provisioner secret"));
+  for (const auto& [k, v] : secrets) (*req.mutable_secrets())[k] = v;
   // Topology.
   std::vector<std::map<std::string, std::string>> requisite;
   const json& allowed = Field(sc, "allowedTopologies");
@@ -685,13 +672,8 @@ absl::StatusOr<google::protobuf::Map<std::string, std::string>> Provisioner::Del
       ns = Expand(Str(params, {StrCat(kReservedPrefix, "provisioner-secret-namespace")}), claim, Name(pv));
     }
   }
-  if (name.empty()) return secrets;
-  auto s = registry_.Get(K("secrets"), ns, name);
-  if (!s.ok()) {
-    return absl::FailedPreconditionError(
-        StrCat("provisioner deletion secret ", ns, "/", name, ": ", s.status().message()));
-  }
-  for (const auto& [k, v] : DecodedSecretData(*s)) secrets[k] = v;
+  BERTH_ASSIGN_OR_RETURN(const SecretData data, CsiSecret(registry_, ns, name, "provisioner deletion secret"));
+  for (const auto& [k, v] : data) secrets[k] = v;
   return secrets;
 }
 

@@ -6,6 +6,7 @@
 #include "common/status.h"
 #include "common/strings.h"
 #include "client/capability.h"
+#include "client/secrets.h"
 #include "controllers/node_affinity.h"
 #include "client/object.h"
 #include "client/writes.h"
@@ -65,21 +66,6 @@ bool HasCondition(const json& claim, const std::string& type) {
   return false;
 }
 
-// external-resizer's IsFinalError: the operation is for sure not in
-// progress (anything but CANCELLED, DEADLINE_EXCEEDED, UNAVAILABLE,
-// RESOURCE_EXHAUSTED, ABORTED — or no answer at all).
-bool FinalError(const absl::Status& st) {
-  switch (st.code()) {
-    case absl::StatusCode::kCancelled:
-    case absl::StatusCode::kDeadlineExceeded:
-    case absl::StatusCode::kUnavailable:
-    case absl::StatusCode::kResourceExhausted:
-    case absl::StatusCode::kAborted:
-      return false;
-    default:
-      return true;
-  }
-}
 
 // external-resizer's IsInfeasibleError, plus RESOURCE_EXHAUSTED: CSI lists
 // no such answer for ControllerExpandVolume, and berth-csi gives it only
@@ -174,12 +160,10 @@ absl::Status Resizer::Expand(const json& pv, const std::string& key, int64_t byt
     return modes.status();
   }
   *req.mutable_volume_capability() = PvVolumeCapability(pv, *modes);
-  if (std::string secret = Str(pv, {"spec", "csi", "controllerExpandSecretRef", "name"}); !secret.empty()) {
-    auto s = registry_.Get(K("secrets"), Str(pv, {"spec", "csi", "controllerExpandSecretRef", "namespace"}), secret);
-    if (s.ok()) {
-      for (const auto& [k, v] : DecodedSecretData(*s)) (*req.mutable_secrets())[k] = v;
-    }
-  }
+  // A secret the PV names but that cannot be read stops the call (it was
+  // once skipped, and the driver called without its credentials).
+  BERTH_ASSIGN_OR_RETURN(const SecretData secrets, PvSecret(registry_, pv, "controllerExpandSecretRef"));
+  for (const auto& [k, v] : secrets) (*req.mutable_secrets())[k] = v;
   ::csi::v1::ControllerExpandVolumeResponse resp;
   absl::Status st = monitor_.Call(options_.driver, node, [&](const std::shared_ptr<grpc::Channel>& channel) {
     grpc::ClientContext ctx;
@@ -291,15 +275,15 @@ absl::Status Resizer::SyncClaim(const std::string& key) {
     const bool infeasible = InfeasibleError(st);
     {
       absl::MutexLock lock(&mu_);
-      if (FinalError(st) || infeasible) final_error_.insert(key);
+      if (csi::IsFinalError(st) || infeasible) final_error_.insert(key);
       if (infeasible) {
         infeasible_since_[key] = clock_.Now();
       } else {
         infeasible_since_.erase(key);
-        if (!FinalError(st)) final_error_.erase(key);
+        if (!csi::IsFinalError(st)) final_error_.erase(key);
       }
     }
-    if (FinalError(st) || infeasible) {
+    if (csi::IsFinalError(st) || infeasible) {
       absl::Status written = EditStatus(registry_, K("persistentvolumeclaims"), claim, [&](json& s) {
         SetCondition(s, "Resizing", "");
         SetCondition(s, "ControllerResizeError", "True", StrCat("failed to expand pvc with ", st.message()));

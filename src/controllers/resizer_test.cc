@@ -105,6 +105,38 @@ TEST_F(ResizerTest, LoweringTheRequestAboveTheCapacityRecovers) {
   EXPECT_EQ(driver_->last_expand_bytes(), 2LL << 30);
 }
 
+TEST_F(ResizerTest, TheExpandSecretThePvNamesIsSentAndAMissingOneStopsTheCall) {
+  Class("sealed", "Immediate",
+        {{"csi.storage.k8s.io/controller-expand-secret-name", "expand"},
+         {"csi.storage.k8s.io/controller-expand-secret-namespace", "default"}});
+  Create("persistentvolumeclaims", "", "default", Claim("sealed", "sealed", "1Gi"));
+  ASSERT_TRUE(Eventually([&] { return ClaimPhase("sealed") == "Bound"; }));
+  const std::string pv = Str(Get("persistentvolumeclaims", "default", "sealed"), {"spec", "volumeName"});
+  auto size = [&] { return Str(Get("persistentvolumes", "", pv), {"spec", "capacity", "storage"}); };
+  // Not there: the driver is not called without the credentials.
+  Grow("sealed", "2Gi");
+  ASSERT_TRUE(Eventually([&] {
+    auto list = registry_->List(K("events"), "default", {});
+    for (const auto& e : list.ok() ? list->items : std::vector<json>{}) {
+      if (Str(e, {"involvedObject", "name"}) == "sealed" && Str(e, {"reason"}) == "VolumeResizeFailed" &&
+          Str(e, {"message"}).find("default/expand") != std::string::npos) {
+        return true;
+      }
+    }
+    return false;
+  }));
+  EXPECT_EQ(driver_->expand_calls(), 0);
+  EXPECT_EQ(size(), "1Gi");
+  // Created: sent, decoded.
+  Create("secrets", "", "default",
+         {{"apiVersion", "v1"}, {"kind", "Secret"}, {"metadata", {{"name", "expand"}}}, {"data", {{"key", "czNjcjN0"}}}});
+  ASSERT_TRUE(Eventually([&] {
+    resize_clock_.Advance(absl::Seconds(1));
+    return size() == "2Gi";
+  }));
+  EXPECT_EQ(driver_->last_expand_secrets(), (std::map<std::string, std::string>{{"key", "s3cr3t"}}));
+}
+
 TEST_F(ResizerTest, AnExpansionWhoseOutcomeIsUnknownIsRepeatedAtItsSizeEvenIfTheRequestIsLowered) {
   driver_->SetExpand(true, grpc::StatusCode::DEADLINE_EXCEEDED);
   ASSERT_TRUE(Request("5Gi").ok());

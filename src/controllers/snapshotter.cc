@@ -8,6 +8,7 @@
 #include "common/status.h"
 #include "common/strings.h"
 #include "client/capability.h"
+#include "client/secrets.h"
 #include "controllers/node_affinity.h"
 #include "client/object.h"
 #include "client/writes.h"
@@ -113,22 +114,6 @@ bool SetError(json& o, const std::string& message) {
   return true;
 }
 
-// A final error: the driver is not working on the snapshot any more
-// (external-snapshotter's isCSIFinalError). CANCELLED, DEADLINE_EXCEEDED,
-// UNAVAILABLE, RESOURCE_EXHAUSTED and ABORTED may leave a CreateSnapshot
-// running, so its outcome is unknown.
-bool FinalError(const absl::Status& st) {
-  switch (st.code()) {
-    case absl::StatusCode::kCancelled:
-    case absl::StatusCode::kDeadlineExceeded:
-    case absl::StatusCode::kUnavailable:
-    case absl::StatusCode::kResourceExhausted:
-    case absl::StatusCode::kAborted:
-      return false;
-    default:
-      return true;
-  }
-}
 
 // ${...} tokens of a secret reference template.
 absl::StatusOr<std::string> Resolve(const std::string& text, const std::map<std::string, std::string>& vars) {
@@ -750,15 +735,8 @@ void Snapshotter::ResetPoll(const std::string& name) {
 absl::StatusOr<std::map<std::string, std::string>> Snapshotter::Secrets(const std::string& ns,
                                                                         const std::string& name) {
   if (ns.empty() && name.empty()) return std::map<std::string, std::string>();
-  if (ns.empty() || name.empty()) {
-    return absl::InvalidArgumentError("secret name or namespace not specified");
-  }
-  auto secret = registry_.Get(CoreKind("secrets"), ns, name);
-  if (!secret.ok()) {
-    return absl::FailedPreconditionError(
-        StrCat("cannot get credentials from secret ", ns, "/", name, ": ", secret.status().message()));
-  }
-  return DecodedSecretData(*secret);
+  if (name.empty()) return absl::InvalidArgumentError("secret name or namespace not specified");
+  return CsiSecret(registry_, ns, name, "snapshotter secret");
 }
 
 std::string Snapshotter::CallNode(const json& content) const {
@@ -904,7 +882,7 @@ absl::Status Snapshotter::CreateSnapshot(const json& content) {
     return csi::FromGrpcStatus(stub.CreateSnapshot(&ctx, req, &resp));
   });
   if (!st.ok()) {
-    if (FinalError(st)) {
+    if (csi::IsFinalError(st)) {
       // The driver is not working on it: nothing was made by this call.
       BERTH_RETURN_IF_ERROR(MutateObject(registry_, ContentsKind(), content, apiserver::Subresource::kMain,
                                          [](json& c) { return RemoveAnnotation(c, kAnnSnapshotBeingCreated); }));

@@ -28,14 +28,7 @@ absl::StatusOr<std::map<std::string, std::string>> VolumeManager::PublishContext
 }
 
 absl::StatusOr<std::map<std::string, std::string>> VolumeManager::SecretsOf(const json& pv, const char* ref) {
-  const json& r = Field(Field(Field(pv, "spec"), "csi"), ref);
-  if (!r.is_object()) return std::map<std::string, std::string>{};
-  const std::string ns = Str(r, {"namespace"}), name = Str(r, {"name"});
-  auto secret = registry_.Get(K("secrets"), ns, name);
-  if (!secret.ok()) {
-    return absl::FailedPreconditionError(StrCat("secret ", ns, "/", name, " (", ref, "): ", secret.status().message()));
-  }
-  return client::DecodedSecretData(*secret);
+  return client::PvSecret(registry_, pv, ref);
 }
 
 std::map<std::string, std::string> VolumeManager::VolumeContext(const Wanted& w) {

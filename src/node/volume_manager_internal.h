@@ -14,6 +14,7 @@
 #include "absl/strings/match.h"
 #include "api/quantity.h"
 #include "client/capability.h"
+#include "client/secrets.h"
 #include "client/object.h"
 #include "client/volume_names.h"
 #include "client/workqueue.h"

@@ -344,6 +344,7 @@ class FakeCsiDriver : public ::csi::v1::Identity::Service, public ::csi::v1::Con
     absl::MutexLock l(&mu_);
     ++expand_calls_;
     last_expand_bytes_ = req->capacity_range().required_bytes();
+    last_expand_secrets_ = {req->secrets().begin(), req->secrets().end()};
     if (expand_fail_ != grpc::StatusCode::OK) return grpc::Status(expand_fail_, "injected expand failure");
     const std::string prefix = "fake-";
     auto it = volumes_.find(req->volume_id().substr(std::min(prefix.size(), req->volume_id().size())));
@@ -366,6 +367,10 @@ class FakeCsiDriver : public ::csi::v1::Identity::Service, public ::csi::v1::Con
     absl::MutexLock l(&mu_);
     return last_expand_bytes_;
   }
+  std::map<std::string, std::string> last_expand_secrets() const {
+    absl::MutexLock l(&mu_);
+    return last_expand_secrets_;
+  }
 
  private:
   const std::string name_;
@@ -379,6 +384,7 @@ class FakeCsiDriver : public ::csi::v1::Identity::Service, public ::csi::v1::Con
   int create_calls_ ABSL_GUARDED_BY(mu_) = 0;
   int expand_calls_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t last_expand_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  std::map<std::string, std::string> last_expand_secrets_ ABSL_GUARDED_BY(mu_);
   int probe_calls_ ABSL_GUARDED_BY(mu_) = 0;
   bool probe_ready_ ABSL_GUARDED_BY(mu_) = true;
   bool node_expansion_required_ ABSL_GUARDED_BY(mu_) = true;
