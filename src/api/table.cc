@@ -731,6 +731,8 @@ size_t TextWidth(std::string_view s) {
   return n;
 }
 
+}  // namespace
+
 // kubectl's tabwriter: minwidth 6, padding 3; the last column is not padded.
 std::string Tabulate(const std::vector<std::vector<std::string>>& lines) {
   constexpr size_t kMinWidth = 6;
@@ -752,8 +754,6 @@ std::string Tabulate(const std::vector<std::vector<std::string>>& lines) {
   }
   return out;
 }
-
-}  // namespace
 
 std::string HumanDuration(absl::Duration d) {
   // A deviation of up to 2s (excluded) counts as now, for clock skew.

@@ -44,6 +44,10 @@ nlohmann::json BuildTable(const KindInfo& kind, const std::vector<nlohmann::json
 // The table as text the way kubectl prints it: upper-case headers, columns
 // separated by three spaces, <none> for empty cells. `wide` includes the
 // priority > 0 columns; `with_namespace` adds a NAMESPACE column first.
+// Rows of cells aligned as kubectl's tabwriter does (minwidth 6, padding
+// 3, the last column unpadded); each line ends in '\n'.
+std::string Tabulate(const std::vector<std::vector<std::string>>& lines);
+
 std::string RenderTable(const nlohmann::json& table, bool wide, bool with_namespace,
                         bool with_headers = true);
 

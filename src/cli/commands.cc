@@ -5,12 +5,13 @@
 #include <iostream>
 #include <iterator>
 #include <optional>
-#include <thread>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/str_split.h"
 #include "api/codec.h"
 #include "api/kinds.h"
 #include "api/table.h"
+#include "cli/get.h"
 #include "common/fs.h"
 #include "common/status.h"
 #include "common/strings.h"
@@ -24,118 +25,8 @@ using nlohmann::json;
 
 constexpr char kLastApplied[] = "kubectl.kubernetes.io/last-applied-configuration";
 constexpr char kMergePatch[] = "application/merge-patch+json";
-
-std::string UrlEscape(std::string_view s) {
-  std::string out;
-  for (unsigned char c : s) {
-    if (std::isalnum(c) || c == '-' || c == '.' || c == '_' || c == '~') {
-      out += static_cast<char>(c);
-    } else {
-      char buf[4];
-      std::snprintf(buf, sizeof(buf), "%%%02X", c);
-      out += buf;
-    }
-  }
-  return out;
-}
-
-std::string CollectionPath(const api::KindInfo& k, const std::string& ns) {
-  std::string base = k.group.empty() ? std::string("/api/v1") : StrCat("/apis/", k.group, "/", k.version);
-  if (k.namespaced && !ns.empty()) return StrCat(base, "/namespaces/", UrlEscape(ns), "/", k.resource);
-  return StrCat(base, "/", k.resource);
-}
-
-std::string ObjectPath(const api::KindInfo& k, const std::string& ns, const std::string& name) {
-  return StrCat(CollectionPath(k, ns), "/", UrlEscape(name));
-}
-
-// "persistentvolumeclaim/data", "storageclass.storage.k8s.io/fast".
-std::string TypedName(const api::KindInfo& k, const std::string& name) {
-  return k.group.empty() ? StrCat(k.singular, "/", name) : StrCat(k.singular, ".", k.group, "/", name);
-}
-
-std::string Quoted(const api::KindInfo& k, const std::string& name) {
-  return k.group.empty() ? StrCat(k.singular, " \"", name, "\"")
-                         : StrCat(k.singular, ".", k.group, " \"", name, "\"");
-}
-
-absl::StatusOr<const api::KindInfo*> ResolveKind(std::string_view name) {
-  const api::KindInfo* k = api::FindByUserName(name);
-  if (k == nullptr) {
-    return absl::NotFoundError(StrCat("the server doesn't have a resource type \"", name, "\""));
-  }
-  return k;
-}
-
-absl::Status ServerError(const ApiResponse& r) {
-  std::string reason;
-  json body = json::parse(r.body, nullptr, false);
-  if (body.is_object()) reason = body.value("reason", "");
-  std::string msg = http::ErrorMessage(r);
-  std::string text = reason.empty() ? msg : StrCat("Error from server (", reason, "): ", msg);
-  switch (r.code) {
-    case 404: return absl::NotFoundError(text);
-    case 409: return absl::AbortedError(text);
-    case 400:
-    case 422: return absl::InvalidArgumentError(text);
-    case 401:
-    case 403: return absl::PermissionDeniedError(text);
-    default: return absl::InternalError(text);
-  }
-}
-
-absl::StatusOr<json> ParseBody(const ApiResponse& r) {
-  json body = json::parse(r.body, nullptr, false);
-  if (body.is_discarded()) return absl::InternalError("the server's answer is not JSON");
-  return body;
-}
-
-std::string NamespaceFor(const ApiClient& client, const Target& t) {
-  return t.namespace_.empty() ? client.default_namespace() : t.namespace_;
-}
-
-// Lists all pages of a collection; `resource_version`, if given, gets the
-// version of the first page (where a watch should start).
-absl::StatusOr<std::vector<json>> ListAll(ApiClient& client, const std::string& path, const std::string& query,
-                                          std::string* resource_version = nullptr) {
-  std::vector<json> items;
-  std::string cont;
-  while (true) {
-    std::string target = StrCat(path, "?limit=500", query.empty() ? "" : "&", query);
-    if (!cont.empty()) target += StrCat("&continue=", UrlEscape(cont));
-    BERTH_ASSIGN_OR_RETURN(ApiResponse r, client.Call("GET", target));
-    if (r.code != 200) return ServerError(r);
-    BERTH_ASSIGN_OR_RETURN(json list, ParseBody(r));
-    if (resource_version != nullptr && resource_version->empty()) {
-      *resource_version = list["metadata"].value("resourceVersion", "");
-    }
-    for (auto& item : list["items"]) items.push_back(std::move(item));
-    cont = list["metadata"].value("continue", "");
-    if (cont.empty()) return items;
-  }
-}
-
-// The merge patch that takes `current` to `modified`, deleting what the
-// previous apply (`original`) set and `modified` no longer has.
-json ThreeWayMergePatch(const json& original, const json& modified, const json& current) {
-  json patch = json::object();
-  for (const auto& [k, v] : modified.items()) {
-    const json cur = current.is_object() && current.contains(k) ? current[k] : json();
-    if (v.is_object() && cur.is_object()) {
-      const json orig = original.is_object() && original.contains(k) ? original[k] : json::object();
-      json sub = ThreeWayMergePatch(orig, v, cur);
-      if (!sub.empty()) patch[k] = std::move(sub);
-    } else if (cur != v) {
-      patch[k] = v;
-    }
-  }
-  if (original.is_object()) {
-    for (const auto& [k, v] : original.items()) {
-      if (!modified.contains(k) && current.is_object() && current.contains(k)) patch[k] = nullptr;
-    }
-  }
-  return patch;
-}
+// How often delete --wait and wait look at the object again.
+constexpr absl::Duration kPollInterval = absl::Milliseconds(100);
 
 std::string Labels(const json& m) {
   if (!m.is_object() || m.empty()) return "<none>";
@@ -167,12 +58,12 @@ std::string Indent(const std::string& text, int spaces) {
 }
 
 // Errors of a command that carries on past failures (apply, delete): all
-// reported at the end, one "error: " line each (main adds the first prefix).
+// reported at the end, one line each (FormatError adds the prefixes).
 class ErrorList {
  public:
   void Add(const absl::Status& st) {
     if (first_.ok()) first_ = st;
-    if (!text_.empty()) text_ += "\nerror: ";
+    if (!text_.empty()) text_ += "\n";
     text_ += std::string(st.message());
   }
   absl::Status status() const {
@@ -184,6 +75,69 @@ class ErrorList {
   std::string text_;
 };
 
+// apply's progress on a terminal: one object's turn. The status line at
+// the bottom ("[37/5000] applying, 120/s") is erased before the object's
+// own line and redrawn after it; nothing is left once the last is done.
+class ProgressTurn {
+ public:
+  ProgressTurn(std::ostream& out, bool enabled, size_t done, size_t total, absl::Time start)
+      : out_(out), enabled_(enabled), done_(done), total_(total), start_(start) {
+    if (enabled_ && done_ > 0) out_ << "\r\033[K";
+  }
+  ~ProgressTurn() {
+    if (!enabled_ || done_ + 1 >= total_) return;
+    const double seconds = absl::ToDoubleSeconds(absl::Now() - start_);
+    out_ << "[" << done_ + 1 << "/" << total_ << "] applying";
+    if (seconds > 0.5) out_ << ", " << static_cast<int64_t>(static_cast<double>(done_ + 1) / seconds) << "/s";
+    out_ << std::flush;
+  }
+  ProgressTurn(const ProgressTurn&) = delete;
+  ProgressTurn& operator=(const ProgressTurn&) = delete;
+
+ private:
+  std::ostream& out_;
+  const bool enabled_;
+  const size_t done_, total_;
+  const absl::Time start_;
+};
+
+// An RFC 3339 time of an event, if it has one.
+std::optional<absl::Time> EventTime(const json& e, std::initializer_list<const char*> fields) {
+  for (const char* f : fields) {
+    absl::Time t;
+    std::string err;
+    if (e.contains(f) && e[f].is_string() && absl::ParseTime(absl::RFC3339_full, e[f].get<std::string>(), &t, &err)) {
+      return t;
+    }
+  }
+  return std::nullopt;
+}
+
+// describe's Events section as kubectl prints it: Type, Reason, Age ("5m",
+// "2m (x4 over 10m)"), From, Message; oldest first.
+std::string DescribeEvents(std::vector<json> events, absl::Time now) {
+  auto last = [](const json& e) {
+    return EventTime(e, {"lastTimestamp", "eventTime", "firstTimestamp"}).value_or(absl::InfinitePast());
+  };
+  std::stable_sort(events.begin(), events.end(), [&](const json& a, const json& b) { return last(a) < last(b); });
+  std::vector<std::vector<std::string>> lines = {{"Type", "Reason", "Age", "From", "Message"},
+                                                 {"----", "------", "----", "----", "-------"}};
+  for (const json& e : events) {
+    std::string age = "<unknown>";
+    if (auto t = EventTime(e, {"lastTimestamp", "eventTime", "firstTimestamp"})) age = api::HumanDuration(now - *t);
+    const int64_t count = e.contains("count") && e["count"].is_number_integer() ? e["count"].get<int64_t>() : 1;
+    if (auto first = EventTime(e, {"firstTimestamp", "eventTime"}); count > 1 && first) {
+      age += StrCat(" (x", count, " over ", api::HumanDuration(now - *first), ")");
+    }
+    const json source = e.value("source", json::object());
+    std::string from = source.is_object() ? source.value("component", "") : "";
+    if (from.empty()) from = e.value("reportingComponent", "");
+    if (source.is_object() && !source.value("host", "").empty()) from += ", " + source.value("host", "");
+    lines.push_back({e.value("type", ""), e.value("reason", ""), age, from, e.value("message", "")});
+  }
+  return api::Tabulate(lines);
+}
+
 std::string Capitalised(std::string_view s) {
   std::string out(s);
   if (!out.empty()) out[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(out[0])));
@@ -192,54 +146,26 @@ std::string Capitalised(std::string_view s) {
 
 }  // namespace
 
-std::optional<json> JsonPath(const json& object, std::string_view path) {
-  std::string_view p = path;
-  if (p.size() >= 2 && p.front() == '{' && p.back() == '}') p = p.substr(1, p.size() - 2);
-  if (!p.empty() && p.front() == '.') p.remove_prefix(1);
-  const json* cur = &object;
-  while (!p.empty()) {
-    size_t end = p.find_first_of(".[");
-    std::string_view key = p.substr(0, end);
-    if (!key.empty()) {
-      if (!cur->is_object() || !cur->contains(key)) return std::nullopt;
-      cur = &(*cur)[std::string(key)];
-    }
-    if (end == std::string_view::npos) break;
-    p = p.substr(end);
-    if (p.front() == '.') {
-      p.remove_prefix(1);
-      continue;
-    }
-    size_t close = p.find(']');
-    if (close == std::string_view::npos) return std::nullopt;
-    std::string_view index = p.substr(1, close - 1);
-    p = p.substr(close + 1);
-    if (!p.empty() && p.front() == '.') p.remove_prefix(1);
-    if (!cur->is_array()) return std::nullopt;
-    if (index.starts_with("?(@.")) {
-      // ?(@.type=="Ready")
-      std::string_view expr = index.substr(4, index.size() - 5);
-      size_t eq = expr.find("==");
-      if (eq == std::string_view::npos) return std::nullopt;
-      std::string field(expr.substr(0, eq));
-      std::string value(expr.substr(eq + 2));
-      if (value.size() >= 2 && (value.front() == '"' || value.front() == '\'')) value = value.substr(1, value.size() - 2);
-      const json* found = nullptr;
-      for (const auto& e : *cur) {
-        if (e.is_object() && e.contains(field) && e[field].is_string() && e[field] == value) {
-          found = &e;
-          break;
-        }
-      }
-      if (found == nullptr) return std::nullopt;
-      cur = found;
-    } else {
-      size_t i = 0;
-      if (!absl::SimpleAtoi(std::string(index), &i) || i >= cur->size()) return std::nullopt;
-      cur = &(*cur)[i];
+// The merge patch that takes `current` to `modified`, deleting what the
+// previous apply (`original`) set and `modified` no longer has.
+json ThreeWayMergePatch(const json& original, const json& modified, const json& current) {
+  json patch = json::object();
+  for (const auto& [k, v] : modified.items()) {
+    const json cur = current.is_object() && current.contains(k) ? current[k] : json();
+    if (v.is_object() && cur.is_object()) {
+      const json orig = original.is_object() && original.contains(k) ? original[k] : json::object();
+      json sub = ThreeWayMergePatch(orig, v, cur);
+      if (!sub.empty()) patch[k] = std::move(sub);
+    } else if (cur != v) {
+      patch[k] = v;
     }
   }
-  return *cur;
+  if (original.is_object()) {
+    for (const auto& [k, v] : original.items()) {
+      if (!modified.contains(k) && current.is_object() && current.contains(k)) patch[k] = nullptr;
+    }
+  }
+  return patch;
 }
 
 absl::StatusOr<std::vector<json>> ReadManifests(const std::vector<std::string>& files) {
@@ -276,12 +202,15 @@ absl::StatusOr<std::vector<json>> ReadManifests(const std::vector<std::string>& 
   return out;
 }
 
-absl::Status Apply(ApiClient& client, const std::vector<std::string>& files, const Target& target,
-                   std::ostream& out) {
+absl::Status Apply(ApiClient& client, const std::vector<std::string>& files, const Target& target, std::ostream& out,
+                   bool progress) {
   if (files.empty()) return absl::InvalidArgumentError("must specify -f FILE|DIR|-");
   BERTH_ASSIGN_OR_RETURN(std::vector<json> manifests, ReadManifests(files));
   ErrorList errors;
-  for (json& m : manifests) {
+  const absl::Time start = absl::Now();
+  for (size_t i = 0; i < manifests.size(); ++i) {
+    ProgressTurn turn(out, progress, i, manifests.size(), start);
+    json& m = manifests[i];
     const std::string api_version = m.value("apiVersion", ""), kind_name = m.value("kind", "");
     const api::KindInfo* kind = api::FindKind(api_version, kind_name);
     if (kind == nullptr) {
@@ -344,111 +273,21 @@ absl::Status Apply(ApiClient& client, const std::vector<std::string>& files, con
   return errors.status();
 }
 
-absl::Status Get(ApiClient& client, const std::string& kind_name, const std::vector<std::string>& names,
-                 const Target& target, const std::string& output, const std::string& selector, bool watch,
-                 std::ostream& out) {
-  BERTH_ASSIGN_OR_RETURN(const api::KindInfo* kind, ResolveKind(kind_name));
-  const std::string ns = kind->namespaced && !target.all_namespaces ? NamespaceFor(client, target) : "";
-  const bool with_ns = kind->namespaced && target.all_namespaces;
-  if (output != "" && output != "wide" && output != "yaml" && output != "json" && output != "name") {
-    return absl::InvalidArgumentError(StrCat("unable to match a printer suitable for the output format \"", output,
-                                             "\", allowed formats are: json,name,wide,yaml"));
-  }
-  std::vector<json> items;
-  std::string list_rv;
-  if (names.empty()) {
-    std::string query = selector.empty() ? "" : StrCat("labelSelector=", UrlEscape(selector));
-    BERTH_ASSIGN_OR_RETURN(items, ListAll(client, CollectionPath(*kind, ns), query, &list_rv));
-  } else {
-    if (watch) {
-      // The version to watch from, read before the objects: a change in
-      // between is seen twice rather than never.
-      BERTH_ASSIGN_OR_RETURN(ApiResponse lr, client.Call("GET", StrCat(CollectionPath(*kind, ns), "?limit=1")));
-      if (lr.code != 200) return ServerError(lr);
-      BERTH_ASSIGN_OR_RETURN(json list, ParseBody(lr));
-      list_rv = list["metadata"].value("resourceVersion", "");
-    }
-    for (const auto& n : names) {
-      BERTH_ASSIGN_OR_RETURN(ApiResponse r, client.Call("GET", ObjectPath(*kind, ns, n)));
-      if (r.code != 200) return ServerError(r);
-      BERTH_ASSIGN_OR_RETURN(json o, ParseBody(r));
-      items.push_back(std::move(o));
-    }
-  }
-  auto print = [&](const std::vector<json>& objs, bool headers) {
-    if (output == "yaml" || output == "json") {
-      json doc;
-      if (names.size() == 1 && !watch) {
-        doc = objs.at(0);
-      } else if (watch) {
-        for (const auto& o : objs) out << (output == "json" ? o.dump(4) + "\n" : "---\n" + api::EncodeYaml(o));
-        return;
-      } else {
-        doc = {{"apiVersion", "v1"}, {"kind", "List"}, {"items", objs}, {"metadata", {{"resourceVersion", ""}}}};
-      }
-      out << (output == "json" ? doc.dump(4) + "\n" : api::EncodeYaml(doc));
-      return;
-    }
-    if (output == "name") {
-      for (const auto& o : objs) out << TypedName(*kind, o["metadata"].value("name", "")) << "\n";
-      return;
-    }
-    json table = api::BuildTable(*kind, objs, absl::Now(), "");
-    out << api::RenderTable(table, output == "wide", with_ns, headers);
-  };
-  if (items.empty() && !watch && names.empty()) {
-    if (kind->namespaced && !target.all_namespaces) {
-      std::cerr << "No resources found in " << ns << " namespace.\n";
-    } else {
-      std::cerr << "No resources found\n";
-    }
-  } else if (!items.empty() || output == "yaml" || output == "json") {
-    if (!(items.empty() && watch)) print(items, true);
-  }
-  out.flush();
-  if (!watch) return absl::OkStatus();
-  // Watch from the version the list was read at, so no change between the
-  // list and the watch is lost.
-  std::string rv = list_rv.empty() ? "0" : list_rv;
-  std::string query = StrCat("?watch=1&resourceVersion=", rv);
-  if (!selector.empty()) query += StrCat("&labelSelector=", UrlEscape(selector));
-  if (names.size() == 1) query += StrCat("&fieldSelector=metadata.name%3D", UrlEscape(names[0]));
-  bool headers = items.empty();
-  absl::Status stream_error;
-  auto r = client.Stream(CollectionPath(*kind, ns) + query, "application/json", [&](const std::string& line) {
-    json e = json::parse(line, nullptr, false);
-    if (!e.is_object()) return true;
-    std::string type = e.value("type", "");
-    if (type == "ERROR") {
-      stream_error = absl::UnavailableError(e["object"].value("message", "watch ended"));
-      return false;
-    }
-    if (type == "BOOKMARK") return true;
-    print({e["object"]}, headers);
-    headers = false;
-    out.flush();
-    return true;
-  });
-  if (!r.ok()) return r.status();
-  if (r->code != 200) return ServerError(*r);
-  return stream_error;
-}
+namespace {
 
-absl::Status Describe(ApiClient& client, const std::string& kind_name, const std::vector<std::string>& names,
-                      const Target& target, std::ostream& out) {
-  BERTH_ASSIGN_OR_RETURN(const api::KindInfo* kind, ResolveKind(kind_name));
-  const std::string ns = kind->namespaced ? NamespaceFor(client, target) : "";
+absl::Status DescribeKind(ApiClient& client, const api::KindInfo& kind_info, const std::vector<std::string>& names,
+                          const Target& target, const std::string& label_selector, bool& first, std::ostream& out) {
+  const api::KindInfo* kind = &kind_info;
+  const std::string ns = kind->namespaced && !target.all_namespaces ? NamespaceFor(client, target) : "";
   std::vector<json> objects;
   if (names.empty()) {
-    BERTH_ASSIGN_OR_RETURN(objects, ListAll(client, CollectionPath(*kind, ns), ""));
+    std::string query = label_selector.empty() ? "" : StrCat("labelSelector=", UrlEscape(label_selector));
+    BERTH_ASSIGN_OR_RETURN(objects, ListAll(client, CollectionPath(*kind, ns), query));
   }
   for (const auto& n : names) {
-    BERTH_ASSIGN_OR_RETURN(ApiResponse r, client.Call("GET", ObjectPath(*kind, ns, n)));
-    if (r.code != 200) return ServerError(r);
-    BERTH_ASSIGN_OR_RETURN(json o, ParseBody(r));
+    BERTH_ASSIGN_OR_RETURN(json o, GetObject(client, *kind, ns, n));
     objects.push_back(std::move(o));
   }
-  bool first = true;
   for (json& o : objects) {
     if (!first) out << "\n\n";
     first = false;
@@ -484,9 +323,13 @@ absl::Status Describe(ApiClient& client, const std::string& kind_name, const std
         }
       }
     }
+    // kubectl's selection: the events whose involvedObject is this object.
     std::string query = StrCat("fieldSelector=", UrlEscape(StrCat("involvedObject.name=", md.value("name", ""),
+                                                                  ",involvedObject.kind=", kind->kind,
                                                                   ",involvedObject.uid=", md.value("uid", ""))));
-    auto events = ListAll(client, CollectionPath(*api::FindResource("", "events"), kind->namespaced ? ns : "default"), query);
+    const std::string object_ns = md.value("namespace", "");
+    auto events = ListAll(
+        client, CollectionPath(*api::FindResource("", "events"), kind->namespaced ? object_ns : "default"), query);
     if (!kind->namespaced && events.ok()) {
       // Events about cluster-scoped objects may live in any namespace.
       auto all = ListAll(client, CollectionPath(*api::FindResource("", "events"), ""), query);
@@ -495,20 +338,30 @@ absl::Status Describe(ApiClient& client, const std::string& kind_name, const std
     if (!events.ok() || events->empty()) {
       out << Pad("Events") << "<none>\n";
     } else {
-      out << "Events:\n";
-      json table = api::BuildTable(*api::FindResource("", "events"), *events, absl::Now(), "");
-      out << Indent(api::RenderTable(table, false, false), 2);
+      out << "Events:\n" << Indent(DescribeEvents(*events, absl::Now()), 2);
     }
   }
   return absl::OkStatus();
 }
 
-absl::Status Delete(ApiClient& client, const std::string& kind_name, const std::vector<std::string>& names,
-                    const std::vector<std::string>& files, const Target& target, bool wait,
-                    absl::Duration timeout, std::ostream& out, std::optional<int64_t> grace_period_seconds) {
+}  // namespace
+
+absl::Status Describe(ApiClient& client, const std::vector<std::string>& args, const Target& target,
+                      const std::string& label_selector, std::ostream& out) {
+  BERTH_ASSIGN_OR_RETURN(std::vector<KindRequest> requests, ParseResourceArgs(args));
+  bool first = true;
+  for (const auto& req : requests) {
+    BERTH_RETURN_IF_ERROR(DescribeKind(client, *req.kind, req.names, target, label_selector, first, out));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Delete(ApiClient& client, const DeleteOptions& o, std::ostream& out, Clock& clock) {
+  const Target& target = o.target;
+  const bool wait = o.wait;
   std::vector<std::tuple<const api::KindInfo*, std::string, std::string>> todo;
-  if (!files.empty()) {
-    BERTH_ASSIGN_OR_RETURN(std::vector<json> manifests, ReadManifests(files));
+  if (!o.files.empty()) {
+    BERTH_ASSIGN_OR_RETURN(std::vector<json> manifests, ReadManifests(o.files));
     for (const auto& m : manifests) {
       const api::KindInfo* k = api::FindKind(m.value("apiVersion", ""), m.value("kind", ""));
       if (k == nullptr) return absl::NotFoundError(StrCat("no matches for kind \"", m.value("kind", ""), "\""));
@@ -517,10 +370,38 @@ absl::Status Delete(ApiClient& client, const std::string& kind_name, const std::
       todo.emplace_back(k, ns, md.value("name", ""));
     }
   } else {
-    if (kind_name.empty() || names.empty()) return absl::InvalidArgumentError("must specify KIND NAME... or -f FILE");
-    BERTH_ASSIGN_OR_RETURN(const api::KindInfo* k, ResolveKind(kind_name));
-    for (const auto& n : names) todo.emplace_back(k, k->namespaced ? NamespaceFor(client, target) : "", n);
+    if (o.args.empty()) {
+      return absl::InvalidArgumentError("You must provide one or more resources by argument or filename.");
+    }
+    BERTH_ASSIGN_OR_RETURN(std::vector<KindRequest> requests, ParseResourceArgs(o.args));
+    const bool select = o.all || !o.label_selector.empty();
+    for (const auto& req : requests) {
+      const api::KindInfo* k = req.kind;
+      const std::string ns = k->namespaced && !target.all_namespaces ? NamespaceFor(client, target) : "";
+      if (req.names.empty() && !select) {
+        return absl::InvalidArgumentError(
+            "resource(s) were provided, but no name was specified (--all to delete every one)");
+      }
+      if (!req.names.empty() && select) {
+        return absl::InvalidArgumentError("names cannot be provided when a selector or --all is specified");
+      }
+      for (const auto& n : req.names) todo.emplace_back(k, ns, n);
+      if (select) {
+        std::string query = o.label_selector.empty() ? "" : StrCat("labelSelector=", UrlEscape(o.label_selector));
+        BERTH_ASSIGN_OR_RETURN(std::vector<json> items, ListAll(client, CollectionPath(*k, ns), query));
+        for (const auto& item : items) {
+          const json& md = item["metadata"];
+          todo.emplace_back(k, md.value("namespace", ""), md.value("name", ""));
+        }
+      }
+    }
+    if (todo.empty() && select) {
+      out << "No resources found\n";
+      return absl::OkStatus();
+    }
   }
+  const std::optional<int64_t> grace_period_seconds = o.grace_period_seconds;
+  const absl::Duration timeout = o.timeout;
   ErrorList errors;
   std::vector<std::tuple<const api::KindInfo*, std::string, std::string>> deleted;
   for (const auto& [k, ns, name] : todo) {
@@ -530,21 +411,23 @@ absl::Status Delete(ApiClient& client, const std::string& kind_name, const std::
     if (r.code == 200 || r.code == 202) {
       out << Quoted(*k, name) << " deleted\n";
       deleted.emplace_back(k, ns, name);
+    } else if (r.code == 404 && o.ignore_not_found) {
+      continue;
     } else {
       errors.Add(ServerError(r));
     }
   }
   if (wait) {
-    const absl::Time deadline = absl::Now() + timeout;
+    const absl::Time deadline = clock.Now() + timeout;
     for (const auto& [k, ns, name] : deleted) {
       while (true) {
         BERTH_ASSIGN_OR_RETURN(ApiResponse r, client.Call("GET", ObjectPath(*k, ns, name)));
         if (r.code == 404) break;
-        if (absl::Now() >= deadline) {
+        if (clock.Now() >= deadline) {
           return absl::DeadlineExceededError(StrCat("timed out waiting for ", TypedName(*k, name), " to be deleted (finalizers: ",
                                                     ParseBody(r).value_or(json::object())["metadata"].value("finalizers", json::array()).dump(), ")"));
         }
-        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        clock.SleepUntil(std::min(clock.Now() + kPollInterval, deadline));
       }
     }
   }
@@ -552,7 +435,7 @@ absl::Status Delete(ApiClient& client, const std::string& kind_name, const std::
 }
 
 absl::Status Wait(ApiClient& client, const std::string& kind_slash_name, const std::string& for_condition,
-                  const Target& target, absl::Duration timeout, std::ostream& out) {
+                  const Target& target, absl::Duration timeout, std::ostream& out, Clock& clock) {
   size_t slash = kind_slash_name.find('/');
   if (slash == std::string::npos) return absl::InvalidArgumentError("wait needs KIND/NAME");
   BERTH_ASSIGN_OR_RETURN(const api::KindInfo* kind, ResolveKind(kind_slash_name.substr(0, slash)));
@@ -588,7 +471,7 @@ absl::Status Wait(ApiClient& client, const std::string& kind_slash_name, const s
   } else {
     return absl::InvalidArgumentError("--for must be delete, condition=NAME[=VALUE] or jsonpath='{...}'=VALUE");
   }
-  const absl::Time deadline = absl::Now() + timeout;
+  const absl::Time deadline = clock.Now() + timeout;
   while (true) {
     BERTH_ASSIGN_OR_RETURN(ApiResponse r, client.Call("GET", ObjectPath(*kind, ns, name)));
     if (met(r)) {
@@ -596,10 +479,10 @@ absl::Status Wait(ApiClient& client, const std::string& kind_slash_name, const s
       return absl::OkStatus();
     }
     if (r.code != 200 && r.code != 404) return ServerError(r);
-    if (absl::Now() >= deadline) {
+    if (clock.Now() >= deadline) {
       return absl::DeadlineExceededError(StrCat("timed out waiting for the condition on ", kind->resource, "/", name));
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    clock.SleepUntil(std::min(clock.Now() + kPollInterval, deadline));
   }
 }
 
@@ -631,5 +514,17 @@ absl::Status Events(ApiClient& client, const Target& target, const std::string& 
 }
 
 absl::Status ErrorFromResponse(const ApiResponse& r) { return ServerError(r); }
+
+std::string FormatError(const absl::Status& st) {
+  std::string out;
+  const std::string message(st.message());
+  for (std::string_view line : Split(message, '\n')) {
+    if (line.empty()) continue;
+    if (!line.starts_with("Error from server") && !line.starts_with("error: ")) out += "error: ";
+    out += StrCat(line, "\n");
+  }
+  if (out.empty()) out = StrCat("error: ", absl::StatusCodeToString(st.code()), "\n");
+  return out;
+}
 
 }  // namespace berth::cli

@@ -2,6 +2,7 @@
 // berth::cli (commands) and berth::apiserver (serve).
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <iostream>
 #include <string>
@@ -10,25 +11,27 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
-#include "apiserver/kubeconfig.h"
-#include "cli/node_agent.h"
-#include "http/api_client.h"
 #include "apiserver/control_plane.h"
+#include "apiserver/kubeconfig.h"
 #include "berth/version.h"
+#include "cli/client_app.h"
 #include "cli/commands.h"
+#include "cli/node_agent.h"
 #include "cli/runtime_commands.h"
 #include "cli/up.h"
 #include "common/logging.h"
 #include "common/signals.h"
 #include "common/units.h"
+#include "http/api_client.h"
 #include "spdlog/spdlog.h"
 
 namespace {
 
 constexpr int kExitFailure = 1;
 
+// kubectl's form: "error: ..." or "Error from server (Reason): ...", exit 1.
 int Fail(const absl::Status& st) {
-  std::cerr << "error: " << st.message() << "\n";
+  std::cerr << berth::cli::FormatError(st);
   return kExitFailure;
 }
 
@@ -108,10 +111,12 @@ int main(int argc, char** argv) {
   CLI::App app{"berth: a Kubernetes-shaped storage control plane for CSI drivers"};
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string(berth::kVersion));
-  std::string data_dir = "/var/lib/berth";
-  std::string kubeconfig;
-  app.add_option("--data-dir", data_dir, "berth's data directory (API socket, state)");
-  app.add_option("--kubeconfig", kubeconfig, "talk to the API over TCP with this kubeconfig");
+  // Global flags go anywhere on the line: `berth up --data-dir D` and
+  // `berth get pvc --data-dir D` as `berth --data-dir D up`.
+  berth::cli::GlobalFlags globals;
+  berth::cli::AddGlobalFlags(app, globals);
+  const std::string& data_dir = globals.data_dir;
+  const std::string& kubeconfig = globals.kubeconfig;
   berth::cli::Target target;
   auto add_ns = [&](CLI::App* cmd, bool all) {
     cmd->add_option("-n,--namespace", target.namespace_, "namespace (default: the context's)");
@@ -176,59 +181,11 @@ int main(int argc, char** argv) {
                          "NAME=unix:///path/csi.sock: a driver without a registration socket (repeatable)");
   node_agent->add_option("--log-level", agent_log_level, "trace|debug|info|warn|error")->capture_default_str();
 
-  // apply
-  auto* apply = app.add_subcommand("apply", "create or update objects from manifests");
-  std::vector<std::string> files;
-  apply->add_option("-f,--filename", files, "FILE, DIR or - (stdin)")->required();
-  add_ns(apply, false);
-
-  // get
-  auto* get = app.add_subcommand("get", "list objects or show some");
-  std::string kind, output, selector;
-  std::vector<std::string> names;
-  bool watch = false;
-  get->add_option("kind", kind, "kind, plural or short name (pvc, pv, sc, vs ...)")->required();
-  get->add_option("names", names, "object names");
-  get->add_option("-o,--output", output, "wide|yaml|json|name");
-  get->add_option("-l,--selector", selector, "label selector");
-  get->add_flag("-w,--watch", watch, "after listing, watch for changes");
-  add_ns(get, true);
-
-  // describe
-  auto* describe = app.add_subcommand("describe", "show objects in detail, with their events");
-  describe->add_option("kind", kind)->required();
-  describe->add_option("names", names);
-  add_ns(describe, false);
-
-  // delete
-  auto* del = app.add_subcommand("delete", "delete objects by name or from manifests");
-  bool wait = true;
-  std::string timeout_text = "60s";
-  del->add_option("kind", kind);
-  del->add_option("names", names);
-  del->add_option("-f,--filename", files, "FILE, DIR or -");
-  del->add_option("--wait", wait, "wait until the objects are gone (default true)");
-  del->add_option("--timeout", timeout_text, "how long --wait waits");
-  int grace_period = -1;
-  bool force = false;
-  del->add_option("--grace-period", grace_period,
-                  "seconds a pod's containers get to stop after SIGTERM (-1: the pod's own; 0 only with --force)");
-  del->add_flag("--force", force, "with --grace-period=0: remove at once, without waiting for the node");
-  add_ns(del, false);
-
-  // wait
-  auto* wait_cmd = app.add_subcommand("wait", "wait for a condition on an object");
-  std::string object, for_condition;
-  wait_cmd->add_option("object", object, "KIND/NAME")->required();
-  wait_cmd->add_option("--for", for_condition, "delete | condition=NAME[=VALUE] | jsonpath='{...}'=VALUE")->required();
-  wait_cmd->add_option("--timeout", timeout_text, "give up after this long");
-  add_ns(wait_cmd, false);
-
-  // events
-  auto* events = app.add_subcommand("events", "list events, oldest first");
-  std::string for_object;
-  events->add_option("--for", for_object, "only events about KIND/NAME");
-  add_ns(events, true);
+  // get, describe, apply, delete, wait, events, patch, edit, explain,
+  // api-resources, version, completion
+  berth::cli::ClientCommands client_commands(app);
+  std::string timeout_text = "5m";
+  std::vector<std::string> files, names;
 
   // logs
   auto* logs = app.add_subcommand("logs", "print a container's log (what kubectl logs prints)");
@@ -248,7 +205,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> exec_command;
   exec->add_option("pod", pod, "pod name")->required();
   exec->add_option("-c,--container", exec_container, "container (default: the pod's first)");
-  exec->add_option("--timeout", timeout_text, "give up on the command after this long");
+  exec->add_option("--timeout", timeout_text, "give up on the command after this long")->capture_default_str();
   exec->add_option("command", exec_command, "-- COMMAND [ARGS...]")->required();
   add_ns(exec, false);
 
@@ -267,7 +224,20 @@ int main(int argc, char** argv) {
   auto* down = app.add_subcommand(
       "down", "with berth up stopped: stop every container, pod network and mount berth started (data stays)");
 
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    // kubectl's form and exit code 1 (not CLI11's own codes), so scripts
+    // see one failure code.
+    std::cerr << "error: " << e.what() << "\nRun 'berth --help' (or 'berth COMMAND --help') for usage.\n";
+    return kExitFailure;
+  }
 
   if (serve->parsed() || up->parsed() || node_agent->parsed()) {
     // What the control plane and its nodes create under the data directory
@@ -330,43 +300,33 @@ int main(int argc, char** argv) {
     return st.ok() ? 0 : Fail(st);
   }
 
-  auto client = kubeconfig.empty() ? berth::http::ApiClient::ForDataDir(data_dir)
-                                   : berth::apiserver::ApiClientForKubeconfig(kubeconfig);
-  if (!client.ok()) return Fail(client.status());
-  auto timeout = ParseTimeout(timeout_text);
-  if (!timeout.ok()) return Fail(timeout.status());
-  absl::Status st;
-  if (apply->parsed()) {
-    st = berth::cli::Apply(**client, files, target, std::cout);
-  } else if (get->parsed()) {
-    st = berth::cli::Get(**client, kind, names, target, output, selector, watch, std::cout);
-  } else if (describe->parsed()) {
-    st = berth::cli::Describe(**client, kind, names, target, std::cout);
-  } else if (del->parsed()) {
-    // kubectl's rules: --force alone means 0; 0 without --force means 1.
-    std::optional<int64_t> grace;
-    if (grace_period >= 0) grace = grace_period;
-    if (force && !grace) grace = 0;
-    if (grace && *grace == 0 && !force) grace = 1;
-    if (grace && *grace == 0) {
-      std::cerr << "warning: Immediate deletion does not wait for confirmation that the running resource has been "
-                   "terminated. The resource may continue to run on the cluster indefinitely.\n";
+  std::unique_ptr<berth::http::ApiClient> client;
+  auto connect = [&]() -> absl::StatusOr<berth::http::ApiClient*> {
+    if (!client) {
+      auto made = kubeconfig.empty() ? berth::http::ApiClient::ForDataDir(data_dir)
+                                     : berth::apiserver::ApiClientForKubeconfig(kubeconfig);
+      if (!made.ok()) return made.status();
+      client = std::move(*made);
     }
-    st = berth::cli::Delete(**client, kind, names, files, target, wait, *timeout, std::cout, grace);
-  } else if (wait_cmd->parsed()) {
-    st = berth::cli::Wait(**client, object, for_condition, target, *timeout, std::cout);
-  } else if (logs->parsed()) {
-    st = berth::cli::Logs(**client, pod, target, logs_options, std::cout);
+    return client.get();
+  };
+  if (client_commands.parsed()) {
+    absl::Status st = client_commands.Run(connect, std::cout, std::cerr, ::isatty(STDOUT_FILENO) == 1);
+    std::cout.flush();
+    return st.ok() ? 0 : Fail(st);
+  }
+  auto connected = connect();
+  if (!connected.ok()) return Fail(connected.status());
+  absl::Status st;
+  if (logs->parsed()) {
+    st = berth::cli::Logs(**connected, pod, target, logs_options, std::cout);
   } else if (exec->parsed()) {
-    if (timeout_text == "60s") timeout_text = "5m";  // exec's own default
     auto exec_timeout = ParseTimeout(timeout_text);
     if (!exec_timeout.ok()) return Fail(exec_timeout.status());
-    auto code = berth::cli::Exec(**client, data_dir, pod, target, exec_container, exec_command, *exec_timeout,
+    auto code = berth::cli::Exec(**connected, data_dir, pod, target, exec_container, exec_command, *exec_timeout,
                                  std::cout, std::cerr);
     if (!code.ok()) return Fail(code.status());
     return *code;
-  } else if (events->parsed()) {
-    st = berth::cli::Events(**client, target, for_object, std::cout);
   }
   return st.ok() ? 0 : Fail(st);
 }

@@ -11,6 +11,7 @@
 #include <functional>
 #include <iostream>
 #include <memory>
+#include <set>
 
 #include "apiserver/control_plane.h"
 #include "cli/supervisor.h"
@@ -156,6 +157,39 @@ class RegistrationFollower final : public node::PluginHandler {
   node::PluginWatcher watcher_;
 };
 
+// Waits until berth-csi has registered on every node (its pool is made and
+// mounted then), saying so per node; gives up with a warning after a
+// minute (the logs say why). Returns a termination signal that came
+// meanwhile, else 0.
+int WaitForRegistrations(const client::DriverDirectory& directory, const std::vector<std::string>& nodes,
+                         const std::string& data_dir);
+
+// berth up's progress on stdout, one line per step, so a first start (pool
+// images, containerd, image imports) says what it is doing.
+void Say(std::string_view text) { std::cout << "berth up: " << text << "\n" << std::flush; }
+
+int WaitForRegistrations(const client::DriverDirectory& directory, const std::vector<std::string>& nodes,
+                         const std::string& data_dir) {
+  Say(StrCat("waiting for berth-csi to register on ", nodes.size(), " node(s)"));
+  std::set<std::string> pending(nodes.begin(), nodes.end());
+  const absl::Time deadline = absl::Now() + absl::Minutes(1);
+  while (!pending.empty()) {
+    for (const auto& n : directory.Nodes(kBerthDriver)) {
+      if (pending.erase(n) > 0) Say(StrCat("node ", n, ": berth-csi registered, its pool is ready"));
+    }
+    if (pending.empty()) break;
+    if (absl::Now() >= deadline) {
+      for (const auto& n : pending) {
+        spdlog::warn("berth-csi on node {} has not registered after a minute; see {}/berth-csi.log", n,
+                     NodeDir(data_dir, n));
+      }
+      break;
+    }
+    if (int sig = WaitForTerminationSignal(absl::Milliseconds(200)); sig != 0) return sig;
+  }
+  return 0;
+}
+
 }  // namespace
 
 std::vector<std::string> UpNodeNames(const UpOptions& options) {
@@ -231,6 +265,11 @@ absl::Status RunUp(UpOptions options) {
   std::vector<External> externals;
   for (const auto& e : options.external_drivers) externals.push_back(*ParseExternal(e));
 
+  std::error_code exists_ec;
+  const bool first_start = !fs::exists(options.data_dir + "/state.db", exists_ec);
+  Say(first_start ? StrCat("first start in ", options.data_dir, ": creating the store",
+                           options.api_address.empty() ? "" : ", the API's TLS key, token and kubeconfig")
+                  : StrCat("starting in ", options.data_dir, " (the state of the last run is kept)"));
   apiserver::ControlPlane::Options cp_options;
   cp_options.data_dir = options.data_dir;
   cp_options.api_address = options.api_address;
@@ -238,6 +277,8 @@ absl::Status RunUp(UpOptions options) {
   BERTH_ASSIGN_OR_RETURN(auto cp, apiserver::ControlPlane::Start(cp_options));
   apiserver::Registry& registry = cp->registry();
   BERTH_RETURN_IF_ERROR(CreateDefaults(registry));
+  Say(StrCat("API server ready on ", cp->socket_path(),
+             cp->kubeconfig_path().empty() ? "" : StrCat(" and https://127.0.0.1:", cp->tcp_port())));
 
   client::DriverDirectory directory;
   for (const auto& e : externals) directory.Add(e.name, "", e.endpoint);
@@ -251,6 +292,10 @@ absl::Status RunUp(UpOptions options) {
   // Nodes: an agent and a berth-csi each, and (unless --runtime=none) a
   // container runtime; pod logs are served by the API from <data>/pods.
   Supervisor supervisor;
+  if (options.runtime.runtime != "none" || !options.runtime.endpoint.empty()) {
+    Say(options.runtime.endpoint.empty() ? "preparing a containerd per node (config, pod network, images)"
+                                         : StrCat("using the container runtime at ", options.runtime.endpoint));
+  }
   BERTH_ASSIGN_OR_RETURN(auto runtimes, NodeRuntimes::Prepare(options.runtime, options.data_dir, UpNodeNames(options),
                                                               supervisor));
   const std::string pod_logs = options.data_dir + "/pods";
@@ -299,7 +344,13 @@ absl::Status RunUp(UpOptions options) {
                                      "--log-level=" + options.log_level};
     if (!options.pool.empty()) {
       argv.push_back("--pool=" + options.pool);
+      Say(StrCat("node ", name, ": starting its node agent and berth-csi on the pool ", options.pool));
     } else {
+      std::error_code image_ec;
+      Say(fs::exists(dir + "/pool.img", image_ec)
+              ? StrCat("node ", name, ": starting its node agent and berth-csi (pool image ", dir, "/pool.img)")
+              : StrCat("node ", name, ": starting its node agent and berth-csi, which makes its ", options.pool_size,
+                       " sparse XFS pool image ", dir, "/pool.img (first start)"));
       argv.push_back("--pool=" + dir + "/pool");
       argv.push_back("--pool-image=" + dir + "/pool.img");
       argv.push_back("--pool-size=" + options.pool_size);
@@ -338,13 +389,18 @@ absl::Status RunUp(UpOptions options) {
   cm_options.sidecar_drivers = options.sidecar_drivers;
   cm_options.snapshot_controller = options.snapshot_controller;
   controllers::ControllerManager manager(registry, directory, cm_options);
-  if (st.ok()) st = manager.Start();
   if (st.ok()) {
+    Say("starting the controllers and the scheduler");
+    st = manager.Start();
+  }
+  int sig = 0;
+  if (st.ok()) sig = WaitForRegistrations(directory, node_names, options.data_dir);
+  if (st.ok() && sig == 0) {
     std::cout << "berth is up: " << node_names.size() << " node(s), data in " << options.data_dir << "\n"
               << "  API socket: " << cp->socket_path() << " (root only)\n";
     if (!cp->kubeconfig_path().empty()) {
-      std::cout << "  kubeconfig: " << cp->kubeconfig_path() << " (kubectl --kubeconfig " << cp->kubeconfig_path()
-                << " get pvc)\n";
+      std::cout << "  kubeconfig: " << cp->kubeconfig_path() << "\n"
+                << "  connect:    export KUBECONFIG=" << cp->kubeconfig_path() << "; kubectl get pvc\n";
     }
     for (const auto& driver : options.sidecar_drivers) {
       std::cout << "  sidecar driver " << driver << ": its node plugin registers in " << options.data_dir
@@ -356,7 +412,9 @@ absl::Status RunUp(UpOptions options) {
     }
     std::cout << "  try: berth --data-dir " << options.data_dir << " apply -f examples/claim-and-pod.yaml\n"
               << std::flush;
-    const int sig = WaitForTerminationSignal();
+    sig = WaitForTerminationSignal();
+  }
+  if (sig != 0) {
     spdlog::info("signal {}: stopping (volumes and data stay in place)", sig);
   }
   // Stop in reverse: controllers, agents (mounts stay) and drivers, API.

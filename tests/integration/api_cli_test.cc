@@ -307,7 +307,7 @@ TEST_F(ApiCliTest, BerthCliAppliesGetsAndDeletesAClaimOverTheUnixSocket) {
   EXPECT_NE(missing.exit_code, 0);
   EXPECT_EQ(missing.out, "");
   EXPECT_THAT(Lines(missing.err),
-              ElementsAre(AllOf(StartsWith("error: "), HasSubstr("\"nosuch\" not found"))));
+              ElementsAre("Error from server (NotFound): persistentvolumeclaims \"nosuch\" not found"));
 
   CommandResult deleted = Berth({"delete", "pvc", "data", "--wait=false"});
   ASSERT_EQ(deleted.exit_code, 0) << deleted;
@@ -348,7 +348,7 @@ spec:
 )")});
   EXPECT_NE(r.exit_code, 0);
   EXPECT_THAT(Lines(r.err),
-              ElementsAre(AllOf(StartsWith("error: "), HasSubstr("PersistentVolumeClaim \"bad\" is invalid"),
+              ElementsAre(AllOf(StartsWith("Error from server (Invalid): "), HasSubstr("PersistentVolumeClaim \"bad\" is invalid"),
                                 HasSubstr("spec.accessModes: Required value"))))
       << r;
 }
