@@ -10,6 +10,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <filesystem>
 #include <thread>
 
@@ -177,11 +178,15 @@ TEST_F(ControlPlaneHttpTest, WatchStreamsOverChunkedEncodingAndShutdownEndsIt) {
   EXPECT_THAT(seen, ::testing::ElementsAre("default", "kube-public", "kube-system", "n1", "n2"));
 
   // A watch left open is ended by Shutdown, which returns promptly.
+  std::atomic<bool> open{false};
   std::thread open_watch([&] {
     auto w = ApiClient::ForUnixSocket(cp_->socket_path());
-    (void)w->Stream("/api/v1/namespaces?watch=1", "application/json", [](const std::string&) { return true; });
+    (void)w->Stream("/api/v1/namespaces?watch=1", "application/json", [&](const std::string&) {
+      open = true;  // the first event came: the watch is being served
+      return true;
+    });
   });
-  absl::SleepFor(absl::Milliseconds(200));
+  EXPECT_TRUE(berth::testing::Eventually([&] { return open.load(); }));  // not ASSERT: the thread must be joined
   absl::Time start = absl::Now();
   cp_->Shutdown();
   open_watch.join();

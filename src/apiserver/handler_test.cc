@@ -5,6 +5,7 @@
 #include "common/testing/temp_dir.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "http/testing/recording_writer.h"
 
 namespace berth::apiserver {
 namespace {
@@ -12,75 +13,9 @@ namespace {
 using nlohmann::json;
 using ::testing::HasSubstr;
 
-// A detached stream as the HTTP server would hand it over, recording.
-class RecordingStream : public http::Stream {
- public:
-  // http::Stream
-  bool Write(std::string data) override {
-    absl::MutexLock lock(&mu_);
-    if (ended_) return false;
-    chunks_.push_back(std::move(data));
-    return true;
-  }
-  void Finish() override {
-    absl::MutexLock lock(&mu_);
-    ended_ = true;
-  }
-  bool Ended() const override {
-    absl::MutexLock lock(&mu_);
-    return ended_;
-  }
-  size_t Pending() const override { return 0; }
-  bool Backlogged() const override { return false; }
-  void SetWakeup(std::function<void()> wakeup) override {
-    absl::MutexLock lock(&mu_);
-    wakeup_ = std::move(wakeup);
-  }
-
-  std::vector<std::string> chunks() const {
-    absl::MutexLock lock(&mu_);
-    return chunks_;
-  }
-  // The client goes away.
-  void Hangup() {
-    std::function<void()> wakeup;
-    {
-      absl::MutexLock lock(&mu_);
-      ended_ = true;
-      wakeup = wakeup_;
-    }
-    if (wakeup) wakeup();
-  }
-
- private:
-  mutable absl::Mutex mu_;
-  std::vector<std::string> chunks_ ABSL_GUARDED_BY(mu_);
-  bool ended_ ABSL_GUARDED_BY(mu_) = false;
-  std::function<void()> wakeup_ ABSL_GUARDED_BY(mu_);
-};
-
-// Records what a handler answers.
-class RecordingWriter : public ResponseWriter {
- public:
-  void Send(int c, const std::string& ct, const std::string& b) override {
-    code = c;
-    content_type = ct;
-    body = b;
-  }
-  bool StartStream(int c, const std::string& ct) override {
-    code = c;
-    content_type = ct;
-    stream = std::make_shared<RecordingStream>();
-    return true;
-  }
-  bool WriteChunk(const std::string& data) override { return stream != nullptr && stream->Write(data); }
-  bool Cancelled() override { return stream != nullptr && stream->Ended(); }
-  std::shared_ptr<http::Stream> Detach() override { return stream; }
+// What a handler answers (http/testing/recording_writer.h), read as JSON.
+struct RecordingWriter : http::testing::RecordingWriter {
   json Json() const { return json::parse(body); }
-
-  int code = 0;
-  std::string content_type, body;
-  std::shared_ptr<RecordingStream> stream;
 };
 
 class HandlerTest : public ::testing::Test {

@@ -158,7 +158,8 @@ TEST_F(InformerTest, HandlersAddedWhileRunningSeeEveryObjectOnce) {
     }
     done = true;
   });
-  absl::SleepFor(absl::Milliseconds(5));
+  // Objects are coming (the informer has seen the first) when the handler is added.
+  EXPECT_TRUE(Eventually([&] { return informer.Get("default", "new-0").has_value(); }));
   absl::Mutex mu;
   std::set<std::string> seen;
   int deletes = 0;

@@ -4,6 +4,7 @@
 
 #include "apiserver/control_plane.h"
 #include "client/informer.h"
+#include "common/testing/eventually.h"
 #include "common/testing/temp_dir.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -168,9 +169,7 @@ TEST_F(RemoteApiTest, AnInformerOverTheSocketSeesWhatTheRegistryWrites) {
   Informer informer(*api_, Claims());
   informer.Start();
   ASSERT_TRUE(cp_->registry().Create(Claims(), "default", Claim("seen")).ok());
-  const absl::Time deadline = absl::Now() + absl::Seconds(30);
-  while (!informer.Get("default", "seen") && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(20));
-  EXPECT_TRUE(informer.Get("default", "seen").has_value());
+  EXPECT_TRUE(berth::testing::Eventually([&] { return informer.Get("default", "seen").has_value(); }, absl::Seconds(30)));
   informer.Stop();
 }
 

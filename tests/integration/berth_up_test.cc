@@ -26,6 +26,7 @@
 #include "gtest/gtest.h"
 #include "metrics/testing/exposition_check.h"
 #include "nlohmann/json.hpp"
+#include "up_fixture.h"
 
 namespace berth::testing {
 namespace {
@@ -33,88 +34,22 @@ namespace {
 using nlohmann::json;
 namespace fs = std::filesystem;
 
-class BerthUpTest : public ::testing::Test {
+// The shared `berth up` fixture (up_fixture.h), storage side only.
+class BerthUpTest : public BerthUpFixture {
  protected:
-  void SetUp() override {
-    if (::geteuid() != 0) GTEST_SKIP() << "berth up needs root (loop devices, mounts)";
-    data_ = sandbox_.Join("data");
+  void StartUp(const std::vector<std::string>& extra = {}) {
+    // The storage side alone (pods run for real in berth_up_pods_test).
+    std::vector<std::string> args = {"--runtime", "none"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    BerthUpFixture::StartUp(args);
   }
-  void TearDown() override {
-    StopUp(SIGKILL);
-    // berth-csi children get SIGTERM when berth up dies; let them go
-    // before the sandbox unmounts what is left.
-    for (const auto& pid_file : PidFiles()) {
-      std::ifstream in(pid_file);
-      pid_t pid = -1;
-      if (!(in >> pid) || pid <= 1) continue;
-      for (int i = 0; i < 300 && ::kill(pid, 0) == 0; ++i) absl::SleepFor(absl::Milliseconds(50));
-      ::kill(pid, SIGKILL);
-    }
-  }
-  std::vector<std::string> PidFiles() {
-    std::vector<std::string> out;
-    std::error_code ec;
-    for (const auto& d : fs::directory_iterator(data_ + "/nodes", ec)) out.push_back(d.path() / "berth-csi.pid");
-    return out;
-  }
-
-  void StartUp(std::vector<std::string> extra = {}) {
-    std::vector<std::string> argv = {BERTH_BINARY, "--data-dir", data_, "up", "--pool-size", "1Gi",
-                                     "--api-address", api_address_, "--csi-binary", BERTH_CSI_BINARY, "--node-name", "testnode",
-                                     "--volume-stats-period", "1",
-                                     // The storage side alone (pods run for real in berth_up_pods_test).
-                                     "--runtime", "none"};
-    argv.insert(argv.end(), extra.begin(), extra.end());
-    up_ = std::make_unique<Subprocess>(argv, sandbox_.Join("up-" + std::to_string(++starts_) + ".log"));
-    ASSERT_TRUE(Eventually([&] { return up_->Output().find("berth is up") != std::string::npos || up_->Wait(absl::ZeroDuration()); },
-                           absl::Seconds(60)))
-        << up_->Output();
-    ASSERT_FALSE(up_->Wait(absl::ZeroDuration()).has_value()) << up_->Output();
-    client_ = http::ApiClient::ForUnixSocket(data_ + "/api.sock");
-  }
-  std::optional<int> StopUp(int sig) {
-    if (!up_) return std::nullopt;
-    up_->Signal(sig);
-    auto rc = up_->Wait(absl::Seconds(60));
-    up_.reset();
-    return rc;
-  }
-  // berth CLI: apply / delete.
-  void Berth(const std::vector<std::string>& args) {
-    std::vector<std::string> argv = {BERTH_BINARY, "--data-dir", data_};
-    argv.insert(argv.end(), args.begin(), args.end());
-    Subprocess cli(argv, sandbox_.Join("cli.log"));
-    auto rc = cli.Wait(absl::Seconds(120));
-    ASSERT_TRUE(rc.has_value() && *rc == 0) << cli.Output();
-  }
-  json Get(const std::string& path) {
-    auto r = client_->Call("GET", path);
-    if (!r.ok() || r->code != 200) return json();
-    return json::parse(r->body, nullptr, false);
-  }
-  json Pod(const std::string& name) { return Get("/api/v1/namespaces/default/pods/" + name); }
-  json Claim(const std::string& name) { return Get("/api/v1/namespaces/default/persistentvolumeclaims/" + name); }
-  bool Running(const std::string& pod) { return Pod(pod).value("status", json::object()).value("phase", "") == "Running"; }
   // The pod's mounted volume directory.
   std::string MountOf(const std::string& pod, const std::string& claim, const std::string& node = "testnode") {
     const json p = Pod(pod), c = Claim(claim);
     return data_ + "/nodes/" + node + "/kubelet/pods/" + p["metadata"]["uid"].get<std::string>() +
            "/volumes/kubernetes.io~csi/" + c["spec"]["volumeName"].get<std::string>() + "/mount";
   }
-  bool Mounted(const std::string& path) {
-    for (const auto& m : sandbox_.Mounts()) {
-      if (m == path) return true;
-    }
-    return false;
-  }
-  // Mounts and loop devices that belong to volumes (not to the pools).
-  std::vector<std::string> VolumeMounts() {
-    std::vector<std::string> out;
-    for (const auto& m : sandbox_.Mounts()) {
-      if (m.find("/kubelet/") != std::string::npos) out.push_back(m);
-    }
-    return out;
-  }
+  // Loop devices that belong to volumes (not to the pools).
   size_t VolumeLoops() {
     size_t n = 0;
     for (const auto& dev : sandbox_.Loops()) {
@@ -126,13 +61,10 @@ class BerthUpTest : public ::testing::Test {
     return n;
   }
   std::string Example(const std::string& name) { return std::string(BERTH_SOURCE_DIR) + "/examples/" + name; }
-
-  MountSandbox sandbox_;
-  std::string data_;
-  std::unique_ptr<Subprocess> up_;
-  std::unique_ptr<http::ApiClient> client_;
-  int starts_ = 0;
-  std::string api_address_;  // "": no TCP listener (no token, TLS key or kubeconfig)
+  // Successful NodeStageVolume calls in the node's berth-csi log.
+  size_t NodeStages(const std::string& node = "testnode") {
+    return CountOf(ReadWholeFile(data_ + "/nodes/" + node + "/berth-csi.log"), "NodeStageVolume code=OK");
+  }
 };
 
 // Whether this process may grow a mounted ext4 (the ioctl needs
@@ -144,11 +76,6 @@ bool HasCapSysResource() {
     if (line.rfind("CapEff:", 0) == 0) return (std::stoull(line.substr(7), nullptr, 16) >> 24) & 1;
   }
   return false;
-}
-
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
 TEST_F(BerthUpTest, ClaimPodSnapshotRestoreExpandDelete) {
@@ -197,7 +124,7 @@ TEST_F(BerthUpTest, ClaimPodSnapshotRestoreExpandDelete) {
   }, absl::Seconds(90)));
   ASSERT_TRUE(Eventually([&] { return Running("restored-app"); }, absl::Seconds(90))) << Pod("restored-app").dump();
   const std::string restored = MountOf("restored-app", "restored");
-  EXPECT_EQ(ReadAll(restored + "/payload.bin"), payload);
+  EXPECT_EQ(ReadWholeFile(restored + "/payload.bin"), payload);
 
   // Deleting the first pod unpublishes and unstages its volume.
   const json pv1 = Get("/api/v1/persistentvolumes/" + Claim("data")["spec"]["volumeName"].get<std::string>());
@@ -227,7 +154,7 @@ TEST_F(BerthUpTest, ClaimPodSnapshotRestoreExpandDelete) {
       return Get("/api/v1/namespaces/default/events").dump().find("CAP_SYS_RESOURCE") != std::string::npos;
     }, absl::Seconds(60)));
   }
-  EXPECT_EQ(ReadAll(restored + "/payload.bin"), payload);
+  EXPECT_EQ(ReadWholeFile(restored + "/payload.bin"), payload);
 
   // Delete everything: volumes, snapshots and their storage go away.
   Berth({"delete", "-f", Example("snapshot-and-restore.yaml")});
@@ -286,17 +213,13 @@ TEST_F(BerthUpTest, KillNineAndRestartKeepsPodsRunning) {
   StartUp();
   EXPECT_TRUE(Running("app"));
   EXPECT_EQ(Claim("data")["spec"]["volumeName"], pv);
-  EXPECT_EQ(ReadAll(mount + "/hello"), "still here");
+  EXPECT_EQ(ReadWholeFile(mount + "/hello"), "still here");
   // Nothing is staged or published twice: the driver's log shows one stage.
+  // A fixed wait on purpose: the absence of a second stage has no event to
+  // wait for.
   absl::SleepFor(absl::Seconds(3));
   EXPECT_TRUE(Mounted(mount));
-  const std::string log = ReadAll(data_ + "/nodes/testnode/berth-csi.log");
-  size_t stages = 0;
-  for (size_t at = log.find("NodeStageVolume code=OK"); at != std::string::npos;
-       at = log.find("NodeStageVolume code=OK", at + 1)) {
-    ++stages;
-  }
-  EXPECT_EQ(stages, 1u) << log;
+  EXPECT_EQ(NodeStages(), 1u) << ReadWholeFile(data_ + "/nodes/testnode/berth-csi.log");
   Berth({"delete", "-f", Example("claim-and-pod.yaml")});
   EXPECT_TRUE(Eventually([&] { return Get("/api/v1/persistentvolumes")["items"].empty(); }, absl::Seconds(90)));
   EXPECT_EQ(StopUp(SIGTERM), 0);
@@ -327,7 +250,7 @@ TEST_F(BerthUpTest, AKilledNodeAgentIsRestartedAndAdoptsItsVolumes) {
     return now > 0 && now != first && ::kill(now, 0) == 0;
   }, absl::Seconds(30)));
   EXPECT_TRUE(Mounted(mount));
-  EXPECT_EQ(ReadAll(mount + "/hello"), "still here");
+  EXPECT_EQ(ReadWholeFile(mount + "/hello"), "still here");
 
   const std::string second =
       "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {name: after}\n"
@@ -339,13 +262,7 @@ TEST_F(BerthUpTest, AKilledNodeAgentIsRestartedAndAdoptsItsVolumes) {
   ASSERT_TRUE(Eventually([&] { return Running("after"); }, absl::Seconds(90))) << Pod("after").dump();
   EXPECT_TRUE(Running("app"));
   // One stage per volume: the restarted agent found the first one mounted.
-  const std::string log = ReadAll(data_ + "/nodes/testnode/berth-csi.log");
-  size_t stages = 0;
-  for (size_t at = log.find("NodeStageVolume code=OK"); at != std::string::npos;
-       at = log.find("NodeStageVolume code=OK", at + 1)) {
-    ++stages;
-  }
-  EXPECT_EQ(stages, 2u) << log;
+  EXPECT_EQ(NodeStages(), 2u) << ReadWholeFile(data_ + "/nodes/testnode/berth-csi.log");
   Berth({"delete", "-f", Example("claim-and-pod.yaml")});
   Berth({"delete", "-f", sandbox_.Join("after.yaml")});
   EXPECT_TRUE(Eventually([&] { return Get("/api/v1/persistentvolumes")["items"].empty(); }, absl::Seconds(90)));

@@ -1,0 +1,158 @@
+// The store's reads (get and list) and the object cache in front of them.
+#include "store/store.h"
+
+#include <sqlite3.h>
+
+#include <map>
+#include <utility>
+#include <vector>
+
+#include "store/store_internal.h"
+
+namespace berth::store {
+
+// ---- Reads ----
+
+absl::StatusOr<Object> Store::Get(const std::string& resource, const std::string& ns,
+                                  const std::string& name) {
+  absl::StatusOr<ObjectPtr> got = GetShared(resource, ns, name);
+  if (!got.ok()) return got.status();
+  return **got;
+}
+
+absl::StatusOr<std::shared_ptr<const Object>> Store::GetShared(const std::string& resource,
+                                                               const std::string& ns,
+                                                               const std::string& name) {
+  const std::string key = CacheKey(resource, ns, name);
+  uint64_t epoch;
+  {
+    absl::MutexLock lock(&cache_mu_);
+    if (auto it = cache_.find(key); it != cache_.end()) {
+      lru_.splice(lru_.begin(), lru_, it->second.lru);
+      ++stats_.hits;
+      return it->second.object;
+    }
+    ++stats_.misses;
+    epoch = epoch_;
+  }
+  std::string data;
+  {
+    absl::MutexLock lock(&read_mu_);
+    Stmt s(read_db_, "SELECT data FROM objects WHERE resource=?1 AND namespace=?2 AND name=?3");
+    s.Bind(1, resource).Bind(2, ns).Bind(3, name);
+    const int rc = s.Step();
+    if (rc == SQLITE_DONE) return absl::NotFoundError(StrCat(resource, " \"", name, "\" not found"));
+    if (rc != SQLITE_ROW) return SqlError(read_db_, "get");
+    data = s.Text(0);
+  }
+  auto obj = std::make_shared<const Object>(Object::parse(data));
+  absl::MutexLock lock(&cache_mu_);
+  // A batch applied since the miss may have changed the object after this
+  // read: then the cache already holds what it wrote, or must not hold it.
+  // Without one, what was read is committed state at least as new as the
+  // cache's (and a newer commit still to be applied will overwrite it).
+  if (epoch_ != epoch) {
+    ++stats_.fills_skipped;
+  } else if (!cache_.contains(key)) {
+    CacheInsertLocked(key, obj, data.size());
+  }
+  return obj;
+}
+
+absl::StatusOr<ListResult> Store::List(const std::string& resource, const std::string& ns,
+                                       const api::LabelSelector& selector, const ListPage& page) {
+  absl::MutexLock lock(&read_mu_);
+  ListResult out;
+  // One read transaction: the list and its resourceVersion are one snapshot.
+  if (absl::Status st = Run(read_db_, "BEGIN"); !st.ok()) return st;
+  {
+    Stmt rv(read_db_, "SELECT value FROM meta WHERE key='rv'");
+    if (rv.Step() == SQLITE_ROW) out.resource_version = std::stoll(rv.Text(0));
+    const auto& after = page.after;
+    // Rows come in (namespace, name) order so a page ends at a stable key.
+    std::string sql = "SELECT data, namespace, name FROM objects WHERE resource=?1";
+    if (!ns.empty()) sql += " AND namespace=?2";
+    if (after) sql += " AND (namespace > ?3 OR (namespace = ?3 AND name > ?4))";
+    sql += " ORDER BY namespace, name";
+    Stmt s(read_db_, sql.c_str());
+    s.Bind(1, resource);
+    if (!ns.empty()) s.Bind(2, ns);
+    if (after) {
+      s.Bind(3, after->first);
+      s.Bind(4, after->second);
+    }
+    int rc;
+    while ((rc = s.Step()) == SQLITE_ROW) {
+      if (page.limit > 0 && out.items.size() == page.limit) {
+        out.next = {Namespace(out.items.back()), Name(out.items.back())};
+        rc = SQLITE_DONE;
+        break;
+      }
+      Object o = Object::parse(s.Text(0));
+      if (selector.empty() || selector.Matches(Labels(o))) out.items.push_back(std::move(o));
+    }
+    if (rc != SQLITE_DONE) {
+      absl::Status st = SqlError(read_db_, "list");
+      (void)Run(read_db_, "COMMIT");
+      return st;
+    }
+  }
+  (void)Run(read_db_, "COMMIT");
+  return out;
+}
+
+// ---- Object cache ----
+
+std::string Store::CacheKey(std::string_view resource, std::string_view ns, std::string_view name) {
+  // Length-prefixed: no separator can be forged by a name.
+  return StrCat(std::to_string(resource.size()), ":", resource, std::to_string(ns.size()), ":", ns, name);
+}
+
+Store::ObjectPtr Store::CacheLookup(const std::string& key) {
+  absl::MutexLock lock(&cache_mu_);
+  auto it = cache_.find(key);
+  if (it == cache_.end()) {
+    ++stats_.misses;
+    return nullptr;
+  }
+  lru_.splice(lru_.begin(), lru_, it->second.lru);
+  ++stats_.hits;
+  return it->second.object;
+}
+
+void Store::CacheInsertLocked(const std::string& key, ObjectPtr object, size_t bytes) {
+  cache_mu_.AssertHeld();
+  if (bytes > options_.cache_bytes) return;  // also: the cache is off
+  lru_.push_front(key);
+  cache_[key] = CacheEntry{std::move(object), bytes, lru_.begin()};
+  cache_bytes_ += bytes;
+  while (cache_bytes_ > options_.cache_bytes) {
+    auto victim = cache_.find(lru_.back());
+    cache_bytes_ -= victim->second.bytes;
+    cache_.erase(victim);
+    lru_.pop_back();
+  }
+}
+
+void Store::CacheApply(CacheWrites writes) {
+  absl::MutexLock lock(&cache_mu_);
+  ++epoch_;
+  for (auto& [key, w] : writes) {
+    if (auto it = cache_.find(key); it != cache_.end()) {
+      cache_bytes_ -= it->second.bytes;
+      lru_.erase(it->second.lru);
+      cache_.erase(it);
+    }
+    if (w.object != nullptr && w.admit) CacheInsertLocked(key, std::move(w.object), w.bytes);
+  }
+}
+
+Store::CacheStats Store::cache_stats() const {
+  absl::MutexLock lock(&cache_mu_);
+  CacheStats out = stats_;
+  out.objects = cache_.size();
+  out.bytes = cache_bytes_;
+  return out;
+}
+
+}  // namespace berth::store

@@ -1,0 +1,117 @@
+// Watches: a Watcher receives the events of its resource after a resource
+// version, buffered, with bookmarks and an end when it falls behind.
+#include "store/store.h"
+
+#include <functional>
+#include <utility>
+
+#include "store/store_internal.h"
+
+namespace berth::store {
+
+// ---- Watcher ----
+
+Watcher::~Watcher() { store_->Unsubscribe(this); }
+
+std::optional<Event> Watcher::Next(absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !queue_.empty() || ended_; };
+  mu_.AwaitWithTimeout(absl::Condition(&ready), timeout);
+  if (queue_.empty()) return std::nullopt;
+  Event e = std::move(queue_.front());
+  queue_.pop_front();
+  return e;
+}
+
+int64_t Watcher::BookmarkVersion() const {
+  absl::MutexLock lock(&mu_);
+  return queue_.empty() ? progress_rv_ : 0;
+}
+
+void Watcher::Progress(int64_t committed_rv) {
+  absl::MutexLock lock(&mu_);
+  progress_rv_ = std::max(progress_rv_, committed_rv);
+}
+
+bool Watcher::ended() const {
+  absl::MutexLock lock(&mu_);
+  return ended_ && queue_.empty();
+}
+
+void Watcher::Offer(const Event& e, const Object* before) {
+  if (e.resource != filter_.resource) return;
+  if (!filter_.ns.empty() && Namespace(*e.object) != filter_.ns) return;
+  Event out = e;  // shares the object
+  if (!filter_.selector.empty()) {
+    const bool now = filter_.selector.Matches(Labels(*e.object));
+    const bool was = before != nullptr && filter_.selector.Matches(Labels(*before));
+    if (e.type == EventType::kAdded && !now) return;
+    if (e.type == EventType::kDeleted && !was && !now) return;
+    if (e.type == EventType::kModified) {
+      if (!now && !was) return;
+      if (now && !was) out.type = EventType::kAdded;
+      if (!now && was) out.type = EventType::kDeleted;
+    }
+  }
+  std::function<void()> notify;
+  {
+    absl::MutexLock lock(&mu_);
+    if (ended_) return;
+    if (queue_.size() >= store_->options_.watcher_queue) {
+      ended_ = true;  // too slow: the client relists
+    } else {
+      queue_.push_back(std::move(out));
+    }
+    notify = notify_;
+  }
+  if (notify) notify();
+}
+
+void Watcher::End() {
+  std::function<void()> notify;
+  {
+    absl::MutexLock lock(&mu_);
+    ended_ = true;
+    notify = notify_;
+  }
+  if (notify) notify();
+}
+
+void Watcher::SetNotify(std::function<void()> notify) {
+  absl::MutexLock lock(&mu_);
+  notify_ = std::move(notify);
+}
+
+absl::StatusOr<std::unique_ptr<Watcher>> Store::Watch(const std::string& resource,
+                                                      const std::string& ns, int64_t from_rv,
+                                                      const api::LabelSelector& selector) {
+  std::unique_ptr<Watcher> w(new Watcher(this, {resource, ns, selector}));
+  absl::MutexLock lock(&watch_mu_);
+  if (from_rv > 0) {
+    // A version from a list may not be published to watches yet: wait for it.
+    auto caught_up = [this, from_rv]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(watch_mu_) {
+      return committed_rv_ >= from_rv;
+    };
+    if (!watch_mu_.AwaitWithTimeout(absl::Condition(&caught_up), absl::Seconds(5))) {
+      return absl::InvalidArgumentError(StrCat("resourceVersion ", from_rv,
+                                               " is newer than the store's ", committed_rv_));
+    }
+    if (from_rv < history_start_rv_) {
+      return absl::OutOfRangeError(StrCat("too old resource version: ", from_rv, " (",
+                                          history_start_rv_, ")"));
+    }
+    for (const auto& [e, before] : history_) {
+      if (e.resource_version > from_rv) w->Offer(e, before.get());
+    }
+  }
+  w->Progress(committed_rv_);  // everything up to here is offered (or not wanted)
+  watchers_.push_back(w.get());
+  return w;
+}
+
+void Store::Unsubscribe(Watcher* w) {
+  absl::MutexLock lock(&watch_mu_);
+  std::erase(watchers_, w);
+}
+
+}  // namespace berth::store
