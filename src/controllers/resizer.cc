@@ -67,15 +67,6 @@ bool HasCondition(const json& claim, const std::string& type) {
 }
 
 
-// external-resizer's IsInfeasibleError, plus RESOURCE_EXHAUSTED: CSI lists
-// no such answer for ControllerExpandVolume, and berth-csi gives it only
-// when its pool cannot hold the size, before changing anything — retrying
-// at once cannot help, and the user must be able to recover.
-bool InfeasibleError(const absl::Status& st) {
-  return st.code() == absl::StatusCode::kInvalidArgument || st.code() == absl::StatusCode::kOutOfRange ||
-         st.code() == absl::StatusCode::kNotFound || st.code() == absl::StatusCode::kResourceExhausted;
-}
-
 constexpr char kResizePendingMessage[] =
     "Waiting for user to (re-)start a pod to finish file system resize of volume on node.";
 
@@ -272,7 +263,7 @@ absl::Status Resizer::SyncClaim(const std::string& key) {
   if (!st.ok()) {
     events_.Record(claim, "Warning", "VolumeResizeFailed",
                    StrCat("resize volume \"", pv_name, "\" by resizer \"", options_.driver, "\" failed: ", st.message()));
-    const bool infeasible = InfeasibleError(st);
+    const bool infeasible = csi::IsInfeasibleError(st);
     {
       absl::MutexLock lock(&mu_);
       if (csi::IsFinalError(st) || infeasible) final_error_.insert(key);

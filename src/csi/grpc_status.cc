@@ -28,4 +28,16 @@ bool IsFinalError(const absl::Status& status) {
   }
 }
 
+bool IsInfeasibleError(const absl::Status& status) {
+  switch (status.code()) {
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kOutOfRange:
+    case absl::StatusCode::kNotFound:
+    case absl::StatusCode::kResourceExhausted:
+      return true;
+    default:
+      return false;
+  }
+}
+
 }  // namespace berth::csi

@@ -17,4 +17,10 @@ absl::Status FromGrpcStatus(const grpc::Status& status);
 // which makes a NodeStage/NodePublish ending so leave the volume uncertain).
 bool IsFinalError(const absl::Status& status);
 
+// Whether an expansion failed because the size cannot be had (external-
+// resizer's IsInfeasibleError, plus RESOURCE_EXHAUSTED: the pool cannot hold
+// it): INVALID_ARGUMENT, OUT_OF_RANGE, NOT_FOUND, RESOURCE_EXHAUSTED. Retrying
+// at once cannot help; the user may lower the request.
+bool IsInfeasibleError(const absl::Status& status);
+
 }  // namespace berth::csi

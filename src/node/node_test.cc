@@ -132,6 +132,21 @@ class NodeAgentTest : public ::testing::Test {
     return root_ + "/pods/" + uid + "/volumes/kubernetes.io~csi/" + pv + "/mount";
   }
 
+  // The resizer's part of an expansion of claim "data" (PV "pv-1"): the PV
+  // grew to 2Gi, the claim waits for the node.
+  void GrowPvTo2GiForTheNode() {
+    ASSERT_TRUE(UpdateObject(*registry_, K("persistentvolumes"), "", "pv-1", apiserver::Subresource::kMain, [](json& pv) {
+      pv["spec"]["capacity"]["storage"] = "2Gi";
+      return true;
+    }).ok());
+    ASSERT_TRUE(UpdateObject(*registry_, K("persistentvolumeclaims"), "default", "data",
+                             apiserver::Subresource::kStatus, [](json& c) {
+      c["status"]["allocatedResourceStatuses"] = {{"storage", "NodeResizePending"}};
+      c["status"]["conditions"] = json::array({{{"type", "FileSystemResizePending"}, {"status", "True"}}});
+      return true;
+    }).ok());
+  }
+
   berth::testing::TempDir dir_;
   std::unique_ptr<store::Store> store_;
   std::unique_ptr<apiserver::Registry> registry_;
@@ -536,17 +551,7 @@ TEST_F(NodeAgentTest, ExpandsOnTheNodeAndFinishesTheClaim) {
   ServeDriver();
   CreatePod("app", "data");
   ASSERT_TRUE(Eventually([&] { return PodPhase("app") == "Running"; }));
-  // The resizer's part: the PV grew, the claim waits for the node.
-  ASSERT_TRUE(UpdateObject(*registry_, K("persistentvolumes"), "", "pv-1", apiserver::Subresource::kMain, [](json& pv) {
-    pv["spec"]["capacity"]["storage"] = "2Gi";
-    return true;
-  }).ok());
-  ASSERT_TRUE(UpdateObject(*registry_, K("persistentvolumeclaims"), "default", "data", apiserver::Subresource::kStatus,
-                           [](json& c) {
-    c["status"]["allocatedResourceStatuses"] = {{"storage", "NodeResizePending"}};
-    c["status"]["conditions"] = json::array({{{"type", "FileSystemResizePending"}, {"status", "True"}}});
-    return true;
-  }).ok());
+  GrowPvTo2GiForTheNode();
   ASSERT_TRUE(Eventually([&] { return Str(Get("persistentvolumeclaims", "default", "data"), {"status", "capacity", "storage"}) == "2Gi"; }));
   EXPECT_EQ(driver_->Expanded().at(kHandle), int64_t{2} << 30);
   json status = Get("persistentvolumeclaims", "default", "data")["status"];
@@ -562,16 +567,7 @@ TEST_F(NodeAgentFaultTest, AnInfeasibleNodeExpansionIsRecordedOnTheClaimAndClear
   CreatePod("app", "data");
   ASSERT_TRUE(Eventually([&] { return PodPhase("app") == "Running"; }));
   driver_->Fail("expand", 1, grpc::StatusCode::OUT_OF_RANGE);
-  ASSERT_TRUE(UpdateObject(*registry_, K("persistentvolumes"), "", "pv-1", apiserver::Subresource::kMain, [](json& pv) {
-    pv["spec"]["capacity"]["storage"] = "2Gi";
-    return true;
-  }).ok());
-  ASSERT_TRUE(UpdateObject(*registry_, K("persistentvolumeclaims"), "default", "data", apiserver::Subresource::kStatus,
-                           [](json& c) {
-    c["status"]["allocatedResourceStatuses"] = {{"storage", "NodeResizePending"}};
-    c["status"]["conditions"] = json::array({{{"type", "FileSystemResizePending"}, {"status", "True"}}});
-    return true;
-  }).ok());
+  GrowPvTo2GiForTheNode();
   auto claim_status = [&] { return Get("persistentvolumeclaims", "default", "data")["status"]; };
   ASSERT_TRUE(Eventually([&] {
     return Str(claim_status(), {"allocatedResourceStatuses", "storage"}) == "NodeResizeInfeasible";

@@ -57,16 +57,13 @@ std::map<std::string, std::string> VolumeManager::VolumeContext(const Wanted& w)
 }
 
 // A NodeExpandVolume that failed, on the claim (kubelet with
-// RecoverVolumeExpansionFailure): an infeasible size (INVALID_ARGUMENT,
-// OUT_OF_RANGE, NOT_FOUND, or RESOURCE_EXHAUSTED: the pool cannot hold it)
+// RecoverVolumeExpansionFailure): an infeasible size (csi::IsInfeasibleError)
 // sets allocatedResourceStatuses NodeResizeInfeasible, so the user sees it
 // and may lower the request; any failure sets the NodeResizeError condition
 // with the driver's message. The operation's own backoff paces the retries.
 void VolumeManager::RecordNodeResizeFailure(const Wanted& w, const absl::Status& failure) {
-  const absl::StatusCode code = failure.code();
-  const bool infeasible = code == absl::StatusCode::kInvalidArgument || code == absl::StatusCode::kOutOfRange ||
-                          code == absl::StatusCode::kNotFound || code == absl::StatusCode::kResourceExhausted;
   if (client::IsNotAFailure(failure)) return;  // waiting for the driver: nothing failed
+  const bool infeasible = csi::IsInfeasibleError(failure);
   absl::Status st = client::EditStatus(registry_, K("persistentvolumeclaims"), w.claim, [&](json& status) {
     if (infeasible) status["allocatedResourceStatuses"]["storage"] = "NodeResizeInfeasible";
     json& conditions = status["conditions"];

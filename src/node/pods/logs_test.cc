@@ -14,6 +14,7 @@
 #include "store/store.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "http/testing/recording_writer.h"
 
 namespace berth::node::pods {
 namespace {
@@ -86,73 +87,6 @@ TEST(CriLogTest, FollowsAppendsAndRotation) {
 
 // ---- The pods/log subresource, followed ----
 
-// A detached stream as the HTTP server hands it over, recording.
-class RecordingStream : public http::Stream {
- public:
-  bool Write(std::string data) override {
-    absl::MutexLock lock(&mu_);
-    if (ended_) return false;
-    text_ += data;
-    return true;
-  }
-  void Finish() override {
-    absl::MutexLock lock(&mu_);
-    ended_ = true;
-  }
-  bool Ended() const override {
-    absl::MutexLock lock(&mu_);
-    return ended_;
-  }
-  size_t Pending() const override { return 0; }
-  bool Backlogged() const override { return false; }
-  void SetWakeup(std::function<void()> wakeup) override {
-    absl::MutexLock lock(&mu_);
-    wakeup_ = std::move(wakeup);
-  }
-  std::string text() const {
-    absl::MutexLock lock(&mu_);
-    return text_;
-  }
-  // The client goes away: the server runs the wakeup.
-  void Hangup() {
-    std::function<void()> wakeup;
-    {
-      absl::MutexLock lock(&mu_);
-      ended_ = true;
-      wakeup = wakeup_;
-    }
-    if (wakeup) wakeup();
-  }
-
- private:
-  mutable absl::Mutex mu_;
-  std::string text_ ABSL_GUARDED_BY(mu_);
-  bool ended_ ABSL_GUARDED_BY(mu_) = false;
-  std::function<void()> wakeup_ ABSL_GUARDED_BY(mu_);
-};
-
-class DetachingWriter : public http::ResponseWriter {
- public:
-  void Send(int c, const std::string&, const std::string& b) override {
-    code = c;
-    body = b;
-  }
-  bool StartStream(int c, const std::string&) override {
-    code = c;
-    return true;
-  }
-  bool WriteChunk(const std::string& data) override { return stream->Write(data); }
-  bool Cancelled() override { return stream->Ended(); }
-  std::shared_ptr<http::Stream> Detach() override {
-    detached = true;
-    return stream;
-  }
-  int code = 0;
-  std::string body;
-  bool detached = false;
-  std::shared_ptr<RecordingStream> stream = std::make_shared<RecordingStream>();
-};
-
 int Threads() {
   int n = 0;
   for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/self/task")) ++n;
@@ -191,7 +125,7 @@ TEST(PodLogTest, FollowedLogsShareOneThreadAndEndWithTheContainerOrTheClient) {
     auto req = http::ParseRequest("GET /api/v1/namespaces/default/pods/p" + std::to_string(i) +
                                   "/log?follow=true HTTP/1.1\r\nHost: x\r\n\r\n");
     EXPECT_TRUE(req.ok());
-    auto w = std::make_unique<DetachingWriter>();
+    auto w = std::make_unique<http::testing::RecordingWriter>();
     // Returns at once: the handler's thread is not held.
     EXPECT_TRUE(ServePodLog(registry, log_root, "default", "p" + std::to_string(i), *req, *w).ok());
     EXPECT_EQ(w->code, 200);
@@ -199,7 +133,7 @@ TEST(PodLogTest, FollowedLogsShareOneThreadAndEndWithTheContainerOrTheClient) {
     EXPECT_EQ(w->stream->text(), "before p" + std::to_string(i) + "\n");
     return w;
   };
-  std::vector<std::unique_ptr<DetachingWriter>> writers;
+  std::vector<std::unique_ptr<http::testing::RecordingWriter>> writers;
   writers.push_back(follow(0));
   const int threads = Threads();  // with the followers' thread
   for (int i = 1; i < kPods; ++i) writers.push_back(follow(i));
