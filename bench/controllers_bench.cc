@@ -86,8 +86,10 @@ int main(int argc, char** argv) {
           json c = {{"apiVersion", "v1"},
                     {"kind", "PersistentVolumeClaim"},
                     {"metadata", {{"name", "c-" + std::to_string(i)}}},
-                    {"spec", {{"accessModes", {"ReadWriteOnce"}}, {"storageClassName", "fast"},
-                              {"resources", {{"requests", {{"storage", "1Gi"}}}}}}}};
+                    {"spec",
+                     {{"accessModes", {"ReadWriteOnce"}},
+                      {"storageClassName", "fast"},
+                      {"resources", {{"requests", {{"storage", "1Gi"}}}}}}}};
           (void)registry.Create(K("persistentvolumeclaims"), "default", c);
         }
       });
@@ -99,17 +101,18 @@ int main(int argc, char** argv) {
       if (std::chrono::duration<double>(Clock::now() - start).count() > 600) break;
     }
     double secs = std::chrono::duration<double>(Clock::now() - start).count();
-    std::printf("%d claims created in %.2f s; all provisioned + bound after %.2f s: %.0f claims/s\n", total,
-                created_s, secs, bound.load() / secs);
-    std::printf("CreateVolume calls %d; RSS %ld MiB before, %ld MiB after\n", driver.create_calls(),
-                rss_before / 1024, CurrentRssKiB() / 1024);
+    std::printf("%d claims created in %.2f s; all provisioned + bound after %.2f s: %.0f claims/s\n", total, created_s,
+                secs, bound.load() / secs);
+    std::printf("CreateVolume calls %d; RSS %ld MiB before, %ld MiB after\n", driver.create_calls(), rss_before / 1024,
+                CurrentRssKiB() / 1024);
     const auto cache = store->cache_stats();
-    std::printf("store: %.1f writes per claim; object cache %.0f%% hits (%lld hits, %lld misses, %lld fills "
-                "skipped), %zu objects, %zu KiB serialized\n",
-                static_cast<double>(store->ResourceVersion()) / total,
-                100.0 * static_cast<double>(cache.hits) / static_cast<double>(std::max<int64_t>(1, cache.hits + cache.misses)),
-                static_cast<long long>(cache.hits), static_cast<long long>(cache.misses),
-                static_cast<long long>(cache.fills_skipped), cache.objects, cache.bytes / 1024);
+    std::printf(
+        "store: %.1f writes per claim; object cache %.0f%% hits (%lld hits, %lld misses, %lld fills "
+        "skipped), %zu objects, %zu KiB serialized\n",
+        static_cast<double>(store->ResourceVersion()) / total,
+        100.0 * static_cast<double>(cache.hits) / static_cast<double>(std::max<int64_t>(1, cache.hits + cache.misses)),
+        static_cast<long long>(cache.hits), static_cast<long long>(cache.misses),
+        static_cast<long long>(cache.fills_skipped), cache.objects, cache.bytes / 1024);
     provisioner.Stop();
     binder.Stop();
     for (auto* i : {&claims, &volumes, &classes, &pods, &nodes, &csinodes}) i->Stop();

@@ -54,8 +54,8 @@ void Run(const char* label, ::csi::v1::Identity::Stub& stub, int iterations) {
   std::sort(us.begin(), us.end());
   auto pct = [&](double p) { return us[static_cast<size_t>(p * (us.size() - 1))]; };
   const double mean = std::accumulate(us.begin(), us.end(), 0.0) / us.size();
-  std::printf("%-28s n=%zu p50=%.1fus p90=%.1fus p99=%.1fus max=%.1fus mean=%.1fus\n", label,
-              us.size(), pct(0.5), pct(0.9), pct(0.99), us.back(), mean);
+  std::printf("%-28s n=%zu p50=%.1fus p90=%.1fus p99=%.1fus max=%.1fus mean=%.1fus\n", label, us.size(), pct(0.5),
+              pct(0.9), pct(0.99), us.back(), mean);
 }
 
 }  // namespace
@@ -76,19 +76,16 @@ int main(int argc, char** argv) {
     CPU_SET(0, &set);
     if (::sched_setaffinity(0, sizeof(set), &set) != 0) std::perror("sched_setaffinity");
   }
-  std::printf("probe round trip over a unix socket (%s)\n",
-              same_cpu ? "all threads on CPU 0" : "threads on any CPU");
+  std::printf("probe round trip over a unix socket (%s)\n", same_cpu ? "all threads on CPU 0" : "threads on any CPU");
   char tmpl[] = "/tmp/berth-bench-XXXXXX";
   if (::mkdtemp(tmpl) == nullptr) return 1;
   const std::string dir = tmpl;
   const std::string endpoint = "unix://" + dir + "/csi.sock";
 
-  auto logger = std::make_shared<spdlog::logger>(
-      "bench", std::make_shared<spdlog::sinks::null_sink_mt>());
+  auto logger = std::make_shared<spdlog::logger>("bench", std::make_shared<spdlog::sinks::null_sink_mt>());
   spdlog::set_default_logger(logger);
 
-  berth::driver::IdentityService identity("local.csi.berth.io", berth::kVersion, {},
-                                          [] { return true; });
+  berth::driver::IdentityService identity("local.csi.berth.io", berth::kVersion, {}, [] { return true; });
   auto server = berth::csi::CsiServer::Start({.endpoint = endpoint}, {&identity});
   if (!server.ok()) {
     std::fprintf(stderr, "%s\n", server.status().ToString().c_str());

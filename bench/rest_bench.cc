@@ -19,10 +19,10 @@
 #include <thread>
 #include <vector>
 
-#include "bench_util.h"
-#include "apiserver/kubeconfig.h"
-#include "http/api_client.h"
 #include "apiserver/control_plane.h"
+#include "apiserver/kubeconfig.h"
+#include "bench_util.h"
+#include "http/api_client.h"
 #include "spdlog/spdlog.h"
 
 namespace {
@@ -44,8 +44,8 @@ std::string Pvc(const std::string& name) {
 using berth::bench::CurrentRssKiB;
 
 // Creates `count` claims named <prefix>-<i> from `clients` threads.
-double CreateRate(const std::function<std::unique_ptr<ApiClient>()>& connect, const std::string& prefix,
-                  int count, int clients) {
+double CreateRate(const std::function<std::unique_ptr<ApiClient>()>& connect, const std::string& prefix, int count,
+                  int clients) {
   std::atomic<int> next{0}, failed{0};
   auto start = Clock::now();
   std::vector<std::thread> threads;
@@ -132,16 +132,18 @@ int main(int argc, char** argv) {
       watcher.join();
       std::sort(lat_us.begin(), lat_us.end());
       std::sort(post_us.begin(), post_us.end());
-      std::printf("watch event received after POST sent (%zu events): p50 %.0f us, p99 %.0f us"
-                  " (the POST round trip alone: p50 %.0f us, p99 %.0f us)\n",
-                  lat_us.size(), lat_us[lat_us.size() / 2], lat_us[lat_us.size() * 99 / 100],
-                  post_us[post_us.size() / 2], post_us[post_us.size() * 99 / 100]);
+      std::printf(
+          "watch event received after POST sent (%zu events): p50 %.0f us, p99 %.0f us"
+          " (the POST round trip alone: p50 %.0f us, p99 %.0f us)\n",
+          lat_us.size(), lat_us[lat_us.size() / 2], lat_us[lat_us.size() * 99 / 100], post_us[post_us.size() / 2],
+          post_us[post_us.size() * 99 / 100]);
     }
 
     // Creates over HTTPS + token (kubectl's path), 8 clients.
     {
       const int n = std::min(total / 10, 10000);
-      double rate = CreateRate([&] { return std::move(*berth::apiserver::ApiClientForKubeconfig(kubeconfig)); }, "tls", n, 8);
+      double rate =
+          CreateRate([&] { return std::move(*berth::apiserver::ApiClientForKubeconfig(kubeconfig)); }, "tls", n, 8);
       std::printf("durable creates via HTTPS (8 clients, %d objects): %.0f/s\n", n, rate);
     }
     // Creates over the unix socket, 8 clients, up to `total` objects.

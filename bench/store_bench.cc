@@ -97,8 +97,8 @@ int main(int argc, char** argv) {
       lat.push_back(std::chrono::duration<double, std::micro>(received[i] - acked[i]).count());
     }
     std::sort(lat.begin(), lat.end());
-    std::printf("durable creates, %d writers: %d objects in %.2f s = %.0f/s (%d failed)\n", kWriters,
-                total, secs, total / secs, failed.load());
+    std::printf("durable creates, %d writers: %d objects in %.2f s = %.0f/s (%d failed)\n", kWriters, total, secs,
+                total / secs, failed.load());
     std::printf("watch delivery after ack: p50 %.0f us, p99 %.0f us (negative: event before ack)\n",
                 lat[lat.size() / 2], lat[lat.size() * 99 / 100]);
     std::printf("RSS with %d objects stored: %ld MiB\n", total, CurrentRssKiB() / 1024);

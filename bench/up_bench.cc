@@ -136,11 +136,15 @@ std::map<pid_t, long> TreeCpuTicks(pid_t root) {
 
 void Cleanup(const std::string& dir) {
   // Unmount below dir (deepest first), detach its loop devices, remove it.
-  std::string cmd = "for i in 1 2 3; do awk -v d='" + dir +
-                    "' 'index($5, d\"/\")==1 {print length($5), $5}' /proc/self/mountinfo | sort -rn | cut -d' ' -f2- | "
-                    "xargs -r -n1 umount -l; done; for f in /sys/block/loop*/loop/backing_file; do "
-                    "case \"$(cat $f 2>/dev/null)\" in '" + dir + "'/*) losetup -d /dev/$(basename $(dirname $(dirname $f)));; esac; done; "
-                    "rm -rf '" + dir + "'";
+  std::string cmd =
+      "for i in 1 2 3; do awk -v d='" + dir +
+      "' 'index($5, d\"/\")==1 {print length($5), $5}' /proc/self/mountinfo | sort -rn | cut -d' ' -f2- | "
+      "xargs -r -n1 umount -l; done; for f in /sys/block/loop*/loop/backing_file; do "
+      "case \"$(cat $f 2>/dev/null)\" in '" +
+      dir +
+      "'/*) losetup -d /dev/$(basename $(dirname $(dirname $f)));; esac; done; "
+      "rm -rf '" +
+      dir + "'";
   if (std::system(cmd.c_str()) != 0) std::fprintf(stderr, "cleanup of %s incomplete\n", dir.c_str());
 }
 
@@ -188,20 +192,27 @@ int main(int argc, char** argv) {
   const absl::Time t0 = absl::Now();
   for (int i = 0; i < pairs; ++i) {
     const std::string name = "b" + std::to_string(i);
-    json claim = {{"apiVersion", "v1"}, {"kind", "PersistentVolumeClaim"}, {"metadata", {{"name", name}}},
+    json claim = {{"apiVersion", "v1"},
+                  {"kind", "PersistentVolumeClaim"},
+                  {"metadata", {{"name", name}}},
                   {"spec", {{"accessModes", {"ReadWriteOnce"}}, {"resources", {{"requests", {{"storage", "16Mi"}}}}}}}};
-    json pod = {{"apiVersion", "v1"}, {"kind", "Pod"}, {"metadata", {{"name", name}}},
-                {"spec", {{"containers", {{{"name", "c"},
-                                           {"image", "berth.local/toolbox:1"},
-                                           {"command", {"sleep", "1000000"}},
-                                           {"volumeMounts", {{{"name", "d"}, {"mountPath", "/data"}}}}}}},
-                          {"terminationGracePeriodSeconds", 2},
-                          {"volumes", {{{"name", "d"}, {"persistentVolumeClaim", {{"claimName", name}}}}}}}}};
+    json pod = {{"apiVersion", "v1"},
+                {"kind", "Pod"},
+                {"metadata", {{"name", name}}},
+                {"spec",
+                 {{"containers",
+                   {{{"name", "c"},
+                     {"image", "berth.local/toolbox:1"},
+                     {"command", {"sleep", "1000000"}},
+                     {"volumeMounts", {{{"name", "d"}, {"mountPath", "/data"}}}}}}},
+                  {"terminationGracePeriodSeconds", 2},
+                  {"volumes", {{{"name", "d"}, {"persistentVolumeClaim", {{"claimName", name}}}}}}}}};
     for (const auto& [path, body] : {std::pair{"/api/v1/namespaces/default/persistentvolumeclaims", claim.dump()},
                                      std::pair{"/api/v1/namespaces/default/pods", pod.dump()}}) {
       auto r = client->Call("POST", path, body);
       if (!r.ok() || r->code != 201) {
-        std::fprintf(stderr, "POST %s: %s\n", path, r.ok() ? r->body.c_str() : std::string(r.status().message()).c_str());
+        std::fprintf(stderr, "POST %s: %s\n", path,
+                     r.ok() ? r->body.c_str() : std::string(r.status().message()).c_str());
       }
     }
   }
@@ -210,7 +221,8 @@ int main(int argc, char** argv) {
     absl::SleepFor(absl::Milliseconds(100));
     auto r = client->Call("GET", "/api/v1/namespaces/default/pods");
     if (!r.ok() || r->code != 200) {
-      std::fprintf(stderr, "listing pods: %s\n", r.ok() ? std::to_string(r->code).c_str() : std::string(r.status().message()).c_str());
+      std::fprintf(stderr, "listing pods: %s\n",
+                   r.ok() ? std::to_string(r->code).c_str() : std::string(r.status().message()).c_str());
       client = berth::http::ApiClient::ForUnixSocket(data + "/api.sock");
       continue;
     }

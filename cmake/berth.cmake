@@ -39,6 +39,10 @@ function(berth_test)
     return()
   endif()
   add_executable(${ARG_NAME} ${ARG_SOURCES})
+  # Unity batches (the release preset) are for what scripts/build builds: a
+  # test file keeps its fixtures and helpers in an anonymous namespace that
+  # would collide with its neighbours', and tests build one file at a time.
+  set_target_properties(${ARG_NAME} PROPERTIES UNITY_BUILD OFF)
   target_link_libraries(${ARG_NAME} PRIVATE ${ARG_DEPS} GTest::gmock GTest::gtest_main)
   berth_warnings(${ARG_NAME})
   if(NOT ARG_LABELS)

@@ -35,7 +35,8 @@ const std::regex& IntPattern() {
   return re;
 }
 const std::regex& FloatPattern() {
-  static const std::regex re(R"([-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?|[-+]?\.(inf|Inf|INF)|\.(nan|NaN|NAN))");
+  static const std::regex re(
+      R"([-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?|[-+]?\.(inf|Inf|INF)|\.(nan|NaN|NAN))");
   return re;
 }
 
@@ -98,8 +99,8 @@ absl::StatusOr<json> ToJson(const YAML::Node& node, int depth = 0) {
       const std::string& s = node.Scalar();
       if (tag == "!" || tag == "tag:yaml.org,2002:str") return json(s);
       if (tag == "?" || tag.empty()) return ResolvePlain(s);
-      if (tag == "tag:yaml.org,2002:int" || tag == "tag:yaml.org,2002:float" ||
-          tag == "tag:yaml.org,2002:bool" || tag == "tag:yaml.org,2002:null") {
+      if (tag == "tag:yaml.org,2002:int" || tag == "tag:yaml.org,2002:float" || tag == "tag:yaml.org,2002:bool" ||
+          tag == "tag:yaml.org,2002:null") {
         return ResolvePlain(s);
       }
       return json(s);
@@ -145,8 +146,8 @@ size_t InvalidUtf8At(std::string_view s) {
       cp = (cp << 6) | (cc & 0x3f);
     }
     // Overlong forms, surrogates and values past U+10FFFF are not UTF-8.
-    if ((n == 2 && cp < 0x80) || (n == 3 && cp < 0x800) || (n == 4 && cp < 0x10000) ||
-        (cp >= 0xd800 && cp <= 0xdfff) || cp > 0x10ffff) {
+    if ((n == 2 && cp < 0x80) || (n == 3 && cp < 0x800) || (n == 4 && cp < 0x10000) || (cp >= 0xd800 && cp <= 0xdfff) ||
+        cp > 0x10ffff) {
       return i;
     }
     i += n;
@@ -197,11 +198,9 @@ class NullHandler final : public YAML::EventHandler {
   void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
   void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
   void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t, const std::string&) override {}
-  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
-                       YAML::EmitterStyle::value) override {}
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
   void OnSequenceEnd() override {}
-  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
-                  YAML::EmitterStyle::value) override {}
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
   void OnMapEnd() override {}
 };
 
@@ -321,14 +320,13 @@ absl::StatusOr<std::vector<json>> DecodeManifests(std::string_view text) {
       YAML::Parser parser(in);
       NullHandler events;
       if (parser.HandleNextDocument(events) && parser.HandleNextDocument(events)) {
-        return absl::InvalidArgumentError(
-            StrCat("invalid YAML in the document starting at line ", line,
-                   ": content the parser cannot place (a stray ',' or ']'?)"));
+        return absl::InvalidArgumentError(StrCat("invalid YAML in the document starting at line ", line,
+                                                 ": content the parser cannot place (a stray ',' or ']'?)"));
       }
       docs.push_back(YAML::Load(chunk));
     } catch (const YAML::Exception& e) {
-      return absl::InvalidArgumentError(StrCat("invalid YAML at line ", line + e.mark.line,
-                                               ", column ", e.mark.column + 1, ": ", e.msg));
+      return absl::InvalidArgumentError(
+          StrCat("invalid YAML at line ", line + e.mark.line, ", column ", e.mark.column + 1, ": ", e.msg));
     }
     first_line = line;
   }

@@ -137,8 +137,8 @@ TEST(CodecTest, RefusesInvalidUtf8AndRoundTripsControlCharacters) {
   EXPECT_THAT(bad.status().message(), ::testing::HasSubstr("UTF-8"));
   EXPECT_FALSE(DecodeManifests("a: \xed\xa0\x80\n").ok()) << "surrogates are not UTF-8";
   EXPECT_TRUE(DecodeManifests("name: caf\xc3\xa9\n").ok());
-  EXPECT_EQ(DecodeManifests(std::string("me\0ta: 1\n", 9)).status().code(),
-            absl::StatusCode::kInvalidArgument) << "raw control characters are not YAML";
+  EXPECT_EQ(DecodeManifests(std::string("me\0ta: 1\n", 9)).status().code(), absl::StatusCode::kInvalidArgument)
+      << "raw control characters are not YAML";
   json o = {{"k\x03ey", "v\x01al\tue"}, {"\xc3\xa9", "ok"}};
   auto back = DecodeManifests(EncodeYaml(o));
   ASSERT_TRUE(back.ok()) << back.status() << "\n" << EncodeYaml(o);

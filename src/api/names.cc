@@ -37,11 +37,11 @@ absl::Status ValidateDns1123Subdomain(std::string_view field, std::string_view n
     return absl::InvalidArgumentError(
         StrCat(field, ": Invalid value: \"", name, "\": must be no more than 253 characters"));
   }
-  return absl::InvalidArgumentError(StrCat(
-      field, ": Invalid value: \"", name,
-      "\": a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' "
-      "or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex "
-      "used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"));
+  return absl::InvalidArgumentError(
+      StrCat(field, ": Invalid value: \"", name,
+             "\": a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' "
+             "or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex "
+             "used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"));
 }
 
 absl::Status ValidateDns1123Label(std::string_view field, std::string_view name) {
@@ -50,11 +50,11 @@ absl::Status ValidateDns1123Label(std::string_view field, std::string_view name)
     return absl::InvalidArgumentError(
         StrCat(field, ": Invalid value: \"", name, "\": must be no more than 63 characters"));
   }
-  return absl::InvalidArgumentError(StrCat(
-      field, ": Invalid value: \"", name,
-      "\": a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', "
-      "and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', "
-      "regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')"));
+  return absl::InvalidArgumentError(
+      StrCat(field, ": Invalid value: \"", name,
+             "\": a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', "
+             "and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', "
+             "regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')"));
 }
 
 }  // namespace berth::api

@@ -36,9 +36,22 @@ struct Suffix {
 };
 
 constexpr std::array<Suffix, 16> kSuffixes = {{
-    {"Ki", true, 1}, {"Mi", true, 2}, {"Gi", true, 3}, {"Ti", true, 4}, {"Pi", true, 5}, {"Ei", true, 6},
-    {"n", false, -9}, {"u", false, -6}, {"m", false, -3}, {"k", false, 3}, {"M", false, 6},
-    {"G", false, 9}, {"T", false, 12}, {"P", false, 15}, {"E", false, 18}, {"", false, 0},
+    {"Ki", true, 1},
+    {"Mi", true, 2},
+    {"Gi", true, 3},
+    {"Ti", true, 4},
+    {"Pi", true, 5},
+    {"Ei", true, 6},
+    {"n", false, -9},
+    {"u", false, -6},
+    {"m", false, -3},
+    {"k", false, 3},
+    {"M", false, 6},
+    {"G", false, 9},
+    {"T", false, 12},
+    {"P", false, 15},
+    {"E", false, 18},
+    {"", false, 0},
 }};
 
 // Limits of what a quantity may hold: |value| < 2^63 units.
@@ -47,9 +60,7 @@ constexpr i128 kMaxNano = static_cast<i128>(INT64_MAX) * kNano;
 }  // namespace
 
 absl::StatusOr<Quantity> Quantity::Parse(std::string_view text) {
-  auto bad = [&](std::string_view why) {
-    return absl::InvalidArgumentError(StrCat("quantity \"", text, "\": ", why));
-  };
+  auto bad = [&](std::string_view why) { return absl::InvalidArgumentError(StrCat("quantity \"", text, "\": ", why)); };
   std::string_view s = text;
   bool neg = false;
   if (!s.empty() && (s[0] == '+' || s[0] == '-')) {
@@ -153,8 +164,8 @@ std::string Quantity::ToString() const {
     }
   }
   // Decimal: the largest power of 1000 that keeps the number whole.
-  static constexpr std::pair<int, std::string_view> kDec[] = {
-      {18, "E"}, {15, "P"}, {12, "T"}, {9, "G"}, {6, "M"}, {3, "k"}, {0, ""}, {-3, "m"}, {-6, "u"}, {-9, "n"}};
+  static constexpr std::pair<int, std::string_view> kDec[] = {{18, "E"}, {15, "P"}, {12, "T"}, {9, "G"},  {6, "M"},
+                                                              {3, "k"},  {0, ""},   {-3, "m"}, {-6, "u"}, {-9, "n"}};
   for (const auto& [p, text] : kDec) {
     const i128 f = Pow(10, p + 9);
     if (a % f == 0) return sign + ToDecimal(a / f) + std::string(text);

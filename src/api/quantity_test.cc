@@ -37,8 +37,8 @@ TEST(QuantityTest, ValuesRoundUpAndCompare) {
 }
 
 TEST(QuantityTest, RejectsMalformed) {
-  for (const char* bad : {"", "Gi", "1GB", "1gi", "1 Gi", "1.2.3", "--1", "1e", "1e99", "8Ei",
-                          "99999999999999999999"}) {
+  for (const char* bad :
+       {"", "Gi", "1GB", "1gi", "1 Gi", "1.2.3", "--1", "1e", "1e99", "8Ei", "99999999999999999999"}) {
     EXPECT_EQ(Quantity::Parse(bad).status().code(), absl::StatusCode::kInvalidArgument) << bad;
   }
 }

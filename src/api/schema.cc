@@ -53,8 +53,8 @@ const char* JsonTypeName(const nlohmann::json& v) {
 }
 
 absl::Status TypeError(const nlohmann::json& v, Schema::Type want, const std::string& path) {
-  return BadRequest(StrCat("json: cannot unmarshal ", JsonTypeName(v), " into Go value of type ",
-                           GoType(want), " (field \"", path, "\")"));
+  return BadRequest(StrCat("json: cannot unmarshal ", JsonTypeName(v), " into Go value of type ", GoType(want),
+                           " (field \"", path, "\")"));
 }
 
 absl::Status Check(const nlohmann::json& v, const Schema& s, const std::string& path, int depth) {
@@ -92,7 +92,8 @@ absl::Status Check(const nlohmann::json& v, const Schema& s, const std::string& 
         return TypeError(v, s.type, path);
       }
       if (!Quantity::Parse(text).ok()) {
-        return BadRequest(StrCat(path, ": quantities must match the regular expression "
+        return BadRequest(StrCat(path,
+                                 ": quantities must match the regular expression "
                                  "'^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"));
       }
       return absl::OkStatus();
@@ -102,8 +103,8 @@ absl::Status Check(const nlohmann::json& v, const Schema& s, const std::string& 
       absl::Time t;
       std::string err;
       if (!absl::ParseTime(absl::RFC3339_full, v.get<std::string>(), &t, &err)) {
-        return BadRequest(StrCat(path, ": invalid time \"", v.get<std::string>(),
-                                 "\": expected RFC 3339 (2006-01-02T15:04:05Z)"));
+        return BadRequest(
+            StrCat(path, ": invalid time \"", v.get<std::string>(), "\": expected RFC 3339 (2006-01-02T15:04:05Z)"));
       }
       return absl::OkStatus();
     }
@@ -139,8 +140,7 @@ absl::Status Check(const nlohmann::json& v, const Schema& s, const std::string& 
     case Schema::Type::kMap:
       if (!v.is_object()) return TypeError(v, s.type, path);
       for (const auto& [key, value] : v.items()) {
-        if (absl::Status st = Check(value, *s.elem, StrCat(path, "[", key, "]"), depth + 1);
-            !st.ok()) {
+        if (absl::Status st = Check(value, *s.elem, StrCat(path, "[", key, "]"), depth + 1); !st.ok()) {
           return st;
         }
       }
@@ -191,8 +191,6 @@ SchemaPtr Map(SchemaPtr value) {
   return s;
 }
 
-absl::Status CheckSchema(const nlohmann::json& object, const Schema& schema) {
-  return Check(object, schema, "", 0);
-}
+absl::Status CheckSchema(const nlohmann::json& object, const Schema& schema) { return Check(object, schema, "", 0); }
 
 }  // namespace berth::api

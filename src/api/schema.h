@@ -35,10 +35,10 @@ using SchemaPtr = std::shared_ptr<const Schema>;
 
 struct Schema {
   enum class Type {
-    kAny,          // anything (free-form fields such as a container's probes)
+    kAny,  // anything (free-form fields such as a container's probes)
     kString,
-    kInt,          // JSON integer
-    kNumber,       // JSON number
+    kInt,     // JSON integer
+    kNumber,  // JSON number
     kBool,
     kQuantity,     // "5Gi" or a number (validated as a Kubernetes quantity)
     kIntOrString,  // 8080 or "http"
@@ -50,7 +50,7 @@ struct Schema {
   };
   Type type = Type::kAny;
   std::map<std::string, SchemaPtr, std::less<>> fields;  // kObject
-  SchemaPtr elem;                                         // kArray, kMap
+  SchemaPtr elem;                                        // kArray, kMap
   // kArray under strategic merge patch: elements are merged by this key
   // ("name" for containers and volumes, "type" for conditions). Empty:
   // the list is replaced as a whole, unless `merge_primitives`.

@@ -96,9 +96,7 @@ SchemaPtr OwnerReferenceSchema() {
 // ---------------------------------------------------------------------------
 // Node selection.
 
-SchemaPtr NodeSelectorRequirementSchema() {
-  return Obj({{"key", Str()}, {"operator", Str()}, {"values", StrList()}});
-}
+SchemaPtr NodeSelectorRequirementSchema() { return Obj({{"key", Str()}, {"operator", Str()}, {"values", StrList()}}); }
 
 SchemaPtr NodeSelectorTermSchema() {
   return Obj({
@@ -118,12 +116,11 @@ SchemaPtr TopologySelectorTermSchema() {
 // volumes), pod (anti-)affinity free-form.
 SchemaPtr AffinitySchema() {
   return Obj({
-      {"nodeAffinity",
-       Obj({
-           {"requiredDuringSchedulingIgnoredDuringExecution", NodeSelectorSchema()},
-           {"preferredDuringSchedulingIgnoredDuringExecution",
-            Arr(Obj({{"weight", Int()}, {"preference", NodeSelectorTermSchema()}}))},
-       })},
+      {"nodeAffinity", Obj({
+                           {"requiredDuringSchedulingIgnoredDuringExecution", NodeSelectorSchema()},
+                           {"preferredDuringSchedulingIgnoredDuringExecution",
+                            Arr(Obj({{"weight", Int()}, {"preference", NodeSelectorTermSchema()}}))},
+                       })},
       {"podAffinity", AnyValue()},
       {"podAntiAffinity", AnyValue()},
   });
@@ -134,9 +131,7 @@ SchemaPtr AffinitySchema() {
 
 SchemaPtr HostPathSchema() { return Obj({{"path", Str()}, {"type", Str()}}); }
 
-SchemaPtr NfsSchema() {
-  return Obj({{"server", Str()}, {"path", Str()}, {"readOnly", Bool()}});
-}
+SchemaPtr NfsSchema() { return Obj({{"server", Str()}, {"path", Str()}, {"readOnly", Bool()}}); }
 
 // core/v1 CSIPersistentVolumeSource.
 SchemaPtr CsiPvSourceSchema() {
@@ -185,9 +180,8 @@ SchemaPtr PvSpecSchema() {
       {"local", Obj({{"path", Str()}, {"fsType", Str()}})},
       {"nfs", NfsSchema()},
   };
-  AddAny(fields, {"gcePersistentDisk", "awsElasticBlockStore", "glusterfs", "rbd", "iscsi",
-                  "cinder", "cephfs", "fc", "flocker", "flexVolume", "azureFile",
-                  "vsphereVolume", "quobyte", "azureDisk", "photonPersistentDisk",
+  AddAny(fields, {"gcePersistentDisk", "awsElasticBlockStore", "glusterfs", "rbd", "iscsi", "cinder", "cephfs", "fc",
+                  "flocker", "flexVolume", "azureFile", "vsphereVolume", "quobyte", "azureDisk", "photonPersistentDisk",
                   "portworxVolume", "scaleIO", "storageos"});
   return Obj(std::move(fields));
 }
@@ -211,8 +205,7 @@ SchemaPtr PvcSpecSchema() {
       {"storageClassName", Str()},
       {"volumeMode", Str()},
       {"dataSource", Obj({{"apiGroup", Str()}, {"kind", Str()}, {"name", Str()}})},
-      {"dataSourceRef",
-       Obj({{"apiGroup", Str()}, {"kind", Str()}, {"name", Str()}, {"namespace", Str()}})},
+      {"dataSourceRef", Obj({{"apiGroup", Str()}, {"kind", Str()}, {"name", Str()}, {"namespace", Str()}})},
       {"volumeAttributesClassName", Str()},
   });
 }
@@ -226,8 +219,7 @@ SchemaPtr PvcStatusSchema() {
       {"allocatedResources", ResourceList()},
       {"allocatedResourceStatuses", StrMap()},
       {"currentVolumeAttributesClassName", Str()},
-      {"modifyVolumeStatus",
-       Obj({{"targetVolumeAttributesClassName", Str()}, {"status", Str()}})},
+      {"modifyVolumeStatus", Obj({{"targetVolumeAttributesClassName", Str()}, {"status", Str()}})},
       {"healthStatus", AnyValue()},  // alpha volume health monitoring
   });
 }
@@ -241,18 +233,35 @@ SchemaPtr PodVolumeSchema() {
       {"name", Str()},
       {"persistentVolumeClaim", Obj({{"claimName", Str()}, {"readOnly", Bool()}})},
       {"csi", CsiInlineSourceSchema()},
-      {"ephemeral",
-       Obj({{"volumeClaimTemplate",
-             Obj({{"metadata", ObjectMetaSchema()}, {"spec", PvcSpecSchema()}})}})},
+      {"ephemeral", Obj({{"volumeClaimTemplate", Obj({{"metadata", ObjectMetaSchema()}, {"spec", PvcSpecSchema()}})}})},
       {"hostPath", HostPathSchema()},
       {"nfs", NfsSchema()},
       {"emptyDir", Obj({{"medium", Str()}, {"sizeLimit", Qty()}, {"mode", Int()}})},
   };
-  AddAny(fields, {"configMap", "secret", "projected", "downwardAPI", "image",
-                  "gcePersistentDisk", "awsElasticBlockStore", "gitRepo", "iscsi",
-                  "glusterfs", "rbd", "flexVolume", "cinder", "cephfs", "flocker", "fc",
-                  "azureFile", "vsphereVolume", "quobyte", "azureDisk",
-                  "photonPersistentDisk", "portworxVolume", "scaleIO", "storageos"});
+  AddAny(fields, {"configMap",
+                  "secret",
+                  "projected",
+                  "downwardAPI",
+                  "image",
+                  "gcePersistentDisk",
+                  "awsElasticBlockStore",
+                  "gitRepo",
+                  "iscsi",
+                  "glusterfs",
+                  "rbd",
+                  "flexVolume",
+                  "cinder",
+                  "cephfs",
+                  "flocker",
+                  "fc",
+                  "azureFile",
+                  "vsphereVolume",
+                  "quobyte",
+                  "azureDisk",
+                  "photonPersistentDisk",
+                  "portworxVolume",
+                  "scaleIO",
+                  "storageos"});
   return Obj(std::move(fields));
 }
 
@@ -376,9 +385,8 @@ SchemaPtr PodStatusSchema() {
   return Obj({
       {"observedGeneration", Int()},
       {"phase", Str()},
-      {"conditions", Conditions({{"observedGeneration", Int()},
-                                 {"lastProbeTime", Time()},
-                                 {"lastTransitionTime", Time()}})},
+      {"conditions",
+       Conditions({{"observedGeneration", Int()}, {"lastProbeTime", Time()}, {"lastTransitionTime", Time()}})},
       {"message", Str()},
       {"reason", Str()},
       {"nominatedNodeName", Str()},
@@ -406,9 +414,7 @@ SchemaPtr PodStatusSchema() {
 
 // core/v1 Taint (node spec.taints; the node lifecycle controller writes
 // node.kubernetes.io/not-ready and .../unreachable).
-SchemaPtr TaintSchema() {
-  return Obj({{"key", Str()}, {"value", Str()}, {"effect", Str()}, {"timeAdded", Time()}});
-}
+SchemaPtr TaintSchema() { return Obj({{"key", Str()}, {"value", Str()}, {"effect", Str()}, {"timeAdded", Time()}}); }
 
 SchemaPtr NodeSpecSchema() {
   return Obj({
@@ -428,8 +434,7 @@ SchemaPtr NodeStatusSchema() {
       {"capacity", ResourceList()},
       {"allocatable", ResourceList()},
       {"phase", Str()},
-      {"conditions",
-       Conditions({{"lastHeartbeatTime", Time()}, {"lastTransitionTime", Time()}})},
+      {"conditions", Conditions({{"lastHeartbeatTime", Time()}, {"lastTransitionTime", Time()}})},
       {"addresses", Arr(Obj({{"type", Str()}, {"address", Str()}}), "type")},
       {"daemonEndpoints", AnyValue()},
       {"nodeInfo", AnyValue()},
@@ -475,9 +480,7 @@ Fields EventFields() {
 // ---------------------------------------------------------------------------
 // storage.k8s.io/v1.
 
-SchemaPtr VolumeErrorSchema() {
-  return Obj({{"time", Time()}, {"message", Str()}, {"errorCode", Int()}});
-}
+SchemaPtr VolumeErrorSchema() { return Obj({{"time", Time()}, {"message", Str()}, {"errorCode", Int()}}); }
 
 Fields StorageClassFields() {
   return {
@@ -494,8 +497,7 @@ Fields StorageClassFields() {
 SchemaPtr VolumeAttachmentSpecSchema() {
   return Obj({
       {"attacher", Str()},
-      {"source",
-       Obj({{"persistentVolumeName", Str()}, {"inlineVolumeSpec", PvSpecSchema()}})},
+      {"source", Obj({{"persistentVolumeName", Str()}, {"inlineVolumeSpec", PvSpecSchema()}})},
       {"nodeName", Str()},
   });
 }
@@ -563,8 +565,7 @@ Fields VolumeSnapshotClassFields() {
 
 SchemaPtr VolumeSnapshotSpecSchema() {
   return Obj({
-      {"source",
-       Obj({{"persistentVolumeClaimName", Str()}, {"volumeSnapshotContentName", Str()}})},
+      {"source", Obj({{"persistentVolumeClaimName", Str()}, {"volumeSnapshotContentName", Str()}})},
       {"volumeSnapshotClassName", Str()},
   });
 }
@@ -653,15 +654,13 @@ SchemaMap BuildSchemas() {
   m["Event"] = TopLevel(EventFields());
   m["Lease"] = TopLevel({{"spec", LeaseSpecSchema()}});
   m["StorageClass"] = TopLevel(StorageClassFields());
-  m["VolumeAttachment"] =
-      SpecAndStatus(VolumeAttachmentSpecSchema(), VolumeAttachmentStatusSchema());
+  m["VolumeAttachment"] = SpecAndStatus(VolumeAttachmentSpecSchema(), VolumeAttachmentStatusSchema());
   m["CSIDriver"] = TopLevel({{"spec", CsiDriverSpecSchema()}});
   m["CSINode"] = SpecAndStatus(CsiNodeSpecSchema(), CsiNodeStatusSchema());
   m["CSIStorageCapacity"] = TopLevel(CsiStorageCapacityFields());
   m["VolumeSnapshotClass"] = TopLevel(VolumeSnapshotClassFields());
   m["VolumeSnapshot"] = SpecAndStatus(VolumeSnapshotSpecSchema(), VolumeSnapshotStatusSchema());
-  m["VolumeSnapshotContent"] =
-      SpecAndStatus(VolumeSnapshotContentSpecSchema(), VolumeSnapshotContentStatusSchema());
+  m["VolumeSnapshotContent"] = SpecAndStatus(VolumeSnapshotContentSpecSchema(), VolumeSnapshotContentStatusSchema());
   return m;
 }
 
@@ -691,15 +690,13 @@ SchemaPtr ObjectMetaSchema() {
 SchemaPtr LabelSelectorSchema() {
   static const auto* schema = new SchemaPtr(Obj({
       {"matchLabels", StrMap()},
-      {"matchExpressions",
-       Arr(Obj({{"key", Str()}, {"operator", Str()}, {"values", StrList()}}))},
+      {"matchExpressions", Arr(Obj({{"key", Str()}, {"operator", Str()}, {"values", StrList()}}))},
   }));
   return *schema;
 }
 
 SchemaPtr NodeSelectorSchema() {
-  static const auto* schema =
-      new SchemaPtr(Obj({{"nodeSelectorTerms", Arr(NodeSelectorTermSchema())}}));
+  static const auto* schema = new SchemaPtr(Obj({{"nodeSelectorTerms", Arr(NodeSelectorTermSchema())}}));
   return *schema;
 }
 
@@ -707,8 +704,7 @@ const Schema& SchemaFor(const KindInfo& kind) {
   static const auto* schemas = new SchemaMap(BuildSchemas());
   auto it = schemas->find(kind.kind);
   if (it == schemas->end()) {
-    std::fprintf(stderr, "berth: no schema for kind %.*s\n", static_cast<int>(kind.kind.size()),
-                 kind.kind.data());
+    std::fprintf(stderr, "berth: no schema for kind %.*s\n", static_cast<int>(kind.kind.size()), kind.kind.data());
     std::abort();
   }
   return *it->second;

@@ -223,9 +223,8 @@ TEST(ValidationTest, ImmutableFieldsAreNamed) {
   changed["spec"]["accessModes"] = json::array({"ReadWriteMany"});
   auto st = Admit(changed, &*pvc);
   EXPECT_EQ(ToHttpError(st.status()).code, 422);
-  EXPECT_THAT(st.status().message(),
-              HasSubstr("spec: Forbidden: spec is immutable after creation except "
-                        "resources.requests and volumeAttributesClassName for bound claims"));
+  EXPECT_THAT(st.status().message(), HasSubstr("spec: Forbidden: spec is immutable after creation except "
+                                               "resources.requests and volumeAttributesClassName for bound claims"));
 
   // Growing a bound claim is allowed; lowering the request again only to
   // above what the volume has (recovery from a failed expansion), never to

@@ -29,8 +29,7 @@ bool IsDnsSubdomain(std::string_view s) {
       return false;
     }
     for (char c : label) {
-      if (!(std::islower(static_cast<unsigned char>(c)) || std::isdigit(static_cast<unsigned char>(c)) ||
-            c == '-')) {
+      if (!(std::islower(static_cast<unsigned char>(c)) || std::isdigit(static_cast<unsigned char>(c)) || c == '-')) {
         return false;
       }
     }
@@ -51,24 +50,22 @@ absl::Status ValidateLabelKey(std::string_view key) {
   std::string_view name = key;
   if (size_t slash = key.find('/'); slash != std::string_view::npos) {
     if (!IsDnsSubdomain(key.substr(0, slash))) {
-      return absl::InvalidArgumentError(
-          StrCat("label key \"", key, "\": prefix must be a DNS subdomain"));
+      return absl::InvalidArgumentError(StrCat("label key \"", key, "\": prefix must be a DNS subdomain"));
     }
     name = key.substr(slash + 1);
   }
   if (!IsQualifiedName(name)) {
     return absl::InvalidArgumentError(StrCat(
-        "label key \"", key,
-        "\": name must be 1-63 alphanumerics, '-', '_' or '.', starting and ending alphanumeric"));
+        "label key \"", key, "\": name must be 1-63 alphanumerics, '-', '_' or '.', starting and ending alphanumeric"));
   }
   return absl::OkStatus();
 }
 
 absl::Status ValidateLabelValue(std::string_view value) {
   if (!value.empty() && !IsQualifiedName(value)) {
-    return absl::InvalidArgumentError(StrCat(
-        "label value \"", value,
-        "\": must be empty or 1-63 alphanumerics, '-', '_' or '.', starting and ending alphanumeric"));
+    return absl::InvalidArgumentError(
+        StrCat("label value \"", value,
+               "\": must be empty or 1-63 alphanumerics, '-', '_' or '.', starting and ending alphanumeric"));
   }
   return absl::OkStatus();
 }
@@ -178,8 +175,8 @@ absl::StatusOr<LabelSelector> LabelSelector::FromJson(const nlohmann::json& j) {
           return absl::InvalidArgumentError(StrCat("matchExpressions ", op, " takes no values"));
         }
       } else {
-        return absl::InvalidArgumentError(StrCat("matchExpressions operator \"", op,
-                                                 "\" is not In, NotIn, Exists or DoesNotExist"));
+        return absl::InvalidArgumentError(
+            StrCat("matchExpressions operator \"", op, "\" is not In, NotIn, Exists or DoesNotExist"));
       }
       if (absl::Status st = ValidateLabelKey(r.key); !st.ok()) return st;
       std::sort(r.values.begin(), r.values.end());

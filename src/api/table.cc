@@ -29,7 +29,7 @@ namespace {
 
 using Json = nlohmann::json;
 using Cells = std::vector<Json>;
-using Path = std::initializer_list<std::string_view>;
+using FieldPath = std::initializer_list<std::string_view>;
 
 // ---- JSON access -------------------------------------------------------------
 
@@ -44,7 +44,7 @@ const Json& EmptyArray() {
 }
 
 // j[path[0]][path[1]]...; null when a step is missing or not an object.
-const Json& At(const Json& j, Path path) {
+const Json& At(const Json& j, FieldPath path) {
   const Json* cur = &j;
   for (std::string_view key : path) {
     if (!cur->is_object()) return Null();
@@ -56,13 +56,13 @@ const Json& At(const Json& j, Path path) {
 }
 
 // The array at `path`, or an empty one.
-const Json& Items(const Json& j, Path path) {
+const Json& Items(const Json& j, FieldPath path) {
   const Json& v = At(j, path);
   return v.is_array() ? v : EmptyArray();
 }
 
 std::string AsString(const Json& v) { return v.is_string() ? v.get<std::string>() : ""; }
-std::string Str(const Json& j, Path path) { return AsString(At(j, path)); }
+std::string Str(const Json& j, FieldPath path) { return AsString(At(j, path)); }
 
 int64_t AsInt(const Json& v) {
   if (v.is_number_integer()) return v.get<int64_t>();
@@ -74,12 +74,12 @@ int64_t AsInt(const Json& v) {
 // Serialized JSON that never throws, even for invalid UTF-8.
 std::string Dump(const Json& v) { return v.dump(-1, ' ', false, Json::error_handler_t::replace); }
 
-bool Bool(const Json& j, Path path, bool fallback) {
+bool Bool(const Json& j, FieldPath path, bool fallback) {
   const Json& v = At(j, path);
   return v.is_boolean() ? v.get<bool>() : fallback;
 }
 
-bool Has(const Json& j, Path path) { return !At(j, path).is_null(); }
+bool Has(const Json& j, FieldPath path) { return !At(j, path).is_null(); }
 
 std::string Name(const Json& o) { return Str(o, {"metadata", "name"}); }
 
@@ -106,9 +106,7 @@ std::string Since(const Json& v, absl::Time now) {
   return v.is_string() && !v.get<std::string>().empty() ? "<invalid>" : "<unknown>";
 }
 
-std::string Age(const Json& o, absl::Time now) {
-  return Since(At(o, {"metadata", "creationTimestamp"}), now);
-}
+std::string Age(const Json& o, absl::Time now) { return Since(At(o, {"metadata", "creationTimestamp"}), now); }
 
 // ---- Shared formatting -----------------------------------------------------------
 
@@ -159,14 +157,10 @@ Json CrdCell(std::string_view type, const Json& v, absl::Time now) {
 
 // ---- Per-kind cells ----------------------------------------------------------------
 
-Cells NamespaceCells(const Json& o, absl::Time now) {
-  return {Name(o), Str(o, {"status", "phase"}), Age(o, now)};
-}
+Cells NamespaceCells(const Json& o, absl::Time now) { return {Name(o), Str(o, {"status", "phase"}), Age(o, now)}; }
 
 // coordination.k8s.io Lease: printLease (an unset holder is an empty cell).
-Cells LeaseCells(const Json& o, absl::Time now) {
-  return {Name(o), Str(o, {"spec", "holderIdentity"}), Age(o, now)};
-}
+Cells LeaseCells(const Json& o, absl::Time now) { return {Name(o), Str(o, {"spec", "holderIdentity"}), Age(o, now)}; }
 
 std::string NodeAddress(const Json& node, std::string_view type) {
   for (const Json& a : Items(node, {"status", "addresses"})) {
@@ -271,8 +265,7 @@ std::string TerminationReason(const Json& terminated) {
 
 // Keeps the latest lastState.terminated.finishedAt of a container status.
 void NoteRestart(const Json& container_status, std::optional<absl::Time>& latest) {
-  std::optional<absl::Time> t =
-      ParseTimestamp(At(container_status, {"lastState", "terminated", "finishedAt"}));
+  std::optional<absl::Time> t = ParseTimestamp(At(container_status, {"lastState", "terminated", "finishedAt"}));
   if (t && (!latest || *t > *latest)) latest = t;
 }
 
@@ -414,16 +407,14 @@ Cells SecretCells(const Json& o, absl::Time now) {
       for (const auto& item : m.items()) keys.insert(item.key());
     }
   }
-  return {Name(o), StringOr(At(o, {"type"}), "Opaque"), static_cast<int64_t>(keys.size()),
-          Age(o, now)};
+  return {Name(o), StringOr(At(o, {"type"}), "Opaque"), static_cast<int64_t>(keys.size()), Age(o, now)};
 }
 
 Cells EventCells(const Json& o, absl::Time now) {
   // An unset (or unreadable) timestamp falls back as Kubernetes' zero time does.
   const Json& first = At(o, {"firstTimestamp"});
   const Json& last = At(o, {"lastTimestamp"});
-  std::string first_seen =
-      ParseTimestamp(first) ? Since(first, now) : Since(At(o, {"eventTime"}), now);
+  std::string first_seen = ParseTimestamp(first) ? Since(first, now) : Since(At(o, {"eventTime"}), now);
   std::string last_seen = ParseTimestamp(last) ? Since(last, now) : first_seen;
   int64_t count = AsInt(At(o, {"count"}));
   if (const Json& series = At(o, {"series"}); series.is_object()) {
@@ -455,8 +446,8 @@ Cells EventCells(const Json& o, absl::Time now) {
 
 Cells StorageClassCells(const Json& o, absl::Time now) {
   std::string name = Name(o);
-  for (std::string_view annotation : {"storageclass.kubernetes.io/is-default-class",
-                                      "storageclass.beta.kubernetes.io/is-default-class"}) {
+  for (std::string_view annotation :
+       {"storageclass.kubernetes.io/is-default-class", "storageclass.beta.kubernetes.io/is-default-class"}) {
     if (Str(o, {"metadata", "annotations", annotation}) == "true") {
       name += " (default)";
       break;
@@ -504,13 +495,11 @@ Cells CSINodeCells(const Json& o, absl::Time now) {
 
 Cells CSIStorageCapacityCells(const Json& o, absl::Time) {
   const Json& capacity = At(o, {"capacity"});
-  return {Name(o), Str(o, {"storageClassName"}),
-          capacity.is_null() ? std::string("<unset>") : QuantityText(capacity)};
+  return {Name(o), Str(o, {"storageClassName"}), capacity.is_null() ? std::string("<unset>") : QuantityText(capacity)};
 }
 
 Cells VolumeSnapshotClassCells(const Json& o, absl::Time now) {
-  return {Name(o), CrdCell("string", At(o, {"driver"}), now),
-          CrdCell("string", At(o, {"deletionPolicy"}), now),
+  return {Name(o), CrdCell("string", At(o, {"driver"}), now), CrdCell("string", At(o, {"deletionPolicy"}), now),
           CrdCell("date", At(o, {"metadata", "creationTimestamp"}), now)};
 }
 
@@ -539,9 +528,7 @@ Cells VolumeSnapshotContentCells(const Json& o, absl::Time now) {
 }
 
 // The apiserver's default table for kinds without a printer.
-Cells DefaultCells(const Json& o, absl::Time) {
-  return {Name(o), Str(o, {"metadata", "creationTimestamp"})};
-}
+Cells DefaultCells(const Json& o, absl::Time) { return {Name(o), Str(o, {"metadata", "creationTimestamp"})}; }
 
 // ---- Columns and dispatch ------------------------------------------------------------
 
@@ -579,12 +566,11 @@ struct KindTable {
 
 const std::map<std::string_view, KindTable>& KindTables() {
   static const auto* tables = new std::map<std::string_view, KindTable>{
-      {"Namespace",
-       {{NameCol(), Col("Status", "The status of the namespace"), AgeCol()}, NamespaceCells}},
+      {"Namespace", {{NameCol(), Col("Status", "The status of the namespace"), AgeCol()}, NamespaceCells}},
       {"Lease", {{NameCol(), Col("Holder", "The identity of the holder of the lease."), AgeCol()}, LeaseCells}},
       {"Node",
-       {{NameCol(), Col("Status", "The status of the node"), Col("Roles", "The roles of the node"),
-         AgeCol(), Col("Version", "Kubelet Version reported by the node."),
+       {{NameCol(), Col("Status", "The status of the node"), Col("Roles", "The roles of the node"), AgeCol(),
+         Col("Version", "Kubelet Version reported by the node."),
          Wide("Internal-IP", "List of addresses reachable to the node."),
          Wide("External-IP", "List of addresses reachable to the node."),
          Wide("OS-Image", "OS Image reported by the node from /etc/os-release."),
@@ -612,12 +598,10 @@ const std::map<std::string_view, KindTable>& KindTables() {
          Wide("VolumeMode", "What type of volume is required by the claim.")},
         PersistentVolumeClaimCells}},
       {"Pod",
-       {{NameCol(),
-         Col("Ready", "The aggregate readiness state of this pod for accepting traffic."),
+       {{NameCol(), Col("Ready", "The aggregate readiness state of this pod for accepting traffic."),
          Col("Status", "The aggregate status of the containers in this pod."),
          Col("Restarts", "Container restarts, and when the last one restarted."), AgeCol(),
-         Wide("IP", "The IP address allocated to the pod."),
-         Wide("Node", "The node this pod is scheduled to."),
+         Wide("IP", "The IP address allocated to the pod."), Wide("Node", "The node this pod is scheduled to."),
          Wide("Nominated Node", "The node this pod preempted other pods on."),
          Wide("Readiness Gates", "Readiness gates that are true, of all.")},
         PodCells}},
@@ -641,15 +625,13 @@ const std::map<std::string_view, KindTable>& KindTables() {
        {{NameCol(), Col("Provisioner", "The type of the provisioner."),
          Col("ReclaimPolicy", "The reclaim policy of dynamically provisioned volumes."),
          Col("VolumeBindingMode", "How claims are provisioned and bound."),
-         Col("AllowVolumeExpansion", "Whether the storage class allows volume expansion."),
-         AgeCol()},
+         Col("AllowVolumeExpansion", "Whether the storage class allows volume expansion."), AgeCol()},
         StorageClassCells}},
       {"VolumeAttachment",
        {{NameCol(),
          // Kubernetes marks Attacher with format "name" too.
          TableColumn{"Attacher", "string", "name", "The volume driver handling this request.", 0},
-         Col("PV", "The persistent volume to attach."),
-         Col("Node", "The node the volume should be attached to."),
+         Col("PV", "The persistent volume to attach."), Col("Node", "The node the volume should be attached to."),
          Col("Attached", "Whether the volume is successfully attached.", "boolean"), AgeCol()},
         VolumeAttachmentCells}},
       {"CSIDriver",
@@ -661,9 +643,7 @@ const std::map<std::string_view, KindTable>& KindTables() {
          Col("Modes", "The kinds of volumes the driver supports."), AgeCol()},
         CSIDriverCells}},
       {"CSINode",
-       {{NameCol(),
-         Col("Drivers", "Drivers indicates the number of CSI drivers registered on the node",
-             "integer"),
+       {{NameCol(), Col("Drivers", "Drivers indicates the number of CSI drivers registered on the node", "integer"),
          AgeCol()},
         CSINodeCells}},
       {"CSIStorageCapacity",  // no Age column in Kubernetes either
@@ -672,13 +652,10 @@ const std::map<std::string_view, KindTable>& KindTables() {
         CSIStorageCapacityCells}},
       {"VolumeSnapshotClass",
        {{NameCol(), Col("Driver", ""),
-         Col("DeletionPolicy", "Whether contents are deleted with their bound snapshots."),
-         CrdAgeCol()},
+         Col("DeletionPolicy", "Whether contents are deleted with their bound snapshots."), CrdAgeCol()},
         VolumeSnapshotClassCells}},
       {"VolumeSnapshot",
-       {{NameCol(),
-         Col("ReadyToUse", "Indicates if the snapshot is ready to be used to restore a volume.",
-             "boolean"),
+       {{NameCol(), Col("ReadyToUse", "Indicates if the snapshot is ready to be used to restore a volume.", "boolean"),
          Col("SourcePVC", "The source PVC of the snapshot."),
          Col("SourceSnapshotContent", "The pre-existing VolumeSnapshotContent, if any."),
          Col("RestoreSize", "The minimum size of a volume restored from this snapshot."),
@@ -687,9 +664,7 @@ const std::map<std::string_view, KindTable>& KindTables() {
          Col("CreationTime", "When the storage system took the snapshot.", "date"), CrdAgeCol()},
         VolumeSnapshotCells}},
       {"VolumeSnapshotContent",
-       {{NameCol(),
-         Col("ReadyToUse", "Indicates if the snapshot is ready to be used to restore a volume.",
-             "boolean"),
+       {{NameCol(), Col("ReadyToUse", "Indicates if the snapshot is ready to be used to restore a volume.", "boolean"),
          Col("RestoreSize", "Represents the complete size of the snapshot in bytes", "integer"),
          Col("DeletionPolicy", "Whether the snapshot is deleted with its VolumeSnapshot."),
          Col("Driver", "The CSI driver that created the snapshot."),
@@ -702,8 +677,7 @@ const std::map<std::string_view, KindTable>& KindTables() {
 }
 
 const KindTable& TableFor(const KindInfo& kind) {
-  static const auto* fallback =
-      new KindTable{{NameCol(), Col("Created At", kAgeDescription, "date")}, DefaultCells};
+  static const auto* fallback = new KindTable{{NameCol(), Col("Created At", kAgeDescription, "date")}, DefaultCells};
   auto it = KindTables().find(kind.kind);
   return it == KindTables().end() ? *fallback : it->second;
 }
@@ -780,21 +754,19 @@ std::string HumanDuration(absl::Duration d) {
   if (hours < 24 * 365 * 2) return absl::StrCat(hours / 24, "d");
   if (hours < 24 * 365 * 8) {
     const int64_t days = (hours / 24) % 365;
-    return days == 0 ? absl::StrCat(hours / 24 / 365, "y")
-                     : absl::StrCat(hours / 24 / 365, "y", days, "d");
+    return days == 0 ? absl::StrCat(hours / 24 / 365, "y") : absl::StrCat(hours / 24 / 365, "y", days, "d");
   }
   return absl::StrCat(hours / 24 / 365, "y");
 }
 
 std::vector<TableColumn> TableColumns(const KindInfo& kind) { return TableFor(kind).columns; }
 
-std::vector<nlohmann::json> TableCells(const KindInfo& kind, const nlohmann::json& object,
-                                       absl::Time now) {
+std::vector<nlohmann::json> TableCells(const KindInfo& kind, const nlohmann::json& object, absl::Time now) {
   return TableFor(kind).cells(object, now);
 }
 
-nlohmann::json BuildTable(const KindInfo& kind, const std::vector<nlohmann::json>& objects,
-                          absl::Time now, const std::string& resource_version) {
+nlohmann::json BuildTable(const KindInfo& kind, const std::vector<nlohmann::json>& objects, absl::Time now,
+                          const std::string& resource_version) {
   Json columns = Json::array();
   for (const TableColumn& c : TableColumns(kind)) {
     columns.push_back({{"name", c.name},
@@ -807,24 +779,22 @@ nlohmann::json BuildTable(const KindInfo& kind, const std::vector<nlohmann::json
   for (const Json& object : objects) {
     const Json& object_metadata = At(object, {"metadata"});
     Json metadata = object_metadata.is_object() ? object_metadata : Json::object();
-    if (auto it = metadata.find("annotations");
-        kind.kind == "Secret" && it != metadata.end() && it->is_object()) {
+    if (auto it = metadata.find("annotations"); kind.kind == "Secret" && it != metadata.end() && it->is_object()) {
       // `kubectl apply` keeps the whole manifest, data included, here.
       it->erase("kubectl.kubernetes.io/last-applied-configuration");
     }
-    Json row = {{"cells", TableCells(kind, object, now)},
-                {"object",
-                 {{"kind", "PartialObjectMetadata"},
-                  {"apiVersion", "meta.k8s.io/v1"},
-                  {"metadata", std::move(metadata)}}}};
+    Json row = {
+        {"cells", TableCells(kind, object, now)},
+        {"object",
+         {{"kind", "PartialObjectMetadata"}, {"apiVersion", "meta.k8s.io/v1"}, {"metadata", std::move(metadata)}}}};
     if (kind.kind == "Pod") {
       const std::string phase = Str(object, {"status", "phase"});
       if (phase == "Succeeded" || phase == "Failed") {
-        Json completed = {{"type", "Completed"},
-                          {"status", "True"},
-                          {"reason", phase},
-                          {"message", phase == "Succeeded" ? "The pod has completed successfully."
-                                                           : "The pod failed."}};
+        Json completed = {
+            {"type", "Completed"},
+            {"status", "True"},
+            {"reason", phase},
+            {"message", phase == "Succeeded" ? "The pod has completed successfully." : "The pod failed."}};
         row["conditions"] = Json::array({std::move(completed)});
       }
     }
@@ -839,8 +809,7 @@ nlohmann::json BuildTable(const KindInfo& kind, const std::vector<nlohmann::json
           {"rows", std::move(rows)}};
 }
 
-std::string RenderTable(const nlohmann::json& table, bool wide, bool with_namespace,
-                        bool with_headers) {
+std::string RenderTable(const nlohmann::json& table, bool wide, bool with_namespace, bool with_headers) {
   const Json& rows = Items(table, {"rows"});
   if (rows.empty()) return "";  // kubectl prints no headers for no rows
   const Json& columns = Items(table, {"columnDefinitions"});

@@ -17,11 +17,11 @@
 namespace berth::api {
 
 struct TableColumn {
-  std::string name;         // "Name", "Status", "Access Modes"
-  std::string type;         // "string", "integer", "date"
-  std::string format;       // "name" for the name column, else ""
+  std::string name;    // "Name", "Status", "Access Modes"
+  std::string type;    // "string", "integer", "date"
+  std::string format;  // "name" for the name column, else ""
   std::string description;
-  int priority = 0;         // > 0: shown only with -o wide
+  int priority = 0;  // > 0: shown only with -o wide
 };
 
 // The columns for `kind` (priority 0 first, then the wide ones).
@@ -30,16 +30,15 @@ std::vector<TableColumn> TableColumns(const KindInfo& kind);
 // One row of cells for `object`, matching TableColumns(kind) one to one.
 // Cells are strings or integers as Kubernetes emits them; the age cell is a
 // string like "5m" relative to `now`. Never includes Secret data.
-std::vector<nlohmann::json> TableCells(const KindInfo& kind, const nlohmann::json& object,
-                                       absl::Time now);
+std::vector<nlohmann::json> TableCells(const KindInfo& kind, const nlohmann::json& object, absl::Time now);
 
 // kubectl's short duration: "45s", "5m", "3h", "2d", "3d4h", "2y".
 std::string HumanDuration(absl::Duration d);
 
 // A meta.k8s.io/v1 Table of `objects`. Each row carries the object's
 // metadata as a PartialObjectMetadata (kubectl uses it for -A and -w).
-nlohmann::json BuildTable(const KindInfo& kind, const std::vector<nlohmann::json>& objects,
-                          absl::Time now, const std::string& resource_version);
+nlohmann::json BuildTable(const KindInfo& kind, const std::vector<nlohmann::json>& objects, absl::Time now,
+                          const std::string& resource_version);
 
 // The table as text the way kubectl prints it: upper-case headers, columns
 // separated by three spaces, <none> for empty cells. `wide` includes the
@@ -48,7 +47,6 @@ nlohmann::json BuildTable(const KindInfo& kind, const std::vector<nlohmann::json
 // 3, the last column unpadded); each line ends in '\n'.
 std::string Tabulate(const std::vector<std::vector<std::string>>& lines);
 
-std::string RenderTable(const nlohmann::json& table, bool wide, bool with_namespace,
-                        bool with_headers = true);
+std::string RenderTable(const nlohmann::json& table, bool wide, bool with_namespace, bool with_headers = true);
 
 }  // namespace berth::api

@@ -62,15 +62,13 @@ constexpr char kPendingClaim[] = R"({
 })";
 
 Json ClaimTable() {
-  return BuildTable(Kind("PersistentVolumeClaim"),
-                    {Json::parse(kBoundClaim), Json::parse(kPendingClaim)}, Now(), "7");
+  return BuildTable(Kind("PersistentVolumeClaim"), {Json::parse(kBoundClaim), Json::parse(kPendingClaim)}, Now(), "7");
 }
 
 TEST(TableTest, PersistentVolumeClaimColumns) {
   const KindInfo& pvc = Kind("PersistentVolumeClaim");
   EXPECT_THAT(ColumnNames(pvc, 0),
-              ElementsAre("Name", "Status", "Volume", "Capacity", "Access Modes", "StorageClass",
-                          "Age"));
+              ElementsAre("Name", "Status", "Volume", "Capacity", "Access Modes", "StorageClass", "Age"));
   EXPECT_THAT(ColumnNames(pvc, 1), ElementsAre("VolumeAttributesClass", "VolumeMode"));
   std::vector<TableColumn> columns = TableColumns(pvc);
   EXPECT_EQ(columns[0].format, "name");
@@ -79,12 +77,10 @@ TEST(TableTest, PersistentVolumeClaimColumns) {
 
 TEST(TableTest, ClaimCellsBoundAndUnbound) {
   EXPECT_EQ(Cells("PersistentVolumeClaim", kBoundClaim),
-            Json::array({"data", "Bound", "pvc-0a1b", "10Gi", "RWO", "standard", "5m", "<unset>",
-                         "Filesystem"}));
+            Json::array({"data", "Bound", "pvc-0a1b", "10Gi", "RWO", "standard", "5m", "<unset>", "Filesystem"}));
   // Like `kubectl get pvc`: an unbound claim shows no volume, capacity or modes.
-  EXPECT_EQ(
-      Cells("PersistentVolumeClaim", kPendingClaim),
-      Json::array({"scratch-volume", "Pending", "", "", "", "fast", "45s", "<unset>", "<unset>"}));
+  EXPECT_EQ(Cells("PersistentVolumeClaim", kPendingClaim),
+            Json::array({"scratch-volume", "Pending", "", "", "", "fast", "45s", "<unset>", "<unset>"}));
 }
 
 TEST(TableTest, ClaimBeingDeletedWithBetaStorageClass) {
@@ -108,9 +104,8 @@ TEST(TableTest, ClaimBeingDeletedWithBetaStorageClass) {
 
 TEST(TableTest, PersistentVolumeColumnsAndCells) {
   const KindInfo& pv = Kind("PersistentVolume");
-  EXPECT_THAT(ColumnNames(pv, 0),
-              ElementsAre("Name", "Capacity", "Access Modes", "Reclaim Policy", "Status", "Claim",
-                          "StorageClass", "Reason", "Age"));
+  EXPECT_THAT(ColumnNames(pv, 0), ElementsAre("Name", "Capacity", "Access Modes", "Reclaim Policy", "Status", "Claim",
+                                              "StorageClass", "Reason", "Age"));
   EXPECT_THAT(ColumnNames(pv, 1), ElementsAre("VolumeAttributesClass", "VolumeMode"));
   EXPECT_EQ(Cells("PersistentVolume", R"({
     "metadata": {"name": "pvc-0a1b", "creationTimestamp": "2024-05-01T09:00:00Z"},
@@ -121,30 +116,29 @@ TEST(TableTest, PersistentVolumeColumnsAndCells) {
              "volumeMode": "Block"},
     "status": {"phase": "Bound"}
   })"),
-            Json::array({"pvc-0a1b", "10Gi", "RWO,ROX", "Delete", "Bound", "default/data",
-                         "standard", "", "3h", "<unset>", "Block"}));
+            Json::array({"pvc-0a1b", "10Gi", "RWO,ROX", "Delete", "Bound", "default/data", "standard", "", "3h",
+                         "<unset>", "Block"}));
   // Unclaimed, no capacity: Kubernetes prints a zero quantity as "0".
-  EXPECT_EQ(Cells("PersistentVolume", R"({
+  EXPECT_EQ(
+      Cells("PersistentVolume", R"({
     "metadata": {"name": "pv-free", "creationTimestamp": "2024-05-01T11:55:00Z"},
     "spec": {"persistentVolumeReclaimPolicy": "Retain"},
     "status": {"phase": "Failed", "reason": "RecyclerFailed"}
   })"),
-            Json::array({"pv-free", "0", "", "Retain", "Failed", "", "", "RecyclerFailed", "5m",
-                         "<unset>", "<unset>"}));
+      Json::array({"pv-free", "0", "", "Retain", "Failed", "", "", "RecyclerFailed", "5m", "<unset>", "<unset>"}));
 }
 
 TEST(TableTest, StorageClassDefaultsAndDefaultMarker) {
   const KindInfo& sc = Kind("StorageClass");
-  EXPECT_THAT(ColumnNames(sc, 0), ElementsAre("Name", "Provisioner", "ReclaimPolicy",
-                                              "VolumeBindingMode", "AllowVolumeExpansion", "Age"));
+  EXPECT_THAT(ColumnNames(sc, 0),
+              ElementsAre("Name", "Provisioner", "ReclaimPolicy", "VolumeBindingMode", "AllowVolumeExpansion", "Age"));
   EXPECT_EQ(Cells("StorageClass", R"({
     "metadata": {"name": "standard", "creationTimestamp": "2024-04-29T12:00:00Z",
                  "annotations": {"storageclass.kubernetes.io/is-default-class": "true"}},
     "provisioner": "csi.example.com", "reclaimPolicy": "Retain",
     "volumeBindingMode": "WaitForFirstConsumer", "allowVolumeExpansion": true
   })"),
-            Json::array({"standard (default)", "csi.example.com", "Retain", "WaitForFirstConsumer",
-                         true, "2d"}));
+            Json::array({"standard (default)", "csi.example.com", "Retain", "WaitForFirstConsumer", true, "2d"}));
   EXPECT_EQ(Cells("StorageClass", R"({
     "metadata": {"name": "old",
                  "annotations": {"storageclass.beta.kubernetes.io/is-default-class": "true"}},
@@ -162,13 +156,12 @@ TEST(TableTest, StorageClassDefaultsAndDefaultMarker) {
 
 TEST(TableTest, VolumeSnapshotFollowsTheCrdPrinterColumns) {
   const KindInfo& vs = Kind("VolumeSnapshot");
-  EXPECT_THAT(ColumnNames(vs, 0),
-              ElementsAre("Name", "ReadyToUse", "SourcePVC", "SourceSnapshotContent", "RestoreSize",
-                          "SnapshotClass", "SnapshotContent", "CreationTime", "Age"));
+  EXPECT_THAT(ColumnNames(vs, 0), ElementsAre("Name", "ReadyToUse", "SourcePVC", "SourceSnapshotContent", "RestoreSize",
+                                              "SnapshotClass", "SnapshotContent", "CreationTime", "Age"));
   std::vector<std::string> types;
   for (const TableColumn& c : TableColumns(vs)) types.push_back(c.type);
-  EXPECT_THAT(types, ElementsAre("string", "boolean", "string", "string", "string", "string",
-                                 "string", "date", "date"));
+  EXPECT_THAT(types,
+              ElementsAre("string", "boolean", "string", "string", "string", "string", "string", "date", "date"));
 
   constexpr char kNew[] = R"({
     "metadata": {"name": "snap-1", "namespace": "default",
@@ -177,29 +170,28 @@ TEST(TableTest, VolumeSnapshotFollowsTheCrdPrinterColumns) {
              "volumeSnapshotClassName": "csi-snapclass"}
   })";
   // Fields a CRD column cannot find are null cells.
-  EXPECT_EQ(Cells("VolumeSnapshot", kNew), Json::array({"snap-1", nullptr, "data", nullptr, nullptr,
-                                                        "csi-snapclass", nullptr, nullptr, "5m"}));
+  EXPECT_EQ(Cells("VolumeSnapshot", kNew),
+            Json::array({"snap-1", nullptr, "data", nullptr, nullptr, "csi-snapclass", nullptr, nullptr, "5m"}));
   EXPECT_EQ(RenderTable(BuildTable(vs, {Json::parse(kNew)}, Now(), ""), false, false),
             "NAME     READYTOUSE   SOURCEPVC   SOURCESNAPSHOTCONTENT   RESTORESIZE   "
             "SNAPSHOTCLASS   SNAPSHOTCONTENT   CREATIONTIME   AGE\n"
             "snap-1   <none>       data        <none>                  <none>        "
             "csi-snapclass   <none>            <none>         5m\n");
 
-  EXPECT_EQ(
-      Cells("VolumeSnapshot", R"({
+  EXPECT_EQ(Cells("VolumeSnapshot", R"({
     "metadata": {"name": "snap-2", "creationTimestamp": "2024-05-01T11:55:00Z"},
     "spec": {"source": {"persistentVolumeClaimName": "data"}},
     "status": {"readyToUse": true, "restoreSize": "10Gi", "creationTime": "2024-05-01T11:56:00Z",
                "boundVolumeSnapshotContentName": "snapcontent-1"}
   })"),
-      Json::array({"snap-2", true, "data", nullptr, "10Gi", nullptr, "snapcontent-1", "4m", "5m"}));
+            Json::array({"snap-2", true, "data", nullptr, "10Gi", nullptr, "snapcontent-1", "4m", "5m"}));
 }
 
 TEST(TableTest, VolumeSnapshotContentAndClass) {
   const KindInfo& vsc = Kind("VolumeSnapshotContent");
-  EXPECT_THAT(ColumnNames(vsc, 0), ElementsAre("Name", "ReadyToUse", "RestoreSize",
-                                               "DeletionPolicy", "Driver", "VolumeSnapshotClass",
-                                               "VolumeSnapshot", "VolumeSnapshotNamespace", "Age"));
+  EXPECT_THAT(ColumnNames(vsc, 0),
+              ElementsAre("Name", "ReadyToUse", "RestoreSize", "DeletionPolicy", "Driver", "VolumeSnapshotClass",
+                          "VolumeSnapshot", "VolumeSnapshotNamespace", "Age"));
   Json cells = Cells("VolumeSnapshotContent", R"({
     "metadata": {"name": "snapcontent-1", "creationTimestamp": "2024-05-01T11:55:00Z"},
     "spec": {"deletionPolicy": "Delete", "driver": "csi.example.com",
@@ -208,12 +200,11 @@ TEST(TableTest, VolumeSnapshotContentAndClass) {
              "source": {"volumeHandle": "vol-1"}},
     "status": {"readyToUse": true, "restoreSize": 10737418240}
   })");
-  EXPECT_EQ(cells, Json::array({"snapcontent-1", true, 10737418240, "Delete", "csi.example.com",
-                                "csi-snapclass", "snap-2", "default", "5m"}));
+  EXPECT_EQ(cells, Json::array({"snapcontent-1", true, 10737418240, "Delete", "csi.example.com", "csi-snapclass",
+                                "snap-2", "default", "5m"}));
   EXPECT_TRUE(cells[2].is_number_integer());
 
-  EXPECT_THAT(ColumnNames(Kind("VolumeSnapshotClass"), 0),
-              ElementsAre("Name", "Driver", "DeletionPolicy", "Age"));
+  EXPECT_THAT(ColumnNames(Kind("VolumeSnapshotClass"), 0), ElementsAre("Name", "Driver", "DeletionPolicy", "Age"));
 }
 
 TEST(TableTest, SecretShowsKeyCountAndNeverValues) {
@@ -243,23 +234,20 @@ TEST(TableTest, SecretShowsKeyCountAndNeverValues) {
     EXPECT_THAT(dump, Not(HasSubstr(value)));
     EXPECT_THAT(text, Not(HasSubstr(value)));
   }
-  EXPECT_EQ(table["rows"][0]["object"]["metadata"]["annotations"],
-            Json::object({{"team", "storage"}}));
+  EXPECT_EQ(table["rows"][0]["object"]["metadata"]["annotations"], Json::object({{"team", "storage"}}));
   EXPECT_EQ(text,
             "NAMESPACE   NAME       TYPE                       DATA   AGE\n"
             "default     db-creds   kubernetes.io/basic-auth   3      5m\n");
 
-  EXPECT_EQ(Cells("Secret", R"({"metadata": {"name": "empty"}})"),
-            Json::array({"empty", "Opaque", 0, "<unknown>"}));
+  EXPECT_EQ(Cells("Secret", R"({"metadata": {"name": "empty"}})"), Json::array({"empty", "Opaque", 0, "<unknown>"}));
 }
 
 TEST(TableTest, NodeStatusRolesAndVersion) {
   const KindInfo& node = Kind("Node");
   EXPECT_THAT(ColumnNames(node, 0), ElementsAre("Name", "Status", "Roles", "Age", "Version"));
-  EXPECT_THAT(ColumnNames(node, 1), ElementsAre("Internal-IP", "External-IP", "OS-Image",
-                                                "Kernel-Version", "Container-Runtime"));
-  EXPECT_EQ(
-      Cells("Node", R"({
+  EXPECT_THAT(ColumnNames(node, 1),
+              ElementsAre("Internal-IP", "External-IP", "OS-Image", "Kernel-Version", "Container-Runtime"));
+  EXPECT_EQ(Cells("Node", R"({
     "metadata": {"name": "node-1", "creationTimestamp": "2024-04-29T12:00:00Z",
                  "labels": {"node-role.kubernetes.io/worker": "",
                             "node-role.kubernetes.io/control-plane": "",
@@ -270,8 +258,8 @@ TEST(TableTest, NodeStatusRolesAndVersion) {
                "addresses": [{"type": "InternalIP", "address": "10.0.0.1"}],
                "nodeInfo": {"kubeletVersion": "v1.30.2", "osImage": "Debian GNU/Linux 12"}}
   })"),
-      Json::array({"node-1", "Ready,SchedulingDisabled", "control-plane,worker", "2d", "v1.30.2",
-                   "10.0.0.1", "<none>", "Debian GNU/Linux 12", "<unknown>", "<unknown>"}));
+            Json::array({"node-1", "Ready,SchedulingDisabled", "control-plane,worker", "2d", "v1.30.2", "10.0.0.1",
+                         "<none>", "Debian GNU/Linux 12", "<unknown>", "<unknown>"}));
   Json not_ready = Cells("Node", R"({
     "metadata": {"name": "node-2"},
     "status": {"conditions": [{"type": "Ready", "status": "Unknown"}]}
@@ -295,7 +283,8 @@ TEST(TableTest, PodReadyStatusAndRestarts) {
   const KindInfo& pod = Kind("Pod");
   EXPECT_THAT(ColumnNames(pod, 0), ElementsAre("Name", "Ready", "Status", "Restarts", "Age"));
   EXPECT_THAT(ColumnNames(pod, 1), ElementsAre("IP", "Node", "Nominated Node", "Readiness Gates"));
-  EXPECT_EQ(Cells("Pod", R"({
+  EXPECT_EQ(
+      Cells("Pod", R"({
     "metadata": {"name": "web-0", "creationTimestamp": "2024-05-01T11:50:00Z"},
     "spec": {"nodeName": "node-1", "containers": [{"name": "app"}, {"name": "log"}]},
     "status": {"phase": "Running", "podIPs": [{"ip": "10.0.0.5"}],
@@ -306,8 +295,7 @@ TEST(TableTest, PodReadyStatusAndRestarts) {
                   "lastState": {"terminated": {"exitCode": 1,
                                                "finishedAt": "2024-05-01T11:58:00Z"}}}]}
   })"),
-            Json::array({"web-0", "1/2", "CrashLoopBackOff", "3 (2m ago)", "10m", "10.0.0.5",
-                         "node-1", "<none>", "<none>"}));
+      Json::array({"web-0", "1/2", "CrashLoopBackOff", "3 (2m ago)", "10m", "10.0.0.5", "node-1", "<none>", "<none>"}));
   Json init = Cells("Pod", R"({
     "metadata": {"name": "db-0"},
     "spec": {"initContainers": [{"name": "setup"}], "containers": [{"name": "db"}]},
@@ -336,8 +324,7 @@ TEST(TableTest, PodReadyStatusAndRestarts) {
 
 TEST(TableTest, EventColumnsAsKubectlGetEvents) {
   const KindInfo& event = Kind("Event");
-  EXPECT_THAT(ColumnNames(event, 0),
-              ElementsAre("Last Seen", "Type", "Reason", "Object", "Message"));
+  EXPECT_THAT(ColumnNames(event, 0), ElementsAre("Last Seen", "Type", "Reason", "Object", "Message"));
   EXPECT_EQ(Cells("Event", R"({
     "metadata": {"name": "web-0.17a", "namespace": "default"},
     "involvedObject": {"kind": "Pod", "name": "web-0", "fieldPath": "spec.containers{app}"},
@@ -346,17 +333,16 @@ TEST(TableTest, EventColumnsAsKubectlGetEvents) {
     "firstTimestamp": "2024-05-01T11:50:00Z", "lastTimestamp": "2024-05-01T11:59:00Z",
     "source": {"component": "kubelet", "host": "node-1"}
   })"),
-            Json::array({"60s", "Warning", "BackOff", "pod/web-0", "spec.containers{app}",
-                         "kubelet, node-1", "Back-off restarting failed container", "10m", 5,
-                         "web-0.17a"}));
+            Json::array({"60s", "Warning", "BackOff", "pod/web-0", "spec.containers{app}", "kubelet, node-1",
+                         "Back-off restarting failed container", "10m", 5, "web-0.17a"}));
   EXPECT_EQ(Cells("Event", R"({
     "metadata": {"name": "ev-2"},
     "involvedObject": {"kind": "PersistentVolumeClaim"},
     "eventTime": "2024-05-01T11:59:30.000000Z", "reportingComponent": "berth-controller",
     "type": "Normal", "reason": "Provisioning", "message": "waiting"
   })"),
-            Json::array({"30s", "Normal", "Provisioning", "persistentvolumeclaim", "",
-                         "berth-controller", "waiting", "30s", 1, "ev-2"}));
+            Json::array({"30s", "Normal", "Provisioning", "persistentvolumeclaim", "", "berth-controller", "waiting",
+                         "30s", 1, "ev-2"}));
 }
 
 TEST(TableTest, StorageAndCsiKinds) {
@@ -371,15 +357,13 @@ TEST(TableTest, StorageAndCsiKinds) {
     "metadata": {"name": "csi.example.com", "creationTimestamp": "2024-05-01T11:55:00Z"},
     "spec": {"attachRequired": false, "volumeLifecycleModes": ["Persistent", "Ephemeral"]}
   })"),
-            Json::array({"csi.example.com", false, false, false, "<unset>", false,
-                         "Persistent,Ephemeral", "5m"}));
+            Json::array({"csi.example.com", false, false, false, "<unset>", false, "Persistent,Ephemeral", "5m"}));
   EXPECT_EQ(Cells("CSINode", R"({
     "metadata": {"name": "node-1", "creationTimestamp": "2024-05-01T11:55:00Z"},
     "spec": {"drivers": [{"name": "csi.example.com", "nodeID": "node-1"}]}
   })"),
             Json::array({"node-1", 1, "5m"}));
-  EXPECT_THAT(ColumnNames(Kind("CSIStorageCapacity"), 0),
-              ElementsAre("Name", "StorageClassName", "Capacity"));
+  EXPECT_THAT(ColumnNames(Kind("CSIStorageCapacity"), 0), ElementsAre("Name", "StorageClassName", "Capacity"));
   EXPECT_EQ(Cells("CSIStorageCapacity", R"({
     "metadata": {"name": "csisc-1", "namespace": "kube-system"},
     "storageClassName": "standard", "capacity": "100Gi"
@@ -503,8 +487,7 @@ TEST(TableTest, RenderTableLikeKubectl) {
             "data             Bound     pvc-0a1b   10Gi   RWO   standard   5m\n"
             "scratch-volume   Pending                           fast       45s\n");
   // No rows: kubectl prints nothing, not even headers.
-  EXPECT_EQ(RenderTable(BuildTable(Kind("PersistentVolumeClaim"), {}, Now(), "7"), false, false),
-            "");
+  EXPECT_EQ(RenderTable(BuildTable(Kind("PersistentVolumeClaim"), {}, Now(), "7"), false, false), "");
 }
 
 TEST(TableTest, RenderTableMinimumWidthAndCellText) {
@@ -536,8 +519,8 @@ TEST(TableTest, RenderTableMinimumWidthAndCellText) {
 }
 
 TEST(TableTest, IllTypedObjectsNeverThrow) {
-  const std::vector<Json> inputs = {Json("garbage"), Json::array({1, 2}), Json(nullptr),
-                                    Json::object(), Json::parse(R"({
+  const std::vector<Json> inputs = {Json("garbage"), Json::array({1, 2}), Json(nullptr), Json::object(),
+                                    Json::parse(R"({
         "metadata": {"name": 7, "labels": ["x"], "annotations": "y",
                      "creationTimestamp": "yesterday"},
         "spec": {"containers": "x", "initContainers": [1, null, {"name": 3}],
@@ -559,8 +542,7 @@ TEST(TableTest, IllTypedObjectsNeverThrow) {
     EXPECT_NO_THROW(table = BuildTable(kind, inputs, Now(), "1")) << kind.kind;
     EXPECT_NO_THROW(RenderTable(table, true, true)) << kind.kind;
   }
-  EXPECT_EQ(Cells("Pod", R"({"metadata": {"name": "p", "creationTimestamp": "soon"}})")[4],
-            "<invalid>");
+  EXPECT_EQ(Cells("Pod", R"({"metadata": {"name": "p", "creationTimestamp": "soon"}})")[4], "<invalid>");
   EXPECT_EQ(RenderTable(Json("not a table"), false, false), "");
 }
 

@@ -41,8 +41,8 @@ std::string Supported(const std::vector<std::string_view>& values) {
   return out;
 }
 
-void Enum(Errors& errs, const std::string& field, const json& value,
-          const std::vector<std::string_view>& allowed, bool required) {
+void Enum(Errors& errs, const std::string& field, const json& value, const std::vector<std::string_view>& allowed,
+          bool required) {
   if (value.is_null() || (value.is_string() && value.get<std::string>().empty())) {
     if (required) errs.Required(field);
     return;
@@ -252,8 +252,7 @@ void ApplyDefaults(const KindInfo& kind, json& o) {
     Default(o, {"spec", "terminationGracePeriodSeconds"}, 30);
     Default(o, {"spec", "enableServiceLinks"}, true);
     for (const char* list : {"containers", "initContainers"}) {
-      if (!o.contains("spec") || !o["spec"].is_object() || !o["spec"].contains(list) ||
-          !o["spec"][list].is_array()) {
+      if (!o.contains("spec") || !o["spec"].is_object() || !o["spec"].contains(list) || !o["spec"][list].is_array()) {
         continue;
       }
       for (auto& c : o["spec"][list]) {

@@ -29,7 +29,6 @@ void ApplyDefaults(const KindInfo& kind, nlohmann::json& object);
 
 // Validates `object` as a create (`old` == nullptr) or as an update of `old`.
 // INVALID_ARGUMENT (reason Invalid, HTTP 422) listing every field error.
-absl::Status Validate(const KindInfo& kind, const nlohmann::json& object,
-                      const nlohmann::json* old);
+absl::Status Validate(const KindInfo& kind, const nlohmann::json& object, const nlohmann::json* old);
 
 }  // namespace berth::api

@@ -88,11 +88,28 @@ void ValidateClaim(const json& obj, const json* old, Errors& errs) {
 
 // ---- PersistentVolume ----
 
-constexpr std::string_view kPvSources[] = {
-    "csi", "hostPath", "local", "nfs", "gcePersistentDisk", "awsElasticBlockStore", "glusterfs",
-    "rbd", "iscsi", "cinder", "cephfs", "fc", "flocker", "flexVolume", "azureFile",
-    "vsphereVolume", "quobyte", "azureDisk", "photonPersistentDisk", "portworxVolume", "scaleIO",
-    "storageos"};
+constexpr std::string_view kPvSources[] = {"csi",
+                                           "hostPath",
+                                           "local",
+                                           "nfs",
+                                           "gcePersistentDisk",
+                                           "awsElasticBlockStore",
+                                           "glusterfs",
+                                           "rbd",
+                                           "iscsi",
+                                           "cinder",
+                                           "cephfs",
+                                           "fc",
+                                           "flocker",
+                                           "flexVolume",
+                                           "azureFile",
+                                           "vsphereVolume",
+                                           "quobyte",
+                                           "azureDisk",
+                                           "photonPersistentDisk",
+                                           "portworxVolume",
+                                           "scaleIO",
+                                           "storageos"};
 
 json PvSource(const json& spec) {
   json out = json::object();
@@ -117,16 +134,14 @@ void ValidateNodeSelector(Errors& errs, const std::string& field, const json& se
       std::string f = StrCat(field, ".nodeSelectorTerms[", i, "].matchExpressions[", j, "]");
       RequiredString(errs, StrCat(f, ".key"), Get(exprs[j], "key"));
       const json& op = Get(exprs[j], "operator");
-      Enum(errs, StrCat(f, ".operator"), op, {"DoesNotExist", "Exists", "Gt", "In", "Lt", "NotIn"},
-           true);
+      Enum(errs, StrCat(f, ".operator"), op, {"DoesNotExist", "Exists", "Gt", "In", "Lt", "NotIn"}, true);
       const json& values = Get(exprs[j], "values");
       size_t n = values.is_array() ? values.size() : 0;
       if ((op == "In" || op == "NotIn") && n == 0) {
         errs.Required(StrCat(f, ".values"), "must be specified when `operator` is 'In' or 'NotIn'");
       }
       if ((op == "Exists" || op == "DoesNotExist") && n > 0) {
-        errs.Forbidden(StrCat(f, ".values"),
-                       "may not be specified when `operator` is 'Exists' or 'DoesNotExist'");
+        errs.Forbidden(StrCat(f, ".values"), "may not be specified when `operator` is 'Exists' or 'DoesNotExist'");
       }
     }
   }
@@ -169,31 +184,52 @@ void ValidateVolume(const json& obj, const json* old, Errors& errs) {
   if (const json& req = Path(spec, {"nodeAffinity", "required"}); !req.is_null()) {
     ValidateNodeSelector(errs, "spec.nodeAffinity.required", req);
   }
-  Enum(errs, "status.phase", Path(obj, {"status", "phase"}),
-       {"Available", "Bound", "Failed", "Pending", "Released"});
+  Enum(errs, "status.phase", Path(obj, {"status", "phase"}), {"Available", "Bound", "Failed", "Pending", "Released"});
   if (old == nullptr) return;
   const json& old_spec = Get(*old, "spec");
   if (PvSource(spec) != PvSource(old_spec)) {
-    errs.Forbidden("spec.persistentvolumesource",
-                   "spec.persistentvolumesource is immutable after creation");
+    errs.Forbidden("spec.persistentvolumesource", "spec.persistentvolumesource is immutable after creation");
   }
   if (Get(spec, "volumeMode") != Get(old_spec, "volumeMode")) {
     errs.InvalidValue("spec.volumeMode", Get(spec, "volumeMode"), "field is immutable");
   }
-  if (!Get(old_spec, "nodeAffinity").is_null() &&
-      Get(spec, "nodeAffinity") != Get(old_spec, "nodeAffinity")) {
+  if (!Get(old_spec, "nodeAffinity").is_null() && Get(spec, "nodeAffinity") != Get(old_spec, "nodeAffinity")) {
     errs.InvalidValue("spec.nodeAffinity", Get(spec, "nodeAffinity"), "field is immutable");
   }
 }
 
 // ---- core ----
 
-constexpr std::string_view kPodVolumeSources[] = {
-    "persistentVolumeClaim", "csi", "ephemeral", "emptyDir", "hostPath", "configMap", "secret",
-    "projected", "downwardAPI", "nfs", "iscsi", "gitRepo", "gcePersistentDisk",
-    "awsElasticBlockStore", "glusterfs", "rbd", "flexVolume", "cinder", "cephfs", "flocker", "fc",
-    "azureFile", "vsphereVolume", "quobyte", "azureDisk", "photonPersistentDisk", "portworxVolume",
-    "scaleIO", "storageos", "image"};
+constexpr std::string_view kPodVolumeSources[] = {"persistentVolumeClaim",
+                                                  "csi",
+                                                  "ephemeral",
+                                                  "emptyDir",
+                                                  "hostPath",
+                                                  "configMap",
+                                                  "secret",
+                                                  "projected",
+                                                  "downwardAPI",
+                                                  "nfs",
+                                                  "iscsi",
+                                                  "gitRepo",
+                                                  "gcePersistentDisk",
+                                                  "awsElasticBlockStore",
+                                                  "glusterfs",
+                                                  "rbd",
+                                                  "flexVolume",
+                                                  "cinder",
+                                                  "cephfs",
+                                                  "flocker",
+                                                  "fc",
+                                                  "azureFile",
+                                                  "vsphereVolume",
+                                                  "quobyte",
+                                                  "azureDisk",
+                                                  "photonPersistentDisk",
+                                                  "portworxVolume",
+                                                  "scaleIO",
+                                                  "storageos",
+                                                  "image"};
 
 // core/v1 taints and tolerations (Kubernetes' validateNodeTaints and
 // ValidateTolerations, the rules the node lifecycle controller, the
@@ -211,10 +247,12 @@ void ValidateTaints(const json& taints, Errors& errs) {
       errs.InvalidValue(f + ".key", key, "name part must consist of alphanumeric characters, '-', '_' or '.'");
     }
     if (!ValidLabelValue(String(Get(taints[i], "value")))) {
-      errs.InvalidValue(f + ".value", Get(taints[i], "value"), "a valid label must be an empty string or consist of "
+      errs.InvalidValue(f + ".value", Get(taints[i], "value"),
+                        "a valid label must be an empty string or consist of "
                         "alphanumeric characters, '-', '_' or '.'");
     }
-    Enum(errs, f + ".effect", Get(taints[i], "effect"), {"NoSchedule", "PreferNoSchedule", "NoExecute"}, /*required=*/true);
+    Enum(errs, f + ".effect", Get(taints[i], "effect"), {"NoSchedule", "PreferNoSchedule", "NoExecute"},
+         /*required=*/true);
     if (!seen.emplace(String(Get(taints[i], "effect")), key).second) {
       errs.Add(f, StrCat("Duplicate value: ", taints[i].dump(), ": taints must be unique by key and effect pair"));
     }
@@ -235,7 +273,8 @@ void ValidateTolerations(const json& tolerations, Errors& errs) {
                         "operator must be Exists when `key` is empty, which means \"match all values and all keys\"");
     }
     if (!Get(t, "tolerationSeconds").is_null() && String(Get(t, "effect")) != "NoExecute") {
-      errs.InvalidValue(f + ".effect", String(Get(t, "effect")), "effect must be 'NoExecute' when `tolerationSeconds` is set");
+      errs.InvalidValue(f + ".effect", String(Get(t, "effect")),
+                        "effect must be 'NoExecute' when `tolerationSeconds` is set");
     }
     if (op == "Exists" && !String(Get(t, "value")).empty()) {
       errs.InvalidValue(f + ".operator", t, "value must be empty when `operator` is 'Exists'");
@@ -292,7 +331,8 @@ void ValidatePod(const json& obj, const json* old, Errors& errs) {
       if (sources == 0) errs.Required(f, "must specify a volume type");
       if (sources > 1) errs.Forbidden(f, "may not specify more than 1 volume type");
       const json& claim = Get(vols[i], "persistentVolumeClaim");
-      if (!claim.is_null()) RequiredString(errs, StrCat(f, ".persistentVolumeClaim.claimName"), Get(claim, "claimName"));
+      if (!claim.is_null())
+        RequiredString(errs, StrCat(f, ".persistentVolumeClaim.claimName"), Get(claim, "claimName"));
       if (!volumes.emplace(String(name), !claim.is_null() || !Get(vols[i], "ephemeral").is_null()).second) {
         errs.Duplicate(StrCat(f, ".name"), name);
       }
@@ -347,8 +387,7 @@ void ValidatePod(const json& obj, const json* old, Errors& errs) {
   }
   Enum(errs, "spec.restartPolicy", Get(spec, "restartPolicy"), {"Always", "Never", "OnFailure"});
   ValidateTolerations(Get(spec, "tolerations"), errs);
-  Enum(errs, "status.phase", Path(obj, {"status", "phase"}),
-       {"Failed", "Pending", "Running", "Succeeded", "Unknown"});
+  Enum(errs, "status.phase", Path(obj, {"status", "phase"}), {"Failed", "Pending", "Running", "Succeeded", "Unknown"});
   if (old != nullptr && PodSpecWithoutMutable(spec) != PodSpecWithoutMutable(Get(*old, "spec"))) {
     errs.Forbidden("spec",
                    "pod updates may not change fields other than `spec.containers[*].image`, "
@@ -388,8 +427,7 @@ void ValidateEvent(const json& obj, Errors& errs) {
   std::string ns = String(Path(obj, {"metadata", "namespace"}));
   std::string ins = String(Get(involved, "namespace"));
   if (!ins.empty() && ins != ns) {
-    errs.InvalidValue("involvedObject.namespace", Get(involved, "namespace"),
-                      "does not match event.namespace");
+    errs.InvalidValue("involvedObject.namespace", Get(involved, "namespace"), "does not match event.namespace");
   }
   Enum(errs, "type", Get(obj, "type"), {"Normal", "Warning"});
 }

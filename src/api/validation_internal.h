@@ -35,14 +35,11 @@ class Errors {
     std::string shown = value.is_string() ? Quote(value.get<std::string>()) : value.dump();
     Add(field, StrCat("Invalid value: ", shown, ": ", detail));
   }
-  void Unsupported(const std::string& field, const json& value,
-                   const std::vector<std::string_view>& values) {
-    Add(field, StrCat("Unsupported value: ", value.is_string() ? Quote(String(value)) : value.dump(),
-                      ": ", Supported(values)));
+  void Unsupported(const std::string& field, const json& value, const std::vector<std::string_view>& values) {
+    Add(field, StrCat("Unsupported value: ", value.is_string() ? Quote(String(value)) : value.dump(), ": ",
+                      Supported(values)));
   }
-  void Forbidden(const std::string& field, std::string_view detail) {
-    Add(field, StrCat("Forbidden: ", detail));
-  }
+  void Forbidden(const std::string& field, std::string_view detail) { Add(field, StrCat("Forbidden: ", detail)); }
   void Duplicate(const std::string& field, const json& value) {
     Add(field, StrCat("Duplicate value: ", value.is_string() ? Quote(String(value)) : value.dump()));
   }
@@ -60,9 +57,7 @@ class Errors {
       list_.push_back({msg.substr(0, sep), msg.substr(sep + 2)});
     }
   }
-  void Add(const std::string& field, std::string detail) {
-    list_.push_back({field, std::move(detail)});
-  }
+  void Add(const std::string& field, std::string detail) { list_.push_back({field, std::move(detail)}); }
   bool empty() const { return list_.empty(); }
   const FieldErrors& list() const { return list_; }
 
@@ -70,8 +65,8 @@ class Errors {
   FieldErrors list_;
 };
 
-void Enum(Errors& errs, const std::string& field, const json& value,
-          const std::vector<std::string_view>& allowed, bool required = false);
+void Enum(Errors& errs, const std::string& field, const json& value, const std::vector<std::string_view>& allowed,
+          bool required = false);
 void RequiredString(Errors& errs, const std::string& field, const json& value);
 // > 0 quantity; `field` names it in the message.
 void PositiveQuantity(Errors& errs, const std::string& field, const json& value);

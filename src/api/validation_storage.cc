@@ -25,8 +25,7 @@ void ValidateStorageClass(const json& obj, const json* old, Errors& errs) {
     errs.InvalidValue("provisioner", provisioner, "must be a qualified name");
   }
   Enum(errs, "reclaimPolicy", Get(obj, "reclaimPolicy"), {"Delete", "Retain"});
-  Enum(errs, "volumeBindingMode", Get(obj, "volumeBindingMode"),
-       {"Immediate", "WaitForFirstConsumer"});
+  Enum(errs, "volumeBindingMode", Get(obj, "volumeBindingMode"), {"Immediate", "WaitForFirstConsumer"});
   if (const json& params = Get(obj, "parameters"); params.is_object() && params.size() > 512) {
     errs.Add("parameters", "Too many: must have at most 512 items");
   }
@@ -150,8 +149,9 @@ void ValidateSnapshot(const json& obj, const json* old, Errors& errs) {
   bool pvc = !String(Get(src, "persistentVolumeClaimName")).empty();
   bool content = !String(Get(src, "volumeSnapshotContentName")).empty();
   if (pvc == content) {
-    errs.Add("spec.source", "Invalid value: \"object\": exactly one of volumeSnapshotContentName "
-                            "and persistentVolumeClaimName must be set");
+    errs.Add("spec.source",
+             "Invalid value: \"object\": exactly one of volumeSnapshotContentName "
+             "and persistentVolumeClaimName must be set");
   }
   if (old == nullptr) return;
   const json& old_src = Path(*old, {"spec", "source"});
@@ -181,8 +181,7 @@ void ValidateSnapshotContent(const json& obj, const json* old, Errors& errs) {
   bool vol = !String(Get(src, "volumeHandle")).empty();
   bool snap = !String(Get(src, "snapshotHandle")).empty();
   if (vol == snap) {
-    errs.Add("spec.source",
-             "Invalid value: \"object\": exactly one of volumeHandle and snapshotHandle must be set");
+    errs.Add("spec.source", "Invalid value: \"object\": exactly one of volumeHandle and snapshotHandle must be set");
   }
   Enum(errs, "spec.sourceVolumeMode", Get(spec, "sourceVolumeMode"), {"Block", "Filesystem"});
   if (old == nullptr) return;

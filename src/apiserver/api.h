@@ -43,7 +43,7 @@ class FieldSelector {
 struct ListOptions {
   api::LabelSelector labels;
   FieldSelector fields;
-  size_t limit = 0;          // 0: everything
+  size_t limit = 0;  // 0: everything
   std::string continue_token;
 };
 
@@ -106,9 +106,7 @@ class Api {
   // the current objects, as Kubernetes does). OUT_OF_RANGE (410) when older
   // than the kept history.
   virtual absl::StatusOr<WatchStream> Watch(const api::KindInfo& kind, const std::string& ns,
-                                    const std::string& resource_version,
-                                    const api::LabelSelector& labels) = 0;
-
+                                            const std::string& resource_version, const api::LabelSelector& labels) = 0;
 };
 
 }  // namespace berth::apiserver

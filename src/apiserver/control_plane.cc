@@ -72,8 +72,8 @@ absl::Status MakeDataDirPrivate(const std::string& data_dir) {
   // An older berth (or an operator's mkdir) may have left these readable by
   // others. New files are private from creation (the umask of `berth up` and
   // `berth serve`, explicit modes); existing ones are narrowed once, loudly.
-  for (const char* name : {"", "/state.db", "/state.db-wal", "/state.db-shm", "/api-token", "/kubeconfig",
-                           "/tls", "/tls/api.key", "/tls/api.crt"}) {
+  for (const char* name : {"", "/state.db", "/state.db-wal", "/state.db-shm", "/api-token", "/kubeconfig", "/tls",
+                           "/tls/api.key", "/tls/api.crt"}) {
     const std::string path = StrCat(data_dir, name);
     BERTH_ASSIGN_OR_RETURN(std::optional<mode_t> old_mode, NarrowToOwner(path));
     if (old_mode) {
@@ -87,8 +87,11 @@ std::string KubeconfigYaml(const std::string& server, const std::string& ca_pem,
   nlohmann::json cfg = {
       {"apiVersion", "v1"},
       {"kind", "Config"},
-      {"clusters", {{{"name", "berth"}, {"cluster", {{"server", server}, {"certificate-authority-data", absl::Base64Escape(ca_pem)}}}}}},
-      {"contexts", {{{"name", "berth"}, {"context", {{"cluster", "berth"}, {"user", "berth-admin"}, {"namespace", "default"}}}}}},
+      {"clusters",
+       {{{"name", "berth"},
+         {"cluster", {{"server", server}, {"certificate-authority-data", absl::Base64Escape(ca_pem)}}}}}},
+      {"contexts",
+       {{{"name", "berth"}, {"context", {{"cluster", "berth"}, {"user", "berth-admin"}, {"namespace", "default"}}}}}},
       {"current-context", "berth"},
       {"users", {{{"name", "berth-admin"}, {"user", {{"token", token}}}}}},
       {"preferences", nlohmann::json::object()},
@@ -119,15 +122,17 @@ absl::StatusOr<std::unique_ptr<ControlPlane>> ControlPlane::Start(const Options&
   http.clock = options.handler.clock;
   http.long_running = &ApiHandler::IsLongRunning;
   ApiHandler* handler = cp->handler_.get();
-  BERTH_ASSIGN_OR_RETURN(cp->http_, http::HttpServer::Start(std::move(http), [handler](const HttpRequest& r, ResponseWriter& w) {
-                           handler->Handle(r, w);
-                         }));
-  cp->handler_->AddMetricsCollector([server = cp->http_.get()](std::string* out) { WriteServingMetrics(server->stats(), out); });
+  BERTH_ASSIGN_OR_RETURN(
+      cp->http_, http::HttpServer::Start(
+                     std::move(http), [handler](const HttpRequest& r, ResponseWriter& w) { handler->Handle(r, w); }));
+  cp->handler_->AddMetricsCollector(
+      [server = cp->http_.get()](std::string* out) { WriteServingMetrics(server->stats(), out); });
   if (!options.api_address.empty()) {
     std::string host = options.api_address.substr(0, options.api_address.rfind(':'));
     cp->kubeconfig_ = StrCat(options.data_dir, "/kubeconfig");
     BERTH_RETURN_IF_ERROR(WriteFileAtomic(
-        cp->kubeconfig_, KubeconfigYaml(StrCat("https://", host, ":", cp->http_->tcp_port()), cp->ca_pem_, cp->token_), 0600));
+        cp->kubeconfig_, KubeconfigYaml(StrCat("https://", host, ":", cp->http_->tcp_port()), cp->ca_pem_, cp->token_),
+        0600));
   }
   return cp;
 }

@@ -30,7 +30,7 @@ class ControlPlane {
   struct Options {
     std::string data_dir = "/var/lib/berth";
     std::string api_address = "127.0.0.1:7443";  // "" = unix socket only
-    ApiHandler::Options handler;  // its clock is the HTTP server's too
+    ApiHandler::Options handler;                 // its clock is the HTTP server's too
     // Threads, connection and in-flight limits, deadlines of both listeners.
     http::HttpServer::Limits limits;
   };

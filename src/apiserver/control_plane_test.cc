@@ -15,23 +15,23 @@
 #include <thread>
 
 #include "apiserver/kubeconfig.h"
-#include "http/api_client.h"
 #include "apiserver/tls.h"
-#include "common/fs.h"
 #include "common/clock.h"
+#include "common/fs.h"
 #include "common/testing/eventually.h"
 #include "common/testing/log_capture.h"
 #include "common/testing/temp_dir.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "http/api_client.h"
 #include "metrics/prometheus.h"
 #include "metrics/testing/exposition_check.h"
 
 namespace berth::apiserver {
 namespace {
 
-using nlohmann::json;
 using http::ApiClient;
+using nlohmann::json;
 
 class ControlPlaneHttpTest : public ::testing::Test {
  protected:
@@ -141,10 +141,11 @@ TEST_F(ControlPlaneHttpTest, MetricsAreServedFromCollectorsBehindTheSameAuthenti
   // then the collectors in the order added.
   EXPECT_THAT(r->body, ::testing::HasSubstr("apiserver_current_inflight_requests{request_kind=\"readOnly\"} 1\n"));
   EXPECT_THAT(r->body, ::testing::HasSubstr("berth_apiserver_open_connections 1\n"));
-  EXPECT_THAT(r->body,
-              ::testing::EndsWith(
-                  "# HELP berth_test_volumes Volumes.\n# TYPE berth_test_volumes gauge\nberth_test_volumes{node=\"n1\"} 3\n"
-                  "# HELP berth_test_up Up.\n# TYPE berth_test_up gauge\nberth_test_up 1\n"));
+  EXPECT_THAT(
+      r->body,
+      ::testing::EndsWith(
+          "# HELP berth_test_volumes Volumes.\n# TYPE berth_test_volumes gauge\nberth_test_volumes{node=\"n1\"} 3\n"
+          "# HELP berth_test_up Up.\n# TYPE berth_test_up gauge\nberth_test_up 1\n"));
   auto good = ApiClientForKubeconfig(cp_->kubeconfig_path());
   ASSERT_TRUE(good.ok());
   EXPECT_THAT((*good)->Call("GET", "/metrics")->body, ::testing::HasSubstr("berth_test_up 1\n"));
@@ -162,15 +163,17 @@ TEST_F(ControlPlaneHttpTest, WatchStreamsOverChunkedEncodingAndShutdownEndsIt) {
   std::vector<std::string> seen;
   std::thread watcher([&] {
     auto w = ApiClient::ForUnixSocket(cp_->socket_path());
-    auto r = w->Stream("/api/v1/namespaces?watch=1&resourceVersion=0", "application/json", [&](const std::string& line) {
-      seen.push_back(json::parse(line)["object"]["metadata"]["name"]);
-      return seen.size() < 5;
-    });
+    auto r =
+        w->Stream("/api/v1/namespaces?watch=1&resourceVersion=0", "application/json", [&](const std::string& line) {
+          seen.push_back(json::parse(line)["object"]["metadata"]["name"]);
+          return seen.size() < 5;
+        });
     EXPECT_TRUE(r.ok()) << r.status();
   });
   for (const char* name : {"n1", "n2"}) {
-    auto created = client->Call("POST", "/api/v1/namespaces",
-                                json({{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", name}}}}).dump());
+    auto created =
+        client->Call("POST", "/api/v1/namespaces",
+                     json({{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", name}}}}).dump());
     ASSERT_EQ(created->code, 201);
   }
   watcher.join();
@@ -256,8 +259,8 @@ TEST_F(ControlPlaneClockTest, WatchesSendBookmarksAndEndAtTheirTimeoutWithoutATh
   for (int i = 0; i < kWatches; ++i) {
     clients.emplace_back([&, i] {
       auto w = ApiClient::ForUnixSocket(cp_->socket_path());
-      auto r = w->Stream("/api/v1/namespaces?watch=1&allowWatchBookmarks=true&timeoutSeconds=60",
-                         "application/json", [&](const std::string& line) {
+      auto r = w->Stream("/api/v1/namespaces?watch=1&allowWatchBookmarks=true&timeoutSeconds=60", "application/json",
+                         [&](const std::string& line) {
                            seen[i].push_back(json::parse(line));
                            return true;
                          });
@@ -271,8 +274,9 @@ TEST_F(ControlPlaneClockTest, WatchesSendBookmarksAndEndAtTheirTimeoutWithoutATh
   EXPECT_EQ(cp_->serving_stats().long_running, kWatches);
 
   auto client = ApiClient::ForUnixSocket(cp_->socket_path());
-  ASSERT_EQ(client->Call("POST", "/api/v1/namespaces",
-                         json({{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", "n1"}}}}).dump())
+  ASSERT_EQ(client
+                ->Call("POST", "/api/v1/namespaces",
+                       json({{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", "n1"}}}}).dump())
                 ->code,
             201);
   // Every watch gets the three namespaces there were, then n1.

@@ -27,8 +27,8 @@ constexpr Rename kRenamed[] = {
     {"lastTimestamp", "deprecatedLastTimestamp"},
     {"count", "deprecatedCount"},
 };
-constexpr const char* kShared[] = {"metadata", "eventTime", "series", "action", "reason",
-                                   "type",     "related",   "reportingInstance"};
+constexpr const char* kShared[] = {"metadata", "eventTime", "series",  "action",
+                                   "reason",   "type",      "related", "reportingInstance"};
 constexpr int kPatchRetries = 100;
 
 const api::KindInfo& CoreEvent() { return *api::FindResource("", "events"); }
@@ -105,8 +105,8 @@ absl::Status ValidateCreate(const json& v1) {
   return api::Invalid("Event", md.is_object() ? md.value("name", "") : "", errs);
 }
 
-absl::StatusOr<json> Patch(Registry& registry, const std::string& ns, const std::string& name,
-                           std::string_view patch, PatchType type) {
+absl::StatusOr<json> Patch(Registry& registry, const std::string& ns, const std::string& name, std::string_view patch,
+                           PatchType type) {
   const api::KindInfo& kind = CoreEvent();
   for (int attempt = 0;; ++attempt) {
     BERTH_ASSIGN_OR_RETURN(json stored, registry.Get(kind, ns, name));

@@ -78,11 +78,8 @@ json ResourceList(std::string_view group, std::string_view version) {
                            {"namespaced", true},
                            {"kind", "Binding"},
                            {"verbs", {"create"}}});
-      resources.push_back({{"name", "pods/log"},
-                           {"singularName", ""},
-                           {"namespaced", true},
-                           {"kind", "Pod"},
-                           {"verbs", {"get"}}});
+      resources.push_back(
+          {{"name", "pods/log"}, {"singularName", ""}, {"namespaced", true}, {"kind", "Pod"}, {"verbs", {"get"}}});
     }
   }
   std::string gv = group.empty() ? std::string(version) : StrCat(group, "/", version);
@@ -105,20 +102,12 @@ json GroupList() {
 }
 
 json VersionInfo() {
-  return {{"major", "1"},
-          {"minor", "30"},
-          {"gitVersion", StrCat("v1.30.0+berth-", berth::kVersion)},
-          {"gitCommit", ""},
-          {"gitTreeState", "clean"},
-          {"buildDate", ""},
-          {"goVersion", ""},
-          {"compiler", "gcc"},
-          {"platform", "linux/amd64"}};
+  return {{"major", "1"},    {"minor", "30"},           {"gitVersion", StrCat("v1.30.0+berth-", berth::kVersion)},
+          {"gitCommit", ""}, {"gitTreeState", "clean"}, {"buildDate", ""},
+          {"goVersion", ""}, {"compiler", "gcc"},       {"platform", "linux/amd64"}};
 }
 
-bool WantsTable(const HttpRequest& req) {
-  return req.Header("accept").find("as=Table") != std::string::npos;
-}
+bool WantsTable(const HttpRequest& req) { return req.Header("accept").find("as=Table") != std::string::npos; }
 
 absl::StatusOr<json> DecodeBody(const HttpRequest& req) {
   const std::string ct = req.Header("content-type");
@@ -138,8 +127,8 @@ absl::StatusOr<json> DecodeBody(const HttpRequest& req) {
   return body;
 }
 
-absl::StatusOr<Route> ParseRoute(const std::vector<std::string>& segs, size_t start,
-                                 std::string_view group, std::string_view version) {
+absl::StatusOr<Route> ParseRoute(const std::vector<std::string>& segs, size_t start, std::string_view group,
+                                 std::string_view version) {
   Route r;
   std::vector<std::string> rest(segs.begin() + static_cast<long>(start), segs.end());
   auto find = [&](const std::string& resource) -> const api::KindInfo* {
@@ -187,7 +176,8 @@ absl::StatusOr<ListOptions> ListOptionsFrom(const HttpRequest& req) {
   }
   if (auto it = req.query.find("limit"); it != req.query.end()) {
     int64_t limit = 0;
-    if (!absl::SimpleAtoi(it->second, &limit) || limit < 0) return api::BadRequest("limit must be a non-negative integer");
+    if (!absl::SimpleAtoi(it->second, &limit) || limit < 0)
+      return api::BadRequest("limit must be a non-negative integer");
     o.limit = static_cast<size_t>(limit);
   }
   if (auto it = req.query.find("continue"); it != req.query.end()) o.continue_token = it->second;
@@ -259,8 +249,8 @@ void ApiHandler::Handle(const HttpRequest& req, ResponseWriter& out) {
       return out.Send(200, "text/plain; charset=utf-8", "ok");
     }
     if (req.path == "/api" || req.path == "/api/") {
-      return SendJson(out, 200, {{"kind", "APIVersions"}, {"versions", {"v1"}},
-                                 {"serverAddressByClientCIDRs", json::array()}});
+      return SendJson(out, 200,
+                      {{"kind", "APIVersions"}, {"versions", {"v1"}}, {"serverAddressByClientCIDRs", json::array()}});
     }
     if (req.path == "/apis" || req.path == "/apis/") return SendJson(out, 200, GroupList());
     if (req.path == "/openapi/v2") {
@@ -270,8 +260,11 @@ void ApiHandler::Handle(const HttpRequest& req, ResponseWriter& out) {
       if (req.Header("accept").find("protobuf") != std::string::npos) {
         return out.Send(200, "application/octet-stream", "");
       }
-      return SendJson(out, 200, {{"swagger", "2.0"}, {"info", {{"title", "berth"}, {"version", berth::kVersion}}},
-                                 {"paths", json::object()}, {"definitions", json::object()}});
+      return SendJson(out, 200,
+                      {{"swagger", "2.0"},
+                       {"info", {{"title", "berth"}, {"version", berth::kVersion}}},
+                       {"paths", json::object()},
+                       {"definitions", json::object()}});
     }
   }
   std::string_view group, version;
@@ -332,7 +325,8 @@ void ApiHandler::Handle(const HttpRequest& req, ResponseWriter& out) {
       if (it != subresources_.end()) served = it->second;
     }
     if (served) {
-      if (req.method != "GET") return SendError(out, api::MethodNotAllowed(StrCat("method ", req.method, " is not supported")));
+      if (req.method != "GET")
+        return SendError(out, api::MethodNotAllowed(StrCat("method ", req.method, " is not supported")));
       absl::Status st = served(req, out, ns, name);
       if (!st.ok()) SendError(out, st);
       return;
@@ -348,11 +342,14 @@ void ApiHandler::Handle(const HttpRequest& req, ResponseWriter& out) {
   bool dry_run = false;
   if (auto it = req.query.find("dryRun"); it != req.query.end() && req.method != "GET") {
     if (it->second != "All") {
-      const char* options = req.method == "POST" ? "CreateOptions" : req.method == "DELETE" ? "DeleteOptions"
-                                                 : req.method == "PATCH" ? "PatchOptions" : "UpdateOptions";
-      return SendError(out, api::Invalid(StrCat(options, ".meta.k8s.io"), "",
-                                         {{"dryRun", StrCat("Unsupported value: \"", it->second,
-                                                            "\": supported values: \"All\"")}}));
+      const char* options = req.method == "POST"     ? "CreateOptions"
+                            : req.method == "DELETE" ? "DeleteOptions"
+                            : req.method == "PATCH"  ? "PatchOptions"
+                                                     : "UpdateOptions";
+      return SendError(
+          out,
+          api::Invalid(StrCat(options, ".meta.k8s.io"), "",
+                       {{"dryRun", StrCat("Unsupported value: \"", it->second, "\": supported values: \"All\"")}}));
     }
     dry_run = true;
   }
@@ -366,8 +363,8 @@ void ApiHandler::Handle(const HttpRequest& req, ResponseWriter& out) {
     auto got = registry_.Get(kind, ns, name);
     if (!got.ok()) return SendError(out, got.status());
     if (table) {
-      return SendJson(out, 200, api::BuildTable(kind, {*got}, absl::Now(),
-                                                (*got)["metadata"].value("resourceVersion", "")));
+      return SendJson(out, 200,
+                      api::BuildTable(kind, {*got}, absl::Now(), (*got)["metadata"].value("resourceVersion", "")));
     }
     return SendJson(out, 200, present(*got));
   }
@@ -381,7 +378,8 @@ void ApiHandler::Handle(const HttpRequest& req, ResponseWriter& out) {
     // The registry's watches are the store's own watchers, which can wake
     // the hub when they queue an event.
     std::unique_ptr<store::Watcher> watcher(dynamic_cast<store::Watcher*>(stream->watcher.get()));
-    if (watcher == nullptr) return SendError(out, absl::InternalError("the registry's watch cannot notify the watch hub"));
+    if (watcher == nullptr)
+      return SendError(out, absl::InternalError("the registry's watch cannot notify the watch hub"));
     (void)stream->watcher.release();
     absl::Duration limit = options_.max_watch;
     if (auto it = req.query.find("timeoutSeconds"); it != req.query.end()) {
@@ -407,7 +405,8 @@ void ApiHandler::Handle(const HttpRequest& req, ResponseWriter& out) {
     };
     if (QueryTrue(req, "allowWatchBookmarks")) {
       w.bookmark = [k = &kind, events_v1](int64_t bookmark_rv) {
-        return json{{"kind", k->kind}, {"apiVersion", events_v1 ? eventsv1::kApiVersion : k->api_version()},
+        return json{{"kind", k->kind},
+                    {"apiVersion", events_v1 ? eventsv1::kApiVersion : k->api_version()},
                     {"metadata", {{"resourceVersion", std::to_string(bookmark_rv)}}}};
       };
     }
@@ -444,7 +443,8 @@ void ApiHandler::Handle(const HttpRequest& req, ResponseWriter& out) {
       return SendJson(out, 201, StatusObject(absl::OkStatus()));
     }
     if (!name.empty()) return SendError(out, api::MethodNotAllowed("POST is for collections"));
-    auto created = dry_run ? registry_.DryRunCreate(kind, ns, std::move(*body)) : registry_.Create(kind, ns, std::move(*body));
+    auto created =
+        dry_run ? registry_.DryRunCreate(kind, ns, std::move(*body)) : registry_.Create(kind, ns, std::move(*body));
     if (!created.ok()) return SendError(out, created.status());
     return SendJson(out, 201, present(*created));
   }
@@ -464,8 +464,8 @@ void ApiHandler::Handle(const HttpRequest& req, ResponseWriter& out) {
     auto type = ParsePatchType(req.Header("content-type"));
     if (!type.ok()) return SendError(out, type.status());
     if (*type == PatchType::kApply) {
-      return SendError(out, api::UnsupportedMediaType(
-                                "server-side apply is not supported; use client-side apply (kubectl apply)"));
+      return SendError(
+          out, api::UnsupportedMediaType("server-side apply is not supported; use client-side apply (kubectl apply)"));
     }
     if (events_v1) {
       if (dry_run) return SendError(out, api::BadRequest("dryRun is not supported for events.k8s.io/v1 patches"));
@@ -482,12 +482,14 @@ void ApiHandler::Handle(const HttpRequest& req, ResponseWriter& out) {
     DeleteOptions opts;
     if (auto g = req.query.find("gracePeriodSeconds"); g != req.query.end()) {
       int64_t v = 0;
-      if (!absl::SimpleAtoi(g->second, &v)) return SendError(out, api::BadRequest("gracePeriodSeconds must be an integer"));
+      if (!absl::SimpleAtoi(g->second, &v))
+        return SendError(out, api::BadRequest("gracePeriodSeconds must be an integer"));
       opts.grace_period_seconds = v;
     }
     if (!req.body.empty()) {
       json body = json::parse(req.body, nullptr, false);
-      if (body.is_discarded() || !body.is_object()) return SendError(out, api::BadRequest("DeleteOptions must be a JSON object"));
+      if (body.is_discarded() || !body.is_object())
+        return SendError(out, api::BadRequest("DeleteOptions must be a JSON object"));
       if (const json& g = body.value("gracePeriodSeconds", json()); g.is_number_integer()) {
         opts.grace_period_seconds = g.get<int64_t>();
       } else if (!g.is_null()) {
@@ -540,8 +542,7 @@ void ApiHandler::Handle(const HttpRequest& req, ResponseWriter& out) {
     auto deleted = registry_.Delete(kind, ns, name, opts);
     if (!deleted.ok()) return SendError(out, deleted.status());
     const bool pending = (*deleted)["metadata"].contains("deletionTimestamp") &&
-                         (*deleted)["metadata"].contains("finalizers") &&
-                         !(*deleted)["metadata"]["finalizers"].empty();
+                         (*deleted)["metadata"].contains("finalizers") && !(*deleted)["metadata"]["finalizers"].empty();
     return SendJson(out, pending ? 202 : 200, present(*deleted));
   }
   SendError(out, api::MethodNotAllowed(StrCat("method ", req.method, " is not supported")));

@@ -17,8 +17,8 @@
 
 #include <functional>
 #include <map>
-#include <utility>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -65,8 +65,8 @@ class ApiHandler {
   // kubelet in Kubernetes, berth's pod log reader here). The handler gets
   // the object's namespace and name; an error it returns before writing
   // anything is sent as a Kubernetes Status.
-  using SubresourceHandler = std::function<absl::Status(const HttpRequest&, ResponseWriter&, const std::string& ns,
-                                                        const std::string& name)>;
+  using SubresourceHandler =
+      std::function<absl::Status(const HttpRequest&, ResponseWriter&, const std::string& ns, const std::string& name)>;
   void AddSubresource(const std::string& resource, const std::string& sub, SubresourceHandler handler)
       ABSL_LOCKS_EXCLUDED(metrics_mu_);
 

@@ -25,10 +25,12 @@ class HandlerTest : public ::testing::Test {
     registry_ = std::make_unique<Registry>(*store_);
     ASSERT_TRUE(registry_->Bootstrap().ok());
     handler_ = std::make_unique<ApiHandler>(
-        *registry_, ApiHandler::Options{.bookmark_interval = absl::Seconds(30), .max_watch = absl::Seconds(60), .clock = &clock_});
+        *registry_,
+        ApiHandler::Options{.bookmark_interval = absl::Seconds(30), .max_watch = absl::Seconds(60), .clock = &clock_});
   }
   RecordingWriter Do(const std::string& method, const std::string& target, const std::string& body = "",
-                     const std::string& content_type = "application/json", const std::string& accept = "application/json") {
+                     const std::string& content_type = "application/json",
+                     const std::string& accept = "application/json") {
     std::string raw = method + " " + target + " HTTP/1.1\r\nHost: x\r\nAccept: " + accept +
                       "\r\nContent-Type: " + content_type + "\r\nContent-Length: " + std::to_string(body.size()) +
                       "\r\n\r\n" + body;
@@ -39,7 +41,9 @@ class HandlerTest : public ::testing::Test {
     return w;
   }
   static std::string Claim(const std::string& name) {
-    return json({{"apiVersion", "v1"}, {"kind", "PersistentVolumeClaim"}, {"metadata", {{"name", name}}},
+    return json({{"apiVersion", "v1"},
+                 {"kind", "PersistentVolumeClaim"},
+                 {"metadata", {{"name", name}}},
                  {"spec", {{"accessModes", {"ReadWriteOnce"}}, {"resources", {{"requests", {{"storage", "1Gi"}}}}}}}})
         .dump();
   }
@@ -60,9 +64,8 @@ TEST_F(HandlerTest, DiscoveryDescribesEveryKind) {
   auto groups = Do("GET", "/apis").Json();
   std::vector<std::string> names;
   for (const auto& g : groups["groups"]) names.push_back(g["name"]);
-  EXPECT_THAT(names,
-              ::testing::UnorderedElementsAre("storage.k8s.io", "snapshot.storage.k8s.io", "coordination.k8s.io",
-                                              "events.k8s.io"));
+  EXPECT_THAT(names, ::testing::UnorderedElementsAre("storage.k8s.io", "snapshot.storage.k8s.io", "coordination.k8s.io",
+                                                     "events.k8s.io"));
   EXPECT_EQ(Do("GET", "/apis/events.k8s.io/v1").Json()["resources"][0]["name"], "events");
   EXPECT_EQ(Do("GET", "/apis/events.k8s.io").Json()["preferredVersion"]["groupVersion"], "events.k8s.io/v1");
   EXPECT_EQ(Do("GET", "/apis/coordination.k8s.io/v1").Json()["resources"][0]["name"], "leases");
@@ -99,12 +102,14 @@ TEST_F(HandlerTest, CrudWithKubernetesStatusCodes) {
   EXPECT_EQ(missing.Json()["reason"], "NotFound");
   EXPECT_EQ(missing.Json()["message"], "persistentvolumeclaims \"nosuch\" not found");
 
-  auto invalid = Do("POST", kClaims, R"({"apiVersion":"v1","kind":"PersistentVolumeClaim","metadata":{"name":"x"},"spec":{}})");
+  auto invalid =
+      Do("POST", kClaims, R"({"apiVersion":"v1","kind":"PersistentVolumeClaim","metadata":{"name":"x"},"spec":{}})");
   EXPECT_EQ(invalid.code, 422);
   EXPECT_EQ(invalid.Json()["reason"], "Invalid");
   EXPECT_THAT(invalid.Json()["message"].get<std::string>(), HasSubstr("spec.accessModes: Required value"));
 
-  auto unknown = Do("POST", kClaims, R"({"apiVersion":"v1","kind":"PersistentVolumeClaim","metadata":{"name":"x"},"spek":{}})");
+  auto unknown =
+      Do("POST", kClaims, R"({"apiVersion":"v1","kind":"PersistentVolumeClaim","metadata":{"name":"x"},"spek":{}})");
   EXPECT_EQ(unknown.code, 400);
   EXPECT_THAT(unknown.Json()["message"].get<std::string>(), HasSubstr("unknown field \"spek\""));
   EXPECT_EQ(Do("POST", kClaims, "{not json").code, 400);
@@ -145,7 +150,7 @@ TEST_F(HandlerTest, DryRunChecksEverythingAndStoresNothing) {
   EXPECT_EQ(would.Json()["status"]["phase"], "Pending");
   EXPECT_EQ(Do("GET", data).code, 404);
   EXPECT_EQ(Do("POST", std::string(kClaims) + "?dryRun=All",
-                R"({"apiVersion":"v1","kind":"PersistentVolumeClaim","metadata":{"name":"x"},"spec":{}})")
+               R"({"apiVersion":"v1","kind":"PersistentVolumeClaim","metadata":{"name":"x"},"spec":{}})")
                 .code,
             422);
 
@@ -162,10 +167,10 @@ TEST_F(HandlerTest, DryRunChecksEverythingAndStoresNothing) {
   EXPECT_EQ(patch.code, 200) << patch.body;
   EXPECT_EQ(patch.Json()["metadata"]["labels"]["x"], "y");
   // Immutable fields are still refused.
-  EXPECT_EQ(Do("PATCH", data + "?dryRun=All", R"({"spec":{"accessModes":["ReadWriteMany"]}})",
-               "application/merge-patch+json")
-                .code,
-            422);
+  EXPECT_EQ(
+      Do("PATCH", data + "?dryRun=All", R"({"spec":{"accessModes":["ReadWriteMany"]}})", "application/merge-patch+json")
+          .code,
+      422);
   EXPECT_EQ(Do("DELETE", data + "?dryRun=All").code, 200);
   // kubectl delete --dry-run=server: DeleteOptions in the body.
   EXPECT_EQ(Do("DELETE", data, R"({"kind":"DeleteOptions","apiVersion":"v1","dryRun":["All"]})").code, 200);
@@ -217,7 +222,10 @@ TEST(ApiHandlerLongRunningTest, WatchesAndFollowedLogsAreLongRunning) {
 TEST_F(HandlerTest, WatchStreamsEventsInOrderAndExpiredIs410) {
   ASSERT_EQ(Do("POST", kClaims, Claim("a")).code, 201);
   std::string rv = Do("GET", kClaims).Json()["metadata"]["resourceVersion"];
-  ASSERT_EQ(Do("PATCH", std::string(kClaims) + "/a", R"({"metadata":{"labels":{"x":"1"}}})", "application/merge-patch+json").code, 200);
+  ASSERT_EQ(
+      Do("PATCH", std::string(kClaims) + "/a", R"({"metadata":{"labels":{"x":"1"}}})", "application/merge-patch+json")
+          .code,
+      200);
   ASSERT_EQ(Do("DELETE", std::string(kClaims) + "/a").code, 200);
   std::string raw = "GET " + std::string(kClaims) + "?watch=1&resourceVersion=" + rv +
                     "&allowWatchBookmarks=true HTTP/1.1\r\nHost: x\r\n\r\n";
@@ -265,8 +273,9 @@ TEST_F(HandlerTest, WatchesLiveInTheHubUntilTheClientGoes) {
 }
 
 TEST_F(HandlerTest, SecretsNeverInTables) {
-  auto created = Do("POST", "/api/v1/namespaces/default/secrets",
-                    R"({"apiVersion":"v1","kind":"Secret","metadata":{"name":"s"},"stringData":{"password":"hunter2"}})");
+  auto created =
+      Do("POST", "/api/v1/namespaces/default/secrets",
+         R"({"apiVersion":"v1","kind":"Secret","metadata":{"name":"s"},"stringData":{"password":"hunter2"}})");
   ASSERT_EQ(created.code, 201) << created.body;
   auto table = Do("GET", "/api/v1/namespaces/default/secrets", "", "", "application/json;as=Table;v=v1;g=meta.k8s.io");
   EXPECT_THAT(table.body, ::testing::Not(HasSubstr("aHVudGVyMg")));
@@ -275,12 +284,14 @@ TEST_F(HandlerTest, SecretsNeverInTables) {
 }
 
 TEST_F(HandlerTest, PodBindingSubresource) {
-  ASSERT_EQ(Do("POST", "/api/v1/namespaces/default/pods",
-                R"({"apiVersion":"v1","kind":"Pod","metadata":{"name":"p"},"spec":{"containers":[{"name":"c","image":"x"}]}})")
-                .code,
-            201);
-  auto bound = Do("POST", "/api/v1/namespaces/default/pods/p/binding",
-                  R"({"apiVersion":"v1","kind":"Binding","metadata":{"name":"p"},"target":{"kind":"Node","name":"n1"}})");
+  ASSERT_EQ(
+      Do("POST", "/api/v1/namespaces/default/pods",
+         R"({"apiVersion":"v1","kind":"Pod","metadata":{"name":"p"},"spec":{"containers":[{"name":"c","image":"x"}]}})")
+          .code,
+      201);
+  auto bound =
+      Do("POST", "/api/v1/namespaces/default/pods/p/binding",
+         R"({"apiVersion":"v1","kind":"Binding","metadata":{"name":"p"},"target":{"kind":"Node","name":"n1"}})");
   EXPECT_EQ(bound.code, 201);
   EXPECT_EQ(Do("GET", "/api/v1/namespaces/default/pods/p").Json()["spec"]["nodeName"], "n1");
 }
@@ -312,9 +323,9 @@ TEST_F(HandlerTest, EventsV1AreCoreEventsConverted) {
   EXPECT_EQ(core["reportingComponent"], "example.io/scheduler");
 
   // The series update tools/events sends.
-  auto patched = Do("PATCH", v1 + "/data.1",
-                    R"({"series":{"count":2,"lastObservedTime":"2026-11-26T03:00:05.000000Z"}})",
-                    "application/strategic-merge-patch+json");
+  auto patched =
+      Do("PATCH", v1 + "/data.1", R"({"series":{"count":2,"lastObservedTime":"2026-11-26T03:00:05.000000Z"}})",
+         "application/strategic-merge-patch+json");
   ASSERT_EQ(patched.code, 200) << patched.body;
   EXPECT_EQ(patched.Json()["series"]["count"], 2);
   EXPECT_EQ(patched.Json()["regarding"]["name"], "app");
@@ -325,7 +336,7 @@ TEST_F(HandlerTest, EventsV1AreCoreEventsConverted) {
 
   // A core/v1 event reads as events.k8s.io/v1.
   ASSERT_EQ(Do("POST", "/api/v1/namespaces/default/events",
-                R"({"metadata":{"name":"old.1"},"involvedObject":{"kind":"Pod","namespace":"default","name":"app"},
+               R"({"metadata":{"name":"old.1"},"involvedObject":{"kind":"Pod","namespace":"default","name":"app"},
                     "reason":"Pulled","message":"pulled","count":3,"type":"Normal"})")
                 .code,
             201);

@@ -2,14 +2,13 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
-#include "absl/strings/str_cat.h"
 #include "api/codec.h"
 #include "common/fs.h"
 #include "common/status.h"
+#include "common/strings.h"
 
 namespace berth::apiserver {
 
-using absl::StrCat;
 
 absl::StatusOr<std::unique_ptr<http::ApiClient>> ApiClientForKubeconfig(const std::string& path) {
   BERTH_ASSIGN_OR_RETURN(std::string text, ReadFile(path));

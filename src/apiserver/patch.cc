@@ -24,13 +24,12 @@ const api::Schema* Field(const api::Schema* s, const std::string& key) {
   return nullptr;
 }
 
-absl::StatusOr<json> Merge(const json& original, const json& patch, const api::Schema* schema,
-                           int depth);
+absl::StatusOr<json> Merge(const json& original, const json& patch, const api::Schema* schema, int depth);
 
 // Merges list `patch` into list `original` whose elements are objects keyed
 // by `key`.
-absl::StatusOr<json> MergeKeyedList(const json& original, const json& patch,
-                                    const api::Schema* elem, const std::string& key, int depth) {
+absl::StatusOr<json> MergeKeyedList(const json& original, const json& patch, const api::Schema* elem,
+                                    const std::string& key, int depth) {
   json out = original.is_array() ? original : json::array();
   for (const auto& p : patch) {
     if (!p.is_object()) return api::BadRequest("strategic merge patch: list element is not an object");
@@ -44,7 +43,8 @@ absl::StatusOr<json> MergeKeyedList(const json& original, const json& patch,
         return replaced;
       }
       if (*d == "delete") {
-        if (!p.contains(key)) return api::BadRequest(StrCat("strategic merge patch: delete directive without merge key \"", key, "\""));
+        if (!p.contains(key))
+          return api::BadRequest(StrCat("strategic merge patch: delete directive without merge key \"", key, "\""));
         json kept = json::array();
         for (const auto& o : out) {
           if (!(o.is_object() && o.contains(key) && o[key] == p[key])) kept.push_back(o);
@@ -72,8 +72,7 @@ absl::StatusOr<json> MergeKeyedList(const json& original, const json& patch,
   return out;
 }
 
-absl::StatusOr<json> Merge(const json& original, const json& patch, const api::Schema* schema,
-                           int depth) {
+absl::StatusOr<json> Merge(const json& original, const json& patch, const api::Schema* schema, int depth) {
   if (depth > 64) return api::BadRequest("patch nested too deeply");
   if (!patch.is_object()) return patch;
   if (auto d = patch.find("$patch"); d != patch.end()) {
@@ -111,8 +110,7 @@ absl::StatusOr<json> Merge(const json& original, const json& patch, const api::S
     }
     const api::Schema* fs = Field(schema, key);
     if (value.is_object()) {
-      BERTH_ASSIGN_OR_RETURN(json merged,
-                             Merge(out.contains(key) ? out[key] : json::object(), value, fs, depth + 1));
+      BERTH_ASSIGN_OR_RETURN(json merged, Merge(out.contains(key) ? out[key] : json::object(), value, fs, depth + 1));
       if (merged.is_null()) {
         out.erase(key);
       } else {
@@ -122,8 +120,8 @@ absl::StatusOr<json> Merge(const json& original, const json& patch, const api::S
     }
     if (value.is_array() && fs != nullptr && fs->type == api::Schema::Type::kArray) {
       if (!fs->merge_key.empty()) {
-        BERTH_ASSIGN_OR_RETURN(out[key], MergeKeyedList(out.contains(key) ? out[key] : json::array(),
-                                                        value, fs->elem.get(), fs->merge_key, depth));
+        BERTH_ASSIGN_OR_RETURN(out[key], MergeKeyedList(out.contains(key) ? out[key] : json::array(), value,
+                                                        fs->elem.get(), fs->merge_key, depth));
         continue;
       }
       if (fs->merge_primitives) {
@@ -157,7 +155,10 @@ absl::StatusOr<PatchType> ParsePatchType(std::string_view content_type) {
   if (ct == "application/json-patch+json") return PatchType::kJson;
   if (ct == "application/strategic-merge-patch+json") return PatchType::kStrategic;
   if (ct == "application/apply-patch+yaml") return PatchType::kApply;
-  return api::UnsupportedMediaType(StrCat("the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json (got \"", content_type, "\")"));
+  return api::UnsupportedMediaType(StrCat(
+      "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, "
+      "application/merge-patch+json, application/strategic-merge-patch+json (got \"",
+      content_type, "\")"));
 }
 
 absl::StatusOr<json> ApplyPatch(const json& original, std::string_view patch_text, PatchType type,

@@ -26,7 +26,7 @@ absl::StatusOr<PatchType> ParsePatchType(std::string_view content_type);
 
 // The patched object. BadRequest for a malformed patch or a JSON patch
 // operation that does not apply (missing path, failed test).
-absl::StatusOr<nlohmann::json> ApplyPatch(const nlohmann::json& original, std::string_view patch,
-                                          PatchType type, const api::Schema& schema);
+absl::StatusOr<nlohmann::json> ApplyPatch(const nlohmann::json& original, std::string_view patch, PatchType type,
+                                          const api::Schema& schema);
 
 }  // namespace berth::apiserver

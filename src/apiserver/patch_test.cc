@@ -41,7 +41,8 @@ TEST(PatchTest, ContentTypes) {
 
 TEST(PatchTest, MergePatchReplacesListsAndNullDeletes) {
   json out = Apply(kPod, R"({"metadata":{"labels":{"tier":null,"new":"x"}},
-                             "spec":{"containers":[{"name":"only","image":"x"}]}})", PatchType::kMerge);
+                             "spec":{"containers":[{"name":"only","image":"x"}]}})",
+                   PatchType::kMerge);
   EXPECT_EQ(out["metadata"]["labels"], json({{"app", "web"}, {"new", "x"}}));
   ASSERT_EQ(out["spec"]["containers"].size(), 1u);
   EXPECT_EQ(out["spec"]["containers"][0]["name"], "only");
@@ -49,11 +50,12 @@ TEST(PatchTest, MergePatchReplacesListsAndNullDeletes) {
 
 TEST(PatchTest, JsonPatchAppliesOrFailsCleanly) {
   json out = Apply(kPod, R"([{"op":"replace","path":"/spec/containers/1/image","value":"alpine"},
-                             {"op":"add","path":"/metadata/labels/x","value":"y"}])", PatchType::kJson);
+                             {"op":"add","path":"/metadata/labels/x","value":"y"}])",
+                   PatchType::kJson);
   EXPECT_EQ(out["spec"]["containers"][1]["image"], "alpine");
   EXPECT_EQ(out["metadata"]["labels"]["x"], "y");
-  auto failed = ApplyPatch(kPod, R"([{"op":"test","path":"/metadata/name","value":"other"}])",
-                           PatchType::kJson, PodSchema());
+  auto failed =
+      ApplyPatch(kPod, R"([{"op":"test","path":"/metadata/name","value":"other"}])", PatchType::kJson, PodSchema());
   EXPECT_EQ(api::ToHttpError(failed.status()).code, 422);
   auto missing = ApplyPatch(kPod, R"([{"op":"remove","path":"/nope"}])", PatchType::kJson, PodSchema());
   EXPECT_EQ(api::ToHttpError(missing.status()).code, 422);
@@ -75,14 +77,14 @@ TEST(PatchTest, JsonPatchReplaceOfMissingMemberSetsItAsKubernetesDoes) {
             json({{"snapshot.storage.kubernetes.io/volumesnapshot-being-created", "yes"}}));
   EXPECT_EQ(out["spec"]["nodeName"], "node-1");
   // Still refused: a missing parent, an array index past the end.
-  auto no_parent = ApplyPatch(kPod, R"([{"op":"replace","path":"/nope/deeper","value":1}])", PatchType::kJson,
-                              PodSchema());
+  auto no_parent =
+      ApplyPatch(kPod, R"([{"op":"replace","path":"/nope/deeper","value":1}])", PatchType::kJson, PodSchema());
   EXPECT_EQ(api::ToHttpError(no_parent.status()).code, 422);
-  auto past_end = ApplyPatch(kPod, R"([{"op":"replace","path":"/spec/containers/7","value":{}}])",
-                             PatchType::kJson, PodSchema());
+  auto past_end =
+      ApplyPatch(kPod, R"([{"op":"replace","path":"/spec/containers/7","value":{}}])", PatchType::kJson, PodSchema());
   EXPECT_EQ(api::ToHttpError(past_end.status()).code, 422);
-  auto bad_pointer = ApplyPatch(kPod, R"([{"op":"replace","path":"no-slash","value":1}])", PatchType::kJson,
-                                PodSchema());
+  auto bad_pointer =
+      ApplyPatch(kPod, R"([{"op":"replace","path":"no-slash","value":1}])", PatchType::kJson, PodSchema());
   EXPECT_FALSE(bad_pointer.ok());
 }
 
@@ -120,7 +122,8 @@ TEST(PatchTest, StrategicDirectives) {
 
   // $retainKeys drops what is not listed.
   out = Apply(kPod, R"({"spec":{"volumes":[{"name":"data","emptyDir":{},
-                        "$retainKeys":["emptyDir","name"]}]}})", PatchType::kStrategic);
+                        "$retainKeys":["emptyDir","name"]}]}})",
+              PatchType::kStrategic);
   EXPECT_EQ(out["spec"]["volumes"][0], json({{"name", "data"}, {"emptyDir", json::object()}}));
 
   // A keyed element without its key is an error, not a silent append.

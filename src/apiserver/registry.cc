@@ -30,7 +30,8 @@ constexpr int kPatchRetries = 1000;
 // The namespaces every cluster keeps.
 absl::Status CheckDeletable(const api::KindInfo& kind, const std::string& name) {
   if (kind.kind == "Namespace" && (name == "default" || name == "kube-system" || name == "kube-public")) {
-    return absl::PermissionDeniedError(StrCat("namespaces \"", name, "\" is forbidden: this namespace may not be deleted"));
+    return absl::PermissionDeniedError(
+        StrCat("namespaces \"", name, "\" is forbidden: this namespace may not be deleted"));
   }
   return absl::OkStatus();
 }
@@ -58,8 +59,7 @@ std::string RandomSuffix() {
 void ResetStatusForCreate(const api::KindInfo& kind, json& obj) {
   if (!HasStatusSubresource(kind) || kind.kind == "Node") return;
   obj.erase("status");
-  if (kind.kind == "PersistentVolumeClaim" || kind.kind == "PersistentVolume" ||
-      kind.kind == "Pod") {
+  if (kind.kind == "PersistentVolumeClaim" || kind.kind == "PersistentVolume" || kind.kind == "Pod") {
     obj["status"] = {{"phase", "Pending"}};
   } else if (kind.kind == "Namespace") {
     obj["status"] = {{"phase", "Active"}};
@@ -88,8 +88,7 @@ absl::StatusOr<std::pair<std::string, std::string>> DecodeContinue(const std::st
   std::string raw;
   if (!absl::WebSafeBase64Unescape(token, &raw)) return api::BadRequest("continue key is not valid");
   json t = json::parse(raw, nullptr, false);
-  if (t.is_discarded() || !t.is_object() || t.value("v", 0) != 1 || !t["ns"].is_string() ||
-      !t["name"].is_string()) {
+  if (t.is_discarded() || !t.is_object() || t.value("v", 0) != 1 || !t["ns"].is_string() || !t["name"].is_string()) {
     return api::BadRequest("continue key is not valid");
   }
   return std::make_pair(t["ns"].get<std::string>(), t["name"].get<std::string>());
@@ -99,8 +98,8 @@ absl::StatusOr<std::pair<std::string, std::string>> DecodeContinue(const std::st
 
 bool HasStatusSubresource(const api::KindInfo& kind) {
   static constexpr std::string_view kWithStatus[] = {
-      "PersistentVolume", "PersistentVolumeClaim", "Pod", "Node", "Namespace",
-      "VolumeAttachment", "VolumeSnapshot", "VolumeSnapshotContent"};
+      "PersistentVolume", "PersistentVolumeClaim", "Pod", "Node", "Namespace", "VolumeAttachment",
+      "VolumeSnapshot",   "VolumeSnapshotContent"};
   for (auto k : kWithStatus) {
     if (kind.kind == k) return true;
   }
@@ -129,8 +128,8 @@ absl::StatusOr<FieldSelector> FieldSelector::Parse(std::string_view text) {
       value = term.substr(pos + 1);
       t.equal = true;
     } else {
-      return api::BadRequest(StrCat("invalid field selector \"", text, "\": \"", term,
-                                    "\" is not key=value or key!=value"));
+      return api::BadRequest(
+          StrCat("invalid field selector \"", text, "\": \"", term, "\" is not key=value or key!=value"));
     }
     if (key.empty()) return api::BadRequest(StrCat("invalid field selector \"", text, "\""));
     for (std::string_view part : Split(key, '.')) t.path.emplace_back(part);
@@ -162,8 +161,7 @@ bool FieldSelector::Matches(const json& object) const {
 absl::Status Registry::Bootstrap() {
   const api::KindInfo& ns_kind = *api::FindResource("", "namespaces");
   for (const char* name : {"default", "kube-system", "kube-public"}) {
-    auto created = Create(ns_kind, "", {{"apiVersion", "v1"}, {"kind", "Namespace"},
-                                        {"metadata", {{"name", name}}}});
+    auto created = Create(ns_kind, "", {{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", name}}}});
     if (!created.ok() && created.status().code() != absl::StatusCode::kAlreadyExists) {
       return created.status();
     }
@@ -231,10 +229,10 @@ absl::Status Registry::CheckClaimResize(const json& old, const json& updated) {
     allowed = sc.ok() && (*sc)->value("allowVolumeExpansion", false) == true;
   }
   if (!allowed) {
-    return absl::PermissionDeniedError(StrCat(
-        "persistentvolumeclaims \"", NameOf(updated),
-        "\" is forbidden: only dynamically provisioned pvc can be resized and the storageclass that "
-        "provisions the pvc must support resize"));
+    return absl::PermissionDeniedError(
+        StrCat("persistentvolumeclaims \"", NameOf(updated),
+               "\" is forbidden: only dynamically provisioned pvc can be resized and the storageclass that "
+               "provisions the pvc must support resize"));
   }
   return absl::OkStatus();
 }
@@ -256,15 +254,14 @@ absl::Status Registry::CheckNamespace(const api::KindInfo& kind, const std::stri
   return absl::OkStatus();
 }
 
-absl::StatusOr<json> Registry::Create(const api::KindInfo& kind, const std::string& ns,
-                                      json obj) {
+absl::StatusOr<json> Registry::Create(const api::KindInfo& kind, const std::string& ns, json obj) {
   BERTH_RETURN_IF_ERROR(PrepareCreate(kind, ns, obj));
   const std::string name = Str(obj["metadata"], "name");
   return CreatedOrExists(kind, name, store_.Create(std::string(kind.resource), std::move(obj)));
 }
 
-std::vector<absl::StatusOr<json>> Registry::CreateAll(
-    const api::KindInfo& kind, std::vector<std::pair<std::string, json>> objects) {
+std::vector<absl::StatusOr<json>> Registry::CreateAll(const api::KindInfo& kind,
+                                                      std::vector<std::pair<std::string, json>> objects) {
   std::vector<absl::StatusOr<json>> out(objects.size(), absl::UnknownError(""));
   std::vector<json> valid;
   std::vector<size_t> at;
@@ -293,18 +290,19 @@ absl::StatusOr<json> Registry::DryRunCreate(const api::KindInfo& kind, const std
   return obj;
 }
 
-absl::StatusOr<json> Registry::DryRunDelete(const api::KindInfo& kind, const std::string& ns,
-                                            const std::string& name, const DeleteOptions& options) {
+absl::StatusOr<json> Registry::DryRunDelete(const api::KindInfo& kind, const std::string& ns, const std::string& name,
+                                            const DeleteOptions& options) {
   BERTH_RETURN_IF_ERROR(CheckDeletable(kind, name));
   BERTH_ASSIGN_OR_RETURN(json cur, Get(kind, ns, name));
   const std::string rv = cur["metadata"].value("resourceVersion", "");
   const std::string uid = cur["metadata"].value("uid", "");
   if (options.resource_version && *options.resource_version != rv) {
-    return absl::AbortedError(StrCat("Precondition failed: ResourceVersion in precondition: ", *options.resource_version,
-                                     ", ResourceVersion in object meta: ", rv));
+    return absl::AbortedError(StrCat("Precondition failed: ResourceVersion in precondition: ",
+                                     *options.resource_version, ", ResourceVersion in object meta: ", rv));
   }
   if (options.uid && *options.uid != uid) {
-    return absl::AbortedError(StrCat("Precondition failed: UID in precondition: ", *options.uid, ", UID in object meta: ", uid));
+    return absl::AbortedError(
+        StrCat("Precondition failed: UID in precondition: ", *options.uid, ", UID in object meta: ", uid));
   }
   return cur;
 }
@@ -322,8 +320,10 @@ absl::Status Registry::PrepareCreate(const api::KindInfo& kind, const std::strin
   if (!obj.is_object()) return api::BadRequest("the request body must be a JSON object");
   const std::string api_version = kind.api_version();
   if (obj.contains("apiVersion") && obj["apiVersion"] != api_version) {
-    return api::BadRequest(StrCat("the API version in the data (", obj["apiVersion"].is_string() ? obj["apiVersion"].get<std::string>() : obj["apiVersion"].dump(),
-                                  ") does not match the expected API version (", api_version, ")"));
+    return api::BadRequest(
+        StrCat("the API version in the data (",
+               obj["apiVersion"].is_string() ? obj["apiVersion"].get<std::string>() : obj["apiVersion"].dump(),
+               ") does not match the expected API version (", api_version, ")"));
   }
   if (obj.contains("kind") && obj["kind"] != kind.kind) {
     return api::BadRequest(StrCat("the kind in the data does not match the expected kind (", kind.kind, ")"));
@@ -336,8 +336,7 @@ absl::Status Registry::PrepareCreate(const api::KindInfo& kind, const std::strin
   if (kind.namespaced) {
     std::string body_ns = Str(md, "namespace");
     if (!body_ns.empty() && body_ns != ns) {
-      return api::BadRequest(
-          "the namespace of the provided object does not match the namespace sent on the request");
+      return api::BadRequest("the namespace of the provided object does not match the namespace sent on the request");
     }
     md["namespace"] = ns;
   } else {
@@ -364,14 +363,12 @@ absl::Status Registry::PrepareCreate(const api::KindInfo& kind, const std::strin
   return CheckNamespace(kind, ns);
 }
 
-absl::StatusOr<json> Registry::Get(const api::KindInfo& kind, const std::string& ns,
-                                   const std::string& name) {
+absl::StatusOr<json> Registry::Get(const api::KindInfo& kind, const std::string& ns, const std::string& name) {
   BERTH_ASSIGN_OR_RETURN(std::shared_ptr<const json> got, GetShared(kind, ns, name));
   return *got;
 }
 
-absl::StatusOr<std::shared_ptr<const json>> Registry::GetShared(const api::KindInfo& kind,
-                                                                const std::string& ns,
+absl::StatusOr<std::shared_ptr<const json>> Registry::GetShared(const api::KindInfo& kind, const std::string& ns,
                                                                 const std::string& name) {
   auto got = store_.GetShared(std::string(kind.resource), kind.namespaced ? ns : "", name);
   if (!got.ok() && got.status().code() == absl::StatusCode::kNotFound) {
@@ -381,8 +378,7 @@ absl::StatusOr<std::shared_ptr<const json>> Registry::GetShared(const api::KindI
   return got;
 }
 
-absl::StatusOr<ListPage> Registry::List(const api::KindInfo& kind, const std::string& ns,
-                                        const ListOptions& options) {
+absl::StatusOr<ListPage> Registry::List(const api::KindInfo& kind, const std::string& ns, const ListOptions& options) {
   store::ListPage page;
   page.limit = options.limit;
   if (!options.continue_token.empty()) {
@@ -393,8 +389,7 @@ absl::StatusOr<ListPage> Registry::List(const api::KindInfo& kind, const std::st
   // the limit is met so a page is never spuriously short.
   while (true) {
     BERTH_ASSIGN_OR_RETURN(store::ListResult res,
-                           store_.List(std::string(kind.resource), kind.namespaced ? ns : "",
-                                       options.labels, page));
+                           store_.List(std::string(kind.resource), kind.namespaced ? ns : "", options.labels, page));
     if (out.resource_version == 0) out.resource_version = res.resource_version;
     for (auto& item : res.items) {
       if (options.fields.empty() || options.fields.Matches(item)) out.items.push_back(std::move(item));
@@ -409,13 +404,13 @@ absl::StatusOr<ListPage> Registry::List(const api::KindInfo& kind, const std::st
   }
 }
 
-absl::StatusOr<json> Registry::UpdateOnce(const api::KindInfo& kind, const std::string& ns,
-                                          const std::string& name, json obj, Subresource sub,
-                                          bool* unconditional, bool dry_run) {
+absl::StatusOr<json> Registry::UpdateOnce(const api::KindInfo& kind, const std::string& ns, const std::string& name,
+                                          json obj, Subresource sub, bool* unconditional, bool dry_run) {
   if (!obj.is_object()) return api::BadRequest("the request body must be a JSON object");
   const std::string api_version = kind.api_version();
   if (obj.contains("apiVersion") && obj["apiVersion"] != api_version) {
-    return api::BadRequest(StrCat("the API version in the data does not match the expected API version (", api_version, ")"));
+    return api::BadRequest(
+        StrCat("the API version in the data does not match the expected API version (", api_version, ")"));
   }
   if (obj.contains("kind") && obj["kind"] != kind.kind) {
     return api::BadRequest(StrCat("the kind in the data does not match the expected kind (", kind.kind, ")"));
@@ -427,8 +422,8 @@ absl::StatusOr<json> Registry::UpdateOnce(const api::KindInfo& kind, const std::
   json& md = obj["metadata"];
   if (Str(md, "name").empty()) md["name"] = name;
   if (Str(md, "name") != name) {
-    return api::BadRequest(StrCat("the name of the object (", Str(md, "name"),
-                                  ") does not match the name on the URL (", name, ")"));
+    return api::BadRequest(
+        StrCat("the name of the object (", Str(md, "name"), ") does not match the name on the URL (", name, ")"));
   }
   if (kind.namespaced) {
     if (!Str(md, "namespace").empty() && Str(md, "namespace") != ns) {
@@ -477,7 +472,12 @@ absl::StatusOr<json> Registry::UpdateOnce(const api::KindInfo& kind, const std::
       const json& before = old["metadata"].value("finalizers", none);
       for (const auto& f : m.value("finalizers", none)) {
         if (std::find(before.begin(), before.end(), f) == before.end()) {
-          return api::Invalid(kind.kind, name, {{"metadata.finalizers", StrCat("Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers ", f.dump())}});
+          return api::Invalid(
+              kind.kind, name,
+              {{"metadata.finalizers",
+                StrCat(
+                    "Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers ",
+                    f.dump())}});
         }
       }
     }
@@ -497,18 +497,18 @@ absl::StatusOr<json> Registry::UpdateOnce(const api::KindInfo& kind, const std::
   return updated;
 }
 
-absl::StatusOr<json> Registry::Update(const api::KindInfo& kind, const std::string& ns,
-                                      const std::string& name, json object, Subresource sub) {
+absl::StatusOr<json> Registry::Update(const api::KindInfo& kind, const std::string& ns, const std::string& name,
+                                      json object, Subresource sub) {
   return UpdateImpl(kind, ns, name, std::move(object), sub, /*dry_run=*/false);
 }
 
-absl::StatusOr<json> Registry::DryRunUpdate(const api::KindInfo& kind, const std::string& ns,
-                                            const std::string& name, json object, Subresource sub) {
+absl::StatusOr<json> Registry::DryRunUpdate(const api::KindInfo& kind, const std::string& ns, const std::string& name,
+                                            json object, Subresource sub) {
   return UpdateImpl(kind, ns, name, std::move(object), sub, /*dry_run=*/true);
 }
 
-absl::StatusOr<json> Registry::UpdateImpl(const api::KindInfo& kind, const std::string& ns,
-                                          const std::string& name, json object, Subresource sub, bool dry_run) {
+absl::StatusOr<json> Registry::UpdateImpl(const api::KindInfo& kind, const std::string& ns, const std::string& name,
+                                          json object, Subresource sub, bool dry_run) {
   // Only an update without a resourceVersion is ever retried (see below):
   // any other hands its object over instead of copying it.
   bool conditional = false;
@@ -525,22 +525,19 @@ absl::StatusOr<json> Registry::UpdateImpl(const api::KindInfo& kind, const std::
     auto out = UpdateOnce(kind, ns, name, object, sub, &unconditional, dry_run);
     // An unconditional update lost a race with another writer between our
     // read and write: it asked for no precondition, so try again.
-    if (out.ok() || !unconditional || out.status().code() != absl::StatusCode::kAborted ||
-        attempt >= kPatchRetries) {
+    if (out.ok() || !unconditional || out.status().code() != absl::StatusCode::kAborted || attempt >= kPatchRetries) {
       return out;
     }
   }
 }
 
-absl::StatusOr<json> Registry::Patch(const api::KindInfo& kind, const std::string& ns,
-                                     const std::string& name, std::string_view patch,
-                                     PatchType type, Subresource sub) {
+absl::StatusOr<json> Registry::Patch(const api::KindInfo& kind, const std::string& ns, const std::string& name,
+                                     std::string_view patch, PatchType type, Subresource sub) {
   return PatchImpl(kind, ns, name, patch, type, sub, /*dry_run=*/false);
 }
 
-absl::StatusOr<json> Registry::DryRunPatch(const api::KindInfo& kind, const std::string& ns,
-                                           const std::string& name, std::string_view patch, PatchType type,
-                                           Subresource sub) {
+absl::StatusOr<json> Registry::DryRunPatch(const api::KindInfo& kind, const std::string& ns, const std::string& name,
+                                           std::string_view patch, PatchType type, Subresource sub) {
   return PatchImpl(kind, ns, name, patch, type, sub, /*dry_run=*/true);
 }
 
@@ -558,28 +555,29 @@ absl::StatusOr<json> Registry::PatchImpl(const api::KindInfo& kind, const std::s
     if (!precondition) patched["metadata"]["resourceVersion"] = old_rv;
     bool unconditional = false;
     auto out = UpdateOnce(kind, ns, name, std::move(patched), sub, &unconditional, dry_run);
-    if (out.ok() || precondition || out.status().code() != absl::StatusCode::kAborted ||
-        attempt >= kPatchRetries) {
+    if (out.ok() || precondition || out.status().code() != absl::StatusCode::kAborted || attempt >= kPatchRetries) {
       return out;
     }
   }
 }
 
-absl::StatusOr<json> Registry::Delete(const api::KindInfo& kind, const std::string& ns,
-                                      const std::string& name, const DeleteOptions& options) {
+absl::StatusOr<json> Registry::Delete(const api::KindInfo& kind, const std::string& ns, const std::string& name,
+                                      const DeleteOptions& options) {
   const std::string eff_ns = kind.namespaced ? ns : "";
   BERTH_RETURN_IF_ERROR(CheckDeletable(kind, name));
   std::optional<std::string> uid = options.uid;
   if (options.resource_version) {
     BERTH_ASSIGN_OR_RETURN(json cur, Get(kind, ns, name));
     if (cur["metadata"].value("resourceVersion", "") != *options.resource_version) {
-      return absl::AbortedError(StrCat("Precondition failed: ResourceVersion in precondition: ", *options.resource_version,
-                                       ", ResourceVersion in object meta: ", cur["metadata"].value("resourceVersion", "")));
+      return absl::AbortedError(
+          StrCat("Precondition failed: ResourceVersion in precondition: ", *options.resource_version,
+                 ", ResourceVersion in object meta: ", cur["metadata"].value("resourceVersion", "")));
     }
     // Tie the delete to exactly the version checked.
     uid = cur["metadata"].value("uid", "");
     if (options.uid && *options.uid != *uid) {
-      return absl::AbortedError(StrCat("Precondition failed: UID in precondition: ", *options.uid, ", UID in object meta: ", *uid));
+      return absl::AbortedError(
+          StrCat("Precondition failed: UID in precondition: ", *options.uid, ", UID in object meta: ", *uid));
     }
   }
   if (kind.kind == "Namespace") {
@@ -622,8 +620,7 @@ absl::StatusOr<json> Registry::Delete(const api::KindInfo& kind, const std::stri
   return out;
 }
 
-absl::StatusOr<json> Registry::BindPod(const std::string& ns, const std::string& name,
-                                       const std::string& node_name) {
+absl::StatusOr<json> Registry::BindPod(const std::string& ns, const std::string& name, const std::string& node_name) {
   const api::KindInfo& pods = *api::FindResource("", "pods");
   if (node_name.empty()) return api::Invalid("Binding", name, {{"target.name", "Required value"}});
   for (int attempt = 0;; ++attempt) {
@@ -633,8 +630,8 @@ absl::StatusOr<json> Registry::BindPod(const std::string& ns, const std::string&
     }
     std::string current = pod.value("spec", json::object()).value("nodeName", "");
     if (!current.empty()) {
-      return absl::AbortedError(StrCat("Operation cannot be fulfilled on pods/binding \"", name,
-                                       "\": pod ", name, " is already assigned to node \"", current, "\""));
+      return absl::AbortedError(StrCat("Operation cannot be fulfilled on pods/binding \"", name, "\": pod ", name,
+                                       " is already assigned to node \"", current, "\""));
     }
     pod["spec"]["nodeName"] = node_name;
     auto out = store_.Update("pods", std::move(pod));
@@ -644,18 +641,15 @@ absl::StatusOr<json> Registry::BindPod(const std::string& ns, const std::string&
   }
 }
 
-absl::StatusOr<WatchStream> Registry::Watch(const api::KindInfo& kind,
-                                                     const std::string& ns,
-                                                     const std::string& resource_version,
-                                                     const api::LabelSelector& labels) {
+absl::StatusOr<WatchStream> Registry::Watch(const api::KindInfo& kind, const std::string& ns,
+                                            const std::string& resource_version, const api::LabelSelector& labels) {
   WatchStream out;
   const std::string resource(kind.resource);
   const std::string eff_ns = kind.namespaced ? ns : "";
   if (resource_version.empty() || resource_version == "0") {
     BERTH_ASSIGN_OR_RETURN(store::ListResult list, store_.List(resource, eff_ns, labels));
     for (auto& item : list.items) {
-      out.initial.push_back(
-          {store::EventType::kAdded, resource, std::make_shared<const json>(std::move(item)), 0});
+      out.initial.push_back({store::EventType::kAdded, resource, std::make_shared<const json>(std::move(item)), 0});
     }
     BERTH_ASSIGN_OR_RETURN(out.watcher, store_.Watch(resource, eff_ns, list.resource_version, labels));
     return out;

@@ -44,20 +44,16 @@ class Registry : public Api {
   // failing on its own, in one group commit; one result per object.
   std::vector<absl::StatusOr<json>> CreateAll(const api::KindInfo& kind,
                                               std::vector<std::pair<std::string, json>> objects) override;
-  absl::StatusOr<json> Get(const api::KindInfo& kind, const std::string& ns,
-                           const std::string& name) override;
+  absl::StatusOr<json> Get(const api::KindInfo& kind, const std::string& ns, const std::string& name) override;
   // Get without a copy: the stored object, immutable and shared.
-  absl::StatusOr<std::shared_ptr<const json>> GetShared(const api::KindInfo& kind,
-                                                        const std::string& ns,
+  absl::StatusOr<std::shared_ptr<const json>> GetShared(const api::KindInfo& kind, const std::string& ns,
                                                         const std::string& name) override;
-  absl::StatusOr<ListPage> List(const api::KindInfo& kind, const std::string& ns,
-                                const ListOptions& options) override;
+  absl::StatusOr<ListPage> List(const api::KindInfo& kind, const std::string& ns, const ListOptions& options) override;
   // PUT. Without metadata.resourceVersion the update is unconditional.
-  absl::StatusOr<json> Update(const api::KindInfo& kind, const std::string& ns,
-                              const std::string& name, json object, Subresource sub) override;
-  absl::StatusOr<json> Patch(const api::KindInfo& kind, const std::string& ns,
-                             const std::string& name, std::string_view patch, PatchType type,
-                             Subresource sub) override;
+  absl::StatusOr<json> Update(const api::KindInfo& kind, const std::string& ns, const std::string& name, json object,
+                              Subresource sub) override;
+  absl::StatusOr<json> Patch(const api::KindInfo& kind, const std::string& ns, const std::string& name,
+                             std::string_view patch, PatchType type, Subresource sub) override;
   // Returns the object's last state (with deletionTimestamp if finalizers
   // keep it). Deleting a namespace deletes what is in it. Pods are deleted
   // gracefully, as in Kubernetes: a pod bound to a node that has not
@@ -65,8 +61,8 @@ class Registry : public Api {
   // Terminating until its node agent has stopped it and torn its volumes
   // down and deletes it with grace period 0; an unscheduled or finished pod,
   // or gracePeriodSeconds 0 (`--grace-period=0 --force`), goes at once.
-  absl::StatusOr<json> Delete(const api::KindInfo& kind, const std::string& ns,
-                              const std::string& name, const DeleteOptions& options = {}) override;
+  absl::StatusOr<json> Delete(const api::KindInfo& kind, const std::string& ns, const std::string& name,
+                              const DeleteOptions& options = {}) override;
   // dryRun=All: the request goes through every step of the write it names
   // — decoding, defaults, admission, validation, immutability, conflicts
   // and preconditions — with the same errors, and returns what would be
@@ -81,12 +77,10 @@ class Registry : public Api {
                                     const DeleteOptions& options = {});
 
   // pods/binding: sets spec.nodeName of an unscheduled pod.
-  absl::StatusOr<json> BindPod(const std::string& ns, const std::string& name,
-                               const std::string& node_name);
+  absl::StatusOr<json> BindPod(const std::string& ns, const std::string& name, const std::string& node_name);
 
   absl::StatusOr<WatchStream> Watch(const api::KindInfo& kind, const std::string& ns,
-                                    const std::string& resource_version,
-                                    const api::LabelSelector& labels) override;
+                                    const std::string& resource_version, const api::LabelSelector& labels) override;
 
   store::Store& store() { return store_; }
 
@@ -102,9 +96,8 @@ class Registry : public Api {
   absl::StatusOr<json> PatchImpl(const api::KindInfo& kind, const std::string& ns, const std::string& name,
                                  std::string_view patch, PatchType type, Subresource sub, bool dry_run);
   // With `dry_run`, returns what it would store instead of storing it.
-  absl::StatusOr<json> UpdateOnce(const api::KindInfo& kind, const std::string& ns,
-                                  const std::string& name, json object, Subresource sub,
-                                  bool* unconditional, bool dry_run = false);
+  absl::StatusOr<json> UpdateOnce(const api::KindInfo& kind, const std::string& ns, const std::string& name,
+                                  json object, Subresource sub, bool* unconditional, bool dry_run = false);
   absl::Status CheckNamespace(const api::KindInfo& kind, const std::string& ns);
   // Create's admission: checks, defaults and validates `obj` in place.
   absl::Status PrepareCreate(const api::KindInfo& kind, const std::string& ns, json& obj);

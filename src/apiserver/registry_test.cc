@@ -55,19 +55,19 @@ TEST_F(RegistryTest, CreateAppliesDefaultsResetsStatusAndNeedsTheNamespace) {
 
   json other_ns = Claim("x");
   other_ns["metadata"]["namespace"] = "kube-system";
-  EXPECT_EQ(api::ToHttpError(registry_->Create(Kind("persistentvolumeclaims"), "default", other_ns).status()).code, 400);
+  EXPECT_EQ(api::ToHttpError(registry_->Create(Kind("persistentvolumeclaims"), "default", other_ns).status()).code,
+            400);
 }
 
 TEST_F(RegistryTest, CreateAllAdmitsEachObjectOnItsOwn) {
   ASSERT_TRUE(registry_->Create(Kind("persistentvolumeclaims"), "default", Claim("taken")).ok());
   json bad = Claim("bad");
   bad["kind"] = "Pod";
-  auto results = registry_->CreateAll(Kind("persistentvolumeclaims"),
-                                      {{"default", Claim("a")},
-                                       {"default", Claim("taken")},
-                                       {"nosuch", Claim("b")},
-                                       {"default", bad},
-                                       {"kube-system", Claim("c")}});
+  auto results = registry_->CreateAll(Kind("persistentvolumeclaims"), {{"default", Claim("a")},
+                                                                       {"default", Claim("taken")},
+                                                                       {"nosuch", Claim("b")},
+                                                                       {"default", bad},
+                                                                       {"kube-system", Claim("c")}});
   ASSERT_EQ(results.size(), 5u);
   ASSERT_TRUE(results[0].ok()) << results[0].status();
   EXPECT_EQ((*results[0])["status"], json({{"phase", "Pending"}})) << "the same admission as Create";
@@ -78,8 +78,7 @@ TEST_F(RegistryTest, CreateAllAdmitsEachObjectOnItsOwn) {
   EXPECT_EQ((*results[4])["metadata"]["namespace"], "kube-system");
   EXPECT_TRUE(registry_->Get(Kind("persistentvolumeclaims"), "default", "a").ok());
   EXPECT_TRUE(registry_->Get(Kind("persistentvolumeclaims"), "kube-system", "c").ok());
-  EXPECT_EQ(registry_->Get(Kind("persistentvolumeclaims"), "nosuch", "b").status().code(),
-            absl::StatusCode::kNotFound);
+  EXPECT_EQ(registry_->Get(Kind("persistentvolumeclaims"), "nosuch", "b").status().code(), absl::StatusCode::kNotFound);
 }
 
 TEST_F(RegistryTest, GenerateNameAndKindMismatch) {
@@ -100,7 +99,8 @@ TEST_F(RegistryTest, MainUpdateKeepsStatusAndStatusUpdateKeepsSpec) {
   json status_change = *pvc;
   status_change["status"] = {{"phase", "Bound"}, {"capacity", {{"storage", "1Gi"}}}};
   status_change["metadata"]["labels"] = {{"ignored", "yes"}};
-  auto bound = registry_->Update(Kind("persistentvolumeclaims"), "default", "data", status_change, Subresource::kStatus);
+  auto bound =
+      registry_->Update(Kind("persistentvolumeclaims"), "default", "data", status_change, Subresource::kStatus);
   ASSERT_TRUE(bound.ok()) << bound.status();
   EXPECT_EQ((*bound)["status"]["phase"], "Bound");
   EXPECT_FALSE((*bound)["metadata"].contains("labels"));  // metadata from /status is ignored
@@ -108,7 +108,8 @@ TEST_F(RegistryTest, MainUpdateKeepsStatusAndStatusUpdateKeepsSpec) {
   json main_change = *bound;
   main_change["status"] = {{"phase", "Lost"}};
   main_change["metadata"]["labels"] = {{"app", "db"}};
-  auto relabeled = registry_->Update(Kind("persistentvolumeclaims"), "default", "data", main_change, Subresource::kMain);
+  auto relabeled =
+      registry_->Update(Kind("persistentvolumeclaims"), "default", "data", main_change, Subresource::kMain);
   ASSERT_TRUE(relabeled.ok()) << relabeled.status();
   EXPECT_EQ((*relabeled)["status"]["phase"], "Bound");
   EXPECT_EQ((*relabeled)["metadata"]["labels"]["app"], "db");
@@ -132,11 +133,12 @@ TEST_F(RegistryTest, MainAndStatusUpdateWritesBothInOneVersion) {
   json immutable = *bound;
   immutable["spec"]["accessModes"] = {"ReadOnlyMany"};
   immutable["status"]["phase"] = "Lost";
-  EXPECT_EQ(api::ToHttpError(registry_->Update(Kind("persistentvolumeclaims"), "default", "data", immutable,
-                                               Subresource::kMainAndStatus)
-                                 .status())
-                .code,
-            422);
+  EXPECT_EQ(
+      api::ToHttpError(
+          registry_->Update(Kind("persistentvolumeclaims"), "default", "data", immutable, Subresource::kMainAndStatus)
+              .status())
+          .code,
+      422);
   EXPECT_EQ((*registry_->Get(Kind("persistentvolumeclaims"), "default", "data"))["status"]["phase"], "Bound");
   // The resize admission applies too: no class allows this claim to grow.
   json grow = *bound;
@@ -148,15 +150,17 @@ TEST_F(RegistryTest, MainAndStatusUpdateWritesBothInOneVersion) {
 TEST_F(RegistryTest, ClaimGrowsOnlyWhenItsClassAllowsExpansion) {
   for (bool allow : {false, true}) {
     std::string cls = allow ? "expandable" : "fixed";
-    ASSERT_TRUE(registry_->Create(Kind("storageclasses", "storage.k8s.io"), "",
-                                  {{"metadata", {{"name", cls}}}, {"provisioner", "x.csi.io"},
-                                   {"allowVolumeExpansion", allow}})
-                    .ok());
+    ASSERT_TRUE(
+        registry_
+            ->Create(Kind("storageclasses", "storage.k8s.io"), "",
+                     {{"metadata", {{"name", cls}}}, {"provisioner", "x.csi.io"}, {"allowVolumeExpansion", allow}})
+            .ok());
     json c = Claim("on-" + cls);
     c["spec"]["storageClassName"] = cls;
     ASSERT_TRUE(registry_->Create(Kind("persistentvolumeclaims"), "default", c).ok());
-    ASSERT_TRUE(registry_->Patch(Kind("persistentvolumeclaims"), "default", "on-" + cls,
-                                 R"({"status":{"phase":"Bound"}})", PatchType::kMerge, Subresource::kStatus)
+    ASSERT_TRUE(registry_
+                    ->Patch(Kind("persistentvolumeclaims"), "default", "on-" + cls, R"({"status":{"phase":"Bound"}})",
+                            PatchType::kMerge, Subresource::kStatus)
                     .ok());
     auto grown = registry_->Patch(Kind("persistentvolumeclaims"), "default", "on-" + cls,
                                   R"({"spec":{"resources":{"requests":{"storage":"2Gi"}}}})", PatchType::kMerge,
@@ -207,15 +211,16 @@ TEST_F(RegistryTest, StaleResourceVersionConflictsAndUnconditionalUpdateDoesNot)
 TEST_F(RegistryTest, ImmutableSpecIs422NamingTheField) {
   auto pvc = registry_->Create(Kind("persistentvolumeclaims"), "default", Claim("data"));
   ASSERT_TRUE(pvc.ok());
-  auto patched = registry_->Patch(Kind("persistentvolumeclaims"), "default", "data",
-                                  R"({"spec":{"accessModes":["ReadWriteMany"]}})", PatchType::kMerge, Subresource::kMain);
+  auto patched =
+      registry_->Patch(Kind("persistentvolumeclaims"), "default", "data",
+                       R"({"spec":{"accessModes":["ReadWriteMany"]}})", PatchType::kMerge, Subresource::kMain);
   EXPECT_EQ(api::ToHttpError(patched.status()).code, 422);
   EXPECT_THAT(patched.status().message(), HasSubstr("spec: Forbidden: spec is immutable after creation"));
   // The stored object is unchanged.
   EXPECT_EQ((*registry_->Get(Kind("persistentvolumeclaims"), "default", "data"))["spec"]["accessModes"],
             json({"ReadWriteOnce"}));
-  auto unknown = registry_->Patch(Kind("persistentvolumeclaims"), "default", "data",
-                                  R"({"spec":{"sise":"1Gi"}})", PatchType::kMerge, Subresource::kMain);
+  auto unknown = registry_->Patch(Kind("persistentvolumeclaims"), "default", "data", R"({"spec":{"sise":"1Gi"}})",
+                                  PatchType::kMerge, Subresource::kMain);
   EXPECT_EQ(api::ToHttpError(unknown.status()).code, 400);
   EXPECT_THAT(unknown.status().message(), HasSubstr("unknown field \"spec.sise\""));
 }
@@ -226,9 +231,10 @@ TEST_F(RegistryTest, ConcurrentPatchesAllApply) {
   for (int t = 0; t < 8; ++t) {
     threads.emplace_back([&, t] {
       for (int i = 0; i < 10; ++i) {
-        auto st = registry_->Patch(Kind("persistentvolumeclaims"), "default", "data",
-                                   json({{"metadata", {{"labels", {{"t" + std::to_string(t) + "-" + std::to_string(i), "x"}}}}}}).dump(),
-                                   PatchType::kMerge, Subresource::kMain);
+        auto st = registry_->Patch(
+            Kind("persistentvolumeclaims"), "default", "data",
+            json({{"metadata", {{"labels", {{"t" + std::to_string(t) + "-" + std::to_string(i), "x"}}}}}}).dump(),
+            PatchType::kMerge, Subresource::kMain);
         EXPECT_TRUE(st.ok()) << st.status();
       }
     });
@@ -280,10 +286,13 @@ TEST_F(RegistryTest, DeletePreconditionsAndNamespaceCascade) {
   ASSERT_TRUE(registry_->Create(Kind("namespaces"), "", {{"metadata", {{"name", "team"}}}}).ok());
   auto pvc = registry_->Create(Kind("persistentvolumeclaims"), "team", Claim("data"));
   ASSERT_TRUE(pvc.ok());
-  auto wrong = registry_->Delete(Kind("persistentvolumeclaims"), "team", "data", {.uid = "nope", .resource_version = std::nullopt, .grace_period_seconds = std::nullopt});
+  auto wrong =
+      registry_->Delete(Kind("persistentvolumeclaims"), "team", "data",
+                        {.uid = "nope", .resource_version = std::nullopt, .grace_period_seconds = std::nullopt});
   EXPECT_EQ(api::ToHttpError(wrong.status()).code, 409);
   ASSERT_TRUE(registry_->Delete(Kind("namespaces"), "", "team").ok());
-  EXPECT_EQ(registry_->Get(Kind("persistentvolumeclaims"), "team", "data").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(registry_->Get(Kind("persistentvolumeclaims"), "team", "data").status().code(),
+            absl::StatusCode::kNotFound);
   EXPECT_EQ(api::ToHttpError(registry_->Delete(Kind("namespaces"), "", "default").status()).code, 403);
 }
 
@@ -331,13 +340,16 @@ TEST_F(RegistryTest, WatchFromZeroStartsWithAddedAndTooOldIsGone) {
   auto small = store::Store::Open({.path = dir.path() + "/s.db", .history = 2});
   Registry r(**small);
   ASSERT_TRUE(r.Bootstrap().ok());
-  for (int i = 0; i < 5; ++i) ASSERT_TRUE(r.Create(Kind("persistentvolumeclaims"), "default", Claim("x" + std::to_string(i))).ok());
+  for (int i = 0; i < 5; ++i)
+    ASSERT_TRUE(r.Create(Kind("persistentvolumeclaims"), "default", Claim("x" + std::to_string(i))).ok());
   auto gone = r.Watch(Kind("persistentvolumeclaims"), "default", "1", {});
   EXPECT_EQ(api::ToHttpError(gone.status()).code, 410);
 }
 
 TEST_F(RegistryTest, BindPodOnce) {
-  json pod = {{"apiVersion", "v1"}, {"kind", "Pod"}, {"metadata", {{"name", "p"}}},
+  json pod = {{"apiVersion", "v1"},
+              {"kind", "Pod"},
+              {"metadata", {{"name", "p"}}},
               {"spec", {{"containers", {{{"name", "c"}, {"image", "busybox"}}}}}}};
   ASSERT_TRUE(registry_->Create(Kind("pods"), "default", pod).ok());
   auto bound = registry_->BindPod("default", "p", "node-1");
@@ -345,20 +357,21 @@ TEST_F(RegistryTest, BindPodOnce) {
   EXPECT_EQ((*bound)["spec"]["nodeName"], "node-1");
   EXPECT_EQ(api::ToHttpError(registry_->BindPod("default", "p", "node-2").status()).code, 409);
   // nodeName cannot be changed by an update either.
-  auto moved = registry_->Patch(Kind("pods"), "default", "p", R"({"spec":{"nodeName":"node-2"}})",
-                                PatchType::kMerge, Subresource::kMain);
+  auto moved = registry_->Patch(Kind("pods"), "default", "p", R"({"spec":{"nodeName":"node-2"}})", PatchType::kMerge,
+                                Subresource::kMain);
   EXPECT_EQ(api::ToHttpError(moved.status()).code, 422);
 }
 
 TEST_F(RegistryTest, SecretStringDataBecomesData) {
-  json secret = {{"apiVersion", "v1"}, {"kind", "Secret"}, {"metadata", {{"name", "s"}}},
+  json secret = {{"apiVersion", "v1"},
+                 {"kind", "Secret"},
+                 {"metadata", {{"name", "s"}}},
                  {"stringData", {{"password", "hunter2"}}}};
   auto created = registry_->Create(Kind("secrets"), "default", secret);
   ASSERT_TRUE(created.ok()) << created.status();
   EXPECT_EQ((*created)["data"]["password"], "aHVudGVyMg==");
   EXPECT_FALSE(created->contains("stringData"));
 }
-
 
 TEST_F(RegistryTest, StorageProtectionAdmissionAddsFinalizersAtCreate) {
   auto plain = registry_->Create(Kind("persistentvolumeclaims"), "default", Claim("plain"));
@@ -368,9 +381,10 @@ TEST_F(RegistryTest, StorageProtectionAdmissionAddsFinalizersAtCreate) {
   auto protected_claim = registry_->Create(Kind("persistentvolumeclaims"), "default", Claim("guarded"));
   ASSERT_TRUE(protected_claim.ok());
   EXPECT_EQ((*protected_claim)["metadata"]["finalizers"], json({"kubernetes.io/pvc-protection"}));
-  json pv = {{"metadata", {{"name", "pv1"}, {"finalizers", {"example.com/x"}}}},
-             {"spec", {{"capacity", {{"storage", "1Gi"}}}, {"accessModes", {"ReadWriteOnce"}},
-                       {"hostPath", {{"path", "/tmp/x"}}}}}};
+  json pv = {
+      {"metadata", {{"name", "pv1"}, {"finalizers", {"example.com/x"}}}},
+      {"spec",
+       {{"capacity", {{"storage", "1Gi"}}}, {"accessModes", {"ReadWriteOnce"}}, {"hostPath", {{"path", "/tmp/x"}}}}}};
   auto created = registry_->Create(Kind("persistentvolumes"), "", pv);
   ASSERT_TRUE(created.ok()) << created.status();
   EXPECT_EQ((*created)["metadata"]["finalizers"], json({"example.com/x", "kubernetes.io/pv-protection"}));

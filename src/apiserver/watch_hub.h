@@ -48,7 +48,7 @@ class WatchHub {
   };
 
   struct Watch {
-    std::vector<store::Event> initial;          // sent first, as ADDED
+    std::vector<store::Event> initial;  // sent first, as ADDED
     std::unique_ptr<store::Watcher> watcher;
     // Which objects the client wants (a field selector); null: all.
     std::function<bool(const nlohmann::json&)> filter;

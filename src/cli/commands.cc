@@ -40,8 +40,10 @@ std::string Labels(const json& m) {
 
 std::string Pad(std::string_view label) {
   std::string s = StrCat(label, ":");
-  if (s.size() < 15) s.resize(15, ' ');
-  else s += " ";
+  if (s.size() < 15)
+    s.resize(15, ' ');
+  else
+    s += " ";
   return s;
 }
 
@@ -66,9 +68,7 @@ class ErrorList {
     if (!text_.empty()) text_ += "\n";
     text_ += std::string(st.message());
   }
-  absl::Status status() const {
-    return first_.ok() ? absl::OkStatus() : absl::Status(first_.code(), text_);
-  }
+  absl::Status status() const { return first_.ok() ? absl::OkStatus() : absl::Status(first_.code(), text_); }
 
  private:
   absl::Status first_;
@@ -222,9 +222,9 @@ absl::Status Apply(ApiClient& client, const std::vector<std::string>& files, con
     if (kind->namespaced) {
       ns = md.value("namespace", "");
       if (!target.namespace_.empty() && !ns.empty() && ns != target.namespace_) {
-        return absl::InvalidArgumentError(StrCat("the namespace from the provided object \"", ns,
-                                                 "\" does not match the namespace \"", target.namespace_,
-                                                 "\". You must pass '--namespace=", ns, "' to perform this operation."));
+        return absl::InvalidArgumentError(
+            StrCat("the namespace from the provided object \"", ns, "\" does not match the namespace \"",
+                   target.namespace_, "\". You must pass '--namespace=", ns, "' to perform this operation."));
       }
       if (ns.empty()) ns = NamespaceFor(client, target);
     }
@@ -259,7 +259,8 @@ absl::Status Apply(ApiClient& client, const std::vector<std::string>& files, con
         out << TypedName(*kind, name) << " unchanged\n";
         continue;
       }
-      BERTH_ASSIGN_OR_RETURN(ApiResponse r, client.Call("PATCH", ObjectPath(*kind, ns, name), patch.dump(), kMergePatch));
+      BERTH_ASSIGN_OR_RETURN(ApiResponse r,
+                             client.Call("PATCH", ObjectPath(*kind, ns, name), patch.dump(), kMergePatch));
       if (r.code == 200) {
         out << TypedName(*kind, name) << " configured\n";
       } else {
@@ -309,7 +310,8 @@ absl::Status DescribeKind(ApiClient& client, const api::KindInfo& kind_info, con
         size_t len = v.is_string() ? v.get<std::string>().size() * 3 / 4 : 0;
         if (v.is_string()) {
           const std::string& s = v.get_ref<const std::string&>();
-          len -= static_cast<size_t>(std::count(s.end() - std::min<std::ptrdiff_t>(2, static_cast<std::ptrdiff_t>(s.size())), s.end(), '='));
+          len -= static_cast<size_t>(
+              std::count(s.end() - std::min<std::ptrdiff_t>(2, static_cast<std::ptrdiff_t>(s.size())), s.end(), '='));
         }
         out << k << ":  " << len << " bytes\n";
       }
@@ -424,8 +426,9 @@ absl::Status Delete(ApiClient& client, const DeleteOptions& o, std::ostream& out
         BERTH_ASSIGN_OR_RETURN(ApiResponse r, client.Call("GET", ObjectPath(*k, ns, name)));
         if (r.code == 404) break;
         if (clock.Now() >= deadline) {
-          return absl::DeadlineExceededError(StrCat("timed out waiting for ", TypedName(*k, name), " to be deleted (finalizers: ",
-                                                    ParseBody(r).value_or(json::object())["metadata"].value("finalizers", json::array()).dump(), ")"));
+          return absl::DeadlineExceededError(
+              StrCat("timed out waiting for ", TypedName(*k, name), " to be deleted (finalizers: ",
+                     ParseBody(r).value_or(json::object())["metadata"].value("finalizers", json::array()).dump(), ")"));
         }
         clock.SleepUntil(std::min(clock.Now() + kPollInterval, deadline));
       }
@@ -465,8 +468,11 @@ absl::Status Wait(ApiClient& client, const std::string& kind_slash_name, const s
     }
     met = [cond, want](const ApiResponse& r) {
       if (r.code != 200) return false;
-      auto v = JsonPath(json::parse(r.body, nullptr, false), StrCat("{.status.conditions[?(@.type==\"", cond, "\")].status}"));
-      return v && v->is_string() && absl::AsciiStrToLower(v->get<std::string>()) == absl::AsciiStrToLower(absl::string_view(want.data(), want.size()));
+      auto v = JsonPath(json::parse(r.body, nullptr, false),
+                        StrCat("{.status.conditions[?(@.type==\"", cond, "\")].status}"));
+      return v && v->is_string() &&
+             absl::AsciiStrToLower(v->get<std::string>()) ==
+                 absl::AsciiStrToLower(absl::string_view(want.data(), want.size()));
     };
   } else {
     return absl::InvalidArgumentError("--for must be delete, condition=NAME[=VALUE] or jsonpath='{...}'=VALUE");
@@ -494,8 +500,8 @@ absl::Status Events(ApiClient& client, const Target& target, const std::string& 
     size_t slash = for_object.find('/');
     if (slash == std::string::npos) return absl::InvalidArgumentError("--for needs KIND/NAME");
     BERTH_ASSIGN_OR_RETURN(const api::KindInfo* k, ResolveKind(for_object.substr(0, slash)));
-    query = StrCat("fieldSelector=", UrlEscape(StrCat("involvedObject.kind=", k->kind, ",involvedObject.name=",
-                                                      for_object.substr(slash + 1))));
+    query = StrCat("fieldSelector=", UrlEscape(StrCat("involvedObject.kind=", k->kind,
+                                                      ",involvedObject.name=", for_object.substr(slash + 1))));
   }
   BERTH_ASSIGN_OR_RETURN(std::vector<json> events, ListAll(client, CollectionPath(events_kind, ns), query));
   auto when = [](const json& e) {
@@ -506,7 +512,8 @@ absl::Status Events(ApiClient& client, const Target& target, const std::string& 
   };
   std::stable_sort(events.begin(), events.end(), [&](const json& a, const json& b) { return when(a) < when(b); });
   if (events.empty()) {
-    std::cerr << (ns.empty() ? std::string("No events found.") : StrCat("No events found in ", ns, " namespace.")) << "\n";
+    std::cerr << (ns.empty() ? std::string("No events found.") : StrCat("No events found in ", ns, " namespace."))
+              << "\n";
     return absl::OkStatus();
   }
   out << api::RenderTable(api::BuildTable(events_kind, events, absl::Now(), ""), false, target.all_namespaces);

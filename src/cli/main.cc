@@ -56,8 +56,7 @@ struct ApiLimitFlags {
     cmd->add_option("--max-mutating-requests-inflight", limits.max_mutating_requests_inflight,
                     "API writes in flight before 429 Too Many Requests; 0: no limit")
         ->capture_default_str();
-    cmd->add_option("--api-max-connections", limits.max_connections,
-                    "open API connections; more are closed at once")
+    cmd->add_option("--api-max-connections", limits.max_connections, "open API connections; more are closed at once")
         ->capture_default_str();
     cmd->add_option("--api-tls-handshake-timeout", tls_handshake_timeout,
                     "close a connection whose TLS handshake takes longer")
@@ -74,9 +73,10 @@ struct ApiLimitFlags {
 
   absl::StatusOr<berth::http::HttpServer::Limits> Parse() const {
     berth::http::HttpServer::Limits out = limits;
-    for (auto [text, field, flag] : {std::tuple{&tls_handshake_timeout, &out.tls_handshake_timeout, "--api-tls-handshake-timeout"},
-                                     std::tuple{&header_timeout, &out.header_timeout, "--api-request-header-timeout"},
-                                     std::tuple{&idle_timeout, &out.idle_timeout, "--api-idle-timeout"}}) {
+    for (auto [text, field, flag] :
+         {std::tuple{&tls_handshake_timeout, &out.tls_handshake_timeout, "--api-tls-handshake-timeout"},
+          std::tuple{&header_timeout, &out.header_timeout, "--api-request-header-timeout"},
+          std::tuple{&idle_timeout, &out.idle_timeout, "--api-idle-timeout"}}) {
       if (!absl::ParseDuration(*text, field) || *field <= absl::ZeroDuration()) {
         return absl::InvalidArgumentError(absl::StrCat(flag, " must be a positive duration like 500ms, 10s or 2m"));
       }
@@ -168,13 +168,16 @@ int main(int argc, char** argv) {
   up_limits.Add(up);
 
   // node-agent (started by berth up, one per node)
-  auto* node_agent = app.add_subcommand("node-agent", "run one node's agent over the API socket (berth up starts one per node)");
+  auto* node_agent =
+      app.add_subcommand("node-agent", "run one node's agent over the API socket (berth up starts one per node)");
   berth::cli::NodeAgentOptions agent_options;
   std::string agent_heartbeat = "10s", agent_log_level = "info";
   node_agent->add_option("--node", agent_options.node_name, "the node's name")->required();
   node_agent->add_option("--heartbeat", agent_heartbeat, "lease renewal and status interval")->capture_default_str();
-  node_agent->add_option("--volume-stats-period", agent_options.volume_stats_period_seconds,
-                         "seconds between NodeGetVolumeStats rounds")->capture_default_str();
+  node_agent
+      ->add_option("--volume-stats-period", agent_options.volume_stats_period_seconds,
+                   "seconds between NodeGetVolumeStats rounds")
+      ->capture_default_str();
   node_agent->add_option("--runtime-endpoint", agent_options.runtime_endpoint, "unix:///path of the CRI runtime");
   node_agent->add_option("--host-ip", agent_options.host_ip, "status.hostIP of the node's pods");
   node_agent->add_option("--static-driver", agent_options.static_drivers,
@@ -258,7 +261,9 @@ int main(int argc, char** argv) {
     auto cp = berth::apiserver::ControlPlane::Start(options);
     if (!cp.ok()) return Fail(cp.status());
     spdlog::info("berth API on {} (root only){}", (*cp)->socket_path(),
-                 (*cp)->kubeconfig_path().empty() ? "" : fmt::format(" and 127.0.0.1:{}; kubeconfig {}", (*cp)->tcp_port(), (*cp)->kubeconfig_path()));
+                 (*cp)->kubeconfig_path().empty()
+                     ? ""
+                     : fmt::format(" and 127.0.0.1:{}; kubeconfig {}", (*cp)->tcp_port(), (*cp)->kubeconfig_path()));
     int sig = berth::WaitForTerminationSignal();
     spdlog::info("signal {}: stopping", sig);
     (*cp)->Shutdown();

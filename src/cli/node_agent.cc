@@ -7,13 +7,13 @@
 #include <cstdlib>
 #include <fstream>
 
-#include "absl/strings/str_cat.h"
 #include "api/names.h"
 #include "client/drivers.h"
 #include "client/remote_api.h"
 #include "common/fs.h"
 #include "common/signals.h"
 #include "common/status.h"
+#include "common/strings.h"
 #include "csi/endpoint.h"
 #include "node/agent.h"
 #include "spdlog/spdlog.h"
@@ -21,7 +21,6 @@
 namespace berth::cli {
 namespace {
 
-using absl::StrCat;
 
 // Writes the node's volume statistics as Prometheus text, atomically.
 void WriteVolumeStats(node::NodeAgent& agent, const std::string& path) {
@@ -41,9 +40,7 @@ void WriteVolumeStats(node::NodeAgent& agent, const std::string& path) {
 
 }  // namespace
 
-std::string NodeDir(const std::string& data_dir, const std::string& node) {
-  return StrCat(data_dir, "/nodes/", node);
-}
+std::string NodeDir(const std::string& data_dir, const std::string& node) { return StrCat(data_dir, "/nodes/", node); }
 
 std::string VolumeStatsFile(const std::string& data_dir, const std::string& node) {
   return NodeDir(data_dir, node) + "/volume-stats.prom";
@@ -115,9 +112,9 @@ absl::Status RunNodeAgent(const NodeAgentOptions& o) {
 
   // Volume statistics for berth up's /metrics, until a termination signal.
   const std::string stats_file = VolumeStatsFile(o.data_dir, o.node_name);
-  const absl::Duration stats_every =
-      o.volume_stats_period_seconds > 0 ? std::min(absl::Seconds(o.volume_stats_period_seconds), absl::Seconds(10))
-                                        : absl::Seconds(10);
+  const absl::Duration stats_every = o.volume_stats_period_seconds > 0
+                                         ? std::min(absl::Seconds(o.volume_stats_period_seconds), absl::Seconds(10))
+                                         : absl::Seconds(10);
   int sig = 0;
   while ((sig = WaitForTerminationSignal(stats_every)) == 0) WriteVolumeStats(agent, stats_file);
   spdlog::info("node agent {}: signal {}: stopping (mounts and containers stay)", o.node_name, sig);

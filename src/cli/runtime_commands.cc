@@ -78,7 +78,6 @@ absl::StatusOr<std::unique_ptr<cri::GrpcRuntime>> Connect(const std::string& end
   return cri::GrpcRuntime::Connect(endpoint, {.retry_for = absl::Seconds(5)});
 }
 
-bool Alive(pid_t pid) { return pid > 1 && ::kill(pid, 0) == 0; }
 
 pid_t PidFrom(const std::string& file) {
   auto text = ReadFile(file);
@@ -107,14 +106,14 @@ pid_t StartContainerd(const cri::ContainerdSetup& setup) {
 }
 
 void StopProcess(pid_t pid, absl::Duration grace) {
-  if (!Alive(pid)) return;
+  if (!ProcessAlive(pid)) return;
   ::kill(pid, SIGTERM);
   const absl::Time deadline = absl::Now() + grace;
-  while (Alive(pid) && absl::Now() < deadline) {
+  while (ProcessAlive(pid) && absl::Now() < deadline) {
     ::waitpid(pid, nullptr, WNOHANG);
     absl::SleepFor(absl::Milliseconds(20));
   }
-  if (Alive(pid)) ::kill(pid, SIGKILL);
+  if (ProcessAlive(pid)) ::kill(pid, SIGKILL);
   ::waitpid(pid, nullptr, 0);
 }
 
@@ -155,9 +154,9 @@ absl::Status Logs(ApiClient& client, const std::string& pod, const Target& targe
     return absl::OkStatus();
   }
   BERTH_ASSIGN_OR_RETURN(auto r, client.Stream(path, "text/plain", [&](const std::string& line) {
-                           out << line << std::flush;
-                           return static_cast<bool>(out);
-                         }));
+    out << line << std::flush;
+    return static_cast<bool>(out);
+  }));
   if (r.code != 200) return ErrorFromResponse(r);
   return absl::OkStatus();
 }
@@ -168,7 +167,8 @@ absl::StatusOr<int> Exec(ApiClient& client, const std::string& data_dir, const s
                          std::ostream& err) {
   if (command.empty()) return absl::InvalidArgumentError("you must specify at least one command for the container");
   const std::string ns = NamespaceOf(client, target);
-  BERTH_ASSIGN_OR_RETURN(auto r, client.Call("GET", StrCat("/api/v1/namespaces/", Escape(ns), "/pods/", Escape(pod_name))));
+  BERTH_ASSIGN_OR_RETURN(auto r,
+                         client.Call("GET", StrCat("/api/v1/namespaces/", Escape(ns), "/pods/", Escape(pod_name))));
   if (r.code != 200) return ErrorFromResponse(r);
   json pod = json::parse(r.body, nullptr, false);
   if (!pod.is_object()) return absl::InternalError("the server's answer is not JSON");
@@ -177,7 +177,8 @@ absl::StatusOr<int> Exec(ApiClient& client, const std::string& data_dir, const s
   if (container.empty()) {
     if (containers.empty()) return absl::InvalidArgumentError("the pod has no containers");
     container = containers[0].value("name", "");
-    if (containers.size() > 1) err << "Defaulted container \"" << container << "\" out of: " << containers.size() << " containers\n";
+    if (containers.size() > 1)
+      err << "Defaulted container \"" << container << "\" out of: " << containers.size() << " containers\n";
   }
   const std::string node = pod["spec"].value("nodeName", "");
   if (node.empty()) return absl::FailedPreconditionError(StrCat("pod ", pod_name, " is not scheduled to a node yet"));
@@ -189,8 +190,8 @@ absl::StatusOr<int> Exec(ApiClient& client, const std::string& data_dir, const s
   filter.mutable_state()->set_state(cri::v1::CONTAINER_RUNNING);
   BERTH_ASSIGN_OR_RETURN(auto found, runtime->ListContainers(filter));
   if (found.empty()) {
-    return absl::FailedPreconditionError(
-        StrCat("container ", container, " is not running in pod ", pod_name, " (see berth describe pod ", pod_name, ")"));
+    return absl::FailedPreconditionError(StrCat("container ", container, " is not running in pod ", pod_name,
+                                                " (see berth describe pod ", pod_name, ")"));
   }
   BERTH_ASSIGN_OR_RETURN(auto result, runtime->ExecSync(found.front().id(), command, timeout));
   out << result.stdout() << std::flush;
@@ -209,8 +210,8 @@ absl::Status ImageImport(const std::string& data_dir, const std::vector<std::str
     BERTH_ASSIGN_OR_RETURN(std::string socket, csi::ParseUnixEndpoint(endpoint));
     absl::Status st = cri::ImportImages(socket, files, runner);
     if (!st.ok()) {
-      return absl::Status(st.code(), StrCat("node ", name, ": ", st.message(),
-                                            " (berth image import needs a containerd runtime)"));
+      return absl::Status(
+          st.code(), StrCat("node ", name, ": ", st.message(), " (berth image import needs a containerd runtime)"));
     }
     out << "node " << name << ": imported " << files.size() << " archive(s)\n";
   }
@@ -226,7 +227,8 @@ absl::Status ImageList(const std::string& data_dir, const std::string& node, std
     for (const auto& image : images) {
       std::string id = image.id();
       if (absl::StartsWith(id, "sha256:")) id = id.substr(7, 13);
-      const std::string size = StrCat(image.size() / (1 << 20), ".", (image.size() % (1 << 20)) * 10 / (1 << 20), "MiB");
+      const std::string size =
+          StrCat(image.size() / (1 << 20), ".", (image.size() % (1 << 20)) * 10 / (1 << 20), "MiB");
       if (image.repo_tags().empty()) out << name << "\t<none>\t" << id << "\t" << size << "\n";
       for (const auto& tag : image.repo_tags()) out << name << "\t" << tag << "\t" << id << "\t" << size << "\n";
     }
@@ -266,7 +268,8 @@ absl::Status ImageRemove(const std::string& data_dir, const std::vector<std::str
 }
 
 absl::Status Down(const std::string& data_dir, std::ostream& out) {
-  if (!IsCanonicalAbsolutePath(data_dir)) return absl::InvalidArgumentError("--data-dir must be a canonical absolute path");
+  if (!IsCanonicalAbsolutePath(data_dir))
+    return absl::InvalidArgumentError("--data-dir must be a canonical absolute path");
   // berth up must be stopped: it holds this lock while it runs.
   const std::string lock_path = data_dir + "/berth-up.lock";
   const int lock_fd = ::open(lock_path.c_str(), O_RDWR | O_CLOEXEC);
@@ -287,7 +290,8 @@ absl::Status Down(const std::string& data_dir, std::ostream& out) {
     absl::Status st = runtime.status();
     if (st.ok()) {
       const absl::Time deadline = absl::Now() + absl::Seconds(30);
-      while (!(st = (*runtime)->Version().status()).ok() && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(50));
+      while (!(st = (*runtime)->Version().status()).ok() && absl::Now() < deadline)
+        absl::SleepFor(absl::Milliseconds(50));
     }
     size_t sandboxes = 0;
     if (st.ok()) {

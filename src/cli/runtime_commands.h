@@ -24,8 +24,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "http/api_client.h"
 #include "cli/commands.h"
+#include "http/api_client.h"
 
 namespace berth::cli {
 
@@ -36,8 +36,8 @@ struct LogsOptions {
   bool timestamps = false;
   int64_t tail = -1;
 };
-absl::Status Logs(http::ApiClient& client, const std::string& pod, const Target& target,
-                  const LogsOptions& options, std::ostream& out);
+absl::Status Logs(http::ApiClient& client, const std::string& pod, const Target& target, const LogsOptions& options,
+                  std::ostream& out);
 
 // The command's exit code.
 absl::StatusOr<int> Exec(http::ApiClient& client, const std::string& data_dir, const std::string& pod,

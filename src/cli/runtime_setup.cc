@@ -17,27 +17,20 @@
 #include "spdlog/spdlog.h"
 
 namespace berth::cli {
-namespace {
-
-std::string SelfDir() {
-  std::error_code ec;
-  std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
-  return ec ? "" : self.parent_path().string();
-}
-
-}  // namespace
 
 absl::Status ValidateRuntimeOptions(const RuntimeOptions& o, int nodes) {
   if (o.runtime != "containerd" && o.runtime != "none") {
     return absl::InvalidArgumentError(StrCat("--runtime \"", o.runtime, "\": want containerd or none"));
   }
   if (!o.endpoint.empty()) {
-    if (o.runtime == "none") return absl::InvalidArgumentError("--container-runtime-endpoint needs a runtime, not --runtime=none");
+    if (o.runtime == "none")
+      return absl::InvalidArgumentError("--container-runtime-endpoint needs a runtime, not --runtime=none");
     if (auto p = csi::ParseUnixEndpoint(o.endpoint); !p.ok()) {
       return absl::InvalidArgumentError(StrCat("--container-runtime-endpoint: ", p.status().message()));
     }
     if (nodes > 1) {
-      return absl::InvalidArgumentError("--container-runtime-endpoint serves one node; simulated nodes each get berth's containerd");
+      return absl::InvalidArgumentError(
+          "--container-runtime-endpoint serves one node; simulated nodes each get berth's containerd");
     }
   }
   if (o.runtime == "containerd" && o.endpoint.empty()) {
@@ -56,22 +49,23 @@ std::string RuntimeEndpointFile(const std::string& data_dir, const std::string& 
 }
 
 absl::StatusOr<std::unique_ptr<NodeRuntimes>> NodeRuntimes::Prepare(const RuntimeOptions& options,
-                                                                   const std::string& data_dir,
-                                                                   const std::vector<std::string>& nodes,
-                                                                   Supervisor& supervisor) {
+                                                                    const std::string& data_dir,
+                                                                    const std::vector<std::string>& nodes,
+                                                                    Supervisor& supervisor) {
   BERTH_RETURN_IF_ERROR(ValidateRuntimeOptions(options, static_cast<int>(nodes.size())));
   std::unique_ptr<NodeRuntimes> r(new NodeRuntimes());
-  r->images_dir_ = options.images_dir.empty() ? SelfDir() + "/images" : options.images_dir;
+  r->images_dir_ = options.images_dir.empty() ? ExecutableDir() + "/images" : options.images_dir;
   std::vector<std::string> cidrs;
   if (options.runtime == "containerd" && options.endpoint.empty()) {
     if (::access("/usr/bin/containerd", X_OK) != 0 || ::access("/usr/bin/ctr", X_OK) != 0) {
       return absl::FailedPreconditionError(
-          "containerd not found (/usr/bin/containerd, /usr/bin/ctr): run scripts/install-deps, or berth up --runtime=none");
+          "containerd not found (/usr/bin/containerd, /usr/bin/ctr): run scripts/install-deps, or berth up "
+          "--runtime=none");
     }
     for (const char* image : {"pause.tar", "toolbox.tar"}) {
       if (::access(StrCat(r->images_dir_, "/", image).c_str(), R_OK) != 0) {
-        return absl::FailedPreconditionError(StrCat("berth's image ", r->images_dir_, "/", image,
-                                                    " is missing (built with berth; --images-dir)"));
+        return absl::FailedPreconditionError(
+            StrCat("berth's image ", r->images_dir_, "/", image, " is missing (built with berth; --images-dir)"));
       }
     }
     BERTH_ASSIGN_OR_RETURN(cidrs, cri::SplitPodCidr(options.pod_cidr, static_cast<int>(nodes.size())));
@@ -122,17 +116,18 @@ absl::Status NodeRuntimes::WaitReady(absl::Duration timeout) {
     while (::access(socket.c_str(), F_OK) != 0 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(5));
     BERTH_ASSIGN_OR_RETURN(auto runtime, cri::GrpcRuntime::Connect(endpoint, {.retry_for = absl::ZeroDuration()}));
     absl::Status answered;
-    while (!(answered = runtime->Version().status()).ok() && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(20));
+    while (!(answered = runtime->Version().status()).ok() && absl::Now() < deadline)
+      absl::SleepFor(absl::Milliseconds(20));
     if (!answered.ok()) {
-      return absl::DeadlineExceededError(StrCat("the container runtime of node ", node, " at ", endpoint,
-                                                " did not answer: ", answered.message()));
+      return absl::DeadlineExceededError(
+          StrCat("the container runtime of node ", node, " at ", endpoint, " did not answer: ", answered.message()));
     }
     auto own = containerds_.find(node);
     if (own == containerds_.end()) continue;
     LinuxCommandRunner runner;
     const absl::Time started = absl::Now();
-    BERTH_RETURN_IF_ERROR(cri::ImportImages(own->second.Socket(),
-                                            {images_dir_ + "/pause.tar", images_dir_ + "/toolbox.tar"}, runner));
+    BERTH_RETURN_IF_ERROR(
+        cri::ImportImages(own->second.Socket(), {images_dir_ + "/pause.tar", images_dir_ + "/toolbox.tar"}, runner));
     spdlog::info("node {}: containerd on {}, images imported in {}", node, endpoint,
                  absl::FormatDuration(absl::Now() - started));
   }

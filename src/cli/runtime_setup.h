@@ -26,7 +26,7 @@ struct RuntimeOptions {
   std::string runtime = "containerd";  // containerd | none
   std::string endpoint;                // an existing CRI runtime (unix:///...) instead of berth's
   std::string pod_cidr = "10.88.0.0/16";
-  std::string images_dir;              // default: images/ beside the berth binary
+  std::string images_dir;  // default: images/ beside the berth binary
 };
 
 // INVALID_ARGUMENT naming the flag.
@@ -39,7 +39,8 @@ class NodeRuntimes {
  public:
   // Plans each node's runtime: writes berth's containerd files and adds one
   // supervised containerd per node, or records the external endpoint.
-  static absl::StatusOr<std::unique_ptr<NodeRuntimes>> Prepare(const RuntimeOptions& options, const std::string& data_dir,
+  static absl::StatusOr<std::unique_ptr<NodeRuntimes>> Prepare(const RuntimeOptions& options,
+                                                               const std::string& data_dir,
                                                                const std::vector<std::string>& nodes,
                                                                Supervisor& supervisor);
 
@@ -52,7 +53,7 @@ class NodeRuntimes {
  private:
   NodeRuntimes() = default;
   std::string images_dir_;
-  std::map<std::string, std::string> endpoints_;            // node →
+  std::map<std::string, std::string> endpoints_;             // node →
   std::map<std::string, cri::ContainerdSetup> containerds_;  // node → berth's own
 };
 

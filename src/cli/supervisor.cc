@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <fstream>
 
+#include "common/exec.h"
 #include "common/fs.h"
 #include "common/strings.h"
 #include "spdlog/spdlog.h"
@@ -28,16 +29,18 @@ pid_t LivePid(const std::string& pid_file, const std::string& binary) {
   return pid;
 }
 
-bool Alive(pid_t pid) { return ::kill(pid, 0) == 0; }
-
 }  // namespace
 
 Supervisor::~Supervisor() { Stop(absl::ZeroDuration()); }
 
 void Supervisor::Add(Child child) {
   absl::MutexLock lock(&mu_);
-  children_.push_back(State{.child = std::move(child), .pid = -1, .starts = 0, .failures = 0,
-                            .started = absl::InfinitePast(), .next_start = absl::InfinitePast()});
+  children_.push_back(State{.child = std::move(child),
+                            .pid = -1,
+                            .starts = 0,
+                            .failures = 0,
+                            .started = absl::InfinitePast(),
+                            .next_start = absl::InfinitePast()});
 }
 
 void Supervisor::Start(absl::Duration grace) {
@@ -51,9 +54,9 @@ void Supervisor::Start(absl::Duration grace) {
     spdlog::info("waiting for {} (pid {}) from an earlier run to exit", s.child.name, old);
     ::kill(old, SIGTERM);
     const absl::Time deadline = absl::Now() + grace;
-    while (Alive(old) && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(50));
-    if (Alive(old)) ::kill(old, SIGKILL);
-    while (Alive(old)) absl::SleepFor(absl::Milliseconds(20));
+    while (ProcessAlive(old) && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(50));
+    if (ProcessAlive(old)) ::kill(old, SIGKILL);
+    while (ProcessAlive(old)) absl::SleepFor(absl::Milliseconds(20));
   }
   // Spawned from the monitor thread: PR_SET_PDEATHSIG fires when the
   // thread that forked exits, so that must be the long-lived one.

@@ -14,20 +14,21 @@
 #include <set>
 
 #include "apiserver/control_plane.h"
+#include "cli/node_agent.h"
 #include "cli/supervisor.h"
+#include "client/drivers.h"
+#include "common/exec.h"
 #include "common/fs.h"
 #include "common/signals.h"
 #include "common/status.h"
 #include "common/strings.h"
 #include "common/units.h"
-#include "client/drivers.h"
 #include "controllers/manager.h"
 #include "csi/endpoint.h"
 #include "csi/registration.h"
-#include "cli/node_agent.h"
+#include "nlohmann/json.hpp"
 #include "node/plugin_watcher.h"
 #include "node/pods/logs.h"
-#include "nlohmann/json.hpp"
 #include "spdlog/spdlog.h"
 
 namespace berth::cli {
@@ -77,9 +78,7 @@ absl::StatusOr<External> ParseExternal(const std::string& text) {
   return e;
 }
 
-const api::KindInfo& K(std::string_view resource, std::string_view group = "") {
-  return *api::FindResource(group, resource);
-}
+using client::K;
 
 // Creates the objects a fresh cluster needs, leaving existing ones (the
 // user may have changed them) alone.
@@ -111,8 +110,7 @@ absl::Status CreateDefaults(apiserver::Registry& registry) {
        {{"apiVersion", "snapshot.storage.k8s.io/v1"},
         {"kind", "VolumeSnapshotClass"},
         {"metadata",
-         {{"name", "berth-snapshots"},
-          {"annotations", {{"snapshot.storage.kubernetes.io/is-default-class", "true"}}}}},
+         {{"name", "berth-snapshots"}, {"annotations", {{"snapshot.storage.kubernetes.io/is-default-class", "true"}}}}},
         {"driver", kBerthDriver},
         {"deletionPolicy", "Delete"}}},
   };
@@ -126,11 +124,6 @@ absl::Status CreateDefaults(apiserver::Registry& registry) {
   return absl::OkStatus();
 }
 
-std::string SelfDir() {
-  std::error_code ec;
-  fs::path self = fs::read_symlink("/proc/self/exe", ec);
-  return ec ? "" : self.parent_path().string();
-}
 
 // The controllers' side of a node's plugin registration: the node agent
 // registers the node's drivers for the node; berth up follows the same
@@ -226,7 +219,8 @@ absl::Status ValidateUpOptions(const UpOptions& o) {
     for (char c : o.node_name) {
       if (!std::islower(static_cast<unsigned char>(c)) && !std::isdigit(static_cast<unsigned char>(c)) && c != '-' &&
           c != '.') {
-        return absl::InvalidArgumentError(StrCat("--node-name \"", o.node_name, "\": lower-case letters, digits, '-' and '.' only"));
+        return absl::InvalidArgumentError(
+            StrCat("--node-name \"", o.node_name, "\": lower-case letters, digits, '-' and '.' only"));
       }
     }
   }
@@ -240,8 +234,8 @@ absl::Status ValidateUpOptions(const UpOptions& o) {
     }
     for (const auto& e : o.external_drivers) {
       if (e.starts_with(name + "=")) {
-        return absl::InvalidArgumentError(StrCat("--sidecar-driver ", name,
-                                                 ": also an --external-driver (berth's controllers drive those)"));
+        return absl::InvalidArgumentError(
+            StrCat("--sidecar-driver ", name, ": also an --external-driver (berth's controllers drive those)"));
       }
     }
   }
@@ -250,7 +244,7 @@ absl::Status ValidateUpOptions(const UpOptions& o) {
 
 absl::Status RunUp(UpOptions options) {
   BERTH_RETURN_IF_ERROR(ValidateUpOptions(options));
-  if (options.csi_binary.empty()) options.csi_binary = SelfDir() + "/berth-csi";
+  if (options.csi_binary.empty()) options.csi_binary = ExecutableDir() + "/berth-csi";
   if (::access(options.csi_binary.c_str(), X_OK) != 0) {
     return absl::FailedPreconditionError(StrCat("berth-csi not found at ", options.csi_binary, " (--csi-binary)"));
   }
@@ -296,8 +290,8 @@ absl::Status RunUp(UpOptions options) {
     Say(options.runtime.endpoint.empty() ? "preparing a containerd per node (config, pod network, images)"
                                          : StrCat("using the container runtime at ", options.runtime.endpoint));
   }
-  BERTH_ASSIGN_OR_RETURN(auto runtimes, NodeRuntimes::Prepare(options.runtime, options.data_dir, UpNodeNames(options),
-                                                              supervisor));
+  BERTH_ASSIGN_OR_RETURN(auto runtimes,
+                         NodeRuntimes::Prepare(options.runtime, options.data_dir, UpNodeNames(options), supervisor));
   const std::string pod_logs = options.data_dir + "/pods";
   BERTH_RETURN_IF_ERROR(MakeDirs(pod_logs, 0700));
   cp->handler().AddSubresource("pods", "log",
@@ -320,14 +314,15 @@ absl::Status RunUp(UpOptions options) {
     const std::string root = dir + "/kubelet";
     BERTH_RETURN_IF_ERROR(MakeDirs(root, 0750));
     const std::string registration_dir = root + "/plugins_registry";
-    std::vector<std::string> agent_argv = {self,
-                                           "--data-dir=" + options.data_dir,
-                                           "node-agent",
-                                           "--node=" + name,
-                                           "--heartbeat=" + absl::FormatDuration(heartbeat),
-                                           "--volume-stats-period=" + std::to_string(options.volume_stats_period_seconds),
-                                           "--host-ip=" + host_ip,
-                                           "--log-level=" + options.log_level};
+    std::vector<std::string> agent_argv = {
+        self,
+        "--data-dir=" + options.data_dir,
+        "node-agent",
+        "--node=" + name,
+        "--heartbeat=" + absl::FormatDuration(heartbeat),
+        "--volume-stats-period=" + std::to_string(options.volume_stats_period_seconds),
+        "--host-ip=" + host_ip,
+        "--log-level=" + options.log_level};
     if (std::string endpoint = runtimes->Endpoint(name); !endpoint.empty()) {
       agent_argv.push_back("--runtime-endpoint=" + endpoint);
     }

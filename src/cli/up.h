@@ -28,10 +28,10 @@ inline constexpr char kBerthDriver[] = "local.csi.berth.io";
 
 struct UpOptions {
   std::string data_dir = "/var/lib/berth";
-  std::string pool;             // an existing pool directory (one node) instead of images
+  std::string pool;  // an existing pool directory (one node) instead of images
   std::string pool_size = "20Gi";
   int nodes = 1;
-  std::string node_name;        // default: the host name; with --nodes N, <name>-1 ... <name>-N
+  std::string node_name;                      // default: the host name; with --nodes N, <name>-1 ... <name>-N
   std::vector<std::string> external_drivers;  // NAME=unix:///path/csi.sock
   // Drivers whose controller side the upstream kubernetes-csi sidecars
   // serve against this API (berth's per-driver controllers leave them be);
@@ -41,7 +41,7 @@ struct UpOptions {
   // upstream snapshot-controller run against this API.
   bool snapshot_controller = true;
   std::string api_address = "127.0.0.1:7443";
-  std::string csi_binary;       // default: berth-csi beside the berth binary
+  std::string csi_binary;  // default: berth-csi beside the berth binary
   std::string log_level = "info";
   // NodeGetVolumeStats of published volumes, served as kubelet_volume_stats_*
   // on the API server's /metrics (kubelet's --volume-stats-agg-period).

@@ -19,10 +19,8 @@ std::function<absl::Status(const std::string&)> ParkAware(std::function<absl::St
 
 DriverMonitor::DriverMonitor(DriverDirectory& directory, Clock& clock, Options options)
     : directory_(directory), clock_(clock), options_(options) {
-  listener_id_ = directory_.AddListener(
-      [this](const std::string& driver, const std::string& node, const std::string& endpoint) {
-        OnRegistered(driver, node, endpoint);
-      });
+  listener_id_ = directory_.AddListener([this](const std::string& driver, const std::string& node,
+                                               const std::string& endpoint) { OnRegistered(driver, node, endpoint); });
   prober_ = std::thread([this] { ProberLoop(); });
 }
 
@@ -71,8 +69,7 @@ absl::Status DriverMonitor::Call(const std::string& driver, const std::string& n
       ++stats_.skipped;
       return NotAFailure(Unregistered(key) ? StrCat("waiting for CSI driver ", driver, " to register",
                                                     node.empty() ? "" : StrCat(" on node ", node))
-                                           : StrCat("waiting for CSI driver ", driver, " at ", key,
-                                                    " to come back"));
+                                           : StrCat("waiting for CSI driver ", driver, " at ", key, " to come back"));
     }
     ++stats_.calls;
   }
@@ -103,8 +100,8 @@ absl::Status DriverMonitor::Call(const std::string& driver, const std::string& n
                  std::string(st.message()));
   }
   MarkDownLocked(e);
-  return NotAFailure(StrCat("CSI driver ", driver, " at ", key, " is unreachable (", st.message(),
-                            "); waiting for it to come back"));
+  return NotAFailure(
+      StrCat("CSI driver ", driver, " at ", key, " is unreachable (", st.message(), "); waiting for it to come back"));
 }
 
 absl::StatusOr<bool> DriverMonitor::ControllerHasCapability(const std::string& driver, const std::string& node,
@@ -122,7 +119,8 @@ absl::StatusOr<bool> DriverMonitor::ControllerHasCapability(const std::string& d
 
 absl::StatusOr<SingleNodeModes> DriverMonitor::ControllerSingleNodeModes(const std::string& driver,
                                                                          const std::string& node) {
-  auto split = ControllerHasCapability(driver, node, ::csi::v1::ControllerServiceCapability::RPC::SINGLE_NODE_MULTI_WRITER);
+  auto split =
+      ControllerHasCapability(driver, node, ::csi::v1::ControllerServiceCapability::RPC::SINGLE_NODE_MULTI_WRITER);
   if (!split.ok()) return split.status();
   return *split ? SingleNodeModes::kSplit : SingleNodeModes::kLegacy;
 }
@@ -134,10 +132,9 @@ absl::Status DriverMonitor::Probe(const std::string& driver, const std::string& 
   }
   absl::Status st;
   const std::string endpoint = directory_.Endpoint(driver, node);
-  auto channel = endpoint.empty()
-                     ? absl::StatusOr<std::shared_ptr<grpc::Channel>>(
-                           absl::UnavailableError(StrCat("CSI driver ", driver, " is not registered")))
-                     : csi::ConnectUnix(endpoint, {.timeout = options_.probe_dial_timeout});
+  auto channel = endpoint.empty() ? absl::StatusOr<std::shared_ptr<grpc::Channel>>(
+                                        absl::UnavailableError(StrCat("CSI driver ", driver, " is not registered")))
+                                  : csi::ConnectUnix(endpoint, {.timeout = options_.probe_dial_timeout});
   if (!channel.ok()) {
     st = absl::UnavailableError(std::string(channel.status().message()));
   } else {
@@ -157,8 +154,7 @@ absl::Status DriverMonitor::Probe(const std::string& driver, const std::string& 
   return st;
 }
 
-void DriverMonitor::Park(const std::string& driver, const std::string& node, WorkQueue& queue,
-                         const std::string& key) {
+void DriverMonitor::Park(const std::string& driver, const std::string& node, WorkQueue& queue, const std::string& key) {
   {
     absl::MutexLock lock(&mu_);
     // Looked up under mu_: a registration that this lookup misses has not

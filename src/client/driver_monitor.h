@@ -82,8 +82,8 @@ class DriverMonitor {
     int64_t skipped = 0;              // calls not made: the endpoint was down
     int64_t probes = 0;
     int64_t failed_probes = 0;
-    int64_t outages = 0;              // times an endpoint went down
-    int64_t resumed = 0;              // parked keys re-added
+    int64_t outages = 0;  // times an endpoint went down
+    int64_t resumed = 0;  // parked keys re-added
   };
 
   explicit DriverMonitor(DriverDirectory& directory, Clock& clock = RealClock(), Options options = {});

@@ -22,12 +22,11 @@ class DriverMonitorTest : public ::testing::Test {
     socket_ = dir_.path() + "/csi.sock";
     ASSERT_TRUE(driver_.Serve(socket_).ok());
     directory_.Add(kDriver, "", "unix://" + socket_);
-    monitor_ = std::make_unique<DriverMonitor>(
-        directory_, clock_,
-        DriverMonitor::Options{.probe_timeout = absl::Seconds(1),
-                               .probe_initial = absl::Seconds(1),
-                               .probe_max = absl::Seconds(8),
-                               .dial_timeout = absl::Milliseconds(300)});
+    monitor_ = std::make_unique<DriverMonitor>(directory_, clock_,
+                                               DriverMonitor::Options{.probe_timeout = absl::Seconds(1),
+                                                                      .probe_initial = absl::Seconds(1),
+                                                                      .probe_max = absl::Seconds(8),
+                                                                      .dial_timeout = absl::Milliseconds(300)});
   }
   void TearDown() override {
     if (monitor_) monitor_->Unpark(queue_);
@@ -217,9 +216,8 @@ TEST(NotAFailureTest, IsRecognizedAndLeftToRunWorker) {
   absl::Status st = NotAFailure("waiting");
   EXPECT_TRUE(IsNotAFailure(st));
   EXPECT_FALSE(IsNotAFailure(absl::UnavailableError("waiting")));
-  auto sync = ParkAware([](const std::string& key) {
-    return key == "parked" ? NotAFailure("w") : absl::InternalError("real");
-  });
+  auto sync = ParkAware(
+      [](const std::string& key) { return key == "parked" ? NotAFailure("w") : absl::InternalError("real"); });
   EXPECT_TRUE(IsNotAFailure(sync("parked")));  // RunWorker leaves its backoff alone
   EXPECT_EQ(sync("other").code(), absl::StatusCode::kInternal);
 }

@@ -104,15 +104,15 @@ bool DriverDirectory::Known(const std::string& driver) const {
 }
 
 absl::StatusOr<std::shared_ptr<grpc::Channel>> DriverDirectory::Channel(const std::string& driver,
-                                                                       const std::string& node,
-                                                                       absl::Duration dial_timeout) {
+                                                                        const std::string& node,
+                                                                        absl::Duration dial_timeout) {
   std::string endpoint;
   {
     absl::MutexLock lock(&mu_);
     endpoint = EndpointLocked(driver, node);
     if (endpoint.empty()) {
-      return absl::UnavailableError(StrCat("CSI driver ", driver, " is not registered",
-                                           node.empty() ? "" : StrCat(" for node ", node)));
+      return absl::UnavailableError(
+          StrCat("CSI driver ", driver, " is not registered", node.empty() ? "" : StrCat(" for node ", node)));
     }
     if (auto c = channels_.find(endpoint); c != channels_.end()) return c->second;
   }
@@ -126,8 +126,8 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> DriverDirectory::Channel(const st
   return *channel;
 }
 
-absl::StatusOr<bool> DriverDirectory::ControllerHasCapability(
-    const std::string& driver, const std::string& node, ::csi::v1::ControllerServiceCapability::RPC::Type rpc) {
+absl::StatusOr<bool> DriverDirectory::ControllerHasCapability(const std::string& driver, const std::string& node,
+                                                              ::csi::v1::ControllerServiceCapability::RPC::Type rpc) {
   std::string endpoint;
   {
     absl::MutexLock lock(&mu_);

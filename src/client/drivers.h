@@ -20,8 +20,8 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
-#include "absl/time/time.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "csi/v1/csi.pb.h"
 #include "grpcpp/channel.h"
 
@@ -30,8 +30,7 @@ namespace berth::client {
 class DriverDirectory {
  public:
   // `node` "" = reachable for any node.
-  void Add(const std::string& driver, const std::string& node, const std::string& endpoint)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  void Add(const std::string& driver, const std::string& node, const std::string& endpoint) ABSL_LOCKS_EXCLUDED(mu_);
   void Remove(const std::string& driver, const std::string& node) ABSL_LOCKS_EXCLUDED(mu_);
 
   // `fn` hears of every driver name as it first becomes known (and at once
@@ -44,8 +43,7 @@ class DriverDirectory {
   // node), on the thread that added it, after the entry is in place.
   // Returns an id for RemoveListener, which waits for a call in progress.
   // `fn` must not call Add/Remove/SetOnNewDriver/AddListener.
-  using Listener = std::function<void(const std::string& driver, const std::string& node,
-                                      const std::string& endpoint)>;
+  using Listener = std::function<void(const std::string& driver, const std::string& node, const std::string& endpoint)>;
   int AddListener(Listener fn) ABSL_LOCKS_EXCLUDED(listener_mu_);
   void RemoveListener(int id) ABSL_LOCKS_EXCLUDED(listener_mu_);
 

@@ -5,9 +5,9 @@
 
 #include "absl/time/clock.h"
 #include "api/kinds.h"
+#include "client/writes.h"
 #include "common/hash.h"
 #include "common/strings.h"
-#include "client/writes.h"
 #include "spdlog/spdlog.h"
 
 namespace berth::client {
@@ -18,8 +18,7 @@ namespace {
 const api::KindInfo& EventsKind() { return *api::FindResource("", "events"); }
 }  // namespace
 
-EventRecorder::EventRecorder(apiserver::Api& registry, std::string component,
-                             absl::Duration repeat_interval)
+EventRecorder::EventRecorder(apiserver::Api& registry, std::string component, absl::Duration repeat_interval)
     : registry_(registry),
       component_(std::move(component)),
       repeat_interval_(repeat_interval),
@@ -78,8 +77,8 @@ void EventRecorder::Record(const json& object, const std::string& type, const st
     names_[p.id] = {event_name, absl::Now()};
   }
   if (queue_.size() >= kMaxQueued) {
-    spdlog::warn("{}: dropping event {} on {}/{}: {} events waiting to be written", component_, reason, ns,
-                 name, queue_.size());
+    spdlog::warn("{}: dropping event {} on {}/{}: {} events waiting to be written", component_, reason, ns, name,
+                 queue_.size());
     if (p.existing.empty()) names_.erase(p.id);
     return;
   }
@@ -151,8 +150,8 @@ void EventRecorder::Write(std::deque<Pending> batch) {
   for (size_t i = 0; i < results.size(); ++i) {
     if (results[i].ok()) continue;
     const Pending& p = create[i];
-    spdlog::warn("event {} on {}/{}: {}", p.event.value("reason", ""), p.ns,
-                 Str(p.event, {"involvedObject", "name"}), results[i].status().ToString());
+    spdlog::warn("event {} on {}/{}: {}", p.event.value("reason", ""), p.ns, Str(p.event, {"involvedObject", "name"}),
+                 results[i].status().ToString());
     Forget(p.id, Str(p.event, {"metadata", "name"}));
   }
 }

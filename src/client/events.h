@@ -31,8 +31,7 @@ class EventRecorder {
  public:
   // The same event (object, reason, message) recorded again within
   // `repeat_interval` of the last write is dropped.
-  EventRecorder(apiserver::Api& registry, std::string component,
-                absl::Duration repeat_interval = absl::Seconds(10));
+  EventRecorder(apiserver::Api& registry, std::string component, absl::Duration repeat_interval = absl::Seconds(10));
   ~EventRecorder();
   EventRecorder(const EventRecorder&) = delete;
   EventRecorder& operator=(const EventRecorder&) = delete;

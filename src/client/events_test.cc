@@ -4,8 +4,8 @@
 #include <vector>
 
 #include "client/object.h"
-#include "common/testing/temp_dir.h"
 #include "common/testing/eventually.h"
+#include "common/testing/temp_dir.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -22,10 +22,10 @@ class EventRecorderTest : public ::testing::Test {
     ASSERT_TRUE(registry_->Bootstrap().ok());
   }
   json Claim(const std::string& name) {
-    auto got = registry_->Create(K("persistentvolumeclaims"), "default",
-                                 {{"metadata", {{"name", name}}},
-                                  {"spec", {{"accessModes", {"ReadWriteOnce"}},
-                                            {"resources", {{"requests", {{"storage", "1Gi"}}}}}}}});
+    auto got = registry_->Create(
+        K("persistentvolumeclaims"), "default",
+        {{"metadata", {{"name", name}}},
+         {"spec", {{"accessModes", {"ReadWriteOnce"}}, {"resources", {{"requests", {{"storage", "1Gi"}}}}}}}});
     EXPECT_TRUE(got.ok()) << got.status();
     return got.ok() ? *got : json();
   }

@@ -49,7 +49,9 @@ void Informer::AddHandlers(Handlers handlers) {
   handlers_.push_back(std::move(handlers));
 }
 
-void Informer::Start() { thread_ = std::thread([this] { Run(); }); }
+void Informer::Start() {
+  thread_ = std::thread([this] { Run(); });
+}
 
 void Informer::Stop() {
   {

@@ -50,8 +50,7 @@ class Informer {
     std::function<void(const json&)> on_delete;
   };
 
-  Informer(apiserver::Api& registry, const api::KindInfo& kind,
-           absl::Duration resync = absl::Minutes(5));
+  Informer(apiserver::Api& registry, const api::KindInfo& kind, absl::Duration resync = absl::Minutes(5));
   ~Informer();  // Stop()
 
   void AddHandlers(Handlers handlers) ABSL_LOCKS_EXCLUDED(handlers_mu_, mu_);
@@ -87,8 +86,7 @@ class Informer {
   void Apply(const store::Event& e);
   // Moves `key` in every index from where `before` filed it to where `after`
   // files it (either may be null).
-  void ReindexLocked(const std::string& key, const json* before, const json* after)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ReindexLocked(const std::string& key, const json* before, const json* after) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool stopping() const;
 
   apiserver::Api& registry_;

@@ -44,19 +44,35 @@ TEST_F(InformerTest, ListsThenFollowsAddsUpdatesAndDeletes) {
   std::vector<std::string> seen;
   Informer informer(*registry_, Claims());
   informer.AddHandlers({
-      .on_add = [&](const json& o) { absl::MutexLock l(&mu); seen.push_back("add " + ObjectKey(o)); },
-      .on_update = [&](const json&, const json& o) { absl::MutexLock l(&mu); seen.push_back("update " + ObjectKey(o)); },
-      .on_delete = [&](const json& o) { absl::MutexLock l(&mu); seen.push_back("delete " + ObjectKey(o)); },
+      .on_add =
+          [&](const json& o) {
+            absl::MutexLock l(&mu);
+            seen.push_back("add " + ObjectKey(o));
+          },
+      .on_update =
+          [&](const json&, const json& o) {
+            absl::MutexLock l(&mu);
+            seen.push_back("update " + ObjectKey(o));
+          },
+      .on_delete =
+          [&](const json& o) {
+            absl::MutexLock l(&mu);
+            seen.push_back("delete " + ObjectKey(o));
+          },
   });
   informer.Start();
   ASSERT_TRUE(informer.WaitForSync(absl::Seconds(10)));
   EXPECT_TRUE(informer.Get("default", "before").has_value());
   ASSERT_TRUE(registry_->Create(Claims(), "default", Claim("after")).ok());
-  ASSERT_TRUE(registry_->Patch(Claims(), "default", "after", R"({"metadata":{"labels":{"a":"b"}}})",
-                               apiserver::PatchType::kMerge, apiserver::Subresource::kMain)
+  ASSERT_TRUE(registry_
+                  ->Patch(Claims(), "default", "after", R"({"metadata":{"labels":{"a":"b"}}})",
+                          apiserver::PatchType::kMerge, apiserver::Subresource::kMain)
                   .ok());
   ASSERT_TRUE(registry_->Delete(Claims(), "default", "before").ok());
-  ASSERT_TRUE(Eventually([&] { absl::MutexLock l(&mu); return seen.size() >= 4; }));
+  ASSERT_TRUE(Eventually([&] {
+    absl::MutexLock l(&mu);
+    return seen.size() >= 4;
+  }));
   {
     absl::MutexLock l(&mu);
     EXPECT_THAT(seen, ::testing::ElementsAre("add default/before", "add default/after", "update default/after",
@@ -74,11 +90,14 @@ TEST_F(InformerTest, NotSyncedUntilEveryHandlerHasSeenTheFirstList) {
   absl::Notification entered, release;
   std::atomic<int> adds{0};
   Informer informer(*registry_, Claims());
-  informer.AddHandlers({.on_add = [&](const json&) {
-    entered.Notify();
-    release.WaitForNotification();
-    ++adds;
-  }, .on_update = nullptr, .on_delete = nullptr});
+  informer.AddHandlers({.on_add =
+                            [&](const json&) {
+                              entered.Notify();
+                              release.WaitForNotification();
+                              ++adds;
+                            },
+                        .on_update = nullptr,
+                        .on_delete = nullptr});
   informer.Start();
   ASSERT_TRUE(entered.WaitForNotificationWithTimeout(absl::Seconds(10)));
   // The list is in the cache, but its add is still being handled: whoever
@@ -127,8 +146,9 @@ TEST_F(InformerTest, IndexesFollowAddsUpdatesDeletesAndRelists) {
   };
   EXPECT_TRUE(names("gold").empty());
   auto label = [&](const std::string& name, const std::string& tier) {
-    ASSERT_TRUE(registry_->Patch(Claims(), "default", name, json({{"metadata", {{"labels", {{"tier", tier}}}}}}).dump(),
-                                 apiserver::PatchType::kMerge, apiserver::Subresource::kMain)
+    ASSERT_TRUE(registry_
+                    ->Patch(Claims(), "default", name, json({{"metadata", {{"labels", {{"tier", tier}}}}}}).dump(),
+                            apiserver::PatchType::kMerge, apiserver::Subresource::kMain)
                     .ok());
   };
   label("a", "gold");
@@ -136,16 +156,17 @@ TEST_F(InformerTest, IndexesFollowAddsUpdatesDeletesAndRelists) {
   label("b", "gold");
   ASSERT_TRUE(Eventually([&] { return names("gold") == std::vector<std::string>{"a", "b"}; }));
   label("a", "silver");
-  ASSERT_TRUE(Eventually([&] { return names("gold") == std::vector<std::string>{"b"} && names("silver").size() == 1; }));
+  ASSERT_TRUE(
+      Eventually([&] { return names("gold") == std::vector<std::string>{"b"} && names("silver").size() == 1; }));
   ASSERT_TRUE(registry_->Delete(Claims(), "default", "b").ok());
   ASSERT_TRUE(Eventually([&] { return names("gold").empty(); }));
   EXPECT_TRUE(informer.ByIndex("no-such-index", "gold").empty());
 }
 
-
 TEST_F(InformerTest, HandlersAddedWhileRunningSeeEveryObjectOnce) {
   Open();
-  for (int i = 0; i < 50; ++i) ASSERT_TRUE(registry_->Create(Claims(), "default", Claim("old-" + std::to_string(i))).ok());
+  for (int i = 0; i < 50; ++i)
+    ASSERT_TRUE(registry_->Create(Claims(), "default", Claim("old-" + std::to_string(i))).ok());
   Informer informer(*registry_, Claims());
   informer.Start();
   ASSERT_TRUE(informer.WaitForSync(absl::Seconds(10)));
@@ -164,15 +185,33 @@ TEST_F(InformerTest, HandlersAddedWhileRunningSeeEveryObjectOnce) {
   std::set<std::string> seen;
   int deletes = 0;
   informer.AddHandlers({
-      .on_add = [&](const json& o) { absl::MutexLock l(&mu); seen.insert(ObjectKey(o)); },
-      .on_update = [&](const json&, const json& o) { absl::MutexLock l(&mu); seen.insert(ObjectKey(o)); },
-      .on_delete = [&](const json&) { absl::MutexLock l(&mu); ++deletes; },
+      .on_add =
+          [&](const json& o) {
+            absl::MutexLock l(&mu);
+            seen.insert(ObjectKey(o));
+          },
+      .on_update =
+          [&](const json&, const json& o) {
+            absl::MutexLock l(&mu);
+            seen.insert(ObjectKey(o));
+          },
+      .on_delete =
+          [&](const json&) {
+            absl::MutexLock l(&mu);
+            ++deletes;
+          },
   });
   writer.join();
   ASSERT_TRUE(done);
-  EXPECT_TRUE(Eventually([&] { absl::MutexLock l(&mu); return seen.size() == 250u; }));
+  EXPECT_TRUE(Eventually([&] {
+    absl::MutexLock l(&mu);
+    return seen.size() == 250u;
+  }));
   ASSERT_TRUE(registry_->Delete(Claims(), "default", "old-0").ok());
-  EXPECT_TRUE(Eventually([&] { absl::MutexLock l(&mu); return deletes == 1; }));
+  EXPECT_TRUE(Eventually([&] {
+    absl::MutexLock l(&mu);
+    return deletes == 1;
+  }));
   absl::MutexLock l(&mu);
   EXPECT_EQ(seen.size(), 250u);
   EXPECT_TRUE(seen.contains("default/old-0") && seen.contains("default/new-199"));

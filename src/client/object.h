@@ -46,9 +46,7 @@ inline std::string Annotation(const nlohmann::json& o, const std::string& key) {
 inline std::string Uid(const nlohmann::json& o) { return Str(o, {"metadata", "uid"}); }
 inline std::string Name(const nlohmann::json& o) { return Str(o, {"metadata", "name"}); }
 inline std::string Ns(const nlohmann::json& o) { return Str(o, {"metadata", "namespace"}); }
-inline bool Deleting(const nlohmann::json& o) {
-  return !Field(Field(o, "metadata"), "deletionTimestamp").is_null();
-}
+inline bool Deleting(const nlohmann::json& o) { return !Field(Field(o, "metadata"), "deletionTimestamp").is_null(); }
 inline bool HasFinalizer(const nlohmann::json& o, const std::string& f) {
   const nlohmann::json& list = Field(Field(o, "metadata"), "finalizers");
   return list.is_array() && std::find(list.begin(), list.end(), f) != list.end();
@@ -91,8 +89,7 @@ inline std::string NodeOfVolume(const nlohmann::json& pv) {
   if (!terms.is_array() || terms.empty()) return "";
   for (const auto& e : Field(terms[0], "matchExpressions")) {
     const auto& values = Field(e, "values");
-    if (Str(e, {"key"}) == "kubernetes.io/hostname" && values.is_array() && !values.empty() &&
-        values[0].is_string()) {
+    if (Str(e, {"key"}) == "kubernetes.io/hostname" && values.is_array() && !values.empty() && values[0].is_string()) {
       return values[0].get<std::string>();
     }
   }

@@ -13,7 +13,6 @@
 namespace berth::client {
 namespace {
 
-using absl::StrCat;
 using apiserver::DeleteOptions;
 using apiserver::ListOptions;
 using apiserver::ListPage;
@@ -255,8 +254,7 @@ absl::StatusOr<std::shared_ptr<const json>> RemoteApi::GetShared(const api::Kind
   return std::make_shared<const json>(std::move(object));
 }
 
-absl::StatusOr<ListPage> RemoteApi::List(const api::KindInfo& kind, const std::string& ns,
-                                         const ListOptions& options) {
+absl::StatusOr<ListPage> RemoteApi::List(const api::KindInfo& kind, const std::string& ns, const ListOptions& options) {
   if (!options.labels.empty() || !options.fields.empty()) {
     return absl::UnimplementedError("selectors are not sent by the remote client; filter the list");
   }

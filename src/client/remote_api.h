@@ -44,8 +44,8 @@ class RemoteApi final : public apiserver::Api {
                                                         const std::string& name) override;
   absl::StatusOr<apiserver::ListPage> List(const api::KindInfo& kind, const std::string& ns,
                                            const apiserver::ListOptions& options) override;
-  absl::StatusOr<json> Update(const api::KindInfo& kind, const std::string& ns, const std::string& name,
-                              json object, apiserver::Subresource sub) override;
+  absl::StatusOr<json> Update(const api::KindInfo& kind, const std::string& ns, const std::string& name, json object,
+                              apiserver::Subresource sub) override;
   absl::StatusOr<json> Patch(const api::KindInfo& kind, const std::string& ns, const std::string& name,
                              std::string_view patch, apiserver::PatchType type, apiserver::Subresource sub) override;
   absl::StatusOr<json> Delete(const api::KindInfo& kind, const std::string& ns, const std::string& name,

@@ -169,7 +169,8 @@ TEST_F(RemoteApiTest, AnInformerOverTheSocketSeesWhatTheRegistryWrites) {
   Informer informer(*api_, Claims());
   informer.Start();
   ASSERT_TRUE(cp_->registry().Create(Claims(), "default", Claim("seen")).ok());
-  EXPECT_TRUE(berth::testing::Eventually([&] { return informer.Get("default", "seen").has_value(); }, absl::Seconds(30)));
+  EXPECT_TRUE(
+      berth::testing::Eventually([&] { return informer.Get("default", "seen").has_value(); }, absl::Seconds(30)));
   informer.Stop();
 }
 

@@ -27,7 +27,7 @@ TEST(WorkQueueTest, KeyAddedWhileProcessingRunsAgainAfterDoneNotConcurrently) {
   WorkQueue q;
   q.Add("a");
   auto key = q.Get();
-  q.Add("a");             // while "a" is being processed
+  q.Add("a");              // while "a" is being processed
   EXPECT_EQ(q.Len(), 0u);  // not handed to a second worker
   q.Done(*key);
   EXPECT_EQ(q.Len(), 1u);
@@ -101,8 +101,8 @@ TEST(WorkQueueTest, EarlierDelayWakesASleepingGet) {
 
 TEST(WorkQueueTest, TheBucketLimitsTheOverallRateOfRetries) {
   FakeClock clock;
-  WorkQueue q({.base_delay = absl::Milliseconds(1), .max_delay = absl::Seconds(1), .qps = 10, .burst = 5,
-               .clock = &clock});
+  WorkQueue q(
+      {.base_delay = absl::Milliseconds(1), .max_delay = absl::Seconds(1), .qps = 10, .burst = 5, .clock = &clock});
   for (int i = 0; i < 25; ++i) q.AddRateLimited("k" + std::to_string(i));
   clock.Advance(absl::Milliseconds(2));
   EXPECT_EQ(q.Len(), 5u);  // the burst
@@ -129,9 +129,7 @@ TEST(WorkQueueTest, RunWorkerCountsFailuresButNotNotAFailure) {
   WorkQueue q({.base_delay = absl::Seconds(1), .max_delay = absl::Minutes(5), .clock = &clock});
   std::vector<absl::Status> results = {absl::InternalError("x"), NotAFailure("driver down"), absl::OkStatus()};
   std::atomic<int> calls{0};
-  std::thread worker([&] {
-    RunWorker(q, "test", [&](const std::string&) { return results[calls.fetch_add(1)]; });
-  });
+  std::thread worker([&] { RunWorker(q, "test", [&](const std::string&) { return results[calls.fetch_add(1)]; }); });
   q.Add("k");
   ASSERT_TRUE(berth::testing::Eventually([&] { return calls.load() == 1; }));
   ASSERT_TRUE(berth::testing::Eventually([&] { return q.Failures("k") == 1; }));

@@ -28,11 +28,11 @@ namespace berth::client {
 // nothing to do) and writes it back conditionally on its resourceVersion.
 // NotFound and a different uid are success: the object the decision was
 // about is gone.
-inline absl::Status MutateObject(apiserver::Api& registry, const api::KindInfo& kind,
-                                 const nlohmann::json& object, apiserver::Subresource sub,
-                                 const std::function<bool(nlohmann::json&)>& mutate) {
+inline absl::Status MutateObject(apiserver::Api& registry, const api::KindInfo& kind, const nlohmann::json& object,
+                                 apiserver::Subresource sub, const std::function<bool(nlohmann::json&)>& mutate) {
   auto current = registry.Get(kind, Ns(object), Name(object));
-  if (!current.ok()) return current.status().code() == absl::StatusCode::kNotFound ? absl::OkStatus() : current.status();
+  if (!current.ok())
+    return current.status().code() == absl::StatusCode::kNotFound ? absl::OkStatus() : current.status();
   nlohmann::json obj = std::move(*current);
   if (Uid(obj) != Uid(object) || !mutate(obj)) return absl::OkStatus();
   const std::string ns = Ns(obj), name = Name(obj);  // before obj is moved
@@ -59,16 +59,16 @@ inline absl::Status EditStatus(apiserver::Api& registry, const api::KindInfo& ki
 // write when adding. Adding fails with FAILED_PRECONDITION when the object
 // is gone, replaced (another uid) or being deleted — the caller must not go
 // on as if it were protected; removing from a gone object is success.
-inline absl::Status EditFinalizer(apiserver::Api& registry, const api::KindInfo& kind,
-                                  const nlohmann::json& object, const std::string& finalizer, bool present,
+inline absl::Status EditFinalizer(apiserver::Api& registry, const api::KindInfo& kind, const nlohmann::json& object,
+                                  const std::string& finalizer, bool present,
                                   const std::map<std::string, std::string>& annotations = {}) {
   if (present) {
     auto current = registry.Get(kind, Ns(object), Name(object));
     if (!current.ok() && current.status().code() != absl::StatusCode::kNotFound) return current.status();
     if (!current.ok() || Uid(*current) != Uid(object) || Deleting(*current)) {
       if (current.ok() && Uid(*current) == Uid(object) && HasFinalizer(*current, finalizer)) return absl::OkStatus();
-      return absl::FailedPreconditionError(
-          std::string(kind.kind) + " " + Name(object) + " is gone or being deleted; not adding " + finalizer);
+      return absl::FailedPreconditionError(std::string(kind.kind) + " " + Name(object) +
+                                           " is gone or being deleted; not adding " + finalizer);
     }
   }
   return MutateObject(registry, kind, object, apiserver::Subresource::kMain, [&](nlohmann::json& obj) {

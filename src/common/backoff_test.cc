@@ -8,19 +8,16 @@ namespace berth {
 namespace {
 
 TEST(BackoffTest, DoublesUpToMaxWithoutJitter) {
-  Backoff b({.initial = absl::Milliseconds(100), .max = absl::Milliseconds(700), .jitter = 0},
-            [] { return 0.5; });
+  Backoff b({.initial = absl::Milliseconds(100), .max = absl::Milliseconds(700), .jitter = 0}, [] { return 0.5; });
   std::vector<absl::Duration> got;
   for (int i = 0; i < 5; ++i) got.push_back(b.Next());
-  EXPECT_EQ(got, (std::vector<absl::Duration>{absl::Milliseconds(100), absl::Milliseconds(200),
-                                             absl::Milliseconds(400), absl::Milliseconds(700),
-                                             absl::Milliseconds(700)}));
+  EXPECT_EQ(got, (std::vector<absl::Duration>{absl::Milliseconds(100), absl::Milliseconds(200), absl::Milliseconds(400),
+                                              absl::Milliseconds(700), absl::Milliseconds(700)}));
 }
 
 TEST(BackoffTest, JitterSpreadsAroundNominal) {
   double r = 0.0;
-  Backoff b({.initial = absl::Seconds(1), .max = absl::Seconds(100), .jitter = 0.5},
-            [&r] { return r; });
+  Backoff b({.initial = absl::Seconds(1), .max = absl::Seconds(100), .jitter = 0.5}, [&r] { return r; });
   r = 0.0;  // lowest: 1 - 0.5
   EXPECT_EQ(b.Next(), absl::Milliseconds(500));
   r = 0.75;  // 1 + 0.5 * 0.5 of nominal 2s

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <filesystem>
 
 #include "absl/time/clock.h"
 #include "common/status.h"
@@ -47,8 +48,7 @@ std::string JoinArgv(const std::vector<std::string>& argv) {
   return out;
 }
 
-absl::StatusOr<CommandResult> LinuxCommandRunner::Run(const std::vector<std::string>& argv,
-                                                      absl::Duration timeout) {
+absl::StatusOr<CommandResult> LinuxCommandRunner::Run(const std::vector<std::string>& argv, absl::Duration timeout) {
   if (argv.empty()) return absl::InvalidArgumentError("empty command");
   const std::string prog = Resolve(argv[0]);
   if (prog.empty()) return absl::NotFoundError(StrCat(argv[0], ": program not found"));
@@ -112,11 +112,19 @@ absl::StatusOr<CommandResult> LinuxCommandRunner::Run(const std::vector<std::str
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
   if (timed_out) {
-    return absl::DeadlineExceededError(StrCat(JoinArgv(argv), ": still running after ",
-                                              absl::FormatDuration(timeout), "; killed"));
+    return absl::DeadlineExceededError(
+        StrCat(JoinArgv(argv), ": still running after ", absl::FormatDuration(timeout), "; killed"));
   }
   result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   return result;
+}
+
+bool ProcessAlive(int pid) { return pid > 1 && ::kill(pid, 0) == 0; }
+
+std::string ExecutableDir() {
+  std::error_code ec;
+  std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? "" : self.parent_path().string();
 }
 
 }  // namespace berth

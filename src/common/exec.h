@@ -25,19 +25,25 @@ class CommandRunner {
   // Runs argv. Errors only when the program could not be started
   // (NOT_FOUND) or ran past `timeout` (DEADLINE_EXCEEDED, after SIGKILL); a
   // non-zero exit is a result, not an error.
-  virtual absl::StatusOr<CommandResult> Run(const std::vector<std::string>& argv,
-                                            absl::Duration timeout) = 0;
+  virtual absl::StatusOr<CommandResult> Run(const std::vector<std::string>& argv, absl::Duration timeout) = 0;
 };
 
 // Thread-safety: thread-safe.
 class LinuxCommandRunner final : public CommandRunner {
  public:
   // CommandRunner
-  absl::StatusOr<CommandResult> Run(const std::vector<std::string>& argv,
-                                    absl::Duration timeout) override;
+  absl::StatusOr<CommandResult> Run(const std::vector<std::string>& argv, absl::Duration timeout) override;
 };
 
 // "prog a b" for messages.
 std::string JoinArgv(const std::vector<std::string>& argv);
+
+// True while process `pid` exists (kill(pid, 0)); false for pids 0 and 1,
+// which would name a process group or init.
+bool ProcessAlive(int pid);
+
+// The directory of the running program (/proc/self/exe), "" if unknown: the
+// CLI finds berth-csi and the images beside itself.
+std::string ExecutableDir();
 
 }  // namespace berth

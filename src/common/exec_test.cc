@@ -23,8 +23,7 @@ TEST(LinuxCommandRunnerTest, NoShellInterpretation) {
 
 TEST(LinuxCommandRunnerTest, MissingProgramIsNotFound) {
   LinuxCommandRunner r;
-  EXPECT_EQ(r.Run({"no-such-program-berth"}, absl::Seconds(1)).status().code(),
-            absl::StatusCode::kNotFound);
+  EXPECT_EQ(r.Run({"no-such-program-berth"}, absl::Seconds(1)).status().code(), absl::StatusCode::kNotFound);
 }
 
 TEST(LinuxCommandRunnerTest, KillsAtTimeout) {

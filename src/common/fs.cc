@@ -156,8 +156,7 @@ bool IsCanonicalAbsolutePath(std::string_view path) {
 
 absl::Status CheckPathInside(const std::string& root, const std::string& path) {
   if (!IsCanonicalAbsolutePath(path)) {
-    return absl::InvalidArgumentError(
-        StrCat("path \"", path, "\" is not an absolute canonical path"));
+    return absl::InvalidArgumentError(StrCat("path \"", path, "\" is not an absolute canonical path"));
   }
   if (path.size() <= root.size() || path.compare(0, root.size(), root) != 0 ||
       (root != "/" && path[root.size()] != '/')) {
@@ -175,8 +174,7 @@ absl::Status CheckPathInside(const std::string& root, const std::string& path) {
       return ErrnoStatus(errno, StrCat("stat ", prefix));
     }
     if (S_ISLNK(st.st_mode)) {
-      return absl::InvalidArgumentError(
-          StrCat("path \"", path, "\" goes through a symlink at ", prefix));
+      return absl::InvalidArgumentError(StrCat("path \"", path, "\" goes through a symlink at ", prefix));
     }
     pos = end + 1;
   }

@@ -20,8 +20,7 @@
 namespace berth {
 
 // Durably replaces `path` with `content` (mode `mode`).
-absl::Status WriteFileAtomic(const std::string& path, std::string_view content,
-                             mode_t mode = 0600);
+absl::Status WriteFileAtomic(const std::string& path, std::string_view content, mode_t mode = 0600);
 
 // The whole content of `path`. NOT_FOUND if it does not exist.
 absl::StatusOr<std::string> ReadFile(const std::string& path);

@@ -13,8 +13,7 @@ absl::Status InitLogging(std::string_view level) {
   // from_str maps unknown names to "off"; only accept "off" when asked for.
   if (lvl == spdlog::level::off && level != "off") {
     return absl::InvalidArgumentError(
-        StrCat("unknown log level \"", level,
-                     "\" (want trace, debug, info, warn, error or off)"));
+        StrCat("unknown log level \"", level, "\" (want trace, debug, info, warn, error or off)"));
   }
   auto logger = spdlog::stderr_logger_mt("berth");
   logger->set_pattern("%Y-%m-%dT%H:%M:%S.%fZ %^%L%$ %v", spdlog::pattern_time_type::utc);

@@ -23,11 +23,13 @@ inline void Append(std::string& out, const char* s) { out.append(s); }
 inline void Append(std::string& out, absl::string_view s) { out.append(s.data(), s.size()); }
 inline void Append(std::string& out, const std::string& s) { out.append(s); }
 inline void Append(std::string& out, char c) { out.push_back(c); }
+// clang-format off (clang-format 14 cannot lay out a requires clause)
 template <typename T>
-  requires(std::integral<T> || std::floating_point<T>) && (!std::same_as<T, char>)
+  requires (std::integral<T> || std::floating_point<T>) && (!std::same_as<T, char>)
 void Append(std::string& out, T v) {
   fmt::format_to(std::back_inserter(out), "{}", v);
 }
+// clang-format on
 
 }  // namespace strings_internal
 
@@ -36,6 +38,14 @@ std::string StrCat(const Args&... args) {
   std::string out;
   (strings_internal::Append(out, args), ...);
   return out;
+}
+
+// `s` without trailing whitespace (a command's output without its newline).
+inline std::string_view TrimRight(std::string_view s) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) {
+    s.remove_suffix(1);
+  }
+  return s;
 }
 
 // Splits `s` at every `sep` (empty pieces kept). The views point into `s`.

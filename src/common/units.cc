@@ -16,11 +16,11 @@ struct Suffix {
 constexpr int64_t kKi = 1024;
 constexpr Suffix kSuffixes[] = {
     {"Ki", kKi},
-    {"Mi", kKi * kKi},
-    {"Gi", kKi * kKi * kKi},
-    {"Ti", kKi * kKi * kKi * kKi},
-    {"Pi", kKi * kKi * kKi * kKi * kKi},
-    {"Ei", kKi * kKi * kKi * kKi * kKi * kKi},
+    {"Mi", kKi* kKi},
+    {"Gi", kKi* kKi* kKi},
+    {"Ti", kKi* kKi* kKi* kKi},
+    {"Pi", kKi* kKi* kKi* kKi* kKi},
+    {"Ei", kKi* kKi* kKi* kKi* kKi* kKi},
     {"k", 1000},
     {"K", 1000},
     {"M", 1000'000},
@@ -42,14 +42,12 @@ absl::StatusOr<int64_t> ParseByteSize(std::string_view text) {
       break;
     }
   }
-  const bool all_digits =
-      !digits.empty() && digits.find_first_not_of("0123456789") == std::string_view::npos;
+  const bool all_digits = !digits.empty() && digits.find_first_not_of("0123456789") == std::string_view::npos;
   uint64_t n = 0;
-  if (!all_digits ||
-      std::from_chars(digits.data(), digits.data() + digits.size(), n).ec != std::errc()) {
-    return absl::InvalidArgumentError(StrCat(
-        "invalid size \"", text, "\": want a whole number with an optional unit such as 512Mi, "
-        "10Gi or 1G"));
+  if (!all_digits || std::from_chars(digits.data(), digits.data() + digits.size(), n).ec != std::errc()) {
+    return absl::InvalidArgumentError(StrCat("invalid size \"", text,
+                                             "\": want a whole number with an optional unit such as 512Mi, "
+                                             "10Gi or 1G"));
   }
   if (n > static_cast<uint64_t>(std::numeric_limits<int64_t>::max() / factor)) {
     return absl::InvalidArgumentError(StrCat("size \"", text, "\" is too large"));

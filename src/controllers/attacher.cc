@@ -4,16 +4,16 @@
 #include <set>
 #include <utility>
 
+#include "client/capability.h"
+#include "client/object.h"
+#include "client/secrets.h"
+#include "client/volume_names.h"
+#include "client/writes.h"
 #include "common/hash.h"
 #include "common/status.h"
 #include "common/strings.h"
-#include "client/capability.h"
-#include "client/secrets.h"
 #include "controllers/node_affinity.h"
 #include "controllers/taints.h"
-#include "client/object.h"
-#include "client/volume_names.h"
-#include "client/writes.h"
 #include "csi/grpc_status.h"
 #include "csi/v1/csi.grpc.pb.h"
 #include "grpcpp/client_context.h"
@@ -70,8 +70,8 @@ void SetError(json& status, const char* field, const absl::Status& st) {
 std::string AttacherFinalizer(const std::string& driver) {
   std::string sanitized = driver;
   for (char& c : sanitized) {
-    const bool keep = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
-                      c == '.' || c == '_';
+    const bool keep =
+        (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '.' || c == '_';
     if (!keep) c = '-';
   }
   return StrCat("external-attacher/", sanitized);
@@ -282,31 +282,35 @@ absl::Status AttachDetachController::SyncNode(const std::string& node) {
       } else if (NodeReadyStatus(*node_obj) == "True") {
         continue;  // the node's next volumesInUse or readiness change brings it back
       } else if (waited <= options_.max_wait_for_unmount) {
-        queue_.AddAfter(node, std::clamp(options_.max_wait_for_unmount - waited, absl::Milliseconds(100),
-                                         absl::Seconds(5)));
+        queue_.AddAfter(node,
+                        std::clamp(options_.max_wait_for_unmount - waited, absl::Milliseconds(100), absl::Seconds(5)));
         continue;
       } else {
-        spdlog::warn("attach-detach: force-detaching {} from unhealthy node {}: still reported in use after {}",
-                     unique, node, absl::FormatDuration(waited));
+        spdlog::warn("attach-detach: force-detaching {} from unhealthy node {}: still reported in use after {}", unique,
+                     node, absl::FormatDuration(waited));
       }
     }
-    auto st = registry_.Delete(Attachments(), "", name, {.uid = Uid(va), .resource_version = std::nullopt, .grace_period_seconds = std::nullopt});
+    auto st =
+        registry_.Delete(Attachments(), "", name,
+                         {.uid = Uid(va), .resource_version = std::nullopt, .grace_period_seconds = std::nullopt});
     if (!st.ok() && st.status().code() != absl::StatusCode::kNotFound) result.Update(st.status());
     absl::MutexLock lock(&mu_);
     unwanted_since_.erase(name);
   }
   for (const auto& [name, want] : desired) {
     if (existing.contains(name)) continue;
-    json va = {{"apiVersion", "storage.k8s.io/v1"},
-               {"kind", "VolumeAttachment"},
-               {"metadata", {{"name", name}}},
-               {"spec", {{"attacher", want.driver}, {"nodeName", node}, {"source", {{"persistentVolumeName", want.pv}}}}}};
+    json va = {
+        {"apiVersion", "storage.k8s.io/v1"},
+        {"kind", "VolumeAttachment"},
+        {"metadata", {{"name", name}}},
+        {"spec", {{"attacher", want.driver}, {"nodeName", node}, {"source", {{"persistentVolumeName", want.pv}}}}}};
     auto created = registry_.Create(Attachments(), "", va);
     if (!created.ok() && created.status().code() != absl::StatusCode::kAlreadyExists) {
       result.Update(created.status());
       for (const auto& pod : want.pods) {
-        events_.Record(pod, "Warning", "FailedAttachVolume",
-                       StrCat("AttachVolume.Attach failed for volume \"", want.pv, "\" : ", created.status().message()));
+        events_.Record(
+            pod, "Warning", "FailedAttachVolume",
+            StrCat("AttachVolume.Attach failed for volume \"", want.pv, "\" : ", created.status().message()));
       }
     }
   }
@@ -315,7 +319,7 @@ absl::Status AttachDetachController::SyncNode(const std::string& node) {
 }
 
 absl::Status AttachDetachController::UpdateNodeVolumesAttached(const std::string& node,
-                                                              const std::vector<json>& attachments) {
+                                                               const std::vector<json>& attachments) {
   std::set<std::string> names;
   for (const auto& va : attachments) {
     const json& attached = Field(Field(va, "status"), "attached");
@@ -516,8 +520,7 @@ absl::Status Attacher::Attach(const json& va) {
   }
   if (node_id.empty()) node_id = Annotation(va, kAnnAttachNodeId);
   if (node_id.empty()) {
-    return fail(absl::FailedPreconditionError(
-        StrCat("CSINode ", node, " does not contain driver ", options_.driver)));
+    return fail(absl::FailedPreconditionError(StrCat("CSINode ", node, " does not contain driver ", options_.driver)));
   }
   auto secrets = PublishSecrets(*pv);
   if (!secrets.ok()) return fail(secrets.status());
@@ -525,8 +528,7 @@ absl::Status Attacher::Attach(const json& va) {
   // Finalizers first: once ControllerPublish may have run, neither object
   // may vanish before ControllerUnpublish.
   BERTH_RETURN_IF_ERROR(EditFinalizer(registry_, K("persistentvolumes"), *pv, finalizer_, true));
-  BERTH_RETURN_IF_ERROR(
-      EditFinalizer(registry_, Attachments(), va, finalizer_, true, {{kAnnAttachNodeId, node_id}}));
+  BERTH_RETURN_IF_ERROR(EditFinalizer(registry_, Attachments(), va, finalizer_, true, {{kAnnAttachNodeId, node_id}}));
 
   ::csi::v1::ControllerPublishVolumeRequest req;
   req.set_volume_id(Str(*pv, {"spec", "csi", "volumeHandle"}));
@@ -568,8 +570,7 @@ absl::Status Attacher::Detach(const json& va) {
   if (!HasFinalizer(va, finalizer_)) return absl::OkStatus();  // never published by us
   auto fail = [&](const absl::Status& st) {
     events_.Record(va, "Warning", "DetachFailed", std::string(st.message()));
-    absl::Status written =
-        EditStatus(registry_, Attachments(), va, [&](json& s) { SetError(s, "detachError", st); });
+    absl::Status written = EditStatus(registry_, Attachments(), va, [&](json& s) { SetError(s, "detachError", st); });
     if (!written.ok()) spdlog::warn("attacher: recording the error on {}: {}", Name(va), written.ToString());
     return st;
   };
@@ -592,8 +593,8 @@ absl::Status Attacher::Detach(const json& va) {
     }
   }
   if (node_id.empty()) {
-    return fail(absl::FailedPreconditionError(
-        StrCat("the node ID of ", node, " for driver ", options_.driver, " is unknown")));
+    return fail(
+        absl::FailedPreconditionError(StrCat("the node ID of ", node, " for driver ", options_.driver, " is unknown")));
   }
   auto secrets = PublishSecrets(*pv);
   if (!secrets.ok()) return fail(secrets.status());

@@ -110,8 +110,7 @@ class AttachDetachController {
   std::map<std::string, Wanted> DesiredState(const std::string& node) const;
   bool AttachRequired(const std::string& driver) const;
   void EnqueueAllNodes();
-  absl::Status UpdateNodeVolumesAttached(const std::string& node,
-                                         const std::vector<nlohmann::json>& attachments);
+  absl::Status UpdateNodeVolumesAttached(const std::string& node, const std::vector<nlohmann::json>& attachments);
   void ReportToPods(const Wanted& wanted, const nlohmann::json& attachment) ABSL_LOCKS_EXCLUDED(mu_);
 
   apiserver::Registry& registry_;
@@ -145,8 +144,7 @@ class Attacher {
     // Shared with the other controllers (the manager's); null: our own.
     DriverMonitor* monitor = nullptr;
   };
-  Attacher(apiserver::Registry& registry, DriverDirectory& drivers, AttacherInformers informers,
-           Options options);
+  Attacher(apiserver::Registry& registry, DriverDirectory& drivers, AttacherInformers informers, Options options);
   ~Attacher();
 
   void RegisterHandlers();

@@ -47,8 +47,9 @@ class AttacherTest : public ::testing::Test {
     ad_ = std::make_unique<AttachDetachController>(
         *registry_, AttachDetachInformers{*pods_, *nodes_, *volumes_, *claims_, *csidrivers_, *attachments_},
         AttachDetachController::Options{.workers = 2, .max_wait_for_unmount = max_wait_for_unmount});
-    attacher_ = std::make_unique<Attacher>(*registry_, directory_, AttacherInformers{*attachments_, *volumes_, *csinodes_},
-                                           Attacher::Options{.driver = kDriver, .workers = 2, .rpc_timeout = absl::Seconds(5)});
+    attacher_ =
+        std::make_unique<Attacher>(*registry_, directory_, AttacherInformers{*attachments_, *volumes_, *csinodes_},
+                                   Attacher::Options{.driver = kDriver, .workers = 2, .rpc_timeout = absl::Seconds(5)});
     ad_->RegisterHandlers();
     attacher_->RegisterHandlers();
     for (Informer* i : {csidrivers_.get(), csinodes_.get(), nodes_.get(), volumes_.get(), claims_.get(), pods_.get(),
@@ -88,7 +89,8 @@ class AttacherTest : public ::testing::Test {
   void CsiNode() {
     Create("csinodes", "storage.k8s.io", "",
            {{"metadata", {{"name", kNode}}},
-            {"spec", {{"drivers", {{{"name", kDriver}, {"nodeID", "fake-node-id-1"}, {"topologyKeys", json::array()}}}}}}});
+            {"spec",
+             {{"drivers", {{{"name", kDriver}, {"nodeID", "fake-node-id-1"}, {"topologyKeys", json::array()}}}}}}});
   }
   // A PV and a claim bound to each other.
   void BoundClaim() {
@@ -99,25 +101,33 @@ class AttacherTest : public ::testing::Test {
               {"accessModes", {"ReadWriteOnce"}},
               {"persistentVolumeReclaimPolicy", "Retain"},
               {"mountOptions", {"noatime"}},
-              {"csi", {{"driver", kDriver}, {"volumeHandle", kHandle}, {"fsType", "xfs"},
-                       {"volumeAttributes", {{"k", "v"}}},
-                       {"controllerPublishSecretRef", {{"name", "publish"}, {"namespace", "default"}}}}},
+              {"csi",
+               {{"driver", kDriver},
+                {"volumeHandle", kHandle},
+                {"fsType", "xfs"},
+                {"volumeAttributes", {{"k", "v"}}},
+                {"controllerPublishSecretRef", {{"name", "publish"}, {"namespace", "default"}}}}},
               {"claimRef", {{"namespace", "default"}, {"name", "data"}}}}}});
     Create("secrets", "", "default", {{"metadata", {{"name", "publish"}}}, {"stringData", {{"password", "hunter2"}}}});
     Create("persistentvolumeclaims", "", "default",
            {{"metadata", {{"name", "data"}}},
-            {"spec", {{"accessModes", {"ReadWriteOnce"}}, {"storageClassName", ""}, {"volumeName", "pv-1"},
-                      {"resources", {{"requests", {{"storage", "1Gi"}}}}}}}});
+            {"spec",
+             {{"accessModes", {"ReadWriteOnce"}},
+              {"storageClassName", ""},
+              {"volumeName", "pv-1"},
+              {"resources", {{"requests", {{"storage", "1Gi"}}}}}}}});
     json claim = Get("persistentvolumeclaims", "", "default", "data");
     claim["status"] = {{"phase", "Bound"}};
-    ASSERT_TRUE(registry_->Update(K("persistentvolumeclaims"), "default", "data", claim, apiserver::Subresource::kStatus).ok());
+    ASSERT_TRUE(
+        registry_->Update(K("persistentvolumeclaims"), "default", "data", claim, apiserver::Subresource::kStatus).ok());
   }
   void Pod(const std::string& name = "app") {
     Create("pods", "", "default",
            {{"metadata", {{"name", name}}},
-            {"spec", {{"nodeName", kNode},
-                      {"containers", {{{"name", "c"}, {"image", "busybox"}}}},
-                      {"volumes", {{{"name", "d"}, {"persistentVolumeClaim", {{"claimName", "data"}}}}}}}}});
+            {"spec",
+             {{"nodeName", kNode},
+              {"containers", {{{"name", "c"}, {"image", "busybox"}}}},
+              {"volumes", {{{"name", "d"}, {"persistentVolumeClaim", {{"claimName", "data"}}}}}}}}});
   }
   void SetPodPhase(const std::string& name, const std::string& phase) {
     json pod = Get("pods", "", "default", name);
@@ -204,7 +214,8 @@ TEST_F(AttacherTest, AttachesForAPodAndDetachesWhenItIsGone) {
               ::testing::Contains(AttacherFinalizer(kDriver)));
   ASSERT_TRUE(registry_->Delete(K("persistentvolumes"), "", "pv-1").ok());
   ASSERT_TRUE(Eventually([&] { return Get("persistentvolumes", "", "", "pv-1").is_null(); }));
-  ASSERT_TRUE(Eventually([&] { return Field(Field(Get("nodes", "", "", kNode), "status"), "volumesAttached").is_null(); }));
+  ASSERT_TRUE(
+      Eventually([&] { return Field(Field(Get("nodes", "", "", kNode), "status"), "volumesAttached").is_null(); }));
 }
 
 TEST_F(AttacherTest, VolumeInUseOnTheNodeIsNotDetachedUntilUnmounted) {
@@ -234,7 +245,8 @@ TEST_F(AttacherTest, VolumeStillInUseIsDetachedAfterTheMaximumWait) {
 
 TEST_F(AttacherTest, NoAttachmentWhenTheCsiDriverDoesNotRequireIt) {
   Standard();
-  Create("csidrivers", "storage.k8s.io", "", {{"metadata", {{"name", kDriver}}}, {"spec", {{"attachRequired", false}}}});
+  Create("csidrivers", "storage.k8s.io", "",
+         {{"metadata", {{"name", kDriver}}}, {"spec", {{"attachRequired", false}}}});
   Pod();
   StartControllers();
   absl::SleepFor(absl::Milliseconds(500));
@@ -301,7 +313,8 @@ TEST_F(AttacherTest, DetachFailureKeepsTheAttachmentUntilItSucceeds) {
   }));
   EXPECT_FALSE(Attachment()["metadata"].value("deletionTimestamp", "").empty());
   EXPECT_FALSE(driver_->published().empty());
-  EXPECT_THAT(Str(Attachment(), {"status", "detachError", "message"}), ::testing::HasSubstr("injected unpublish failure"));
+  EXPECT_THAT(Str(Attachment(), {"status", "detachError", "message"}),
+              ::testing::HasSubstr("injected unpublish failure"));
   driver_->FailPublishes(grpc::StatusCode::OK, 0, 0);  // the driver recovers
   ASSERT_TRUE(Eventually([&] { return Attachment().is_null(); }));
   EXPECT_TRUE(driver_->published().empty());

@@ -5,10 +5,10 @@
 #include <utility>
 
 #include "api/quantity.h"
-#include "common/status.h"
-#include "common/strings.h"
 #include "client/capability.h"
 #include "client/object.h"
+#include "common/status.h"
+#include "common/strings.h"
 #include "csi/grpc_status.h"
 #include "grpcpp/client_context.h"
 #include "spdlog/spdlog.h"

@@ -31,7 +31,8 @@ absl::StatusOr<::csi::v1::VolumeContentSource> SnapshotSource(apiserver::Registr
   if (!snapshot.ok()) {
     return Refused(StrCat("error getting snapshot ", name, " from api server: ", snapshot.status().message()));
   }
-  if (client::Deleting(*snapshot) && !provisioning_started) return Refused(StrCat("snapshot ", name, " is being deleted"));
+  if (client::Deleting(*snapshot) && !provisioning_started)
+    return Refused(StrCat("snapshot ", name, " is being deleted"));
   const std::string content_name = Str(*snapshot, {"status", "boundVolumeSnapshotContentName"});
   if (content_name.empty()) return Refused(StrCat("snapshot ", name, " not bound"));
   auto content = registry.Get(K("volumesnapshotcontents", kSnapshotGroup), "", content_name);
@@ -41,14 +42,15 @@ absl::StatusOr<::csi::v1::VolumeContentSource> SnapshotSource(apiserver::Registr
   const json& ref = Field(Field(*content, "spec"), "volumeSnapshotRef");
   if (Str(ref, {"uid"}) != client::Uid(*snapshot) || Str(ref, {"namespace"}) != client::Ns(*snapshot) ||
       Str(ref, {"name"}) != name) {
-    return Refused(StrCat("snapshotcontent ", content_name, " for snapshot ", name,
-                          " is bound to a different snapshot"));
+    return Refused(
+        StrCat("snapshotcontent ", content_name, " for snapshot ", name, " is bound to a different snapshot"));
   }
   if (Str(*content, {"spec", "driver"}) != Str(sc, {"provisioner"})) {
     return Refused(StrCat("snapshotcontent ", content_name, " for snapshot ", name,
                           " is handled by a different CSI driver than requested by StorageClass ", client::Name(sc)));
   }
-  if (Field(Field(*snapshot, "status"), "readyToUse") != true) return Refused(StrCat("snapshot ", name, " is not Ready"));
+  if (Field(Field(*snapshot, "status"), "readyToUse") != true)
+    return Refused(StrCat("snapshot ", name, " is not Ready"));
   std::string handle = Str(*content, {"status", "snapshotHandle"});
   if (handle.empty()) handle = Str(*content, {"spec", "source", "snapshotHandle"});  // pre-provisioned
   if (handle.empty()) return Refused(StrCat("snapshot handle ", name, " is not available"));
@@ -75,22 +77,24 @@ absl::StatusOr<::csi::v1::VolumeContentSource> ClaimSource(apiserver::Registry& 
                                                            const json& sc, const std::string& name) {
   auto source = registry.Get(K("persistentvolumeclaims"), client::Ns(claim), name);
   if (!source.ok()) {
-    return Refused(StrCat("error getting PVC ", name, " (namespace \"", client::Ns(claim), "\") from api server: ",
-                          source.status().message()));
+    return Refused(StrCat("error getting PVC ", name, " (namespace \"", client::Ns(claim),
+                          "\") from api server: ", source.status().message()));
   }
   if (Str(*source, {"status", "phase"}) != "Bound") {
     return Refused(StrCat("the PVC DataSource ", name, " must have a status of Bound.  Got ",
                           Str(*source, {"status", "phase"}).empty() ? "no phase" : Str(*source, {"status", "phase"})));
   }
   if (client::Deleting(*source)) return Refused(StrCat("the PVC DataSource ", name, " is currently being deleted"));
-  if (client::ClaimClass(*source).empty()) return Refused(StrCat("the source PVC (", name, ") storageclass cannot be empty"));
+  if (client::ClaimClass(*source).empty())
+    return Refused(StrCat("the source PVC (", name, ") storageclass cannot be empty"));
   if (client::ClaimClass(claim).empty()) {
     return Refused(StrCat("the requested PVC (", client::Name(claim), ") storageclass cannot be empty"));
   }
   if (RequestBytes(claim) < RequestBytes(*source)) {
-    return Refused(StrCat("error, new PVC request must be greater than or equal in size to the specified PVC data "
-                          "source, requested ",
-                          RequestBytes(claim), " but source is ", RequestBytes(*source)));
+    return Refused(
+        StrCat("error, new PVC request must be greater than or equal in size to the specified PVC data "
+               "source, requested ",
+               RequestBytes(claim), " but source is ", RequestBytes(*source)));
   }
   const std::string pv_name = Str(*source, {"spec", "volumeName"});
   if (pv_name.empty()) return Refused(StrCat("volume name is empty in source PVC ", name));
@@ -123,8 +127,8 @@ std::optional<DataSourceRef> ClaimDataSource(const json& claim) {
 }
 
 absl::StatusOr<std::optional<::csi::v1::VolumeContentSource>> ResolveDataSource(apiserver::Registry& registry,
-                                                                               const json& claim, const json& sc,
-                                                                               bool provisioning_started) {
+                                                                                const json& claim, const json& sc,
+                                                                                bool provisioning_started) {
   std::optional<DataSourceRef> ds = ClaimDataSource(claim);
   if (!ds) return std::nullopt;
   const json& spec = Field(claim, "spec");
@@ -140,8 +144,8 @@ absl::StatusOr<std::optional<::csi::v1::VolumeContentSource>> ResolveDataSource(
   } else if (ds->kind == "PersistentVolumeClaim" && Str(ref, {"apiGroup"}).empty()) {
     source = ClaimSource(registry, claim, sc, ds->name);
   } else {
-    return absl::InvalidArgumentError(StrCat("data source kind ", ds->kind, " (apiGroup \"", Str(ref, {"apiGroup"}),
-                                             "\") is not supported"));
+    return absl::InvalidArgumentError(
+        StrCat("data source kind ", ds->kind, " (apiGroup \"", Str(ref, {"apiGroup"}), "\") is not supported"));
   }
   if (!source.ok()) {
     return absl::Status(source.status().code(), StrCat("error getting handle for DataSource Type ", ds->kind,

@@ -49,9 +49,10 @@ std::optional<DataSourceRef> ClaimDataSource(const nlohmann::json& claim);
 // no data source). `provisioning_started`: the claim already holds the
 // provisioner's finalizer, so a source being deleted was protected for it
 // (its snapshot or claim waits for this restore) and may still be used.
-absl::StatusOr<std::optional<::csi::v1::VolumeContentSource>> ResolveDataSource(
-    apiserver::Registry& registry, const nlohmann::json& claim, const nlohmann::json& storage_class,
-    bool provisioning_started);
+absl::StatusOr<std::optional<::csi::v1::VolumeContentSource>> ResolveDataSource(apiserver::Registry& registry,
+                                                                                const nlohmann::json& claim,
+                                                                                const nlohmann::json& storage_class,
+                                                                                bool provisioning_started);
 
 // Whether `claim` is still being provisioned from `source_name` (a
 // PersistentVolumeClaim in its namespace): it clones it and is not yet

@@ -2,8 +2,8 @@
 
 #include <optional>
 
-#include "common/strings.h"
 #include "client/object.h"
+#include "common/strings.h"
 
 namespace berth::controllers {
 
@@ -23,11 +23,7 @@ bool HasEphemeralVolume(const json& pod) {
 
 EphemeralController::EphemeralController(apiserver::Registry& registry, Informer& pods, Informer& claims,
                                          Options options)
-    : registry_(registry),
-      pods_(pods),
-      claims_(claims),
-      options_(options),
-      events_(registry, "ephemeral_volume") {}
+    : registry_(registry), pods_(pods), claims_(claims), options_(options), events_(registry, "ephemeral_volume") {}
 
 EphemeralController::~EphemeralController() { Stop(); }
 
@@ -39,9 +35,7 @@ void EphemeralController::RegisterHandlers() {
                      .on_update = [pod_changed](const json&, const json& pod) { pod_changed(pod); },
                      .on_delete = nullptr});
   // A claim deleted by hand is made again while its pod lives.
-  claims_.AddHandlers({.on_add = nullptr,
-                       .on_update = nullptr,
-                       .on_delete = [this](const json& claim) {
+  claims_.AddHandlers({.on_add = nullptr, .on_update = nullptr, .on_delete = [this](const json& claim) {
                          const json& refs = Field(Field(claim, "metadata"), "ownerReferences");
                          if (!refs.is_array()) return;
                          for (const auto& r : refs) {
@@ -54,9 +48,8 @@ void EphemeralController::RegisterHandlers() {
 
 void EphemeralController::Start() {
   for (int i = 0; i < options_.workers; ++i) {
-    workers_.emplace_back([this] {
-      RunWorker(queue_, "ephemeral volumes: pod", [this](const std::string& k) { return SyncPod(k); });
-    });
+    workers_.emplace_back(
+        [this] { RunWorker(queue_, "ephemeral volumes: pod", [this](const std::string& k) { return SyncPod(k); }); });
   }
 }
 

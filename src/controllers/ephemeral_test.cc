@@ -2,8 +2,8 @@
 // from pod templates, owned by the pod, garbage-collected with it.
 #include "controllers/ephemeral.h"
 
-#include "common/testing/temp_dir.h"
 #include "client/object.h"
+#include "common/testing/temp_dir.h"
 #include "controllers/testing/helpers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -89,9 +89,12 @@ TEST_F(EphemeralTest, ClaimIsMadeFromTheTemplateAndOwnedByThePod) {
   EXPECT_EQ(claim["metadata"]["annotations"], json({{"note", "scratch"}}));
   EXPECT_EQ(claim["spec"]["storageClassName"], "fast");
   EXPECT_EQ(claim["spec"]["resources"]["requests"]["storage"], "2Gi");
-  EXPECT_EQ(claim["metadata"]["ownerReferences"],
-            json({{{"apiVersion", "v1"}, {"kind", "Pod"}, {"name", "web"}, {"uid", pod["metadata"]["uid"]},
-                   {"controller", true}, {"blockOwnerDeletion", true}}}));
+  EXPECT_EQ(claim["metadata"]["ownerReferences"], json({{{"apiVersion", "v1"},
+                                                         {"kind", "Pod"},
+                                                         {"name", "web"},
+                                                         {"uid", pod["metadata"]["uid"]},
+                                                         {"controller", true},
+                                                         {"blockOwnerDeletion", true}}}));
   // Only the ephemeral volume gets a claim.
   EXPECT_TRUE(Claim("web-cfg").is_null());
   // A resync writes nothing.
@@ -110,9 +113,9 @@ TEST_F(EphemeralTest, ClaimDeletedByHandIsMadeAgainWhileThePodLives) {
   json claim = Claim("web-scratch");
   if (!claim.is_null()) {
     claim["metadata"].erase("finalizers");
-    ASSERT_TRUE(registry_->Update(K("persistentvolumeclaims"), "default", "web-scratch", claim,
-                                  apiserver::Subresource::kMain)
-                    .ok());
+    ASSERT_TRUE(
+        registry_->Update(K("persistentvolumeclaims"), "default", "web-scratch", claim, apiserver::Subresource::kMain)
+            .ok());
   }
   EXPECT_TRUE(Eventually([&] {
     json again = Claim("web-scratch");
@@ -121,12 +124,13 @@ TEST_F(EphemeralTest, ClaimDeletedByHandIsMadeAgainWhileThePodLives) {
 }
 
 TEST_F(EphemeralTest, AForeignClaimOfThatNameIsLeftAlone) {
-  ASSERT_TRUE(registry_->Create(K("persistentvolumeclaims"), "default",
-                                {{"metadata", {{"name", "web-scratch"}, {"labels", {{"mine", "yes"}}}}},
-                                 {"spec",
-                                  {{"accessModes", {"ReadWriteOnce"}},
-                                   {"resources", {{"requests", {{"storage", "1Gi"}}}}}}}})
-                  .ok());
+  ASSERT_TRUE(
+      registry_
+          ->Create(
+              K("persistentvolumeclaims"), "default",
+              {{"metadata", {{"name", "web-scratch"}, {"labels", {{"mine", "yes"}}}}},
+               {"spec", {{"accessModes", {"ReadWriteOnce"}}, {"resources", {{"requests", {{"storage", "1Gi"}}}}}}}})
+          .ok());
   CreatePod(Pod("web"));
   EXPECT_TRUE(Eventually([&] {
     auto m = EventMessages("FailedBinding");
@@ -151,9 +155,9 @@ TEST_F(EphemeralTest, ThePodsClaimGoesWithThePod) {
   json claim = Claim("web-scratch");
   if (!claim.is_null()) {
     claim["metadata"].erase("finalizers");
-    ASSERT_TRUE(registry_->Update(K("persistentvolumeclaims"), "default", "web-scratch", claim,
-                                  apiserver::Subresource::kMain)
-                    .ok());
+    ASSERT_TRUE(
+        registry_->Update(K("persistentvolumeclaims"), "default", "web-scratch", claim, apiserver::Subresource::kMain)
+            .ok());
   }
   EXPECT_TRUE(Eventually([&] { return Claim("web-scratch").is_null(); }));
   // And nothing makes it again for a pod that is gone.

@@ -55,8 +55,8 @@ ControllerManager::ControllerManager(apiserver::Registry& registry, DriverDirect
       PvBinder::Options{.workers = options_.binder_workers});
   attach_detach_ = std::make_unique<AttachDetachController>(
       registry_,
-      AttachDetachInformers{i("pods"), i("nodes"), i("persistentvolumes"), i("persistentvolumeclaims"),
-                            i("csidrivers"), i("volumeattachments")},
+      AttachDetachInformers{i("pods"), i("nodes"), i("persistentvolumes"), i("persistentvolumeclaims"), i("csidrivers"),
+                            i("volumeattachments")},
       AttachDetachController::Options{.clock = options_.clock});
   scheduler_ = std::make_unique<Scheduler>(
       registry_,
@@ -64,11 +64,11 @@ ControllerManager::ControllerManager(apiserver::Registry& registry, DriverDirect
                          i("storageclasses"), i("csinodes"), i("csidrivers"), i("csistoragecapacities")},
       Scheduler::Options{});
   if (options_.snapshot_controller) {
-    snapshot_controller_ = std::make_unique<SnapshotController>(
-        registry_,
-        SnapshotInformers{i("volumesnapshots"), i("volumesnapshotcontents"), i("volumesnapshotclasses"),
-                          i("persistentvolumeclaims")},
-        SnapshotController::Options{});
+    snapshot_controller_ =
+        std::make_unique<SnapshotController>(registry_,
+                                             SnapshotInformers{i("volumesnapshots"), i("volumesnapshotcontents"),
+                                                               i("volumesnapshotclasses"), i("persistentvolumeclaims")},
+                                             SnapshotController::Options{});
   }
   ephemeral_ = std::make_unique<EphemeralController>(registry_, i("pods"), i("persistentvolumeclaims"),
                                                      EphemeralController::Options{});
@@ -77,8 +77,9 @@ ControllerManager::ControllerManager(apiserver::Registry& registry, DriverDirect
       NodeLifecycleController::Options{.monitor_period = options_.node_monitor_period,
                                        .grace_period = options_.node_monitor_grace_period,
                                        .clock = options_.clock});
-  taint_eviction_ = std::make_unique<TaintEvictionController>(
-      registry_, TaintEvictionInformers{i("nodes"), i("pods")}, TaintEvictionController::Options{.clock = options_.clock});
+  taint_eviction_ =
+      std::make_unique<TaintEvictionController>(registry_, TaintEvictionInformers{i("nodes"), i("pods")},
+                                                TaintEvictionController::Options{.clock = options_.clock});
   pod_gc_ = std::make_unique<PodGarbageCollector>(registry_, PodGcInformers{i("nodes"), i("pods")},
                                                   PodGarbageCollector::Options{.clock = options_.clock});
   absl::MutexLock lock(&mu_);
@@ -99,28 +100,32 @@ ControllerManager::PerDriver ControllerManager::MakeDriver(const std::string& dr
       registry_, drivers_,
       ProvisionerInformers{i("persistentvolumeclaims"), i("persistentvolumes"), i("storageclasses"), i("nodes"),
                            i("csinodes"), &i("volumeattachments")},
-      Provisioner::Options{.driver = driver, .workers = options_.provisioner_workers,
-                           .rpc_timeout = options_.rpc_timeout, .monitor = monitor_.get()});
+      Provisioner::Options{.driver = driver,
+                           .workers = options_.provisioner_workers,
+                           .rpc_timeout = options_.rpc_timeout,
+                           .monitor = monitor_.get()});
   d.attacher = std::make_unique<Attacher>(
       registry_, drivers_, AttacherInformers{i("volumeattachments"), i("persistentvolumes"), i("csinodes")},
-      Attacher::Options{.driver = driver, .workers = 4, .rpc_timeout = options_.rpc_timeout,
-                        .monitor = monitor_.get()});
+      Attacher::Options{
+          .driver = driver, .workers = 4, .rpc_timeout = options_.rpc_timeout, .monitor = monitor_.get()});
   d.resizer = std::make_unique<Resizer>(registry_, drivers_, i("persistentvolumeclaims"), i("persistentvolumes"),
-                                        Resizer::Options{.driver = driver, .workers = 2,
+                                        Resizer::Options{.driver = driver,
+                                                         .workers = 2,
                                                          .rpc_timeout = options_.rpc_timeout,
-                                                         .monitor = monitor_.get(), .clock = options_.clock});
+                                                         .monitor = monitor_.get(),
+                                                         .clock = options_.clock});
   Snapshotter::Options snap;
   snap.driver = driver;
   snap.rpc_timeout = options_.rpc_timeout;
   snap.monitor = monitor_.get();
-  d.snapshotter = std::make_unique<Snapshotter>(registry_, drivers_, i("volumesnapshotcontents"),
-                                                i("volumesnapshotclasses"), snap);
+  d.snapshotter =
+      std::make_unique<Snapshotter>(registry_, drivers_, i("volumesnapshotcontents"), i("volumesnapshotclasses"), snap);
   CapacityTracker::Options cap;
   cap.driver = driver;
   cap.poll_interval = options_.capacity_poll_interval;
   d.capacity = std::make_unique<CapacityTracker>(
-      registry_, drivers_,
-      CapacityInformers{i("storageclasses"), i("nodes"), i("csinodes"), i("csistoragecapacities")}, cap);
+      registry_, drivers_, CapacityInformers{i("storageclasses"), i("nodes"), i("csinodes"), i("csistoragecapacities")},
+      cap);
   d.provisioner->RegisterHandlers();
   d.attacher->RegisterHandlers();
   d.resizer->RegisterHandlers();

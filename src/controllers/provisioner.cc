@@ -5,16 +5,16 @@
 #include <set>
 
 #include "api/quantity.h"
+#include "client/capability.h"
+#include "client/object.h"
+#include "client/secrets.h"
+#include "client/writes.h"
 #include "common/status.h"
 #include "common/strings.h"
-#include "client/capability.h"
-#include "client/secrets.h"
 #include "controllers/data_source.h"
 #include "controllers/node_affinity.h"
-#include "controllers/taints.h"
-#include "client/object.h"
-#include "client/writes.h"
 #include "controllers/pv_binder.h"
+#include "controllers/taints.h"
 #include "csi/grpc_status.h"
 #include "grpcpp/client_context.h"
 #include "spdlog/spdlog.h"
@@ -25,8 +25,6 @@ using namespace ::berth::client;  // the controllers' own client library
 namespace {
 
 using nlohmann::json;
-
-
 
 // ${pvc.name}, ${pvc.namespace}, ${pv.name} in secret references
 // (`pv_name` "": the name a provisioned volume gets, pvc-<uid>).
@@ -218,7 +216,7 @@ std::string Provisioner::NodeForClaim(const json& claim) const {
 }
 
 absl::StatusOr<::csi::v1::CreateVolumeRequest> Provisioner::BuildRequest(const json& claim, const json& sc,
-                                                                       const std::string& node) {
+                                                                         const std::string& node) {
   ::csi::v1::CreateVolumeRequest req;
   req.set_name(StrCat("pvc-", Uid(claim)));
   const json& spec = Field(claim, "spec");
@@ -279,9 +277,8 @@ absl::StatusOr<::csi::v1::CreateVolumeRequest> Provisioner::BuildRequest(const j
     if (mine.empty() && !requisite.empty()) {
       // The driver is topology-aware but the node has not registered it (or
       // lacks its labels): retried until it has.
-      return absl::FailedPreconditionError(
-          StrCat("node ", node, " has no topology for driver ", options_.driver,
-                 " (its CSINode entry or topology labels are missing)"));
+      return absl::FailedPreconditionError(StrCat("node ", node, " has no topology for driver ", options_.driver,
+                                                  " (its CSINode entry or topology labels are missing)"));
     }
     if (!mine.empty()) {
       // The node's segment must fall within a requisite segment (an
@@ -314,9 +311,10 @@ absl::StatusOr<::csi::v1::CreateVolumeRequest> Provisioner::BuildRequest(const j
     const std::string claim_name = Name(claim);
     std::string prefix = claim_name;
     uint64_t ordinal = 0;
-    if (size_t dash = claim_name.rfind('-'); dash != std::string::npos && dash + 1 < claim_name.size() &&
-                                              std::all_of(claim_name.begin() + static_cast<long>(dash) + 1,
-                                                          claim_name.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+    if (size_t dash = claim_name.rfind('-');
+        dash != std::string::npos && dash + 1 < claim_name.size() &&
+        std::all_of(claim_name.begin() + static_cast<long>(dash) + 1, claim_name.end(),
+                    [](char c) { return c >= '0' && c <= '9'; })) {
       prefix = claim_name.substr(0, dash);
       ordinal = std::strtoull(claim_name.c_str() + dash + 1, nullptr, 10);
     }
@@ -344,8 +342,8 @@ absl::StatusOr<::csi::v1::CreateVolumeRequest> Provisioner::BuildRequest(const j
 }
 
 absl::StatusOr<::csi::v1::CreateVolumeResponse> Provisioner::CreateVolume(const ::csi::v1::CreateVolumeRequest& request,
-                                                                        const std::string& node, WorkQueue& queue,
-                                                                        const std::string& key) {
+                                                                          const std::string& node, WorkQueue& queue,
+                                                                          const std::string& key) {
   ::csi::v1::CreateVolumeResponse response;
   absl::Status st = monitor_.Call(options_.driver, node, [&](const std::shared_ptr<grpc::Channel>& channel) {
     grpc::ClientContext ctx;
@@ -358,8 +356,8 @@ absl::StatusOr<::csi::v1::CreateVolumeResponse> Provisioner::CreateVolume(const 
 }
 
 absl::Status Provisioner::DeleteVolume(const std::string& handle, const std::string& node,
-                                       const google::protobuf::Map<std::string, std::string>& secrets,
-                                       WorkQueue& queue, const std::string& key) {
+                                       const google::protobuf::Map<std::string, std::string>& secrets, WorkQueue& queue,
+                                       const std::string& key) {
   ::csi::v1::DeleteVolumeRequest req;
   req.set_volume_id(handle);
   *req.mutable_secrets() = secrets;
@@ -422,23 +420,24 @@ absl::Status Provisioner::CreatePersistentVolume(const json& claim, const json& 
   const auto& vol = response.volume();
   int64_t bytes = vol.capacity_bytes() > 0 ? vol.capacity_bytes() : request.capacity_range().required_bytes();
   const json& spec = Field(claim, "spec");
-  json pv = {{"apiVersion", "v1"},
-             {"kind", "PersistentVolume"},
-             {"metadata", {{"name", request.name()}, {"annotations", {{kAnnProvisionedBy, options_.driver}}}}},
-             {"spec",
-              {{"capacity", {{"storage", api::Quantity::FromBytes(bytes).ToString()}}},
-               {"accessModes", Field(spec, "accessModes")},
-               {"persistentVolumeReclaimPolicy", Str(sc, {"reclaimPolicy"}).empty() ? "Delete" : Str(sc, {"reclaimPolicy"})},
-               {"storageClassName", Name(sc)},
-               {"volumeMode", Str(spec, {"volumeMode"}).empty() ? "Filesystem" : Str(spec, {"volumeMode"})},
-               {"claimRef",
-                {{"kind", "PersistentVolumeClaim"},
-                 {"apiVersion", "v1"},
-                 {"namespace", Ns(claim)},
-                 {"name", Name(claim)},
-                 {"uid", Uid(claim)},
-                 {"resourceVersion", Str(claim, {"metadata", "resourceVersion"})}}},
-               {"csi", {{"driver", options_.driver}, {"volumeHandle", vol.volume_id()}}}}}};
+  json pv = {
+      {"apiVersion", "v1"},
+      {"kind", "PersistentVolume"},
+      {"metadata", {{"name", request.name()}, {"annotations", {{kAnnProvisionedBy, options_.driver}}}}},
+      {"spec",
+       {{"capacity", {{"storage", api::Quantity::FromBytes(bytes).ToString()}}},
+        {"accessModes", Field(spec, "accessModes")},
+        {"persistentVolumeReclaimPolicy", Str(sc, {"reclaimPolicy"}).empty() ? "Delete" : Str(sc, {"reclaimPolicy"})},
+        {"storageClassName", Name(sc)},
+        {"volumeMode", Str(spec, {"volumeMode"}).empty() ? "Filesystem" : Str(spec, {"volumeMode"})},
+        {"claimRef",
+         {{"kind", "PersistentVolumeClaim"},
+          {"apiVersion", "v1"},
+          {"namespace", Ns(claim)},
+          {"name", Name(claim)},
+          {"uid", Uid(claim)},
+          {"resourceVersion", Str(claim, {"metadata", "resourceVersion"})}}},
+        {"csi", {{"driver", options_.driver}, {"volumeHandle", vol.volume_id()}}}}}};
   if (!Field(sc, "mountOptions").is_null()) pv["spec"]["mountOptions"] = Field(sc, "mountOptions");
   json& csi = pv["spec"]["csi"];
   if (!vol.volume_context().empty()) {
@@ -450,8 +449,10 @@ absl::Status Provisioner::CreatePersistentVolume(const json& claim, const json& 
     if (std::string fs = param("fstype"); !fs.empty()) csi["fsType"] = fs;
   }
   static constexpr std::pair<const char*, const char*> kSecretRefs[] = {
-      {"controller-publish", "controllerPublishSecretRef"}, {"node-stage", "nodeStageSecretRef"},
-      {"node-publish", "nodePublishSecretRef"},             {"controller-expand", "controllerExpandSecretRef"},
+      {"controller-publish", "controllerPublishSecretRef"},
+      {"node-stage", "nodeStageSecretRef"},
+      {"node-publish", "nodePublishSecretRef"},
+      {"controller-expand", "controllerExpandSecretRef"},
       {"node-expand", "nodeExpandSecretRef"}};
   for (const auto& [prefix, field] : kSecretRefs) {
     std::string name = param(StrCat(prefix, "-secret-name"));
@@ -491,19 +492,19 @@ absl::Status Provisioner::SyncClaim(const std::string& key) {
   return st;
 }
 
-absl::Status Provisioner::SyncDeletedClaim(const json& claim, const std::string& key, bool have_class,
-                                           const json& sc, bool pv_exists) {
+absl::Status Provisioner::SyncDeletedClaim(const json& claim, const std::string& key, bool have_class, const json& sc,
+                                           bool pv_exists) {
   if (!HasFinalizer(claim, kProvisioningFinalizer)) return absl::OkStatus();
   if (pv_exists) return SetFinalizer(claim, false);  // the PV is released and reclaimed as usual
   const std::string pv_name = StrCat("pvc-", Uid(claim));
   if (!have_class) {
     // The request cannot be rebuilt (the class is gone or changed), so
     // whether a volume exists is unknown: keep the claim rather than leak.
-    absl::Status blocked = absl::FailedPreconditionError(StrCat(
-        "the claim was deleted while its volume was being created and StorageClass \"", ClaimClass(claim),
-        "\" of provisioner ", options_.driver,
-        " is gone: recreate the class so the volume can be cleaned up, or remove finalizer ",
-        kProvisioningFinalizer, " if no volume ", pv_name, " exists"));
+    absl::Status blocked = absl::FailedPreconditionError(
+        StrCat("the claim was deleted while its volume was being created and StorageClass \"", ClaimClass(claim),
+               "\" of provisioner ", options_.driver,
+               " is gone: recreate the class so the volume can be cleaned up, or remove finalizer ",
+               kProvisioningFinalizer, " if no volume ", pv_name, " exists"));
     events_.Record(claim, "Warning", "ProvisioningCleanupBlocked", std::string(blocked.message()));
     return blocked;
   }
@@ -540,8 +541,8 @@ absl::Status Provisioner::SyncClaimOnce(const std::string& key) {
   const bool have_class = ClassOf(*claim, &sc);
   const bool pending_finalizer = HasFinalizer(*claim, kProvisioningFinalizer);
   const std::string pv_name = StrCat("pvc-", Uid(*claim));
-  const bool pv_exists = informers_.volumes.GetSharedByKey(pv_name) != nullptr ||
-                         registry_.Get(K("persistentvolumes"), "", pv_name).ok();
+  const bool pv_exists =
+      informers_.volumes.GetSharedByKey(pv_name) != nullptr || registry_.Get(K("persistentvolumes"), "", pv_name).ok();
   if (Deleting(*claim)) return SyncDeletedClaim(*claim, key, have_class, sc, pv_exists);
   if (!Str(*claim, {"spec", "volumeName"}).empty()) {
     return pending_finalizer ? SetFinalizer(*claim, false) : absl::OkStatus();
@@ -554,9 +555,9 @@ absl::Status Provisioner::SyncClaimOnce(const std::string& key) {
     // then reports what blocks it); otherwise there is nothing to do until
     // the class is back.
     if (!pending_finalizer) return absl::OkStatus();
-    absl::Status st = absl::FailedPreconditionError(
-        StrCat("storageclass.storage.k8s.io \"", ClaimClass(*claim), "\" of provisioner ", options_.driver,
-               " not found while volume ", pv_name, " was being created"));
+    absl::Status st = absl::FailedPreconditionError(StrCat("storageclass.storage.k8s.io \"", ClaimClass(*claim),
+                                                           "\" of provisioner ", options_.driver,
+                                                           " not found while volume ", pv_name, " was being created"));
     events_.Record(*claim, "Warning", "ProvisioningFailed", std::string(st.message()));
     return st;
   }
@@ -577,8 +578,9 @@ absl::Status Provisioner::SyncClaimOnce(const std::string& key) {
     const std::string ready = node ? NodeReadyStatus(*node) : "";
     if (!node || (!ready.empty() && ready != "True")) {
       events_.Record(*claim, "Warning", "ProvisioningFailed",
-                     node ? StrCat("the selected node \"", selected, "\" is not ready (Ready=", ready, "); rescheduling")
-                          : StrCat("the selected node \"", selected, "\" does not exist; rescheduling"));
+                     node
+                         ? StrCat("the selected node \"", selected, "\" is not ready (Ready=", ready, "); rescheduling")
+                         : StrCat("the selected node \"", selected, "\" does not exist; rescheduling"));
       return ClearSelectedNode(*claim, selected);
     }
   }
@@ -599,9 +601,9 @@ absl::Status Provisioner::SyncClaimOnce(const std::string& key) {
     if (!source.ok()) return source.status();
     absl::Status protected_source = EditFinalizer(registry_, Claims(), *source, kCloningProtectionFinalizer, true);
     if (!protected_source.ok()) {
-      events_.Record(*claim, "Warning", "ProvisioningFailed",
-                     StrCat("failed to provision volume with StorageClass \"", Name(sc), "\": ",
-                            protected_source.message()));
+      events_.Record(
+          *claim, "Warning", "ProvisioningFailed",
+          StrCat("failed to provision volume with StorageClass \"", Name(sc), "\": ", protected_source.message()));
       return protected_source;
     }
   }
@@ -613,13 +615,13 @@ absl::Status Provisioner::SyncClaimOnce(const std::string& key) {
   auto resp = CreateVolume(*req, node, claim_queue_, key);
   if (!resp.ok()) {
     if (IsNotAFailure(resp.status())) return resp.status();  // waits for the driver (SyncClaim reports it)
-    events_.Record(*claim, "Warning", "ProvisioningFailed",
-                   StrCat("failed to provision volume with StorageClass \"", Name(sc), "\": ", resp.status().message()));
+    events_.Record(
+        *claim, "Warning", "ProvisioningFailed",
+        StrCat("failed to provision volume with StorageClass \"", Name(sc), "\": ", resp.status().message()));
     // A final error (RESOURCE_EXHAUSTED as external-provisioner, and any
     // other: nothing exists for this attempt) on a request tied to the
     // node's topology: let the scheduler choose another node.
-    if (FinalError(resp.status()) && wait_for_consumer && req->has_accessibility_requirements() &&
-        !selected.empty()) {
+    if (FinalError(resp.status()) && wait_for_consumer && req->has_accessibility_requirements() && !selected.empty()) {
       absl::Status cleared = ClearSelectedNode(*claim, selected);
       if (!cleared.ok()) spdlog::warn("provisioner: clearing selected-node of {}: {}", key, cleared.ToString());
     }
@@ -745,12 +747,14 @@ absl::Status Provisioner::SyncVolume(const std::string& name) {
   auto secrets = DeletionSecrets(pv);
   if (!secrets.ok()) return fail(secrets.status());
   // A node-local volume is deleted where it lives.
-  absl::Status st = DeleteVolume(Str(pv, {"spec", "csi", "volumeHandle"}), VolumeNode(registry_, pv), *secrets,
-                                 volume_queue_, name);
+  absl::Status st =
+      DeleteVolume(Str(pv, {"spec", "csi", "volumeHandle"}), VolumeNode(registry_, pv), *secrets, volume_queue_, name);
   if (!st.ok()) return fail(st);
   if (!deleting) {
     auto deleted = registry_.Delete(K("persistentvolumes"), "", name,
-                                    {.uid = Uid(pv), .resource_version = Str(pv, {"metadata", "resourceVersion"}), .grace_period_seconds = std::nullopt});
+                                    {.uid = Uid(pv),
+                                     .resource_version = Str(pv, {"metadata", "resourceVersion"}),
+                                     .grace_period_seconds = std::nullopt});
     if (!deleted.ok() && deleted.status().code() != absl::StatusCode::kNotFound) return deleted.status();
   }
   return EditFinalizer(registry_, K("persistentvolumes"), pv, kProvisionerFinalizer, false);

@@ -62,8 +62,8 @@
 #include "client/drivers.h"
 #include "client/events.h"
 #include "client/informer.h"
-#include "controllers/pv_binder.h"  // kProvisioningFinalizer, kAnnProvisioningNode
 #include "client/workqueue.h"
+#include "controllers/pv_binder.h"  // kProvisioningFinalizer, kAnnProvisioningNode
 #include "csi/v1/csi.grpc.pb.h"
 
 namespace berth::controllers {
@@ -98,8 +98,7 @@ class Provisioner {
     // Shared with the other controllers (the manager's); null: one of our own.
     DriverMonitor* monitor = nullptr;
   };
-  Provisioner(apiserver::Registry& registry, DriverDirectory& drivers, ProvisionerInformers informers,
-              Options options);
+  Provisioner(apiserver::Registry& registry, DriverDirectory& drivers, ProvisionerInformers informers, Options options);
   ~Provisioner();
 
   void RegisterHandlers();
@@ -116,8 +115,8 @@ class Provisioner {
   // The CreateVolume request for `claim` of `storage_class` (public for
   // tests). `node` is the selected node ("" for none).
   absl::StatusOr<::csi::v1::CreateVolumeRequest> BuildRequest(const nlohmann::json& claim,
-                                                             const nlohmann::json& storage_class,
-                                                             const std::string& node);
+                                                              const nlohmann::json& storage_class,
+                                                              const std::string& node);
 
  private:
   // The claim's class when it exists and names our driver.
@@ -125,8 +124,8 @@ class Provisioner {
   bool OwnsVolume(const nlohmann::json& pv) const;
   // The driver calls; a key waiting for the driver is parked on `queue`.
   absl::StatusOr<::csi::v1::CreateVolumeResponse> CreateVolume(const ::csi::v1::CreateVolumeRequest& request,
-                                                             const std::string& node, WorkQueue& queue,
-                                                             const std::string& key);
+                                                               const std::string& node, WorkQueue& queue,
+                                                               const std::string& key);
   absl::Status DeleteVolume(const std::string& handle, const std::string& node,
                             const google::protobuf::Map<std::string, std::string>& secrets, WorkQueue& queue,
                             const std::string& key);

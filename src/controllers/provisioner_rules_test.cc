@@ -13,13 +13,13 @@ namespace berth::controllers {
 using namespace ::berth::client;  // the controllers' own client library
 namespace {
 
-using ::testing::Contains;
-using ::testing::HasSubstr;
-using ::testing::Not;
 using testing::Claim;
+using ::testing::Contains;
 using testing::Eventually;
+using ::testing::HasSubstr;
 using testing::K;
 using testing::kDriver;
+using ::testing::Not;
 
 constexpr char kOther[] = "other.csi.berth.io";
 constexpr char kSnapGroup[] = "snapshot.storage.k8s.io";
@@ -51,7 +51,8 @@ class ProvisionerRulesTest : public testing::ProvisionerTest {
     auto list = registry_->List(K("events"), "", {});
     if (!list.ok()) return out;
     for (const auto& e : list->items) {
-      if (Str(e, {"involvedObject", "name"}) == name && Str(e, {"reason"}) == reason) out.push_back(Str(e, {"message"}));
+      if (Str(e, {"involvedObject", "name"}) == name && Str(e, {"reason"}) == reason)
+        out.push_back(Str(e, {"message"}));
     }
     return out;
   }
@@ -140,9 +141,8 @@ TEST_F(ProvisionerRulesTest, StaticVolumeWithDeleteIsDeletedThroughTheDriverWhen
   c["spec"]["volumeName"] = "static-pv";
   Create("persistentvolumeclaims", "", "default", c);
   ASSERT_TRUE(Eventually([&] { return ClaimPhase("data") == "Bound"; }));
-  ASSERT_TRUE(Eventually([&] {
-    return HasFinalizer(Get("persistentvolumes", "", "static-pv"), kProvisionerFinalizer);
-  }));
+  ASSERT_TRUE(
+      Eventually([&] { return HasFinalizer(Get("persistentvolumes", "", "static-pv"), kProvisionerFinalizer); }));
   ASSERT_TRUE(registry_->Delete(K("persistentvolumeclaims"), "default", "data").ok());
   ASSERT_TRUE(Eventually([&] { return Get("persistentvolumes", "", "static-pv").is_null(); }));
   EXPECT_TRUE(driver_->volumes().empty());
@@ -153,7 +153,9 @@ TEST_F(ProvisionerRulesTest, StaticVolumeDeletedBeforeItWasEverBoundKeepsItsStor
   Start();
   const std::string handle = DriverVolume("handmade");
   Create("persistentvolumes", "", "", StaticVolume("static-pv", kDriver, handle));
-  ASSERT_TRUE(Eventually([&] { return Str(Get("persistentvolumes", "", "static-pv"), {"status", "phase"}) == "Available"; }));
+  ASSERT_TRUE(Eventually([&] {
+    return Str(Get("persistentvolumes", "", "static-pv"), {"status", "phase"}) == "Available";
+  }));
   EXPECT_THAT(Finalizers("persistentvolumes", "", "static-pv"), Not(Contains(kProvisionerFinalizer)));
   ASSERT_TRUE(registry_->Delete(K("persistentvolumes"), "", "static-pv").ok());
   ASSERT_TRUE(Eventually([&] { return Get("persistentvolumes", "", "static-pv").is_null(); }));
@@ -170,7 +172,9 @@ TEST_F(ProvisionerRulesTest, StaticVolumeWithRetainKeepsItsStorage) {
   Create("persistentvolumeclaims", "", "default", c);
   ASSERT_TRUE(Eventually([&] { return ClaimPhase("data") == "Bound"; }));
   ASSERT_TRUE(registry_->Delete(K("persistentvolumeclaims"), "default", "data").ok());
-  ASSERT_TRUE(Eventually([&] { return Str(Get("persistentvolumes", "", "static-pv"), {"status", "phase"}) == "Released"; }));
+  ASSERT_TRUE(Eventually([&] {
+    return Str(Get("persistentvolumes", "", "static-pv"), {"status", "phase"}) == "Released";
+  }));
   EXPECT_TRUE(provisioner_->SyncVolume("static-pv").ok());
   EXPECT_FALSE(Get("persistentvolumes", "", "static-pv").is_null());
   EXPECT_EQ(driver_->volumes().size(), 1u);
@@ -202,16 +206,15 @@ TEST_F(ProvisionerRulesTest, ADriverOutageParksClaimsWithoutRetryingThemAndResum
   ASSERT_TRUE(Eventually([&] { return monitor_->Up(kDriver, ""); }));
   driver_->Crash();
   constexpr int kClaims = 50;
-  for (int i = 0; i < kClaims; ++i) Create("persistentvolumeclaims", "", "default", Claim("c" + std::to_string(i), "fast"));
+  for (int i = 0; i < kClaims; ++i)
+    Create("persistentvolumeclaims", "", "default", Claim("c" + std::to_string(i), "fast"));
   // Every claim was looked at once and is now waiting: few calls reached
   // the dead socket (the first of each worker), the rest were not made.
   ASSERT_TRUE(Eventually([&] {
     DriverMonitor::Stats s = monitor_->stats();
     return s.connection_failures + s.skipped >= kClaims;
   }));
-  ASSERT_TRUE(Eventually([&] {
-    return Events("c" + std::to_string(kClaims - 1), "ProvisioningFailed").size() == 1u;
-  }));
+  ASSERT_TRUE(Eventually([&] { return Events("c" + std::to_string(kClaims - 1), "ProvisioningFailed").size() == 1u; }));
   EXPECT_THAT(Events("c0", "ProvisioningFailed").front(), HasSubstr("to come back"));
   const DriverMonitor::Stats down = monitor_->stats();
   EXPECT_LE(down.connection_failures, 3) << "at most one failed call per worker";
@@ -272,7 +275,8 @@ class DataSourceTest : public ProvisionerRulesTest {
               {"sourceVolumeMode", "Filesystem"},
               {"source", {{"snapshotHandle", "snap-handle"}}},
               {"volumeSnapshotRef", {{"name", "snap"}, {"namespace", "default"}, {"uid", uid}}}}}});
-    SnapshotStatus({{"boundVolumeSnapshotContentName", "content"}, {"readyToUse", true}, {"restoreSize", restore_size}});
+    SnapshotStatus(
+        {{"boundVolumeSnapshotContentName", "content"}, {"readyToUse", true}, {"restoreSize", restore_size}});
   }
   json GetSnapshot() {
     auto got = registry_->Get(K("volumesnapshots", kSnapGroup), "default", "snap");
@@ -316,7 +320,8 @@ TEST_F(DataSourceTest, ASnapshotIsCheckedBeforeItIsRestored) {
   // Another driver's class.
   json other = Fast();
   other["provisioner"] = kOther;
-  EXPECT_THAT(Refusal(Restore(), other), HasSubstr("is handled by a different CSI driver than requested by StorageClass fast"));
+  EXPECT_THAT(Refusal(Restore(), other),
+              HasSubstr("is handled by a different CSI driver than requested by StorageClass fast"));
   // Another volume mode, unless the content allows it.
   json block = Restore();
   block["spec"]["volumeMode"] = "Block";
@@ -366,7 +371,8 @@ TEST_F(DataSourceTest, AClaimIsCheckedBeforeItIsCloned) {
   json block = Clone("src");
   block["spec"]["volumeMode"] = "Block";
   EXPECT_THAT(Refusal(block, Fast()), HasSubstr("must have the same volume mode for cloning"));
-  Patch("persistentvolumeclaims", "", "default", "src", {{"metadata", {{"finalizers", {kPvcProtection, "test/keep"}}}}});
+  Patch("persistentvolumeclaims", "", "default", "src",
+        {{"metadata", {{"finalizers", {kPvcProtection, "test/keep"}}}}});
   ASSERT_TRUE(registry_->Delete(K("persistentvolumeclaims"), "default", "src").ok());
   EXPECT_THAT(Refusal(Clone("src"), Fast()), HasSubstr("the PVC DataSource src is currently being deleted"));
 }
@@ -400,9 +406,8 @@ TEST_F(DataSourceTest, AClaimBeingClonedCannotGoUntilTheCloneIsBound) {
   json clone = Claim("clone", "fast");
   clone["spec"]["dataSource"] = {{"kind", "PersistentVolumeClaim"}, {"name", "src"}};
   Create("persistentvolumeclaims", "", "default", clone);
-  ASSERT_TRUE(Eventually([&] {
-    return HasFinalizer(Get("persistentvolumeclaims", "default", "src"), kCloningProtectionFinalizer);
-  }));
+  ASSERT_TRUE(Eventually(
+      [&] { return HasFinalizer(Get("persistentvolumeclaims", "default", "src"), kCloningProtectionFinalizer); }));
   ASSERT_TRUE(registry_->Delete(K("persistentvolumeclaims"), "default", "src").ok());
   EXPECT_NE(ClaimPhase("src"), "<gone>");
   ASSERT_TRUE(Eventually([&] { return ClaimPhase("clone") == "Bound"; }));
@@ -419,9 +424,8 @@ TEST_F(DataSourceTest, CloningProtectionComesOffOnceNoPendingClaimClones) {
   clone["spec"]["dataSource"] = {{"kind", "PersistentVolumeClaim"}, {"name", "src"}};
   Create("persistentvolumeclaims", "", "default", clone);
   ASSERT_TRUE(Eventually([&] { return ClaimPhase("clone") == "Bound"; }));
-  ASSERT_TRUE(Eventually([&] {
-    return !HasFinalizer(Get("persistentvolumeclaims", "default", "src"), kCloningProtectionFinalizer);
-  }));
+  ASSERT_TRUE(Eventually(
+      [&] { return !HasFinalizer(Get("persistentvolumeclaims", "default", "src"), kCloningProtectionFinalizer); }));
 }
 
 }  // namespace

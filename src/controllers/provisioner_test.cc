@@ -28,7 +28,8 @@ using testing::ProvisionerTest;
 TEST_F(ProvisionerTest, ProvisionsBindsAndDeletesWithTheReclaimPolicy) {
   Create("secrets", "", "default", {{"metadata", {{"name", "creds"}}}, {"stringData", {{"token", "s3cr3t"}}}});
   Class("fast", "Immediate",
-        {{"csi.storage.k8s.io/fstype", "xfs"}, {"tier", "gold"},
+        {{"csi.storage.k8s.io/fstype", "xfs"},
+         {"tier", "gold"},
          {"csi.storage.k8s.io/provisioner-secret-name", "creds"},
          {"csi.storage.k8s.io/provisioner-secret-namespace", "${pvc.namespace}"},
          {"csi.storage.k8s.io/node-stage-secret-name", "creds"},
@@ -58,7 +59,8 @@ TEST_F(ProvisionerTest, ProvisionsBindsAndDeletesWithTheReclaimPolicy) {
   EXPECT_EQ(req->secrets().at("token"), "s3cr3t");
   ASSERT_EQ(req->volume_capabilities_size(), 1);
   EXPECT_EQ(req->volume_capabilities(0).mount().fs_type(), "xfs");
-  EXPECT_EQ(req->volume_capabilities(0).access_mode().mode(), ::csi::v1::VolumeCapability::AccessMode::SINGLE_NODE_WRITER);
+  EXPECT_EQ(req->volume_capabilities(0).access_mode().mode(),
+            ::csi::v1::VolumeCapability::AccessMode::SINGLE_NODE_WRITER);
 
   ASSERT_TRUE(registry_->Delete(K("persistentvolumeclaims"), "default", "data").ok());
   ASSERT_TRUE(Eventually([&] { return Get("persistentvolumes", "", pv_name).is_null(); }));
@@ -71,22 +73,25 @@ TEST_F(ProvisionerTest, WaitForFirstConsumerUsesTheSelectedNodesTopology) {
     Create("nodes", "", "", {{"metadata", {{"name", node}, {"labels", {{"kubernetes.io/hostname", node}}}}}});
     Create("csinodes", "storage.k8s.io", "",
            {{"metadata", {{"name", node}}},
-            {"spec", {{"drivers", {{{"name", kDriver}, {"nodeID", node}, {"topologyKeys", {"kubernetes.io/hostname"}}}}}}}});
+            {"spec",
+             {{"drivers", {{{"name", kDriver}, {"nodeID", node}, {"topologyKeys", {"kubernetes.io/hostname"}}}}}}}});
   }
   Start();
   Create("persistentvolumeclaims", "", "default", Claim("data", "local"));
   absl::SleepFor(absl::Milliseconds(300));
   EXPECT_EQ(driver_->create_calls(), 0);  // no consumer yet
-  ASSERT_TRUE(registry_->Patch(K("persistentvolumeclaims"), "default", "data",
-                               json({{"metadata", {{"annotations", {{kAnnSelectedNode, "node-b"}}}}}}).dump(),
-                               apiserver::PatchType::kMerge, apiserver::Subresource::kMain)
+  ASSERT_TRUE(registry_
+                  ->Patch(K("persistentvolumeclaims"), "default", "data",
+                          json({{"metadata", {{"annotations", {{kAnnSelectedNode, "node-b"}}}}}}).dump(),
+                          apiserver::PatchType::kMerge, apiserver::Subresource::kMain)
                   .ok());
   ASSERT_TRUE(Eventually([&] { return ClaimPhase("data") == "Bound"; }));
   auto req = driver_->last_request();
   ASSERT_EQ(req->accessibility_requirements().requisite_size(), 2);
   EXPECT_EQ(req->accessibility_requirements().preferred(0).segments().at("kubernetes.io/hostname"), "node-b");
   json pv = Get("persistentvolumes", "", Get("persistentvolumeclaims", "default", "data")["spec"]["volumeName"]);
-  EXPECT_EQ(pv["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"][0]["matchExpressions"][0]["values"][0], "node-b");
+  EXPECT_EQ(pv["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"][0]["matchExpressions"][0]["values"][0],
+            "node-b");
 }
 
 TEST_F(ProvisionerTest, ALostAnswerIsRetriedWithoutASecondVolume) {
@@ -122,7 +127,8 @@ TEST_F(ProvisionerTest, ResourceExhaustedUnderWaitForFirstConsumerClearsTheSelec
   Create("nodes", "", "", {{"metadata", {{"name", "node-a"}, {"labels", {{"kubernetes.io/hostname", "node-a"}}}}}});
   Create("csinodes", "storage.k8s.io", "",
          {{"metadata", {{"name", "node-a"}}},
-          {"spec", {{"drivers", {{{"name", kDriver}, {"nodeID", "node-a"}, {"topologyKeys", {"kubernetes.io/hostname"}}}}}}}});
+          {"spec",
+           {{"drivers", {{{"name", kDriver}, {"nodeID", "node-a"}, {"topologyKeys", {"kubernetes.io/hostname"}}}}}}}});
   driver_->FailCreates(grpc::StatusCode::RESOURCE_EXHAUSTED, 1000);
   Start();
   json c = Claim("data", "local");
@@ -172,9 +178,8 @@ TEST_F(ProvisionerTest, ExpansionWithoutNodeStepCompletesTheClaim) {
   Create("persistentvolumeclaims", "", "default", Claim("data", "fast", "1Gi"));
   ASSERT_TRUE(Eventually([&] { return ClaimPhase("data") == "Bound"; }));
   Grow("data", "2Gi");
-  ASSERT_TRUE(Eventually([&] {
-    return Get("persistentvolumeclaims", "default", "data")["status"]["capacity"]["storage"] == "2Gi";
-  }));
+  ASSERT_TRUE(Eventually(
+      [&] { return Get("persistentvolumeclaims", "default", "data")["status"]["capacity"]["storage"] == "2Gi"; }));
   json claim = Get("persistentvolumeclaims", "default", "data");
   EXPECT_TRUE(Condition(claim, "Resizing").is_null());
   EXPECT_TRUE(Condition(claim, "FileSystemResizePending").is_null());
@@ -195,7 +200,6 @@ TEST_F(ProvisionerTest, InfeasibleExpansionIsReportedOnTheClaim) {
   EXPECT_EQ(claim["status"]["capacity"]["storage"], "1Gi");
   EXPECT_EQ(Get("persistentvolumes", "", claim["spec"]["volumeName"])["spec"]["capacity"]["storage"], "1Gi");
 }
-
 
 TEST_F(ProvisionerTest, DeletedBoundVolumeKeepsItsStorageUntilTheClaimGoes) {
   Class("fast");
@@ -273,11 +277,14 @@ TEST_F(ProvisionerTest, ClaimDeletedMidFlightWithItsClassGoneKeepsItsFinalizer) 
   absl::SleepFor(absl::Seconds(2));
   EXPECT_NE(ClaimPhase("data"), "<gone>");
   EXPECT_EQ(driver_->volumes().size(), 1u);
-  EXPECT_EQ(Get("persistentvolumeclaims", "default", "data")["metadata"]["annotations"].value(kAnnProvisioningNode, "x"), "x");
+  EXPECT_EQ(
+      Get("persistentvolumeclaims", "default", "data")["metadata"]["annotations"].value(kAnnProvisioningNode, "x"),
+      "x");
   // The class comes back: the volume is cleaned up and the claim goes.
   driver_->SetCreateDelay(absl::ZeroDuration());
   Class("fast");
-  ASSERT_TRUE(Eventually([&] { return ClaimPhase("data") == "<gone>" && driver_->volumes().empty(); }, absl::Seconds(30)));
+  ASSERT_TRUE(
+      Eventually([&] { return ClaimPhase("data") == "<gone>" && driver_->volumes().empty(); }, absl::Seconds(30)));
 }
 
 class BuildRequestTest : public ProvisionerTest {
@@ -292,7 +299,8 @@ class BuildRequestTest : public ProvisionerTest {
       }
       Create("nodes", "", "", {{"metadata", {{"name", n}, {"labels", labels}}}});
       Create("csinodes", "storage.k8s.io", "",
-             {{"metadata", {{"name", n}}}, {"spec", {{"drivers", {{{"name", kDriver}, {"nodeID", n}, {"topologyKeys", keys}}}}}}});
+             {{"metadata", {{"name", n}}},
+              {"spec", {{"drivers", {{{"name", kDriver}, {"nodeID", n}, {"topologyKeys", keys}}}}}}});
     }
   }
   std::string FirstPreferred(const ::csi::v1::CreateVolumeRequest& req) {
@@ -341,7 +349,8 @@ TEST_F(BuildRequestTest, AllowedTopologiesMayNameFewerKeysThanTheDriver) {
   Start();
   json sc = {{"metadata", {{"name", "zonal"}}},
              {"provisioner", kDriver},
-             {"allowedTopologies", {{{"matchLabelExpressions", {{{"key", "topology.kubernetes.io/zone"}, {"values", {"z1"}}}}}}}}};
+             {"allowedTopologies",
+              {{{"matchLabelExpressions", {{{"key", "topology.kubernetes.io/zone"}, {"values", {"z1"}}}}}}}}};
   json claim = Claim("data", "zonal");
   claim["metadata"]["uid"] = "u";
   auto req = provisioner_->BuildRequest(claim, sc, "n2");
@@ -365,7 +374,6 @@ TEST_F(ProvisionerTest, SelectedNodeThatDoesNotExistIsClearedForTheScheduler) {
   EXPECT_EQ(driver_->create_calls(), 0);
 }
 
-
 // Issue 18: WaitForFirstConsumer claims leave nodes that died.
 TEST_F(ProvisionerTest, SelectedNodeThatIsNotReadyIsClearedForTheScheduler) {
   Class("local", "WaitForFirstConsumer");
@@ -388,7 +396,8 @@ TEST_F(ProvisionerTest, AFinalErrorOnTheNodesTopologyHandsTheClaimBack) {
   Create("nodes", "", "", {{"metadata", {{"name", "node-a"}, {"labels", {{"kubernetes.io/hostname", "node-a"}}}}}});
   Create("csinodes", "storage.k8s.io", "",
          {{"metadata", {{"name", "node-a"}}},
-          {"spec", {{"drivers", {{{"name", kDriver}, {"nodeID", "node-a"}, {"topologyKeys", {"kubernetes.io/hostname"}}}}}}}});
+          {"spec",
+           {{"drivers", {{{"name", kDriver}, {"nodeID", "node-a"}, {"topologyKeys", {"kubernetes.io/hostname"}}}}}}}});
   driver_->FailCreates(grpc::StatusCode::INTERNAL, 1000);
   Start();
   json c = Claim("data", "local");
@@ -399,16 +408,16 @@ TEST_F(ProvisionerTest, AFinalErrorOnTheNodesTopologyHandsTheClaimBack) {
   }));
   EXPECT_GE(driver_->create_calls(), 1);
   EXPECT_TRUE(driver_->volumes().empty());
-  EXPECT_TRUE(Eventually([&] {
-    return !HasFinalizer(Get("persistentvolumeclaims", "default", "data"), kProvisioningFinalizer);
-  }));
+  EXPECT_TRUE(Eventually(
+      [&] { return !HasFinalizer(Get("persistentvolumeclaims", "default", "data"), kProvisioningFinalizer); }));
 }
 
 TEST_F(ProvisionerTest, ANodeThatFailsLaterHandsItsWaitingClaimsBack) {
   // The claim cannot be provisioned yet (its provisioner secret is
   // missing: retried, nothing sent); its node then stops being Ready.
-  Class("local", "WaitForFirstConsumer", {{"csi.storage.k8s.io/provisioner-secret-name", "later"},
-                                          {"csi.storage.k8s.io/provisioner-secret-namespace", "default"}});
+  Class("local", "WaitForFirstConsumer",
+        {{"csi.storage.k8s.io/provisioner-secret-name", "later"},
+         {"csi.storage.k8s.io/provisioner-secret-namespace", "default"}});
   Create("nodes", "", "", {{"metadata", {{"name", "node-a"}}}});
   auto set_ready = [&](const std::string& ready) {
     json node = Get("nodes", "", "node-a");
@@ -445,7 +454,9 @@ TEST_F(ProvisionerTest, AnInFlightRequestKeepsItsNodeEvenIfTheNodeIsNotReady) {
   c["metadata"]["finalizers"] = {kProvisioningFinalizer};
   Create("persistentvolumeclaims", "", "default", c);
   Start();
-  ASSERT_TRUE(Eventually([&] { return !Get("persistentvolumes", "", "pvc-" + Uid(Get("persistentvolumeclaims", "default", "data"))).is_null(); }));
+  ASSERT_TRUE(Eventually([&] {
+    return !Get("persistentvolumes", "", "pvc-" + Uid(Get("persistentvolumeclaims", "default", "data"))).is_null();
+  }));
   EXPECT_EQ(Annotation(Get("persistentvolumeclaims", "default", "data"), kAnnSelectedNode), "slow");
 }
 

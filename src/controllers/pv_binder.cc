@@ -4,11 +4,11 @@
 
 #include "api/quantity.h"
 #include "api/selector.h"
+#include "client/object.h"
+#include "client/writes.h"
 #include "common/status.h"
 #include "common/strings.h"
 #include "controllers/node_affinity.h"
-#include "client/object.h"
-#include "client/writes.h"
 #include "spdlog/spdlog.h"
 
 namespace berth::controllers {
@@ -42,10 +42,10 @@ const api::KindInfo& VolumesKind() { return *api::FindResource("", "persistentvo
 // and writes it back conditionally; a conflict is returned (the caller's
 // work queue retries with backoff). An object that is gone needs nothing.
 absl::Status Mutate(apiserver::Registry& registry, const api::KindInfo& kind, const std::string& ns,
-                    const std::string& name, apiserver::Subresource sub,
-                    const std::function<bool(json&)>& mutate) {
+                    const std::string& name, apiserver::Subresource sub, const std::function<bool(json&)>& mutate) {
   auto current = registry.Get(kind, ns, name);
-  if (!current.ok()) return current.status().code() == absl::StatusCode::kNotFound ? absl::OkStatus() : current.status();
+  if (!current.ok())
+    return current.status().code() == absl::StatusCode::kNotFound ? absl::OkStatus() : current.status();
   json obj = std::move(*current);
   if (!mutate(obj)) return absl::OkStatus();
   return registry.Update(kind, ns, name, std::move(obj), sub).status();
@@ -58,8 +58,7 @@ bool EditClaimStatus(json& claim, const std::string& phase, const json* volume) 
   const json before = status;
   // Capacity only when the claim becomes Bound (as Kubernetes does): later
   // a smaller claim capacity than the volume's means a resize in progress.
-  if (volume != nullptr && phase == "Bound" &&
-      (before.value("phase", "") != "Bound" || !before.contains("capacity"))) {
+  if (volume != nullptr && phase == "Bound" && (before.value("phase", "") != "Bound" || !before.contains("capacity"))) {
     status["capacity"] = Field(Field(*volume, "spec"), "capacity");
     status["accessModes"] = Field(Field(*volume, "spec"), "accessModes");
   }
@@ -169,9 +168,8 @@ void PvBinder::RegisterHandlers() {
 
 void PvBinder::Start() {
   for (int i = 0; i < options_.workers; ++i) {
-    workers_.emplace_back([this] {
-      RunWorker(claim_queue_, "pv binder: claim", [this](const std::string& k) { return SyncClaim(k); });
-    });
+    workers_.emplace_back(
+        [this] { RunWorker(claim_queue_, "pv binder: claim", [this](const std::string& k) { return SyncClaim(k); }); });
     workers_.emplace_back([this] {
       RunWorker(volume_queue_, "pv binder: volume", [this](const std::string& k) { return SyncVolume(k); });
     });
@@ -187,7 +185,8 @@ void PvBinder::Stop() {
 
 absl::Status PvBinder::CheckVolumeSatisfyClaim(const json& volume, const json& claim) {
   // kube-controller-manager's checkVolumeSatisfyClaim, with its messages.
-  if (Deleting(volume)) return absl::FailedPreconditionError(StrCat("the volume is marked for deletion \"", Name(volume), "\""));
+  if (Deleting(volume))
+    return absl::FailedPreconditionError(StrCat("the volume is marked for deletion \"", Name(volume), "\""));
   auto request = Size(Field(Field(Field(Field(claim, "spec"), "resources"), "requests"), "storage"));
   auto capacity = Size(Field(Field(Field(volume, "spec"), "capacity"), "storage"));
   if (!capacity || (request && *capacity < *request)) return absl::FailedPreconditionError("requested PV is too small");
@@ -286,12 +285,12 @@ absl::Status PvBinder::SyncClaim(const std::string& key) {
   if (!claim) return absl::OkStatus();
   if (Deleting(*claim)) return ProtectClaim(*claim);
   if (!HasFinalizer(*claim, kPvcProtection)) {
-    BERTH_RETURN_IF_ERROR(Mutate(registry_, ClaimsKind(), Ns(*claim), Name(*claim), apiserver::Subresource::kMain,
-                                 [](json& o) {
-                                   if (Deleting(o) || HasFinalizer(o, kPvcProtection)) return false;
-                                   o["metadata"]["finalizers"].push_back(kPvcProtection);
-                                   return true;
-                                 }));
+    BERTH_RETURN_IF_ERROR(
+        Mutate(registry_, ClaimsKind(), Ns(*claim), Name(*claim), apiserver::Subresource::kMain, [](json& o) {
+          if (Deleting(o) || HasFinalizer(o, kPvcProtection)) return false;
+          o["metadata"]["finalizers"].push_back(kPvcProtection);
+          return true;
+        }));
     return absl::OkStatus();  // the update brings the claim back through the queue
   }
   if (Annotation(*claim, kAnnBindCompleted).empty()) return SyncUnboundClaim(*claim);
@@ -308,9 +307,9 @@ absl::Status PvBinder::SyncUnboundClaim(const json& claim) {
       return SetClaimPhase(claim, "Pending", nullptr);
     }
     const json& ref = Field(Field(*pv, "spec"), "claimRef");
-    if (!ref.is_null() && !(Str(ref, {"uid"}) == Uid(claim) ||
-                            (Str(ref, {"uid"}).empty() && Str(ref, {"name"}) == Name(claim) &&
-                             Str(ref, {"namespace"}) == Ns(claim)))) {
+    if (!ref.is_null() &&
+        !(Str(ref, {"uid"}) == Uid(claim) ||
+          (Str(ref, {"uid"}).empty() && Str(ref, {"name"}) == Name(claim) && Str(ref, {"namespace"}) == Ns(claim)))) {
       events_.Record(claim, "Warning", "FailedBinding",
                      StrCat("volume \"", volume_name, "\" already bound to a different claim."));
       return SetClaimPhase(claim, "Pending", nullptr);
@@ -323,8 +322,8 @@ absl::Status PvBinder::SyncUnboundClaim(const json& claim) {
         // The node a consumer of the claim is (to be) on must be one the
         // volume can be used from.
         if (std::string node = ConsumerNode(claim); !node.empty() && !AffinityAdmits(*pv, NodeLabelsOf(node))) {
-          fits = absl::FailedPreconditionError(StrCat("its node affinity does not admit node \"", node,
-                                                      "\", where the claim is used"));
+          fits = absl::FailedPreconditionError(
+              StrCat("its node affinity does not admit node \"", node, "\", where the claim is used"));
         }
       }
       if (!fits.ok()) {
@@ -348,8 +347,7 @@ absl::Status PvBinder::SyncUnboundClaim(const json& claim) {
         pv != nullptr && !Field(Field(*pv, "spec"), "claimRef").is_null()) {
       return Bind(claim, *pv);
     }
-    events_.Record(claim, "Normal", "WaitForFirstConsumer",
-                   "waiting for first consumer to be created before binding");
+    events_.Record(claim, "Normal", "WaitForFirstConsumer", "waiting for first consumer to be created before binding");
     return SetClaimPhase(claim, "Pending", nullptr);
   }
   std::optional<json> node_labels;
@@ -370,13 +368,13 @@ absl::Status PvBinder::SyncUnboundClaim(const json& claim) {
     // driver's, even if the class now names another.
     const std::string handed_to = Annotation(claim, kAnnStorageProvisioner);
     if (handed_to != provisioner && (handed_to.empty() || !HasFinalizer(claim, kProvisioningFinalizer))) {
-      BERTH_RETURN_IF_ERROR(Mutate(registry_, ClaimsKind(), Ns(claim), Name(claim), apiserver::Subresource::kMain,
-                                   [&](json& o) {
-                                     if (Deleting(o)) return false;
-                                     o["metadata"]["annotations"][kAnnStorageProvisioner] = provisioner;
-                                     o["metadata"]["annotations"][kAnnBetaStorageProvisioner] = provisioner;
-                                     return true;
-                                   }));
+      BERTH_RETURN_IF_ERROR(
+          Mutate(registry_, ClaimsKind(), Ns(claim), Name(claim), apiserver::Subresource::kMain, [&](json& o) {
+            if (Deleting(o)) return false;
+            o["metadata"]["annotations"][kAnnStorageProvisioner] = provisioner;
+            o["metadata"]["annotations"][kAnnBetaStorageProvisioner] = provisioner;
+            return true;
+          }));
     }
     events_.Record(claim, "Normal", "ExternalProvisioning",
                    StrCat("Waiting for a volume to be created either by the external provisioner '", provisioner,
@@ -385,7 +383,8 @@ absl::Status PvBinder::SyncUnboundClaim(const json& claim) {
     return SetClaimPhase(claim, "Pending", nullptr);
   }
   if (!cls.empty() && !sc) {
-    events_.Record(claim, "Warning", "ProvisioningFailed", StrCat("storageclass.storage.k8s.io \"", cls, "\" not found"));
+    events_.Record(claim, "Warning", "ProvisioningFailed",
+                   StrCat("storageclass.storage.k8s.io \"", cls, "\" not found"));
   } else {
     events_.Record(claim, "Normal", "FailedBinding",
                    "no persistent volumes available for this claim and no storage class is set");
@@ -422,33 +421,32 @@ absl::Status PvBinder::Bind(const json& claim, const json& volume) {
   // 3. The claim points at the volume and is Bound, in one write
   // (Kubernetes takes two: the object, then /status). The provisioner's
   // finalizer goes with it: the PV now holds the claim.
-  BERTH_RETURN_IF_ERROR(Mutate(registry_, ClaimsKind(), Ns(claim), Name(claim), apiserver::Subresource::kMainAndStatus,
-                               [&](json& pvc) {
-                                 if (Uid(pvc) != Uid(claim)) return false;
-                                 // Never complete a binding to a volume the
-                                 // claim does not name.
-                                 if (const std::string named = Str(pvc, {"spec", "volumeName"});
-                                     !named.empty() && named != pv_name) {
-                                   return false;
-                                 }
-                                 bool changed = false;
-                                 if (Str(pvc, {"spec", "volumeName"}).empty()) {
-                                   pvc["spec"]["volumeName"] = pv_name;
-                                   pvc["metadata"]["annotations"][kAnnBoundByController] = "yes";
-                                   changed = true;
-                                 }
-                                 if (Annotation(pvc, kAnnBindCompleted) != "yes") {
-                                   pvc["metadata"]["annotations"][kAnnBindCompleted] = "yes";
-                                   changed = true;
-                                 }
-                                 if (HasFinalizer(pvc, kProvisioningFinalizer)) {
-                                   json& f = pvc["metadata"]["finalizers"];
-                                   f.erase(std::remove(f.begin(), f.end(), json(kProvisioningFinalizer)), f.end());
-                                   pvc["metadata"]["annotations"].erase(kAnnProvisioningNode);
-                                   changed = true;
-                                 }
-                                 return EditClaimStatus(pvc, "Bound", &*fresh_pv) || changed;
-                               }));
+  BERTH_RETURN_IF_ERROR(
+      Mutate(registry_, ClaimsKind(), Ns(claim), Name(claim), apiserver::Subresource::kMainAndStatus, [&](json& pvc) {
+        if (Uid(pvc) != Uid(claim)) return false;
+        // Never complete a binding to a volume the
+        // claim does not name.
+        if (const std::string named = Str(pvc, {"spec", "volumeName"}); !named.empty() && named != pv_name) {
+          return false;
+        }
+        bool changed = false;
+        if (Str(pvc, {"spec", "volumeName"}).empty()) {
+          pvc["spec"]["volumeName"] = pv_name;
+          pvc["metadata"]["annotations"][kAnnBoundByController] = "yes";
+          changed = true;
+        }
+        if (Annotation(pvc, kAnnBindCompleted) != "yes") {
+          pvc["metadata"]["annotations"][kAnnBindCompleted] = "yes";
+          changed = true;
+        }
+        if (HasFinalizer(pvc, kProvisioningFinalizer)) {
+          json& f = pvc["metadata"]["finalizers"];
+          f.erase(std::remove(f.begin(), f.end(), json(kProvisioningFinalizer)), f.end());
+          pvc["metadata"]["annotations"].erase(kAnnProvisioningNode);
+          changed = true;
+        }
+        return EditClaimStatus(pvc, "Bound", &*fresh_pv) || changed;
+      }));
   if (auto fresh_claim = registry_.Get(ClaimsKind(), Ns(claim), Name(claim));
       fresh_claim.ok() && Str(*fresh_claim, {"spec", "volumeName"}) != pv_name) {
     return absl::AbortedError(StrCat("claim ", ObjectKey(claim), " names volume ",
@@ -463,13 +461,14 @@ absl::Status PvBinder::SyncBoundClaim(const json& claim) {
   std::optional<json> pv = volume_name.empty() ? std::nullopt : informers_.volumes.Get("", volume_name);
   if (!pv) {
     // Let the cache catch up before declaring loss: read the store.
-    auto stored = volume_name.empty() ? absl::StatusOr<json>(absl::NotFoundError("")) :
-                                        registry_.Get(VolumesKind(), "", volume_name);
+    auto stored = volume_name.empty() ? absl::StatusOr<json>(absl::NotFoundError(""))
+                                      : registry_.Get(VolumesKind(), "", volume_name);
     if (stored.ok()) {
       pv = *stored;
     } else {
       if (Str(claim, {"status", "phase"}) != "Lost") {
-        events_.Record(claim, "Warning", "ClaimLost", "Bound claim has lost its PersistentVolume. Data on the volume is lost!");
+        events_.Record(claim, "Warning", "ClaimLost",
+                       "Bound claim has lost its PersistentVolume. Data on the volume is lost!");
       }
       return SetClaimPhase(claim, "Lost", nullptr);
     }
@@ -533,8 +532,7 @@ absl::Status PvBinder::SyncVolume(const std::string& name) {
   // The claim is bound to another volume. A volume provisioned for it with
   // reclaim Delete is released (the provisioner deletes it: nothing leaks);
   // one we bound is unbound; one the user bound is left alone.
-  if (!Annotation(*pv, kAnnProvisionedBy).empty() &&
-      Str(*pv, {"spec", "persistentVolumeReclaimPolicy"}) == "Delete") {
+  if (!Annotation(*pv, kAnnProvisionedBy).empty() && Str(*pv, {"spec", "persistentVolumeReclaimPolicy"}) == "Delete") {
     return phase == "Released" ? absl::OkStatus() : SetVolumePhase(*pv, "Released");
   }
   if (Annotation(*pv, kAnnBoundByController) == "yes") {

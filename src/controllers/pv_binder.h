@@ -86,8 +86,7 @@ class PvBinder {
 
   // The best Available volume for `claim` among `volumes`, or nullptr.
   // Exposed for tests; `node_labels` is the selected node's labels (or null).
-  static const nlohmann::json* FindBestMatch(const nlohmann::json& claim,
-                                             const std::vector<nlohmann::json>& volumes,
+  static const nlohmann::json* FindBestMatch(const nlohmann::json& claim, const std::vector<nlohmann::json>& volumes,
                                              const nlohmann::json* node_labels);
   // Whether `volume` can serve `claim` (kube-controller-manager's
   // checkVolumeSatisfyClaim): not being deleted, large enough, same class,
@@ -102,10 +101,8 @@ class PvBinder {
   absl::Status ReleaseOrUnbind(const nlohmann::json& volume);
   absl::Status ProtectClaim(const nlohmann::json& claim);
   absl::Status ProtectVolume(const nlohmann::json& volume);
-  absl::Status SetClaimPhase(const nlohmann::json& claim, const std::string& phase,
-                             const nlohmann::json* volume);
-  absl::Status SetVolumePhase(const nlohmann::json& volume, const std::string& phase,
-                              const std::string& message = "");
+  absl::Status SetClaimPhase(const nlohmann::json& claim, const std::string& phase, const nlohmann::json* volume);
+  absl::Status SetVolumePhase(const nlohmann::json& volume, const std::string& phase, const std::string& message = "");
   bool ClaimInUse(const nlohmann::json& claim) const;
   // The node a consumer of `claim` is on or chosen for: its selected-node,
   // else the node of a scheduled pod using it ("" if none).

@@ -19,7 +19,8 @@ json Claim(const std::string& name, const std::string& size, const std::string& 
   return {{"apiVersion", "v1"},
           {"kind", "PersistentVolumeClaim"},
           {"metadata", {{"name", name}}},
-          {"spec", {{"accessModes", modes}, {"storageClassName", cls}, {"resources", {{"requests", {{"storage", size}}}}}}}};
+          {"spec",
+           {{"accessModes", modes}, {"storageClassName", cls}, {"resources", {{"requests", {{"storage", size}}}}}}}};
 }
 
 json Volume(const std::string& name, const std::string& size, const std::string& cls = "",
@@ -37,7 +38,8 @@ json Volume(const std::string& name, const std::string& size, const std::string&
 
 json OnNode(const std::string& node) {
   return json::parse(R"({"required":{"nodeSelectorTerms":[{"matchExpressions":[
-      {"key":"kubernetes.io/hostname","operator":"In","values":[")" + node + R"("]}]}]}})");
+      {"key":"kubernetes.io/hostname","operator":"In","values":[")" +
+                     node + R"("]}]}]}})");
 }
 
 class PvBinderTest : public ::testing::Test {
@@ -151,8 +153,10 @@ TEST_F(PvBinderTest, PreBoundClaimGetsItsVolume) {
 }
 
 TEST_F(PvBinderTest, WaitForFirstConsumerWaitsForTheSelectedNode) {
-  Create("storageclasses", "", {{"metadata", {{"name", "local"}}}, {"provisioner", "kubernetes.io/no-provisioner"},
-                                {"volumeBindingMode", "WaitForFirstConsumer"}});
+  Create("storageclasses", "",
+         {{"metadata", {{"name", "local"}}},
+          {"provisioner", "kubernetes.io/no-provisioner"},
+          {"volumeBindingMode", "WaitForFirstConsumer"}});
   for (const char* node : {"node-a", "node-b"}) {
     json pv = Volume(std::string("pv-") + node, "1Gi", "local");
     pv["spec"]["nodeAffinity"] = OnNode(node);
@@ -162,9 +166,10 @@ TEST_F(PvBinderTest, WaitForFirstConsumerWaitsForTheSelectedNode) {
   StartBinder();
   absl::SleepFor(absl::Milliseconds(300));
   EXPECT_EQ(Phase("persistentvolumeclaims", "default", "data"), "Pending");
-  ASSERT_TRUE(registry_->Patch(K("persistentvolumeclaims"), "default", "data",
-                               json({{"metadata", {{"annotations", {{kAnnSelectedNode, "node-b"}}}}}}).dump(),
-                               apiserver::PatchType::kMerge, apiserver::Subresource::kMain)
+  ASSERT_TRUE(registry_
+                  ->Patch(K("persistentvolumeclaims"), "default", "data",
+                          json({{"metadata", {{"annotations", {{kAnnSelectedNode, "node-b"}}}}}}).dump(),
+                          apiserver::PatchType::kMerge, apiserver::Subresource::kMain)
                   .ok());
   ASSERT_TRUE(Eventually([&] { return Phase("persistentvolumeclaims", "default", "data") == "Bound"; }));
   EXPECT_EQ(Get("persistentvolumeclaims", "default", "data")["spec"]["volumeName"], "pv-node-b");
@@ -192,9 +197,14 @@ TEST_F(PvBinderTest, DeletedClaimWaitsForItsPodThenReleasesTheVolume) {
   Create("persistentvolumes", "", Volume("pv", "1Gi"));
   Create("persistentvolumeclaims", "default", Claim("data", "1Gi"));
   // Scheduled: only pods on a node hold a claim (Kubernetes' rule).
-  Create("pods", "default", {{"apiVersion", "v1"}, {"kind", "Pod"}, {"metadata", {{"name", "app"}}},
-                             {"spec", {{"nodeName", "node-1"}, {"containers", {{{"name", "c"}, {"image", "busybox"}}}},
-                                       {"volumes", {{{"name", "d"}, {"persistentVolumeClaim", {{"claimName", "data"}}}}}}}}});
+  Create("pods", "default",
+         {{"apiVersion", "v1"},
+          {"kind", "Pod"},
+          {"metadata", {{"name", "app"}}},
+          {"spec",
+           {{"nodeName", "node-1"},
+            {"containers", {{{"name", "c"}, {"image", "busybox"}}}},
+            {"volumes", {{{"name", "d"}, {"persistentVolumeClaim", {{"claimName", "data"}}}}}}}}});
   StartBinder();
   ASSERT_TRUE(Eventually([&] { return Phase("persistentvolumeclaims", "default", "data") == "Bound"; }));
   ASSERT_TRUE(registry_->Delete(K("persistentvolumeclaims"), "default", "data").ok());
@@ -210,8 +220,11 @@ TEST_F(PvBinderTest, RestartFinishesAHalfDoneBinding) {
   Create("persistentvolumeclaims", "default", Claim("data", "1Gi"));
   json claim = Get("persistentvolumeclaims", "default", "data");
   json pv = Volume("pv", "1Gi");
-  pv["spec"]["claimRef"] = {{"kind", "PersistentVolumeClaim"}, {"namespace", "default"}, {"name", "data"},
-                            {"uid", claim["metadata"]["uid"]}, {"apiVersion", "v1"}};
+  pv["spec"]["claimRef"] = {{"kind", "PersistentVolumeClaim"},
+                            {"namespace", "default"},
+                            {"name", "data"},
+                            {"uid", claim["metadata"]["uid"]},
+                            {"apiVersion", "v1"}};
   pv["metadata"]["annotations"] = {{kAnnBoundByController, "yes"}};
   Create("persistentvolumes", "", pv);
   StartBinder();
@@ -231,8 +244,11 @@ TEST_F(PvBinderTest, ProvisionedVolumeForAClaimThatBoundElsewhereIsReleased) {
   json pv = Volume("pvc-extra", "1Gi");
   pv["metadata"]["annotations"] = {{kAnnProvisionedBy, "x.csi.io"}};
   pv["spec"]["persistentVolumeReclaimPolicy"] = "Delete";
-  pv["spec"]["claimRef"] = {{"kind", "PersistentVolumeClaim"}, {"namespace", "default"}, {"name", "data"},
-                            {"uid", claim["metadata"]["uid"]}, {"apiVersion", "v1"}};
+  pv["spec"]["claimRef"] = {{"kind", "PersistentVolumeClaim"},
+                            {"namespace", "default"},
+                            {"name", "data"},
+                            {"uid", claim["metadata"]["uid"]},
+                            {"apiVersion", "v1"}};
   Create("persistentvolumes", "", pv);
   ASSERT_TRUE(Eventually([&] { return Phase("persistentvolumes", "", "pvc-extra") == "Released"; }));
   EXPECT_EQ(Get("persistentvolumeclaims", "default", "data")["spec"]["volumeName"], "static");
@@ -248,12 +264,13 @@ TEST_F(PvBinderTest, BoundClaimWhoseVolumeIsGoneIsLost) {
   absl::SleepFor(absl::Milliseconds(200));
   EXPECT_NE(Phase("persistentvolumes", "", "pv"), "<gone>");
   // ...until someone forces it away by removing the finalizer.
-  ASSERT_TRUE(registry_->Patch(K("persistentvolumes"), "", "pv", R"({"metadata":{"finalizers":null}})",
-                               apiserver::PatchType::kMerge, apiserver::Subresource::kMain).ok());
+  ASSERT_TRUE(registry_
+                  ->Patch(K("persistentvolumes"), "", "pv", R"({"metadata":{"finalizers":null}})",
+                          apiserver::PatchType::kMerge, apiserver::Subresource::kMain)
+                  .ok());
   EXPECT_EQ(Phase("persistentvolumes", "", "pv"), "<gone>");
   ASSERT_TRUE(Eventually([&] { return Phase("persistentvolumeclaims", "default", "data") == "Lost"; }));
 }
-
 
 TEST_F(PvBinderTest, VolumePreBoundByNameToAnotherClaimIsNotTaken) {
   json pv = Volume("pv", "1Gi");
@@ -273,15 +290,20 @@ TEST_F(PvBinderTest, ANewVolumeWakesAWaitingClaim) {
   EXPECT_EQ(Phase("persistentvolumeclaims", "default", "data"), "Pending");
   Create("persistentvolumes", "", Volume("pv", "1Gi"));
   // No resync needed: the volume's arrival re-queues the claim.
-  ASSERT_TRUE(Eventually([&] { return Phase("persistentvolumeclaims", "default", "data") == "Bound"; }, absl::Seconds(5)));
+  ASSERT_TRUE(
+      Eventually([&] { return Phase("persistentvolumeclaims", "default", "data") == "Bound"; }, absl::Seconds(5)));
 }
 
 TEST_F(PvBinderTest, UnscheduledPodDoesNotHoldADeletedClaim) {
   Create("persistentvolumes", "", Volume("pv", "1Gi"));
   Create("persistentvolumeclaims", "default", Claim("data", "1Gi"));
-  Create("pods", "default", {{"apiVersion", "v1"}, {"kind", "Pod"}, {"metadata", {{"name", "app"}}},
-                             {"spec", {{"containers", {{{"name", "c"}, {"image", "busybox"}}}},
-                                       {"volumes", {{{"name", "d"}, {"persistentVolumeClaim", {{"claimName", "data"}}}}}}}}});
+  Create("pods", "default",
+         {{"apiVersion", "v1"},
+          {"kind", "Pod"},
+          {"metadata", {{"name", "app"}}},
+          {"spec",
+           {{"containers", {{{"name", "c"}, {"image", "busybox"}}}},
+            {"volumes", {{{"name", "d"}, {"persistentVolumeClaim", {{"claimName", "data"}}}}}}}}});
   StartBinder();
   ASSERT_TRUE(Eventually([&] { return Phase("persistentvolumeclaims", "default", "data") == "Bound"; }));
   ASSERT_TRUE(registry_->Delete(K("persistentvolumeclaims"), "default", "data").ok());
@@ -307,8 +329,10 @@ TEST_F(PvBinderTest, LostClaimHasNoCapacity) {
 }
 
 TEST_F(PvBinderTest, WaitForFirstConsumerClaimBindsAVolumePreBoundToItAtOnce) {
-  Create("storageclasses", "", {{"metadata", {{"name", "late"}}}, {"provisioner", "kubernetes.io/no-provisioner"},
-                                {"volumeBindingMode", "WaitForFirstConsumer"}});
+  Create("storageclasses", "",
+         {{"metadata", {{"name", "late"}}},
+          {"provisioner", "kubernetes.io/no-provisioner"},
+          {"volumeBindingMode", "WaitForFirstConsumer"}});
   json pv = Volume("pv", "1Gi", "late");
   pv["spec"]["claimRef"] = {{"namespace", "default"}, {"name", "data"}};
   Create("persistentvolumes", "", pv);
@@ -380,14 +404,18 @@ TEST_F(PvBinderTest, AClaimNamingAVolumeThatDoesNotFitStaysPendingWithVolumeMism
   // A scheduled pod's node counts like a selected node.
   Create("pods", "default",
          {{"metadata", {{"name", "p"}}},
-          {"spec", {{"nodeName", "node-a"},
-                    {"containers", {{{"name", "c"}, {"image", "i"}}}},
-                    {"volumes", {{{"name", "d"}, {"persistentVolumeClaim", {{"claimName", "used-elsewhere"}}}}}}}}});
+          {"spec",
+           {{"nodeName", "node-a"},
+            {"containers", {{{"name", "c"}, {"image", "i"}}}},
+            {"volumes", {{{"name", "d"}, {"persistentVolumeClaim", {{"claimName", "used-elsewhere"}}}}}}}}});
   ASSERT_TRUE(Eventually([&] { return pods_->Get("default", "p").has_value(); }));
   json c = Claim("used-elsewhere", "2Gi", "fast");
   c["spec"]["volumeName"] = "pinned";
   Create("persistentvolumeclaims", "default", c);
-  ASSERT_TRUE(Eventually([&] { return HasMismatch("used-elsewhere", "pinned", "its node affinity does not admit node \"node-a\", where the claim is used"); }));
+  ASSERT_TRUE(Eventually([&] {
+    return HasMismatch("used-elsewhere", "pinned",
+                       "its node affinity does not admit node \"node-a\", where the claim is used");
+  }));
   EXPECT_EQ(Phase("persistentvolumeclaims", "default", "used-elsewhere"), "Pending");
   // The right node: it binds.
   json ok = Claim("on-b", "2Gi", "fast");

@@ -3,13 +3,13 @@
 #include <algorithm>
 
 #include "api/quantity.h"
+#include "client/capability.h"
+#include "client/object.h"
+#include "client/secrets.h"
+#include "client/writes.h"
 #include "common/status.h"
 #include "common/strings.h"
-#include "client/capability.h"
-#include "client/secrets.h"
 #include "controllers/node_affinity.h"
-#include "client/object.h"
-#include "client/writes.h"
 #include "csi/grpc_status.h"
 #include "csi/v1/csi.grpc.pb.h"
 #include "grpcpp/client_context.h"
@@ -27,8 +27,6 @@ std::optional<api::Quantity> Size(const std::string& text) {
   if (!q.ok()) return std::nullopt;
   return *q;
 }
-
-
 
 // Sets (or with status "" removes) a claim condition of `type`.
 void SetCondition(json& status, const std::string& type, const std::string& value, const std::string& message = "") {
@@ -65,7 +63,6 @@ bool HasCondition(const json& claim, const std::string& type) {
   }
   return false;
 }
-
 
 constexpr char kResizePendingMessage[] =
     "Waiting for user to (re-)start a pod to finish file system resize of volume on node.";
@@ -135,8 +132,8 @@ absl::Status Resizer::Expand(const json& pv, const std::string& key, int64_t byt
   const std::string node = VolumeNode(registry_, pv);
   *new_bytes = bytes;
   *node_expansion = true;
-  auto can_expand =
-      monitor_.ControllerHasCapability(options_.driver, node, ::csi::v1::ControllerServiceCapability::RPC::EXPAND_VOLUME);
+  auto can_expand = monitor_.ControllerHasCapability(options_.driver, node,
+                                                     ::csi::v1::ControllerServiceCapability::RPC::EXPAND_VOLUME);
   if (!can_expand.ok()) {
     if (IsNotAFailure(can_expand.status())) monitor_.Park(options_.driver, node, queue_, key);
     return can_expand.status();
@@ -261,8 +258,9 @@ absl::Status Resizer::SyncClaim(const std::string& key) {
   absl::Status st = Expand(pv, key, new_size.Value(), &new_bytes, &node_expansion);
   if (IsNotAFailure(st)) return st;  // waits for the driver; the status says in progress
   if (!st.ok()) {
-    events_.Record(claim, "Warning", "VolumeResizeFailed",
-                   StrCat("resize volume \"", pv_name, "\" by resizer \"", options_.driver, "\" failed: ", st.message()));
+    events_.Record(
+        claim, "Warning", "VolumeResizeFailed",
+        StrCat("resize volume \"", pv_name, "\" by resizer \"", options_.driver, "\" failed: ", st.message()));
     const bool infeasible = csi::IsInfeasibleError(st);
     {
       absl::MutexLock lock(&mu_);
@@ -296,12 +294,13 @@ absl::Status Resizer::SyncClaim(const std::string& key) {
     infeasible_since_.erase(key);
   }
   const std::string grown = api::Quantity::FromBytes(new_bytes).ToString();
-  BERTH_RETURN_IF_ERROR(MutateObject(registry_, K("persistentvolumes"), pv, apiserver::Subresource::kMain, [&](json& o) {
-    auto have = Size(Str(o, {"spec", "capacity", "storage"}));
-    if (have && *have >= api::Quantity::FromBytes(new_bytes)) return false;
-    o["spec"]["capacity"]["storage"] = grown;
-    return true;
-  }));
+  BERTH_RETURN_IF_ERROR(
+      MutateObject(registry_, K("persistentvolumes"), pv, apiserver::Subresource::kMain, [&](json& o) {
+        auto have = Size(Str(o, {"spec", "capacity", "storage"}));
+        if (have && *have >= api::Quantity::FromBytes(new_bytes)) return false;
+        o["spec"]["capacity"]["storage"] = grown;
+        return true;
+      }));
   if (node_expansion) {
     events_.Record(claim, "Normal", "FileSystemResizeRequired", "Require file system resize of volume on node");
     return EditStatus(registry_, K("persistentvolumeclaims"), claim, [&](json& s) {

@@ -11,9 +11,9 @@ namespace berth::controllers {
 using namespace ::berth::client;  // the controllers' own client library
 namespace {
 
-using ::testing::HasSubstr;
 using testing::Claim;
 using testing::Eventually;
+using ::testing::HasSubstr;
 using testing::K;
 
 class ResizerTest : public testing::ProvisionerTest {
@@ -27,7 +27,9 @@ class ResizerTest : public testing::ProvisionerTest {
   }
   json Data() { return Get("persistentvolumeclaims", "default", "data"); }
   std::string ResizeStatus() { return Str(Data(), {"status", "allocatedResourceStatuses", "storage"}); }
-  std::string PvSize() { return Str(Get("persistentvolumes", "", Str(Data(), {"spec", "volumeName"})), {"spec", "capacity", "storage"}); }
+  std::string PvSize() {
+    return Str(Get("persistentvolumes", "", Str(Data(), {"spec", "volumeName"})), {"spec", "capacity", "storage"});
+  }
   bool HasEvent(const std::string& reason, const std::string& text) {
     auto list = registry_->List(K("events"), "default", {});
     if (!list.ok()) return false;
@@ -128,8 +130,9 @@ TEST_F(ResizerTest, TheExpandSecretThePvNamesIsSentAndAMissingOneStopsTheCall) {
   EXPECT_EQ(driver_->expand_calls(), 0);
   EXPECT_EQ(size(), "1Gi");
   // Created: sent, decoded.
-  Create("secrets", "", "default",
-         {{"apiVersion", "v1"}, {"kind", "Secret"}, {"metadata", {{"name", "expand"}}}, {"data", {{"key", "czNjcjN0"}}}});
+  Create(
+      "secrets", "", "default",
+      {{"apiVersion", "v1"}, {"kind", "Secret"}, {"metadata", {{"name", "expand"}}}, {"data", {{"key", "czNjcjN0"}}}});
   ASSERT_TRUE(Eventually([&] {
     resize_clock_.Advance(absl::Seconds(1));
     return size() == "2Gi";
@@ -153,11 +156,12 @@ TEST_F(ResizerTest, NodeResizeInfeasibleHandsTheVolumeToTheNodeAgain) {
   ASSERT_TRUE(Request("3Gi").ok());
   ASSERT_TRUE(Eventually([&] { return ResizeStatus() == "NodeResizePending"; }));
   // The node could not grow the filesystem (recorded by the node agent).
-  ASSERT_TRUE(registry_
-                  ->Patch(K("persistentvolumeclaims"), "default", "data",
-                          R"({"status":{"allocatedResourceStatuses":{"storage":"NodeResizeInfeasible"},"conditions":null}})",
-                          apiserver::PatchType::kMerge, apiserver::Subresource::kStatus)
-                  .ok());
+  ASSERT_TRUE(
+      registry_
+          ->Patch(K("persistentvolumeclaims"), "default", "data",
+                  R"({"status":{"allocatedResourceStatuses":{"storage":"NodeResizeInfeasible"},"conditions":null}})",
+                  apiserver::PatchType::kMerge, apiserver::Subresource::kStatus)
+          .ok());
   ASSERT_TRUE(Eventually([&] { return ResizeStatus() == "NodeResizePending"; }));
   EXPECT_EQ(Str(Condition(Data(), "FileSystemResizePending"), {"status"}), "True");
   EXPECT_EQ(Data()["status"]["allocatedResources"]["storage"], "3Gi");

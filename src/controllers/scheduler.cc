@@ -4,8 +4,8 @@
 // the scores in scheduler_scores.cc, the writes in scheduler_binding.cc.
 #include "controllers/scheduler.h"
 
-#include "controllers/node_affinity.h"
 #include "client/writes.h"
+#include "controllers/node_affinity.h"
 
 #include <algorithm>
 #include <functional>
@@ -16,9 +16,9 @@
 #include "absl/time/clock.h"
 #include "api/quantity.h"
 #include "api/selector.h"
+#include "client/object.h"
 #include "common/status.h"
 #include "common/strings.h"
-#include "client/object.h"
 #include "controllers/pv_binder.h"
 #include "controllers/scheduler_internal.h"
 #include "controllers/taints.h"

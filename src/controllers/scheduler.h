@@ -80,8 +80,8 @@
 #include "apiserver/registry.h"
 #include "client/events.h"
 #include "client/informer.h"
-#include "controllers/node_affinity.h"
 #include "client/workqueue.h"
+#include "controllers/node_affinity.h"
 #include "nlohmann/json.hpp"
 
 namespace berth::controllers {

@@ -3,9 +3,9 @@
 // provisioner against a fake CSI driver over a real unix socket).
 #include "controllers/scheduler.h"
 
+#include "client/object.h"
 #include "common/testing/eventually.h"
 #include "common/testing/temp_dir.h"
-#include "client/object.h"
 #include "controllers/provisioner.h"
 #include "controllers/pv_binder.h"
 #include "controllers/testing/fake_csi.h"

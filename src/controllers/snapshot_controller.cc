@@ -368,7 +368,8 @@ absl::StatusOr<json> SnapshotController::CreateContent(const json& snapshot) {
     content["metadata"]["annotations"][kAnnDeletionSecretName] = secret->name;
     content["metadata"]["annotations"][kAnnDeletionSecretNamespace] = secret->ns;
   }
-  if (std::string node = VolumeNode(registry_, *pv); !node.empty()) content["metadata"]["annotations"][kAnnSnapshotNode] = node;
+  if (std::string node = VolumeNode(registry_, *pv); !node.empty())
+    content["metadata"]["annotations"][kAnnSnapshotNode] = node;
   auto created = registry_.Create(ContentsKind(), "", content);
   if (!created.ok()) {
     if (created.status().code() != absl::StatusCode::kAlreadyExists) return fail(created.status());
@@ -493,8 +494,9 @@ absl::Status SnapshotController::ProcessDeletion(const json& snapshot) {
     BERTH_RETURN_IF_ERROR(MutateObject(registry_, ContentsKind(), *content, apiserver::Subresource::kMain,
                                        [](json& c) { return SetAnnotation(c, kAnnSnapshotBeingDeleted, "yes"); }));
     if (delete_content && !Deleting(*content)) {
-      auto deleted =
-          registry_.Delete(ContentsKind(), "", content_name, {.uid = Uid(*content), .resource_version = std::nullopt, .grace_period_seconds = std::nullopt});
+      auto deleted = registry_.Delete(
+          ContentsKind(), "", content_name,
+          {.uid = Uid(*content), .resource_version = std::nullopt, .grace_period_seconds = std::nullopt});
       if (!deleted.ok() && deleted.status().code() != absl::StatusCode::kNotFound) {
         events_.Record(snapshot, "Warning", "SnapshotContentObjectDeleteError",
                        "Failed to delete snapshot content API object");

@@ -109,7 +109,8 @@ std::string Snapshotter::CallNode(const json& content) const {
   return node;
 }
 
-absl::Status Snapshotter::Call(const json& content, const std::function<absl::Status(::csi::v1::Controller::Stub&)>& fn) {
+absl::Status Snapshotter::Call(const json& content,
+                               const std::function<absl::Status(::csi::v1::Controller::Stub&)>& fn) {
   const std::string node = CallNode(content);
   absl::Status st = monitor_.Call(options_.driver, node, [&](const std::shared_ptr<grpc::Channel>& channel) {
     auto stub = ::csi::v1::Controller::NewStub(channel);

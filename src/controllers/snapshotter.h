@@ -62,8 +62,8 @@
 
 #include <array>
 #include <functional>
-#include <memory>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <thread>
@@ -204,8 +204,7 @@ class Snapshotter {
   std::string CallNode(const nlohmann::json& content) const;
   // One call to the driver through the DriverMonitor; a content waiting for
   // the driver is parked.
-  absl::Status Call(const nlohmann::json& content,
-                    const std::function<absl::Status(::csi::v1::Controller::Stub&)>& fn);
+  absl::Status Call(const nlohmann::json& content, const std::function<absl::Status(::csi::v1::Controller::Stub&)>& fn);
   absl::StatusOr<bool> CanListSnapshots(const nlohmann::json& content);
   void SchedulePoll(const std::string& name) ABSL_LOCKS_EXCLUDED(mu_);
   void ResetPoll(const std::string& name) ABSL_LOCKS_EXCLUDED(mu_);

@@ -7,9 +7,9 @@
 #include <atomic>
 
 #include "api/quantity.h"
+#include "client/object.h"
 #include "common/testing/eventually.h"
 #include "common/testing/temp_dir.h"
-#include "client/object.h"
 #include "controllers/testing/fake_csi.h"
 #include "controllers/testing/helpers.h"
 #include "gmock/gmock.h"

@@ -28,7 +28,8 @@ absl::StatusOr<Ipv4Cidr> ParseCidr(const std::string& cidr) {
   }
   in_addr addr{};
   if (::inet_pton(AF_INET, cidr.substr(0, slash).c_str(), &addr) != 1) {
-    return absl::InvalidArgumentError(StrCat("pod CIDR \"", cidr, "\": not an IPv4 address (IPv6 pod networks are not supported)"));
+    return absl::InvalidArgumentError(
+        StrCat("pod CIDR \"", cidr, "\": not an IPv4 address (IPv6 pod networks are not supported)"));
   }
   int prefix = -1;
   const std::string p = cidr.substr(slash + 1);
@@ -75,13 +76,14 @@ bool DefaultRestrictOomScoreAdj() {
 
 absl::Status CheckContainerdSetup(const ContainerdSetup& setup) {
   if (!IsCanonicalAbsolutePath(setup.dir) || !PlainPath(setup.dir)) {
-    return absl::InvalidArgumentError(
-        StrCat("containerd directory \"", setup.dir, "\": want a canonical absolute path without quotes or backslashes"));
+    return absl::InvalidArgumentError(StrCat("containerd directory \"", setup.dir,
+                                             "\": want a canonical absolute path without quotes or backslashes"));
   }
   // sockaddr_un, with room for containerd's ".ttrpc" socket beside it.
   if (setup.Socket().size() + 6 >= sizeof(sockaddr_un::sun_path)) {
-    return absl::InvalidArgumentError(StrCat("containerd socket path ", setup.Socket(), " is too long for a unix socket (",
-                                             sizeof(sockaddr_un::sun_path) - 7, " characters at most): use a shorter --data-dir"));
+    return absl::InvalidArgumentError(StrCat("containerd socket path ", setup.Socket(),
+                                             " is too long for a unix socket (", sizeof(sockaddr_un::sun_path) - 7,
+                                             " characters at most): use a shorter --data-dir"));
   }
   BERTH_ASSIGN_OR_RETURN(Ipv4Cidr cidr, ParseCidr(setup.pod_cidr));
   if (cidr.prefix > 28) {
@@ -101,16 +103,20 @@ std::string ContainerdConfigToml(const ContainerdSetup& s) {
   // Snapshotters berth does not use are disabled (they probe the host).
   return StrCat(R"(# Written by berth at every start; edits are overwritten.
 version = 2
-root = ")", s.dir, R"(/root"
-state = ")", s.dir, R"(/state"
+root = ")",
+                s.dir, R"(/root"
+state = ")",
+                s.dir, R"(/state"
 oom_score = 0
 disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.tracing.processor.v1.otlp", "io.containerd.internal.v1.tracing"]
 
 [grpc]
-  address = ")", s.Socket(), R"("
+  address = ")",
+                s.Socket(), R"("
 
 [ttrpc]
-  address = ")", s.Socket(), R"(.ttrpc"
+  address = ")",
+                s.Socket(), R"(.ttrpc"
 
 [debug]
   address = ""
@@ -120,14 +126,17 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
   address = ""
 
 [plugins."io.containerd.internal.v1.opt"]
-  path = ")", s.dir, R"(/opt"
+  path = ")",
+                s.dir, R"(/opt"
 
 [plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = ")", s.sandbox_image, R"("
+  sandbox_image = ")",
+                s.sandbox_image, R"("
   stream_server_address = "127.0.0.1"
   stream_server_port = "0"
   enable_selinux = false
-  restrict_oom_score_adj = )", s.restrict_oom_score_adj ? "true" : "false", R"(
+  restrict_oom_score_adj = )",
+                s.restrict_oom_score_adj ? "true" : "false", R"(
   netns_mounts_under_state_dir = true
   [plugins."io.containerd.grpc.v1.cri".containerd]
     snapshotter = "overlayfs"
@@ -135,10 +144,13 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
     [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
       runtime_type = "io.containerd.runc.v2"
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
-        Root = ")", s.dir, R"(/runc"
+        Root = ")",
+                s.dir, R"(/runc"
   [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = ")", s.cni_bin_dir, R"("
-    conf_dir = ")", s.CniConfDir(), R"("
+    bin_dir = ")",
+                s.cni_bin_dir, R"("
+    conf_dir = ")",
+                s.CniConfDir(), R"("
     max_conf_num = 1
 )");
 }
@@ -153,24 +165,24 @@ std::string CniConflist(const ContainerdSetup& s) {
   json conf = {
       {"cniVersion", "0.4.0"},
       {"name", s.Bridge()},
-      {"plugins",
-       json::array({{{"type", "bridge"},
-                     {"bridge", s.Bridge()},
-                     {"isGateway", true},
-                     {"ipMasq", false},
-                     {"hairpinMode", true},
-                     {"ipam",
-                      {{"type", "host-local"},
-                       {"ranges", json::array({json::array({{{"subnet", s.pod_cidr}}})})},
-                       {"routes", json::array({{{"dst", "0.0.0.0/0"}}})},
-                       {"dataDir", s.IpamDir()}}}}})},
+      {"plugins", json::array({{{"type", "bridge"},
+                                {"bridge", s.Bridge()},
+                                {"isGateway", true},
+                                {"ipMasq", false},
+                                {"hairpinMode", true},
+                                {"ipam",
+                                 {{"type", "host-local"},
+                                  {"ranges", json::array({json::array({{{"subnet", s.pod_cidr}}})})},
+                                  {"routes", json::array({{{"dst", "0.0.0.0/0"}}})},
+                                  {"dataDir", s.IpamDir()}}}}})},
   };
   return conf.dump(2) + "\n";
 }
 
 absl::Status WriteContainerdFiles(const ContainerdSetup& setup) {
   BERTH_RETURN_IF_ERROR(CheckContainerdSetup(setup));
-  for (const std::string& d : {setup.dir, setup.dir + "/root", setup.dir + "/state", setup.CniConfDir(), setup.IpamDir()}) {
+  for (const std::string& d :
+       {setup.dir, setup.dir + "/root", setup.dir + "/state", setup.CniConfDir(), setup.IpamDir()}) {
     BERTH_RETURN_IF_ERROR(MakeDirs(d, 0700));
   }
   BERTH_RETURN_IF_ERROR(WriteFileAtomic(setup.Config(), ContainerdConfigToml(setup), 0600));
@@ -184,12 +196,12 @@ std::vector<std::string> ContainerdArgv(const ContainerdSetup& setup, const std:
 absl::Status ImportImages(const std::string& socket, const std::vector<std::string>& archives, CommandRunner& runner,
                           absl::Duration timeout) {
   for (const std::string& archive : archives) {
-    std::vector<std::string> argv = {"ctr", "--address", socket, "--namespace", "k8s.io", "images", "import",
-                                     "--snapshotter", "overlayfs", archive};
+    std::vector<std::string> argv = {"ctr",    "--address", socket,          "--namespace", "k8s.io",
+                                     "images", "import",    "--snapshotter", "overlayfs",   archive};
     BERTH_ASSIGN_OR_RETURN(CommandResult r, runner.Run(argv, timeout));
     if (r.exit_code != 0) {
-      return absl::FailedPreconditionError(StrCat("importing ", archive, ": ", JoinArgv(argv), " exited ", r.exit_code,
-                                                  ": ", r.output));
+      return absl::FailedPreconditionError(
+          StrCat("importing ", archive, ": ", JoinArgv(argv), " exited ", r.exit_code, ": ", r.output));
     }
   }
   return absl::OkStatus();

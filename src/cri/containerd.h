@@ -40,7 +40,7 @@ inline constexpr char kPauseImage[] = "berth.local/pause:1";
 inline constexpr char kToolboxImage[] = "berth.local/toolbox:1";
 
 struct ContainerdSetup {
-  std::string dir{};  // canonical, absolute; the socket path must fit in a sockaddr_un
+  std::string dir{};       // canonical, absolute; the socket path must fit in a sockaddr_un
   std::string pod_cidr{};  // this node's pod subnet, e.g. "10.88.0.0/24"
   std::string sandbox_image = kPauseImage;
   std::string cni_bin_dir = "/usr/lib/cni";

@@ -52,9 +52,9 @@ absl::StatusOr<Response> GrpcRuntime::Call(const char* method, Rpc rpc, const Re
 }
 
 // The stubs' methods, bound for Call.
-#define BERTH_CRI_RPC(stub, name)                                                                            \
-  [this](grpc::ClientContext* rpc_ctx, const v1::name##Request& rpc_req, v1::name##Response* rpc_resp) {      \
-    return stub->name(rpc_ctx, rpc_req, rpc_resp);                                                           \
+#define BERTH_CRI_RPC(stub, name)                                                                        \
+  [this](grpc::ClientContext* rpc_ctx, const v1::name##Request& rpc_req, v1::name##Response* rpc_resp) { \
+    return stub->name(rpc_ctx, rpc_req, rpc_resp);                                                       \
   }
 
 absl::StatusOr<v1::VersionResponse> GrpcRuntime::Version() {
@@ -74,9 +74,9 @@ absl::StatusOr<std::string> GrpcRuntime::RunPodSandbox(const v1::PodSandboxConfi
   v1::RunPodSandboxRequest req;
   *req.mutable_config() = config;
   req.set_runtime_handler(runtime_handler);
-  BERTH_ASSIGN_OR_RETURN(auto resp, Call<v1::RunPodSandboxResponse>(
-                                        "RunPodSandbox", BERTH_CRI_RPC(runtime_, RunPodSandbox), req,
-                                        options_.request_timeout));
+  BERTH_ASSIGN_OR_RETURN(auto resp,
+                         Call<v1::RunPodSandboxResponse>("RunPodSandbox", BERTH_CRI_RPC(runtime_, RunPodSandbox), req,
+                                                         options_.request_timeout));
   return resp.pod_sandbox_id();
 }
 
@@ -99,18 +99,18 @@ absl::Status GrpcRuntime::RemovePodSandbox(const std::string& id) {
 absl::StatusOr<v1::PodSandboxStatus> GrpcRuntime::PodSandboxStatus(const std::string& id) {
   v1::PodSandboxStatusRequest req;
   req.set_pod_sandbox_id(id);
-  BERTH_ASSIGN_OR_RETURN(auto resp, Call<v1::PodSandboxStatusResponse>(
-                                        "PodSandboxStatus", BERTH_CRI_RPC(runtime_, PodSandboxStatus), req,
-                                        options_.request_timeout));
+  BERTH_ASSIGN_OR_RETURN(
+      auto resp, Call<v1::PodSandboxStatusResponse>("PodSandboxStatus", BERTH_CRI_RPC(runtime_, PodSandboxStatus), req,
+                                                    options_.request_timeout));
   return resp.status();
 }
 
 absl::StatusOr<std::vector<v1::PodSandbox>> GrpcRuntime::ListPodSandbox(const v1::PodSandboxFilter& filter) {
   v1::ListPodSandboxRequest req;
   *req.mutable_filter() = filter;
-  BERTH_ASSIGN_OR_RETURN(auto resp, Call<v1::ListPodSandboxResponse>(
-                                        "ListPodSandbox", BERTH_CRI_RPC(runtime_, ListPodSandbox), req,
-                                        options_.request_timeout));
+  BERTH_ASSIGN_OR_RETURN(
+      auto resp, Call<v1::ListPodSandboxResponse>("ListPodSandbox", BERTH_CRI_RPC(runtime_, ListPodSandbox), req,
+                                                  options_.request_timeout));
   return std::vector<v1::PodSandbox>(resp.items().begin(), resp.items().end());
 }
 
@@ -121,9 +121,9 @@ absl::StatusOr<std::string> GrpcRuntime::CreateContainer(const std::string& sand
   req.set_pod_sandbox_id(sandbox_id);
   *req.mutable_config() = config;
   *req.mutable_sandbox_config() = sandbox_config;
-  BERTH_ASSIGN_OR_RETURN(auto resp, Call<v1::CreateContainerResponse>(
-                                        "CreateContainer", BERTH_CRI_RPC(runtime_, CreateContainer), req,
-                                        options_.request_timeout));
+  BERTH_ASSIGN_OR_RETURN(
+      auto resp, Call<v1::CreateContainerResponse>("CreateContainer", BERTH_CRI_RPC(runtime_, CreateContainer), req,
+                                                   options_.request_timeout));
   return resp.container_id();
 }
 
@@ -157,31 +157,30 @@ absl::Status GrpcRuntime::RemoveContainer(const std::string& id) {
 absl::StatusOr<std::vector<v1::Container>> GrpcRuntime::ListContainers(const v1::ContainerFilter& filter) {
   v1::ListContainersRequest req;
   *req.mutable_filter() = filter;
-  BERTH_ASSIGN_OR_RETURN(auto resp, Call<v1::ListContainersResponse>(
-                                        "ListContainers", BERTH_CRI_RPC(runtime_, ListContainers), req,
-                                        options_.request_timeout));
+  BERTH_ASSIGN_OR_RETURN(
+      auto resp, Call<v1::ListContainersResponse>("ListContainers", BERTH_CRI_RPC(runtime_, ListContainers), req,
+                                                  options_.request_timeout));
   return std::vector<v1::Container>(resp.containers().begin(), resp.containers().end());
 }
 
 absl::StatusOr<v1::ContainerStatus> GrpcRuntime::ContainerStatus(const std::string& id) {
   v1::ContainerStatusRequest req;
   req.set_container_id(id);
-  BERTH_ASSIGN_OR_RETURN(auto resp, Call<v1::ContainerStatusResponse>(
-                                        "ContainerStatus", BERTH_CRI_RPC(runtime_, ContainerStatus), req,
-                                        options_.request_timeout));
+  BERTH_ASSIGN_OR_RETURN(
+      auto resp, Call<v1::ContainerStatusResponse>("ContainerStatus", BERTH_CRI_RPC(runtime_, ContainerStatus), req,
+                                                   options_.request_timeout));
   return resp.status();
 }
 
 absl::Status GrpcRuntime::ReopenContainerLog(const std::string& id) {
   v1::ReopenContainerLogRequest req;
   req.set_container_id(id);
-  return Call<v1::ReopenContainerLogResponse>("ReopenContainerLog", BERTH_CRI_RPC(runtime_, ReopenContainerLog),
-                                              req, options_.request_timeout)
+  return Call<v1::ReopenContainerLogResponse>("ReopenContainerLog", BERTH_CRI_RPC(runtime_, ReopenContainerLog), req,
+                                              options_.request_timeout)
       .status();
 }
 
-absl::StatusOr<v1::ExecSyncResponse> GrpcRuntime::ExecSync(const std::string& id,
-                                                           const std::vector<std::string>& cmd,
+absl::StatusOr<v1::ExecSyncResponse> GrpcRuntime::ExecSync(const std::string& id, const std::vector<std::string>& cmd,
                                                            absl::Duration timeout) {
   v1::ExecSyncRequest req;
   req.set_container_id(id);
@@ -201,9 +200,8 @@ absl::StatusOr<std::vector<v1::Image>> GrpcRuntime::ListImages() {
 absl::StatusOr<v1::Image> GrpcRuntime::ImageStatus(const std::string& image) {
   v1::ImageStatusRequest req;
   req.mutable_image()->set_image(image);
-  BERTH_ASSIGN_OR_RETURN(auto resp, Call<v1::ImageStatusResponse>(
-                                        "ImageStatus", BERTH_CRI_RPC(images_, ImageStatus), req,
-                                        options_.request_timeout));
+  BERTH_ASSIGN_OR_RETURN(auto resp, Call<v1::ImageStatusResponse>("ImageStatus", BERTH_CRI_RPC(images_, ImageStatus),
+                                                                  req, options_.request_timeout));
   return resp.image();
 }
 

@@ -48,8 +48,7 @@ class Runtime {
   virtual absl::StatusOr<std::vector<v1::PodSandbox>> ListPodSandbox(const v1::PodSandboxFilter& filter) = 0;
 
   // The new container's ID.
-  virtual absl::StatusOr<std::string> CreateContainer(const std::string& sandbox_id,
-                                                      const v1::ContainerConfig& config,
+  virtual absl::StatusOr<std::string> CreateContainer(const std::string& sandbox_id, const v1::ContainerConfig& config,
                                                       const v1::PodSandboxConfig& sandbox_config) = 0;
   virtual absl::Status StartContainer(const std::string& id) = 0;
   // Stop signal, then SIGKILL after `grace` (whole seconds, at least 0).

@@ -25,8 +25,7 @@ const google::protobuf::MethodDescriptor* FindMethod(const char* path) {
 
 class CallLogger final : public grpc::experimental::Interceptor {
  public:
-  CallLogger(grpc::experimental::ServerRpcInfo* info, std::shared_ptr<InFlightCalls> in_flight,
-             CallObserver* observer)
+  CallLogger(grpc::experimental::ServerRpcInfo* info, std::shared_ptr<InFlightCalls> in_flight, CallObserver* observer)
       : method_name_(info->method() ? info->method() : "?"),
         method_(FindMethod(info->method())),
         start_(absl::Now()),
@@ -67,12 +66,11 @@ class CallLogger final : public grpc::experimental::Interceptor {
     const char* code_name = StatusCodeName(status.error_code());
     if (observer_ != nullptr) observer_->CallFinished(method_name_, status.error_code(), took);
     if (status.ok()) {
-      spdlog::info("csi call method={} code={} duration={} request={} response={}", method_name_,
-                   code_name, absl::FormatDuration(took), request_, response_);
+      spdlog::info("csi call method={} code={} duration={} request={} response={}", method_name_, code_name,
+                   absl::FormatDuration(took), request_, response_);
     } else {
-      spdlog::warn("csi call method={} code={} duration={} message=\"{}\" request={}",
-                   method_name_, code_name, absl::FormatDuration(took), status.error_message(),
-                   request_);
+      spdlog::warn("csi call method={} code={} duration={} message=\"{}\" request={}", method_name_, code_name,
+                   absl::FormatDuration(took), status.error_message(), request_);
     }
   }
 
@@ -91,8 +89,7 @@ class CallLoggerFactory final : public grpc::experimental::ServerInterceptorFact
       : in_flight_(std::move(in_flight)), observer_(observer) {}
 
   // grpc::experimental::ServerInterceptorFactoryInterface
-  grpc::experimental::Interceptor* CreateServerInterceptor(
-      grpc::experimental::ServerRpcInfo* info) override {
+  grpc::experimental::Interceptor* CreateServerInterceptor(grpc::experimental::ServerRpcInfo* info) override {
     return new CallLogger(info, in_flight_, observer_);  // gRPC takes ownership.
   }
 
@@ -105,11 +102,10 @@ class CallLoggerFactory final : public grpc::experimental::ServerInterceptorFact
 
 const char* StatusCodeName(grpc::StatusCode code) {
   static constexpr const char* kCodeNames[] = {
-      "OK",           "CANCELLED",          "UNKNOWN",             "INVALID_ARGUMENT",
-      "DEADLINE_EXCEEDED", "NOT_FOUND",     "ALREADY_EXISTS",      "PERMISSION_DENIED",
-      "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED",      "OUT_OF_RANGE",
-      "UNIMPLEMENTED", "INTERNAL",          "UNAVAILABLE",         "DATA_LOSS",
-      "UNAUTHENTICATED"};
+      "OK",        "CANCELLED",      "UNKNOWN",           "INVALID_ARGUMENT",   "DEADLINE_EXCEEDED",
+      "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
+      "ABORTED",   "OUT_OF_RANGE",   "UNIMPLEMENTED",     "INTERNAL",           "UNAVAILABLE",
+      "DATA_LOSS", "UNAUTHENTICATED"};
   const int c = static_cast<int>(code);
   return (c >= 0 && c <= 16) ? kCodeNames[c] : "UNKNOWN_CODE";
 }

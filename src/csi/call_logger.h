@@ -37,8 +37,7 @@ class CallObserver {
  public:
   virtual ~CallObserver() = default;
   // `method` is the gRPC path, e.g. "/csi.v1.Node/NodeStageVolume".
-  virtual void CallFinished(std::string_view method, grpc::StatusCode code,
-                            absl::Duration took) = 0;
+  virtual void CallFinished(std::string_view method, grpc::StatusCode code, absl::Duration took) = 0;
 };
 
 // The name of a gRPC status code as gRPC spells it ("OK", "NOT_FOUND"), or

@@ -2,8 +2,8 @@
 
 #include <string>
 
-#include "common/strings.h"
 #include "common/status.h"
+#include "common/strings.h"
 #include "csi/endpoint.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
@@ -14,11 +14,16 @@ namespace {
 
 const char* StateName(grpc_connectivity_state s) {
   switch (s) {
-    case GRPC_CHANNEL_IDLE: return "IDLE";
-    case GRPC_CHANNEL_CONNECTING: return "CONNECTING";
-    case GRPC_CHANNEL_READY: return "READY";
-    case GRPC_CHANNEL_TRANSIENT_FAILURE: return "TRANSIENT_FAILURE";
-    case GRPC_CHANNEL_SHUTDOWN: return "SHUTDOWN";
+    case GRPC_CHANNEL_IDLE:
+      return "IDLE";
+    case GRPC_CHANNEL_CONNECTING:
+      return "CONNECTING";
+    case GRPC_CHANNEL_READY:
+      return "READY";
+    case GRPC_CHANNEL_TRANSIENT_FAILURE:
+      return "TRANSIENT_FAILURE";
+    case GRPC_CHANNEL_SHUTDOWN:
+      return "SHUTDOWN";
   }
   return "?";
 }
@@ -40,8 +45,7 @@ std::shared_ptr<grpc::Channel> UnixChannel(const std::string& path, const Backof
   return grpc::CreateCustomChannel(GrpcUnixTarget(path), grpc::InsecureChannelCredentials(), args);
 }
 
-absl::StatusOr<std::shared_ptr<grpc::Channel>> ConnectUnix(std::string_view endpoint,
-                                                           const ConnectOptions& options) {
+absl::StatusOr<std::shared_ptr<grpc::Channel>> ConnectUnix(std::string_view endpoint, const ConnectOptions& options) {
   BERTH_ASSIGN_OR_RETURN(std::string path, ParseUnixEndpoint(endpoint));
   std::shared_ptr<grpc::Channel> channel = UnixChannel(path, options.backoff);
 
@@ -51,9 +55,9 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> ConnectUnix(std::string_view endp
   while (state != GRPC_CHANNEL_READY) {
     const absl::Time now = absl::Now();
     if (now >= deadline) {
-      return absl::DeadlineExceededError(
-          StrCat("no CSI server answered on unix://", path, " within ",
-                       absl::FormatDuration(options.timeout), " (channel ", StateName(state), ")"));
+      return absl::DeadlineExceededError(StrCat("no CSI server answered on unix://", path, " within ",
+                                                absl::FormatDuration(options.timeout), " (channel ", StateName(state),
+                                                ")"));
     }
     // Wait for a state change, but wake up on our own schedule to kick a
     // channel that went idle or failed.

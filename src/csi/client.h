@@ -41,14 +41,12 @@ std::shared_ptr<grpc::Channel> UnixChannel(const std::string& path, const Backof
 // A connected channel to the unix socket named by `endpoint`
 // (unix:///abs/path or /abs/path). INVALID_ARGUMENT for a bad endpoint,
 // DEADLINE_EXCEEDED when nothing answered within `options.timeout`.
-absl::StatusOr<std::shared_ptr<grpc::Channel>> ConnectUnix(std::string_view endpoint,
-                                                           const ConnectOptions& options);
+absl::StatusOr<std::shared_ptr<grpc::Channel>> ConnectUnix(std::string_view endpoint, const ConnectOptions& options);
 
 // Calls `call` until it returns something other than UNAVAILABLE or until
 // `timeout` has passed, sleeping `backoff` between attempts. Returns the last
 // status. `call` must set its own per-attempt deadline.
 grpc::Status CallWithRetry(const std::function<grpc::Status()>& call, absl::Duration timeout,
-                           Backoff::Options backoff = {.initial = absl::Milliseconds(50),
-                                                       .max = absl::Seconds(2)});
+                           Backoff::Options backoff = {.initial = absl::Milliseconds(50), .max = absl::Seconds(2)});
 
 }  // namespace berth::csi

@@ -15,8 +15,7 @@ namespace {
 class ReadyIdentity final : public ::csi::v1::Identity::Service {
  public:
   // ::csi::v1::Identity::Service
-  grpc::Status Probe(grpc::ServerContext*, const ::csi::v1::ProbeRequest*,
-                     ::csi::v1::ProbeResponse* resp) override {
+  grpc::Status Probe(grpc::ServerContext*, const ::csi::v1::ProbeRequest*, ::csi::v1::ProbeResponse* resp) override {
     resp->mutable_ready()->set_value(true);
     return grpc::Status::OK;
   }
@@ -58,8 +57,7 @@ TEST(ConnectUnixTest, TimesOutWhenNobodyListens) {
 }
 
 TEST(ConnectUnixTest, RejectsBadEndpoint) {
-  EXPECT_EQ(ConnectUnix("dns:///example.com:443", {}).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ConnectUnix("dns:///example.com:443", {}).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(CallWithRetryTest, RetriesOnlyUnavailable) {
@@ -67,8 +65,7 @@ TEST(CallWithRetryTest, RetriesOnlyUnavailable) {
   grpc::Status st = CallWithRetry(
       [&] {
         ++attempts;
-        return attempts < 3 ? grpc::Status(grpc::StatusCode::UNAVAILABLE, "down")
-                            : grpc::Status::OK;
+        return attempts < 3 ? grpc::Status(grpc::StatusCode::UNAVAILABLE, "down") : grpc::Status::OK;
       },
       absl::Seconds(10), {.initial = absl::Milliseconds(1), .max = absl::Milliseconds(5)});
   EXPECT_TRUE(st.ok());

@@ -9,9 +9,9 @@
 #include <filesystem>
 #include <system_error>
 
-#include "common/strings.h"
 #include "common/fs.h"
 #include "common/status.h"
+#include "common/strings.h"
 
 namespace berth::csi {
 namespace {
@@ -37,37 +37,31 @@ absl::StatusOr<std::string> ParseUnixEndpoint(std::string_view endpoint) {
   if (endpoint.starts_with(kUnixScheme)) {
     path.remove_prefix(kUnixScheme.size());
   } else if (endpoint.find("://") != std::string_view::npos) {
-    return absl::InvalidArgumentError(
-        StrCat("endpoint \"", endpoint, "\": only unix:// endpoints are supported"));
+    return absl::InvalidArgumentError(StrCat("endpoint \"", endpoint, "\": only unix:// endpoints are supported"));
   }
   if (path.empty() || path.front() != '/') {
-    return absl::InvalidArgumentError(StrCat(
-        "endpoint \"", endpoint, "\": want unix:///absolute/path or an absolute path"));
+    return absl::InvalidArgumentError(
+        StrCat("endpoint \"", endpoint, "\": want unix:///absolute/path or an absolute path"));
   }
   std::filesystem::path p(path);
   for (const auto& part : p) {
     if (part == "..") {
-      return absl::InvalidArgumentError(
-          StrCat("endpoint \"", endpoint, "\": \"..\" is not allowed in a socket path"));
+      return absl::InvalidArgumentError(StrCat("endpoint \"", endpoint, "\": \"..\" is not allowed in a socket path"));
     }
   }
   std::string normal = p.lexically_normal().string();
   if (normal.size() > 1 && normal.back() == '/') {
-    return absl::InvalidArgumentError(
-        StrCat("endpoint \"", endpoint, "\": names a directory, not a socket file"));
+    return absl::InvalidArgumentError(StrCat("endpoint \"", endpoint, "\": names a directory, not a socket file"));
   }
   if (normal.size() >= sizeof(sockaddr_un::sun_path)) {
-    return absl::InvalidArgumentError(
-        StrCat("endpoint \"", endpoint, "\": socket path is ", normal.size(),
-                     " bytes, longer than the ", sizeof(sockaddr_un::sun_path) - 1,
-                     " a unix socket address can hold"));
+    return absl::InvalidArgumentError(StrCat("endpoint \"", endpoint, "\": socket path is ", normal.size(),
+                                             " bytes, longer than the ", sizeof(sockaddr_un::sun_path) - 1,
+                                             " a unix socket address can hold"));
   }
   return normal;
 }
 
-std::string GrpcUnixTarget(std::string_view socket_path) {
-  return StrCat("unix:", socket_path);
-}
+std::string GrpcUnixTarget(std::string_view socket_path) { return StrCat("unix:", socket_path); }
 
 absl::Status PrepareSocketPath(const std::string& socket_path) {
   std::filesystem::path parent = std::filesystem::path(socket_path).parent_path();
@@ -83,13 +77,13 @@ absl::Status PrepareSocketPath(const std::string& socket_path) {
     return ErrnoStatus(errno, StrCat("stat ", socket_path));
   }
   if (!S_ISSOCK(st.st_mode)) {
-    return absl::FailedPreconditionError(StrCat(
-        socket_path, " exists and is not a socket; refusing to remove it (move it away or "
-                     "choose another endpoint)"));
+    return absl::FailedPreconditionError(StrCat(socket_path,
+                                                " exists and is not a socket; refusing to remove it (move it away or "
+                                                "choose another endpoint)"));
   }
   if (SocketIsLive(socket_path)) {
-    return absl::FailedPreconditionError(StrCat(
-        socket_path, " is in use by a running server; stop it first or choose another endpoint"));
+    return absl::FailedPreconditionError(
+        StrCat(socket_path, " is in use by a running server; stop it first or choose another endpoint"));
   }
   if (::unlink(socket_path.c_str()) != 0 && errno != ENOENT) {
     return ErrnoStatus(errno, StrCat("remove stale socket ", socket_path));

@@ -38,12 +38,11 @@ TEST(ParseUnixEndpointTest, AcceptsSchemeAndBarePath) {
 }
 
 TEST(ParseUnixEndpointTest, RejectsOtherSchemesRelativeAndTraversal) {
-  for (const char* bad : {"tcp://127.0.0.1:10000", "unix://relative/csi.sock", "csi.sock", "",
-                          "unix://", "/run/../etc/csi.sock", "/run/csi/"}) {
+  for (const char* bad : {"tcp://127.0.0.1:10000", "unix://relative/csi.sock", "csi.sock", "", "unix://",
+                          "/run/../etc/csi.sock", "/run/csi/"}) {
     EXPECT_EQ(ParseUnixEndpoint(bad).status().code(), absl::StatusCode::kInvalidArgument) << bad;
   }
-  EXPECT_EQ(ParseUnixEndpoint("/" + std::string(200, 'a')).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseUnixEndpoint("/" + std::string(200, 'a')).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(PrepareSocketPathTest, CreatesMissingParentDirectory) {

@@ -20,9 +20,10 @@ TEST(GrpcStatusTest, OnlyCodesThatMayLeaveWorkRunningAreNotFinal) {
                     absl::StatusCode::kResourceExhausted, absl::StatusCode::kAborted}) {
     EXPECT_FALSE(IsFinalError(absl::Status(code, "x"))) << code;
   }
-  for (auto code : {absl::StatusCode::kInvalidArgument, absl::StatusCode::kNotFound, absl::StatusCode::kAlreadyExists,
-                    absl::StatusCode::kFailedPrecondition, absl::StatusCode::kOutOfRange, absl::StatusCode::kInternal,
-                    absl::StatusCode::kUnimplemented, absl::StatusCode::kPermissionDenied, absl::StatusCode::kUnknown}) {
+  for (auto code :
+       {absl::StatusCode::kInvalidArgument, absl::StatusCode::kNotFound, absl::StatusCode::kAlreadyExists,
+        absl::StatusCode::kFailedPrecondition, absl::StatusCode::kOutOfRange, absl::StatusCode::kInternal,
+        absl::StatusCode::kUnimplemented, absl::StatusCode::kPermissionDenied, absl::StatusCode::kUnknown}) {
     EXPECT_TRUE(IsFinalError(absl::Status(code, "x"))) << code;
   }
   EXPECT_FALSE(IsFinalError(absl::OkStatus()));

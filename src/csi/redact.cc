@@ -18,11 +18,21 @@ void AppendQuoted(std::string_view s, std::string* out) {
   out->push_back('"');
   for (char c : s) {
     switch (c) {
-      case '"': out->append("\\\""); break;
-      case '\\': out->append("\\\\"); break;
-      case '\n': out->append("\\n"); break;
-      case '\r': out->append("\\r"); break;
-      case '\t': out->append("\\t"); break;
+      case '"':
+        out->append("\\\"");
+        break;
+      case '\\':
+        out->append("\\\\");
+        break;
+      case '\n':
+        out->append("\\n");
+        break;
+      case '\r':
+        out->append("\\r");
+        break;
+      case '\t':
+        out->append("\\t");
+        break;
       default:
         if (static_cast<unsigned char>(c) < 0x20) {
           absl::StrAppend(out, "\\u00", absl::Hex(static_cast<unsigned char>(c), absl::kZeroPad2));
@@ -70,8 +80,8 @@ void AppendValue(const Message& m, const FieldDescriptor& f, int index, std::str
     }
     case FieldDescriptor::CPPTYPE_STRING: {
       std::string scratch;
-      const std::string& s = rep ? r.GetRepeatedStringReference(m, &f, index, &scratch)
-                                 : r.GetStringReference(m, &f, &scratch);
+      const std::string& s =
+          rep ? r.GetRepeatedStringReference(m, &f, index, &scratch) : r.GetStringReference(m, &f, &scratch);
       if (f.type() == FieldDescriptor::TYPE_BYTES) {
         absl::StrAppend(out, "\"<", s.size(), " bytes>\"");
       } else {
@@ -100,8 +110,7 @@ void AppendMap(const Message& m, const FieldDescriptor& f, std::string* out) {
     AppendValue(entry, *key_f, -1, &key);
     entries.emplace_back(std::move(key), &entry);
   }
-  std::sort(entries.begin(), entries.end(),
-            [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   out->push_back('{');
   bool first = true;
   for (const auto& [key, entry] : entries) {
@@ -151,9 +160,7 @@ void AppendMessage(const Message& m, std::string* out) {
 
 }  // namespace
 
-bool IsSecretField(const FieldDescriptor& field) {
-  return field.options().GetExtension(::csi::v1::csi_secret);
-}
+bool IsSecretField(const FieldDescriptor& field) { return field.options().GetExtension(::csi::v1::csi_secret); }
 
 std::string RedactedDebugString(const Message& message) {
   std::string out;

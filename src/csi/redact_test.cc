@@ -17,8 +17,7 @@ TEST(RedactTest, TopLevelSecretMapIsStripped) {
   (*r.mutable_secrets())["password"] = "hunter2";
   (*r.mutable_parameters())["b"] = "2";
   (*r.mutable_parameters())["a"] = "1";
-  EXPECT_EQ(RedactedDebugString(r),
-            R"({"name":"pvc-1","parameters":{"a":"1","b":"2"},"secrets":"***stripped***"})");
+  EXPECT_EQ(RedactedDebugString(r), R"({"name":"pvc-1","parameters":{"a":"1","b":"2"},"secrets":"***stripped***"})");
 }
 
 TEST(RedactTest, SecretsAtEveryDepthAreStripped) {
@@ -41,12 +40,11 @@ TEST(RedactTest, SecretsAtEveryDepthAreStripped) {
   EXPECT_THAT(s, HasSubstr(R"("visible":"seen")"));
   EXPECT_THAT(s, HasSubstr(R"("visible":"listed")"));
   EXPECT_THAT(s, HasSubstr(R"("name":"req")"));
-  EXPECT_EQ(s,
-            R"({"name":"outer",)"
-            R"("inner":{"visible":"seen","token":"***stripped***","creds":"***stripped***"},)"
-            R"("list":[{"visible":"listed","token":"***stripped***"}],)"
-            R"("by_key":{"k":{"token":"***stripped***","creds":"***stripped***"}},)"
-            R"("request":{"name":"req","secrets":"***stripped***"}})");
+  EXPECT_EQ(s, R"({"name":"outer",)"
+               R"("inner":{"visible":"seen","token":"***stripped***","creds":"***stripped***"},)"
+               R"("list":[{"visible":"listed","token":"***stripped***"}],)"
+               R"("by_key":{"k":{"token":"***stripped***","creds":"***stripped***"}},)"
+               R"("request":{"name":"req","secrets":"***stripped***"}})");
 }
 
 TEST(RedactTest, EscapesStringsAndNamesEnums) {

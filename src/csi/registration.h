@@ -35,16 +35,15 @@ std::string RegistrationSocketPath(const std::string& dir, const std::string& dr
 class RegistrationService final : public ::pluginregistration::Registration::Service {
  public:
   struct Info {
-    std::string name;       // the CSI driver name
-    std::string endpoint;   // the driver's CSI socket (absolute path)
+    std::string name;      // the CSI driver name
+    std::string endpoint;  // the driver's CSI socket (absolute path)
     std::vector<std::string> versions = {"1.0.0"};
   };
   explicit RegistrationService(Info info) : info_(std::move(info)) {}
 
   grpc::Status GetInfo(grpc::ServerContext* ctx, const ::pluginregistration::InfoRequest* req,
                        ::pluginregistration::PluginInfo* resp) override;
-  grpc::Status NotifyRegistrationStatus(grpc::ServerContext* ctx,
-                                        const ::pluginregistration::RegistrationStatus* req,
+  grpc::Status NotifyRegistrationStatus(grpc::ServerContext* ctx, const ::pluginregistration::RegistrationStatus* req,
                                         ::pluginregistration::RegistrationStatusResponse* resp) override;
 
   // The last verdict the node agent sent (nullopt before any).

@@ -4,8 +4,8 @@
 
 #include <utility>
 
-#include "common/strings.h"
 #include "common/status.h"
+#include "common/strings.h"
 #include "csi/call_logger.h"
 #include "csi/endpoint.h"
 #include "grpcpp/security/server_credentials.h"
@@ -14,8 +14,8 @@
 
 namespace berth::csi {
 
-absl::StatusOr<std::unique_ptr<CsiServer>> CsiServer::Start(
-    const ServerOptions& options, const std::vector<grpc::Service*>& services) {
+absl::StatusOr<std::unique_ptr<CsiServer>> CsiServer::Start(const ServerOptions& options,
+                                                            const std::vector<grpc::Service*>& services) {
   BERTH_ASSIGN_OR_RETURN(std::string path, ParseUnixEndpoint(options.endpoint));
   BERTH_RETURN_IF_ERROR(PrepareSocketPath(path));
 
@@ -46,15 +46,12 @@ absl::StatusOr<std::unique_ptr<CsiServer>> CsiServer::Start(
     return st;
   }
   spdlog::info("serving CSI on unix://{}", path);
-  return std::unique_ptr<CsiServer>(
-      new CsiServer(std::move(path), std::move(server), std::move(in_flight)));
+  return std::unique_ptr<CsiServer>(new CsiServer(std::move(path), std::move(server), std::move(in_flight)));
 }
 
 CsiServer::CsiServer(std::string socket_path, std::unique_ptr<grpc::Server> server,
                      std::shared_ptr<InFlightCalls> in_flight)
-    : socket_path_(std::move(socket_path)),
-      server_(std::move(server)),
-      in_flight_(std::move(in_flight)) {}
+    : socket_path_(std::move(socket_path)), server_(std::move(server)), in_flight_(std::move(in_flight)) {}
 
 CsiServer::~CsiServer() { Shutdown(absl::ZeroDuration()); }
 
@@ -74,8 +71,8 @@ void CsiServer::Shutdown(absl::Duration grace) {
   //    theirs open), holding every shutdown for the whole grace period; so
   //    berth counts its calls and waits only for those.
   if (!in_flight_->WaitForNone(deadline)) {
-    spdlog::warn("{} CSI call(s) still running after the {} grace period; cancelling them",
-                 in_flight_->count(), absl::FormatDuration(grace));
+    spdlog::warn("{} CSI call(s) still running after the {} grace period; cancelling them", in_flight_->count(),
+                 absl::FormatDuration(grace));
   }
   // 3. Close connections and cancel whatever is left.
   server_->Shutdown(absl::ToChronoTime(absl::Now()));

@@ -29,8 +29,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "grpcpp/server.h"
 #include "grpcpp/impl/service_type.h"
+#include "grpcpp/server.h"
 
 namespace berth::csi {
 
@@ -55,8 +55,8 @@ class CsiServer {
   // `services` are not owned and must outlive the server.
   // Errors: INVALID_ARGUMENT for a bad endpoint, FAILED_PRECONDITION when the
   // path is taken, UNAVAILABLE when gRPC cannot bind.
-  static absl::StatusOr<std::unique_ptr<CsiServer>> Start(
-      const ServerOptions& options, const std::vector<grpc::Service*>& services);
+  static absl::StatusOr<std::unique_ptr<CsiServer>> Start(const ServerOptions& options,
+                                                          const std::vector<grpc::Service*>& services);
 
   // Shuts down if Shutdown() was not called (with no grace period).
   ~CsiServer();
@@ -77,8 +77,7 @@ class CsiServer {
   bool Serving() const;
 
  private:
-  CsiServer(std::string socket_path, std::unique_ptr<grpc::Server> server,
-            std::shared_ptr<InFlightCalls> in_flight);
+  CsiServer(std::string socket_path, std::unique_ptr<grpc::Server> server, std::shared_ptr<InFlightCalls> in_flight);
 
   const std::string socket_path_;
   std::unique_ptr<grpc::Server> server_;

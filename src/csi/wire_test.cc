@@ -43,17 +43,16 @@ TEST(CsiWireTest, CreateVolumeRequestAllFields) {
   (*r.mutable_accessibility_requirements()->add_requisite()->mutable_segments())["z"] = "1";
   (*r.mutable_mutable_parameters())["m"] = "1";
 
-  const std::string want =
-      Bytes({0x0a, 0x01, 'v'}) +                                          // 1 name
-      Bytes({0x12, 0x03, 0x08, 0x80, 0x08}) +                             // 2 capacity_range
-      Bytes({0x1a, 0x0b, 0x12, 0x05, 0x0a, 0x03, 'x', 'f', 's',           // 3 mount.fs_type
-             0x1a, 0x02, 0x08, 0x01}) +                                   //   access_mode
-      Bytes({0x22, 0x06, 0x0a, 0x01, 'k', 0x12, 0x01, 'v'}) +             // 4 parameters
-      Bytes({0x2a, 0x06, 0x0a, 0x01, 'p', 0x12, 0x01, 's'}) +             // 5 secrets
-      Bytes({0x32, 0x06, 0x0a, 0x04, 0x0a, 0x02, 's', '1'}) +             // 6 content source
-      Bytes({0x3a, 0x0a, 0x0a, 0x08, 0x0a, 0x06, 0x0a, 0x01, 'z', 0x12,   // 7 requisite
-             0x01, '1'}) +
-      Bytes({0x42, 0x06, 0x0a, 0x01, 'm', 0x12, 0x01, '1'});              // 8 mutable_parameters
+  const std::string want = Bytes({0x0a, 0x01, 'v'}) +                                         // 1 name
+                           Bytes({0x12, 0x03, 0x08, 0x80, 0x08}) +                            // 2 capacity_range
+                           Bytes({0x1a, 0x0b, 0x12, 0x05, 0x0a, 0x03, 'x', 'f', 's',          // 3 mount.fs_type
+                                  0x1a, 0x02, 0x08, 0x01}) +                                  //   access_mode
+                           Bytes({0x22, 0x06, 0x0a, 0x01, 'k', 0x12, 0x01, 'v'}) +            // 4 parameters
+                           Bytes({0x2a, 0x06, 0x0a, 0x01, 'p', 0x12, 0x01, 's'}) +            // 5 secrets
+                           Bytes({0x32, 0x06, 0x0a, 0x04, 0x0a, 0x02, 's', '1'}) +            // 6 content source
+                           Bytes({0x3a, 0x0a, 0x0a, 0x08, 0x0a, 0x06, 0x0a, 0x01, 'z', 0x12,  // 7 requisite
+                                  0x01, '1'}) +
+                           Bytes({0x42, 0x06, 0x0a, 0x01, 'm', 0x12, 0x01, '1'});  // 8 mutable_parameters
   EXPECT_EQ(Serialize(r), want);
 
   ::csi::v1::CreateVolumeRequest back;
@@ -68,8 +67,7 @@ TEST(CsiWireTest, OneofArmsHaveTheirOwnNumbers) {
   EXPECT_EQ(Serialize(service), Bytes({0x0a, 0x02, 0x08, 0x01}));
 
   ::csi::v1::PluginCapability expansion;
-  expansion.mutable_volume_expansion()->set_type(
-      ::csi::v1::PluginCapability::VolumeExpansion::OFFLINE);
+  expansion.mutable_volume_expansion()->set_type(::csi::v1::PluginCapability::VolumeExpansion::OFFLINE);
   EXPECT_EQ(Serialize(expansion), Bytes({0x12, 0x02, 0x08, 0x02}));
 
   ::csi::v1::VolumeContentSource clone;
@@ -87,10 +85,8 @@ TEST(CsiWireTest, NodeStageVolumeRequestBlockAndMaps) {
       ::csi::v1::VolumeCapability::AccessMode::MULTI_NODE_MULTI_WRITER);
   (*r.mutable_secrets())["x"] = "y";
   (*r.mutable_volume_context())["c"] = "d";
-  const std::string want = Bytes({0x0a, 0x01, 'v'}) +
-                           Bytes({0x12, 0x06, 0x0a, 0x01, 'a', 0x12, 0x01, 'b'}) +
-                           Bytes({0x1a, 0x02, '/', 's'}) +
-                           Bytes({0x22, 0x06, 0x0a, 0x00, 0x1a, 0x02, 0x08, 0x05}) +
+  const std::string want = Bytes({0x0a, 0x01, 'v'}) + Bytes({0x12, 0x06, 0x0a, 0x01, 'a', 0x12, 0x01, 'b'}) +
+                           Bytes({0x1a, 0x02, '/', 's'}) + Bytes({0x22, 0x06, 0x0a, 0x00, 0x1a, 0x02, 0x08, 0x05}) +
                            Bytes({0x2a, 0x06, 0x0a, 0x01, 'x', 0x12, 0x01, 'y'}) +
                            Bytes({0x32, 0x06, 0x0a, 0x01, 'c', 0x12, 0x01, 'd'});
   EXPECT_EQ(Serialize(r), want);
@@ -105,8 +101,7 @@ TEST(CsiWireTest, ListVolumesResponseRepeatedNested) {
     e->mutable_status()->add_published_node_ids("n");
   }
   r.set_next_token("t");
-  const std::string entry = Bytes({0x0a, 0x0c, 0x0a, 0x05, 0x08, 0x01, 0x12, 0x01, 'a', 0x12,
-                                   0x03, 0x0a, 0x01, 'n'});
+  const std::string entry = Bytes({0x0a, 0x0c, 0x0a, 0x05, 0x08, 0x01, 0x12, 0x01, 'a', 0x12, 0x03, 0x0a, 0x01, 'n'});
   EXPECT_EQ(Serialize(r), entry + entry + Bytes({0x12, 0x01, 't'}));
 }
 
@@ -114,16 +109,15 @@ TEST(CsiWireTest, GetCapacityResponseLargeVarintAndWrapper) {
   ::csi::v1::GetCapacityResponse r;
   r.set_available_capacity(int64_t{1} << 40);
   r.mutable_maximum_volume_size()->set_value(5);
-  EXPECT_EQ(Serialize(r),
-            Bytes({0x08, 0x80, 0x80, 0x80, 0x80, 0x80, 0x20, 0x12, 0x02, 0x08, 0x05}));
+  EXPECT_EQ(Serialize(r), Bytes({0x08, 0x80, 0x80, 0x80, 0x80, 0x80, 0x20, 0x12, 0x02, 0x08, 0x05}));
 }
 
 TEST(CsiWireTest, MethodPathsMatchTheSpec) {
   const auto* pool = google::protobuf::DescriptorPool::generated_pool();
-  for (const char* m : {"csi.v1.Identity.Probe", "csi.v1.Controller.CreateVolume",
-                        "csi.v1.Controller.ControllerModifyVolume", "csi.v1.Node.NodeStageVolume",
-                        "csi.v1.GroupController.CreateVolumeGroupSnapshot",
-                        "csi.v1.SnapshotMetadata.GetMetadataDelta"}) {
+  for (const char* m :
+       {"csi.v1.Identity.Probe", "csi.v1.Controller.CreateVolume", "csi.v1.Controller.ControllerModifyVolume",
+        "csi.v1.Node.NodeStageVolume", "csi.v1.GroupController.CreateVolumeGroupSnapshot",
+        "csi.v1.SnapshotMetadata.GetMetadataDelta"}) {
     EXPECT_NE(pool->FindMethodByName(m), nullptr) << m;
   }
   EXPECT_TRUE(pool->FindMethodByName("csi.v1.SnapshotMetadata.GetMetadataDelta")->server_streaming());
@@ -144,13 +138,11 @@ TEST(CsiWireTest, SecretOptionOnExactlyTheSpecsFields) {
   std::set<std::string> want;
   for (const char* m :
        {"CreateVolumeRequest", "DeleteVolumeRequest", "ControllerPublishVolumeRequest",
-        "ControllerUnpublishVolumeRequest", "ValidateVolumeCapabilitiesRequest",
-        "ControllerModifyVolumeRequest", "CreateSnapshotRequest", "DeleteSnapshotRequest",
-        "ListSnapshotsRequest", "GetSnapshotRequest", "ControllerExpandVolumeRequest",
-        "NodeStageVolumeRequest", "NodePublishVolumeRequest", "NodeExpandVolumeRequest",
-        "CreateVolumeGroupSnapshotRequest", "DeleteVolumeGroupSnapshotRequest",
-        "GetVolumeGroupSnapshotRequest", "GetMetadataAllocatedRequest",
-        "GetMetadataDeltaRequest"}) {
+        "ControllerUnpublishVolumeRequest", "ValidateVolumeCapabilitiesRequest", "ControllerModifyVolumeRequest",
+        "CreateSnapshotRequest", "DeleteSnapshotRequest", "ListSnapshotsRequest", "GetSnapshotRequest",
+        "ControllerExpandVolumeRequest", "NodeStageVolumeRequest", "NodePublishVolumeRequest",
+        "NodeExpandVolumeRequest", "CreateVolumeGroupSnapshotRequest", "DeleteVolumeGroupSnapshotRequest",
+        "GetVolumeGroupSnapshotRequest", "GetMetadataAllocatedRequest", "GetMetadataDeltaRequest"}) {
     want.insert(std::string("csi.v1.") + m + ".secrets");
   }
   EXPECT_EQ(got, want);

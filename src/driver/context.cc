@@ -21,9 +21,7 @@ Quiesce DriverContext::QuiesceFor(const VolumeRecord& source) {
   if (!mounted.ok() || !mounted->has_value()) return {};
   const std::string path = source.staging_path;
   Freezer* f = freezer;
-  return [f, path](const std::function<absl::Status()>& clone) {
-    return WithFrozen(*f, {path}, clone);
-  };
+  return [f, path](const std::function<absl::Status()>& clone) { return WithFrozen(*f, {path}, clone); };
 }
 
 absl::Status WithFrozen(Freezer& freezer, const std::vector<std::string>& paths,
@@ -65,15 +63,14 @@ absl::Status CheckCapability(const VolumeCapability& cap) {
     case VolumeCapability::AccessMode::SINGLE_NODE_MULTI_WRITER:
       break;
     default:
-      return absl::InvalidArgumentError(
-          StrCat("access mode ", VolumeCapability::AccessMode::Mode_Name(cap.access_mode().mode()),
-                 " is not supported: berth volumes live on one node"));
+      return absl::InvalidArgumentError(StrCat("access mode ",
+                                               VolumeCapability::AccessMode::Mode_Name(cap.access_mode().mode()),
+                                               " is not supported: berth volumes live on one node"));
   }
   if (cap.has_mount()) {
     const std::string fs = RequestedFsType(cap);
     if (!SupportedFsType(fs)) {
-      return absl::InvalidArgumentError(
-          StrCat("filesystem type \"", fs, "\" is not supported (ext4, xfs)"));
+      return absl::InvalidArgumentError(StrCat("filesystem type \"", fs, "\" is not supported (ext4, xfs)"));
     }
     if (!cap.mount().volume_mount_group().empty()) {
       return absl::InvalidArgumentError("volume_mount_group is not supported");
@@ -95,15 +92,13 @@ absl::Status CheckCapabilityFits(const VolumeCapability& cap, const VolumeRecord
   if (absl::Status st = CheckCapability(cap); !st.ok()) return st;
   const bool block = cap.has_block();
   if (block != (r.access_type == AccessType::kBlock)) {
-    return absl::InvalidArgumentError(StrCat("volume ", r.id, " is a ",
-                                             r.access_type == AccessType::kBlock ? "block" : "filesystem",
-                                             " volume; the capability asks for ",
-                                             block ? "a block device" : "a filesystem"));
+    return absl::InvalidArgumentError(
+        StrCat("volume ", r.id, " is a ", r.access_type == AccessType::kBlock ? "block" : "filesystem",
+               " volume; the capability asks for ", block ? "a block device" : "a filesystem"));
   }
-  if (!block && !r.fs_type.empty() && cap.mount().fs_type().size() > 0 &&
-      cap.mount().fs_type() != r.fs_type) {
-    return absl::InvalidArgumentError(StrCat("volume ", r.id, " has filesystem ", r.fs_type,
-                                             "; the capability asks for ", cap.mount().fs_type()));
+  if (!block && !r.fs_type.empty() && cap.mount().fs_type().size() > 0 && cap.mount().fs_type() != r.fs_type) {
+    return absl::InvalidArgumentError(
+        StrCat("volume ", r.id, " has filesystem ", r.fs_type, "; the capability asks for ", cap.mount().fs_type()));
   }
   return absl::OkStatus();
 }

@@ -14,8 +14,8 @@
 namespace berth::driver {
 namespace {
 
-using ::csi::v1::ControllerServiceCapability;
 using csi::ToGrpcStatus;
+using ::csi::v1::ControllerServiceCapability;
 
 constexpr std::string_view kReservedPrefix = "csi.storage.k8s.io/";
 
@@ -54,83 +54,74 @@ int64_t MinimumVolumeSize(const std::string& fs_type, bool block) {
 
 // ---- gRPC edge ----
 
-grpc::Status ControllerService::CreateVolume(grpc::ServerContext*,
-                                             const ::csi::v1::CreateVolumeRequest* req,
+grpc::Status ControllerService::CreateVolume(grpc::ServerContext*, const ::csi::v1::CreateVolumeRequest* req,
                                              ::csi::v1::CreateVolumeResponse* resp) {
   return ToGrpcStatus(DoCreateVolume(*req, resp));
 }
-grpc::Status ControllerService::DeleteVolume(grpc::ServerContext*,
-                                             const ::csi::v1::DeleteVolumeRequest* req,
+grpc::Status ControllerService::DeleteVolume(grpc::ServerContext*, const ::csi::v1::DeleteVolumeRequest* req,
                                              ::csi::v1::DeleteVolumeResponse*) {
   return ToGrpcStatus(DoDeleteVolume(*req));
 }
-grpc::Status ControllerService::ControllerPublishVolume(
-    grpc::ServerContext*, const ::csi::v1::ControllerPublishVolumeRequest* req,
-    ::csi::v1::ControllerPublishVolumeResponse* resp) {
+grpc::Status ControllerService::ControllerPublishVolume(grpc::ServerContext*,
+                                                        const ::csi::v1::ControllerPublishVolumeRequest* req,
+                                                        ::csi::v1::ControllerPublishVolumeResponse* resp) {
   return ToGrpcStatus(DoPublish(*req, resp));
 }
-grpc::Status ControllerService::ControllerUnpublishVolume(
-    grpc::ServerContext*, const ::csi::v1::ControllerUnpublishVolumeRequest* req,
-    ::csi::v1::ControllerUnpublishVolumeResponse*) {
+grpc::Status ControllerService::ControllerUnpublishVolume(grpc::ServerContext*,
+                                                          const ::csi::v1::ControllerUnpublishVolumeRequest* req,
+                                                          ::csi::v1::ControllerUnpublishVolumeResponse*) {
   return ToGrpcStatus(DoUnpublish(*req));
 }
-grpc::Status ControllerService::ValidateVolumeCapabilities(
-    grpc::ServerContext*, const ::csi::v1::ValidateVolumeCapabilitiesRequest* req,
-    ::csi::v1::ValidateVolumeCapabilitiesResponse* resp) {
+grpc::Status ControllerService::ValidateVolumeCapabilities(grpc::ServerContext*,
+                                                           const ::csi::v1::ValidateVolumeCapabilitiesRequest* req,
+                                                           ::csi::v1::ValidateVolumeCapabilitiesResponse* resp) {
   return ToGrpcStatus(DoValidate(*req, resp));
 }
-grpc::Status ControllerService::ListVolumes(grpc::ServerContext*,
-                                            const ::csi::v1::ListVolumesRequest* req,
+grpc::Status ControllerService::ListVolumes(grpc::ServerContext*, const ::csi::v1::ListVolumesRequest* req,
                                             ::csi::v1::ListVolumesResponse* resp) {
   return ToGrpcStatus(DoListVolumes(*req, resp));
 }
-grpc::Status ControllerService::ControllerGetVolume(
-    grpc::ServerContext*, const ::csi::v1::ControllerGetVolumeRequest* req,
-    ::csi::v1::ControllerGetVolumeResponse* resp) {
+grpc::Status ControllerService::ControllerGetVolume(grpc::ServerContext*,
+                                                    const ::csi::v1::ControllerGetVolumeRequest* req,
+                                                    ::csi::v1::ControllerGetVolumeResponse* resp) {
   return ToGrpcStatus(DoGetVolume(*req, resp));
 }
-grpc::Status ControllerService::GetCapacity(grpc::ServerContext*,
-                                            const ::csi::v1::GetCapacityRequest* req,
+grpc::Status ControllerService::GetCapacity(grpc::ServerContext*, const ::csi::v1::GetCapacityRequest* req,
                                             ::csi::v1::GetCapacityResponse* resp) {
   return ToGrpcStatus(DoGetCapacity(*req, resp));
 }
-grpc::Status ControllerService::CreateSnapshot(grpc::ServerContext*,
-                                               const ::csi::v1::CreateSnapshotRequest* req,
+grpc::Status ControllerService::CreateSnapshot(grpc::ServerContext*, const ::csi::v1::CreateSnapshotRequest* req,
                                                ::csi::v1::CreateSnapshotResponse* resp) {
   return ToGrpcStatus(DoCreateSnapshot(*req, resp));
 }
-grpc::Status ControllerService::DeleteSnapshot(grpc::ServerContext*,
-                                               const ::csi::v1::DeleteSnapshotRequest* req,
+grpc::Status ControllerService::DeleteSnapshot(grpc::ServerContext*, const ::csi::v1::DeleteSnapshotRequest* req,
                                                ::csi::v1::DeleteSnapshotResponse*) {
   return ToGrpcStatus(DoDeleteSnapshot(*req));
 }
-grpc::Status ControllerService::ListSnapshots(grpc::ServerContext*,
-                                              const ::csi::v1::ListSnapshotsRequest* req,
+grpc::Status ControllerService::ListSnapshots(grpc::ServerContext*, const ::csi::v1::ListSnapshotsRequest* req,
                                               ::csi::v1::ListSnapshotsResponse* resp) {
   return ToGrpcStatus(DoListSnapshots(*req, resp));
 }
-grpc::Status ControllerService::GetSnapshot(grpc::ServerContext*,
-                                            const ::csi::v1::GetSnapshotRequest* req,
+grpc::Status ControllerService::GetSnapshot(grpc::ServerContext*, const ::csi::v1::GetSnapshotRequest* req,
                                             ::csi::v1::GetSnapshotResponse* resp) {
   return ToGrpcStatus(DoGetSnapshot(*req, resp));
 }
-grpc::Status ControllerService::ControllerExpandVolume(
-    grpc::ServerContext*, const ::csi::v1::ControllerExpandVolumeRequest* req,
-    ::csi::v1::ControllerExpandVolumeResponse* resp) {
+grpc::Status ControllerService::ControllerExpandVolume(grpc::ServerContext*,
+                                                       const ::csi::v1::ControllerExpandVolumeRequest* req,
+                                                       ::csi::v1::ControllerExpandVolumeResponse* resp) {
   return ToGrpcStatus(DoExpand(*req, resp));
 }
 
-grpc::Status ControllerService::ControllerGetCapabilities(
-    grpc::ServerContext*, const ::csi::v1::ControllerGetCapabilitiesRequest*,
-    ::csi::v1::ControllerGetCapabilitiesResponse* resp) {
+grpc::Status ControllerService::ControllerGetCapabilities(grpc::ServerContext*,
+                                                          const ::csi::v1::ControllerGetCapabilitiesRequest*,
+                                                          ::csi::v1::ControllerGetCapabilitiesResponse* resp) {
   using Rpc = ControllerServiceCapability::RPC;
   // GET_SNAPSHOT (alpha) is served but not advertised: conformance suites
   // built for spec 1.10 reject capabilities they do not know.
-  for (auto type : {Rpc::CREATE_DELETE_VOLUME, Rpc::PUBLISH_UNPUBLISH_VOLUME, Rpc::LIST_VOLUMES,
-                    Rpc::GET_CAPACITY, Rpc::CREATE_DELETE_SNAPSHOT, Rpc::LIST_SNAPSHOTS,
-                    Rpc::CLONE_VOLUME, Rpc::PUBLISH_READONLY, Rpc::EXPAND_VOLUME,
-                    Rpc::LIST_VOLUMES_PUBLISHED_NODES, Rpc::VOLUME_CONDITION, Rpc::GET_VOLUME,
-                    Rpc::SINGLE_NODE_MULTI_WRITER}) {
+  for (auto type :
+       {Rpc::CREATE_DELETE_VOLUME, Rpc::PUBLISH_UNPUBLISH_VOLUME, Rpc::LIST_VOLUMES, Rpc::GET_CAPACITY,
+        Rpc::CREATE_DELETE_SNAPSHOT, Rpc::LIST_SNAPSHOTS, Rpc::CLONE_VOLUME, Rpc::PUBLISH_READONLY, Rpc::EXPAND_VOLUME,
+        Rpc::LIST_VOLUMES_PUBLISHED_NODES, Rpc::VOLUME_CONDITION, Rpc::GET_VOLUME, Rpc::SINGLE_NODE_MULTI_WRITER}) {
     // Without controller expansion, resizers grow only the PV object and
     // kubelet's NodeExpandVolume (on the node that holds the volume) grows
     // the image and its filesystem.
@@ -156,21 +147,18 @@ absl::Status ControllerService::DoCreateVolume(const ::csi::v1::CreateVolumeRequ
   for (const auto& cap : req.volume_capabilities()) {
     BERTH_RETURN_IF_ERROR(CheckCapability(cap));
     if (cap.has_block() != block) {
-      return absl::InvalidArgumentError(
-          "volume_capabilities mix block and mount access; a volume is one or the other");
+      return absl::InvalidArgumentError("volume_capabilities mix block and mount access; a volume is one or the other");
     }
     if (!block && !cap.mount().fs_type().empty() && cap.mount().fs_type() != fs_type) {
       return absl::InvalidArgumentError("volume_capabilities ask for different filesystem types");
     }
   }
   if (!block && !SupportedFsType(fs_type)) {
-    return absl::InvalidArgumentError(
-        StrCat("filesystem type \"", fs_type, "\" is not supported (ext4, xfs)"));
+    return absl::InvalidArgumentError(StrCat("filesystem type \"", fs_type, "\" is not supported (ext4, xfs)"));
   }
   BERTH_RETURN_IF_ERROR(CheckParameters(req.parameters()));
   if (!req.mutable_parameters().empty()) {
-    return absl::InvalidArgumentError(
-        "mutable_parameters are not supported (berth-csi has no MODIFY_VOLUME)");
+    return absl::InvalidArgumentError("mutable_parameters are not supported (berth-csi has no MODIFY_VOLUME)");
   }
 
   // Capacity.
@@ -183,8 +171,7 @@ absl::Status ControllerService::DoCreateVolume(const ::csi::v1::CreateVolumeRequ
     return absl::InvalidArgumentError(
         StrCat("capacity_range limit_bytes ", limit, " is below required_bytes ", required));
   }
-  int64_t size = required > 0 ? required : (limit > 0 ? std::min(limit, kDefaultVolumeSize)
-                                                      : kDefaultVolumeSize);
+  int64_t size = required > 0 ? required : (limit > 0 ? std::min(limit, kDefaultVolumeSize) : kDefaultVolumeSize);
   size = std::max(RoundUpToMiB(size), MinimumVolumeSize(fs_type, block));
 
   // Content source.
@@ -193,8 +180,7 @@ absl::Status ControllerService::DoCreateVolume(const ::csi::v1::CreateVolumeRequ
     const auto& src = req.volume_content_source();
     if (src.has_snapshot()) {
       source_snapshot = src.snapshot().snapshot_id();
-      BERTH_ASSIGN_OR_RETURN(bool ours, CheckId("source snapshot_id", source_snapshot,
-                                                IdKind::kSnapshot));
+      BERTH_ASSIGN_OR_RETURN(bool ours, CheckId("source snapshot_id", source_snapshot, IdKind::kSnapshot));
       if (!ours) return absl::NotFoundError(StrCat("source snapshot ", source_snapshot, " not found"));
     } else if (src.has_volume()) {
       source_volume = src.volume().volume_id();
@@ -206,22 +192,19 @@ absl::Status ControllerService::DoCreateVolume(const ::csi::v1::CreateVolumeRequ
   }
 
   // Topology: the volume can only live on this node.
-  if (req.has_accessibility_requirements() &&
-      !req.accessibility_requirements().requisite().empty()) {
+  if (req.has_accessibility_requirements() && !req.accessibility_requirements().requisite().empty()) {
     bool ok = false;
     for (const auto& t : req.accessibility_requirements().requisite()) {
       ok = ok || TopologyMatches(t, ctx_.options.node_id);
     }
     if (!ok) {
       return absl::ResourceExhaustedError(
-          StrCat("no requisite topology includes this pool's node {", kTopologyKey, ": ",
-                 ctx_.options.node_id, "}"));
+          StrCat("no requisite topology includes this pool's node {", kTopologyKey, ": ", ctx_.options.node_id, "}"));
     }
   }
 
   const std::string id = IdForName(IdKind::kVolume, req.name());
-  BERTH_ASSIGN_OR_RETURN(auto guard,
-                         ctx_.locks.TryAcquire({id, source_snapshot, source_volume}));
+  BERTH_ASSIGN_OR_RETURN(auto guard, ctx_.locks.TryAcquire({id, source_snapshot, source_volume}));
 
   const AccessType access = block ? AccessType::kBlock : AccessType::kMount;
   if (std::optional<VolumeRecord> existing = ctx_.pool->GetVolume(id)) {
@@ -229,8 +212,7 @@ absl::Status ControllerService::DoCreateVolume(const ::csi::v1::CreateVolumeRequ
       return absl::InternalError(StrCat("volume id ", id, " is taken by another name"));
     }
     std::string why;
-    if ((required > 0 && existing->capacity_bytes < required) ||
-        (limit > 0 && existing->capacity_bytes > limit)) {
+    if ((required > 0 && existing->capacity_bytes < required) || (limit > 0 && existing->capacity_bytes > limit)) {
       why = StrCat("its capacity ", existing->capacity_bytes, " is outside the requested range");
     } else if (existing->access_type != access) {
       why = "its access type differs";
@@ -238,13 +220,11 @@ absl::Status ControllerService::DoCreateVolume(const ::csi::v1::CreateVolumeRequ
       why = StrCat("its filesystem is ", existing->fs_type);
     } else if (existing->parameters != ToMap(req.parameters())) {
       why = "its parameters differ";
-    } else if (existing->source_snapshot_id != source_snapshot ||
-               existing->source_volume_id != source_volume) {
+    } else if (existing->source_snapshot_id != source_snapshot || existing->source_volume_id != source_volume) {
       why = "its content source differs";
     }
     if (!why.empty()) {
-      return absl::AlreadyExistsError(
-          StrCat("a volume named \"", req.name(), "\" already exists and ", why));
+      return absl::AlreadyExistsError(StrCat("a volume named \"", req.name(), "\" already exists and ", why));
     }
     FillVolume(*existing, ctx_, resp->mutable_volume());
     return absl::OkStatus();
@@ -257,10 +237,9 @@ absl::Status ControllerService::DoCreateVolume(const ::csi::v1::CreateVolumeRequ
     std::optional<SnapshotRecord> s = ctx_.pool->GetSnapshot(source_snapshot);
     if (!s) return absl::NotFoundError(StrCat("source snapshot ", source_snapshot, " not found"));
     if (s->access_type != access || (!block && !s->fs_type.empty() && s->fs_type != fs_type)) {
-      return absl::InvalidArgumentError(
-          StrCat("snapshot ", source_snapshot, " is of a ",
-                 s->access_type == AccessType::kBlock ? "block" : s->fs_type,
-                 " volume and cannot be restored as this one"));
+      return absl::InvalidArgumentError(StrCat("snapshot ", source_snapshot, " is of a ",
+                                               s->access_type == AccessType::kBlock ? "block" : s->fs_type,
+                                               " volume and cannot be restored as this one"));
     }
     source_size = s->size_bytes;
   } else if (!source_volume.empty()) {
@@ -275,15 +254,13 @@ absl::Status ControllerService::DoCreateVolume(const ::csi::v1::CreateVolumeRequ
   }
   if (source_size > size) {
     if (limit > 0 && source_size > limit) {
-      return absl::OutOfRangeError(StrCat("the source holds ", source_size,
-                                          " bytes, more than limit_bytes ", limit));
+      return absl::OutOfRangeError(StrCat("the source holds ", source_size, " bytes, more than limit_bytes ", limit));
     }
     size = source_size;
   }
   if (limit > 0 && size > limit) {
-    return absl::OutOfRangeError(StrCat("berth-csi cannot make a ", block ? "block" : fs_type,
-                                        " volume of at most ", limit, " bytes (minimum ",
-                                        MinimumVolumeSize(fs_type, block), ")"));
+    return absl::OutOfRangeError(StrCat("berth-csi cannot make a ", block ? "block" : fs_type, " volume of at most ",
+                                        limit, " bytes (minimum ", MinimumVolumeSize(fs_type, block), ")"));
   }
 
   Pool::NewVolume spec;
@@ -307,21 +284,18 @@ absl::Status ControllerService::DoDeleteVolume(const ::csi::v1::DeleteVolumeRequ
   std::optional<VolumeRecord> r = ctx_.pool->GetVolume(req.volume_id());
   if (!r) return absl::OkStatus();
   if (!r->staging_path.empty() || !r->targets.empty()) {
-    return absl::FailedPreconditionError(StrCat(
-        "volume ", r->id, " is in use on node ", ctx_.options.node_id, " (",
-        r->targets.empty() ? StrCat("staged at ", r->staging_path)
-                           : StrCat("published at ", r->targets[0].path),
-        "); unpublish and unstage it first"));
+    return absl::FailedPreconditionError(
+        StrCat("volume ", r->id, " is in use on node ", ctx_.options.node_id, " (",
+               r->targets.empty() ? StrCat("staged at ", r->staging_path) : StrCat("published at ", r->targets[0].path),
+               "); unpublish and unstage it first"));
   }
   if (!r->publications.empty()) {
-    return absl::FailedPreconditionError(StrCat("volume ", r->id, " is published to node ",
-                                                r->publications[0].node_id,
+    return absl::FailedPreconditionError(StrCat("volume ", r->id, " is published to node ", r->publications[0].node_id,
                                                 "; ControllerUnpublishVolume it first"));
   }
   BERTH_ASSIGN_OR_RETURN(std::string dev, ctx_.loops->Find(ctx_.pool->VolumeImagePath(r->id)));
   if (!dev.empty()) {
-    return absl::FailedPreconditionError(
-        StrCat("volume ", r->id, " is still attached as ", dev, " on this node"));
+    return absl::FailedPreconditionError(StrCat("volume ", r->id, " is still attached as ", dev, " on this node"));
   }
   return ctx_.pool->DeleteVolume(r->id);
 }
@@ -339,15 +313,15 @@ absl::Status ControllerService::DoPublish(const ::csi::v1::ControllerPublishVolu
   std::optional<VolumeRecord> r = ctx_.pool->GetVolume(req.volume_id());
   if (!r) return absl::NotFoundError(StrCat("volume ", req.volume_id(), " not found"));
   if (req.node_id() != ctx_.options.node_id) {
-    return absl::NotFoundError(StrCat("node ", req.node_id(), " does not exist here: volume ",
-                                      r->id, " lives on node ", ctx_.options.node_id));
+    return absl::NotFoundError(StrCat("node ", req.node_id(), " does not exist here: volume ", r->id, " lives on node ",
+                                      ctx_.options.node_id));
   }
   BERTH_RETURN_IF_ERROR(CheckCapabilityFits(req.volume_capability(), *r));
   for (const auto& p : r->publications) {
     if (p.node_id == req.node_id()) {
       if (p.readonly != req.readonly()) {
-        return absl::AlreadyExistsError(StrCat("volume ", r->id, " is already published to node ",
-                                               p.node_id, " with readonly=", p.readonly));
+        return absl::AlreadyExistsError(
+            StrCat("volume ", r->id, " is already published to node ", p.node_id, " with readonly=", p.readonly));
       }
       return absl::OkStatus();
     }
@@ -358,25 +332,23 @@ absl::Status ControllerService::DoPublish(const ::csi::v1::ControllerPublishVolu
       for (const auto& p : v.publications) published += p.node_id == req.node_id();
     }
     if (published >= ctx_.options.max_volumes) {
-      return absl::ResourceExhaustedError(StrCat("node ", req.node_id(), " already has ",
-                                                 published, " volumes published (the maximum)"));
+      return absl::ResourceExhaustedError(
+          StrCat("node ", req.node_id(), " already has ", published, " volumes published (the maximum)"));
     }
   }
   r->publications.push_back({req.node_id(), req.readonly()});
   return ctx_.pool->UpdateVolume(*r);
 }
 
-absl::Status ControllerService::DoUnpublish(
-    const ::csi::v1::ControllerUnpublishVolumeRequest& req) {
+absl::Status ControllerService::DoUnpublish(const ::csi::v1::ControllerUnpublishVolumeRequest& req) {
   BERTH_ASSIGN_OR_RETURN(bool ours, CheckId("volume_id", req.volume_id(), IdKind::kVolume));
   if (!ours) return absl::OkStatus();
   BERTH_ASSIGN_OR_RETURN(auto guard, ctx_.locks.TryAcquire({req.volume_id()}));
   std::optional<VolumeRecord> r = ctx_.pool->GetVolume(req.volume_id());
   if (!r) return absl::OkStatus();
   const size_t before = r->publications.size();
-  std::erase_if(r->publications, [&](const Publication& p) {
-    return req.node_id().empty() || p.node_id == req.node_id();
-  });
+  std::erase_if(r->publications,
+                [&](const Publication& p) { return req.node_id().empty() || p.node_id == req.node_id(); });
   if (r->publications.size() == before) return absl::OkStatus();
   return ctx_.pool->UpdateVolume(*r);
 }
@@ -419,8 +391,7 @@ absl::Status ControllerService::DoValidate(const ::csi::v1::ValidateVolumeCapabi
     c.set_message(StrCat("image ", ctx_.pool->VolumeImagePath(r.id), " is missing"));
   } else if (st.st_size < r.capacity_bytes) {
     c.set_abnormal(true);
-    c.set_message(StrCat("image is ", st.st_size, " bytes, smaller than the volume's ",
-                         r.capacity_bytes));
+    c.set_message(StrCat("image is ", st.st_size, " bytes, smaller than the volume's ", r.capacity_bytes));
   } else {
     c.set_message("volume is healthy");
   }
@@ -433,8 +404,8 @@ absl::Status ControllerService::DoListVolumes(const ::csi::v1::ListVolumesReques
   if (!req.starting_token().empty()) {
     auto ours = CheckId("starting_token", req.starting_token(), IdKind::kVolume);
     if (!ours.ok() || !*ours) {
-      return absl::AbortedError(StrCat("starting_token \"", req.starting_token(),
-                                       "\" is not a token ListVolumes returned"));
+      return absl::AbortedError(
+          StrCat("starting_token \"", req.starting_token(), "\" is not a token ListVolumes returned"));
     }
   }
   const auto volumes = ctx_.pool->ListVolumes();  // sorted by id
@@ -467,8 +438,7 @@ absl::Status ControllerService::DoGetVolume(const ::csi::v1::ControllerGetVolume
 
 absl::Status ControllerService::DoGetCapacity(const ::csi::v1::GetCapacityRequest& req,
                                               ::csi::v1::GetCapacityResponse* resp) {
-  if (req.has_accessible_topology() &&
-      !TopologyMatches(req.accessible_topology(), ctx_.options.node_id)) {
+  if (req.has_accessible_topology() && !TopologyMatches(req.accessible_topology(), ctx_.options.node_id)) {
     resp->set_available_capacity(0);
     return absl::OkStatus();
   }
@@ -512,20 +482,17 @@ absl::Status ControllerService::DoExpand(const ::csi::v1::ControllerExpandVolume
   }
   const int64_t wanted = RoundUpToMiB(required > 0 ? required : limit);
   if (limit > 0 && wanted > limit) {
-    return absl::OutOfRangeError(StrCat("sizes are multiples of 1 MiB; none fits [", required,
-                                        ", ", limit, "]"));
+    return absl::OutOfRangeError(StrCat("sizes are multiples of 1 MiB; none fits [", required, ", ", limit, "]"));
   }
   if (limit > 0 && r->capacity_bytes > limit) {
     return absl::OutOfRangeError(StrCat("volume ", r->id, " is already ", r->capacity_bytes,
-                                        " bytes, above limit_bytes ", limit,
-                                        "; volumes do not shrink"));
+                                        " bytes, above limit_bytes ", limit, "; volumes do not shrink"));
   }
   BERTH_ASSIGN_OR_RETURN(VolumeRecord grown, ctx_.pool->ExpandVolume(r->id, wanted));
   resp->set_capacity_bytes(grown.capacity_bytes);
   // A filesystem must be grown by the node; a block device needs its loop
   // device refreshed if it is attached.
-  resp->set_node_expansion_required(grown.access_type == AccessType::kMount ||
-                                    !grown.block_device.empty());
+  resp->set_node_expansion_required(grown.access_type == AccessType::kMount || !grown.block_device.empty());
   return absl::OkStatus();
 }
 
@@ -538,15 +505,13 @@ absl::Status ControllerService::DoCreateSnapshot(const ::csi::v1::CreateSnapshot
     return absl::InvalidArgumentError("source_volume_id is required");
   }
   BERTH_RETURN_IF_ERROR(CheckParameters(req.parameters()));
-  BERTH_ASSIGN_OR_RETURN(bool ours,
-                         CheckId("source_volume_id", req.source_volume_id(), IdKind::kVolume));
+  BERTH_ASSIGN_OR_RETURN(bool ours, CheckId("source_volume_id", req.source_volume_id(), IdKind::kVolume));
   const std::string id = IdForName(IdKind::kSnapshot, req.name());
   BERTH_ASSIGN_OR_RETURN(auto guard, ctx_.locks.TryAcquire({id, req.source_volume_id()}));
   if (std::optional<SnapshotRecord> existing = ctx_.pool->GetSnapshot(id)) {
     if (existing->source_volume_id != req.source_volume_id()) {
-      return absl::AlreadyExistsError(StrCat("a snapshot named \"", req.name(),
-                                             "\" already exists of volume ",
-                                             existing->source_volume_id));
+      return absl::AlreadyExistsError(
+          StrCat("a snapshot named \"", req.name(), "\" already exists of volume ", existing->source_volume_id));
     }
     FillSnapshot(*existing, resp->mutable_snapshot());
     return absl::OkStatus();
@@ -556,10 +521,9 @@ absl::Status ControllerService::DoCreateSnapshot(const ::csi::v1::CreateSnapshot
   if (!source) {
     return absl::NotFoundError(StrCat("source volume ", req.source_volume_id(), " not found"));
   }
-  BERTH_ASSIGN_OR_RETURN(SnapshotRecord s,
-                         ctx_.pool->CreateSnapshot(id, req.name(), source->id,
-                                                   ToMap(req.parameters()), "",
-                                                   ctx_.QuiesceFor(*source)));
+  BERTH_ASSIGN_OR_RETURN(
+      SnapshotRecord s,
+      ctx_.pool->CreateSnapshot(id, req.name(), source->id, ToMap(req.parameters()), "", ctx_.QuiesceFor(*source)));
   FillSnapshot(s, resp->mutable_snapshot());
   return absl::OkStatus();
 }
@@ -571,8 +535,7 @@ absl::Status ControllerService::DoDeleteSnapshot(const ::csi::v1::DeleteSnapshot
   std::optional<SnapshotRecord> s = ctx_.pool->GetSnapshot(req.snapshot_id());
   if (!s) return absl::OkStatus();
   if (!s->group_snapshot_id.empty() && ctx_.pool->GetGroupSnapshot(s->group_snapshot_id)) {
-    return absl::InvalidArgumentError(StrCat("snapshot ", s->id, " belongs to group snapshot ",
-                                             s->group_snapshot_id,
+    return absl::InvalidArgumentError(StrCat("snapshot ", s->id, " belongs to group snapshot ", s->group_snapshot_id,
                                              "; delete it with DeleteVolumeGroupSnapshot"));
   }
   return ctx_.pool->DeleteSnapshot(s->id);
@@ -584,8 +547,8 @@ absl::Status ControllerService::DoListSnapshots(const ::csi::v1::ListSnapshotsRe
   if (!req.starting_token().empty()) {
     auto ours = CheckId("starting_token", req.starting_token(), IdKind::kSnapshot);
     if (!ours.ok() || !*ours) {
-      return absl::AbortedError(StrCat("starting_token \"", req.starting_token(),
-                                       "\" is not a token ListSnapshots returned"));
+      return absl::AbortedError(
+          StrCat("starting_token \"", req.starting_token(), "\" is not a token ListSnapshots returned"));
     }
   }
   int count = 0;

@@ -36,13 +36,13 @@ absl::StatusOr<std::unique_ptr<Driver>> Driver::Open(DriverOptions options, Deps
       image = real;
       ::free(real);
     }
-    BERTH_RETURN_IF_ERROR(EnsurePoolImage(image, options.pool_size_bytes, pool, *deps.loops,
-                                          *deps.mounter, *deps.formatter));
+    BERTH_RETURN_IF_ERROR(
+        EnsurePoolImage(image, options.pool_size_bytes, pool, *deps.loops, *deps.mounter, *deps.formatter));
     options.pool_image = image;
   }
   BERTH_ASSIGN_OR_RETURN(options.pool, Canonical(options.pool));
-  BERTH_ASSIGN_OR_RETURN(d->pool_, Pool::Open({.dir = options.pool,
-                                               .overprovision_ratio = options.overprovision_ratio}));
+  BERTH_ASSIGN_OR_RETURN(d->pool_,
+                         Pool::Open({.dir = options.pool, .overprovision_ratio = options.overprovision_ratio}));
   d->ctx_.options = options;
   d->ctx_.pool = d->pool_.get();
   d->ctx_.loops = deps.loops;
@@ -54,12 +54,11 @@ absl::StatusOr<std::unique_ptr<Driver>> Driver::Open(DriverOptions options, Deps
   using ::csi::v1::PluginCapability;
   d->identity_ = std::make_unique<IdentityService>(
       options.driver_name, kVersion,
-      std::vector<PluginCapability>{
-          ServiceCapability(PluginCapability::Service::CONTROLLER_SERVICE),
-          ServiceCapability(PluginCapability::Service::VOLUME_ACCESSIBILITY_CONSTRAINTS),
-          ServiceCapability(PluginCapability::Service::GROUP_CONTROLLER_SERVICE),
-          ExpansionCapability(PluginCapability::VolumeExpansion::ONLINE),
-          ExpansionCapability(PluginCapability::VolumeExpansion::OFFLINE)},
+      std::vector<PluginCapability>{ServiceCapability(PluginCapability::Service::CONTROLLER_SERVICE),
+                                    ServiceCapability(PluginCapability::Service::VOLUME_ACCESSIBILITY_CONSTRAINTS),
+                                    ServiceCapability(PluginCapability::Service::GROUP_CONTROLLER_SERVICE),
+                                    ExpansionCapability(PluginCapability::VolumeExpansion::ONLINE),
+                                    ExpansionCapability(PluginCapability::VolumeExpansion::OFFLINE)},
       [raw = d.get()] { return raw->Ready(); });
   d->controller_ = std::make_unique<ControllerService>(d->ctx_);
   d->node_ = std::make_unique<NodeService>(d->ctx_);
@@ -84,8 +83,7 @@ absl::Status Driver::Repair() {
   // acknowledged, so its members go.
   for (const auto& s : pool_->ListSnapshots()) {
     if (!s.group_snapshot_id.empty() && !pool_->GetGroupSnapshot(s.group_snapshot_id)) {
-      spdlog::warn("removing snapshot {}: member of group {} that was never completed", s.id,
-                   s.group_snapshot_id);
+      spdlog::warn("removing snapshot {}: member of group {} that was never completed", s.id, s.group_snapshot_id);
       BERTH_RETURN_IF_ERROR(pool_->DeleteSnapshot(s.id));
     }
   }
@@ -115,11 +113,10 @@ absl::Status Driver::Repair() {
     if (owner != images.end()) {
       const VolumeRecord& r = owner->second;
       if (r.access_type == AccessType::kBlock && r.block_device == l.device) continue;
-      spdlog::warn("detaching {} (image of volume {}): left attached by an interrupted operation",
-                   l.device, r.id);
+      spdlog::warn("detaching {} (image of volume {}): left attached by an interrupted operation", l.device, r.id);
     } else {
-      spdlog::warn("detaching {} (inode {} of the pool, {}): no volume's image", l.device,
-                   l.backing.ino, l.backing_deleted ? "removed" : "unrecorded");
+      spdlog::warn("detaching {} (inode {} of the pool, {}): no volume's image", l.device, l.backing.ino,
+                   l.backing_deleted ? "removed" : "unrecorded");
     }
     BERTH_RETURN_IF_ERROR(ctx_.loops->Detach(l.device));
   }

@@ -30,24 +30,23 @@ grpc::Status GroupControllerService::GroupControllerGetCapabilities(
   return grpc::Status::OK;
 }
 
-grpc::Status GroupControllerService::CreateVolumeGroupSnapshot(
-    grpc::ServerContext*, const ::csi::v1::CreateVolumeGroupSnapshotRequest* req,
-    ::csi::v1::CreateVolumeGroupSnapshotResponse* resp) {
+grpc::Status GroupControllerService::CreateVolumeGroupSnapshot(grpc::ServerContext*,
+                                                               const ::csi::v1::CreateVolumeGroupSnapshotRequest* req,
+                                                               ::csi::v1::CreateVolumeGroupSnapshotResponse* resp) {
   return ToGrpcStatus(DoCreate(*req, resp));
 }
-grpc::Status GroupControllerService::DeleteVolumeGroupSnapshot(
-    grpc::ServerContext*, const ::csi::v1::DeleteVolumeGroupSnapshotRequest* req,
-    ::csi::v1::DeleteVolumeGroupSnapshotResponse*) {
+grpc::Status GroupControllerService::DeleteVolumeGroupSnapshot(grpc::ServerContext*,
+                                                               const ::csi::v1::DeleteVolumeGroupSnapshotRequest* req,
+                                                               ::csi::v1::DeleteVolumeGroupSnapshotResponse*) {
   return ToGrpcStatus(DoDelete(*req));
 }
-grpc::Status GroupControllerService::GetVolumeGroupSnapshot(
-    grpc::ServerContext*, const ::csi::v1::GetVolumeGroupSnapshotRequest* req,
-    ::csi::v1::GetVolumeGroupSnapshotResponse* resp) {
+grpc::Status GroupControllerService::GetVolumeGroupSnapshot(grpc::ServerContext*,
+                                                            const ::csi::v1::GetVolumeGroupSnapshotRequest* req,
+                                                            ::csi::v1::GetVolumeGroupSnapshotResponse* resp) {
   return ToGrpcStatus(DoGet(*req, resp));
 }
 
-void GroupControllerService::Fill(const GroupSnapshotRecord& g,
-                                  ::csi::v1::VolumeGroupSnapshot* out) {
+void GroupControllerService::Fill(const GroupSnapshotRecord& g, ::csi::v1::VolumeGroupSnapshot* out) {
   out->set_group_snapshot_id(g.id);
   out->mutable_creation_time()->set_seconds(g.created_unix_nanos / 1000000000);
   out->mutable_creation_time()->set_nanos(static_cast<int32_t>(g.created_unix_nanos % 1000000000));
@@ -57,9 +56,8 @@ void GroupControllerService::Fill(const GroupSnapshotRecord& g,
   }
 }
 
-absl::Status GroupControllerService::DoCreate(
-    const ::csi::v1::CreateVolumeGroupSnapshotRequest& req,
-    ::csi::v1::CreateVolumeGroupSnapshotResponse* resp) {
+absl::Status GroupControllerService::DoCreate(const ::csi::v1::CreateVolumeGroupSnapshotRequest& req,
+                                              ::csi::v1::CreateVolumeGroupSnapshotResponse* resp) {
   BERTH_RETURN_IF_ERROR(ValidateName("name", req.name()));
   if (req.source_volume_ids().empty()) {
     return absl::InvalidArgumentError("source_volume_ids is required");
@@ -81,10 +79,9 @@ absl::Status GroupControllerService::DoCreate(
     std::vector<std::string> had = existing->source_volume_ids;
     std::sort(had.begin(), had.end());
     if (had != sources ||
-        existing->parameters != std::map<std::string, std::string>(req.parameters().begin(),
-                                                                   req.parameters().end())) {
-      return absl::AlreadyExistsError(StrCat("a group snapshot named \"", req.name(),
-                                             "\" already exists of other volumes or parameters"));
+        existing->parameters != std::map<std::string, std::string>(req.parameters().begin(), req.parameters().end())) {
+      return absl::AlreadyExistsError(
+          StrCat("a group snapshot named \"", req.name(), "\" already exists of other volumes or parameters"));
     }
     Fill(*existing, resp->mutable_group_snapshot());
     return absl::OkStatus();
@@ -113,8 +110,7 @@ absl::Status GroupControllerService::DoCreate(
     for (const auto& v : volumes) {
       const std::string member_name = StrCat(req.name(), "/", v.id);
       const std::string sid = IdForName(IdKind::kSnapshot, member_name);
-      BERTH_ASSIGN_OR_RETURN(SnapshotRecord s,
-                             ctx_.pool->CreateSnapshot(sid, member_name, v.id, g.parameters, id));
+      BERTH_ASSIGN_OR_RETURN(SnapshotRecord s, ctx_.pool->CreateSnapshot(sid, member_name, v.id, g.parameters, id));
       made.push_back(s.id);
     }
     return absl::OkStatus();
@@ -135,10 +131,8 @@ absl::Status GroupControllerService::DoCreate(
   return absl::OkStatus();
 }
 
-absl::Status GroupControllerService::DoDelete(
-    const ::csi::v1::DeleteVolumeGroupSnapshotRequest& req) {
-  BERTH_ASSIGN_OR_RETURN(bool ours,
-                         CheckId("group_snapshot_id", req.group_snapshot_id(), IdKind::kGroupSnapshot));
+absl::Status GroupControllerService::DoDelete(const ::csi::v1::DeleteVolumeGroupSnapshotRequest& req) {
+  BERTH_ASSIGN_OR_RETURN(bool ours, CheckId("group_snapshot_id", req.group_snapshot_id(), IdKind::kGroupSnapshot));
   if (!ours) return absl::OkStatus();
   BERTH_ASSIGN_OR_RETURN(auto guard, ctx_.locks.TryAcquire({req.group_snapshot_id()}));
   auto g = ctx_.pool->GetGroupSnapshot(req.group_snapshot_id());
@@ -146,8 +140,7 @@ absl::Status GroupControllerService::DoDelete(
   std::vector<std::string> have = g->snapshot_ids;
   std::sort(have.begin(), have.end());
   if (Sorted(req.snapshot_ids()) != have) {
-    return absl::InvalidArgumentError(
-        StrCat("snapshot_ids do not match the members of group snapshot ", g->id));
+    return absl::InvalidArgumentError(StrCat("snapshot_ids do not match the members of group snapshot ", g->id));
   }
   for (const auto& sid : g->snapshot_ids) BERTH_RETURN_IF_ERROR(ctx_.pool->DeleteSnapshot(sid));
   return ctx_.pool->DeleteGroupSnapshot(g->id);
@@ -155,16 +148,14 @@ absl::Status GroupControllerService::DoDelete(
 
 absl::Status GroupControllerService::DoGet(const ::csi::v1::GetVolumeGroupSnapshotRequest& req,
                                            ::csi::v1::GetVolumeGroupSnapshotResponse* resp) {
-  BERTH_ASSIGN_OR_RETURN(bool ours,
-                         CheckId("group_snapshot_id", req.group_snapshot_id(), IdKind::kGroupSnapshot));
+  BERTH_ASSIGN_OR_RETURN(bool ours, CheckId("group_snapshot_id", req.group_snapshot_id(), IdKind::kGroupSnapshot));
   std::optional<GroupSnapshotRecord> g;
   if (ours) g = ctx_.pool->GetGroupSnapshot(req.group_snapshot_id());
   if (!g) return absl::NotFoundError(StrCat("group snapshot ", req.group_snapshot_id(), " not found"));
   std::vector<std::string> have = g->snapshot_ids;
   std::sort(have.begin(), have.end());
   if (!req.snapshot_ids().empty() && Sorted(req.snapshot_ids()) != have) {
-    return absl::InvalidArgumentError(
-        StrCat("snapshot_ids do not match the members of group snapshot ", g->id));
+    return absl::InvalidArgumentError(StrCat("snapshot_ids do not match the members of group snapshot ", g->id));
   }
   Fill(*g, resp->mutable_group_snapshot());
   return absl::OkStatus();

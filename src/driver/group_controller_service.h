@@ -17,17 +17,14 @@ class GroupControllerService final : public ::csi::v1::GroupController::Service 
   explicit GroupControllerService(DriverContext& ctx) : ctx_(ctx) {}
 
   // ::csi::v1::GroupController::Service
-  grpc::Status GroupControllerGetCapabilities(
-      grpc::ServerContext*, const ::csi::v1::GroupControllerGetCapabilitiesRequest* req,
-      ::csi::v1::GroupControllerGetCapabilitiesResponse* resp) override;
-  grpc::Status CreateVolumeGroupSnapshot(
-      grpc::ServerContext*, const ::csi::v1::CreateVolumeGroupSnapshotRequest* req,
-      ::csi::v1::CreateVolumeGroupSnapshotResponse* resp) override;
-  grpc::Status DeleteVolumeGroupSnapshot(
-      grpc::ServerContext*, const ::csi::v1::DeleteVolumeGroupSnapshotRequest* req,
-      ::csi::v1::DeleteVolumeGroupSnapshotResponse* resp) override;
-  grpc::Status GetVolumeGroupSnapshot(grpc::ServerContext*,
-                                      const ::csi::v1::GetVolumeGroupSnapshotRequest* req,
+  grpc::Status GroupControllerGetCapabilities(grpc::ServerContext*,
+                                              const ::csi::v1::GroupControllerGetCapabilitiesRequest* req,
+                                              ::csi::v1::GroupControllerGetCapabilitiesResponse* resp) override;
+  grpc::Status CreateVolumeGroupSnapshot(grpc::ServerContext*, const ::csi::v1::CreateVolumeGroupSnapshotRequest* req,
+                                         ::csi::v1::CreateVolumeGroupSnapshotResponse* resp) override;
+  grpc::Status DeleteVolumeGroupSnapshot(grpc::ServerContext*, const ::csi::v1::DeleteVolumeGroupSnapshotRequest* req,
+                                         ::csi::v1::DeleteVolumeGroupSnapshotResponse* resp) override;
+  grpc::Status GetVolumeGroupSnapshot(grpc::ServerContext*, const ::csi::v1::GetVolumeGroupSnapshotRequest* req,
                                       ::csi::v1::GetVolumeGroupSnapshotResponse* resp) override;
 
   absl::Status DoCreate(const ::csi::v1::CreateVolumeGroupSnapshotRequest& req,

@@ -7,10 +7,8 @@
 
 namespace berth::driver {
 
-http::HttpHandler NewHttpHandler(Driver& driver, DriverMetrics& metrics,
-                                 std::function<bool()> serving) {
-  return [&driver, &metrics, serving = std::move(serving)](const http::HttpRequest& req,
-                                                           http::ResponseWriter& out) {
+http::HttpHandler NewHttpHandler(Driver& driver, DriverMetrics& metrics, std::function<bool()> serving) {
+  return [&driver, &metrics, serving = std::move(serving)](const http::HttpRequest& req, http::ResponseWriter& out) {
     if (req.path != "/healthz" && req.path != "/metrics") {
       out.Send(404, "text/plain; charset=utf-8", "not found: try /healthz or /metrics\n");
       return;
@@ -39,9 +37,9 @@ http::HttpHandler NewHttpHandler(Driver& driver, DriverMetrics& metrics,
   };
 }
 
-absl::StatusOr<std::unique_ptr<http::HttpServer>> StartHttpEndpoint(
-    const std::string& address, Driver& driver, DriverMetrics& metrics,
-    std::function<bool()> serving) {
+absl::StatusOr<std::unique_ptr<http::HttpServer>> StartHttpEndpoint(const std::string& address, Driver& driver,
+                                                                    DriverMetrics& metrics,
+                                                                    std::function<bool()> serving) {
   http::HttpServer::Options o;
   o.tcp_address = address;
   o.tcp_mode = http::HttpServer::TcpMode::kPlainHttp;

@@ -26,14 +26,13 @@ namespace berth::driver {
 // The request handler (exposed for tests). `driver` and `metrics` are not
 // owned and must outlive the handler; `serving` tells whether the CSI server
 // is serving.
-http::HttpHandler NewHttpHandler(Driver& driver, DriverMetrics& metrics,
-                                 std::function<bool()> serving);
+http::HttpHandler NewHttpHandler(Driver& driver, DriverMetrics& metrics, std::function<bool()> serving);
 
 // Serves the handler on `address` (http::ParseTcpAddress syntax; any
 // address the operator names, loopback or not). INVALID_ARGUMENT for a bad
 // address, the errno status when it cannot be bound.
-absl::StatusOr<std::unique_ptr<http::HttpServer>> StartHttpEndpoint(
-    const std::string& address, Driver& driver, DriverMetrics& metrics,
-    std::function<bool()> serving);
+absl::StatusOr<std::unique_ptr<http::HttpServer>> StartHttpEndpoint(const std::string& address, Driver& driver,
+                                                                    DriverMetrics& metrics,
+                                                                    std::function<bool()> serving);
 
 }  // namespace berth::driver

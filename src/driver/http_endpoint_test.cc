@@ -29,10 +29,10 @@
 namespace berth::driver {
 namespace {
 
-using ::testing::HasSubstr;
-using ::testing::StartsWith;
 using metrics::testing::FindSample;
 using metrics::testing::ParseExposition;
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
 
 struct HttpAnswer {
   int code = 0;
@@ -82,8 +82,7 @@ class HttpEndpointTest : public ::testing::Test {
     auto server = csi::CsiServer::Start(server_options, driver_->services());
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = std::move(*server);
-    auto http = StartHttpEndpoint("127.0.0.1:0", *driver_, *metrics_,
-                                  [s = server_.get()] { return s->Serving(); });
+    auto http = StartHttpEndpoint("127.0.0.1:0", *driver_, *metrics_, [s = server_.get()] { return s->Serving(); });
     ASSERT_TRUE(http.ok()) << http.status();
     http_ = std::move(*http);
     auto ch = csi::ConnectUnix(o.endpoint, {.timeout = absl::Seconds(10)});
@@ -182,11 +181,10 @@ TEST_F(HttpEndpointTest, MetricsCountCallsByMethodAndCodeAndShowThePool) {
     grpc::ByteBuffer in(&empty, 1), out;
     grpc::Status st;
     absl::Notification done;
-    generic.UnaryCall(&ctx, "/csi.v1.Controller/NoSuchMethod", grpc::StubOptions(), &in, &out,
-                      [&](grpc::Status s) {
-                        st = std::move(s);
-                        done.Notify();
-                      });
+    generic.UnaryCall(&ctx, "/csi.v1.Controller/NoSuchMethod", grpc::StubOptions(), &in, &out, [&](grpc::Status s) {
+      st = std::move(s);
+      done.Notify();
+    });
     done.WaitForNotification();
     EXPECT_EQ(st.error_code(), grpc::StatusCode::UNIMPLEMENTED);
   }
@@ -197,17 +195,12 @@ TEST_F(HttpEndpointTest, MetricsCountCallsByMethodAndCodeAndShowThePool) {
   const std::string del = "/csi.v1.Controller/DeleteVolume";
   EXPECT_EQ(*FindSample(samples, "berth_csi_requests_total", {{"method", probe}, {"code", "OK"}}), 3);
   EXPECT_EQ(*FindSample(samples, "berth_csi_requests_total", {{"method", create}, {"code", "OK"}}), 1);
-  EXPECT_EQ(*FindSample(samples, "berth_csi_requests_total",
-                        {{"method", del}, {"code", "INVALID_ARGUMENT"}}),
-            1);
-  EXPECT_EQ(FindSample(samples, "berth_csi_requests_total", {{"method", "/csi.v1.Controller/NoSuchMethod"}})
-                .status()
-                .code(),
-            absl::StatusCode::kNotFound);
+  EXPECT_EQ(*FindSample(samples, "berth_csi_requests_total", {{"method", del}, {"code", "INVALID_ARGUMENT"}}), 1);
+  EXPECT_EQ(
+      FindSample(samples, "berth_csi_requests_total", {{"method", "/csi.v1.Controller/NoSuchMethod"}}).status().code(),
+      absl::StatusCode::kNotFound);
   EXPECT_EQ(*FindSample(samples, "berth_csi_request_duration_seconds_count", {{"method", probe}}), 3);
-  EXPECT_EQ(*FindSample(samples, "berth_csi_request_duration_seconds_bucket",
-                        {{"method", create}, {"le", "+Inf"}}),
-            1);
+  EXPECT_EQ(*FindSample(samples, "berth_csi_request_duration_seconds_bucket", {{"method", create}, {"le", "+Inf"}}), 1);
   EXPECT_GT(*FindSample(samples, "berth_csi_request_duration_seconds_sum", {{"method", create}}), 0);
 
   EXPECT_EQ(*FindSample(samples, "berth_volumes"), 1);

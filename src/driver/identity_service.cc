@@ -5,24 +5,22 @@
 namespace berth::driver {
 
 IdentityService::IdentityService(std::string driver_name, std::string version,
-                                 std::vector<::csi::v1::PluginCapability> capabilities,
-                                 ReadinessCheck ready)
+                                 std::vector<::csi::v1::PluginCapability> capabilities, ReadinessCheck ready)
     : driver_name_(std::move(driver_name)),
       version_(std::move(version)),
       capabilities_(std::move(capabilities)),
       ready_(std::move(ready)) {}
 
-grpc::Status IdentityService::GetPluginInfo(grpc::ServerContext*,
-                                            const ::csi::v1::GetPluginInfoRequest*,
+grpc::Status IdentityService::GetPluginInfo(grpc::ServerContext*, const ::csi::v1::GetPluginInfoRequest*,
                                             ::csi::v1::GetPluginInfoResponse* response) {
   response->set_name(driver_name_);
   response->set_vendor_version(version_);
   return grpc::Status::OK;
 }
 
-grpc::Status IdentityService::GetPluginCapabilities(
-    grpc::ServerContext*, const ::csi::v1::GetPluginCapabilitiesRequest*,
-    ::csi::v1::GetPluginCapabilitiesResponse* response) {
+grpc::Status IdentityService::GetPluginCapabilities(grpc::ServerContext*,
+                                                    const ::csi::v1::GetPluginCapabilitiesRequest*,
+                                                    ::csi::v1::GetPluginCapabilitiesResponse* response) {
   for (const auto& cap : capabilities_) *response->add_capabilities() = cap;
   return grpc::Status::OK;
 }
@@ -43,8 +41,7 @@ grpc::Status IdentityService::Probe(grpc::ServerContext*, const ::csi::v1::Probe
   return cap;
 }
 
-::csi::v1::PluginCapability ExpansionCapability(
-    ::csi::v1::PluginCapability::VolumeExpansion::Type type) {
+::csi::v1::PluginCapability ExpansionCapability(::csi::v1::PluginCapability::VolumeExpansion::Type type) {
   ::csi::v1::PluginCapability cap;
   cap.mutable_volume_expansion()->set_type(type);
   return cap;

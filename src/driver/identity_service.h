@@ -24,12 +24,11 @@ class IdentityService final : public ::csi::v1::Identity::Service {
   // (Probe fails with FAILED_PRECONDITION and the error's message).
   using ReadinessCheck = std::function<absl::StatusOr<bool>()>;
 
-  IdentityService(std::string driver_name, std::string version,
-                  std::vector<::csi::v1::PluginCapability> capabilities, ReadinessCheck ready);
+  IdentityService(std::string driver_name, std::string version, std::vector<::csi::v1::PluginCapability> capabilities,
+                  ReadinessCheck ready);
 
   // ::csi::v1::Identity::Service
-  grpc::Status GetPluginInfo(grpc::ServerContext* context,
-                             const ::csi::v1::GetPluginInfoRequest* request,
+  grpc::Status GetPluginInfo(grpc::ServerContext* context, const ::csi::v1::GetPluginInfoRequest* request,
                              ::csi::v1::GetPluginInfoResponse* response) override;
   grpc::Status GetPluginCapabilities(grpc::ServerContext* context,
                                      const ::csi::v1::GetPluginCapabilitiesRequest* request,
@@ -47,7 +46,6 @@ class IdentityService final : public ::csi::v1::Identity::Service {
 // A plugin capability naming a service (CONTROLLER_SERVICE, ...).
 ::csi::v1::PluginCapability ServiceCapability(::csi::v1::PluginCapability::Service::Type type);
 // A plugin capability naming a volume expansion mode (ONLINE, OFFLINE).
-::csi::v1::PluginCapability ExpansionCapability(
-    ::csi::v1::PluginCapability::VolumeExpansion::Type type);
+::csi::v1::PluginCapability ExpansionCapability(::csi::v1::PluginCapability::VolumeExpansion::Type type);
 
 }  // namespace berth::driver

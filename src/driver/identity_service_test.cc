@@ -21,8 +21,7 @@ TEST(IdentityServiceTest, InfoAndCapabilities) {
   ASSERT_TRUE(s.GetPluginCapabilities(nullptr, nullptr, &caps).ok());
   ASSERT_EQ(caps.capabilities_size(), 2);
   EXPECT_EQ(caps.capabilities(0).service().type(), PluginCapability::Service::CONTROLLER_SERVICE);
-  EXPECT_EQ(caps.capabilities(1).volume_expansion().type(),
-            PluginCapability::VolumeExpansion::ONLINE);
+  EXPECT_EQ(caps.capabilities(1).volume_expansion().type(), PluginCapability::VolumeExpansion::ONLINE);
 }
 
 TEST(IdentityServiceTest, ProbeFollowsReadiness) {

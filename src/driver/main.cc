@@ -9,14 +9,14 @@
 
 #include "CLI/CLI.hpp"
 #include "berth/version.h"
+#include "common/exec.h"
+#include "common/fs.h"
 #include "common/logging.h"
 #include "common/signals.h"
 #include "common/units.h"
 #include "csi/endpoint.h"
 #include "csi/registration.h"
 #include "csi/server.h"
-#include "common/exec.h"
-#include "common/fs.h"
 #include "driver/driver.h"
 #include "driver/http_endpoint.h"
 #include "driver/metrics.h"
@@ -62,8 +62,7 @@ int Run(const berth::driver::DriverOptions& options, const std::string& registra
     auto started = berth::driver::StartHttpEndpoint(http_endpoint, **driver, metrics,
                                                     [s = server->get()] { return s->Serving(); });
     if (!started.ok()) {
-      spdlog::error("cannot serve --http-endpoint {}: {}", http_endpoint,
-                    started.status().ToString());
+      spdlog::error("cannot serve --http-endpoint {}: {}", http_endpoint, started.status().ToString());
       (*server)->Shutdown(absl::ZeroDuration());
       return kExitFailure;
     }
@@ -75,9 +74,10 @@ int Run(const berth::driver::DriverOptions& options, const std::string& registra
   std::unique_ptr<berth::driver::SnapshotContentAdopter> adopter;
   if (adopt_snapshot_contents) {
     if (auto client = berth::driver::InClusterApiClient(); !client.ok()) {
-      spdlog::error("--adopt-snapshot-contents: {}; pre-provisioned VolumeSnapshotContents will "
-                    "not be labelled for this node",
-                    client.status().ToString());
+      spdlog::error(
+          "--adopt-snapshot-contents: {}; pre-provisioned VolumeSnapshotContents will "
+          "not be labelled for this node",
+          client.status().ToString());
     } else {
       berth::driver::SnapshotContentAdopter::Options adopter_options;
       adopter_options.driver_name = options.driver_name;
@@ -102,8 +102,7 @@ int Run(const berth::driver::DriverOptions& options, const std::string& registra
     registration = std::make_unique<berth::csi::RegistrationService>(
         berth::csi::RegistrationService::Info{.name = options.driver_name, .endpoint = *csi_socket});
     auto reg = berth::csi::CsiServer::Start(
-        {.endpoint = berth::csi::RegistrationSocketPath(registration_dir, options.driver_name)},
-        {registration.get()});
+        {.endpoint = berth::csi::RegistrationSocketPath(registration_dir, options.driver_name)}, {registration.get()});
     if (!reg.ok()) {
       spdlog::error("cannot serve plugin registration: {}", reg.status().ToString());
       (*server)->Shutdown(absl::ZeroDuration());
@@ -111,11 +110,10 @@ int Run(const berth::driver::DriverOptions& options, const std::string& registra
     }
     registration_server = std::move(*reg);
   }
-  spdlog::info("berth-csi {} driver={} node={} pool={}", berth::kVersion, options.driver_name,
-               options.node_id, options.pool);
+  spdlog::info("berth-csi {} driver={} node={} pool={}", berth::kVersion, options.driver_name, options.node_id,
+               options.pool);
   const int sig = berth::WaitForTerminationSignal();
-  spdlog::info("signal {} received; draining calls for up to {}", sig,
-               absl::FormatDuration(grace));
+  spdlog::info("signal {} received; draining calls for up to {}", sig, absl::FormatDuration(grace));
   // Deregister first, so the node agent stops sending calls, then drain.
   if (adopter) adopter->Stop();
   if (registration_server) registration_server->Shutdown(absl::ZeroDuration());
@@ -139,8 +137,7 @@ int main(int argc, char** argv) {
   bool adopt_snapshot_contents = false;
   std::string registration_dir;
 
-  CLI::App app{"berth-csi: a CSI driver serving volumes from a local pool of sparse images",
-               "berth-csi"};
+  CLI::App app{"berth-csi: a CSI driver serving volumes from a local pool of sparse images", "berth-csi"};
   app.set_version_flag("--version", std::string("berth-csi ") + berth::kVersion);
   app.add_option("--endpoint", options.endpoint,
                  "CSI endpoint, unix:///abs/path (default: "
@@ -151,18 +148,14 @@ int main(int argc, char** argv) {
                  "a DaemonSet sets NODE_ID from spec.nodeName)")
       ->envname("NODE_ID");
   app.add_option("--pool", options.pool, "pool directory holding volume images")->required();
-  app.add_option("--pool-image", options.pool_image,
-                 "XFS image file to create (if missing) and mount at --pool");
+  app.add_option("--pool-image", options.pool_image, "XFS image file to create (if missing) and mount at --pool");
   app.add_option("--pool-size", pool_size, "size of a new --pool-image, e.g. 20Gi");
-  app.add_option("--driver-name", options.driver_name, "CSI driver name")
-      ->capture_default_str();
-  app.add_option("--kubelet-root", options.kubelet_root, "kubelet's root directory")
-      ->capture_default_str();
+  app.add_option("--driver-name", options.driver_name, "CSI driver name")->capture_default_str();
+  app.add_option("--kubelet-root", options.kubelet_root, "kubelet's root directory")->capture_default_str();
   app.add_option("--overprovision-ratio", options.overprovision_ratio,
                  "provisioned sizes may add up to pool size x this ratio")
       ->capture_default_str();
-  app.add_option("--max-volumes", options.max_volumes,
-                 "volumes per node reported by NodeGetInfo (0: no limit)")
+  app.add_option("--max-volumes", options.max_volumes, "volumes per node reported by NodeGetInfo (0: no limit)")
       ->capture_default_str();
   app.add_option("--registration-dir", registration_dir,
                  "serve kubelet plugin registration in this directory (e.g. "
@@ -178,10 +171,8 @@ int main(int argc, char** argv) {
                "VolumeSnapshotContents whose snapshot this pool holds "
                "snapshot.storage.kubernetes.io/managed-by=<node id>, so this node's "
                "csi-snapshotter handles them (the node id must be the Node's name)");
-  app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off")
-      ->capture_default_str();
-  app.add_option("--shutdown-grace", grace_seconds,
-                 "seconds in-flight calls may take to finish on SIGTERM/SIGINT")
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off")->capture_default_str();
+  app.add_option("--shutdown-grace", grace_seconds, "seconds in-flight calls may take to finish on SIGTERM/SIGINT")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   CLI11_PARSE(app, argc, argv);
@@ -192,8 +183,7 @@ int main(int argc, char** argv) {
   }
   if (options.node_id.empty()) options.node_id = Hostname();
   if (options.endpoint.empty()) {
-    options.endpoint =
-        "unix://" + options.kubelet_root + "/plugins/" + options.driver_name + "/csi.sock";
+    options.endpoint = "unix://" + options.kubelet_root + "/plugins/" + options.driver_name + "/csi.sock";
   }
   if (!pool_size.empty()) {
     auto size = berth::ParseByteSize(pool_size);
@@ -218,6 +208,5 @@ int main(int argc, char** argv) {
     std::cerr << "berth-csi: --registration-dir must be a canonical absolute path\n";
     return kExitUsage;
   }
-  return Run(options, registration_dir, http_endpoint, absl::Seconds(grace_seconds),
-             adopt_snapshot_contents);
+  return Run(options, registration_dir, http_endpoint, absl::Seconds(grace_seconds), adopt_snapshot_contents);
 }

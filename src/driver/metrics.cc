@@ -33,8 +33,7 @@ void Gauge(std::string* out, const char* name, const char* help, double value) {
 
 DriverMetrics::DriverMetrics(Driver& driver) : driver_(driver) {}
 
-void DriverMetrics::CallFinished(std::string_view method, grpc::StatusCode code,
-                                 absl::Duration took) {
+void DriverMetrics::CallFinished(std::string_view method, grpc::StatusCode code, absl::Duration took) {
   std::string label = MethodLabel(method);
   absl::MutexLock lock(&mu_);
   MethodStats& m = methods_[label];
@@ -56,20 +55,17 @@ std::string DriverMetrics::Render() {
         ready.ok() && *ready ? 1 : 0);
   Pool& pool = driver_.pool();
   if (absl::StatusOr<Pool::Capacity> c = pool.GetCapacity(); c.ok()) {
-    Gauge(&out, "berth_pool_size_bytes", "Size of the pool filesystem.",
-          static_cast<double>(c->total_bytes));
+    Gauge(&out, "berth_pool_size_bytes", "Size of the pool filesystem.", static_cast<double>(c->total_bytes));
     Gauge(&out, "berth_pool_used_bytes", "Bytes in use on the pool filesystem (images are sparse).",
           static_cast<double>(c->used_bytes));
     Gauge(&out, "berth_pool_provisioned_bytes",
           "Sum of the provisioned sizes of volumes, snapshots and creations in progress.",
           static_cast<double>(c->provisioned_bytes));
-    Gauge(&out, "berth_pool_limit_bytes",
-          "Provisioning limit: pool size times the overprovision ratio.",
+    Gauge(&out, "berth_pool_limit_bytes", "Provisioning limit: pool size times the overprovision ratio.",
           static_cast<double>(c->limit_bytes));
   }
   Gauge(&out, "berth_pool_reflink",
-        "1 when the pool filesystem clones by reflink (constant-time snapshots and clones).",
-        pool.reflink() ? 1 : 0);
+        "1 when the pool filesystem clones by reflink (constant-time snapshots and clones).", pool.reflink() ? 1 : 0);
   Gauge(&out, "berth_volumes", "Volumes in the pool.", static_cast<double>(pool.ListVolumes().size()));
   Gauge(&out, "berth_snapshots", "Snapshots in the pool (group members included).",
         static_cast<double>(pool.ListSnapshots().size()));
@@ -86,8 +82,7 @@ std::string DriverMetrics::Render() {
   metrics::WriteFamily(&out, "berth_csi_request_duration_seconds", MetricType::kHistogram,
                        "Time to serve a CSI call, by gRPC method.");
   for (const auto& [method, m] : methods_) {
-    metrics::WriteHistogram(&out, "berth_csi_request_duration_seconds", {{"method", method}},
-                            m.latency);
+    metrics::WriteHistogram(&out, "berth_csi_request_duration_seconds", {{"method", method}}, m.latency);
   }
   return out;
 }

@@ -19,9 +19,8 @@
 namespace berth::driver {
 namespace {
 
-using ::csi::v1::VolumeCapability;
 using csi::ToGrpcStatus;
-
+using ::csi::v1::VolumeCapability;
 
 // Makes sure `path` is a directory we may mount on: created if missing;
 // refused if it is something else or holds anything.
@@ -36,9 +35,9 @@ absl::Status PrepareMountDir(const std::string& path) {
   }
   BERTH_ASSIGN_OR_RETURN(bool empty, IsEmptyDir(path));
   if (!empty) {
-    return absl::FailedPreconditionError(
-        StrCat(path, " is a non-empty directory that is not a mount of this volume; "
-                     "refusing to mount over it"));
+    return absl::FailedPreconditionError(StrCat(path,
+                                                " is a non-empty directory that is not a mount of this volume; "
+                                                "refusing to mount over it"));
   }
   return absl::OkStatus();
 }
@@ -57,43 +56,36 @@ absl::Status UnmountAll(Mounter& mounter, const std::string& path) {
 
 // ---- gRPC edge ----
 
-grpc::Status NodeService::NodeStageVolume(grpc::ServerContext*,
-                                          const ::csi::v1::NodeStageVolumeRequest* req,
+grpc::Status NodeService::NodeStageVolume(grpc::ServerContext*, const ::csi::v1::NodeStageVolumeRequest* req,
                                           ::csi::v1::NodeStageVolumeResponse*) {
   return ToGrpcStatus(DoStage(*req));
 }
-grpc::Status NodeService::NodeUnstageVolume(grpc::ServerContext*,
-                                            const ::csi::v1::NodeUnstageVolumeRequest* req,
+grpc::Status NodeService::NodeUnstageVolume(grpc::ServerContext*, const ::csi::v1::NodeUnstageVolumeRequest* req,
                                             ::csi::v1::NodeUnstageVolumeResponse*) {
   return ToGrpcStatus(DoUnstage(*req));
 }
-grpc::Status NodeService::NodePublishVolume(grpc::ServerContext*,
-                                            const ::csi::v1::NodePublishVolumeRequest* req,
+grpc::Status NodeService::NodePublishVolume(grpc::ServerContext*, const ::csi::v1::NodePublishVolumeRequest* req,
                                             ::csi::v1::NodePublishVolumeResponse*) {
   return ToGrpcStatus(DoPublish(*req));
 }
-grpc::Status NodeService::NodeUnpublishVolume(grpc::ServerContext*,
-                                              const ::csi::v1::NodeUnpublishVolumeRequest* req,
+grpc::Status NodeService::NodeUnpublishVolume(grpc::ServerContext*, const ::csi::v1::NodeUnpublishVolumeRequest* req,
                                               ::csi::v1::NodeUnpublishVolumeResponse*) {
   return ToGrpcStatus(DoUnpublish(*req));
 }
-grpc::Status NodeService::NodeGetVolumeStats(grpc::ServerContext*,
-                                             const ::csi::v1::NodeGetVolumeStatsRequest* req,
+grpc::Status NodeService::NodeGetVolumeStats(grpc::ServerContext*, const ::csi::v1::NodeGetVolumeStatsRequest* req,
                                              ::csi::v1::NodeGetVolumeStatsResponse* resp) {
   return ToGrpcStatus(DoStats(*req, resp));
 }
-grpc::Status NodeService::NodeExpandVolume(grpc::ServerContext*,
-                                           const ::csi::v1::NodeExpandVolumeRequest* req,
+grpc::Status NodeService::NodeExpandVolume(grpc::ServerContext*, const ::csi::v1::NodeExpandVolumeRequest* req,
                                            ::csi::v1::NodeExpandVolumeResponse* resp) {
   return ToGrpcStatus(DoExpand(*req, resp));
 }
 
-grpc::Status NodeService::NodeGetCapabilities(grpc::ServerContext*,
-                                              const ::csi::v1::NodeGetCapabilitiesRequest*,
+grpc::Status NodeService::NodeGetCapabilities(grpc::ServerContext*, const ::csi::v1::NodeGetCapabilitiesRequest*,
                                               ::csi::v1::NodeGetCapabilitiesResponse* resp) {
   using Rpc = ::csi::v1::NodeServiceCapability::RPC;
-  for (auto type : {Rpc::STAGE_UNSTAGE_VOLUME, Rpc::GET_VOLUME_STATS, Rpc::EXPAND_VOLUME,
-                    Rpc::VOLUME_CONDITION, Rpc::SINGLE_NODE_MULTI_WRITER}) {
+  for (auto type : {Rpc::STAGE_UNSTAGE_VOLUME, Rpc::GET_VOLUME_STATS, Rpc::EXPAND_VOLUME, Rpc::VOLUME_CONDITION,
+                    Rpc::SINGLE_NODE_MULTI_WRITER}) {
     resp->add_capabilities()->mutable_rpc()->set_type(type);
   }
   return grpc::Status::OK;
@@ -133,26 +125,23 @@ absl::Status NodeService::DoStage(const ::csi::v1::NodeStageVolumeRequest& req) 
     return absl::FailedPreconditionError(st.message());
   }
   if (!r->staging_path.empty() && r->staging_path != req.staging_target_path()) {
-    return absl::FailedPreconditionError(
-        StrCat("volume ", r->id, " is already staged at ", r->staging_path));
+    return absl::FailedPreconditionError(StrCat("volume ", r->id, " is already staged at ", r->staging_path));
   }
   return r->access_type == AccessType::kBlock ? StageBlock(req, *r) : StageFilesystem(req, *r);
 }
 
-absl::Status NodeService::StageFilesystem(const ::csi::v1::NodeStageVolumeRequest& req,
-                                          VolumeRecord& r) {
+absl::Status NodeService::StageFilesystem(const ::csi::v1::NodeStageVolumeRequest& req, VolumeRecord& r) {
   const std::string& staging = req.staging_target_path();
   const std::string image = ctx_.pool->VolumeImagePath(r.id);
   BERTH_ASSIGN_OR_RETURN(auto existing, ctx_.mounter->Find(staging));
   if (existing) {
     BERTH_ASSIGN_OR_RETURN(std::string dev, OurDeviceAt(*existing, r));
     if (dev.empty()) {
-      return absl::FailedPreconditionError(
-          StrCat(staging, " already has ", existing->source, " mounted"));
+      return absl::FailedPreconditionError(StrCat(staging, " already has ", existing->source, " mounted"));
     }
     if (existing->read_only() != IsReadOnlyMode(req.volume_capability())) {
-      return absl::AlreadyExistsError(StrCat("volume ", r.id, " is staged at ", staging,
-                                             existing->read_only() ? " read-only" : " read-write"));
+      return absl::AlreadyExistsError(
+          StrCat("volume ", r.id, " is staged at ", staging, existing->read_only() ? " read-only" : " read-write"));
     }
     if (r.staging_path != staging) {
       r.staging_path = staging;
@@ -181,9 +170,8 @@ absl::Status NodeService::StageFilesystem(const ::csi::v1::NodeStageVolumeReques
     found = r.fs_type;
   }
   if (found != r.fs_type) {
-    return absl::FailedPreconditionError(StrCat(
-        "volume ", r.id, " holds ", found.empty() ? "no filesystem" : found, " but should hold ",
-        r.fs_type, "; refusing to format or mount it"));
+    return absl::FailedPreconditionError(StrCat("volume ", r.id, " holds ", found.empty() ? "no filesystem" : found,
+                                                " but should hold ", r.fs_type, "; refusing to format or mount it"));
   }
   if (!r.formatted) {
     r.formatted = true;  // adopted: it came with a filesystem
@@ -214,8 +202,7 @@ absl::Status NodeService::StageFilesystem(const ::csi::v1::NodeStageVolumeReques
   return ctx_.pool->UpdateVolume(r);
 }
 
-absl::Status NodeService::StageBlock(const ::csi::v1::NodeStageVolumeRequest& req,
-                                     VolumeRecord& r) {
+absl::Status NodeService::StageBlock(const ::csi::v1::NodeStageVolumeRequest& req, VolumeRecord& r) {
   const std::string image = ctx_.pool->VolumeImagePath(r.id);
   BERTH_ASSIGN_OR_RETURN(std::string dev, ctx_.loops->Find(image));
   if (dev.empty()) {
@@ -241,8 +228,8 @@ absl::Status NodeService::DoUnstage(const ::csi::v1::NodeUnstageVolumeRequest& r
   if (!r) return absl::NotFoundError(StrCat("volume ", req.volume_id(), " not found"));
   const std::string& staging = req.staging_target_path();
   if (!r->targets.empty()) {
-    return absl::FailedPreconditionError(StrCat("volume ", r->id, " is still published at ",
-                                                r->targets[0].path, "; unpublish it first"));
+    return absl::FailedPreconditionError(
+        StrCat("volume ", r->id, " is still published at ", r->targets[0].path, "; unpublish it first"));
   }
   const std::string image = ctx_.pool->VolumeImagePath(r->id);
   if (r->access_type == AccessType::kMount) {
@@ -250,8 +237,8 @@ absl::Status NodeService::DoUnstage(const ::csi::v1::NodeUnstageVolumeRequest& r
     if (existing) {
       BERTH_ASSIGN_OR_RETURN(std::string dev, OurDeviceAt(*existing, *r));
       if (dev.empty()) {
-        return absl::FailedPreconditionError(StrCat(staging, " has ", existing->source,
-                                                    " mounted, which is not volume ", r->id));
+        return absl::FailedPreconditionError(
+            StrCat(staging, " has ", existing->source, " mounted, which is not volume ", r->id));
       }
       BERTH_RETURN_IF_ERROR(UnmountAll(*ctx_.mounter, staging));
       BERTH_CRASH_POINT("node-unstage/unmounted");
@@ -305,8 +292,7 @@ absl::Status NodeService::DoPublish(const ::csi::v1::NodePublishVolumeRequest& r
     return absl::FailedPreconditionError(st.message());
   }
   if (r->staging_path != req.staging_target_path()) {
-    return absl::FailedPreconditionError(StrCat("volume ", r->id, " is not staged at ",
-                                                req.staging_target_path()));
+    return absl::FailedPreconditionError(StrCat("volume ", r->id, " is not staged at ", req.staging_target_path()));
   }
   const std::string& target = req.target_path();
   const bool readonly = req.readonly() || IsReadOnlyMode(req.volume_capability());
@@ -338,20 +324,19 @@ absl::Status NodeService::DoPublish(const ::csi::v1::NodePublishVolumeRequest& r
   BERTH_ASSIGN_OR_RETURN(auto existing, ctx_.mounter->Find(target));
   if (existing) {
     if (!is_ours(*existing)) {
-      return absl::FailedPreconditionError(StrCat(target, " already has ", existing->source,
-                                                  " mounted"));
+      return absl::FailedPreconditionError(StrCat(target, " already has ", existing->source, " mounted"));
     }
     if (existing->read_only() != readonly) {
-      return absl::AlreadyExistsError(StrCat("volume ", r->id, " is published at ", target,
-                                             existing->read_only() ? " read-only" : " read-write"));
+      return absl::AlreadyExistsError(
+          StrCat("volume ", r->id, " is published at ", target, existing->read_only() ? " read-only" : " read-write"));
     }
   } else {
-    const bool single_writer = req.volume_capability().access_mode().mode() ==
-                               VolumeCapability::AccessMode::SINGLE_NODE_SINGLE_WRITER;
+    const bool single_writer =
+        req.volume_capability().access_mode().mode() == VolumeCapability::AccessMode::SINGLE_NODE_SINGLE_WRITER;
     for (const auto& t : r->targets) {
       if (t.path != target && single_writer) {
-        return absl::FailedPreconditionError(StrCat("volume ", r->id, " is already published at ",
-                                                    t.path, " and allows a single writer"));
+        return absl::FailedPreconditionError(
+            StrCat("volume ", r->id, " is already published at ", t.path, " and allows a single writer"));
       }
     }
     if (block) {
@@ -393,8 +378,7 @@ absl::Status NodeService::DoUnpublish(const ::csi::v1::NodeUnpublishVolumeReques
   const bool exists = ::lstat(target.c_str(), &st) == 0;
   if (!r) {
     if (existing || exists) {
-      return absl::NotFoundError(StrCat("volume ", req.volume_id(),
-                                        " not found; leaving ", target, " alone"));
+      return absl::NotFoundError(StrCat("volume ", req.volume_id(), " not found; leaving ", target, " alone"));
     }
     return absl::OkStatus();
   }

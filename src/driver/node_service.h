@@ -22,22 +22,17 @@ class NodeService final : public ::csi::v1::Node::Service {
   // ::csi::v1::Node::Service
   grpc::Status NodeStageVolume(grpc::ServerContext*, const ::csi::v1::NodeStageVolumeRequest* req,
                                ::csi::v1::NodeStageVolumeResponse* resp) override;
-  grpc::Status NodeUnstageVolume(grpc::ServerContext*,
-                                 const ::csi::v1::NodeUnstageVolumeRequest* req,
+  grpc::Status NodeUnstageVolume(grpc::ServerContext*, const ::csi::v1::NodeUnstageVolumeRequest* req,
                                  ::csi::v1::NodeUnstageVolumeResponse* resp) override;
-  grpc::Status NodePublishVolume(grpc::ServerContext*,
-                                 const ::csi::v1::NodePublishVolumeRequest* req,
+  grpc::Status NodePublishVolume(grpc::ServerContext*, const ::csi::v1::NodePublishVolumeRequest* req,
                                  ::csi::v1::NodePublishVolumeResponse* resp) override;
-  grpc::Status NodeUnpublishVolume(grpc::ServerContext*,
-                                   const ::csi::v1::NodeUnpublishVolumeRequest* req,
+  grpc::Status NodeUnpublishVolume(grpc::ServerContext*, const ::csi::v1::NodeUnpublishVolumeRequest* req,
                                    ::csi::v1::NodeUnpublishVolumeResponse* resp) override;
-  grpc::Status NodeGetVolumeStats(grpc::ServerContext*,
-                                  const ::csi::v1::NodeGetVolumeStatsRequest* req,
+  grpc::Status NodeGetVolumeStats(grpc::ServerContext*, const ::csi::v1::NodeGetVolumeStatsRequest* req,
                                   ::csi::v1::NodeGetVolumeStatsResponse* resp) override;
   grpc::Status NodeExpandVolume(grpc::ServerContext*, const ::csi::v1::NodeExpandVolumeRequest* req,
                                 ::csi::v1::NodeExpandVolumeResponse* resp) override;
-  grpc::Status NodeGetCapabilities(grpc::ServerContext*,
-                                   const ::csi::v1::NodeGetCapabilitiesRequest* req,
+  grpc::Status NodeGetCapabilities(grpc::ServerContext*, const ::csi::v1::NodeGetCapabilitiesRequest* req,
                                    ::csi::v1::NodeGetCapabilitiesResponse* resp) override;
   grpc::Status NodeGetInfo(grpc::ServerContext*, const ::csi::v1::NodeGetInfoRequest* req,
                            ::csi::v1::NodeGetInfoResponse* resp) override;
@@ -46,10 +41,8 @@ class NodeService final : public ::csi::v1::Node::Service {
   absl::Status DoUnstage(const ::csi::v1::NodeUnstageVolumeRequest& req);
   absl::Status DoPublish(const ::csi::v1::NodePublishVolumeRequest& req);
   absl::Status DoUnpublish(const ::csi::v1::NodeUnpublishVolumeRequest& req);
-  absl::Status DoStats(const ::csi::v1::NodeGetVolumeStatsRequest& req,
-                       ::csi::v1::NodeGetVolumeStatsResponse* resp);
-  absl::Status DoExpand(const ::csi::v1::NodeExpandVolumeRequest& req,
-                        ::csi::v1::NodeExpandVolumeResponse* resp);
+  absl::Status DoStats(const ::csi::v1::NodeGetVolumeStatsRequest& req, ::csi::v1::NodeGetVolumeStatsResponse* resp);
+  absl::Status DoExpand(const ::csi::v1::NodeExpandVolumeRequest& req, ::csi::v1::NodeExpandVolumeResponse* resp);
 
  private:
   absl::Status StageFilesystem(const ::csi::v1::NodeStageVolumeRequest& req, VolumeRecord& r);

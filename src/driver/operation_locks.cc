@@ -13,8 +13,7 @@ absl::StatusOr<OperationLocks::Guard> OperationLocks::TryAcquire(std::vector<std
   absl::MutexLock lock(&mu_);
   for (const auto& k : keys) {
     if (busy_.contains(k)) {
-      return absl::AbortedError(
-          StrCat("an operation on ", k, " is already in progress; retry later"));
+      return absl::AbortedError(StrCat("an operation on ", k, " is already in progress; retry later"));
     }
   }
   for (const auto& k : keys) busy_.insert(k);

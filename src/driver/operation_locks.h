@@ -24,11 +24,8 @@ class OperationLocks {
   // Holds a set of keys; releases them when destroyed.
   class Guard {
    public:
-    Guard(OperationLocks* locks, std::vector<std::string> keys)
-        : locks_(locks), keys_(std::move(keys)) {}
-    Guard(Guard&& other) noexcept : locks_(other.locks_), keys_(std::move(other.keys_)) {
-      other.locks_ = nullptr;
-    }
+    Guard(OperationLocks* locks, std::vector<std::string> keys) : locks_(locks), keys_(std::move(keys)) {}
+    Guard(Guard&& other) noexcept : locks_(other.locks_), keys_(std::move(other.keys_)) { other.locks_ = nullptr; }
     Guard& operator=(Guard&&) = delete;
     Guard(const Guard&) = delete;
     ~Guard() {

@@ -10,13 +10,11 @@ namespace {
 
 absl::Status ValidateAbsolutePath(const std::string& flag, const std::string& path) {
   if (path.empty() || path.front() != '/') {
-    return absl::InvalidArgumentError(
-        StrCat("--", flag, " \"", path, "\": want an absolute path"));
+    return absl::InvalidArgumentError(StrCat("--", flag, " \"", path, "\": want an absolute path"));
   }
   for (const auto& part : std::filesystem::path(path)) {
     if (part == "..") {
-      return absl::InvalidArgumentError(
-          StrCat("--", flag, " \"", path, "\": \"..\" is not allowed"));
+      return absl::InvalidArgumentError(StrCat("--", flag, " \"", path, "\": \"..\" is not allowed"));
     }
   }
   return absl::OkStatus();
@@ -38,8 +36,7 @@ absl::Status ValidateDriverOptions(const DriverOptions& o) {
   }
   for (char c : o.node_id) {
     if (!std::isgraph(static_cast<unsigned char>(c))) {
-      return absl::InvalidArgumentError(
-          StrCat("--node-id \"", o.node_id, "\": only printable ASCII without spaces"));
+      return absl::InvalidArgumentError(StrCat("--node-id \"", o.node_id, "\": only printable ASCII without spaces"));
     }
   }
   if (absl::Status s = ValidateAbsolutePath("pool", o.pool); !s.ok()) return s;

@@ -12,11 +12,11 @@ inline constexpr char kDefaultDriverName[] = "local.csi.berth.io";
 inline constexpr char kDefaultKubeletRoot[] = "/var/lib/kubelet";
 
 struct DriverOptions {
-  std::string endpoint;             // unix:///abs/path or /abs/path
-  std::string node_id;              // this node's ID in NodeGetInfo and topology
-  std::string pool;                 // pool directory (absolute)
-  std::string pool_image;           // optional self-contained pool image file
-  int64_t pool_size_bytes = 0;      // size of a new pool image
+  std::string endpoint;         // unix:///abs/path or /abs/path
+  std::string node_id;          // this node's ID in NodeGetInfo and topology
+  std::string pool;             // pool directory (absolute)
+  std::string pool_image;       // optional self-contained pool image file
+  int64_t pool_size_bytes = 0;  // size of a new pool image
   std::string driver_name = kDefaultDriverName;
   std::string kubelet_root = kDefaultKubeletRoot;
   double overprovision_ratio = 1.0;  // thin provisioning factor

@@ -20,8 +20,8 @@ TEST(DriverOptionsTest, AcceptsDefaults) { EXPECT_TRUE(ValidateDriverOptions(Goo
 TEST(DriverOptionsTest, DriverNameFollowsTheSpec) {
   EXPECT_TRUE(ValidateDriverName("local.csi.berth.io").ok());
   EXPECT_TRUE(ValidateDriverName("a").ok());
-  for (const std::string& bad : std::vector<std::string>{"", ".berth", "berth-", "ber th", "berth/x",
-                                                          std::string(64, 'a')}) {
+  for (const std::string& bad :
+       std::vector<std::string>{"", ".berth", "berth-", "ber th", "berth/x", std::string(64, 'a')}) {
     EXPECT_EQ(ValidateDriverName(bad).code(), absl::StatusCode::kInvalidArgument) << bad;
   }
 }

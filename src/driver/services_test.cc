@@ -151,8 +151,7 @@ TEST_F(ServicesTest, RestoreIsGrownAndKeepsFormat) {
   creq.set_name("pvc-restored");
   creq.mutable_capacity_range()->set_required_bytes(64 << 20);
   *creq.add_volume_capabilities() = Cap();
-  creq.mutable_volume_content_source()->mutable_snapshot()->set_snapshot_id(
-      sresp.snapshot().snapshot_id());
+  creq.mutable_volume_content_source()->mutable_snapshot()->set_snapshot_id(sresp.snapshot().snapshot_id());
   ::csi::v1::CreateVolumeResponse cresp;
   ASSERT_TRUE(driver_->controller().DoCreateVolume(creq, &cresp).ok());
   EXPECT_TRUE(cresp.volume().content_source().has_snapshot());

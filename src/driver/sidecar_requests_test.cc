@@ -109,10 +109,7 @@ TEST_F(SidecarRequestsTest, CapabilitiesConstrainOnlyWhatTheyName) {
   };
   // No access mode at all, no access type, block with UNKNOWN, a known mode.
   EXPECT_EQ(with([](VolumeCapability* c) { c->mutable_mount(); }), available);
-  EXPECT_EQ(with([](VolumeCapability* c) {
-              c->mutable_access_mode()->set_mode(Mode::SINGLE_NODE_WRITER);
-            }),
-            available);
+  EXPECT_EQ(with([](VolumeCapability* c) { c->mutable_access_mode()->set_mode(Mode::SINGLE_NODE_WRITER); }), available);
   EXPECT_EQ(with([](VolumeCapability* c) {
               c->mutable_block();
               c->mutable_access_mode()->set_mode(Mode::UNKNOWN);
@@ -199,8 +196,8 @@ TEST_F(SidecarRequestsTest, EverySidecarFindsTheCapabilitiesItChecks) {
   // external-provisioner: provisioning, capacity (--enable-capacity),
   // clones, ReadWriteOncePod; csi-snapshotter: snapshots, and ListSnapshots
   // for pre-provisioned contents.
-  for (Rpc::Type r : {Rpc::CREATE_DELETE_VOLUME, Rpc::GET_CAPACITY, Rpc::CLONE_VOLUME,
-                Rpc::SINGLE_NODE_MULTI_WRITER, Rpc::CREATE_DELETE_SNAPSHOT, Rpc::LIST_SNAPSHOTS}) {
+  for (Rpc::Type r : {Rpc::CREATE_DELETE_VOLUME, Rpc::GET_CAPACITY, Rpc::CLONE_VOLUME, Rpc::SINGLE_NODE_MULTI_WRITER,
+                      Rpc::CREATE_DELETE_SNAPSHOT, Rpc::LIST_SNAPSHOTS}) {
     EXPECT_TRUE(rpcs.count(r)) << Rpc::Type_Name(r);
   }
   // external-resizer: with --node-expansion-only no controller expansion,
@@ -212,7 +209,7 @@ TEST_F(SidecarRequestsTest, EverySidecarFindsTheCapabilitiesItChecks) {
   for (const auto& c : node.capabilities()) node_rpcs.insert(c.rpc().type());
   // kubelet: staging, stats, expansion, health, ReadWriteOncePod.
   for (NodeRpc::Type r : {NodeRpc::STAGE_UNSTAGE_VOLUME, NodeRpc::GET_VOLUME_STATS, NodeRpc::EXPAND_VOLUME,
-                    NodeRpc::VOLUME_CONDITION, NodeRpc::SINGLE_NODE_MULTI_WRITER}) {
+                          NodeRpc::VOLUME_CONDITION, NodeRpc::SINGLE_NODE_MULTI_WRITER}) {
     EXPECT_TRUE(node_rpcs.count(r)) << NodeRpc::Type_Name(r);
   }
   // external-provisioner's topology support needs the plugin capability.
@@ -222,8 +219,7 @@ TEST_F(SidecarRequestsTest, EverySidecarFindsTheCapabilitiesItChecks) {
   ASSERT_TRUE(identity->GetPluginCapabilities(nullptr, nullptr, &plugin).ok());
   bool topology = false;
   for (const auto& c : plugin.capabilities()) {
-    topology = topology || c.service().type() ==
-                               ::csi::v1::PluginCapability::Service::VOLUME_ACCESSIBILITY_CONSTRAINTS;
+    topology = topology || c.service().type() == ::csi::v1::PluginCapability::Service::VOLUME_ACCESSIBILITY_CONSTRAINTS;
   }
   EXPECT_TRUE(topology);
 }

@@ -37,8 +37,7 @@ absl::StatusOr<std::unique_ptr<http::ApiClient>> InClusterApiClient() {
   const char* host = std::getenv("KUBERNETES_SERVICE_HOST");
   const char* port = std::getenv("KUBERNETES_SERVICE_PORT");
   if (host == nullptr || port == nullptr || *host == '\0') {
-    return absl::FailedPreconditionError(
-        "not in a pod: KUBERNETES_SERVICE_HOST/KUBERNETES_SERVICE_PORT are not set");
+    return absl::FailedPreconditionError("not in a pod: KUBERNETES_SERVICE_HOST/KUBERNETES_SERVICE_PORT are not set");
   }
   const int port_number = std::atoi(port);
   if (port_number <= 0 || port_number > 65535) {
@@ -47,14 +46,13 @@ absl::StatusOr<std::unique_ptr<http::ApiClient>> InClusterApiClient() {
   auto token = ReadFile(StrCat(kServiceAccountDir, "/token"));
   auto ca = ReadFile(StrCat(kServiceAccountDir, "/ca.crt"));
   if (!token.ok() || !ca.ok()) {
-    return absl::FailedPreconditionError(StrCat("no service account token or CA in ",
-                                                kServiceAccountDir, " (automountServiceAccountToken)"));
+    return absl::FailedPreconditionError(
+        StrCat("no service account token or CA in ", kServiceAccountDir, " (automountServiceAccountToken)"));
   }
   return http::ApiClient::ForTcp(host, port_number, *ca, Trimmed(*token));
 }
 
-SnapshotContentAdopter::SnapshotContentAdopter(Options options, const Pool& pool,
-                                               ClientFactory client, Clock& clock)
+SnapshotContentAdopter::SnapshotContentAdopter(Options options, const Pool& pool, ClientFactory client, Clock& clock)
     : options_(std::move(options)), pool_(pool), client_(std::move(client)), clock_(clock) {}
 
 SnapshotContentAdopter::~SnapshotContentAdopter() { Stop(); }
@@ -75,8 +73,8 @@ void SnapshotContentAdopter::Loop() {
   while (true) {
     auto labelled = RunOnce();
     if (!labelled.ok()) {
-      spdlog::warn("pre-provisioned snapshot contents: {} (retrying in {})",
-                   labelled.status().ToString(), absl::FormatDuration(options_.period));
+      spdlog::warn("pre-provisioned snapshot contents: {} (retrying in {})", labelled.status().ToString(),
+                   absl::FormatDuration(options_.period));
     }
     absl::MutexLock l(&mu_);
     if (clock_.AwaitWithDeadline(mu_, absl::Condition(&stop_), clock_.Now() + options_.period)) {
@@ -93,8 +91,8 @@ absl::StatusOr<int> SnapshotContentAdopter::RunOnce() {
       client->Call("GET", StrCat(kContents, "?labelSelector=%21snapshot.storage.kubernetes.io%2Fmanaged-by")));
   if (list.code == 404) return 0;  // no snapshot CRDs in this cluster
   if (list.code != 200) {
-    return absl::UnavailableError(StrCat("listing VolumeSnapshotContents: HTTP ", list.code, ": ",
-                                         http::ErrorMessage(list)));
+    return absl::UnavailableError(
+        StrCat("listing VolumeSnapshotContents: HTTP ", list.code, ": ", http::ErrorMessage(list)));
   }
   const json body = json::parse(list.body, nullptr, false);
   if (!body.is_object() || !body.contains("items") || !body["items"].is_array()) {
@@ -115,20 +113,18 @@ absl::StatusOr<int> SnapshotContentAdopter::RunOnce() {
     json patch = {{"metadata",
                    {{"labels", {{kManagedByLabel, options_.node_name}}},
                     {"resourceVersion", meta.value("resourceVersion", "")}}}};
-    auto r = client->Call("PATCH", StrCat(kContents, "/", name), patch.dump(),
-                          "application/merge-patch+json");
+    auto r = client->Call("PATCH", StrCat(kContents, "/", name), patch.dump(), "application/merge-patch+json");
     if (!r.ok() || (r->code != 200 && r->code != 409 && r->code != 404)) {
-      absl::Status st = r.ok() ? absl::UnavailableError(StrCat("labelling VolumeSnapshotContent ", name,
-                                                               ": HTTP ", r->code, ": ",
-                                                               http::ErrorMessage(*r)))
+      absl::Status st = r.ok() ? absl::UnavailableError(StrCat("labelling VolumeSnapshotContent ", name, ": HTTP ",
+                                                               r->code, ": ", http::ErrorMessage(*r)))
                                : r.status();
       if (first_error.ok()) first_error = st;
       continue;
     }
     if (r->code == 200) {
       ++labelled;
-      spdlog::info("VolumeSnapshotContent {} (snapshot {} in this node's pool) labelled {}={}", name,
-                   handle, kManagedByLabel, options_.node_name);
+      spdlog::info("VolumeSnapshotContent {} (snapshot {} in this node's pool) labelled {}={}", name, handle,
+                   kManagedByLabel, options_.node_name);
     }
   }
   if (!first_error.ok()) return first_error;

@@ -33,9 +33,9 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "http/api_client.h"
 #include "common/clock.h"
 #include "driver/pool/pool.h"
+#include "http/api_client.h"
 
 namespace berth::driver {
 
@@ -58,8 +58,7 @@ class SnapshotContentAdopter {
   // and re-reading it each time picks that up.
   using ClientFactory = std::function<absl::StatusOr<std::unique_ptr<http::ApiClient>>()>;
 
-  SnapshotContentAdopter(Options options, const Pool& pool, ClientFactory client,
-                         Clock& clock = RealClock());
+  SnapshotContentAdopter(Options options, const Pool& pool, ClientFactory client, Clock& clock = RealClock());
   ~SnapshotContentAdopter();  // Stop()
 
   // Runs RunOnce now and then every period on a thread of its own, logging

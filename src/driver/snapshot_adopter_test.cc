@@ -32,9 +32,9 @@ class SnapshotAdopterTest : public ::testing::Test {
     volume.fs_type = "ext4";
     ASSERT_TRUE(pool_->CreateVolume(volume).ok());
     for (const char* name : {"snapshot-here", "snapshot-later"}) {
-      ASSERT_TRUE(pool_->CreateSnapshot(IdForName(IdKind::kSnapshot, name), name,
-                                        IdForName(IdKind::kVolume, "pvc-1"), {}, "")
-                      .ok());
+      ASSERT_TRUE(
+          pool_->CreateSnapshot(IdForName(IdKind::kSnapshot, name), name, IdForName(IdKind::kVolume, "pvc-1"), {}, "")
+              .ok());
     }
     apiserver::ControlPlane::Options o;
     o.data_dir = dir_.Join("api");
@@ -126,9 +126,7 @@ TEST_F(SnapshotAdopterTest, LoopRunsEveryPeriodOnTheClock) {
 }
 
 TEST_F(SnapshotAdopterTest, AnUnreachableApiServerIsReported) {
-  SnapshotContentAdopter adopter(Options(), *pool_, [] {
-    return http::ApiClient::ForTcp("127.0.0.1", 1, "", "");
-  });
+  SnapshotContentAdopter adopter(Options(), *pool_, [] { return http::ApiClient::ForTcp("127.0.0.1", 1, "", ""); });
   EXPECT_EQ(adopter.RunOnce().status().code(), absl::StatusCode::kUnavailable)
       << "nothing listens on port 1: the failure is reported, not hidden";
 }

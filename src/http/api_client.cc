@@ -151,7 +151,8 @@ absl::StatusOr<ApiResponse> ApiClient::Stream(const std::string& target, const s
   parser.body_limit(std::numeric_limits<std::uint64_t>::max());
   conn->With([&](auto& sock) { bhttp::read_header(sock, conn->buffer, parser, ec); });
   if (ec) return absl::UnavailableError(StrCat("berth API connection failed: ", ec.message()));
-  ApiResponse out{static_cast<int>(parser.get().result_int()), std::string(parser.get()[bhttp::field::content_type]), ""};
+  ApiResponse out{static_cast<int>(parser.get().result_int()), std::string(parser.get()[bhttp::field::content_type]),
+                  ""};
   if (out.code != 200) {
     conn->With([&](auto& sock) { bhttp::read(sock, conn->buffer, parser, ec); });
     out.body = parser.get().body();

@@ -40,8 +40,7 @@ class ApiClient {
 
   // One request. UNAVAILABLE when the server cannot be reached; any HTTP
   // answer (also 4xx/5xx) is returned as a response.
-  absl::StatusOr<ApiResponse> Call(const std::string& method, const std::string& target,
-                                   const std::string& body = "",
+  absl::StatusOr<ApiResponse> Call(const std::string& method, const std::string& target, const std::string& body = "",
                                    const std::string& content_type = "application/json",
                                    const std::string& accept = "application/json");
 

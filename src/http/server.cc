@@ -11,9 +11,9 @@
 
 #include <fcntl.h>
 
+#include <array>
 #include <cerrno>
 #include <cstring>
-#include <array>
 #include <deque>
 #include <list>
 #include <thread>
@@ -104,7 +104,8 @@ class HttpServer::Impl {
   // Takes an in-flight slot; false when over the limit.
   bool Admit(bool mutating) {
     std::atomic<int64_t>& n = mutating ? inflight_mutating_ : inflight_reads_;
-    const size_t limit = mutating ? options_.limits.max_mutating_requests_inflight : options_.limits.max_requests_inflight;
+    const size_t limit =
+        mutating ? options_.limits.max_mutating_requests_inflight : options_.limits.max_requests_inflight;
     if (n.fetch_add(1) >= static_cast<int64_t>(limit) && limit > 0) {
       --n;
       return false;
@@ -170,8 +171,12 @@ class Session final : public SessionBase {
   }
 
   // SessionBase
-  void PostFlush() override { net::post(*executor_, [self = Self()] { self->Flush(); }); }
-  void PostClose() override { net::post(*executor_, [self = Self()] { self->Close(); }); }
+  void PostFlush() override {
+    net::post(*executor_, [self = Self()] { self->Flush(); });
+  }
+  void PostClose() override {
+    net::post(*executor_, [self = Self()] { self->Close(); });
+  }
 
  private:
   struct Deadline {
@@ -218,7 +223,8 @@ class Session final : public SessionBase {
     parser_->header_limit(static_cast<std::uint32_t>(std::min<size_t>(options().limits.max_header_bytes, UINT32_MAX)));
     parser_->body_limit(options().max_body_bytes);
     Arm(read_deadline_, options().limits.header_timeout);
-    bhttp::async_read_header(*stream_, buffer_, *parser_, [self = Self()](ErrorCode ec, size_t) { self->OnHeader(ec); });
+    bhttp::async_read_header(*stream_, buffer_, *parser_,
+                             [self = Self()](ErrorCode ec, size_t) { self->OnHeader(ec); });
   }
 
   static bool IsParseError(const ErrorCode& ec) {
@@ -350,15 +356,13 @@ class Session final : public SessionBase {
     d.armed = true;
     d.generation = ++generations_;
     const bool is_read = &d == &read_deadline_;
-    d.id = server_.clock_.AfterFunc(server_.clock_.Now() + timeout,
-                                    [weak = weak_from_this(), is_read, generation = d.generation] {
-                                      if (auto s = weak.lock()) {
-                                        auto self = std::static_pointer_cast<Session>(s);
-                                        net::post(*self->executor_, [self, is_read, generation] {
-                                          self->OnDeadline(is_read, generation);
-                                        });
-                                      }
-                                    });
+    d.id = server_.clock_.AfterFunc(
+        server_.clock_.Now() + timeout, [weak = weak_from_this(), is_read, generation = d.generation] {
+          if (auto s = weak.lock()) {
+            auto self = std::static_pointer_cast<Session>(s);
+            net::post(*self->executor_, [self, is_read, generation] { self->OnDeadline(is_read, generation); });
+          }
+        });
   }
   void Disarm(Deadline& d) {
     if (!d.armed) return;
@@ -420,7 +424,8 @@ absl::Status HttpServer::Impl::InitTls() {
   ssl_ctx_.use_certificate_chain_file(options_.tls_cert_file, ec1);
   ssl_ctx_.use_private_key_file(options_.tls_key_file, ssl::context::pem, ec2);
   if (ec1 || ec2 || SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION) != 1 || SSL_CTX_check_private_key(ctx) != 1) {
-    return absl::FailedPreconditionError(StrCat("cannot load the TLS certificate ", options_.tls_cert_file, " and key"));
+    return absl::FailedPreconditionError(
+        StrCat("cannot load the TLS certificate ", options_.tls_cert_file, " and key"));
   }
   SSL_CTX_set_alpn_select_cb(
       ctx,

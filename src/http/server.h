@@ -46,11 +46,11 @@
 namespace berth::http {
 
 struct HttpRequest {
-  std::string method;                         // "GET"
-  std::string target;                         // "/api/v1/pods?watch=1"
-  std::string path;                           // "/api/v1/pods" (percent-decoded)
-  std::map<std::string, std::string> query;   // decoded; the last value wins
-  std::map<std::string, std::string> headers; // lower-case names
+  std::string method;                          // "GET"
+  std::string target;                          // "/api/v1/pods?watch=1"
+  std::string path;                            // "/api/v1/pods" (percent-decoded)
+  std::map<std::string, std::string> query;    // decoded; the last value wins
+  std::map<std::string, std::string> headers;  // lower-case names
   std::string body;
   bool over_unix_socket = false;
 
@@ -148,7 +148,7 @@ class HttpServer {
     absl::Duration header_timeout = absl::Seconds(32);  // kube-apiserver's ReadHeaderTimeout
     absl::Duration idle_timeout = absl::Seconds(90);    // kube-apiserver's IdleTimeout
     absl::Duration io_timeout = absl::Seconds(30);
-    size_t max_header_bytes = 1 << 20;                  // kube-apiserver's MaxHeaderBytes
+    size_t max_header_bytes = 1 << 20;  // kube-apiserver's MaxHeaderBytes
   };
 
   struct Options {
@@ -158,8 +158,8 @@ class HttpServer {
     // Refuse TCP addresses outside loopback. Off only where the operator
     // names the address to serve on (berth-csi's --http-endpoint).
     bool loopback_only = true;
-    std::string bearer_token;                 // required for kHttpsWithToken
-    std::string tls_cert_file;                // required for kHttpsWithToken
+    std::string bearer_token;   // required for kHttpsWithToken
+    std::string tls_cert_file;  // required for kHttpsWithToken
     std::string tls_key_file;
     Limits limits;
     size_t max_body_bytes = 8 << 20;
@@ -175,11 +175,11 @@ class HttpServer {
     int64_t open_connections = 0;
     int64_t inflight_reads = 0;
     int64_t inflight_mutating = 0;
-    int64_t long_running = 0;          // detached streams open
-    int64_t accepted = 0;              // connections, ever
-    int64_t refused_connections = 0;   // closed at accept: over max_connections
-    int64_t timed_out = 0;             // connections closed by a deadline
-    int64_t throttled = 0;             // requests answered 429
+    int64_t long_running = 0;         // detached streams open
+    int64_t accepted = 0;             // connections, ever
+    int64_t refused_connections = 0;  // closed at accept: over max_connections
+    int64_t timed_out = 0;            // connections closed by a deadline
+    int64_t throttled = 0;            // requests answered 429
   };
 
   static absl::StatusOr<std::unique_ptr<HttpServer>> Start(Options options, HttpHandler handler);

@@ -111,8 +111,8 @@ TEST(HttpServerTest, PlainHttpOnTcpNeedsNoTokenOrCertificate) {
   auto server = HttpServer::Start(PlainTcp("127.0.0.1:0"), Echo);
   ASSERT_TRUE(server.ok()) << server.status();
   ASSERT_GT((*server)->tcp_port(), 0);
-  std::string r = Exchange(ConnectTcp((*server)->tcp_port()),
-                           "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  std::string r =
+      Exchange(ConnectTcp((*server)->tcp_port()), "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
   EXPECT_THAT(r, StartsWith("HTTP/1.1 200 OK\r\n"));
   EXPECT_THAT(r, HasSubstr("Content-Type: text/plain\r\n"));
   EXPECT_THAT(r, HasSubstr("GET /metrics -\n"));
@@ -152,8 +152,7 @@ TEST(HttpServerTest, ServesIpv6Loopback) {
   sin6.sin6_port = htons(static_cast<uint16_t>((*server)->tcp_port()));
   sin6.sin6_addr = in6addr_loopback;
   ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&sin6), sizeof(sin6)), 0);
-  EXPECT_THAT(Exchange(fd, "GET /healthz HTTP/1.1\r\nConnection: close\r\n\r\n"),
-              HasSubstr("GET /healthz -\n"));
+  EXPECT_THAT(Exchange(fd, "GET /healthz HTTP/1.1\r\nConnection: close\r\n\r\n"), HasSubstr("GET /healthz -\n"));
 }
 
 TEST(ParseTcpAddressTest, AcceptsIpv4Ipv6AndPodIpSubstitution) {
@@ -181,8 +180,8 @@ TEST(ParseTcpAddressTest, AcceptsIpv4Ipv6AndPodIpSubstitution) {
 }
 
 TEST(ParseTcpAddressTest, RefusesWhatIsNotAnAddressWithAPort) {
-  for (const char* bad : {"", "9809", ":9809", "localhost:9809", "127.0.0.1:", "127.0.0.1:x",
-                          "127.0.0.1:65536", "127.0.0.1:-1", "[::1]", "1.2.3:80"}) {
+  for (const char* bad : {"", "9809", ":9809", "localhost:9809", "127.0.0.1:", "127.0.0.1:x", "127.0.0.1:65536",
+                          "127.0.0.1:-1", "[::1]", "1.2.3:80"}) {
     auto a = ParseTcpAddress(bad);
     EXPECT_EQ(a.status().code(), absl::StatusCode::kInvalidArgument) << bad;
     EXPECT_THAT(a.status().message(), HasSubstr("host:port")) << bad;
@@ -196,22 +195,20 @@ TEST(HttpServerTest, MalformedRequestsGet400AndServerCarriesOn) {
   EXPECT_THAT(Exchange(ConnectUnix(dir.Join("s.sock")), "GARBAGE\r\n\r\n"), StartsWith("HTTP/1.1 400"));
   EXPECT_THAT(Exchange(ConnectUnix(dir.Join("s.sock")), "GET /api/%zz HTTP/1.1\r\nHost: x\r\n\r\n"),
               StartsWith("HTTP/1.1 400"));
-  EXPECT_THAT(Exchange(ConnectUnix(dir.Join("s.sock")),
-                       "GET /ok HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"),
+  EXPECT_THAT(Exchange(ConnectUnix(dir.Join("s.sock")), "GET /ok HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"),
               StartsWith("HTTP/1.1 200"));
 }
 
 TEST(HttpServerTest, StreamsChunksUntilShutdownEndsThem) {
   absl::Notification streaming;
   std::atomic<int> chunks{0};
-  auto server = HttpServer::Start(PlainTcp("127.0.0.1:0"),
-      [&](const HttpRequest&, ResponseWriter& w) {
-        ASSERT_TRUE(w.StartStream(200, "application/json"));
-        while (!w.Cancelled() && w.WriteChunk("{}\n")) {
-          if (++chunks == 3) streaming.Notify();
-          absl::SleepFor(absl::Milliseconds(5));
-        }
-      });
+  auto server = HttpServer::Start(PlainTcp("127.0.0.1:0"), [&](const HttpRequest&, ResponseWriter& w) {
+    ASSERT_TRUE(w.StartStream(200, "application/json"));
+    while (!w.Cancelled() && w.WriteChunk("{}\n")) {
+      if (++chunks == 3) streaming.Notify();
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+  });
   ASSERT_TRUE(server.ok()) << server.status();
   std::string seen;
   std::thread client([&, port = (*server)->tcp_port()] {
@@ -311,7 +308,9 @@ TEST_F(HttpLimitsTest, KeptAliveConnectionIsClosedAfterTheIdleTimeout) {
   SendAll(fd, "GET /one HTTP/1.1\r\nHost: x\r\n\r\n");
   EXPECT_THAT(ReadUntil(fd, "GET /one -\n"), HasSubstr("GET /one -\n"));
   // Waiting for the next request: only the idle deadline is set.
-  auto idle_only = [&] { return clock_.PendingTimers() == 1 && clock_.NextTimer() == clock_.Now() + absl::Seconds(90); };
+  auto idle_only = [&] {
+    return clock_.PendingTimers() == 1 && clock_.NextTimer() == clock_.Now() + absl::Seconds(90);
+  };
   ASSERT_TRUE(Eventually(idle_only));
   clock_.Advance(absl::Seconds(89));
   // Still open: a second request on it is served, and restarts the idle time.
@@ -375,8 +374,9 @@ TEST_F(HttpLimitsTest, ReadsAndWritesOverTheirInflightLimitsGet429WithRetryAfter
   EXPECT_THAT(throttled, HasSubstr("Retry-After: 1\r\n"));
   EXPECT_THAT(throttled, HasSubstr("Too many requests, please try again later.\n"));
   // Writes have their own limit: one goes through while reads are full...
-  EXPECT_THAT(Exchange(ConnectTcp(server->tcp_port()), "POST /w HTTP/1.1\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"),
-              HasSubstr("POST /w -\n"));
+  EXPECT_THAT(
+      Exchange(ConnectTcp(server->tcp_port()), "POST /w HTTP/1.1\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"),
+      HasSubstr("POST /w -\n"));
   // ...and a 429 keeps the connection: the next request on it is answered.
   const int fd = ConnectTcp(server->tcp_port());
   SendAll(fd, "GET /again HTTP/1.1\r\nHost: x\r\n\r\n");
@@ -563,8 +563,7 @@ TEST_F(HttpLimitsTest, TlsHandshakeMustFinishBeforeItsDeadlineAndTheTokenIsCheck
 }
 
 TEST(ParseRequestTest, QueryAndPathDecoding) {
-  auto r = ParseRequest(
-      "GET /api/v1/namespaces/a%2Db/pods?labelSelector=app%3Dweb&watch HTTP/1.1\r\nHost: x\r\n\r\n");
+  auto r = ParseRequest("GET /api/v1/namespaces/a%2Db/pods?labelSelector=app%3Dweb&watch HTTP/1.1\r\nHost: x\r\n\r\n");
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->path, "/api/v1/namespaces/a-b/pods");
   EXPECT_EQ(r->query.at("labelSelector"), "app=web");

@@ -63,8 +63,7 @@ void AppendLabels(std::string* out, const Labels& labels, const char* le) {
   out->push_back('}');
 }
 
-void AppendSample(std::string* out, std::string_view name, const Labels& labels, const char* le,
-                  double value) {
+void AppendSample(std::string* out, std::string_view name, const Labels& labels, const char* le, double value) {
   out->append(name);
   AppendLabels(out, labels, le);
   out->push_back(' ');
@@ -76,9 +75,7 @@ void AppendSample(std::string* out, std::string_view name, const Labels& labels,
 
 bool IsValidMetricName(std::string_view name) { return IsValidName(name, true); }
 
-bool IsValidLabelName(std::string_view name) {
-  return IsValidName(name, false) && !name.starts_with("__");
-}
+bool IsValidLabelName(std::string_view name) { return IsValidName(name, false) && !name.starts_with("__"); }
 
 std::string FormatValue(double v) {
   if (std::isnan(v)) return "NaN";
@@ -95,9 +92,15 @@ void WriteFamily(std::string* out, std::string_view name, MetricType type, std::
   out->append("\n# TYPE ");
   out->append(name);
   switch (type) {
-    case MetricType::kCounter: out->append(" counter\n"); break;
-    case MetricType::kGauge: out->append(" gauge\n"); break;
-    case MetricType::kHistogram: out->append(" histogram\n"); break;
+    case MetricType::kCounter:
+      out->append(" counter\n");
+      break;
+    case MetricType::kGauge:
+      out->append(" gauge\n");
+      break;
+    case MetricType::kHistogram:
+      out->append(" histogram\n");
+      break;
   }
 }
 
@@ -118,15 +121,13 @@ Histogram::Histogram(std::vector<double> upper_bounds)
 
 void Histogram::Observe(double v) {
   // The first bucket whose upper bound is >= v ("le"); +Inf otherwise.
-  const size_t i = static_cast<size_t>(std::lower_bound(bounds_.begin(), bounds_.end(), v) -
-                                       bounds_.begin());
+  const size_t i = static_cast<size_t>(std::lower_bound(bounds_.begin(), bounds_.end(), v) - bounds_.begin());
   ++counts_[i];
   ++count_;
   sum_ += v;
 }
 
-void WriteHistogram(std::string* out, std::string_view name, const Labels& labels,
-                    const Histogram& h) {
+void WriteHistogram(std::string* out, std::string_view name, const Labels& labels, const Histogram& h) {
   CheckName(name, true);
   const std::string base(name);
   uint64_t cumulative = 0;

@@ -50,9 +50,8 @@ void WriteSample(std::string* out, std::string_view name, const Labels& labels, 
 
 // Latency buckets in seconds, 0.5 ms to 2 min: CSI calls range from a
 // sub-millisecond Probe to a mkfs of a large volume.
-inline const std::vector<double> kLatencyBuckets = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
-                                                    0.05,   0.1,   0.25,   0.5,   1,    2.5,
-                                                    5,      10,    30,     60,    120};
+inline const std::vector<double> kLatencyBuckets = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
+                                                    0.5,    1,     2.5,    5,     10,   30,    60,   120};
 
 // Observations counted in fixed buckets (upper bounds, strictly increasing,
 // +Inf implied).
@@ -77,7 +76,6 @@ class Histogram {
 
 // `<name>_bucket{labels,le="..."}` cumulative for every bound and +Inf, then
 // `<name>_sum` and `<name>_count`.
-void WriteHistogram(std::string* out, std::string_view name, const Labels& labels,
-                    const Histogram& h);
+void WriteHistogram(std::string* out, std::string_view name, const Labels& labels, const Histogram& h);
 
 }  // namespace berth::metrics

@@ -9,9 +9,9 @@
 namespace berth::metrics {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::CheckExposition;
 using testing::FindSample;
+using ::testing::HasSubstr;
 using testing::ParseExposition;
 
 TEST(PrometheusTest, WritesFamiliesSamplesAndEscapes) {

@@ -136,7 +136,8 @@ void NodeAgent::StaticLoop() {
     for (const auto& [name, endpoint] : drivers) {
       if (plugins_->Get(name)) continue;
       if (absl::Status st = plugins_->RegisterPlugin(name, endpoint, {"1.0.0"}); !st.ok()) {
-        spdlog::warn("node {}: registering driver {} at {}: {}", options_.node_name, name, endpoint, std::string(st.message()));
+        spdlog::warn("node {}: registering driver {} at {}: {}", options_.node_name, name, endpoint,
+                     std::string(st.message()));
       }
     }
   }

@@ -2,9 +2,9 @@
 
 #include <algorithm>
 
+#include "client/object.h"
 #include "common/status.h"
 #include "common/strings.h"
-#include "client/object.h"
 #include "csi/client.h"
 #include "csi/registration.h"
 #include "csi/v1/csi.grpc.pb.h"
@@ -18,9 +18,7 @@ using client::Field;
 using client::Str;
 using nlohmann::json;
 
-const api::KindInfo& K(std::string_view resource, std::string_view group = "") {
-  return *api::FindResource(group, resource);
-}
+using client::K;
 
 }  // namespace
 
@@ -39,8 +37,8 @@ absl::Status UpdateObject(apiserver::Api& registry, const api::KindInfo& kind, c
   return last;
 }
 
-CsiPlugins::CsiPlugins(apiserver::Api& registry, std::string node_name,
-                       client::DriverDirectory& directory, absl::Duration call_timeout)
+CsiPlugins::CsiPlugins(apiserver::Api& registry, std::string node_name, client::DriverDirectory& directory,
+                       absl::Duration call_timeout)
     : registry_(registry), node_name_(std::move(node_name)), directory_(directory), call_timeout_(call_timeout) {}
 
 absl::Status CsiPlugins::RegisterPlugin(const std::string& name, const std::string& endpoint,
@@ -125,36 +123,36 @@ absl::Status CsiPlugins::Install(const std::string& name, const ::csi::v1::NodeG
   // The Node: annotation and topology labels.
   std::string node_uid;
   absl::Status collision;
-  BERTH_RETURN_IF_ERROR(UpdateObject(registry_, K("nodes"), "", node_name_, apiserver::Subresource::kMain,
-                                     [&](json& node) {
-    node_uid = client::Uid(node);
-    bool changed = false;
-    json& meta = node["metadata"];
-    json& labels = meta["labels"];
-    if (!labels.is_object()) labels = json::object();
-    for (const auto& [key, value] : segments) {
-      const std::string current = Str(labels, {key});
-      if (labels.contains(key) && current != value) {
-        collision = absl::FailedPreconditionError(StrCat("topology label ", key, "=", value, " of driver ", name,
-                                                         " collides with the node's ", key, "=", current));
-        return false;
-      }
-      if (!labels.contains(key)) {
-        labels[key] = value;
-        changed = true;
-      }
-    }
-    json ids = json::object();
-    const std::string text = client::Annotation(node, kAnnNodeId);
-    if (!text.empty()) ids = json::parse(text, nullptr, false);
-    if (!ids.is_object()) ids = json::object();
-    if (Str(ids, {name}) != info.node_id()) {
-      ids[name] = info.node_id();
-      meta["annotations"][kAnnNodeId] = ids.dump();
-      changed = true;
-    }
-    return changed;
-  }));
+  BERTH_RETURN_IF_ERROR(
+      UpdateObject(registry_, K("nodes"), "", node_name_, apiserver::Subresource::kMain, [&](json& node) {
+        node_uid = client::Uid(node);
+        bool changed = false;
+        json& meta = node["metadata"];
+        json& labels = meta["labels"];
+        if (!labels.is_object()) labels = json::object();
+        for (const auto& [key, value] : segments) {
+          const std::string current = Str(labels, {key});
+          if (labels.contains(key) && current != value) {
+            collision = absl::FailedPreconditionError(StrCat("topology label ", key, "=", value, " of driver ", name,
+                                                             " collides with the node's ", key, "=", current));
+            return false;
+          }
+          if (!labels.contains(key)) {
+            labels[key] = value;
+            changed = true;
+          }
+        }
+        json ids = json::object();
+        const std::string text = client::Annotation(node, kAnnNodeId);
+        if (!text.empty()) ids = json::parse(text, nullptr, false);
+        if (!ids.is_object()) ids = json::object();
+        if (Str(ids, {name}) != info.node_id()) {
+          ids[name] = info.node_id();
+          meta["annotations"][kAnnNodeId] = ids.dump();
+          changed = true;
+        }
+        return changed;
+      }));
   BERTH_RETURN_IF_ERROR(collision);
   // The CSINode entry.
   std::vector<std::string> keys;
@@ -175,16 +173,17 @@ absl::Status CsiPlugins::Install(const std::string& name, const ::csi::v1::NodeG
     drivers.push_back(entry);
     return true;
   };
-  absl::Status st = UpdateObject(registry_, K("csinodes", "storage.k8s.io"), "", node_name_,
-                                 apiserver::Subresource::kMain, apply);
+  absl::Status st =
+      UpdateObject(registry_, K("csinodes", "storage.k8s.io"), "", node_name_, apiserver::Subresource::kMain, apply);
   if (st.code() != absl::StatusCode::kNotFound) return st;
-  json csinode = {{"apiVersion", "storage.k8s.io/v1"},
-                  {"kind", "CSINode"},
-                  {"metadata",
-                   {{"name", node_name_},
-                    {"ownerReferences",
-                     json::array({{{"apiVersion", "v1"}, {"kind", "Node"}, {"name", node_name_}, {"uid", node_uid}}})}}},
-                  {"spec", {{"drivers", json::array()}}}};
+  json csinode = {
+      {"apiVersion", "storage.k8s.io/v1"},
+      {"kind", "CSINode"},
+      {"metadata",
+       {{"name", node_name_},
+        {"ownerReferences",
+         json::array({{{"apiVersion", "v1"}, {"kind", "Node"}, {"name", node_name_}, {"uid", node_uid}}})}}},
+      {"spec", {{"drivers", json::array()}}}};
   apply(csinode);
   auto created = registry_.Create(K("csinodes", "storage.k8s.io"), "", csinode);
   if (created.ok()) return absl::OkStatus();
@@ -208,15 +207,16 @@ absl::Status CsiPlugins::Uninstall(const std::string& name) {
     return true;
   });
   if (!st.ok() && st.code() != absl::StatusCode::kNotFound) return st;
-  st = UpdateObject(registry_, K("csinodes", "storage.k8s.io"), "", node_name_, apiserver::Subresource::kMain,
-                    [&](json& csinode) {
-    json& drivers = csinode["spec"]["drivers"];
-    if (!drivers.is_array()) return false;
-    const size_t before = drivers.size();
-    drivers.erase(std::remove_if(drivers.begin(), drivers.end(), [&](const json& d) { return Str(d, {"name"}) == name; }),
-                  drivers.end());
-    return drivers.size() != before;
-  });
+  st = UpdateObject(
+      registry_, K("csinodes", "storage.k8s.io"), "", node_name_, apiserver::Subresource::kMain, [&](json& csinode) {
+        json& drivers = csinode["spec"]["drivers"];
+        if (!drivers.is_array()) return false;
+        const size_t before = drivers.size();
+        drivers.erase(
+            std::remove_if(drivers.begin(), drivers.end(), [&](const json& d) { return Str(d, {"name"}) == name; }),
+            drivers.end());
+        return drivers.size() != before;
+      });
   if (!st.ok() && st.code() != absl::StatusCode::kNotFound) return st;
   return absl::OkStatus();
 }

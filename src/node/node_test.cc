@@ -8,13 +8,13 @@
 #include <atomic>
 #include <filesystem>
 
-#include "common/clock.h"
 #include "apiserver/registry.h"
-#include "common/hash.h"
-#include "common/testing/temp_dir.h"
-#include "client/volume_names.h"
 #include "client/object.h"
+#include "client/volume_names.h"
+#include "common/clock.h"
+#include "common/hash.h"
 #include "common/testing/eventually.h"
+#include "common/testing/temp_dir.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "metrics/testing/exposition_check.h"
@@ -25,10 +25,10 @@
 namespace berth::node {
 namespace {
 
-using client::Field;
-using client::Str;
 using berth::testing::Eventually;
+using client::Field;
 using client::K;
+using client::Str;
 using nlohmann::json;
 namespace fs = std::filesystem;
 
@@ -54,23 +54,24 @@ class NodeAgentTest : public ::testing::Test {
   }
 
   void StartAgent() {
-    agent_ = std::make_unique<NodeAgent>(
-        *registry_, directory_,
-        NodeAgent::Options{.node_name = kNode, .root = root_, .labels = {}, .heartbeat = absl::Seconds(1), .workers = 2,
-                           .volume_stats_period = stats_period_,
-                           .mount_table = [this] { return driver_->MountTable(); },
-                           .clock = clock_,
-                           .containers_may_run = containers_may_run_,
-                           .runtime_owns_pod_status = false});
+    agent_ = std::make_unique<NodeAgent>(*registry_, directory_,
+                                         NodeAgent::Options{.node_name = kNode,
+                                                            .root = root_,
+                                                            .labels = {},
+                                                            .heartbeat = absl::Seconds(1),
+                                                            .workers = 2,
+                                                            .volume_stats_period = stats_period_,
+                                                            .mount_table = [this] { return driver_->MountTable(); },
+                                                            .clock = clock_,
+                                                            .containers_may_run = containers_may_run_,
+                                                            .runtime_owns_pod_status = false});
     ASSERT_TRUE(agent_->Start().ok());
   }
   void StopAgent() {
     agent_->Stop();
     agent_.reset();
   }
-  void ServeDriver() {
-    ASSERT_TRUE(driver_->Serve(dir_.path() + "/csi.sock", root_ + "/plugins_registry").ok());
-  }
+  void ServeDriver() { ASSERT_TRUE(driver_->Serve(dir_.path() + "/csi.sock", root_ + "/plugins_registry").ok()); }
   bool Registered() {
     auto csinode = registry_->Get(K("csinodes", "storage.k8s.io"), "", kNode);
     return csinode.ok() && Field(Field(*csinode, "spec"), "drivers").size() == 1;
@@ -86,13 +87,16 @@ class NodeAgentTest : public ::testing::Test {
     if (obj.contains("status")) {
       json updated = *created;
       updated["status"] = obj["status"];
-      auto st = registry_->Update(K(resource, group), ns, client::Name(updated), updated, apiserver::Subresource::kStatus);
+      auto st =
+          registry_->Update(K(resource, group), ns, client::Name(updated), updated, apiserver::Subresource::kStatus);
       ASSERT_TRUE(st.ok()) << st.status();
     }
   }
   void AttachNotRequired() {
     Create("csidrivers", "",
-           {{"apiVersion", "storage.k8s.io/v1"}, {"kind", "CSIDriver"}, {"metadata", {{"name", kDriver}}},
+           {{"apiVersion", "storage.k8s.io/v1"},
+            {"kind", "CSIDriver"},
+            {"metadata", {{"name", kDriver}}},
             {"spec", {{"attachRequired", false}, {"podInfoOnMount", true}}}},
            "storage.k8s.io");
   }
@@ -100,27 +104,42 @@ class NodeAgentTest : public ::testing::Test {
   void CreateVolume(const std::string& claim, const std::string& pv, const std::string& handle, bool block = false,
                     const std::string& size = "1Gi") {
     Create("persistentvolumes", "",
-           {{"apiVersion", "v1"}, {"kind", "PersistentVolume"}, {"metadata", {{"name", pv}}},
-            {"spec", {{"capacity", {{"storage", size}}}, {"accessModes", {"ReadWriteOnce"}},
-                      {"volumeMode", block ? "Block" : "Filesystem"},
-                      {"persistentVolumeReclaimPolicy", "Delete"},
-                      {"claimRef", {{"namespace", "default"}, {"name", claim}}},
-                      {"csi", {{"driver", kDriver}, {"volumeHandle", handle}, {"fsType", "ext4"},
-                               {"volumeAttributes", {{"color", "blue"}}}}}}},
+           {{"apiVersion", "v1"},
+            {"kind", "PersistentVolume"},
+            {"metadata", {{"name", pv}}},
+            {"spec",
+             {{"capacity", {{"storage", size}}},
+              {"accessModes", {"ReadWriteOnce"}},
+              {"volumeMode", block ? "Block" : "Filesystem"},
+              {"persistentVolumeReclaimPolicy", "Delete"},
+              {"claimRef", {{"namespace", "default"}, {"name", claim}}},
+              {"csi",
+               {{"driver", kDriver},
+                {"volumeHandle", handle},
+                {"fsType", "ext4"},
+                {"volumeAttributes", {{"color", "blue"}}}}}}},
             {"status", {{"phase", "Bound"}}}});
     Create("persistentvolumeclaims", "default",
-           {{"apiVersion", "v1"}, {"kind", "PersistentVolumeClaim"}, {"metadata", {{"name", claim}}},
-            {"spec", {{"accessModes", {"ReadWriteOnce"}}, {"volumeName", pv}, {"volumeMode", block ? "Block" : "Filesystem"},
-                      {"resources", {{"requests", {{"storage", size}}}}}}},
+           {{"apiVersion", "v1"},
+            {"kind", "PersistentVolumeClaim"},
+            {"metadata", {{"name", claim}}},
+            {"spec",
+             {{"accessModes", {"ReadWriteOnce"}},
+              {"volumeName", pv},
+              {"volumeMode", block ? "Block" : "Filesystem"},
+              {"resources", {{"requests", {{"storage", size}}}}}}},
             {"status", {{"phase", "Bound"}, {"capacity", {{"storage", size}}}}}});
   }
   std::string CreatePod(const std::string& name, const std::string& claim, bool read_only = false) {
     Create("pods", "default",
-           {{"apiVersion", "v1"}, {"kind", "Pod"}, {"metadata", {{"name", name}}},
-            {"spec", {{"nodeName", kNode},
-                      {"containers", {{{"name", "c"}, {"image", "busybox"}}}},
-                      {"volumes", {{{"name", "data"},
-                                    {"persistentVolumeClaim", {{"claimName", claim}, {"readOnly", read_only}}}}}}}}});
+           {{"apiVersion", "v1"},
+            {"kind", "Pod"},
+            {"metadata", {{"name", name}}},
+            {"spec",
+             {{"nodeName", kNode},
+              {"containers", {{{"name", "c"}, {"image", "busybox"}}}},
+              {"volumes",
+               {{{"name", "data"}, {"persistentVolumeClaim", {{"claimName", claim}, {"readOnly", read_only}}}}}}}}});
     return client::Uid(Get("pods", "default", name));
   }
   std::string PodPhase(const std::string& name) { return Str(Get("pods", "default", name), {"status", "phase"}); }
@@ -135,16 +154,20 @@ class NodeAgentTest : public ::testing::Test {
   // The resizer's part of an expansion of claim "data" (PV "pv-1"): the PV
   // grew to 2Gi, the claim waits for the node.
   void GrowPvTo2GiForTheNode() {
-    ASSERT_TRUE(UpdateObject(*registry_, K("persistentvolumes"), "", "pv-1", apiserver::Subresource::kMain, [](json& pv) {
-      pv["spec"]["capacity"]["storage"] = "2Gi";
-      return true;
-    }).ok());
-    ASSERT_TRUE(UpdateObject(*registry_, K("persistentvolumeclaims"), "default", "data",
-                             apiserver::Subresource::kStatus, [](json& c) {
-      c["status"]["allocatedResourceStatuses"] = {{"storage", "NodeResizePending"}};
-      c["status"]["conditions"] = json::array({{{"type", "FileSystemResizePending"}, {"status", "True"}}});
-      return true;
-    }).ok());
+    ASSERT_TRUE(
+        UpdateObject(*registry_, K("persistentvolumes"), "", "pv-1", apiserver::Subresource::kMain, [](json& pv) {
+          pv["spec"]["capacity"]["storage"] = "2Gi";
+          return true;
+        }).ok());
+    ASSERT_TRUE(
+        UpdateObject(
+            *registry_, K("persistentvolumeclaims"), "default", "data", apiserver::Subresource::kStatus,
+            [](json& c) {
+              c["status"]["allocatedResourceStatuses"] = {{"storage", "NodeResizePending"}};
+              c["status"]["conditions"] = json::array({{{"type", "FileSystemResizePending"}, {"status", "True"}}});
+              return true;
+            })
+            .ok());
   }
 
   berth::testing::TempDir dir_;
@@ -155,7 +178,7 @@ class NodeAgentTest : public ::testing::Test {
   std::unique_ptr<testing::FakeNodeDriver> driver_;
   std::unique_ptr<NodeAgent> agent_;
   absl::Duration stats_period_ = absl::ZeroDuration();  // tests collect by hand
-  Clock* clock_ = nullptr;                               // real unless a test sets one
+  Clock* clock_ = nullptr;                              // real unless a test sets one
   std::function<bool(const std::string&)> containers_may_run_;
 };
 
@@ -202,9 +225,11 @@ TEST_F(NodeAgentTest, CreatesTheNodeWithLabelsAndHeartbeats) {
   // the details on a fake clock).
   const std::string first = Str(Get("leases", "kube-node-lease", kNode, "coordination.k8s.io"), {"spec", "renewTime"});
   ASSERT_FALSE(first.empty());
-  EXPECT_TRUE(Eventually([&] {
-    return Str(Get("leases", "kube-node-lease", kNode, "coordination.k8s.io"), {"spec", "renewTime"}) != first;
-  }, absl::Seconds(5)));
+  EXPECT_TRUE(Eventually(
+      [&] {
+        return Str(Get("leases", "kube-node-lease", kNode, "coordination.k8s.io"), {"spec", "renewTime"}) != first;
+      },
+      absl::Seconds(5)));
 }
 
 TEST_F(NodeAgentTest, RegistrationPublishesCsiNodeAnnotationAndLabels) {
@@ -258,9 +283,9 @@ TEST_F(NodeAgentTest, VersionCheckFollowsKubelet) {
 TEST_F(NodeAgentTest, TopologyLabelCollisionFailsRegistration) {
   StartAgent();
   ASSERT_TRUE(UpdateObject(*registry_, K("nodes"), "", kNode, apiserver::Subresource::kMain, [](json& n) {
-    n["metadata"]["labels"]["topology.fake/zone"] = "other";
-    return true;
-  }).ok());
+                n["metadata"]["labels"]["topology.fake/zone"] = "other";
+                return true;
+              }).ok());
   ServeDriver();
   ASSERT_TRUE(Eventually([&] { return driver_->registration()->last_status().has_value(); }));
   EXPECT_FALSE(driver_->registration()->last_status()->plugin_registered());
@@ -290,7 +315,8 @@ TEST_F(NodeAgentTest, ASocketCreatedAgainWithTheSameInodeRegistersAgain) {
   const int infos = driver_->Calls("info");
   const std::string socket = csi::RegistrationSocketPath(root_ + "/plugins_registry", kDriver);
   const std::string hidden = root_ + "/plugins_registry/.old-reg.sock";
-  struct stat before {}, after {};
+  struct stat before {
+  }, after{};
   ASSERT_EQ(::lstat(socket.c_str(), &before), 0);
   ASSERT_EQ(::link(socket.c_str(), hidden.c_str()), 0);
   ASSERT_EQ(::unlink(socket.c_str()), 0);
@@ -322,7 +348,7 @@ TEST_F(NodeAgentTest, StagesAndPublishesThenTearsDown) {
   EXPECT_EQ(reqs[0].volume_capability().mount().fs_type(), "ext4");
   bool ready = false;
   const json obj = Get("pods", "default", "app");
-    for (const auto& c : Field(Field(obj, "status"), "conditions")) {
+  for (const auto& c : Field(Field(obj, "status"), "conditions")) {
     if (Str(c, {"type"}) == "Ready") ready = Str(c, {"status"}) == "True";
   }
   EXPECT_TRUE(ready);
@@ -387,7 +413,9 @@ TEST_F(NodeAgentTest, WaitsForTheVolumeAttachment) {
   EXPECT_EQ(driver_->Calls("stage"), 0);
   const std::string va = client::AttachmentName(kHandle, kDriver, kNode);
   Create("volumeattachments", "",
-         {{"apiVersion", "storage.k8s.io/v1"}, {"kind", "VolumeAttachment"}, {"metadata", {{"name", va}}},
+         {{"apiVersion", "storage.k8s.io/v1"},
+          {"kind", "VolumeAttachment"},
+          {"metadata", {{"name", va}}},
           {"spec", {{"attacher", kDriver}, {"nodeName", kNode}, {"source", {{"persistentVolumeName", "pv-1"}}}}},
           {"status", {{"attached", true}, {"attachmentMetadata", {{"device", "/dev/fake0"}}}}}},
          "storage.k8s.io");
@@ -484,7 +512,8 @@ TEST_F(NodeAgentTest, VolumeStatsAreCollectedOncePerVolumeAndExportedLikeKubelet
   ASSERT_TRUE(samples.ok()) << samples.status() << "\n" << text;
   std::map<std::string, double> by_name;
   for (const auto& smp : *samples) {
-    EXPECT_EQ(smp.labels, (std::map<std::string, std::string>{{"namespace", "default"}, {"persistentvolumeclaim", "data"}}));
+    EXPECT_EQ(smp.labels,
+              (std::map<std::string, std::string>{{"namespace", "default"}, {"persistentvolumeclaim", "data"}}));
     by_name[smp.name] = smp.value;
   }
   EXPECT_EQ(by_name["kubelet_volume_stats_capacity_bytes"], 1 << 30);
@@ -552,7 +581,9 @@ TEST_F(NodeAgentTest, ExpandsOnTheNodeAndFinishesTheClaim) {
   CreatePod("app", "data");
   ASSERT_TRUE(Eventually([&] { return PodPhase("app") == "Running"; }));
   GrowPvTo2GiForTheNode();
-  ASSERT_TRUE(Eventually([&] { return Str(Get("persistentvolumeclaims", "default", "data"), {"status", "capacity", "storage"}) == "2Gi"; }));
+  ASSERT_TRUE(Eventually([&] {
+    return Str(Get("persistentvolumeclaims", "default", "data"), {"status", "capacity", "storage"}) == "2Gi";
+  }));
   EXPECT_EQ(driver_->Expanded().at(kHandle), int64_t{2} << 30);
   json status = Get("persistentvolumeclaims", "default", "data")["status"];
   EXPECT_FALSE(status.contains("conditions"));
@@ -611,9 +642,13 @@ TEST_F(NodeAgentTest, PodsOfOtherNodesAreIgnored) {
   StartAgent();
   ServeDriver();
   Create("pods", "default",
-         {{"apiVersion", "v1"}, {"kind", "Pod"}, {"metadata", {{"name", "elsewhere"}}},
-          {"spec", {{"nodeName", "node-2"}, {"containers", {{{"name", "c"}, {"image", "busybox"}}}},
-                    {"volumes", {{{"name", "data"}, {"persistentVolumeClaim", {{"claimName", "data"}}}}}}}}});
+         {{"apiVersion", "v1"},
+          {"kind", "Pod"},
+          {"metadata", {{"name", "elsewhere"}}},
+          {"spec",
+           {{"nodeName", "node-2"},
+            {"containers", {{{"name", "c"}, {"image", "busybox"}}}},
+            {"volumes", {{{"name", "data"}, {"persistentVolumeClaim", {{"claimName", "data"}}}}}}}}});
   ASSERT_TRUE(Eventually([&] { return Registered(); }));
   absl::SleepFor(absl::Seconds(1));
   EXPECT_EQ(driver_->Calls("stage"), 0);
@@ -659,7 +694,9 @@ TEST_F(NodeAgentFaultTest, ADeletedPodStaysTerminatingUntilItsVolumesAreTornDown
 
 TEST_F(NodeAgentFaultTest, AnUnscheduledPodIsDeletedAtOnce) {
   Create("pods", "default",
-         {{"apiVersion", "v1"}, {"kind", "Pod"}, {"metadata", {{"name", "pending"}}},
+         {{"apiVersion", "v1"},
+          {"kind", "Pod"},
+          {"metadata", {{"name", "pending"}}},
           {"spec", {{"containers", {{{"name", "c"}, {"image", "busybox"}}}}}}});
   DeletePod("pending");
   EXPECT_TRUE(PodGone("pending"));
@@ -778,7 +815,8 @@ TEST_F(NodeAgentFaultTest, ContainersThatMayStillRunKeepTheVolumesOfADeletingPod
   ASSERT_TRUE(Eventually([&] { return PodPhase("app") == "Running"; }));
   DeletePod("app");
   fake_clock_.Advance(absl::Seconds(5));  // resyncs: nothing changes while containers may run
-  ASSERT_TRUE(Eventually([&] { return agent_->volumes().PodVolumesReady(client::Uid(Get("pods", "default", "app"))) == false; }));
+  ASSERT_TRUE(Eventually(
+      [&] { return agent_->volumes().PodVolumesReady(client::Uid(Get("pods", "default", "app"))) == false; }));
   EXPECT_EQ(driver_->Calls("unpublish"), 0);
   EXPECT_TRUE(Terminating("app"));
   running = false;

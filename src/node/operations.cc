@@ -82,7 +82,8 @@ void VolumeManager::RecordNodeResizeFailure(const Wanted& w, const absl::Status&
     }
     conditions.push_back(c);
   });
-  if (!st.ok()) spdlog::warn("node {}: recording the failed resize of {}: {}", options_.node_name, w.volume.pv, st.ToString());
+  if (!st.ok())
+    spdlog::warn("node {}: recording the failed resize of {}: {}", options_.node_name, w.volume.pv, st.ToString());
 }
 
 // ---- the operations ----

@@ -69,8 +69,8 @@ absl::Status PluginWatcher::Start() {
   BERTH_RETURN_IF_ERROR(MakeDirs(dir_, 0750));
   inotify_fd_ = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
   if (inotify_fd_ < 0) return ErrnoStatus(errno, "inotify_init1");
-  if (::inotify_add_watch(inotify_fd_, dir_.c_str(),
-                          IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO | IN_ATTRIB) < 0) {
+  if (::inotify_add_watch(inotify_fd_, dir_.c_str(), IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO | IN_ATTRIB) <
+      0) {
     absl::Status st = ErrnoStatus(errno, StrCat("watch ", dir_));
     ::close(inotify_fd_);
     inotify_fd_ = -1;
@@ -200,10 +200,11 @@ void PluginWatcher::Rescan() {
     Retry& r = retries_[socket];
     r.inode = inode;
     ++r.failures;
-    const absl::Duration delay = std::min(absl::Milliseconds(500) * (1 << std::min(r.failures - 1, 10)), options_.max_retry);
+    const absl::Duration delay =
+        std::min(absl::Milliseconds(500) * (1 << std::min(r.failures - 1, 10)), options_.max_retry);
     r.next = absl::Now() + delay;
-    spdlog::warn("registering the plugin at {} failed ({}); retrying in {}", socket, std::string(name.status().message()),
-                 absl::FormatDuration(delay));
+    spdlog::warn("registering the plugin at {} failed ({}); retrying in {}", socket,
+                 std::string(name.status().message()), absl::FormatDuration(delay));
   }
 }
 

@@ -237,8 +237,9 @@ void VolumeManager::UpdatePodStatus(const json& pod, bool ready, const std::stri
                             {"lastProbeTime", nullptr},
                             {"lastTransitionTime", now},
                             {"reason", "NoContainerRuntime"},
-                            {"message", "this node has no container runtime (berth up --runtime=none): the pod's "
-                                        "volumes are mounted, its containers do not run"}});
+                            {"message",
+                             "this node has no container runtime (berth up --runtime=none): the pod's "
+                             "volumes are mounted, its containers do not run"}});
     }
   };
   // Compare on the cached copy first: most passes change nothing.

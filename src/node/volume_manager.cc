@@ -49,10 +49,21 @@ absl::Status VolumeManager::Start() {
       // Pods of other nodes neither wake the reconciler nor get looked at.
       const std::string node = options_.node_name;
       auto here = [node](const json& pod) { return Str(pod, {"spec", "nodeName"}) == node; };
-      informer->AddIndex(kPodsByNode, [](const json& pod) { return std::vector<std::string>{Str(pod, {"spec", "nodeName"})}; });
-      informer->AddHandlers({.on_add = [this, here](const json& p) { if (here(p)) Wake(); },
-                             .on_update = [this, here](const json& a, const json& b) { if (here(a) || here(b)) Wake(); },
-                             .on_delete = [this, here](const json& p) { if (here(p)) Wake(); }});
+      informer->AddIndex(kPodsByNode, [](const json& pod) {
+        return std::vector<std::string>{Str(pod, {"spec", "nodeName"})};
+      });
+      informer->AddHandlers({.on_add =
+                                 [this, here](const json& p) {
+                                   if (here(p)) Wake();
+                                 },
+                             .on_update =
+                                 [this, here](const json& a, const json& b) {
+                                   if (here(a) || here(b)) Wake();
+                                 },
+                             .on_delete =
+                                 [this, here](const json& p) {
+                                   if (here(p)) Wake();
+                                 }});
     } else {
       informer->AddHandlers({.on_add = [this](const json&) { Wake(); },
                              .on_update = [this](const json&, const json&) { Wake(); },

@@ -64,12 +64,12 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "apiserver/api.h"
-#include "common/backoff.h"
-#include "common/clock.h"
-#include "common/mountinfo.h"
 #include "client/drivers.h"
 #include "client/events.h"
 #include "client/informer.h"
+#include "common/backoff.h"
+#include "common/clock.h"
+#include "common/mountinfo.h"
 #include "node/csi_plugins.h"
 #include "node/node_status.h"
 
@@ -200,8 +200,8 @@ class VolumeManager {
     std::string lock_key;  // the volume: ops on it never overlap
     std::string id;        // "stage/<unique>", "publish/<uid>/<pv>", ...: backoff per id
     std::function<absl::Status()> run;
-    nlohmann::json pod;    // FailedMount events go to the pod (null: none)
-    std::string what;      // "MountVolume.MountDevice failed for volume \"pv\""
+    nlohmann::json pod;  // FailedMount events go to the pod (null: none)
+    std::string what;    // "MountVolume.MountDevice failed for volume \"pv\""
   };
 
   void ReconcileLoop();
@@ -253,13 +253,13 @@ class VolumeManager {
   bool dirty_ ABSL_GUARDED_BY(mu_) = true;
   // The next reconcile for work without an event of its own (Options::poll).
   absl::Time poll_at_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
-  std::map<std::string, Staged> staged_ ABSL_GUARDED_BY(mu_);                             // unique →
+  std::map<std::string, Staged> staged_ ABSL_GUARDED_BY(mu_);                                // unique →
   std::map<std::pair<std::string, std::string>, Published> published_ ABSL_GUARDED_BY(mu_);  // (uid, pv) →
   // unique → the size this agent last finished NodeExpandVolume for: the
   // claim read from the informer may not show that write yet, and one
   // expansion is done once.
   std::map<std::string, int64_t> expanded_ ABSL_GUARDED_BY(mu_);
-  std::set<std::string> locked_ ABSL_GUARDED_BY(mu_);                                     // volumes with an op running
+  std::set<std::string> locked_ ABSL_GUARDED_BY(mu_);  // volumes with an op running
   // Ops finished since the reconciler's snapshot of staged_/published_: an op
   // on such a volume is decided on stale state and is not dispatched (the
   // finished op marks the state dirty, so the next pass decides again).
@@ -267,11 +267,11 @@ class VolumeManager {
   uint64_t snapshot_seq_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<std::string, uint64_t> done_at_ ABSL_GUARDED_BY(mu_);  // lock key → done_seq_ when its last op ended
   std::deque<Op> queue_ ABSL_GUARDED_BY(mu_);
-  ItemBackoff backoff_;                                                  // per op id
-  std::map<std::string, absl::Time> retry_at_ ABSL_GUARDED_BY(mu_);      // op id → not before
+  ItemBackoff backoff_;                                                   // per op id
+  std::map<std::string, absl::Time> retry_at_ ABSL_GUARDED_BY(mu_);       // op id → not before
   std::map<std::string, absl::Time> waiting_until_ ABSL_GUARDED_BY(mu_);  // op id waiting for its driver → poll at
-  std::map<std::string, int> pod_ops_ ABSL_GUARDED_BY(mu_);             // pod uid → ops queued or running
-  std::set<std::string> ready_pods_ ABSL_GUARDED_BY(mu_);               // every volume published
+  std::map<std::string, int> pod_ops_ ABSL_GUARDED_BY(mu_);               // pod uid → ops queued or running
+  std::set<std::string> ready_pods_ ABSL_GUARDED_BY(mu_);                 // every volume published
   // pod uid → spec volume name → (pv, read-only), from the last pass.
   std::map<std::string, std::map<std::string, std::pair<std::string, bool>>> pod_volumes_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::string> errors_ ABSL_GUARDED_BY(mu_);  // pod uid → last mount error

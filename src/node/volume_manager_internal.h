@@ -14,8 +14,8 @@
 #include "absl/strings/match.h"
 #include "api/quantity.h"
 #include "client/capability.h"
-#include "client/secrets.h"
 #include "client/object.h"
+#include "client/secrets.h"
 #include "client/volume_names.h"
 #include "client/workqueue.h"
 #include "client/writes.h"
@@ -43,9 +43,7 @@ using client::Uid;
 using nlohmann::json;
 using NodeCap = ::csi::v1::NodeServiceCapability::RPC;
 
-inline const api::KindInfo& K(std::string_view resource, std::string_view group = "") {
-  return *api::FindResource(group, resource);
-}
+using client::K;
 
 inline constexpr char kCsiPluginDir[] = "/plugins/kubernetes.io/csi";
 inline constexpr char kVolData[] = "vol_data.json";

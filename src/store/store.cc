@@ -15,10 +15,10 @@
 
 #include <future>
 #include <map>
-#include <utility>
-#include <vector>
 #include <random>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "absl/time/clock.h"
 #include "common/strings.h"
@@ -53,9 +53,7 @@ absl::Status Exec(sqlite3* db, const char* sql) {
   return absl::OkStatus();
 }
 
-std::string Now() {
-  return absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", absl::Now(), absl::UTCTimeZone());
-}
+std::string Now() { return absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", absl::Now(), absl::UTCTimeZone()); }
 
 std::string NewUid() {
   static thread_local std::mt19937_64 gen(std::random_device{}());
@@ -63,8 +61,7 @@ std::string NewUid() {
   std::string h = fmt::format("{:016x}{:016x}", a, b);
   h[12] = '4';  // version 4
   h[16] = "89ab"[(b >> 2) & 3];
-  return h.substr(0, 8) + "-" + h.substr(8, 4) + "-" + h.substr(12, 4) + "-" + h.substr(16, 4) +
-         "-" + h.substr(20);
+  return h.substr(0, 8) + "-" + h.substr(8, 4) + "-" + h.substr(12, 4) + "-" + h.substr(16, 4) + "-" + h.substr(20);
 }
 
 std::string RandomSuffix() {
@@ -141,9 +138,12 @@ std::vector<std::string> OwnerUids(const Object& obj) {
 
 const char* EventTypeName(EventType t) {
   switch (t) {
-    case EventType::kAdded: return "ADDED";
-    case EventType::kModified: return "MODIFIED";
-    case EventType::kDeleted: return "DELETED";
+    case EventType::kAdded:
+      return "ADDED";
+    case EventType::kModified:
+      return "MODIFIED";
+    case EventType::kDeleted:
+      return "DELETED";
   }
   return "?";
 }
@@ -176,9 +176,7 @@ const std::vector<Migration>& Migrations() {
         "CREATE INDEX IF NOT EXISTS owner_refs_uid ON owner_refs(owner_uid)",
         "CREATE INDEX IF NOT EXISTS owner_refs_key ON owner_refs(resource, namespace, name)",
         "INSERT OR IGNORE INTO meta(key, value) VALUES('rv', '0')"}},
-      {2,
-       "the schema version is PRAGMA user_version (meta.schema_version kept for older berths to refuse)",
-       {}},
+      {2, "the schema version is PRAGMA user_version (meta.schema_version kept for older berths to refuse)", {}},
   };
   return *kMigrations;
 }
@@ -212,8 +210,9 @@ absl::Status Store::Migrate() {
       if (st.ok()) st = Exec(write_db_, sql);
     }
     if (st.ok()) {
-      Stmt u(write_db_, "INSERT INTO meta(key, value) VALUES('schema_version', ?1) "
-                        "ON CONFLICT(key) DO UPDATE SET value=excluded.value");
+      Stmt u(write_db_,
+             "INSERT INTO meta(key, value) VALUES('schema_version', ?1) "
+             "ON CONFLICT(key) DO UPDATE SET value=excluded.value");
       u.Bind(1, std::to_string(m.version));
       if (u.Step() != SQLITE_DONE) st = SqlError(write_db_, "record schema_version");
     }
@@ -221,8 +220,8 @@ absl::Status Store::Migrate() {
     if (st.ok()) st = Run(write_db_, "COMMIT");
     if (!st.ok()) {
       (void)Run(write_db_, "ROLLBACK");  // the error that matters is st
-      return absl::Status(st.code(), StrCat("migrating ", options_.path, " to schema ", m.version, " (", m.what,
-                                            "): ", st.message()));
+      return absl::Status(
+          st.code(), StrCat("migrating ", options_.path, " to schema ", m.version, " (", m.what, "): ", st.message()));
     }
     if (version > 0) spdlog::info("store {}: migrated to schema {}: {}", options_.path, m.version, m.what);
   }
@@ -246,8 +245,8 @@ absl::Status Store::Init() {
   }
   const int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX;
   if (sqlite3_open_v2(options_.path.c_str(), &write_db_, flags, nullptr) != SQLITE_OK) {
-    return absl::UnavailableError(StrCat("open ", options_.path, ": ",
-                                         write_db_ ? sqlite3_errmsg(write_db_) : "out of memory"));
+    return absl::UnavailableError(
+        StrCat("open ", options_.path, ": ", write_db_ ? sqlite3_errmsg(write_db_) : "out of memory"));
   }
   for (const char* sql : {"PRAGMA journal_mode=WAL", "PRAGMA synchronous=FULL", "PRAGMA busy_timeout=10000"}) {
     if (absl::Status st = Exec(write_db_, sql); !st.ok()) return st;
@@ -265,8 +264,8 @@ absl::Status Store::Init() {
   }
   {
     absl::MutexLock lock(&read_mu_);
-    if (sqlite3_open_v2(options_.path.c_str(), &read_db_, SQLITE_OPEN_READONLY | SQLITE_OPEN_FULLMUTEX,
-                        nullptr) != SQLITE_OK) {
+    if (sqlite3_open_v2(options_.path.c_str(), &read_db_, SQLITE_OPEN_READONLY | SQLITE_OPEN_FULLMUTEX, nullptr) !=
+        SQLITE_OK) {
       return SqlError(read_db_, "open for reading");
     }
     if (absl::Status st = Exec(read_db_, "PRAGMA busy_timeout=10000"); !st.ok()) return st;
@@ -316,9 +315,7 @@ void Store::WriterLoop() {
     std::vector<std::shared_ptr<Mutation>> batch;
     {
       absl::MutexLock lock(&queue_mu_);
-      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(queue_mu_) {
-        return !queue_.empty() || stopping_;
-      };
+      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(queue_mu_) { return !queue_.empty() || stopping_; };
       queue_mu_.Await(absl::Condition(&ready));
       if (queue_.empty() && stopping_) return;
       while (!queue_.empty() && batch.size() < options_.max_batch) {

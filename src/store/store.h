@@ -46,10 +46,10 @@
 #include <map>
 #include <memory>
 #include <optional>
-#include <thread>
 #include <set>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -158,9 +158,9 @@ class Watcher final : public EventSource {
 class Store {
  public:
   struct Options {
-    std::string path;            // the SQLite database file
-    size_t history = 10000;      // events kept for watches
-    size_t max_batch = 512;      // mutations per group commit
+    std::string path;               // the SQLite database file
+    size_t history = 10000;         // events kept for watches
+    size_t max_batch = 512;         // mutations per group commit
     size_t watcher_queue = 100000;  // events a slow watcher may lag before it is ended
     // The object cache's budget, counted in serialized (JSON) bytes; parsed
     // objects take about 4-5 times that in memory. 0 turns the cache off.
@@ -191,19 +191,15 @@ class Store {
   // Creates each object as Create does (each succeeds or fails on its own),
   // submitted together so they share a group commit; returns when all are
   // done, with one result per object in order.
-  std::vector<absl::StatusOr<Object>> CreateAll(const std::string& resource,
-                                                std::vector<Object> objects);
-  absl::StatusOr<Object> Get(const std::string& resource, const std::string& ns,
-                             const std::string& name);
+  std::vector<absl::StatusOr<Object>> CreateAll(const std::string& resource, std::vector<Object> objects);
+  absl::StatusOr<Object> Get(const std::string& resource, const std::string& ns, const std::string& name);
   // Get without copying: the stored object, shared and immutable (it stays
   // valid, unchanged, after later writes replace it in the store).
-  absl::StatusOr<std::shared_ptr<const Object>> GetShared(const std::string& resource,
-                                                          const std::string& ns,
+  absl::StatusOr<std::shared_ptr<const Object>> GetShared(const std::string& resource, const std::string& ns,
                                                           const std::string& name);
   // ns "" lists all namespaces.
   absl::StatusOr<ListResult> List(const std::string& resource, const std::string& ns,
-                                  const api::LabelSelector& selector = {},
-                                  const ListPage& page = {});
+                                  const api::LabelSelector& selector = {}, const ListPage& page = {});
   // Replaces the stored object (matched by namespace/name). If
   // metadata.resourceVersion is set it must equal the stored one (else
   // ABORTED). uid, creationTimestamp and deletionTimestamp are kept from the
@@ -215,16 +211,14 @@ class Store {
   // only gets deletionTimestamp = now + grace and deletionGracePeriodSeconds
   // and stays, whatever its finalizers, until deleted again with 0 (or
   // none); a pending graceful deletion may be shortened, never lengthened.
-  absl::StatusOr<Object> Delete(const std::string& resource, const std::string& ns,
-                                const std::string& name,
+  absl::StatusOr<Object> Delete(const std::string& resource, const std::string& ns, const std::string& name,
                                 const std::optional<std::string>& expected_uid = std::nullopt,
                                 std::optional<int64_t> grace_period_seconds = std::nullopt);
 
   // Events for `resource` in `ns` ("" = all) matching `selector`, after
   // `from_rv` (0: only changes from now on). OUT_OF_RANGE if `from_rv` is
   // older than the kept history.
-  absl::StatusOr<std::unique_ptr<Watcher>> Watch(const std::string& resource,
-                                                 const std::string& ns, int64_t from_rv,
+  absl::StatusOr<std::unique_ptr<Watcher>> Watch(const std::string& resource, const std::string& ns, int64_t from_rv,
                                                  const api::LabelSelector& selector = {});
 
   int64_t ResourceVersion() const;

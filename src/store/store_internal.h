@@ -145,8 +145,7 @@ struct Store::Txn {
 
   // The object as this transaction sees it (null: there is none): its own
   // writes, then the batch's, then the committed state (cache, else SQLite).
-  absl::StatusOr<ObjectPtr> Load(const std::string& resource, const std::string& ns,
-                                 const std::string& name) {
+  absl::StatusOr<ObjectPtr> Load(const std::string& resource, const std::string& ns, const std::string& name) {
     const std::string key = CacheKey(resource, ns, name);
     if (auto it = writes.find(key); it != writes.end()) return it->second.object;
     if (auto it = batch->find(key); it != batch->end()) return it->second.object;
@@ -164,8 +163,7 @@ struct Store::Txn {
   // A kAdded event inserts and fails with ALREADY_EXISTS when the key is
   // taken (no lookup first: the primary key decides, inside this
   // transaction); anything else rewrites the row.
-  absl::StatusOr<ObjectPtr> Put(const std::string& resource, Object obj, EventType type,
-                             ObjectPtr before) {
+  absl::StatusOr<ObjectPtr> Put(const std::string& resource, Object obj, EventType type, ObjectPtr before) {
     const int64_t rv = ++*next_rv;
     obj["metadata"]["resourceVersion"] = std::to_string(rv);
     const std::string ns = Namespace(obj), name = Name(obj);
@@ -193,14 +191,13 @@ struct Store::Txn {
       if (absl::Status st = SetOwners(resource, ns, name, owners); !st.ok()) return st;
     }
     auto stored = std::make_shared<const Object>(std::move(obj));
-    writes[CacheKey(resource, ns, name)] = {stored, data.size(),
-                                            !store->options_.write_only_resources.count(resource)};
+    writes[CacheKey(resource, ns, name)] = {stored, data.size(), !store->options_.write_only_resources.count(resource)};
     events.push_back({Event{type, resource, stored, rv}, std::move(before)});
     return stored;
   }
 
-  absl::Status SetOwners(const std::string& resource, const std::string& ns,
-                         const std::string& name, const std::vector<std::string>& owners) {
+  absl::Status SetOwners(const std::string& resource, const std::string& ns, const std::string& name,
+                         const std::vector<std::string>& owners) {
     Stmt del(db, "DELETE FROM owner_refs WHERE resource=?1 AND namespace=?2 AND name=?3");
     del.Bind(1, resource).Bind(2, ns).Bind(3, name);
     if (del.Step() != SQLITE_DONE) return SqlError(db, "owner refs");
@@ -254,8 +251,7 @@ struct Store::Txn {
   }
 
   // Deletion semantics: with finalizers, only mark; otherwise remove.
-  absl::StatusOr<ObjectPtr> DeleteOrMark(const std::string& resource, Object obj, ObjectPtr before,
-                                      int depth = 0) {
+  absl::StatusOr<ObjectPtr> DeleteOrMark(const std::string& resource, Object obj, ObjectPtr before, int depth = 0) {
     if (HasFinalizers(obj)) {
       if (!obj["metadata"].contains("deletionTimestamp")) {
         obj["metadata"]["deletionTimestamp"] = Now();

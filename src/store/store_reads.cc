@@ -13,15 +13,13 @@ namespace berth::store {
 
 // ---- Reads ----
 
-absl::StatusOr<Object> Store::Get(const std::string& resource, const std::string& ns,
-                                  const std::string& name) {
+absl::StatusOr<Object> Store::Get(const std::string& resource, const std::string& ns, const std::string& name) {
   absl::StatusOr<ObjectPtr> got = GetShared(resource, ns, name);
   if (!got.ok()) return got.status();
   return **got;
 }
 
-absl::StatusOr<std::shared_ptr<const Object>> Store::GetShared(const std::string& resource,
-                                                               const std::string& ns,
+absl::StatusOr<std::shared_ptr<const Object>> Store::GetShared(const std::string& resource, const std::string& ns,
                                                                const std::string& name) {
   const std::string key = CacheKey(resource, ns, name);
   uint64_t epoch;

@@ -62,15 +62,13 @@ TEST_F(StoreTest, CreateGetListUpdateDelete) {
   EXPECT_FALSE((*a)["metadata"]["uid"].get<std::string>().empty());
   EXPECT_EQ((*a)["metadata"]["generation"], 1);
   EXPECT_THAT((*a)["metadata"]["creationTimestamp"].get<std::string>(), HasSubstr("T"));
-  EXPECT_EQ(s->Create("persistentvolumeclaims", Pvc("a")).status().code(),
-            absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(s->Create("persistentvolumeclaims", Pvc("a")).status().code(), absl::StatusCode::kAlreadyExists);
   ASSERT_TRUE(s->Create("persistentvolumeclaims", Pvc("a", "other")).ok()) << "namespaces differ";
 
   auto got = s->Get("persistentvolumeclaims", "default", "a");
   ASSERT_TRUE(got.ok());
   EXPECT_EQ(*got, *a);
-  EXPECT_EQ(s->Get("persistentvolumeclaims", "default", "zz").status().code(),
-            absl::StatusCode::kNotFound);
+  EXPECT_EQ(s->Get("persistentvolumeclaims", "default", "zz").status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(s->List("persistentvolumeclaims", "")->items.size(), 2u);
   EXPECT_EQ(s->List("persistentvolumeclaims", "default")->items.size(), 1u);
 
@@ -90,10 +88,8 @@ TEST_F(StoreTest, CreateGetListUpdateDelete) {
   EXPECT_EQ((*s->Update("persistentvolumeclaims", labels_only))["metadata"]["generation"], 2);
 
   ASSERT_TRUE(s->Delete("persistentvolumeclaims", "default", "a").ok());
-  EXPECT_EQ(s->Get("persistentvolumeclaims", "default", "a").status().code(),
-            absl::StatusCode::kNotFound);
-  EXPECT_EQ(s->Delete("persistentvolumeclaims", "default", "a").status().code(),
-            absl::StatusCode::kNotFound);
+  EXPECT_EQ(s->Get("persistentvolumeclaims", "default", "a").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(s->Delete("persistentvolumeclaims", "default", "a").status().code(), absl::StatusCode::kNotFound);
 }
 
 TEST_F(StoreTest, CreateAllCreatesEachOnItsOwnInOrder) {
@@ -122,8 +118,7 @@ TEST_F(StoreTest, GenerateNameAndRequiredName) {
   ASSERT_TRUE(c.ok());
   EXPECT_THAT((*c)["metadata"]["name"].get<std::string>(), ::testing::MatchesRegex("data-[a-z0-9]{5}"));
   o["metadata"].erase("generateName");
-  EXPECT_EQ(s->Create("persistentvolumeclaims", o).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s->Create("persistentvolumeclaims", o).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST_F(StoreTest, FinalizersDelayDeletionUntilRemoved) {
@@ -146,8 +141,7 @@ TEST_F(StoreTest, FinalizersDelayDeletionUntilRemoved) {
   Object done = *kept;
   done["metadata"]["finalizers"] = Object::array();
   ASSERT_TRUE(s->Update("persistentvolumeclaims", done).ok());
-  EXPECT_EQ(s->Get("persistentvolumeclaims", "default", "p").status().code(),
-            absl::StatusCode::kNotFound);
+  EXPECT_EQ(s->Get("persistentvolumeclaims", "default", "p").status().code(), absl::StatusCode::kNotFound);
 }
 
 TEST_F(StoreTest, OwnerReferencesGarbageCollectDependents) {
@@ -155,8 +149,7 @@ TEST_F(StoreTest, OwnerReferencesGarbageCollectDependents) {
   auto owner = s->Create("volumesnapshots", Pvc("owner"));
   auto other = s->Create("volumesnapshots", Pvc("other"));
   auto ref = [](const Object& o) {
-    return Object{{"apiVersion", "v1"}, {"kind", "X"}, {"name", o["metadata"]["name"]},
-                  {"uid", o["metadata"]["uid"]}};
+    return Object{{"apiVersion", "v1"}, {"kind", "X"}, {"name", o["metadata"]["name"]}, {"uid", o["metadata"]["uid"]}};
   };
   Object one = Pvc("one-owner");
   one["metadata"]["ownerReferences"] = {ref(*owner)};
@@ -568,8 +561,7 @@ TEST_F(StoreTest, CacheStartsEmptyAfterReopenAndLoadsLazily) {
   }
   // Changed while the store was closed: the reopened store must not know
   // any older state.
-  Sql(dir_.Join("state.db"),
-      "UPDATE objects SET data=json_set(data, '$.spec.x', 7) WHERE name='a'");
+  Sql(dir_.Join("state.db"), "UPDATE objects SET data=json_set(data, '$.spec.x', 7) WHERE name='a'");
   auto s = Open();
   EXPECT_EQ(s->cache_stats().objects, 0u);
   auto got = s->Get("pods", "default", "a");

@@ -82,23 +82,19 @@ void Watcher::SetNotify(std::function<void()> notify) {
   notify_ = std::move(notify);
 }
 
-absl::StatusOr<std::unique_ptr<Watcher>> Store::Watch(const std::string& resource,
-                                                      const std::string& ns, int64_t from_rv,
-                                                      const api::LabelSelector& selector) {
+absl::StatusOr<std::unique_ptr<Watcher>> Store::Watch(const std::string& resource, const std::string& ns,
+                                                      int64_t from_rv, const api::LabelSelector& selector) {
   std::unique_ptr<Watcher> w(new Watcher(this, {resource, ns, selector}));
   absl::MutexLock lock(&watch_mu_);
   if (from_rv > 0) {
     // A version from a list may not be published to watches yet: wait for it.
-    auto caught_up = [this, from_rv]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(watch_mu_) {
-      return committed_rv_ >= from_rv;
-    };
+    auto caught_up = [this, from_rv]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(watch_mu_) { return committed_rv_ >= from_rv; };
     if (!watch_mu_.AwaitWithTimeout(absl::Condition(&caught_up), absl::Seconds(5))) {
-      return absl::InvalidArgumentError(StrCat("resourceVersion ", from_rv,
-                                               " is newer than the store's ", committed_rv_));
+      return absl::InvalidArgumentError(
+          StrCat("resourceVersion ", from_rv, " is newer than the store's ", committed_rv_));
     }
     if (from_rv < history_start_rv_) {
-      return absl::OutOfRangeError(StrCat("too old resource version: ", from_rv, " (",
-                                          history_start_rv_, ")"));
+      return absl::OutOfRangeError(StrCat("too old resource version: ", from_rv, " (", history_start_rv_, ")"));
     }
     for (const auto& [e, before] : history_) {
       if (e.resource_version > from_rv) w->Offer(e, before.get());

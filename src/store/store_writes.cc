@@ -36,8 +36,7 @@ absl::Status PrepareCreate(Object& obj) {
 
 }  // namespace
 
-std::function<absl::StatusOr<Store::ObjectPtr>(Store::Txn&)> Store::CreateFn(const std::string& resource,
-                                                                            Object obj) {
+std::function<absl::StatusOr<Store::ObjectPtr>(Store::Txn&)> Store::CreateFn(const std::string& resource, Object obj) {
   return [resource, obj = std::move(obj)](Txn& txn) -> absl::StatusOr<ObjectPtr> {
     return txn.Put(resource, obj, EventType::kAdded, nullptr);  // ALREADY_EXISTS when taken
   };
@@ -48,8 +47,7 @@ absl::StatusOr<Object> Store::Create(const std::string& resource, Object obj) {
   return Copy(Submit(CreateFn(resource, std::move(obj))));
 }
 
-std::vector<absl::StatusOr<Object>> Store::CreateAll(const std::string& resource,
-                                                     std::vector<Object> objects) {
+std::vector<absl::StatusOr<Object>> Store::CreateAll(const std::string& resource, std::vector<Object> objects) {
   std::vector<absl::StatusOr<Object>> out(objects.size(), absl::UnknownError(""));
   std::vector<std::shared_ptr<Mutation>> queued;
   std::vector<size_t> at;
@@ -91,10 +89,10 @@ absl::StatusOr<Object> Store::Update(const std::string& resource, Object obj) {
     const std::string want_rv = Str(obj["metadata"], "resourceVersion");
     const std::string have_rv = Str(stored["metadata"], "resourceVersion");
     if (!want_rv.empty() && want_rv != have_rv) {
-      return absl::AbortedError(StrCat(
-          "Operation cannot be fulfilled on ", resource, " \"", name,
-          "\": the object has been modified; please apply your changes to the latest version "
-          "and try again"));
+      return absl::AbortedError(
+          StrCat("Operation cannot be fulfilled on ", resource, " \"", name,
+                 "\": the object has been modified; please apply your changes to the latest version "
+                 "and try again"));
     }
     Object& md = obj["metadata"];
     const Object& smd = stored["metadata"];
@@ -131,8 +129,7 @@ absl::StatusOr<Object> Store::Update(const std::string& resource, Object obj) {
   }));
 }
 
-absl::StatusOr<Object> Store::Delete(const std::string& resource, const std::string& ns,
-                                     const std::string& name,
+absl::StatusOr<Object> Store::Delete(const std::string& resource, const std::string& ns, const std::string& name,
                                      const std::optional<std::string>& expected_uid,
                                      std::optional<int64_t> grace_period_seconds) {
   return Copy(Submit([=](Txn& txn) -> absl::StatusOr<ObjectPtr> {

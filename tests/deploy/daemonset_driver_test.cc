@@ -118,13 +118,16 @@ Launch FromDaemonSet(const MountSandbox& sandbox) {
   // Downward API.
   for (const auto& e : c["env"]) {
     const std::string name = Str(e["name"]);
-    const std::string field = e["valueFrom"] && e["valueFrom"]["fieldRef"]
-                                  ? Str(e["valueFrom"]["fieldRef"]["fieldPath"])
-                                  : "";
-    if (e["value"]) l.env[name] = Str(e["value"]);
-    else if (field == "spec.nodeName") l.env[name] = kNodeName;
-    else if (field == "status.podIP") l.env[name] = "127.0.0.1";
-    else ADD_FAILURE() << "env " << name << " from " << field << ": unknown to this test";
+    const std::string field =
+        e["valueFrom"] && e["valueFrom"]["fieldRef"] ? Str(e["valueFrom"]["fieldRef"]["fieldPath"]) : "";
+    if (e["value"])
+      l.env[name] = Str(e["value"]);
+    else if (field == "spec.nodeName")
+      l.env[name] = kNodeName;
+    else if (field == "status.podIP")
+      l.env[name] = "127.0.0.1";
+    else
+      ADD_FAILURE() << "env " << name << " from " << field << ": unknown to this test";
   }
   // Container paths -> sandbox directories (hostPath /dev stays /dev).
   std::vector<std::pair<std::string, std::string>> mounts;
@@ -132,12 +135,13 @@ Launch FromDaemonSet(const MountSandbox& sandbox) {
     const std::string path = Str(m["mountPath"]);
     std::string host = sandbox.Join("vol-" + Str(m["name"]));
     auto r = Resolve(pod, c, path);
-    if (r && r->host_path == "/dev") host = "/dev";
-    else fs::create_directories(host);
+    if (r && r->host_path == "/dev")
+      host = "/dev";
+    else
+      fs::create_directories(host);
     mounts.emplace_back(path, host);
   }
-  std::sort(mounts.begin(), mounts.end(),
-            [](const auto& a, const auto& b) { return a.first.size() > b.first.size(); });
+  std::sort(mounts.begin(), mounts.end(), [](const auto& a, const auto& b) { return a.first.size() > b.first.size(); });
   auto map_path = [&](const std::string& p) {
     for (const auto& [from, to] : mounts) {
       if (p == from || p.starts_with(from + "/")) return to + p.substr(from.size());
@@ -158,8 +162,10 @@ Launch FromDaemonSet(const MountSandbox& sandbox) {
     if (arg.starts_with("--") && eq != std::string::npos) {
       const std::string flag = arg.substr(0, eq);
       std::string value = arg.substr(eq + 1);
-      if (value.starts_with("unix://")) value = "unix://" + map_path(value.substr(7));
-      else if (value.starts_with("/")) value = map_path(value);
+      if (value.starts_with("unix://"))
+        value = "unix://" + map_path(value.substr(7));
+      else if (value.starts_with("/"))
+        value = map_path(value);
       if (flag == "--http-endpoint") value = value.substr(0, value.rfind(':') + 1) + std::to_string(l.http_port);
       if (flag == "--endpoint") l.endpoint = value;
       if (flag == "--kubelet-root") l.kubelet_root = value;
@@ -233,9 +239,8 @@ TEST_F(DaemonSetDriverTest, ServesHealthMetricsAndTheNodeIdFromTheEnvironment) {
   ASSERT_TRUE(samples.ok()) << samples.status() << "\n" << body;
   EXPECT_EQ(*metrics::testing::FindSample(*samples, "berth_build_info", {{"node", kNodeName}}), 1);
   EXPECT_EQ(*metrics::testing::FindSample(*samples, "berth_pool_ready"), 1);
-  EXPECT_EQ(*metrics::testing::FindSample(
-                *samples, "berth_csi_requests_total",
-                {{"method", "/csi.v1.Node/NodeGetInfo"}, {"code", "OK"}}),
+  EXPECT_EQ(*metrics::testing::FindSample(*samples, "berth_csi_requests_total",
+                                          {{"method", "/csi.v1.Node/NodeGetInfo"}, {"code", "OK"}}),
             1);
   EXPECT_GT(*metrics::testing::FindSample(*samples, "berth_pool_size_bytes"), 0);
 }
@@ -251,7 +256,8 @@ TEST_F(DaemonSetDriverTest, PassesCsiSanity) {
   // Volumes of 1 GiB instead of csi-sanity's 10 GiB: the pagination specs
   // keep ten volumes and their snapshots at once, more than the DaemonSet's
   // 100 GiB pool may provision (thin, but capped at its size).
-  std::vector<std::string> argv = {sanity, "--csi.endpoint=" + launch_.endpoint,
+  std::vector<std::string> argv = {sanity,
+                                   "--csi.endpoint=" + launch_.endpoint,
                                    "--csi.stagingdir=" + launch_.kubelet_root + "/sanity-staging",
                                    "--csi.mountdir=" + launch_.kubelet_root + "/sanity-mount",
                                    "--csi.testvolumesize=1073741824",

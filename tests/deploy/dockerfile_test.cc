@@ -28,9 +28,9 @@ std::string ReadSource(const std::string& relative) {
 }
 
 struct Stage {
-  std::string from;                  // image of the FROM line
-  std::set<std::string> packages;    // every apt-get install'ed package
-  std::vector<std::string> commands; // RUN lines, continuations joined
+  std::string from;                   // image of the FROM line
+  std::set<std::string> packages;     // every apt-get install'ed package
+  std::vector<std::string> commands;  // RUN lines, continuations joined
 };
 
 // Splits a Dockerfile into stages; comments dropped, continuations joined.
@@ -62,9 +62,12 @@ std::vector<Stage> ParseDockerfile(const std::string& text) {
       std::string w;
       bool installing = false;
       while (words >> w) {
-        if (w == "&&" || w == ";") installing = false;
-        else if (w == "install") installing = true;
-        else if (installing && !w.starts_with("-")) stages.back().packages.insert(w);
+        if (w == "&&" || w == ";")
+          installing = false;
+        else if (w == "install")
+          installing = true;
+        else if (installing && !w.starts_with("-"))
+          stages.back().packages.insert(w);
       }
     }
   }
@@ -75,8 +78,10 @@ std::vector<Stage> ParseDockerfile(const std::string& text) {
 std::string OwningPackage(const std::string& path) {
   LinuxCommandRunner runner;
   std::vector<std::string> candidates = {path};
-  if (path.starts_with("/usr/")) candidates.push_back(path.substr(4));
-  else candidates.push_back("/usr" + path);
+  if (path.starts_with("/usr/"))
+    candidates.push_back(path.substr(4));
+  else
+    candidates.push_back("/usr" + path);
   for (const auto& p : candidates) {
     auto r = runner.Run({"dpkg", "-S", p}, absl::Seconds(30));
     if (r.ok() && r->exit_code == 0) {
@@ -201,8 +206,8 @@ TEST_F(DockerfileTest, RuntimePackagesAreExactlyWhatBerthCsiLinksAndRuns) {
         << p << " (a NEEDED library's or a tool's package) is missing from the runtime stage";
   }
   // The release binary's own libraries are all listed explicitly.
-  for (const char* p : {"libgrpc++1.51", "libgrpc29", "libprotobuf32", "libabsl20220623",
-                        "libspdlog1.10", "libfmt9", "libssl3", "libstdc++6"}) {
+  for (const char* p : {"libgrpc++1.51", "libgrpc29", "libprotobuf32", "libabsl20220623", "libspdlog1.10", "libfmt9",
+                        "libssl3", "libstdc++6"}) {
     EXPECT_TRUE(listed.count(p)) << p;
   }
 }

@@ -102,9 +102,9 @@ class ImageTest : public ::testing::Test {
     return *r;
   }
   static CommandResult Image(std::vector<std::string> args) {
-    std::vector<std::string> argv = {std::string(BERTH_SOURCE_DIR) + "/scripts/image", "--binary",
-                                     binary_, "--name", kName, "--work",
-                                     std::string(BERTH_BINARY_DIR) + "/image-test"};
+    std::vector<std::string> argv = {
+        std::string(BERTH_SOURCE_DIR) + "/scripts/image", "--binary", binary_, "--name", kName, "--work",
+        std::string(BERTH_BINARY_DIR) + "/image-test"};
     argv.insert(argv.end(), args.begin(), args.end());
     return Run(argv, absl::Minutes(20));
   }
@@ -172,16 +172,15 @@ TEST_F(ImageTest, LayerHoldsTheDriverAndItsToolsAndNoDevices) {
   std::set<std::string> names;
   {
     const std::string list = tmp_.Join("names");
-    ASSERT_EQ(Run({"/bin/sh", "-c",
-                   "tar -tzf '" + Blob(manifest["layers"][0]["digest"]) + "' > '" + list + "'"})
-                  .exit_code,
-              0);
+    ASSERT_EQ(
+        Run({"/bin/sh", "-c", "tar -tzf '" + Blob(manifest["layers"][0]["digest"]) + "' > '" + list + "'"}).exit_code,
+        0);
     std::ifstream in(list);
     for (std::string line; std::getline(in, line);) names.insert(line);
   }
-  for (const char* want : {"./usr/local/bin/berth-csi", "./usr/sbin/mkfs.ext4", "./usr/sbin/mkfs.xfs",
-                           "./usr/sbin/e2fsck", "./usr/sbin/resize2fs", "./usr/sbin/xfs_growfs",
-                           "./usr/sbin/blkid", "./usr/bin/apt-get", "./etc/os-release"}) {
+  for (const char* want :
+       {"./usr/local/bin/berth-csi", "./usr/sbin/mkfs.ext4", "./usr/sbin/mkfs.xfs", "./usr/sbin/e2fsck",
+        "./usr/sbin/resize2fs", "./usr/sbin/xfs_growfs", "./usr/sbin/blkid", "./usr/bin/apt-get", "./etc/os-release"}) {
     EXPECT_TRUE(names.count(want)) << want;
   }
   for (const auto& n : names) {
@@ -239,21 +238,19 @@ TEST_F(ImageTest, ImportsIntoContainerdAndRuns) {
   }
   ASSERT_TRUE(up) << containerd.Output();
 
-  auto r = Image({"--out", tmp_.Join("import.tar"), "--import", "--address", sock, "--namespace",
-                  "berth-image-test"});
+  auto r = Image({"--out", tmp_.Join("import.tar"), "--import", "--address", sock, "--namespace", "berth-image-test"});
   EXPECT_EQ(r.exit_code, 0) << r.output;
   // runc's state and the IO fifos in the sandbox too (not under /run/containerd).
-  auto run = Run({"/usr/bin/ctr", "--address", sock, "--namespace", "berth-image-test", "run", "--rm",
-                  "--runc-root", sandbox.Join("runc"), "--fifo-dir", sandbox.Join("fifo"), kName,
-                  "berth-image-test", "/usr/local/bin/berth-csi", "--version"},
+  auto run = Run({"/usr/bin/ctr", "--address", sock, "--namespace", "berth-image-test", "run", "--rm", "--runc-root",
+                  sandbox.Join("runc"), "--fifo-dir", sandbox.Join("fifo"), kName, "berth-image-test",
+                  "/usr/local/bin/berth-csi", "--version"},
                  absl::Minutes(2));
   EXPECT_EQ(run.exit_code, 0) << run.output << containerd.Output();
   EXPECT_THAT(run.output, ::testing::HasSubstr("berth-csi "));
   // Leave nothing running: the task, then containerd.
-  Run({"/usr/bin/ctr", "--address", sock, "--namespace", "berth-image-test", "task", "kill", "-s",
-       "SIGKILL", "berth-image-test"});
-  Run({"/usr/bin/ctr", "--address", sock, "--namespace", "berth-image-test", "container", "rm",
+  Run({"/usr/bin/ctr", "--address", sock, "--namespace", "berth-image-test", "task", "kill", "-s", "SIGKILL",
        "berth-image-test"});
+  Run({"/usr/bin/ctr", "--address", sock, "--namespace", "berth-image-test", "container", "rm", "berth-image-test"});
   containerd.Signal(SIGTERM);
   EXPECT_TRUE(containerd.Wait(absl::Seconds(30)).has_value());
 }

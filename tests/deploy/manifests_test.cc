@@ -45,9 +45,8 @@ class ManifestsTest : public ::testing::TestWithParam<std::string> {
     if (kubectl_.empty()) return;
     LinuxCommandRunner runner;
     for (const std::string& dir : kRenders) {
-      auto r = runner.Run(
-          {kubectl_, "kustomize", std::string(BERTH_SOURCE_DIR) + "/deploy/kubernetes/" + dir},
-          absl::Seconds(60));
+      auto r = runner.Run({kubectl_, "kustomize", std::string(BERTH_SOURCE_DIR) + "/deploy/kubernetes/" + dir},
+                          absl::Seconds(60));
       if (!r.ok() || r->exit_code != 0) {
         render_errors_[dir] = r.ok() ? r->output : r.status().ToString();
         continue;
@@ -60,9 +59,8 @@ class ManifestsTest : public ::testing::TestWithParam<std::string> {
       GTEST_SKIP() << "no kubectl (scripts/install-deps installs Debian's kubernetes-client); "
                       "set BERTH_KUBECTL to one";
     }
-    ASSERT_TRUE(docs_.count(GetParam()))
-        << "kubectl kustomize deploy/kubernetes/" << GetParam() << " failed:\n"
-        << render_errors_[GetParam()];
+    ASSERT_TRUE(docs_.count(GetParam())) << "kubectl kustomize deploy/kubernetes/" << GetParam() << " failed:\n"
+                                         << render_errors_[GetParam()];
     all_ = &docs_[GetParam()];
     auto ds = OfKind(*all_, "DaemonSet");
     ASSERT_EQ(ds.size(), 1u);
@@ -89,13 +87,12 @@ class ManifestsTest : public ::testing::TestWithParam<std::string> {
 TEST_P(ManifestsTest, RendersEveryObjectOnce) {
   std::multiset<std::string> kinds;
   for (const auto& d : *all_) kinds.insert(Str(d["kind"]));
-  EXPECT_EQ(kinds, (std::multiset<std::string>{
-                       "Namespace", "ServiceAccount", "ClusterRole", "ClusterRole", "ClusterRole",
-                       "ClusterRoleBinding", "ClusterRoleBinding", "ClusterRoleBinding", "Role", "Role",
-                       "RoleBinding", "RoleBinding", "CSIDriver", "DaemonSet", "StorageClass",
-                       "VolumeSnapshotClass"}));
+  EXPECT_EQ(kinds, (std::multiset<std::string>{"Namespace", "ServiceAccount", "ClusterRole", "ClusterRole",
+                                               "ClusterRole", "ClusterRoleBinding", "ClusterRoleBinding",
+                                               "ClusterRoleBinding", "Role", "Role", "RoleBinding", "RoleBinding",
+                                               "CSIDriver", "DaemonSet", "StorageClass", "VolumeSnapshotClass"}));
   // Namespaced objects live in berth-system; cluster-scoped ones name none.
-  const std::set<std::string> cluster_scoped = {"Namespace", "ClusterRole", "ClusterRoleBinding",
+  const std::set<std::string> cluster_scoped = {"Namespace", "ClusterRole",  "ClusterRoleBinding",
                                                 "CSIDriver", "StorageClass", "VolumeSnapshotClass"};
   for (const auto& d : *all_) {
     const std::string kind = Str(d["kind"]);
@@ -185,10 +182,8 @@ TEST_P(ManifestsTest, NeedsNoPreparationOfTheNode) {
       if (Str(m["mountPropagation"]) != "Bidirectional") continue;
       auto r = Resolve(pod_, c, Str(m["mountPath"]));
       ASSERT_TRUE(r);
-      EXPECT_TRUE(r->host_path == kKubeletRoot ||
-                  r->host_path.starts_with(std::string(kKubeletRoot) + "/"))
-          << Str(c["name"]) << " mounts " << r->host_path
-          << " Bidirectional: not a shared mount on a stock node";
+      EXPECT_TRUE(r->host_path == kKubeletRoot || r->host_path.starts_with(std::string(kKubeletRoot) + "/"))
+          << Str(c["name"]) << " mounts " << r->host_path << " Bidirectional: not a shared mount on a stock node";
     }
   }
   // Every hostPath is one that exists on every node or is created inside
@@ -196,8 +191,7 @@ TEST_P(ManifestsTest, NeedsNoPreparationOfTheNode) {
   for (const auto& v : pod_["volumes"]) {
     if (!v["hostPath"]) continue;
     const std::string path = Str(v["hostPath"]["path"]);
-    EXPECT_TRUE(path == "/dev" || path == kKubeletRoot ||
-                path.starts_with(std::string(kKubeletRoot) + "/"))
+    EXPECT_TRUE(path == "/dev" || path == kKubeletRoot || path.starts_with(std::string(kKubeletRoot) + "/"))
         << "hostPath " << path;
   }
 }
@@ -205,8 +199,7 @@ TEST_P(ManifestsTest, NeedsNoPreparationOfTheNode) {
 TEST_P(ManifestsTest, OnlyTheDriverIsPrivileged) {
   for (const auto& c : pod_["containers"]) {
     const std::string name = Str(c["name"]);
-    const bool privileged =
-        c["securityContext"] && c["securityContext"]["privileged"].as<bool>(false);
+    const bool privileged = c["securityContext"] && c["securityContext"]["privileged"].as<bool>(false);
     EXPECT_EQ(privileged, name == "berth-csi") << name;
     for (const auto& m : c["volumeMounts"]) {
       // Bidirectional propagation needs a privileged container.
@@ -257,8 +250,7 @@ TEST_P(ManifestsTest, ProbesReachTheirServers) {
   for (const auto& p : driver_["ports"]) ports[Str(p["name"])] = p["containerPort"].as<int>();
   const std::string liveness_port = Str(driver_["livenessProbe"]["httpGet"]["port"]);
   ASSERT_TRUE(ports.count(liveness_port)) << liveness_port;
-  EXPECT_EQ(Flag(Container(pod_, "liveness-probe"), "--health-port"),
-            std::to_string(ports[liveness_port]));
+  EXPECT_EQ(Flag(Container(pod_, "liveness-probe"), "--health-port"), std::to_string(ports[liveness_port]));
   // Readiness is berth-csi's own /healthz on --http-endpoint.
   const std::string readiness_port = Str(driver_["readinessProbe"]["httpGet"]["port"]);
   ASSERT_TRUE(ports.count(readiness_port)) << readiness_port;
@@ -282,8 +274,7 @@ TEST_P(ManifestsTest, ImagesArePinned) {
     EXPECT_FALSE(tag.empty());
     if (Str(c["name"]) != "berth-csi") {
       EXPECT_TRUE(image.starts_with("registry.k8s.io/sig-storage/"));
-      EXPECT_TRUE(tag.size() > 1 && tag[0] == 'v' && std::count(tag.begin(), tag.end(), '.') == 2)
-          << "want vX.Y.Z";
+      EXPECT_TRUE(tag.size() > 1 && tag[0] == 'v' && std::count(tag.begin(), tag.end(), '.') == 2) << "want vX.Y.Z";
     }
   }
 }
@@ -301,45 +292,102 @@ const std::map<std::string, std::map<std::string, SidecarRelease>>& PinnedReleas
       {"overlays/k8s-1.26",
        {{"csi-provisioner",
          {"v4.0.1",
-          {"master", "kubeconfig", "csi-address", "volume-name-prefix", "volume-name-uuid-length",
-           "version", "retry-interval-start", "retry-interval-max", "worker-threads",
-           "cloning-protection-threads", "capacity-threads", "timeout", "leader-election",
-           "leader-election-namespace", "strict-topology", "immediate-topology",
-           "extra-create-metadata", "metrics-address", "http-endpoint", "metrics-path",
-           "enable-pprof", "leader-election-lease-duration", "leader-election-renew-deadline",
-           "leader-election-retry-period", "default-fstype", "kube-api-qps", "kube-api-burst",
-           "kube-api-capacity-qps", "kube-api-capacity-burst", "enable-capacity",
-           "capacity-for-immediate-binding", "capacity-poll-interval", "capacity-ownerref-level",
-           "node-deployment", "node-deployment-immediate-binding", "node-deployment-base-delay",
-           "node-deployment-max-delay", "controller-publish-readonly",
-           "prevent-volume-mode-conversion", "feature-gates"}}},
+          {"master",
+           "kubeconfig",
+           "csi-address",
+           "volume-name-prefix",
+           "volume-name-uuid-length",
+           "version",
+           "retry-interval-start",
+           "retry-interval-max",
+           "worker-threads",
+           "cloning-protection-threads",
+           "capacity-threads",
+           "timeout",
+           "leader-election",
+           "leader-election-namespace",
+           "strict-topology",
+           "immediate-topology",
+           "extra-create-metadata",
+           "metrics-address",
+           "http-endpoint",
+           "metrics-path",
+           "enable-pprof",
+           "leader-election-lease-duration",
+           "leader-election-renew-deadline",
+           "leader-election-retry-period",
+           "default-fstype",
+           "kube-api-qps",
+           "kube-api-burst",
+           "kube-api-capacity-qps",
+           "kube-api-capacity-burst",
+           "enable-capacity",
+           "capacity-for-immediate-binding",
+           "capacity-poll-interval",
+           "capacity-ownerref-level",
+           "node-deployment",
+           "node-deployment-immediate-binding",
+           "node-deployment-base-delay",
+           "node-deployment-max-delay",
+           "controller-publish-readonly",
+           "prevent-volume-mode-conversion",
+           "feature-gates"}}},
         {"csi-snapshotter",
          {"v7.0.2",
-          {"kubeconfig", "csi-address", "resync-period", "snapshot-name-prefix",
-           "snapshot-name-uuid-length", "version", "worker-threads", "timeout",
-           "extra-create-metadata", "leader-election", "leader-election-namespace",
-           "leader-election-lease-duration", "leader-election-renew-deadline",
-           "leader-election-retry-period", "kube-api-qps", "kube-api-burst", "metrics-address",
-           "http-endpoint", "metrics-path", "retry-interval-start", "retry-interval-max",
-           "node-deployment", "enable-volume-group-snapshots", "groupsnapshot-name-prefix",
+          {"kubeconfig",
+           "csi-address",
+           "resync-period",
+           "snapshot-name-prefix",
+           "snapshot-name-uuid-length",
+           "version",
+           "worker-threads",
+           "timeout",
+           "extra-create-metadata",
+           "leader-election",
+           "leader-election-namespace",
+           "leader-election-lease-duration",
+           "leader-election-renew-deadline",
+           "leader-election-retry-period",
+           "kube-api-qps",
+           "kube-api-burst",
+           "metrics-address",
+           "http-endpoint",
+           "metrics-path",
+           "retry-interval-start",
+           "retry-interval-max",
+           "node-deployment",
+           "enable-volume-group-snapshots",
+           "groupsnapshot-name-prefix",
            "groupsnapshot-name-uuid-length"}}},
         {"csi-resizer",
          {"v1.10.1",
-          {"master", "kubeconfig", "resync-period", "workers", "csi-address", "timeout", "version",
-           "retry-interval-start", "retry-interval-max", "leader-election",
-           "leader-election-namespace", "leader-election-lease-duration",
-           "leader-election-renew-deadline", "leader-election-retry-period", "metrics-address",
-           "http-endpoint", "metrics-path", "kube-api-qps", "kube-api-burst",
+          {"master",
+           "kubeconfig",
+           "resync-period",
+           "workers",
+           "csi-address",
+           "timeout",
+           "version",
+           "retry-interval-start",
+           "retry-interval-max",
+           "leader-election",
+           "leader-election-namespace",
+           "leader-election-lease-duration",
+           "leader-election-renew-deadline",
+           "leader-election-retry-period",
+           "metrics-address",
+           "http-endpoint",
+           "metrics-path",
+           "kube-api-qps",
+           "kube-api-burst",
            "handle-volume-inuse-error"}}},
         {"node-driver-registrar",
          {"v2.10.1",
-          {"connection-timeout", "timeout", "csi-address", "plugin-registration-path",
-           "kubelet-registration-path", "health-port", "http-endpoint", "version", "mode",
-           "enable-pprof"}}},
+          {"connection-timeout", "timeout", "csi-address", "plugin-registration-path", "kubelet-registration-path",
+           "health-port", "http-endpoint", "version", "mode", "enable-pprof"}}},
         {"liveness-probe",
          {"v2.12.0",
-          {"probe-timeout", "csi-address", "health-port", "metrics-address", "http-endpoint",
-           "metrics-path"}}}}},
+          {"probe-timeout", "csi-address", "health-port", "metrics-address", "http-endpoint", "metrics-path"}}}}},
   };
   return *pinned;
 }
@@ -361,10 +409,8 @@ TEST_P(ManifestsTest, SidecarReleasesKnowTheirFlags) {
     for (const auto& a : c["args"]) {
       std::string flag = Str(a);
       ASSERT_TRUE(flag.starts_with("--")) << flag;
-      flag = flag.substr(2, flag.find('=') == std::string::npos ? std::string::npos
-                                                                 : flag.find('=') - 2);
-      EXPECT_TRUE(flag == "v" || release.flags.count(flag)) << "--" << flag << " unknown to "
-                                                            << release.tag;
+      flag = flag.substr(2, flag.find('=') == std::string::npos ? std::string::npos : flag.find('=') - 2);
+      EXPECT_TRUE(flag == "v" || release.flags.count(flag)) << "--" << flag << " unknown to " << release.tag;
     }
   }
 }
@@ -379,8 +425,7 @@ TEST_P(ManifestsTest, ProvisionerHasTopologyOn) {
   if (std::stoi(tag.substr(1)) < 5) {
     EXPECT_EQ(Flag(provisioner, "--feature-gates"), "Topology=true") << tag;
   } else {
-    EXPECT_FALSE(Flag(provisioner, "--feature-gates").has_value())
-        << tag << " has Topology on by default";
+    EXPECT_FALSE(Flag(provisioner, "--feature-gates").has_value()) << tag << " has Topology on by default";
   }
 }
 
@@ -422,14 +467,15 @@ const std::map<std::string, std::vector<SidecarRule>>& RequiredRules() {
         {"storage.k8s.io", "csinodes", {"get", "list", "watch"}, "cluster"},
         {"", "nodes", {"get", "list", "watch"}, "cluster"},
         {"storage.k8s.io", "volumeattachments", {"get", "list", "watch"}, "cluster"},
-        {"storage.k8s.io", "csistoragecapacities",
-         {"get", "list", "watch", "create", "update", "patch", "delete"}, "namespace"},
+        {"storage.k8s.io",
+         "csistoragecapacities",
+         {"get", "list", "watch", "create", "update", "patch", "delete"},
+         "namespace"},
         {"", "pods", {"get"}, "namespace"}}},
       {"csi-snapshotter",
        {{"", "events", {"list", "watch", "create", "update", "patch"}, "cluster"},
         {"snapshot.storage.k8s.io", "volumesnapshotclasses", {"get", "list", "watch"}, "cluster"},
-        {"snapshot.storage.k8s.io", "volumesnapshotcontents", {"get", "list", "watch", "update", "patch"},
-         "cluster"},
+        {"snapshot.storage.k8s.io", "volumesnapshotcontents", {"get", "list", "watch", "update", "patch"}, "cluster"},
         {"snapshot.storage.k8s.io", "volumesnapshotcontents/status", {"update", "patch"}, "cluster"}}},
       {"csi-resizer",
        {{"", "persistentvolumes", {"get", "list", "watch", "patch"}, "cluster"},
@@ -438,13 +484,11 @@ const std::map<std::string, std::vector<SidecarRule>>& RequiredRules() {
         {"", "persistentvolumeclaims/status", {"patch"}, "cluster"},
         {"", "events", {"list", "watch", "create", "update", "patch"}, "cluster"},
         {"storage.k8s.io", "volumeattributesclasses", {"get", "list", "watch"}, "cluster"},
-        {"coordination.k8s.io", "leases", {"get", "watch", "list", "delete", "update", "create"},
-         "namespace"}}},
+        {"coordination.k8s.io", "leases", {"get", "watch", "list", "delete", "update", "create"}, "namespace"}}},
       {"node-driver-registrar", {}},
       {"liveness-probe", {}},
       // --adopt-snapshot-contents: pre-provisioned contents it labels.
-      {"berth-csi",
-       {{"snapshot.storage.k8s.io", "volumesnapshotcontents", {"list", "patch"}, "cluster"}}},
+      {"berth-csi", {{"snapshot.storage.k8s.io", "volumesnapshotcontents", {"list", "patch"}, "cluster"}}},
   };
   return *rules;
 }
@@ -464,8 +508,7 @@ TEST_P(ManifestsTest, RbacGrantsExactlyWhatTheSidecarsNeed) {
     return false;
   };
   std::set<Grant> granted;
-  for (const auto& [binding_kind, role_kind, scope] :
-       std::vector<std::tuple<std::string, std::string, std::string>>{
+  for (const auto& [binding_kind, role_kind, scope] : std::vector<std::tuple<std::string, std::string, std::string>>{
            {"ClusterRoleBinding", "ClusterRole", "cluster"}, {"RoleBinding", "Role", "namespace"}}) {
     for (const auto& b : OfKind(*all_, binding_kind)) {
       SCOPED_TRACE(Str(b["metadata"]["name"]));
@@ -500,25 +543,21 @@ TEST_P(ManifestsTest, RbacGrantsExactlyWhatTheSidecarsNeed) {
         const Grant need{r.group, r.resource, v, r.scope};
         required.insert(need);
         // A cluster-wide grant also covers a namespaced need.
-        const bool covered = granted.count(need) ||
-                             granted.count(Grant{r.group, r.resource, v, "cluster"});
-        EXPECT_TRUE(covered) << name << " needs " << r.group << "/" << r.resource << " " << v << " ("
-                             << r.scope << ")";
+        const bool covered = granted.count(need) || granted.count(Grant{r.group, r.resource, v, "cluster"});
+        EXPECT_TRUE(covered) << name << " needs " << r.group << "/" << r.resource << " " << v << " (" << r.scope << ")";
       }
     }
   }
   // Nothing beyond the needs, and nothing wider than needed.
   for (const Grant& g : granted) {
-    EXPECT_TRUE(required.count(g)) << "granted but needed by no container: " << std::get<0>(g) << "/"
-                                   << std::get<1>(g) << " " << std::get<2>(g) << " ("
-                                   << std::get<3>(g) << ")";
+    EXPECT_TRUE(required.count(g)) << "granted but needed by no container: " << std::get<0>(g) << "/" << std::get<1>(g)
+                                   << " " << std::get<2>(g) << " (" << std::get<3>(g) << ")";
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(Renders, ManifestsTest, ::testing::ValuesIn(kRenders),
                          [](const ::testing::TestParamInfo<std::string>& p) {
-                           return p.param.empty() ? std::string("base")
-                                                     : std::string("k8s_1_26");
+                           return p.param.empty() ? std::string("base") : std::string("k8s_1_26");
                          });
 
 TEST(YamllintTest, ManifestsAreLintClean) {

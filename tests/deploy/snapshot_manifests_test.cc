@@ -72,18 +72,17 @@ TEST_P(SnapshotManifestsTest, DefinesTheV1Api) {
   std::multiset<std::string> kinds;
   for (const auto& d : docs_) kinds.insert(Str(d["kind"]));
   EXPECT_EQ(kinds, (std::multiset<std::string>{"CustomResourceDefinition", "CustomResourceDefinition",
-                                               "CustomResourceDefinition", "ServiceAccount",
-                                               "ClusterRole", "ClusterRoleBinding", "Role",
-                                               "RoleBinding", "Deployment"}));
+                                               "CustomResourceDefinition", "ServiceAccount", "ClusterRole",
+                                               "ClusterRoleBinding", "Role", "RoleBinding", "Deployment"}));
   struct Want {
     std::string plural, kind, scope;
     std::vector<std::string> short_names;
     bool status;
   };
-  for (const Want& w : std::vector<Want>{
-           {"volumesnapshotclasses", "VolumeSnapshotClass", "Cluster", {"vsclass", "vsclasses"}, false},
-           {"volumesnapshots", "VolumeSnapshot", "Namespaced", {"vs"}, true},
-           {"volumesnapshotcontents", "VolumeSnapshotContent", "Cluster", {"vsc", "vscs"}, true}}) {
+  for (const Want& w :
+       std::vector<Want>{{"volumesnapshotclasses", "VolumeSnapshotClass", "Cluster", {"vsclass", "vsclasses"}, false},
+                         {"volumesnapshots", "VolumeSnapshot", "Namespaced", {"vs"}, true},
+                         {"volumesnapshotcontents", "VolumeSnapshotContent", "Cluster", {"vsc", "vscs"}, true}}) {
     SCOPED_TRACE(w.plural);
     YAML::Node crd = Crd(w.plural);
     ASSERT_TRUE(crd);
@@ -152,10 +151,10 @@ void ExpectSameTree(const YAML::Node& crd, const api::Schema& ours, const std::s
 }
 
 TEST_P(SnapshotManifestsTest, SchemasAgreeWithBerthsApi) {
-  for (const auto& [plural, kind] : std::vector<std::pair<std::string, std::string>>{
-           {"volumesnapshotclasses", "VolumeSnapshotClass"},
-           {"volumesnapshots", "VolumeSnapshot"},
-           {"volumesnapshotcontents", "VolumeSnapshotContent"}}) {
+  for (const auto& [plural, kind] :
+       std::vector<std::pair<std::string, std::string>>{{"volumesnapshotclasses", "VolumeSnapshotClass"},
+                                                        {"volumesnapshots", "VolumeSnapshot"},
+                                                        {"volumesnapshotcontents", "VolumeSnapshotContent"}}) {
     SCOPED_TRACE(kind);
     const api::KindInfo* info = api::FindKind("snapshot.storage.k8s.io/v1", kind);
     ASSERT_NE(info, nullptr);
@@ -187,14 +186,12 @@ TEST_P(SnapshotManifestsTest, ControllerRunsDistributedWithTheRightsItNeeds) {
 
   // (group, resource, verb, scope) granted to its ServiceAccount.
   std::set<std::tuple<std::string, std::string, std::string, std::string>> granted;
-  for (const auto& [binding_kind, role_kind, scope] :
-       std::vector<std::tuple<std::string, std::string, std::string>>{
+  for (const auto& [binding_kind, role_kind, scope] : std::vector<std::tuple<std::string, std::string, std::string>>{
            {"ClusterRoleBinding", "ClusterRole", "cluster"}, {"RoleBinding", "Role", ns}}) {
     for (const auto& b : OfKind(docs_, binding_kind)) {
       bool ours = false;
       for (const auto& s : b["subjects"]) {
-        ours = ours || (Str(s["kind"]) == "ServiceAccount" && Str(s["name"]) == sa &&
-                        Str(s["namespace"]) == ns);
+        ours = ours || (Str(s["kind"]) == "ServiceAccount" && Str(s["name"]) == sa && Str(s["namespace"]) == ns);
       }
       ASSERT_TRUE(ours) << Str(b["metadata"]["name"]);
       for (const auto& r : OfKind(docs_, role_kind)) {
@@ -235,11 +232,9 @@ TEST_P(SnapshotManifestsTest, ControllerRunsDistributedWithTheRightsItNeeds) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Renders, SnapshotManifestsTest,
-                         ::testing::Values("snapshot-controller",
-                                           "overlays/k8s-1.26/snapshot-controller"),
+                         ::testing::Values("snapshot-controller", "overlays/k8s-1.26/snapshot-controller"),
                          [](const ::testing::TestParamInfo<std::string>& p) {
-                           return p.param == "snapshot-controller" ? std::string("base")
-                                                                      : std::string("k8s_1_26");
+                           return p.param == "snapshot-controller" ? std::string("base") : std::string("k8s_1_26");
                          });
 
 }  // namespace

@@ -109,19 +109,16 @@ class ApiCliTest : public ::testing::Test {
   void SetUp() override {
     fs::create_directories(Home());
     server_ = std::make_unique<testing::Subprocess>(
-        std::vector<std::string>{BERTH_BINARY, "--data-dir", DataDir(), "serve", "--api-address",
-                                 "127.0.0.1:0"},
+        std::vector<std::string>{BERTH_BINARY, "--data-dir", DataDir(), "serve", "--api-address", "127.0.0.1:0"},
         dir_.Join("server.log"));
     // The kubeconfig is written (atomically) once both listeners are up.
-    const bool up = PollUntil(absl::Seconds(30), [&] {
-      return (fs::exists(KubeconfigPath()) && fs::exists(SocketPath())) || Exited();
-    });
+    const bool up = PollUntil(absl::Seconds(30),
+                              [&] { return (fs::exists(KubeconfigPath()) && fs::exists(SocketPath())) || Exited(); });
     ASSERT_TRUE(up && !Exited()) << "berth serve did not come up:\n" << server_->Output();
 
     const std::string kubeconfig = ReadText(KubeconfigPath());
     std::smatch m;
-    ASSERT_TRUE(std::regex_search(kubeconfig, m, std::regex(R"(server: https://127\.0\.0\.1:(\d+))")))
-        << kubeconfig;
+    ASSERT_TRUE(std::regex_search(kubeconfig, m, std::regex(R"(server: https://127\.0\.0\.1:(\d+))"))) << kubeconfig;
     port_ = std::stoi(m[1]);
     ASSERT_TRUE(std::regex_search(kubeconfig, m, std::regex(R"(token: (\S+))"))) << kubeconfig;
     token_ = m[1];
@@ -185,15 +182,14 @@ class ApiCliTest : public ::testing::Test {
   // A kubectl that runs until stopped; its output goes to `log`.
   std::unique_ptr<testing::Subprocess> KubectlInBackground(const std::vector<std::string>& args,
                                                            const std::string& log) {
-    std::vector<std::string> argv = {"/usr/bin/env", "HOME=" + Home(), "KUBECONFIG=" + KubeconfigPath(),
-                                     kubectl_};
+    std::vector<std::string> argv = {"/usr/bin/env", "HOME=" + Home(), "KUBECONFIG=" + KubeconfigPath(), kubectl_};
     argv.insert(argv.end(), args.begin(), args.end());
     return std::make_unique<testing::Subprocess>(argv, log);
   }
 
   // One HTTPS request to the TCP listener; `headers` like "Authorization: ...".
-  HttpResult Https(const std::string& method, const std::string& path,
-                   const std::vector<std::string>& headers, const std::string& body = "") {
+  HttpResult Https(const std::string& method, const std::string& path, const std::vector<std::string>& headers,
+                   const std::string& body = "") {
     const std::string body_file = dir_.Join(absl::StrCat("http-", ++commands_, ".body"));
     std::vector<std::string> argv = {curl_, "-sS", "--max-time", "30", "--cacert", CaPath()};
     argv.insert(argv.end(), {"-X", method, "-o", body_file, "-w", "%{http_code}"});
@@ -326,12 +322,10 @@ TEST_F(ApiCliTest, BerthCliAppliesGetsAndDeletesAClaimOverTheUnixSocket) {
 
 TEST_F(ApiCliTest, BerthCliWaitsForAJsonpathValue) {
   ASSERT_EQ(Berth({"apply", "-f", Manifest("claim.yaml", ClaimYaml("data"))}).exit_code, 0);
-  CommandResult met =
-      Berth({"wait", "pvc/data", "--for=jsonpath={.status.phase}=Pending", "--timeout", "30s"});
+  CommandResult met = Berth({"wait", "pvc/data", "--for=jsonpath={.status.phase}=Pending", "--timeout", "30s"});
   EXPECT_EQ(met.exit_code, 0) << met;
   EXPECT_EQ(met.out, "persistentvolumeclaim/data condition met\n");
-  CommandResult timed_out =
-      Berth({"wait", "pvc/data", "--for=jsonpath={.status.phase}=Bound", "--timeout", "1s"});
+  CommandResult timed_out = Berth({"wait", "pvc/data", "--for=jsonpath={.status.phase}=Bound", "--timeout", "1s"});
   EXPECT_NE(timed_out.exit_code, 0);
   EXPECT_THAT(timed_out.err, HasSubstr("timed out"));
 }
@@ -347,9 +341,9 @@ spec:
       storage: 1Gi
 )")});
   EXPECT_NE(r.exit_code, 0);
-  EXPECT_THAT(Lines(r.err),
-              ElementsAre(AllOf(StartsWith("Error from server (Invalid): "), HasSubstr("PersistentVolumeClaim \"bad\" is invalid"),
-                                HasSubstr("spec.accessModes: Required value"))))
+  EXPECT_THAT(Lines(r.err), ElementsAre(AllOf(StartsWith("Error from server (Invalid): "),
+                                              HasSubstr("PersistentVolumeClaim \"bad\" is invalid"),
+                                              HasSubstr("spec.accessModes: Required value"))))
       << r;
 }
 
@@ -387,8 +381,7 @@ TEST_F(ApiCliTest, BerthCliWatchSeesCreateLabelDeleteInOrder) {
   // Relabel the marker until the watch shows it: then it is streaming.
   ASSERT_TRUE(TouchUntilSeen(
       [&](int tick) {
-        Berth(
-            {"apply", "-f", Manifest("marker.yaml", ClaimYaml("marker", {{"tick", std::to_string(tick)}}))});
+        Berth({"apply", "-f", Manifest("marker.yaml", ClaimYaml("marker", {{"tick", std::to_string(tick)}}))});
       },
       [&](int tick) {
         for (const auto& o : states("marker")) {
@@ -400,8 +393,7 @@ TEST_F(ApiCliTest, BerthCliWatchSeesCreateLabelDeleteInOrder) {
       << watch->Output();
 
   ASSERT_EQ(Berth({"apply", "-f", Manifest("watched.yaml", ClaimYaml("watched"))}).exit_code, 0);
-  ASSERT_EQ(Berth({"apply", "-f", Manifest("watched.yaml", ClaimYaml("watched", {{"stage", "labelled"}}))})
-                .exit_code,
+  ASSERT_EQ(Berth({"apply", "-f", Manifest("watched.yaml", ClaimYaml("watched", {{"stage", "labelled"}}))}).exit_code,
             0);
   ASSERT_EQ(Berth({"delete", "pvc", "watched"}).exit_code, 0);
   ASSERT_TRUE(PollUntil(absl::Seconds(30), [&] { return states("watched").size() >= 3; })) << watch->Output();
@@ -412,9 +404,7 @@ TEST_F(ApiCliTest, BerthCliWatchSeesCreateLabelDeleteInOrder) {
   // Created (no label), labelled, deleted (its last state, a newer version).
   const std::vector<json> seen = states("watched");
   ASSERT_EQ(seen.size(), 3u) << watch->Output();
-  auto stage = [](const json& o) {
-    return o["metadata"].value("labels", json::object()).value("stage", "<none>");
-  };
+  auto stage = [](const json& o) { return o["metadata"].value("labels", json::object()).value("stage", "<none>"); };
   auto version = [](const json& o) { return std::stoll(o["metadata"].value("resourceVersion", "0")); };
   EXPECT_EQ(stage(seen[0]), "<none>");
   EXPECT_EQ(stage(seen[1]), "labelled");
@@ -447,8 +437,7 @@ TEST_F(ApiCliTest, RawWatchStreamsAddedModifiedDeletedInOrder) {
   EXPECT_EQ(events("marker")[0].first, "ADDED");
 
   ASSERT_EQ(Berth({"apply", "-f", Manifest("watched.yaml", ClaimYaml("watched"))}).exit_code, 0);
-  ASSERT_EQ(Berth({"apply", "-f", Manifest("watched.yaml", ClaimYaml("watched", {{"stage", "labelled"}}))})
-                .exit_code,
+  ASSERT_EQ(Berth({"apply", "-f", Manifest("watched.yaml", ClaimYaml("watched", {{"stage", "labelled"}}))}).exit_code,
             0);
   ASSERT_EQ(Berth({"delete", "pvc", "watched"}).exit_code, 0);
   ASSERT_TRUE(PollUntil(absl::Seconds(30), [&] { return events("watched").size() >= 3; })) << watch->Output();
@@ -485,8 +474,7 @@ TEST_F(ApiCliTest, TcpRequestWithAWrongTokenIsUnauthorized) {
   almost.back() = almost.back() == '0' ? '1' : '0';
   for (const std::string& header :
        {std::string("Authorization: Bearer wrong"), "Authorization: Bearer " + almost,
-        "Authorization: Bearer " + token_ + "x", "Authorization: Basic " + token_,
-        "Authorization: " + token_}) {
+        "Authorization: Bearer " + token_ + "x", "Authorization: Basic " + token_, "Authorization: " + token_}) {
     HttpResult r = Https("GET", "/api/v1/namespaces", {header});
     EXPECT_EQ(r.status, 401) << header << "\n" << r.body;
   }
@@ -570,8 +558,7 @@ TEST_F(ApiCliTest, KubectlCreateGetReplaceAndDeleteAClaim) {
   ASSERT_EQ(names.exit_code, 0) << names;
   EXPECT_EQ(names.out, "data logs");
 
-  CommandResult replaced =
-      Kubectl({"replace", "-f", Manifest("claim.yaml", ClaimYaml("data", {{"tier", "gold"}}))});
+  CommandResult replaced = Kubectl({"replace", "-f", Manifest("claim.yaml", ClaimYaml("data", {{"tier", "gold"}}))});
   ASSERT_EQ(replaced.exit_code, 0) << replaced;
   EXPECT_EQ(replaced.out, "persistentvolumeclaim/data replaced\n");
   EXPECT_EQ(Kubectl({"get", "pvc", "data", "-o", "jsonpath={.metadata.labels.tier}"}).out, "gold");
@@ -612,12 +599,11 @@ TEST_F(ApiCliTest, KubectlApplyThenPatchMergeUpdatesTheClaim) {
   if (kubectl_.empty()) GTEST_SKIP() << kubectl_missing_;
   ASSERT_EQ(Kubectl({"apply", "-f", Manifest("claim.yaml", ClaimYaml("data"))}).exit_code, 0);
 
-  CommandResult merge = Kubectl(
-      {"patch", "pvc", "data", "--type", "merge", "-p", R"({"metadata":{"labels":{"tier":"gold"}}})"});
+  CommandResult merge =
+      Kubectl({"patch", "pvc", "data", "--type", "merge", "-p", R"({"metadata":{"labels":{"tier":"gold"}}})"});
   ASSERT_EQ(merge.exit_code, 0) << merge;
   EXPECT_EQ(merge.out, "persistentvolumeclaim/data patched\n");
-  CommandResult strategic =
-      Kubectl({"patch", "pvc", "data", "-p", R"({"metadata":{"labels":{"zone":"a"}}})"});
+  CommandResult strategic = Kubectl({"patch", "pvc", "data", "-p", R"({"metadata":{"labels":{"zone":"a"}}})"});
   ASSERT_EQ(strategic.exit_code, 0) << strategic;
   EXPECT_EQ(strategic.out, "persistentvolumeclaim/data patched\n");
   CommandResult json_patch = Kubectl({"patch", "pvc", "data", "--type", "json", "-p",
@@ -632,8 +618,7 @@ TEST_F(ApiCliTest, KubectlApplyThenPatchMergeUpdatesTheClaim) {
   CommandResult got = Kubectl({"get", "pvc", "data", "-o", "json"});
   const json object = json::parse(got.out, nullptr, false);
   ASSERT_TRUE(object.is_object()) << got;
-  EXPECT_EQ(object["metadata"]["labels"],
-            json({{"owner", "ops"}, {"tier", "gold"}, {"via", "json"}, {"zone", "a"}}));
+  EXPECT_EQ(object["metadata"]["labels"], json({{"owner", "ops"}, {"tier", "gold"}, {"via", "json"}, {"zone", "a"}}));
   EXPECT_EQ(object["metadata"]["annotations"].value("note", ""), "hello");
   EXPECT_EQ(object["spec"]["resources"]["requests"].value("storage", ""), "1Gi");  // untouched
 
@@ -645,14 +630,12 @@ TEST_F(ApiCliTest, KubectlApplyThenPatchMergeUpdatesTheClaim) {
 
 TEST_F(ApiCliTest, KubectlPatchThatChangesNothingReportsNoChange) {
   if (kubectl_.empty()) GTEST_SKIP() << kubectl_missing_;
-  ASSERT_EQ(Kubectl({"apply", "-f", Manifest("claim.yaml", ClaimYaml("data", {{"tier", "gold"}}))}).exit_code,
-            0);
-  const std::string before =
-      Kubectl({"get", "pvc", "data", "-o", "jsonpath={.metadata.resourceVersion}"}).out;
+  ASSERT_EQ(Kubectl({"apply", "-f", Manifest("claim.yaml", ClaimYaml("data", {{"tier", "gold"}}))}).exit_code, 0);
+  const std::string before = Kubectl({"get", "pvc", "data", "-o", "jsonpath={.metadata.resourceVersion}"}).out;
   // Kubernetes does not write an unchanged object: same resourceVersion, no
   // watch event, and kubectl says "(no change)".
-  CommandResult r = Kubectl(
-      {"patch", "pvc", "data", "--type", "merge", "-p", R"({"metadata":{"labels":{"tier":"gold"}}})"});
+  CommandResult r =
+      Kubectl({"patch", "pvc", "data", "--type", "merge", "-p", R"({"metadata":{"labels":{"tier":"gold"}}})"});
   ASSERT_EQ(r.exit_code, 0) << r;
   EXPECT_EQ(r.out, "persistentvolumeclaim/data patched (no change)\n");
   EXPECT_EQ(Kubectl({"get", "pvc", "data", "-o", "jsonpath={.metadata.resourceVersion}"}).out, before);
@@ -668,8 +651,8 @@ TEST_F(ApiCliTest, KubectlManagesAStorageClass) {
   CommandResult table = Kubectl({"get", "sc"});
   const std::vector<std::string> lines = Lines(table.out);
   ASSERT_EQ(lines.size(), 2u) << table;
-  EXPECT_THAT(HeaderColumns(lines[0]), ElementsAre("NAME", "PROVISIONER", "RECLAIMPOLICY",
-                                                   "VOLUMEBINDINGMODE", "ALLOWVOLUMEEXPANSION", "AGE"));
+  EXPECT_THAT(HeaderColumns(lines[0]),
+              ElementsAre("NAME", "PROVISIONER", "RECLAIMPOLICY", "VOLUMEBINDINGMODE", "ALLOWVOLUMEEXPANSION", "AGE"));
   EXPECT_THAT(Fields(lines[1]), ElementsAre("fast", "local.csi.berth.io", "Delete", "Immediate", "false",
                                             MatchesRegex("[0-9]+[smhd].*")));
 
@@ -680,8 +663,7 @@ TEST_F(ApiCliTest, KubectlManagesAStorageClass) {
   CommandResult patched =
       Kubectl({"patch", "sc", "fast", "--type", "merge", "-p", R"({"metadata":{"labels":{"tier":"gold"}}})"});
   EXPECT_EQ(patched.out, "storageclass.storage.k8s.io/fast patched\n") << patched;
-  CommandResult replaced =
-      Kubectl({"replace", "-f", Manifest("sc.yaml", StorageClassYaml({{"tier", "silver"}}))});
+  CommandResult replaced = Kubectl({"replace", "-f", Manifest("sc.yaml", StorageClassYaml({{"tier", "silver"}}))});
   EXPECT_EQ(replaced.out, "storageclass.storage.k8s.io/fast replaced\n") << replaced;
 
   CommandResult got = Kubectl({"get", "sc", "fast", "-o", "json"});
@@ -708,17 +690,16 @@ TEST_F(ApiCliTest, KubectlManagesAVolumeSnapshot) {
   const std::vector<std::string> lines = Lines(table.out);
   ASSERT_EQ(lines.size(), 2u) << table;
   EXPECT_THAT(HeaderColumns(lines[0]),
-              ElementsAre("NAME", "READYTOUSE", "SOURCEPVC", "SOURCESNAPSHOTCONTENT", "RESTORESIZE",
-                          "SNAPSHOTCLASS", "SNAPSHOTCONTENT", "CREATIONTIME", "AGE"));
+              ElementsAre("NAME", "READYTOUSE", "SOURCEPVC", "SOURCESNAPSHOTCONTENT", "RESTORESIZE", "SNAPSHOTCLASS",
+                          "SNAPSHOTCONTENT", "CREATIONTIME", "AGE"));
   EXPECT_THAT(Fields(lines[1]), ElementsAre("snap", "data", "snapclass", MatchesRegex("[0-9]+[smhd].*")));
 
-  CommandResult patched = Kubectl({"patch", "volumesnapshot", "snap", "--type", "merge", "-p",
-                                   R"({"metadata":{"labels":{"tier":"gold"}}})"});
+  CommandResult patched = Kubectl(
+      {"patch", "volumesnapshot", "snap", "--type", "merge", "-p", R"({"metadata":{"labels":{"tier":"gold"}}})"});
   EXPECT_EQ(patched.out, "volumesnapshot.snapshot.storage.k8s.io/snap patched\n") << patched;
   CommandResult applied = Kubectl({"apply", "-f", Manifest("snap.yaml", SnapshotYaml({{"tier", "gold"}}))});
   EXPECT_EQ(applied.exit_code, 0) << applied;
-  CommandResult replaced =
-      Kubectl({"replace", "-f", Manifest("snap.yaml", SnapshotYaml({{"tier", "silver"}}))});
+  CommandResult replaced = Kubectl({"replace", "-f", Manifest("snap.yaml", SnapshotYaml({{"tier", "silver"}}))});
   EXPECT_EQ(replaced.out, "volumesnapshot.snapshot.storage.k8s.io/snap replaced\n") << replaced;
 
   CommandResult got = Kubectl({"get", "vs", "snap", "-o", "json"});
@@ -758,17 +739,14 @@ TEST_F(ApiCliTest, KubectlPatchOfAnImmutableFieldNamesTheField) {
   CommandResult sc =
       Kubectl({"patch", "sc", "fast", "--type", "merge", "-p", R"({"provisioner":"other.csi.example.com"})"});
   EXPECT_NE(sc.exit_code, 0);
-  EXPECT_THAT(sc.err,
-              AllOf(HasSubstr("StorageClass \"fast\" is invalid"), HasSubstr("provisioner: Forbidden")))
-      << sc;
+  EXPECT_THAT(sc.err, AllOf(HasSubstr("StorageClass \"fast\" is invalid"), HasSubstr("provisioner: Forbidden"))) << sc;
   EXPECT_EQ(Kubectl({"get", "sc", "fast", "-o", "jsonpath={.provisioner}"}).out, "local.csi.berth.io");
 
   ASSERT_EQ(Kubectl({"create", "-f", Manifest("snap.yaml", SnapshotYaml())}).exit_code, 0);
-  CommandResult vs = Kubectl({"patch", "vs", "snap", "--type", "merge", "-p",
-                              R"({"spec":{"source":{"persistentVolumeClaimName":"other"}}})"});
+  CommandResult vs = Kubectl(
+      {"patch", "vs", "snap", "--type", "merge", "-p", R"({"spec":{"source":{"persistentVolumeClaimName":"other"}}})"});
   EXPECT_NE(vs.exit_code, 0);
-  EXPECT_THAT(vs.err, AllOf(HasSubstr("spec.source.persistentVolumeClaimName"), HasSubstr("immutable")))
-      << vs;
+  EXPECT_THAT(vs.err, AllOf(HasSubstr("spec.source.persistentVolumeClaimName"), HasSubstr("immutable"))) << vs;
 }
 
 TEST_F(ApiCliTest, KubectlCreateWithAnUnknownFieldIsRejected) {
@@ -820,8 +798,8 @@ spec:
   EXPECT_THAT(Kubectl({"get", "pvc", "held", "-o", "jsonpath={.metadata.deletionTimestamp}"}).out,
               Not(::testing::IsEmpty()));
 
-  CommandResult released = Kubectl(
-      {"patch", "pvc", "held", "--type", "json", "-p", R"([{"op":"remove","path":"/metadata/finalizers"}])"});
+  CommandResult released =
+      Kubectl({"patch", "pvc", "held", "--type", "json", "-p", R"([{"op":"remove","path":"/metadata/finalizers"}])"});
   ASSERT_EQ(released.exit_code, 0) << released;
   EXPECT_TRUE(PollUntil(absl::Seconds(30), [&] { return Kubectl({"get", "pvc", "held"}).exit_code != 0; }));
 }
@@ -829,8 +807,7 @@ spec:
 TEST_F(ApiCliTest, KubectlWatchShowsAddedModifiedDeletedInOrder) {
   if (kubectl_.empty()) GTEST_SKIP() << kubectl_missing_;
   ASSERT_EQ(Kubectl({"create", "-f", Manifest("marker.yaml", ClaimYaml("marker"))}).exit_code, 0);
-  auto watch =
-      KubectlInBackground({"get", "pvc", "--watch-only", "--output-watch-events"}, dir_.Join("watch.log"));
+  auto watch = KubectlInBackground({"get", "pvc", "--watch-only", "--output-watch-events"}, dir_.Join("watch.log"));
   // Rows "EVENT NAME ..." for `name`, in order.
   auto events = [&](const std::string& name) {
     std::vector<std::string> out;
@@ -954,8 +931,7 @@ std::vector<std::string> HeaderColumns(const std::string& header) {
 
 std::vector<std::string> Fields(const std::string& row) {
   std::vector<std::string> out;
-  for (absl::string_view f : absl::StrSplit(row, absl::ByAnyChar(" \t\n"), absl::SkipEmpty()))
-    out.emplace_back(f);
+  for (absl::string_view f : absl::StrSplit(row, absl::ByAnyChar(" \t\n"), absl::SkipEmpty())) out.emplace_back(f);
   return out;
 }
 
@@ -1032,10 +1008,9 @@ std::string ClaimYaml(const std::string& name, const std::map<std::string, std::
 }
 
 std::string SnapshotYaml(const std::map<std::string, std::string>& labels) {
-  return absl::StrCat(
-      "apiVersion: snapshot.storage.k8s.io/v1\nkind: VolumeSnapshot\nmetadata:\n  name: snap\n",
-      LabelsYaml(labels),
-      "spec:\n  volumeSnapshotClassName: snapclass\n  source:\n    persistentVolumeClaimName: data\n");
+  return absl::StrCat("apiVersion: snapshot.storage.k8s.io/v1\nkind: VolumeSnapshot\nmetadata:\n  name: snap\n",
+                      LabelsYaml(labels),
+                      "spec:\n  volumeSnapshotClassName: snapclass\n  source:\n    persistentVolumeClaimName: data\n");
 }
 
 }  // namespace

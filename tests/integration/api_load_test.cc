@@ -13,16 +13,16 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <iostream>
 #include <fstream>
+#include <iostream>
 #include <thread>
 #include <vector>
 
+#include "commands.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "openssl/err.h"
 #include "openssl/ssl.h"
-#include "commands.h"
 #include "up_fixture.h"
 
 namespace berth::testing {
@@ -195,8 +195,8 @@ TEST_F(ApiLoadTest, FloodOfIdleAndSlowHeaderTlsConnectionsLeavesKubectlServedAnd
   ASSERT_LT(absl::Now() - flood_ready, absl::Seconds(kHeaderTimeoutSeconds - 5))
       << "setting up took too long to check the connections were held";
   for (size_t i = 0; i < tls_.size(); ++i) {
-    ASSERT_FALSE(ClosedByServer(tls_[i].fd)) << "connection " << i << (i >= kIdle ? " (slow header)" : " (idle)")
-                                             << " was closed before its deadline";
+    ASSERT_FALSE(ClosedByServer(tls_[i].fd))
+        << "connection " << i << (i >= kIdle ? " (slow header)" : " (idle)") << " was closed before its deadline";
   }
 
   // The server's deadlines close every one (we never do).

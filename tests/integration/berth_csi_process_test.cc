@@ -24,8 +24,8 @@ class BerthCsiProcessTest : public ::testing::Test {
   std::string Socket() const { return dir_.Join("plugins/csi.sock"); }
 
   std::unique_ptr<testing::Subprocess> StartDriver(std::vector<std::string> extra = {}) {
-    std::vector<std::string> argv = {BERTH_CSI_BINARY, "--endpoint", "unix://" + Socket(),
-                                     "--node-id", "n1", "--pool", dir_.Join("pool")};
+    std::vector<std::string> argv = {BERTH_CSI_BINARY, "--endpoint",     "unix://" + Socket(), "--node-id", "n1",
+                                     "--pool",         dir_.Join("pool")};
     argv.insert(argv.end(), extra.begin(), extra.end());
     return std::make_unique<testing::Subprocess>(argv, dir_.Join("driver.log"));
   }
@@ -95,8 +95,7 @@ TEST_F(BerthCsiProcessTest, RefusesRegularFileAtEndpointAndKeepsIt) {
 
 TEST_F(BerthCsiProcessTest, BadFlagsExitWithUsageError) {
   for (std::vector<std::string> extra :
-       {std::vector<std::string>{"--driver-name", "-bad-"},
-        std::vector<std::string>{"--pool-size", "ten"},
+       {std::vector<std::string>{"--driver-name", "-bad-"}, std::vector<std::string>{"--pool-size", "ten"},
         std::vector<std::string>{"--log-level", "chatty"}}) {
     auto driver = StartDriver(extra);
     EXPECT_EQ(driver->Wait(absl::Seconds(20)), 2) << extra[0] << ": " << driver->Output();

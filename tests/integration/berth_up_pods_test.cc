@@ -15,7 +15,6 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_replace.h"
-#include "http/api_client.h"
 #include "common/testing/eventually.h"
 #include "common/testing/subprocess.h"
 #include "cri/containerd.h"
@@ -24,6 +23,7 @@
 #include "driver/testing/sandbox.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "http/api_client.h"
 #include "nlohmann/json.hpp"
 
 namespace berth::testing {
@@ -78,8 +78,9 @@ class BerthUpPodsTest : public ::testing::Test {
         "--csi-binary", BERTH_CSI_BINARY, "--node-name", kNode};
     argv.insert(argv.end(), extra.begin(), extra.end());
     up_ = std::make_unique<Subprocess>(argv, sandbox_.Join("up-" + std::to_string(++starts_) + ".log"));
-    ASSERT_TRUE(Eventually([&] { return absl::StrContains(up_->Output(), "berth is up") || up_->Wait(absl::ZeroDuration()); },
-                           absl::Seconds(120)))
+    ASSERT_TRUE(
+        Eventually([&] { return absl::StrContains(up_->Output(), "berth is up") || up_->Wait(absl::ZeroDuration()); },
+                   absl::Seconds(120)))
         << up_->Output();
     ASSERT_FALSE(up_->Wait(absl::ZeroDuration()).has_value()) << up_->Output();
     client_ = http::ApiClient::ForUnixSocket(data_ + "/api.sock");
@@ -107,9 +108,7 @@ class BerthUpPodsTest : public ::testing::Test {
     auto r = client_->Call("GET", "/api/v1/namespaces/default/pods/" + name);
     return r.ok() && r->code == 200 ? json::parse(r->body, nullptr, false) : json();
   }
-  std::string Phase(const std::string& name) {
-    return Pod(name).value("status", json::object()).value("phase", "");
-  }
+  std::string Phase(const std::string& name) { return Pod(name).value("status", json::object()).value("phase", ""); }
   bool WaitPhase(const std::string& name, const std::string& phase, absl::Duration timeout = absl::Seconds(120)) {
     return Eventually([&] { return Phase(name) == phase; }, timeout);
   }
@@ -159,10 +158,12 @@ class BerthUpPodsTest : public ::testing::Test {
                              const std::string& claim = "") {
     std::string y = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: " + name + "\nspec:\n  restartPolicy: " + policy +
                     "\n  terminationGracePeriodSeconds: 10\n  containers:\n    - name: main\n      image: " +
-                    std::string(cri::kToolboxImage) + "\n      command: [\"/bin/sh\", \"-c\", " + json(script).dump() + "]\n";
+                    std::string(cri::kToolboxImage) + "\n      command: [\"/bin/sh\", \"-c\", " + json(script).dump() +
+                    "]\n";
     if (!claim.empty()) {
       y += "      volumeMounts:\n        - name: data\n          mountPath: /data\n  volumes:\n    - name: data\n"
-           "      persistentVolumeClaim:\n        claimName: " + claim + "\n";
+           "      persistentVolumeClaim:\n        claimName: " +
+           claim + "\n";
     }
     return y;
   }
@@ -250,14 +251,18 @@ TEST_F(BerthUpPodsTest, PodsRunWithTheirClaimsTalkToEachOtherAndAnswerLogsAndExe
   EXPECT_EQ(ls_rc, 0) << ls_out;
   EXPECT_THAT(ls_out, HasSubstr(cri::kToolboxImage));
   EXPECT_THAT(ls_out, HasSubstr(cri::kPauseImage));
-  Apply("apiVersion: v1\nkind: Pod\nmetadata:\n  name: nothere\nspec:\n  containers:\n    - name: main\n"
-        "      image: registry.invalid/none:1\n");
-  ASSERT_TRUE(Eventually([&] {
-    const json c = Pod("nothere").value("status", json::object()).value("containerStatuses", json::array());
-    if (c.empty() || !c[0]["state"].contains("waiting")) return false;
-    const std::string reason = c[0]["state"]["waiting"].value("reason", "");
-    return reason == "ErrImagePull" || reason == "ImagePullBackOff";
-  }, absl::Seconds(120))) << Pod("nothere").dump();
+  Apply(
+      "apiVersion: v1\nkind: Pod\nmetadata:\n  name: nothere\nspec:\n  containers:\n    - name: main\n"
+      "      image: registry.invalid/none:1\n");
+  ASSERT_TRUE(Eventually(
+      [&] {
+        const json c = Pod("nothere").value("status", json::object()).value("containerStatuses", json::array());
+        if (c.empty() || !c[0]["state"].contains("waiting")) return false;
+        const std::string reason = c[0]["state"]["waiting"].value("reason", "");
+        return reason == "ErrImagePull" || reason == "ImagePullBackOff";
+      },
+      absl::Seconds(120)))
+      << Pod("nothere").dump();
 }
 
 TEST_F(BerthUpPodsTest, ASigtermTrapWritesItsLastLineToTheVolumeBeforeItGoes) {

@@ -17,13 +17,13 @@
 
 #include "absl/strings/match.h"
 #include "api/quantity.h"
-#include "http/api_client.h"
 #include "common/testing/eventually.h"
 #include "common/testing/subprocess.h"
 #include "driver/testing/sandbox.h"
 #include "fmt/format.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "http/api_client.h"
 #include "metrics/testing/exposition_check.h"
 #include "nlohmann/json.hpp"
 #include "up_fixture.h"
@@ -84,10 +84,12 @@ TEST_F(BerthUpTest, ClaimPodSnapshotRestoreExpandDelete) {
   EXPECT_EQ(Get("/apis/storage.k8s.io/v1/storageclasses/berth-local")["volumeBindingMode"], "WaitForFirstConsumer");
   EXPECT_FALSE(Get("/apis/storage.k8s.io/v1/csidrivers/local.csi.berth.io").is_null());
   EXPECT_FALSE(Get("/apis/snapshot.storage.k8s.io/v1/volumesnapshotclasses/berth-snapshots").is_null());
-  ASSERT_TRUE(Eventually([&] {
-    json csinode = Get("/apis/storage.k8s.io/v1/csinodes/testnode");
-    return !csinode.is_null() && csinode["spec"]["drivers"].size() == 1;
-  }, absl::Seconds(60)));
+  ASSERT_TRUE(Eventually(
+      [&] {
+        json csinode = Get("/apis/storage.k8s.io/v1/csinodes/testnode");
+        return !csinode.is_null() && csinode["spec"]["drivers"].size() == 1;
+      },
+      absl::Seconds(60)));
 
   Berth({"apply", "-f", Example("claim-and-pod.yaml")});
   ASSERT_TRUE(Eventually([&] { return Running("app"); }, absl::Seconds(90))) << Pod("app").dump();
@@ -103,25 +105,31 @@ TEST_F(BerthUpTest, ClaimPodSnapshotRestoreExpandDelete) {
   ::sync();
   // kubelet's volume stats on the API server's /metrics (collected every
   // second here): the claim's filesystem, the payload counted as used.
-  ASSERT_TRUE(Eventually([&] {
-    auto r = client_->Call("GET", "/metrics");
-    if (!r.ok() || r->code != 200) return false;
-    auto samples = metrics::testing::ParseExposition(r->body);
-    if (!samples.ok()) return false;
-    double capacity = 0, used = 0;
-    for (const auto& smp : *samples) {
-      if (smp.labels.count("persistentvolumeclaim") == 0 || smp.labels.at("persistentvolumeclaim") != "data") continue;
-      if (smp.name == "kubelet_volume_stats_capacity_bytes") capacity = smp.value;
-      if (smp.name == "kubelet_volume_stats_used_bytes") used = smp.value;
-    }
-    return capacity > 32 << 20 && used >= 3 << 20;
-  }, absl::Seconds(30))) << client_->Call("GET", "/metrics")->body;
+  ASSERT_TRUE(Eventually(
+      [&] {
+        auto r = client_->Call("GET", "/metrics");
+        if (!r.ok() || r->code != 200) return false;
+        auto samples = metrics::testing::ParseExposition(r->body);
+        if (!samples.ok()) return false;
+        double capacity = 0, used = 0;
+        for (const auto& smp : *samples) {
+          if (smp.labels.count("persistentvolumeclaim") == 0 || smp.labels.at("persistentvolumeclaim") != "data")
+            continue;
+          if (smp.name == "kubelet_volume_stats_capacity_bytes") capacity = smp.value;
+          if (smp.name == "kubelet_volume_stats_used_bytes") used = smp.value;
+        }
+        return capacity > 32 << 20 && used >= 3 << 20;
+      },
+      absl::Seconds(30)))
+      << client_->Call("GET", "/metrics")->body;
 
   Berth({"apply", "-f", Example("snapshot-and-restore.yaml")});
-  ASSERT_TRUE(Eventually([&] {
-    json s = Get("/apis/snapshot.storage.k8s.io/v1/namespaces/default/volumesnapshots/data-snap");
-    return s.value("status", json::object()).value("readyToUse", false);
-  }, absl::Seconds(90)));
+  ASSERT_TRUE(Eventually(
+      [&] {
+        json s = Get("/apis/snapshot.storage.k8s.io/v1/namespaces/default/volumesnapshots/data-snap");
+        return s.value("status", json::object()).value("readyToUse", false);
+      },
+      absl::Seconds(90)));
   ASSERT_TRUE(Eventually([&] { return Running("restored-app"); }, absl::Seconds(90))) << Pod("restored-app").dump();
   const std::string restored = MountOf("restored-app", "restored");
   EXPECT_EQ(ReadWholeFile(restored + "/payload.bin"), payload);
@@ -137,9 +145,15 @@ TEST_F(BerthUpTest, ClaimPodSnapshotRestoreExpandDelete) {
   ASSERT_EQ(::statvfs(restored.c_str(), &before), 0);
   Berth({"apply", "-f", Example("expand.yaml")});
   if (HasCapSysResource()) {
-    ASSERT_TRUE(Eventually([&] {
-      return Claim("restored").value("status", json::object()).value("capacity", json::object()).value("storage", "") == "128Mi";
-    }, absl::Seconds(90))) << Claim("restored").dump();
+    ASSERT_TRUE(Eventually(
+        [&] {
+          return Claim("restored")
+                     .value("status", json::object())
+                     .value("capacity", json::object())
+                     .value("storage", "") == "128Mi";
+        },
+        absl::Seconds(90)))
+        << Claim("restored").dump();
     struct statvfs after {};
     ASSERT_EQ(::statvfs(restored.c_str(), &after), 0);
     EXPECT_GT(after.f_blocks * after.f_frsize, before.f_blocks * before.f_frsize + (32u << 20));
@@ -148,11 +162,12 @@ TEST_F(BerthUpTest, ClaimPodSnapshotRestoreExpandDelete) {
     // cannot grow here: the volume grows, and the pod shows why the
     // filesystem did not.
     const std::string pv = Claim("restored")["spec"]["volumeName"];
-    ASSERT_TRUE(Eventually([&] { return Get("/api/v1/persistentvolumes/" + pv)["spec"]["capacity"]["storage"] == "128Mi"; },
-                           absl::Seconds(90)));
-    EXPECT_TRUE(Eventually([&] {
-      return Get("/api/v1/namespaces/default/events").dump().find("CAP_SYS_RESOURCE") != std::string::npos;
-    }, absl::Seconds(60)));
+    ASSERT_TRUE(
+        Eventually([&] { return Get("/api/v1/persistentvolumes/" + pv)["spec"]["capacity"]["storage"] == "128Mi"; },
+                   absl::Seconds(90)));
+    EXPECT_TRUE(Eventually(
+        [&] { return Get("/api/v1/namespaces/default/events").dump().find("CAP_SYS_RESOURCE") != std::string::npos; },
+        absl::Seconds(60)));
   }
   EXPECT_EQ(ReadWholeFile(restored + "/payload.bin"), payload);
 
@@ -162,9 +177,9 @@ TEST_F(BerthUpTest, ClaimPodSnapshotRestoreExpandDelete) {
   ASSERT_TRUE(Eventually([&] { return Get("/api/v1/persistentvolumes")["items"].empty(); }, absl::Seconds(90)))
       << Get("/api/v1/persistentvolumes").dump();
   EXPECT_TRUE(Eventually([&] { return VolumeMounts().empty() && VolumeLoops() == 0; }, absl::Seconds(30)));
-  EXPECT_TRUE(Eventually([&] {
-    return Get("/apis/snapshot.storage.k8s.io/v1/volumesnapshotcontents")["items"].empty();
-  }, absl::Seconds(30)));
+  EXPECT_TRUE(
+      Eventually([&] { return Get("/apis/snapshot.storage.k8s.io/v1/volumesnapshotcontents")["items"].empty(); },
+                 absl::Seconds(30)));
   // No volume or snapshot images left in the pool.
   size_t images = 0;
   for (const auto& e : fs::recursive_directory_iterator(data_ + "/nodes/testnode/pool")) {
@@ -245,10 +260,12 @@ TEST_F(BerthUpTest, AKilledNodeAgentIsRestartedAndAdoptsItsVolumes) {
   ASSERT_EQ(::kill(first, SIGKILL), 0);
   // The control plane does not notice beyond the node's heartbeat.
   EXPECT_FALSE(Get("/api/v1/nodes/testnode").is_null());
-  ASSERT_TRUE(Eventually([&] {
-    const pid_t now = agent_pid();
-    return now > 0 && now != first && ::kill(now, 0) == 0;
-  }, absl::Seconds(30)));
+  ASSERT_TRUE(Eventually(
+      [&] {
+        const pid_t now = agent_pid();
+        return now > 0 && now != first && ::kill(now, 0) == 0;
+      },
+      absl::Seconds(30)));
   EXPECT_TRUE(Mounted(mount));
   EXPECT_EQ(ReadWholeFile(mount + "/hello"), "still here");
 
@@ -277,26 +294,30 @@ TEST_F(BerthUpTest, ThreeNodesClaimLandsOnTheEmptiestNode) {
   // under the WaitForFirstConsumer class), so testnode-2 has the most room.
   std::string manifests;
   for (const char* node : {"testnode-1", "testnode-3"}) {
-    manifests += std::string("apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {name: fill-") + node +
-                 "}\nspec: {accessModes: [ReadWriteOnce], resources: {requests: {storage: 300Mi}}}\n---\n"
-                 "apiVersion: v1\nkind: Pod\nmetadata: {name: fill-" + node + "}\nspec:\n  nodeSelector: {kubernetes.io/hostname: " +
-                 node + "}\n  containers: [{name: c, image: busybox}]\n  volumes: [{name: d, persistentVolumeClaim: {claimName: fill-" +
-                 node + "}}]\n---\n";
+    manifests +=
+        std::string("apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {name: fill-") + node +
+        "}\nspec: {accessModes: [ReadWriteOnce], resources: {requests: {storage: 300Mi}}}\n---\n"
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: fill-" +
+        node + "}\nspec:\n  nodeSelector: {kubernetes.io/hostname: " + node +
+        "}\n  containers: [{name: c, image: busybox}]\n  volumes: [{name: d, persistentVolumeClaim: {claimName: fill-" +
+        node + "}}]\n---\n";
   }
   { std::ofstream(sandbox_.Join("fill.yaml")) << manifests; }
   Berth({"apply", "-f", sandbox_.Join("fill.yaml")});
   ASSERT_TRUE(Eventually([&] { return Running("fill-testnode-1") && Running("fill-testnode-3"); }, absl::Seconds(120)));
   // The capacity tracker sees the difference (it polls).
-  ASSERT_TRUE(Eventually([&] {
-    std::map<std::string, int64_t> room;
-    const json list = Get("/apis/storage.k8s.io/v1/csistoragecapacities");
-    for (const auto& c : list["items"]) {
-      const std::string node = c["nodeTopology"]["matchLabels"].value("topology.berth.io/node", "");
-      auto q = api::Quantity::Parse(c.value("capacity", "0"));
-      if (q.ok()) room[node] = q->Value();
-    }
-    return room.size() == 3 && room["testnode-2"] > room["testnode-1"] && room["testnode-2"] > room["testnode-3"];
-  }, absl::Seconds(90)));
+  ASSERT_TRUE(Eventually(
+      [&] {
+        std::map<std::string, int64_t> room;
+        const json list = Get("/apis/storage.k8s.io/v1/csistoragecapacities");
+        for (const auto& c : list["items"]) {
+          const std::string node = c["nodeTopology"]["matchLabels"].value("topology.berth.io/node", "");
+          auto q = api::Quantity::Parse(c.value("capacity", "0"));
+          if (q.ok()) room[node] = q->Value();
+        }
+        return room.size() == 3 && room["testnode-2"] > room["testnode-1"] && room["testnode-2"] > room["testnode-3"];
+      },
+      absl::Seconds(90)));
   Berth({"apply", "-f", Example("claim-and-pod.yaml")});
   ASSERT_TRUE(Eventually([&] { return Running("app"); }, absl::Seconds(120))) << Pod("app").dump();
   EXPECT_EQ(Pod("app")["spec"]["nodeName"], "testnode-2");
@@ -330,13 +351,15 @@ TEST_F(BerthUpTest, AHungNodeAgentIsTaintedAndAvoidedThenRecovers) {
     }
     return false;
   };
-  ASSERT_TRUE(Eventually([&] {
-    for (const char* n : {"testnode-1", "testnode-2", "testnode-3"}) {
-      json csinode = Get(std::string("/apis/storage.k8s.io/v1/csinodes/") + n);
-      if (ready(node(n)) != "True" || csinode.is_null() || csinode["spec"]["drivers"].size() != 1) return false;
-    }
-    return Get("/apis/storage.k8s.io/v1/csistoragecapacities")["items"].size() >= 3;
-  }, absl::Seconds(90)));
+  ASSERT_TRUE(Eventually(
+      [&] {
+        for (const char* n : {"testnode-1", "testnode-2", "testnode-3"}) {
+          json csinode = Get(std::string("/apis/storage.k8s.io/v1/csinodes/") + n);
+          if (ready(node(n)) != "True" || csinode.is_null() || csinode["spec"]["drivers"].size() != 1) return false;
+        }
+        return Get("/apis/storage.k8s.io/v1/csistoragecapacities")["items"].size() >= 3;
+      },
+      absl::Seconds(90)));
 
   const std::string victim = "testnode-2", victim_dir = data_ + "/nodes/" + victim;
   pid_t agent = -1;
@@ -367,10 +390,13 @@ TEST_F(BerthUpTest, AHungNodeAgentIsTaintedAndAvoidedThenRecovers) {
 
   const absl::Time stopped = absl::Now();
   hang.Stop();
-  ASSERT_TRUE(Eventually([&] {
-    const json n = node(victim);
-    return ready(n) == "Unknown" && tainted(n, "NoSchedule") && tainted(n, "NoExecute");
-  }, absl::Seconds(8 + 10))) << node(victim).dump();
+  ASSERT_TRUE(Eventually(
+      [&] {
+        const json n = node(victim);
+        return ready(n) == "Unknown" && tainted(n, "NoSchedule") && tainted(n, "NoExecute");
+      },
+      absl::Seconds(8 + 10)))
+      << node(victim).dump();
   std::cout << "node " << victim << " Unknown and tainted " << absl::FormatDuration(absl::Now() - stopped)
             << " after its agent stopped\n";
   EXPECT_EQ(ready(node("testnode-1")), "True");
@@ -383,15 +409,18 @@ TEST_F(BerthUpTest, AHungNodeAgentIsTaintedAndAvoidedThenRecovers) {
       "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {name: pinned}\n"
       "spec: {accessModes: [ReadWriteOnce], resources: {requests: {storage: 64Mi}}}\n---\n"
       "apiVersion: v1\nkind: Pod\nmetadata: {name: pinned}\nspec:\n  nodeSelector: {kubernetes.io/hostname: " +
-      victim + "}\n  containers: [{name: c, image: busybox}]\n"
+      victim +
+      "}\n  containers: [{name: c, image: busybox}]\n"
       "  volumes: [{name: d, persistentVolumeClaim: {claimName: pinned}}]\n---\n";
   for (int i = 0; i < 4; ++i) {
     const std::string name = "pair-" + std::to_string(i);
     manifests += "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {name: " + name +
                  "}\nspec: {accessModes: [ReadWriteOnce], resources: {requests: {storage: 64Mi}}}\n---\n"
-                 "apiVersion: v1\nkind: Pod\nmetadata: {name: " + name +
+                 "apiVersion: v1\nkind: Pod\nmetadata: {name: " +
+                 name +
                  "}\nspec:\n  containers: [{name: c, image: busybox}]\n  volumes: [{name: d, persistentVolumeClaim: "
-                 "{claimName: " + name + "}}]\n---\n";
+                 "{claimName: " +
+                 name + "}}]\n---\n";
   }
   { std::ofstream(sandbox_.Join("pairs.yaml")) << manifests; }
   Berth({"apply", "-f", sandbox_.Join("pairs.yaml")});
@@ -403,22 +432,29 @@ TEST_F(BerthUpTest, AHungNodeAgentIsTaintedAndAvoidedThenRecovers) {
     EXPECT_THAT(pv.dump(), ::testing::Not(::testing::HasSubstr(victim))) << pv.dump();
   }
 
-  EXPECT_TRUE(Eventually([&] {
-    for (const auto& c : Pod("pinned").value("status", json::object()).value("conditions", json::array())) {
-      if (c.value("type", "") == "PodScheduled" && c.value("status", "") == "False" &&
-          c.value("message", "").find("untolerated taint {node.kubernetes.io/unreachable: }") != std::string::npos) {
-        return true;
-      }
-    }
-    return false;
-  }, absl::Seconds(30))) << Pod("pinned").dump();
+  EXPECT_TRUE(Eventually(
+      [&] {
+        for (const auto& c : Pod("pinned").value("status", json::object()).value("conditions", json::array())) {
+          if (c.value("type", "") == "PodScheduled" && c.value("status", "") == "False" &&
+              c.value("message", "").find("untolerated taint {node.kubernetes.io/unreachable: }") !=
+                  std::string::npos) {
+            return true;
+          }
+        }
+        return false;
+      },
+      absl::Seconds(30)))
+      << Pod("pinned").dump();
 
   const absl::Time resumed = absl::Now();
   hang.Resume();
-  ASSERT_TRUE(Eventually([&] {
-    const json n = node(victim);
-    return ready(n) == "True" && n.value("spec", json::object()).value("taints", json::array()).empty();
-  }, absl::Seconds(30))) << node(victim).dump();
+  ASSERT_TRUE(Eventually(
+      [&] {
+        const json n = node(victim);
+        return ready(n) == "True" && n.value("spec", json::object()).value("taints", json::array()).empty();
+      },
+      absl::Seconds(30)))
+      << node(victim).dump();
   std::cout << "node " << victim << " Ready and untainted " << absl::FormatDuration(absl::Now() - resumed)
             << " after its agent resumed\n";
   // Back in service: the pinned pod runs there.

@@ -201,9 +201,10 @@ class ChaosTest : public BerthUpFixture {
     ::kill(pid, SIGCONT);
     EXPECT_TRUE(Eventually([&] { return !unreachable(); }, absl::Seconds(30))) << "the node stayed tainted";
     last_restart_ = absl::Now();
-    std::cout << fmt::format("[ CHAOS    ] {}: SIGSTOP node agent ({}); tainted after {}, SIGCONT, untainted after {}\n",
-                             when, pid, absl::FormatDuration(tainted_after),
-                             absl::FormatDuration(last_restart_ - stopped - tainted_after))
+    std::cout << fmt::format(
+                     "[ CHAOS    ] {}: SIGSTOP node agent ({}); tainted after {}, SIGCONT, untainted after {}\n", when,
+                     pid, absl::FormatDuration(tainted_after),
+                     absl::FormatDuration(last_restart_ - stopped - tainted_after))
               << std::flush;
     ++kills_["node agent SIGSTOP"];
   }

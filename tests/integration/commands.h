@@ -79,9 +79,9 @@ inline CommandResult RunCommand(const std::string& scratch, const std::vector<st
 // or /usr/bin/kubectl. "" when there is none.
 inline std::string FindKubectl() {
   const char* env = std::getenv("BERTH_KUBECTL");
-  for (std::string p : {std::string(env != nullptr ? env : ""),
-                        std::string("/usr/local/lib/berth/kubernetes-client/usr/bin/kubectl"),
-                        std::string("/usr/bin/kubectl")}) {
+  for (std::string p :
+       {std::string(env != nullptr ? env : ""), std::string("/usr/local/lib/berth/kubernetes-client/usr/bin/kubectl"),
+        std::string("/usr/bin/kubectl")}) {
     if (!p.empty() && ::access(p.c_str(), X_OK) == 0) return p;
   }
   return "";

@@ -5,12 +5,12 @@
 #include <memory>
 #include <set>
 
+#include "client/object.h"
+#include "client/volume_names.h"
 #include "common/testing/eventually.h"
 #include "common/testing/temp_dir.h"
 #include "controllers/manager.h"
 #include "controllers/node_affinity.h"
-#include "client/object.h"
-#include "client/volume_names.h"
 #include "driver_process.h"
 #include "gmock/gmock.h"
 #include "store/store.h"
@@ -60,15 +60,17 @@ class ControllersBerthCsiTest : public DriverProcessTest {
     Create("csinodes", "storage.k8s.io", "",
            {{"metadata", {{"name", kNode}}},
             {"spec", {{"drivers", {{{"name", kDriver}, {"nodeID", info.node_id()}, {"topologyKeys", keys}}}}}}});
-    Create("storageclasses", "storage.k8s.io", "",
-           {{"metadata", {{"name", "local"}, {"annotations", {{"storageclass.kubernetes.io/is-default-class", "true"}}}}},
-            {"provisioner", kDriver},
-            {"volumeBindingMode", "WaitForFirstConsumer"},
-            {"reclaimPolicy", "Delete"},
-            {"allowVolumeExpansion", true},
-            {"parameters", {{"csi.storage.k8s.io/fstype", "xfs"}}}});
+    Create(
+        "storageclasses", "storage.k8s.io", "",
+        {{"metadata", {{"name", "local"}, {"annotations", {{"storageclass.kubernetes.io/is-default-class", "true"}}}}},
+         {"provisioner", kDriver},
+         {"volumeBindingMode", "WaitForFirstConsumer"},
+         {"reclaimPolicy", "Delete"},
+         {"allowVolumeExpansion", true},
+         {"parameters", {{"csi.storage.k8s.io/fstype", "xfs"}}}});
     Create("volumesnapshotclasses", "snapshot.storage.k8s.io", "",
-           {{"metadata", {{"name", "snaps"}, {"annotations", {{"snapshot.storage.kubernetes.io/is-default-class", "true"}}}}},
+           {{"metadata",
+             {{"name", "snaps"}, {"annotations", {{"snapshot.storage.kubernetes.io/is-default-class", "true"}}}}},
             {"driver", kDriver},
             {"deletionPolicy", "Delete"}});
     StartManager();
@@ -107,8 +109,9 @@ class ControllersBerthCsiTest : public DriverProcessTest {
   void NewPod(const std::string& name, const std::string& claim) {
     Create("pods", "", "default",
            {{"metadata", {{"name", name}}},
-            {"spec", {{"containers", {{{"name", "c"}, {"image", "busybox"}}}},
-                      {"volumes", {{{"name", "d"}, {"persistentVolumeClaim", {{"claimName", claim}}}}}}}}});
+            {"spec",
+             {{"containers", {{{"name", "c"}, {"image", "busybox"}}}},
+              {"volumes", {{{"name", "d"}, {"persistentVolumeClaim", {{"claimName", claim}}}}}}}}});
   }
   bool Scheduled(const std::string& pod) { return Str(Get("pods", "", "default", pod), {"spec", "nodeName"}) == kNode; }
   bool AttachedFor(const std::string& claim) {
@@ -116,7 +119,7 @@ class ControllersBerthCsiTest : public DriverProcessTest {
     if (pv.empty()) return false;
     json va = Get("volumeattachments", "storage.k8s.io", "",
                   client::AttachmentName(Str(Get("persistentvolumes", "", "", pv), {"spec", "csi", "volumeHandle"}),
-                                              kDriver, kNode));
+                                         kDriver, kNode));
     return Field(Field(va, "status"), "attached") == true;
   }
   std::set<std::string> DriverVolumes() {
@@ -210,9 +213,8 @@ TEST_F(ControllersBerthCsiTest, RestartsBetweenStepsConvergeWithoutDuplicates) {
   NewPod("app", "data");
   // Stop the controllers as soon as the scheduler has chosen the node (the
   // provisioner may be mid-CreateVolume), start new ones.
-  ASSERT_TRUE(Eventually([&] {
-    return !client::Annotation(Claim("data"), "volume.kubernetes.io/selected-node").empty();
-  }));
+  ASSERT_TRUE(
+      Eventually([&] { return !client::Annotation(Claim("data"), "volume.kubernetes.io/selected-node").empty(); }));
   StopManager();
   StartManager();
   ASSERT_TRUE(Eventually([&] { return Scheduled("app"); }));

@@ -13,10 +13,10 @@
 #include <memory>
 #include <set>
 
+#include "client/object.h"
 #include "common/testing/eventually.h"
 #include "common/testing/temp_dir.h"
 #include "controllers/manager.h"
-#include "client/object.h"
 #include "driver_process.h"
 #include "gmock/gmock.h"
 #include "spdlog/spdlog.h"
@@ -54,8 +54,9 @@ class ControllersSafetyTest : public ::testing::Test {
     store_ = std::move(*store::Store::Open({.path = dir_.path() + "/state.db"}));
     registry_ = std::make_unique<apiserver::Registry>(*store_);
     ASSERT_TRUE(registry_->Bootstrap().ok());
-    Create("nodes", "", "", {{"metadata", {{"name", kNode}, {"labels", {{"kubernetes.io/hostname", kNode},
-                                                                         {"topology.berth.io/node", kNode}}}}}});
+    Create("nodes", "", "",
+           {{"metadata",
+             {{"name", kNode}, {"labels", {{"kubernetes.io/hostname", kNode}, {"topology.berth.io/node", kNode}}}}}});
   }
   void TearDown() override {
     if (manager_) manager_->Stop();
@@ -76,8 +77,8 @@ class ControllersSafetyTest : public ::testing::Test {
     auto csinode = registry_->Get(K("csinodes", "storage.k8s.io"), "", kNode);
     if (csinode.ok()) {
       (*csinode)["spec"]["drivers"].push_back(entry);
-      EXPECT_TRUE(registry_->Update(K("csinodes", "storage.k8s.io"), "", kNode, *csinode,
-                                    apiserver::Subresource::kMain).ok());
+      EXPECT_TRUE(
+          registry_->Update(K("csinodes", "storage.k8s.io"), "", kNode, *csinode, apiserver::Subresource::kMain).ok());
     } else {
       Create("csinodes", "storage.k8s.io", "", {{"metadata", {{"name", kNode}}}, {"spec", {{"drivers", {entry}}}}});
     }
@@ -120,9 +121,10 @@ class ControllersSafetyTest : public ::testing::Test {
   void NewPod(const std::string& name, const std::string& claim) {
     Create("pods", "", "default",
            {{"metadata", {{"name", name}}},
-            {"spec", {{"nodeName", kNode},
-                      {"containers", {{{"name", "c"}, {"image", "busybox"}}}},
-                      {"volumes", {{{"name", "d"}, {"persistentVolumeClaim", {{"claimName", claim}}}}}}}}});
+            {"spec",
+             {{"nodeName", kNode},
+              {"containers", {{{"name", "c"}, {"image", "busybox"}}}},
+              {"volumes", {{{"name", "d"}, {"persistentVolumeClaim", {{"claimName", claim}}}}}}}}});
   }
   size_t Count(std::string_view resource, std::string_view group = "") {
     auto list = registry_->List(K(resource, group), "", {});
@@ -142,8 +144,9 @@ class ControllersSafetyTest : public ::testing::Test {
       auto list = registry_->List(K(r), "", {});
       if (!list.ok()) continue;
       for (const auto& o : list->items) {
-        out += std::string(r) + " " + Str(o, {"metadata", "name"}) + " finalizers=" +
-               Field(Field(o, "metadata"), "finalizers").dump() + " phase=" + Str(o, {"status", "phase"}) + "\n";
+        out += std::string(r) + " " + Str(o, {"metadata", "name"}) +
+               " finalizers=" + Field(Field(o, "metadata"), "finalizers").dump() +
+               " phase=" + Str(o, {"status", "phase"}) + "\n";
       }
     }
     for (auto& d : drivers_) out += d->name + " pool: " + std::to_string(PoolVolumes(*d).size()) + " volumes\n";
@@ -245,7 +248,11 @@ TEST_F(ControllersSafetyTest, StaticVolumeWithReclaimDeleteIsDeletedThroughItsDr
             {"nodeAffinity", {{"required", {{"nodeSelectorTerms", {{{"matchExpressions", terms}}}}}}}}}}});
   StartManager();
   NewClaim("data", "class-b", "static-pv");
-  ASSERT_TRUE(Eventually([&] { return Str(Claim("data"), {"status", "phase"}) == "Bound"; }, absl::Seconds(30)))
+  ASSERT_TRUE(Eventually(
+      [&] {
+        return Str(Claim("data"), {"status", "phase"}) == "Bound";
+      },
+      absl::Seconds(30)))
       << Leftovers();
   // Like every Delete volume of its driver, it is now protected by the
   // provisioner's finalizer.
@@ -255,8 +262,7 @@ TEST_F(ControllersSafetyTest, StaticVolumeWithReclaimDeleteIsDeletedThroughItsDr
   })) << Leftovers();
   EXPECT_EQ(PoolVolumes(b), std::set<std::string>{handle});
   ASSERT_TRUE(registry_->Delete(K("persistentvolumeclaims"), "default", "data").ok());
-  EXPECT_TRUE(Eventually([&] { return Count("persistentvolumes") == 0 && PoolVolumes(b).empty(); },
-                         absl::Seconds(30)))
+  EXPECT_TRUE(Eventually([&] { return Count("persistentvolumes") == 0 && PoolVolumes(b).empty(); }, absl::Seconds(30)))
       << Leftovers();
 }
 
@@ -289,7 +295,8 @@ TEST_F(ControllersSafetyTest, DriverKilledThreeTimesDuringCreationAndDeletionSta
     spdlog::info("test: berth-csi restarted; registering it");
     directory_.Add(kDriverA, kNode, "unix://" + d.process.socket());
     const client::DriverMonitor::Stats after = monitor.stats();
-    down_calls += (after.connection_failures - before.connection_failures) + (after.failed_probes - before.failed_probes);
+    down_calls +=
+        (after.connection_failures - before.connection_failures) + (after.failed_probes - before.failed_probes);
     skipped += after.skipped - before.skipped;
     return absl::Now();
   };
@@ -327,7 +334,8 @@ TEST_F(ControllersSafetyTest, DriverKilledThreeTimesDuringCreationAndDeletionSta
             << " after the 2nd re-registration (all Bound) and " << absl::FormatDuration(recoveries[1])
             << " after the 3rd (all deleted); CSI calls attempted while the driver was down: " << down_calls
             << " (of them probes: " << s.failed_probes << "); calls not made because it was down: " << skipped
-            << "; outages seen: " << s.outages << "; keys resumed: " << s.resumed << "; PVs left when the 3rd outage was noticed: " << pvs_at_kill << "\n";
+            << "; outages seen: " << s.outages << "; keys resumed: " << s.resumed
+            << "; PVs left when the 3rd outage was noticed: " << pvs_at_kill << "\n";
 }
 
 }  // namespace

@@ -109,7 +109,8 @@ TEST_F(CriContainerdTest, RunsPodsAndContainersAndCleansUpCompletely) {
   EXPECT_TRUE(absl::StartsWith(ip, "10.213.0.")) << ip;
 
   // A container that writes to both streams and exits 3.
-  const std::string failing = Run(*sandbox, sc, Container("fail", {"/bin/sh", "-c", "echo hello; echo oops >&2; exit 3"}));
+  const std::string failing =
+      Run(*sandbox, sc, Container("fail", {"/bin/sh", "-c", "echo hello; echo oops >&2; exit 3"}));
   v1::ContainerStatus exited = WaitExited(failing);
   EXPECT_EQ(exited.exit_code(), 3);
   EXPECT_EQ(exited.reason(), "Error");
@@ -121,8 +122,10 @@ TEST_F(CriContainerdTest, RunsPodsAndContainersAndCleansUpCompletely) {
   EXPECT_THAT(text.str(), HasSubstr(" stderr F oops\n"));
 
   // A server; the host reaches it by the pod IP; exec into it.
-  const std::string server =
-      Run(*sandbox, sc, Container("web", {"/bin/sh", "-c", "mkdir -p /www && echo served > /www/index.html && exec httpd -f -p 8080 -h /www"}));
+  const std::string server = Run(
+      *sandbox, sc,
+      Container("web",
+                {"/bin/sh", "-c", "mkdir -p /www && echo served > /www/index.html && exec httpd -f -p 8080 -h /www"}));
   ASSERT_TRUE(berth::testing::Eventually(
       [&] {
         int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -136,14 +139,16 @@ TEST_F(CriContainerdTest, RunsPodsAndContainersAndCleansUpCompletely) {
       },
       absl::Seconds(20)))
       << "no connection to " << ip << ":8080";
-  auto exec = rt.ExecSync(server, {"/bin/sh", "-c", "cat /www/index.html; echo to-stderr >&2; exit 7"}, absl::Seconds(10));
+  auto exec =
+      rt.ExecSync(server, {"/bin/sh", "-c", "cat /www/index.html; echo to-stderr >&2; exit 7"}, absl::Seconds(10));
   ASSERT_TRUE(exec.ok()) << exec.status();
   EXPECT_EQ(exec->stdout(), "served\n");
   EXPECT_EQ(exec->stderr(), "to-stderr\n");
   EXPECT_EQ(exec->exit_code(), 7);
 
   // A process that ignores SIGTERM is killed once the grace period ends.
-  const std::string stubborn = Run(*sandbox, sc, Container("stubborn", {"/bin/sh", "-c", "trap '' TERM; while true; do sleep 1; done"}));
+  const std::string stubborn =
+      Run(*sandbox, sc, Container("stubborn", {"/bin/sh", "-c", "trap '' TERM; while true; do sleep 1; done"}));
   const absl::Time before = absl::Now();
   ASSERT_TRUE(rt.StopContainer(stubborn, absl::Seconds(1)).ok());
   EXPECT_GE(absl::Now() - before, absl::Seconds(1));

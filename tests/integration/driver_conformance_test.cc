@@ -17,9 +17,7 @@ VolumeCapability Cap(bool block = false) { return block ? BlockCapability() : Mo
 
 class DriverConformanceTest : public DriverProcessTest {
  protected:
-
-  grpc::Status Create(const std::string& name, int64_t required, int64_t limit,
-                      ::csi::v1::CreateVolumeResponse* resp,
+  grpc::Status Create(const std::string& name, int64_t required, int64_t limit, ::csi::v1::CreateVolumeResponse* resp,
                       const ::csi::v1::TopologyRequirement* topo = nullptr) {
     ::csi::v1::CreateVolumeRequest req;
     req.set_name(name);
@@ -56,8 +54,8 @@ TEST_F(DriverConformanceTest, IdentityAdvertisesWhatIsServed) {
   }
   using S = ::csi::v1::PluginCapability::Service;
   using E = ::csi::v1::PluginCapability::VolumeExpansion;
-  EXPECT_EQ(services, (std::set<int>{S::CONTROLLER_SERVICE, S::VOLUME_ACCESSIBILITY_CONSTRAINTS,
-                                     S::GROUP_CONTROLLER_SERVICE}));
+  EXPECT_EQ(services,
+            (std::set<int>{S::CONTROLLER_SERVICE, S::VOLUME_ACCESSIBILITY_CONSTRAINTS, S::GROUP_CONTROLLER_SERVICE}));
   EXPECT_EQ(expansion, (std::set<int>{E::ONLINE, E::OFFLINE}));
   ::csi::v1::ProbeResponse probe;
   ASSERT_TRUE(driver_->identity().Probe(Ctx().get(), {}, &probe).ok());
@@ -87,8 +85,7 @@ TEST_F(DriverConformanceTest, RequiredFieldsAreInvalidArgumentBeforeLookups) {
     ::csi::v1::ControllerPublishVolumeResponse r;
     q.set_volume_id("fake-vol-id-1");
     q.set_node_id("fake-node");
-    EXPECT_EQ(c.ControllerPublishVolume(Ctx().get(), q, &r).error_code(),
-              StatusCode::INVALID_ARGUMENT);
+    EXPECT_EQ(c.ControllerPublishVolume(Ctx().get(), q, &r).error_code(), StatusCode::INVALID_ARGUMENT);
   }
   {
     ::csi::v1::NodeStageVolumeRequest q;
@@ -112,7 +109,7 @@ TEST_F(DriverConformanceTest, RequiredFieldsAreInvalidArgumentBeforeLookups) {
   }
   // IDs that could become paths are refused outright.
   for (const std::string& bad : std::vector<std::string>{"../../etc/passwd", "vol/x", std::string("a\0b", 3),
-                                std::string(129, 'v'), "\xc3\xa9t\xc3\xa9"}) {
+                                                         std::string(129, 'v'), "\xc3\xa9t\xc3\xa9"}) {
     ::csi::v1::DeleteVolumeRequest q;
     q.set_volume_id(bad);
     ::csi::v1::DeleteVolumeResponse r;
@@ -177,8 +174,7 @@ TEST_F(DriverConformanceTest, CreateIsIdempotentByNameAndRefusesIncompatibleRepe
   ::csi::v1::CreateVolumeResponse odd;
   ASSERT_TRUE(Create("pvc-odd", (64 << 20) + 1, 0, &odd).ok());
   EXPECT_EQ(odd.volume().capacity_bytes(), 65 << 20);
-  EXPECT_EQ(Create("pvc-tight", (64 << 20) + 1, (64 << 20) + 2, &c).error_code(),
-            StatusCode::OUT_OF_RANGE);
+  EXPECT_EQ(Create("pvc-tight", (64 << 20) + 1, (64 << 20) + 2, &c).error_code(), StatusCode::OUT_OF_RANGE);
   // A 128-byte name works; 129 does not.
   EXPECT_TRUE(Create(std::string(128, 'n'), 0, 0, &c).ok());
   EXPECT_EQ(Create(std::string(129, 'n'), 0, 0, &c).error_code(), StatusCode::INVALID_ARGUMENT);
@@ -190,8 +186,7 @@ TEST_F(DriverConformanceTest, CreateIsIdempotentByNameAndRefusesIncompatibleRepe
   q.set_name("snap-x");
   q.set_source_volume_id(other);
   ::csi::v1::CreateSnapshotResponse r;
-  EXPECT_EQ(driver_->controller().CreateSnapshot(Ctx().get(), q, &r).error_code(),
-            StatusCode::ALREADY_EXISTS);
+  EXPECT_EQ(driver_->controller().CreateSnapshot(Ctx().get(), q, &r).error_code(), StatusCode::ALREADY_EXISTS);
 }
 
 TEST_F(DriverConformanceTest, CapacityAndTopology) {
@@ -257,8 +252,7 @@ TEST_F(DriverConformanceTest, ListingsPaginateAndFilter) {
   EXPECT_EQ(seen, vols);
   q.set_starting_token("invalid-token");
   ::csi::v1::ListVolumesResponse bad;
-  EXPECT_EQ(driver_->controller().ListVolumes(Ctx().get(), q, &bad).error_code(),
-            StatusCode::ABORTED);
+  EXPECT_EQ(driver_->controller().ListVolumes(Ctx().get(), q, &bad).error_code(), StatusCode::ABORTED);
 
   const std::string s0 = MustSnapshot("snap-l0", vols[0]);
   MustSnapshot("snap-l1", vols[1]);
@@ -301,14 +295,12 @@ TEST_F(DriverConformanceTest, PublishRecordsNodesAndRefusesIncompatibleRepeat) {
   ::csi::v1::ControllerPublishVolumeResponse r;
   for (int i = 0; i < 3; ++i) ASSERT_TRUE(driver_->controller().ControllerPublishVolume(Ctx().get(), q, &r).ok());
   q.set_readonly(true);
-  EXPECT_EQ(driver_->controller().ControllerPublishVolume(Ctx().get(), q, &r).error_code(),
-            StatusCode::ALREADY_EXISTS);
+  EXPECT_EQ(driver_->controller().ControllerPublishVolume(Ctx().get(), q, &r).error_code(), StatusCode::ALREADY_EXISTS);
   // Published volumes cannot be deleted.
   ::csi::v1::DeleteVolumeRequest d;
   d.set_volume_id(vol);
   ::csi::v1::DeleteVolumeResponse dr;
-  EXPECT_EQ(driver_->controller().DeleteVolume(Ctx().get(), d, &dr).error_code(),
-            StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(driver_->controller().DeleteVolume(Ctx().get(), d, &dr).error_code(), StatusCode::FAILED_PRECONDITION);
   ::csi::v1::ControllerGetVolumeRequest g;
   g.set_volume_id(vol);
   ::csi::v1::ControllerGetVolumeResponse gr;

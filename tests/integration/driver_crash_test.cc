@@ -25,9 +25,7 @@ class DriverCrashTest : public ::testing::TestWithParam<Scenario> {
  protected:
   void SetUp() override { BERTH_REQUIRE_ROOT(); }
 
-  VolumeCapability Cap() const {
-    return GetParam().block ? BlockCapability() : MountCapability("ext4");
-  }
+  VolumeCapability Cap() const { return GetParam().block ? BlockCapability() : MountCapability("ext4"); }
   std::string Staging() const { return driver_->kubelet() + "/staging/v"; }
   std::string Target() const { return driver_->kubelet() + "/pods/p/v/mount"; }
 
@@ -141,8 +139,7 @@ TEST_P(DriverCrashTest, NextStartAndRetryRepairEverything) {
   for (const char* step : {"unpublish", "unstage"}) {
     if (!volume_.empty()) {
       grpc::Status st = Run(step);
-      EXPECT_TRUE(st.ok() || st.error_code() == grpc::StatusCode::NOT_FOUND) << step << ": "
-                                                                           << st.error_message();
+      EXPECT_TRUE(st.ok() || st.error_code() == grpc::StatusCode::NOT_FOUND) << step << ": " << st.error_message();
     }
   }
   if (!snapshot_.empty()) {
@@ -178,25 +175,24 @@ std::string Name(const ::testing::TestParamInfo<Scenario>& info) {
 
 INSTANTIATE_TEST_SUITE_P(
     CrashPoints, DriverCrashTest,
-    ::testing::Values(
-        Scenario{"create-volume/image-in-tmp", false, {}, "create"},
-        Scenario{"create-volume/image-in-place", false, {}, "create"},
-        Scenario{"create-volume/recorded", false, {}, "create"},
-        Scenario{"delete-volume/marked", false, {"create"}, "delete"},
-        Scenario{"delete-volume/image-removed", false, {"create"}, "delete"},
-        Scenario{"expand-volume/image-grown", false, {"create"}, "expand"},
-        Scenario{"create-snapshot/image-in-tmp", false, {"create"}, "snapshot"},
-        Scenario{"create-snapshot/recorded", false, {"create"}, "snapshot"},
-        Scenario{"delete-snapshot/marked", false, {"create", "snapshot"}, "delete-snapshot"},
-        Scenario{"node-stage/attached", false, {"create"}, "stage"},
-        Scenario{"node-stage/formatting", false, {"create"}, "stage"},
-        Scenario{"node-stage/formatted", false, {"create"}, "stage"},
-        Scenario{"node-stage/mounted", false, {"create"}, "stage"},
-        Scenario{"node-stage/block-attached", true, {"create"}, "stage"},
-        Scenario{"node-unstage/unmounted", false, {"create", "stage"}, "unstage"},
-        Scenario{"node-publish/mounted", false, {"create", "stage"}, "publish"},
-        Scenario{"node-publish/mounted", true, {"create", "stage"}, "publish"},
-        Scenario{"node-unpublish/unmounted", false, {"create", "stage", "publish"}, "unpublish"}),
+    ::testing::Values(Scenario{"create-volume/image-in-tmp", false, {}, "create"},
+                      Scenario{"create-volume/image-in-place", false, {}, "create"},
+                      Scenario{"create-volume/recorded", false, {}, "create"},
+                      Scenario{"delete-volume/marked", false, {"create"}, "delete"},
+                      Scenario{"delete-volume/image-removed", false, {"create"}, "delete"},
+                      Scenario{"expand-volume/image-grown", false, {"create"}, "expand"},
+                      Scenario{"create-snapshot/image-in-tmp", false, {"create"}, "snapshot"},
+                      Scenario{"create-snapshot/recorded", false, {"create"}, "snapshot"},
+                      Scenario{"delete-snapshot/marked", false, {"create", "snapshot"}, "delete-snapshot"},
+                      Scenario{"node-stage/attached", false, {"create"}, "stage"},
+                      Scenario{"node-stage/formatting", false, {"create"}, "stage"},
+                      Scenario{"node-stage/formatted", false, {"create"}, "stage"},
+                      Scenario{"node-stage/mounted", false, {"create"}, "stage"},
+                      Scenario{"node-stage/block-attached", true, {"create"}, "stage"},
+                      Scenario{"node-unstage/unmounted", false, {"create", "stage"}, "unstage"},
+                      Scenario{"node-publish/mounted", false, {"create", "stage"}, "publish"},
+                      Scenario{"node-publish/mounted", true, {"create", "stage"}, "publish"},
+                      Scenario{"node-unpublish/unmounted", false, {"create", "stage", "publish"}, "unpublish"}),
     Name);
 
 }  // namespace

@@ -63,7 +63,6 @@ std::string ReadPrefix(const std::string& path, size_t n) {
 
 class DriverE2ETest : public DriverProcessTest {
  protected:
-
   std::string Staging(const std::string& vol) { return driver_->kubelet() + "/staging/" + vol; }
   std::string Target(const std::string& pod, const std::string& vol) {
     return driver_->kubelet() + "/pods/" + pod + "/" + vol + "/mount";
@@ -98,8 +97,7 @@ class DriverE2ETest : public DriverProcessTest {
     ASSERT_TRUE(st.ok()) << st.error_message();
   }
 
-  void Publish(const std::string& vol, const std::string& target, const VolumeCapability& cap,
-               bool readonly = false) {
+  void Publish(const std::string& vol, const std::string& target, const VolumeCapability& cap, bool readonly = false) {
     fs::create_directories(fs::path(target).parent_path());
     ::csi::v1::NodePublishVolumeRequest req;
     req.set_volume_id(vol);
@@ -208,8 +206,7 @@ bool HasCapSysResource() {
   return false;
 }
 
-class OnlineExpansionTest : public DriverE2ETest,
-                            public ::testing::WithParamInterface<std::string> {};
+class OnlineExpansionTest : public DriverE2ETest, public ::testing::WithParamInterface<std::string> {};
 
 TEST_P(OnlineExpansionTest, GrowsMountedFilesystem) {
   const auto cap = MountCap(GetParam());
@@ -252,8 +249,8 @@ TEST_P(OnlineExpansionTest, GrowsMountedFilesystem) {
 
   struct statvfs after {};
   ASSERT_EQ(::statvfs(target.c_str(), &after), 0);
-  const double grown = static_cast<double>(after.f_blocks) * after.f_frsize /
-                       (static_cast<double>(before.f_blocks) * before.f_frsize);
+  const double grown =
+      static_cast<double>(after.f_blocks) * after.f_frsize / (static_cast<double>(before.f_blocks) * before.f_frsize);
   EXPECT_GT(grown, 3.0);
   EXPECT_EQ(ReadPrefix(target + "/keep.txt", 100), "still here");
 
@@ -367,11 +364,10 @@ TEST_F(DriverE2ETest, RefusesPathsOutsideKubeletRootAndThroughSymlinks) {
   *req.mutable_volume_capability() = cap;
   ::csi::v1::NodeStageVolumeResponse resp;
   for (const std::string& bad : {sandbox_.Join("outside"), driver_->kubelet() + "/../escape",
-                                driver_->kubelet() + "/evil/x", std::string("relative/path")}) {
+                                 driver_->kubelet() + "/evil/x", std::string("relative/path")}) {
     if (bad.ends_with("/evil/x")) fs::create_directory_symlink("/etc", driver_->kubelet() + "/evil");
     req.set_staging_target_path(bad);
-    EXPECT_EQ(driver_->node().NodeStageVolume(Ctx().get(), req, &resp).error_code(),
-              grpc::StatusCode::INVALID_ARGUMENT)
+    EXPECT_EQ(driver_->node().NodeStageVolume(Ctx().get(), req, &resp).error_code(), grpc::StatusCode::INVALID_ARGUMENT)
         << bad;
   }
   // A non-empty directory that is not ours is never mounted over.

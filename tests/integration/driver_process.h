@@ -26,9 +26,7 @@ class DriverProcess {
   std::string socket() const { return sandbox_.Join("csi.sock"); }
   std::string kubelet() const { return sandbox_.Join("kubelet"); }
   std::string pool() const { return pool_.empty() ? sandbox_.Join("pool") : pool_; }
-  std::string pool_image() const {
-    return pool_image_.empty() ? sandbox_.Join("pool.img") : pool_image_;
-  }
+  std::string pool_image() const { return pool_image_.empty() ? sandbox_.Join("pool.img") : pool_image_; }
 
   // Serves the pool at other paths from the next Start() on.
   void SetPool(std::string pool, std::string pool_image) {
@@ -63,13 +61,9 @@ class DriverProcess {
 
   // Starts berth-csi without waiting for it to serve.
   void Launch(const std::vector<std::string>& env = {}) {
-    std::vector<std::string> argv = {BERTH_CSI_BINARY,
-                                     "--endpoint",      "unix://" + socket(),
-                                     "--node-id",       "node-a",
-                                     "--pool",          pool(),
-                                     "--pool-image",    pool_image(),
-                                     "--pool-size",     "64Gi",
-                                     "--kubelet-root",  kubelet()};
+    std::vector<std::string> argv = {
+        BERTH_CSI_BINARY, "--endpoint", "unix://" + socket(), "--node-id", "node-a",         "--pool", pool(),
+        "--pool-image",   pool_image(), "--pool-size",        "64Gi",      "--kubelet-root", kubelet()};
     argv.insert(argv.end(), extra_.begin(), extra_.end());
     if (!wrapper_.empty()) {
       std::string command = setup_.empty() ? "exec" : setup_ + " && exec";
@@ -77,8 +71,7 @@ class DriverProcess {
       argv = wrapper_;
       argv.insert(argv.end(), {"/bin/sh", "-c", command});
     }
-    for (const auto& e : env) ::setenv(e.substr(0, e.find('=')).c_str(),
-                                       e.substr(e.find('=') + 1).c_str(), 1);
+    for (const auto& e : env) ::setenv(e.substr(0, e.find('=')).c_str(), e.substr(e.find('=') + 1).c_str(), 1);
     process_ = std::make_unique<Subprocess>(argv, sandbox_.Join("driver.log"));
     for (const auto& e : env) ::unsetenv(e.substr(0, e.find('=')).c_str());
   }

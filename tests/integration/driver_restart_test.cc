@@ -34,8 +34,7 @@ std::string ReadAll(const std::string& path) {
 
 // The backing file name /sys shows for `device` ("" if detached).
 std::string KernelName(const std::string& device) {
-  std::string name =
-      ReadAll("/sys/block/" + fs::path(device).filename().string() + "/loop/backing_file");
+  std::string name = ReadAll("/sys/block/" + fs::path(device).filename().string() + "/loop/backing_file");
   while (!name.empty() && name.back() == '\n') name.pop_back();
   return name;
 }
@@ -61,9 +60,9 @@ class DriverRestartTest : public ::testing::Test {
     // Each run: a new mount namespace (copies of shared mounts stay peers of
     // the host's), the host directory bound recursively where the container
     // sees it, as kubelet binds a hostPath volume.
-    driver_->SetWrapper({"/usr/bin/unshare", "-m", "--propagation", "unchanged"},
-                        "mount --rbind " + DriverProcess::ShellQuote(host()) + " " +
-                            DriverProcess::ShellQuote(container()));
+    driver_->SetWrapper(
+        {"/usr/bin/unshare", "-m", "--propagation", "unchanged"},
+        "mount --rbind " + DriverProcess::ShellQuote(host()) + " " + DriverProcess::ShellQuote(container()));
     driver_->SetPool(container() + "/pool", container() + "/pool.img");
   }
 
@@ -74,9 +73,7 @@ class DriverRestartTest : public ::testing::Test {
   std::string host() const { return sandbox_.Join("host"); }
   std::string container() const { return sandbox_.Join("container"); }
   std::string Staging(const std::string& v) const { return sandbox_.Join("kubelet/staging/" + v); }
-  std::string Target(const std::string& v) const {
-    return sandbox_.Join("kubelet/pods/p1/volumes/" + v + "/mount");
-  }
+  std::string Target(const std::string& v) const { return sandbox_.Join("kubelet/pods/p1/volumes/" + v + "/mount"); }
 
   std::string Create(const std::string& name, const VolumeCapability& cap) {
     ::csi::v1::CreateVolumeRequest req;
@@ -211,8 +208,8 @@ TEST_F(DriverRestartTest, NewContainerServesWhatTheKilledOneStaged) {
   const std::string a_dev = MountedDevice(Staging(a));
   ASSERT_TRUE(a_dev.starts_with("/dev/loop")) << "the staging mount did not reach the host";
   EXPECT_EQ(ReadAll(Target(a) + "/data"), "written before the restart");
-  std::cerr << "after the container is gone, /sys names " << pool_dev << "'s file \""
-            << KernelName(pool_dev) << "\" and " << a_dev << "'s \"" << KernelName(a_dev) << "\"\n";
+  std::cerr << "after the container is gone, /sys names " << pool_dev << "'s file \"" << KernelName(pool_dev)
+            << "\" and " << a_dev << "'s \"" << KernelName(a_dev) << "\"\n";
   std::string b_dev;
   for (const auto& l : sandbox_.Loops()) {
     if (l != pool_dev && l != a_dev) b_dev = l;
@@ -247,8 +244,7 @@ TEST_F(DriverRestartTest, NewContainerServesWhatTheKilledOneStaged) {
   auto stats = Stats(a, Target(a));
   EXPECT_FALSE(stats.volume_condition().abnormal()) << stats.volume_condition().message();
   auto block_stats = Stats(b, Target(b));
-  EXPECT_FALSE(block_stats.volume_condition().abnormal())
-      << block_stats.volume_condition().message();
+  EXPECT_FALSE(block_stats.volume_condition().abnormal()) << block_stats.volume_condition().message();
   ASSERT_GT(block_stats.usage_size(), 0);
   EXPECT_EQ(block_stats.usage(0).total(), 64 << 20);
   // A staged volume cannot be deleted (its loop device is found).
@@ -258,9 +254,8 @@ TEST_F(DriverRestartTest, NewContainerServesWhatTheKilledOneStaged) {
   // ---- Run 3: another new container that sees the host directory at
   // another path; then everything comes down through the API.
   driver_->SetWrapper({"/usr/bin/unshare", "-m", "--propagation", "unchanged"},
-                      "mkdir -p " + DriverProcess::ShellQuote(container() + "-2") +
-                          " && mount --rbind " + DriverProcess::ShellQuote(host()) + " " +
-                          DriverProcess::ShellQuote(container() + "-2"));
+                      "mkdir -p " + DriverProcess::ShellQuote(container() + "-2") + " && mount --rbind " +
+                          DriverProcess::ShellQuote(host()) + " " + DriverProcess::ShellQuote(container() + "-2"));
   driver_->SetPool(container() + "-2/pool", container() + "-2/pool.img");
   ASSERT_TRUE(driver_->Start()) << driver_->Log();
   EXPECT_TRUE(Attached(b_dev));

@@ -71,12 +71,14 @@ class PodWorkersContainerdTest : public ::testing::Test {
   // that notices containers exiting runs on it).
   template <class Pred>
   bool EventuallyTicking(Pred pred, absl::Duration timeout = absl::Seconds(60)) {
-    return Eventually([&] {
-      if (pred()) return true;
-      clock_.Advance(absl::Seconds(1));
-      absl::SleepFor(absl::Milliseconds(50));
-      return pred();
-    }, timeout);
+    return Eventually(
+        [&] {
+          if (pred()) return true;
+          clock_.Advance(absl::Seconds(1));
+          absl::SleepFor(absl::Milliseconds(50));
+          return pred();
+        },
+        timeout);
   }
   // Syncs the pod now and waits until a sync has finished.
   void SyncNow(const std::string& uid) {
@@ -160,7 +162,8 @@ TEST_F(PodWorkersContainerdTest, OnFailureRestartsWithAGrowingBackoffOnTheClock)
              c["state"]["waiting"].value("reason", "") == "CrashLoopBackOff";
     })) << Main("crasher").dump();
     EXPECT_THAT(Main("crasher")["state"]["waiting"].value("message", ""),
-                HasSubstr("back-off " + absl::FormatDuration(backoff) + " restarting failed container=main pod=crasher_default"));
+                HasSubstr("back-off " + absl::FormatDuration(backoff) +
+                          " restarting failed container=main pod=crasher_default"));
     EXPECT_EQ(Main("crasher")["lastState"]["terminated"]["exitCode"], 1);
     EXPECT_EQ(Pod("crasher")["status"]["phase"], "Running");
     // Not a moment before the backoff ends...
@@ -202,16 +205,20 @@ TEST_F(PodWorkersContainerdTest, ExitThreeWithRestartPolicyNeverFailsThePod) {
 TEST_F(PodWorkersContainerdTest, GracefulDeletionRunsTheSigtermTrapThenReportsNothingRuns) {
   StartWorkers();
   const std::string shared = dir_.Join("shared");
-  const std::string uid = CreatePod(
-      "graceful", "Always", "trap 'echo last line > /shared/out; exit 0' TERM; echo up > /shared/out; while true; do sleep 1; done",
-      {{"volumes", json::array({{{"name", "shared"}, {"hostPath", {{"path", shared}, {"type", "DirectoryOrCreate"}}}}})},
-       {"containers", json::array({{{"name", "main"},
-                                    {"image", cri::kToolboxImage},
-                                    {"volumeMounts", json::array({{{"name", "shared"}, {"mountPath", "/shared"}}})},
-                                    {"command", json::array({"/bin/sh", "-c",
-                                                             "trap 'echo last line > /shared/out; exit 0' TERM; "
-                                                             "echo up > /shared/out; while true; do sleep 1; done"})}}})}});
-  ASSERT_TRUE(Eventually([&] { return Main("graceful").value("ready", false); }, absl::Seconds(60))) << Pod("graceful").dump();
+  const std::string uid =
+      CreatePod("graceful", "Always",
+                "trap 'echo last line > /shared/out; exit 0' TERM; echo up > /shared/out; while true; do sleep 1; done",
+                {{"volumes",
+                  json::array({{{"name", "shared"}, {"hostPath", {{"path", shared}, {"type", "DirectoryOrCreate"}}}}})},
+                 {"containers",
+                  json::array({{{"name", "main"},
+                                {"image", cri::kToolboxImage},
+                                {"volumeMounts", json::array({{{"name", "shared"}, {"mountPath", "/shared"}}})},
+                                {"command", json::array({"/bin/sh", "-c",
+                                                         "trap 'echo last line > /shared/out; exit 0' TERM; "
+                                                         "echo up > /shared/out; while true; do sleep 1; done"})}}})}});
+  ASSERT_TRUE(Eventually([&] { return Main("graceful").value("ready", false); }, absl::Seconds(60)))
+      << Pod("graceful").dump();
   ASSERT_TRUE(Eventually([&] {
     std::ifstream in(shared + "/out");
     std::string s;
@@ -231,8 +238,9 @@ TEST_F(PodWorkersContainerdTest, GracefulDeletionRunsTheSigtermTrapThenReportsNo
   EXPECT_EQ(Pod("graceful")["status"]["phase"], "Succeeded");
   // The object goes (the volume manager's final delete); so do the sandbox
   // and the containers.
-  ASSERT_TRUE(registry_->Delete(K("pods"), "default", "graceful", {.uid = uid, .resource_version = std::nullopt,
-                                                                   .grace_period_seconds = 0})
+  ASSERT_TRUE(registry_
+                  ->Delete(K("pods"), "default", "graceful",
+                           {.uid = uid, .resource_version = std::nullopt, .grace_period_seconds = 0})
                   .ok());
   ASSERT_TRUE(Eventually([&] { return Sandboxes(uid).empty() && Instances(uid).empty(); }, absl::Seconds(60)));
   EXPECT_FALSE(std::filesystem::exists(dir_.Join("logs/default_graceful_" + uid)));
@@ -263,21 +271,24 @@ TEST_F(PodWorkersContainerdTest, ARestartedAgentAdoptsItsSandboxesAndRemovesThos
   workers_->Stop();
   workers_.reset();
   // While the agent is down: one pod is force-deleted, containerd restarts.
-  ASSERT_TRUE(registry_->Delete(K("pods"), "default", "gone", {.uid = gone, .resource_version = std::nullopt,
-                                                              .grace_period_seconds = 0})
+  ASSERT_TRUE(registry_
+                  ->Delete(K("pods"), "default", "gone",
+                           {.uid = gone, .resource_version = std::nullopt, .grace_period_seconds = 0})
                   .ok());
   ASSERT_TRUE(ctd_->Restart().ok()) << ctd_->Log();
   const absl::Time restarted = absl::Now();
   // containerd recovers the sandbox from its shim (the list fails until it
   // has): it must be adopted, never replaced.
   std::vector<cri::v1::PodSandbox> recovered;
-  ASSERT_TRUE(Eventually([&] {
-    cri::v1::PodSandboxFilter f;
-    (*f.mutable_label_selector())[kPodUidLabel] = kept;
-    auto list = ctd_->runtime().ListPodSandbox(f);
-    if (list.ok()) recovered = *list;
-    return list.ok();
-  }, absl::Seconds(30)));
+  ASSERT_TRUE(Eventually(
+      [&] {
+        cri::v1::PodSandboxFilter f;
+        (*f.mutable_label_selector())[kPodUidLabel] = kept;
+        auto list = ctd_->runtime().ListPodSandbox(f);
+        if (list.ok()) recovered = *list;
+        return list.ok();
+      },
+      absl::Seconds(30)));
   ASSERT_EQ(recovered.size(), 1u) << ctd_->Log();
   ASSERT_EQ(recovered[0].id(), sandbox[0].id());
   ASSERT_EQ(recovered[0].state(), cri::v1::SANDBOX_READY) << ctd_->Log();

@@ -23,11 +23,11 @@
 #include <utility>
 #include <vector>
 
-#include "common/testing/eventually.h"
 #include "apiserver/registry.h"
+#include "client/object.h"
+#include "common/testing/eventually.h"
 #include "common/testing/subprocess.h"
 #include "common/testing/temp_dir.h"
-#include "client/object.h"
 #include "csi/client.h"
 #include "csi/v1/csi.grpc.pb.h"
 #include "gmock/gmock.h"
@@ -44,8 +44,8 @@ using berth::testing::Eventually;
 using client::Field;
 using client::K;
 using client::Str;
-using ::testing::HasSubstr;
 using nlohmann::json;
+using ::testing::HasSubstr;
 
 constexpr char kDriver[] = "local.csi.berth.io";  // berth-csi's default name
 constexpr char kNode[] = "node-1";
@@ -109,10 +109,13 @@ class RegistrarTest : public ::testing::Test {
     root_ = dir_.Join("kubelet");
     // Where the DaemonSet puts it: <kubelet root>/plugins/<driver>/csi.sock.
     socket_ = root_ + "/plugins/" + kDriver + "/csi.sock";
-    agent_ = std::make_unique<NodeAgent>(
-        *registry_, directory_,
-        NodeAgent::Options{.node_name = kNode, .root = root_, .labels = {}, .heartbeat = absl::Seconds(1),
-                           .workers = 1, .volume_stats_period = absl::ZeroDuration()});
+    agent_ = std::make_unique<NodeAgent>(*registry_, directory_,
+                                         NodeAgent::Options{.node_name = kNode,
+                                                            .root = root_,
+                                                            .labels = {},
+                                                            .heartbeat = absl::Seconds(1),
+                                                            .workers = 1,
+                                                            .volume_stats_period = absl::ZeroDuration()});
     ASSERT_TRUE(agent_->Start().ok());
     ASSERT_NO_FATAL_FAILURE(StartDriver());
   }
@@ -133,8 +136,8 @@ class RegistrarTest : public ::testing::Test {
   // berth-csi without --registration-dir: it serves CSI and nothing else.
   void StartDriver() {
     driver_ = std::make_unique<berth::testing::Subprocess>(
-        std::vector<std::string>{BERTH_CSI_BINARY, "--endpoint", "unix://" + socket_, "--node-id", kNodeId,
-                                 "--pool", dir_.Join("pool"), "--kubelet-root", root_, "--max-volumes", "9"},
+        std::vector<std::string>{BERTH_CSI_BINARY, "--endpoint", "unix://" + socket_, "--node-id", kNodeId, "--pool",
+                                 dir_.Join("pool"), "--kubelet-root", root_, "--max-volumes", "9"},
         dir_.Join("berth-csi-" + std::to_string(++driver_starts_) + ".log"));
     auto ch = csi::ConnectUnix(socket_, {.timeout = absl::Seconds(30)});
     ASSERT_TRUE(ch.ok()) << ch.status() << "\n" << driver_->Output();
@@ -157,9 +160,9 @@ class RegistrarTest : public ::testing::Test {
   // file it touches then beside --kubelet-registration-path); from v2.9 on
   // it always passes. Its exit code, -1 if it hangs.
   int RegistrationProbe() {
-    berth::testing::Subprocess probe({registrar_bin_, "--kubelet-registration-path=" + socket_,
-                                      "--mode=kubelet-registration-probe"},
-                                     dir_.Join("probe.log"));
+    berth::testing::Subprocess probe(
+        {registrar_bin_, "--kubelet-registration-path=" + socket_, "--mode=kubelet-registration-probe"},
+        dir_.Join("probe.log"));
     const int code = probe.Wait(absl::Seconds(10)).value_or(-1);
     if (code != 0) ADD_FAILURE() << "registration probe: " << probe.Output();
     return code;

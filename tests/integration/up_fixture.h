@@ -18,11 +18,11 @@
 #include <string>
 #include <vector>
 
-#include "http/api_client.h"
 #include "common/testing/eventually.h"
 #include "common/testing/subprocess.h"
 #include "driver/testing/sandbox.h"
 #include "gtest/gtest.h"
+#include "http/api_client.h"
 #include "nlohmann/json.hpp"
 
 namespace berth::testing {

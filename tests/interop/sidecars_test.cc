@@ -32,10 +32,10 @@
 #include <string>
 #include <vector>
 
+#include "../integration/up_fixture.h"
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "../integration/up_fixture.h"
 
 namespace berth::testing {
 namespace {
@@ -44,8 +44,8 @@ using nlohmann::json;
 namespace fs = std::filesystem;
 
 constexpr char kSide[] = "side.csi.berth.io";
-constexpr const char* kSidecars[] = {"csi-node-driver-registrar", "csi-provisioner", "csi-attacher",
-                                     "csi-resizer",               "csi-snapshotter", "snapshot-controller"};
+constexpr const char* kSidecars[] = {"csi-node-driver-registrar", "csi-provisioner",    "csi-attacher", "csi-resizer",
+                                     "csi-snapshotter",           "snapshot-controller"};
 
 // The driver's CSIDriver (as its deployment would create it), a class for it,
 // and a snapshot class. XFS: ext4's online resize needs CAP_SYS_RESOURCE,
@@ -195,9 +195,9 @@ class SidecarsTest : public BerthUpFixture {
                            absl::Seconds(60)))
         << side_driver_->Output();
     ASSERT_FALSE(side_driver_->Wait(absl::ZeroDuration()).has_value()) << side_driver_->Output();
-    StartSidecar("csi-node-driver-registrar", {"--csi-address=" + SideSocket(),
-                                               "--kubelet-registration-path=" + SideSocket(),
-                                               "--plugin-registration-path=" + Kubelet() + "/plugins_registry"});
+    StartSidecar("csi-node-driver-registrar",
+                 {"--csi-address=" + SideSocket(), "--kubelet-registration-path=" + SideSocket(),
+                  "--plugin-registration-path=" + Kubelet() + "/plugins_registry"});
     ASSERT_NO_FATAL_FAILURE(WaitForDriverRegistered(kSide));
   }
 
@@ -312,9 +312,9 @@ class SidecarsTest : public BerthUpFixture {
 
     // Online expansion: csi-resizer grows the volume and the PV, the node
     // agent the file system.
-    auto patched = client_->Call("PATCH", "/api/v1/namespaces/default/persistentvolumeclaims/data",
-                                 R"({"spec":{"resources":{"requests":{"storage":"512Mi"}}}})",
-                                 "application/merge-patch+json");
+    auto patched =
+        client_->Call("PATCH", "/api/v1/namespaces/default/persistentvolumeclaims/data",
+                      R"({"spec":{"resources":{"requests":{"storage":"512Mi"}}}})", "application/merge-patch+json");
     ASSERT_TRUE(patched.ok() && patched->code == 200) << (patched.ok() ? patched->body : patched.status().ToString());
     EXPECT_TRUE(Eventually(
         [&] {
@@ -352,14 +352,14 @@ class SidecarsTest : public BerthUpFixture {
     Berth({"delete", "pvc", "data", "restored"});
     EXPECT_TRUE(Eventually([&] { return Items("/api/v1/persistentvolumes").empty(); }, absl::Seconds(120)))
         << Items("/api/v1/persistentvolumes").dump();
-    EXPECT_TRUE(Eventually([&] { return Items("/apis/storage.k8s.io/v1/volumeattachments").empty(); },
-                           absl::Seconds(60)))
+    EXPECT_TRUE(
+        Eventually([&] { return Items("/apis/storage.k8s.io/v1/volumeattachments").empty(); }, absl::Seconds(60)))
         << Items("/apis/storage.k8s.io/v1/volumeattachments").dump();
     EXPECT_TRUE(Eventually([&] { return Items("/apis/snapshot.storage.k8s.io/v1/volumesnapshotcontents").empty(); },
                            absl::Seconds(60)))
         << Items("/apis/snapshot.storage.k8s.io/v1/volumesnapshotcontents").dump();
-    EXPECT_TRUE(Eventually([&] { return PoolImages("volumes") == 0 && PoolImages("snapshots") == 0; },
-                           absl::Seconds(30)));
+    EXPECT_TRUE(
+        Eventually([&] { return PoolImages("volumes") == 0 && PoolImages("snapshots") == 0; }, absl::Seconds(30)));
     EXPECT_TRUE(Eventually([&] { return VolumeMounts().empty() && VolumeLoops() == 0; }, absl::Seconds(30)))
         << ::testing::PrintToString(VolumeMounts());
     EXPECT_GE(Calls("csi-provisioner", "Controller/DeleteVolume"), 2u);

@@ -22,8 +22,7 @@ namespace berth::testing {
 class Subprocess {
  public:
   // Starts `argv[0]` with `argv`; stdout and stderr go to `log_path`.
-  Subprocess(const std::vector<std::string>& argv, const std::string& log_path)
-      : log_path_(log_path) {
+  Subprocess(const std::vector<std::string>& argv, const std::string& log_path) : log_path_(log_path) {
     pid_ = ::fork();
     if (pid_ == 0) {
       int fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);

@@ -9,8 +9,8 @@
 #include <memory>
 #include <optional>
 #include <set>
-#include <utility>
 #include <string>
+#include <utility>
 
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
@@ -32,9 +32,9 @@ class FakeCsiDriver : public ::csi::v1::Identity::Service, public ::csi::v1::Con
   }
 
   absl::Status Serve(const std::string& socket_path) {
-    auto server = csi::CsiServer::Start({.endpoint = socket_path, .socket_mode = 0600},
-                                        {static_cast<::csi::v1::Identity::Service*>(this),
-                                         static_cast<::csi::v1::Controller::Service*>(this)});
+    auto server = csi::CsiServer::Start(
+        {.endpoint = socket_path, .socket_mode = 0600},
+        {static_cast<::csi::v1::Identity::Service*>(this), static_cast<::csi::v1::Controller::Service*>(this)});
     if (!server.ok()) return server.status();
     server_ = std::move(*server);
     return absl::OkStatus();
@@ -130,7 +130,8 @@ class FakeCsiDriver : public ::csi::v1::Identity::Service, public ::csi::v1::Con
       const auto& pick = ar.preferred_size() > 0 ? ar.preferred(0) : ar.requisite(0);
       *out->mutable_volume()->add_accessible_topology() = pick;
     }
-    if (req->has_volume_content_source()) *out->mutable_volume()->mutable_content_source() = req->volume_content_source();
+    if (req->has_volume_content_source())
+      *out->mutable_volume()->mutable_content_source() = req->volume_content_source();
     return grpc::Status::OK;
   }
   grpc::Status DeleteVolume(grpc::ServerContext*, const ::csi::v1::DeleteVolumeRequest* req,

@@ -7,8 +7,8 @@
 #include <string>
 
 #include "apiserver/registry.h"
-#include "common/clock.h"
 #include "client/informer.h"
+#include "common/clock.h"
 #include "common/testing/temp_dir.h"
 #include "controllers/provisioner.h"
 #include "controllers/pv_binder.h"
@@ -28,7 +28,10 @@ inline json Claim(const std::string& name, const std::string& cls, const std::st
   return {{"apiVersion", "v1"},
           {"kind", "PersistentVolumeClaim"},
           {"metadata", {{"name", name}}},
-          {"spec", {{"accessModes", {"ReadWriteOnce"}}, {"storageClassName", cls}, {"resources", {{"requests", {{"storage", size}}}}}}}};
+          {"spec",
+           {{"accessModes", {"ReadWriteOnce"}},
+            {"storageClassName", cls},
+            {"resources", {{"requests", {{"storage", size}}}}}}}};
 }
 
 class ProvisionerTest : public ::testing::Test {
@@ -53,12 +56,11 @@ class ProvisionerTest : public ::testing::Test {
   void Start(const std::string& node_for_driver = "") {
     directory_.Add(kDriver, node_for_driver, "unix://" + socket_);
     // Probes of a down driver come quickly here (tests restart it at once).
-    monitor_ = std::make_unique<DriverMonitor>(
-        directory_, RealClock(),
-        DriverMonitorOptions{.probe_timeout = absl::Seconds(1),
-                             .probe_initial = absl::Milliseconds(50),
-                             .probe_max = absl::Milliseconds(200),
-                             .dial_timeout = absl::Seconds(1)});
+    monitor_ = std::make_unique<DriverMonitor>(directory_, RealClock(),
+                                               DriverMonitorOptions{.probe_timeout = absl::Seconds(1),
+                                                                    .probe_initial = absl::Milliseconds(50),
+                                                                    .probe_max = absl::Milliseconds(200),
+                                                                    .dial_timeout = absl::Seconds(1)});
     claims_ = std::make_unique<Informer>(*registry_, K("persistentvolumeclaims"));
     volumes_ = std::make_unique<Informer>(*registry_, K("persistentvolumes"));
     classes_ = std::make_unique<Informer>(*registry_, K("storageclasses", "storage.k8s.io"));
@@ -69,11 +71,14 @@ class ProvisionerTest : public ::testing::Test {
                                          PvBinder::Options{});
     provisioner_ = std::make_unique<Provisioner>(
         *registry_, directory_, ProvisionerInformers{*claims_, *volumes_, *classes_, *nodes_, *csinodes_, nullptr},
-        Provisioner::Options{.driver = kDriver, .workers = 2, .rpc_timeout = absl::Seconds(10),
-                             .monitor = monitor_.get()});
+        Provisioner::Options{
+            .driver = kDriver, .workers = 2, .rpc_timeout = absl::Seconds(10), .monitor = monitor_.get()});
     resizer_ = std::make_unique<Resizer>(*registry_, directory_, *claims_, *volumes_,
-                                         Resizer::Options{.driver = kDriver, .workers = 1, .rpc_timeout = absl::Seconds(10),
-                                                          .monitor = monitor_.get(), .clock = &resize_clock_});
+                                         Resizer::Options{.driver = kDriver,
+                                                          .workers = 1,
+                                                          .rpc_timeout = absl::Seconds(10),
+                                                          .monitor = monitor_.get(),
+                                                          .clock = &resize_clock_});
     binder_->RegisterHandlers();
     provisioner_->RegisterHandlers();
     resizer_->RegisterHandlers();
@@ -91,8 +96,12 @@ class ProvisionerTest : public ::testing::Test {
   }
   void Class(const std::string& name, const std::string& binding = "Immediate", json params = json::object()) {
     Create("storageclasses", "storage.k8s.io", "",
-           {{"metadata", {{"name", name}}}, {"provisioner", kDriver}, {"volumeBindingMode", binding},
-            {"reclaimPolicy", "Delete"}, {"parameters", params}, {"allowVolumeExpansion", true}});
+           {{"metadata", {{"name", name}}},
+            {"provisioner", kDriver},
+            {"volumeBindingMode", binding},
+            {"reclaimPolicy", "Delete"},
+            {"parameters", params},
+            {"allowVolumeExpansion", true}});
   }
   void Grow(const std::string& name, const std::string& size) {
     auto st = registry_->Patch(K("persistentvolumeclaims"), "default", name,

@@ -87,8 +87,9 @@ class TestContainerd {
   // Starts containerd again on the same directory.
   absl::Status Restart() {
     Kill();
-    process_ = std::make_unique<berth::testing::Subprocess>(ContainerdArgv(setup_, "/usr/bin/containerd"),
-                                                            setup_.dir + "/containerd-" + std::to_string(++restarts_) + ".log");
+    process_ = std::make_unique<berth::testing::Subprocess>(
+        ContainerdArgv(setup_, "/usr/bin/containerd"),
+        setup_.dir + "/containerd-" + std::to_string(++restarts_) + ".log");
     return berth::testing::Eventually([&] { return runtime_->Version().ok(); }, absl::Seconds(30))
                ? absl::OkStatus()
                : absl::DeadlineExceededError("containerd did not come back");

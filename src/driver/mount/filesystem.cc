@@ -11,23 +11,13 @@
 #include "common/strings.h"
 
 namespace berth::driver {
-namespace {
-
-std::string Trim(std::string s) {
-  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
-  return s;
-}
-
-}  // namespace
 
 bool SupportedFsType(const std::string& fs_type) { return fs_type == "ext4" || fs_type == "xfs"; }
 
-absl::Status LinuxFormatter::RunChecked(const std::vector<std::string>& argv,
-                                        absl::Duration timeout) {
+absl::Status LinuxFormatter::RunChecked(const std::vector<std::string>& argv, absl::Duration timeout) {
   BERTH_ASSIGN_OR_RETURN(CommandResult r, runner_.Run(argv, timeout));
   if (r.exit_code != 0) {
-    return absl::InternalError(
-        StrCat(JoinArgv(argv), " failed with exit code ", r.exit_code, ": ", Trim(r.output)));
+    return absl::InternalError(StrCat(JoinArgv(argv), " failed with exit code ", r.exit_code, ": ", TrimRight(r.output)));
   }
   return absl::OkStatus();
 }
@@ -35,12 +25,10 @@ absl::Status LinuxFormatter::RunChecked(const std::vector<std::string>& argv,
 absl::StatusOr<std::string> LinuxFormatter::Detect(const std::string& device) {
   // -p: low-level probe of the device itself (no cache); prints TYPE= for a
   // filesystem or PTTYPE= for a partition table; exit code 2 means nothing.
-  BERTH_ASSIGN_OR_RETURN(CommandResult r,
-                         runner_.Run({"blkid", "-p", "-o", "export", device}, absl::Seconds(60)));
+  BERTH_ASSIGN_OR_RETURN(CommandResult r, runner_.Run({"blkid", "-p", "-o", "export", device}, absl::Seconds(60)));
   if (r.exit_code == 2) return std::string();
   if (r.exit_code != 0) {
-    return absl::InternalError(
-        StrCat("blkid ", device, " failed with exit code ", r.exit_code, ": ", Trim(r.output)));
+    return absl::InternalError(StrCat("blkid ", device, " failed with exit code ", r.exit_code, ": ", TrimRight(r.output)));
   }
   std::string type, pttype;
   size_t pos = 0;
@@ -66,9 +54,9 @@ absl::Status LinuxFormatter::Mkfs(const std::string& device, const std::string& 
     // takes the backing filesystem's), and a small filesystem made with
     // mke2fs's default 1 KiB blocks then fails to mount ("bad block size")
     // — e.g. a clone or restore of a volume formatted on a 512-byte device.
-    return RunChecked({"mkfs.ext4", "-q", "-F", "-b", "4096", "-E", "lazy_itable_init=1,lazy_journal_init=1",
-                       "-m", "0", device},
-                      absl::Minutes(10));
+    return RunChecked(
+        {"mkfs.ext4", "-q", "-F", "-b", "4096", "-E", "lazy_itable_init=1,lazy_journal_init=1", "-m", "0", device},
+        absl::Minutes(10));
   }
   if (fs_type == "xfs") {
     // 4 KiB sectors for the same reason (an XFS with 512-byte sectors does
@@ -83,16 +71,14 @@ absl::Status LinuxFormatter::Grow(const std::string& device, const std::string& 
   if (fs_type == "ext4") {
     if (mount_path.empty()) {
       // resize2fs insists on a freshly checked filesystem when offline.
-      BERTH_ASSIGN_OR_RETURN(CommandResult fsck,
-                             runner_.Run({"e2fsck", "-f", "-p", device}, absl::Minutes(30)));
+      BERTH_ASSIGN_OR_RETURN(CommandResult fsck, runner_.Run({"e2fsck", "-f", "-p", device}, absl::Minutes(30)));
       if (fsck.exit_code >= 4) {
         return absl::InternalError(StrCat("e2fsck -f -p ", device, " found problems it could not fix (exit ",
-                                          fsck.exit_code, "): ", Trim(fsck.output)));
+                                          fsck.exit_code, "): ", TrimRight(fsck.output)));
       }
     }
     absl::Status st = RunChecked({"resize2fs", device}, absl::Minutes(30));
-    if (!st.ok() && !mount_path.empty() &&
-        st.message().find("Permission denied") != absl::string_view::npos) {
+    if (!st.ok() && !mount_path.empty() && st.message().find("Permission denied") != absl::string_view::npos) {
       return absl::InternalError(StrCat(st.message(),
                                         " (growing a mounted ext4 filesystem needs "
                                         "CAP_SYS_RESOURCE; run berth-csi with it)"));

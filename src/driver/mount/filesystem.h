@@ -27,8 +27,7 @@ class Formatter {
   // Grows the filesystem of `device` to fill it: online when `mount_path`
   // names a mount of it, offline (ext4 only: e2fsck -f, then resize2fs) when
   // `mount_path` is empty. Online ext4 growth needs CAP_SYS_RESOURCE.
-  virtual absl::Status Grow(const std::string& device, const std::string& mount_path,
-                            const std::string& fs_type) = 0;
+  virtual absl::Status Grow(const std::string& device, const std::string& mount_path, const std::string& fs_type) = 0;
 };
 
 class LinuxFormatter final : public Formatter {
@@ -38,8 +37,7 @@ class LinuxFormatter final : public Formatter {
   // Formatter
   absl::StatusOr<std::string> Detect(const std::string& device) override;
   absl::Status Mkfs(const std::string& device, const std::string& fs_type) override;
-  absl::Status Grow(const std::string& device, const std::string& mount_path,
-                    const std::string& fs_type) override;
+  absl::Status Grow(const std::string& device, const std::string& mount_path, const std::string& fs_type) override;
 
  private:
   absl::Status RunChecked(const std::vector<std::string>& argv, absl::Duration timeout);

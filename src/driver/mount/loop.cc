@@ -38,10 +38,6 @@ class LinuxLoopHandle final : public LoopHandle {
   const int fd_;
 };
 
-std::string Trim(std::string s) {
-  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
-  return s;
-}
 
 }  // namespace
 
@@ -62,15 +58,14 @@ absl::StatusOr<std::string> LoopDevices::Find(const std::string& image) {
   return std::string();
 }
 
-absl::StatusOr<LoopInfo> InspectLoopDevice(const std::string& device,
-                                           const std::string& sysfs_dir) {
+absl::StatusOr<LoopInfo> InspectLoopDevice(const std::string& device, const std::string& sysfs_dir) {
   // O_RDONLY: closing a block device opened for writing makes udev rescan it.
   int fd = ::open(device.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     if (errno == ENOENT) {
-      return absl::FailedPreconditionError(StrCat(
-          device, " does not exist although ", sysfs_dir,
-          " does: berth-csi needs the host's /dev (in a container, mount it from the host)"));
+      return absl::FailedPreconditionError(
+          StrCat(device, " does not exist although ", sysfs_dir,
+                 " does: berth-csi needs the host's /dev (in a container, mount it from the host)"));
     }
     return ErrnoStatus(errno, StrCat("open ", device));
   }
@@ -88,19 +83,18 @@ absl::StatusOr<LoopInfo> InspectLoopDevice(const std::string& device,
   // lo_device is the kernel's 64-bit encoding of the backing file's st_dev
   // (huge_encode_dev); decode it into this libc's dev_t.
   const uint64_t d = info.lo_device;
-  out.backing.dev = makedev(static_cast<unsigned>((d & 0xfff00) >> 8),
-                            static_cast<unsigned>((d & 0xff) | ((d >> 12) & 0xfff00)));
+  out.backing.dev =
+      makedev(static_cast<unsigned>((d & 0xfff00) >> 8), static_cast<unsigned>((d & 0xff) | ((d >> 12) & 0xfff00)));
   out.backing.ino = static_cast<ino_t>(info.lo_inode);
   out.autoclear = (info.lo_flags & LO_FLAGS_AUTOCLEAR) != 0;
   // The name is only for messages; " (deleted)" is how the kernel says the
   // file was unlinked, whoever reads it.
   auto name = ReadFile(sysfs_dir + "/loop/backing_file");
   if (name.ok()) {
-    out.backing_name = Trim(*name);
+    out.backing_name = std::string(TrimRight(*name));
   } else {
-    out.backing_name =
-        std::string(reinterpret_cast<const char*>(info.lo_file_name),
-                    ::strnlen(reinterpret_cast<const char*>(info.lo_file_name), LO_NAME_SIZE));
+    out.backing_name = std::string(reinterpret_cast<const char*>(info.lo_file_name),
+                                   ::strnlen(reinterpret_cast<const char*>(info.lo_file_name), LO_NAME_SIZE));
   }
   constexpr std::string_view kDeleted = " (deleted)";
   if (out.backing_name.ends_with(kDeleted)) {
@@ -136,8 +130,7 @@ absl::StatusOr<std::vector<LoopInfo>> LinuxLoopDevices::List() {
   return out;
 }
 
-absl::StatusOr<std::unique_ptr<LoopHandle>> LinuxLoopDevices::Attach(const std::string& image,
-                                                                     bool autoclear) {
+absl::StatusOr<std::unique_ptr<LoopHandle>> LinuxLoopDevices::Attach(const std::string& image, bool autoclear) {
   std::lock_guard<std::mutex> lock(attach_mu);
   BERTH_ASSIGN_OR_RETURN(std::string existing, Find(image));
   if (!existing.empty()) {
@@ -171,8 +164,7 @@ absl::StatusOr<std::unique_ptr<LoopHandle>> LinuxLoopDevices::Attach(const std::
     std::memset(&config, 0, sizeof(config));
     config.fd = static_cast<uint32_t>(file_fd);
     config.info.lo_flags = LO_FLAGS_DIRECT_IO | (autoclear ? LO_FLAGS_AUTOCLEAR : 0);
-    std::strncpy(reinterpret_cast<char*>(config.info.lo_file_name), image.c_str(),
-                 LO_NAME_SIZE - 1);
+    std::strncpy(reinterpret_cast<char*>(config.info.lo_file_name), image.c_str(), LO_NAME_SIZE - 1);
     if (::ioctl(loop_fd, LOOP_CONFIGURE, &config) == 0) {
       ::close(ctl);
       ::close(file_fd);
@@ -212,9 +204,7 @@ absl::Status LinuxLoopDevices::RefreshCapacity(const std::string& device) {
   return st;
 }
 
-absl::StatusOr<int64_t> LinuxLoopDevices::Size(const std::string& device) {
-  return BlockDeviceSize(device);
-}
+absl::StatusOr<int64_t> LinuxLoopDevices::Size(const std::string& device) { return BlockDeviceSize(device); }
 
 absl::StatusOr<int64_t> BlockDeviceSize(const std::string& device) {
   int fd = ::open(device.c_str(), O_RDONLY | O_CLOEXEC);

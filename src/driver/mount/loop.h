@@ -75,8 +75,7 @@ class LoopDevices {
 
   // Attaches `image` (or reuses its existing device) and returns a handle
   // holding it open.
-  virtual absl::StatusOr<std::unique_ptr<LoopHandle>> Attach(const std::string& image,
-                                                             bool autoclear) = 0;
+  virtual absl::StatusOr<std::unique_ptr<LoopHandle>> Attach(const std::string& image, bool autoclear) = 0;
 
   // Detaches `device`. OK if it is not attached.
   virtual absl::Status Detach(const std::string& device) = 0;
@@ -94,8 +93,7 @@ class LinuxLoopDevices final : public LoopDevices {
  public:
   // LoopDevices
   absl::StatusOr<std::vector<LoopInfo>> List() override;
-  absl::StatusOr<std::unique_ptr<LoopHandle>> Attach(const std::string& image,
-                                                     bool autoclear) override;
+  absl::StatusOr<std::unique_ptr<LoopHandle>> Attach(const std::string& image, bool autoclear) override;
   absl::Status Detach(const std::string& device) override;
   absl::Status RefreshCapacity(const std::string& device) override;
   absl::StatusOr<int64_t> Size(const std::string& device) override;

@@ -20,17 +20,28 @@ struct FlagBits {
 
 const std::map<std::string, FlagBits>& KnownFlags() {
   static const auto* flags = new std::map<std::string, FlagBits>{
-      {"ro", {MS_RDONLY, 0}},          {"rw", {0, MS_RDONLY}},
-      {"nosuid", {MS_NOSUID, 0}},      {"suid", {0, MS_NOSUID}},
-      {"nodev", {MS_NODEV, 0}},        {"dev", {0, MS_NODEV}},
-      {"noexec", {MS_NOEXEC, 0}},      {"exec", {0, MS_NOEXEC}},
-      {"sync", {MS_SYNCHRONOUS, 0}},   {"async", {0, MS_SYNCHRONOUS}},
-      {"dirsync", {MS_DIRSYNC, 0}},    {"noatime", {MS_NOATIME, 0}},
-      {"atime", {0, MS_NOATIME}},      {"nodiratime", {MS_NODIRATIME, 0}},
-      {"diratime", {0, MS_NODIRATIME}}, {"relatime", {MS_RELATIME, 0}},
-      {"norelatime", {0, MS_RELATIME}}, {"strictatime", {MS_STRICTATIME, 0}},
-      {"lazytime", {MS_LAZYTIME, 0}},  {"nolazytime", {0, MS_LAZYTIME}},
-      {"silent", {MS_SILENT, 0}},      {"loud", {0, MS_SILENT}},
+      {"ro", {MS_RDONLY, 0}},
+      {"rw", {0, MS_RDONLY}},
+      {"nosuid", {MS_NOSUID, 0}},
+      {"suid", {0, MS_NOSUID}},
+      {"nodev", {MS_NODEV, 0}},
+      {"dev", {0, MS_NODEV}},
+      {"noexec", {MS_NOEXEC, 0}},
+      {"exec", {0, MS_NOEXEC}},
+      {"sync", {MS_SYNCHRONOUS, 0}},
+      {"async", {0, MS_SYNCHRONOUS}},
+      {"dirsync", {MS_DIRSYNC, 0}},
+      {"noatime", {MS_NOATIME, 0}},
+      {"atime", {0, MS_NOATIME}},
+      {"nodiratime", {MS_NODIRATIME, 0}},
+      {"diratime", {0, MS_NODIRATIME}},
+      {"relatime", {MS_RELATIME, 0}},
+      {"norelatime", {0, MS_RELATIME}},
+      {"strictatime", {MS_STRICTATIME, 0}},
+      {"lazytime", {MS_LAZYTIME, 0}},
+      {"nolazytime", {0, MS_LAZYTIME}},
+      {"silent", {MS_SILENT, 0}},
+      {"loud", {0, MS_SILENT}},
       {"defaults", {0, 0}},
   };
   return *flags;
@@ -39,8 +50,8 @@ const std::map<std::string, FlagBits>& KnownFlags() {
 // Flags that change what a mount *is* rather than how it behaves; never
 // accepted from a request.
 bool Forbidden(std::string_view f) {
-  for (std::string_view bad : {"bind", "rbind", "move", "remount", "shared", "rshared", "private",
-                               "rprivate", "slave", "rslave", "unbindable", "runbindable"}) {
+  for (std::string_view bad : {"bind", "rbind", "move", "remount", "shared", "rshared", "private", "rprivate", "slave",
+                               "rslave", "unbindable", "runbindable"}) {
     if (f == bad) return true;
   }
   return false;
@@ -57,8 +68,7 @@ absl::StatusOr<std::optional<MountEntry>> Mounter::Find(const std::string& targe
   return found;
 }
 
-absl::Status ParseMountFlags(const std::vector<std::string>& flags, unsigned long* ms_flags,
-                             std::string* data) {
+absl::Status ParseMountFlags(const std::vector<std::string>& flags, unsigned long* ms_flags, std::string* data) {
   *ms_flags = 0;
   data->clear();
   for (const std::string& flag : flags) {
@@ -71,8 +81,7 @@ absl::Status ParseMountFlags(const std::vector<std::string>& flags, unsigned lon
         }
       }
       if (Forbidden(f)) {
-        return absl::InvalidArgumentError(
-            StrCat("mount flag \"", std::string(f), "\" is not allowed"));
+        return absl::InvalidArgumentError(StrCat("mount flag \"", std::string(f), "\" is not allowed"));
       }
       auto it = KnownFlags().find(std::string(f));
       if (it != KnownFlags().end()) {
@@ -86,31 +95,25 @@ absl::Status ParseMountFlags(const std::vector<std::string>& flags, unsigned lon
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<MountEntry>> LinuxMounter::List() {
-  return ReadMountTable();
-}
+absl::StatusOr<std::vector<MountEntry>> LinuxMounter::List() { return ReadMountTable(); }
 
-absl::Status LinuxMounter::Mount(const std::string& source, const std::string& target,
-                                 const std::string& fs_type,
+absl::Status LinuxMounter::Mount(const std::string& source, const std::string& target, const std::string& fs_type,
                                  const std::vector<std::string>& flags) {
   unsigned long ms = 0;
   std::string data;
   BERTH_RETURN_IF_ERROR(ParseMountFlags(flags, &ms, &data));
-  if (::mount(source.c_str(), target.c_str(), fs_type.c_str(), ms,
-              data.empty() ? nullptr : data.c_str()) != 0) {
-    return ErrnoStatus(errno, StrCat("mount ", source, " (", fs_type, ") at ", target,
-                                     data.empty() ? "" : " with " + data));
+  if (::mount(source.c_str(), target.c_str(), fs_type.c_str(), ms, data.empty() ? nullptr : data.c_str()) != 0) {
+    return ErrnoStatus(errno,
+                       StrCat("mount ", source, " (", fs_type, ") at ", target, data.empty() ? "" : " with " + data));
   }
   return absl::OkStatus();
 }
 
-absl::Status LinuxMounter::BindMount(const std::string& source, const std::string& target,
-                                     bool read_only) {
+absl::Status LinuxMounter::BindMount(const std::string& source, const std::string& target, bool read_only) {
   if (::mount(source.c_str(), target.c_str(), nullptr, MS_BIND, nullptr) != 0) {
     return ErrnoStatus(errno, StrCat("bind mount ", source, " at ", target));
   }
-  if (read_only &&
-      ::mount(nullptr, target.c_str(), nullptr, MS_BIND | MS_REMOUNT | MS_RDONLY, nullptr) != 0) {
+  if (read_only && ::mount(nullptr, target.c_str(), nullptr, MS_BIND | MS_REMOUNT | MS_RDONLY, nullptr) != 0) {
     absl::Status st = ErrnoStatus(errno, StrCat("remount ", target, " read-only"));
     ::umount2(target.c_str(), 0);
     return st;

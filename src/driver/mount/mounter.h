@@ -28,14 +28,13 @@ class Mounter {
 
   // Mounts `source` (a block device) with `fs_type` at `target`.
   // INVALID_ARGUMENT for a flag berth does not accept (see ParseMountFlags).
-  virtual absl::Status Mount(const std::string& source, const std::string& target,
-                             const std::string& fs_type, const std::vector<std::string>& flags) = 0;
+  virtual absl::Status Mount(const std::string& source, const std::string& target, const std::string& fs_type,
+                             const std::vector<std::string>& flags) = 0;
 
   // Bind-mounts `source` (directory or device node) onto `target`,
   // read-only if asked (bind, then remount read-only: the kernel ignores
   // MS_RDONLY on the initial bind).
-  virtual absl::Status BindMount(const std::string& source, const std::string& target,
-                                 bool read_only) = 0;
+  virtual absl::Status BindMount(const std::string& source, const std::string& target, bool read_only) = 0;
 
   // Unmounts `target`. OK if nothing is mounted there.
   virtual absl::Status Unmount(const std::string& target) = 0;
@@ -49,10 +48,9 @@ class LinuxMounter final : public Mounter {
  public:
   // Mounter
   absl::StatusOr<std::vector<MountEntry>> List() override;
-  absl::Status Mount(const std::string& source, const std::string& target,
-                     const std::string& fs_type, const std::vector<std::string>& flags) override;
-  absl::Status BindMount(const std::string& source, const std::string& target,
-                         bool read_only) override;
+  absl::Status Mount(const std::string& source, const std::string& target, const std::string& fs_type,
+                     const std::vector<std::string>& flags) override;
+  absl::Status BindMount(const std::string& source, const std::string& target, bool read_only) override;
   absl::Status Unmount(const std::string& target) override;
 };
 
@@ -60,7 +58,6 @@ class LinuxMounter final : public Mounter {
 // be a comma-separated list. INVALID_ARGUMENT for flags that would undermine
 // the node ("bind", "rbind", "move", "remount", "shared", ...) or contain
 // characters that cannot be passed safely.
-absl::Status ParseMountFlags(const std::vector<std::string>& flags, unsigned long* ms_flags,
-                             std::string* data);
+absl::Status ParseMountFlags(const std::vector<std::string>& flags, unsigned long* ms_flags, std::string* data);
 
 }  // namespace berth::driver

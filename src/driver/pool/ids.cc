@@ -8,9 +8,12 @@ namespace {
 
 std::string_view Prefix(IdKind kind) {
   switch (kind) {
-    case IdKind::kVolume: return "vol-";
-    case IdKind::kSnapshot: return "snap-";
-    case IdKind::kGroupSnapshot: return "group-";
+    case IdKind::kVolume:
+      return "vol-";
+    case IdKind::kSnapshot:
+      return "snap-";
+    case IdKind::kGroupSnapshot:
+      return "group-";
   }
   return "";
 }
@@ -26,8 +29,7 @@ std::string IdForName(IdKind kind, std::string_view name) {
 absl::Status ValidateName(std::string_view what, std::string_view name) {
   if (name.empty()) return absl::InvalidArgumentError(StrCat(what, " is required"));
   if (name.size() > kMaxNameLength) {
-    return absl::InvalidArgumentError(
-        StrCat(what, " is ", name.size(), " bytes, longer than ", kMaxNameLength));
+    return absl::InvalidArgumentError(StrCat(what, " is ", name.size(), " bytes, longer than ", kMaxNameLength));
   }
   for (char c : name) {
     const auto u = static_cast<unsigned char>(c);
@@ -42,13 +44,12 @@ absl::Status ValidateName(std::string_view what, std::string_view name) {
 absl::StatusOr<bool> CheckId(std::string_view what, std::string_view id, IdKind kind) {
   if (id.empty()) return absl::InvalidArgumentError(StrCat(what, " is required"));
   if (id.size() > kMaxIdLength) {
-    return absl::InvalidArgumentError(
-        StrCat(what, " is ", id.size(), " bytes, longer than ", kMaxIdLength));
+    return absl::InvalidArgumentError(StrCat(what, " is ", id.size(), " bytes, longer than ", kMaxIdLength));
   }
   if (id[0] == '.') return absl::InvalidArgumentError(StrCat(what, " must not start with '.'"));
   for (char c : id) {
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                    c == '-' || c == '_' || c == '.';
+    const bool ok =
+        (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_' || c == '.';
     if (!ok) {
       return absl::InvalidArgumentError(
           StrCat(what, " \"", id, "\" may only contain letters, digits, '-', '_' and '.'"));

@@ -26,20 +26,17 @@ TEST(IdsTest, WellFormedForeignIdsAreNotOurs) {
 }
 
 TEST(IdsTest, DangerousIdsAreInvalid) {
-  for (const std::string& id :
-       std::vector<std::string>{"", "..", "../etc", "a/b", ".hidden", std::string("a\0b", 3),
-                                std::string(129, 'a'), "caf\xc3\xa9", "a b", "a\\b"}) {
-    EXPECT_EQ(CheckId("id", id, IdKind::kVolume).status().code(),
-              absl::StatusCode::kInvalidArgument)
-        << id;
+  for (const std::string& id : std::vector<std::string>{"", "..", "../etc", "a/b", ".hidden", std::string("a\0b", 3),
+                                                        std::string(129, 'a'), "caf\xc3\xa9", "a b", "a\\b"}) {
+    EXPECT_EQ(CheckId("id", id, IdKind::kVolume).status().code(), absl::StatusCode::kInvalidArgument) << id;
   }
 }
 
 TEST(IdsTest, NamesArePrintableAsciiUpTo128) {
   EXPECT_TRUE(ValidateName("name", "pvc-0b1c2d3e-1111-2222-3333-444455556666").ok());
   EXPECT_TRUE(ValidateName("name", std::string(128, 'x')).ok());
-  for (const std::string& n : std::vector<std::string>{"", std::string(129, 'x'), "a/b", "tab\t",
-                                                       std::string("nul\0", 4), "\x7f"}) {
+  for (const std::string& n :
+       std::vector<std::string>{"", std::string(129, 'x'), "a/b", "tab\t", std::string("nul\0", 4), "\x7f"}) {
     EXPECT_EQ(ValidateName("name", n).code(), absl::StatusCode::kInvalidArgument) << n;
   }
 }

@@ -46,9 +46,7 @@ Pool::Pool(Options options) : options_(std::move(options)) {}
 
 std::string Pool::Path(std::string_view sub) const { return StrCat(options_.dir, "/", sub); }
 
-std::string Pool::VolumeImagePath(const std::string& id) const {
-  return StrCat(options_.dir, "/volumes/", id, ".img");
-}
+std::string Pool::VolumeImagePath(const std::string& id) const { return StrCat(options_.dir, "/volumes/", id, ".img"); }
 
 std::string Pool::SnapshotImagePath(const std::string& id) const {
   return StrCat(options_.dir, "/snapshots/", id, ".img");
@@ -64,9 +62,9 @@ absl::StatusOr<std::unique_ptr<Pool>> Pool::Open(const Options& options) {
   }
   BERTH_RETURN_IF_ERROR(pool->Load());
   BERTH_ASSIGN_OR_RETURN(pool->reflink_, ProbeReflink(pool->Path("tmp")));
-  spdlog::info("pool {}: reflink {} ({})", options.dir, pool->reflink_ ? "supported" : "not supported",
-               pool->reflink_ ? "snapshots and clones share blocks, constant time"
-                              : "snapshots and clones copy data, O(data)");
+  spdlog::info(
+      "pool {}: reflink {} ({})", options.dir, pool->reflink_ ? "supported" : "not supported",
+      pool->reflink_ ? "snapshots and clones share blocks, constant time" : "snapshots and clones copy data, O(data)");
   return pool;
 }
 
@@ -119,26 +117,24 @@ absl::Status Pool::Load() {
     for (const auto& id : record_ids) {
       BERTH_ASSIGN_OR_RETURN(std::string text, ReadFile(StrCat(dir, "/", id, ".json")));
       if (absl::Status st = load(id, text); !st.ok()) {
-        return absl::Status(st.code(), StrCat("pool ", options_.dir, ": ", sub, "/", id,
-                                              ".json: ", st.message()));
+        return absl::Status(st.code(), StrCat("pool ", options_.dir, ": ", sub, "/", id, ".json: ", st.message()));
       }
     }
     BERTH_ASSIGN_OR_RETURN(auto image_ids, Stems(dir, ".img"));
     for (const auto& id : image_ids) {
       if (!known(id)) {
-        spdlog::warn("pool {}: removing {}/{}.img, created but never recorded", options_.dir,
-                     sub, id);
+        spdlog::warn("pool {}: removing {}/{}.img, created but never recorded", options_.dir, sub, id);
         BERTH_RETURN_IF_ERROR(RemoveFileDurably(StrCat(dir, "/", id, ".img")));
       }
     }
     return absl::OkStatus();
   };
-  BERTH_RETURN_IF_ERROR(load_dir("volumes", load_volume, [this](const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return volumes_.contains(id);
-  }));
-  BERTH_RETURN_IF_ERROR(load_dir("snapshots", load_snapshot, [this](const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return snapshots_.contains(id);
-  }));
+  BERTH_RETURN_IF_ERROR(load_dir("volumes", load_volume,
+                                 [this](const std::string& id)
+                                     ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return volumes_.contains(id); }));
+  BERTH_RETURN_IF_ERROR(load_dir("snapshots", load_snapshot,
+                                 [this](const std::string& id)
+                                     ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return snapshots_.contains(id); }));
   const std::string groups = Path("groups");
   BERTH_RETURN_IF_ERROR(RemoveTempFiles(groups).status());
   BERTH_ASSIGN_OR_RETURN(auto group_ids, Stems(groups, ".json"));
@@ -147,8 +143,8 @@ absl::Status Pool::Load() {
     BERTH_ASSIGN_OR_RETURN(GroupSnapshotRecord r, GroupSnapshotFromJson(text));
     groups_[id] = std::move(r);
   }
-  spdlog::info("pool {}: {} volume(s), {} snapshot(s), {} group snapshot(s)", options_.dir,
-               volumes_.size(), snapshots_.size(), groups_.size());
+  spdlog::info("pool {}: {} volume(s), {} snapshot(s), {} group snapshot(s)", options_.dir, volumes_.size(),
+               snapshots_.size(), groups_.size());
   return absl::OkStatus();
 }
 
@@ -167,8 +163,7 @@ absl::StatusOr<Pool::Capacity> Pool::GetCapacity() const {
   Capacity c;
   c.total_bytes = static_cast<int64_t>(vfs.f_blocks) * static_cast<int64_t>(vfs.f_frsize);
   c.used_bytes = static_cast<int64_t>(vfs.f_blocks - vfs.f_bfree) * static_cast<int64_t>(vfs.f_frsize);
-  c.limit_bytes = static_cast<int64_t>(std::floor(static_cast<double>(c.total_bytes) *
-                                                  options_.overprovision_ratio));
+  c.limit_bytes = static_cast<int64_t>(std::floor(static_cast<double>(c.total_bytes) * options_.overprovision_ratio));
   absl::MutexLock lock(&mu_);
   c.provisioned_bytes = reserved_bytes_;
   for (const auto& [id, v] : volumes_) c.provisioned_bytes += v.capacity_bytes;
@@ -185,12 +180,11 @@ absl::Status Pool::Reserve(int64_t bytes, std::string_view what) {
   for (const auto& [id, v] : volumes_) provisioned += v.capacity_bytes;
   for (const auto& [id, s] : snapshots_) provisioned += s.size_bytes;
   if (provisioned + bytes > c.limit_bytes) {
-    return absl::ResourceExhaustedError(StrCat(
-        "pool ", options_.dir, " cannot provision ", FormatByteSize(bytes), " for ", what, ": ",
-        FormatByteSize(provisioned), " of ", FormatByteSize(c.limit_bytes),
-        " (pool size ", FormatByteSize(c.total_bytes), " x overprovision ratio ",
-        options_.overprovision_ratio, ") already provisioned, ",
-        FormatByteSize(std::max<int64_t>(0, c.limit_bytes - provisioned)), " left"));
+    return absl::ResourceExhaustedError(
+        StrCat("pool ", options_.dir, " cannot provision ", FormatByteSize(bytes), " for ", what, ": ",
+               FormatByteSize(provisioned), " of ", FormatByteSize(c.limit_bytes), " (pool size ",
+               FormatByteSize(c.total_bytes), " x overprovision ratio ", options_.overprovision_ratio,
+               ") already provisioned, ", FormatByteSize(std::max<int64_t>(0, c.limit_bytes - provisioned)), " left"));
   }
   reserved_bytes_ += bytes;
   return absl::OkStatus();
@@ -321,8 +315,7 @@ absl::Status Pool::DeleteVolume(const std::string& id) {
 
 absl::Status Pool::UpdateVolume(const VolumeRecord& record) {
   if (!GetVolume(record.id)) return absl::NotFoundError(StrCat("volume ", record.id, " not found"));
-  BERTH_RETURN_IF_ERROR(
-      WriteFileAtomic(Path(StrCat("volumes/", record.id, ".json")), ToJson(record)));
+  BERTH_RETURN_IF_ERROR(WriteFileAtomic(Path(StrCat("volumes/", record.id, ".json")), ToJson(record)));
   absl::MutexLock lock(&mu_);
   volumes_[record.id] = record;
   return absl::OkStatus();
@@ -351,10 +344,10 @@ absl::StatusOr<VolumeRecord> Pool::ExpandVolume(const std::string& id, int64_t n
   return st;
 }
 
-absl::StatusOr<SnapshotRecord> Pool::CreateSnapshot(
-    const std::string& id, const std::string& name, const std::string& source_volume_id,
-    const std::map<std::string, std::string>& params, const std::string& group_snapshot_id,
-    const Quiesce& quiesce) {
+absl::StatusOr<SnapshotRecord> Pool::CreateSnapshot(const std::string& id, const std::string& name,
+                                                    const std::string& source_volume_id,
+                                                    const std::map<std::string, std::string>& params,
+                                                    const std::string& group_snapshot_id, const Quiesce& quiesce) {
   if (GetSnapshot(id)) return absl::AlreadyExistsError(StrCat("snapshot ", id, " already exists"));
   std::optional<VolumeRecord> source = GetVolume(source_volume_id);
   if (!source) return absl::NotFoundError(StrCat("source volume ", source_volume_id, " not found"));
@@ -414,8 +407,7 @@ absl::Status Pool::DeleteSnapshot(const std::string& id) {
 }
 
 absl::Status Pool::SaveGroupSnapshot(const GroupSnapshotRecord& record) {
-  BERTH_RETURN_IF_ERROR(
-      WriteFileAtomic(Path(StrCat("groups/", record.id, ".json")), ToJson(record)));
+  BERTH_RETURN_IF_ERROR(WriteFileAtomic(Path(StrCat("groups/", record.id, ".json")), ToJson(record)));
   absl::MutexLock lock(&mu_);
   groups_[record.id] = record;
   return absl::OkStatus();

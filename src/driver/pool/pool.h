@@ -107,8 +107,7 @@ class Pool {
   absl::StatusOr<SnapshotRecord> CreateSnapshot(const std::string& id, const std::string& name,
                                                 const std::string& source_volume_id,
                                                 const std::map<std::string, std::string>& params,
-                                                const std::string& group_snapshot_id,
-                                                const Quiesce& quiesce = {});
+                                                const std::string& group_snapshot_id, const Quiesce& quiesce = {});
   absl::Status DeleteSnapshot(const std::string& id);
 
   absl::Status SaveGroupSnapshot(const GroupSnapshotRecord& record);

@@ -21,9 +21,8 @@ std::string DescribeMountedSource(LoopDevices& loops, const std::string& source)
   if (all.ok()) {
     for (const auto& l : *all) {
       if (l.device != source) continue;
-      return StrCat("a loop device backed by inode ", l.backing.ino, " on device ",
-                    major(l.backing.dev), ":", minor(l.backing.dev),
-                    l.backing_deleted ? " (removed)" : "", " (the kernel names it \"",
+      return StrCat("a loop device backed by inode ", l.backing.ino, " on device ", major(l.backing.dev), ":",
+                    minor(l.backing.dev), l.backing_deleted ? " (removed)" : "", " (the kernel names it \"",
                     l.backing_name, "\")");
     }
   }
@@ -32,19 +31,18 @@ std::string DescribeMountedSource(LoopDevices& loops, const std::string& source)
 
 }  // namespace
 
-absl::Status EnsurePoolImage(const std::string& image, int64_t size, const std::string& pool_dir,
-                             LoopDevices& loops, Mounter& mounter, Formatter& formatter) {
+absl::Status EnsurePoolImage(const std::string& image, int64_t size, const std::string& pool_dir, LoopDevices& loops,
+                             Mounter& mounter, Formatter& formatter) {
   BERTH_RETURN_IF_ERROR(MakeDirs(pool_dir, 0700));
   BERTH_ASSIGN_OR_RETURN(auto mounted, mounter.Find(pool_dir));
   BERTH_ASSIGN_OR_RETURN(std::string dev, loops.Find(image));
   if (mounted) {
     if (dev.empty() || mounted->source != dev) {
-      return absl::FailedPreconditionError(
-          StrCat("pool directory ", pool_dir, " has ", mounted->source, " mounted, ",
-                 DescribeMountedSource(loops, mounted->source), "; ",
-                 dev.empty() ? StrCat(image, " is not attached to any loop device")
-                             : StrCat(image, " is attached as ", dev),
-                 ". Unmount ", pool_dir, " or point --pool-image at the image it holds"));
+      return absl::FailedPreconditionError(StrCat(
+          "pool directory ", pool_dir, " has ", mounted->source, " mounted, ",
+          DescribeMountedSource(loops, mounted->source), "; ",
+          dev.empty() ? StrCat(image, " is not attached to any loop device") : StrCat(image, " is attached as ", dev),
+          ". Unmount ", pool_dir, " or point --pool-image at the image it holds"));
     }
     spdlog::info("pool image {} is mounted at {}", image, pool_dir);
   }

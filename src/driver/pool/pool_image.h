@@ -23,7 +23,7 @@ namespace berth::driver {
 //  - `image` holds a filesystem: mounted as it is, never formatted;
 //  - `size` larger than the image: the image and its filesystem are grown.
 // `image` and `pool_dir` must be canonical absolute paths.
-absl::Status EnsurePoolImage(const std::string& image, int64_t size, const std::string& pool_dir,
-                             LoopDevices& loops, Mounter& mounter, Formatter& formatter);
+absl::Status EnsurePoolImage(const std::string& image, int64_t size, const std::string& pool_dir, LoopDevices& loops,
+                             Mounter& mounter, Formatter& formatter);
 
 }  // namespace berth::driver

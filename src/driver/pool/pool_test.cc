@@ -61,8 +61,7 @@ TEST_F(PoolTest, CreatesSparseImageAndRecordAndDeletesBoth) {
   EXPECT_EQ(st.st_size, 256 << 20);
   EXPECT_LT(st.st_blocks * 512, 1 << 20) << "image must be sparse";
   EXPECT_TRUE(fs::exists(dir_.Join("volumes/vol-a.json")));
-  EXPECT_EQ(pool->CreateVolume(Spec("vol-a", 1 << 20)).status().code(),
-            absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(pool->CreateVolume(Spec("vol-a", 1 << 20)).status().code(), absl::StatusCode::kAlreadyExists);
 
   ASSERT_TRUE(pool->DeleteVolume("vol-a").ok());
   EXPECT_FALSE(fs::exists(pool->VolumeImagePath("vol-a")));

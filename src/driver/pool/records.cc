@@ -24,9 +24,9 @@ absl::StatusOr<T> Parse(const std::string& text, std::string_view kind, Decode d
     json j = json::parse(text);
     const int format = j.at("format").get<int>();
     if (format > kRecordFormat) {
-      return absl::FailedPreconditionError(
-          StrCat(kind, " record has format ", format, "; this berth-csi understands up to ",
-                 kRecordFormat, " (was the pool written by a newer version?)"));
+      return absl::FailedPreconditionError(StrCat(kind, " record has format ", format,
+                                                  "; this berth-csi understands up to ", kRecordFormat,
+                                                  " (was the pool written by a newer version?)"));
     }
     if (j.at("kind").get<std::string>() != kind) {
       return absl::DataLossError(StrCat("record is not a ", kind));

@@ -45,8 +45,7 @@ TEST(RecordsTest, RefusesNewerFormatsAndGarbage) {
   EXPECT_EQ(VolumeFromJson(R"({"format": 99, "kind": "volume"})").status().code(),
             absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(VolumeFromJson("{not json").status().code(), absl::StatusCode::kDataLoss);
-  EXPECT_EQ(VolumeFromJson(R"({"format": 1, "kind": "volume"})").status().code(),
-            absl::StatusCode::kDataLoss);
+  EXPECT_EQ(VolumeFromJson(R"({"format": 1, "kind": "volume"})").status().code(), absl::StatusCode::kDataLoss);
   SnapshotRecord s;
   EXPECT_EQ(VolumeFromJson(ToJson(s)).status().code(), absl::StatusCode::kDataLoss);
 }

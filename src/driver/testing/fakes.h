@@ -91,8 +91,8 @@ class FakeMounter final : public Mounter {
     std::lock_guard<std::mutex> l(mu_);
     return mounts_;
   }
-  absl::Status Mount(const std::string& source, const std::string& target,
-                     const std::string& fs_type, const std::vector<std::string>& flags) override {
+  absl::Status Mount(const std::string& source, const std::string& target, const std::string& fs_type,
+                     const std::vector<std::string>& flags) override {
     std::lock_guard<std::mutex> l(mu_);
     MountEntry e{source, target, fs_type, "/", "rw", 7, static_cast<unsigned>(++minor_)};
     for (const auto& f : flags) {
@@ -101,8 +101,7 @@ class FakeMounter final : public Mounter {
     mounts_.push_back(e);
     return absl::OkStatus();
   }
-  absl::Status BindMount(const std::string& source, const std::string& target,
-                         bool read_only) override {
+  absl::Status BindMount(const std::string& source, const std::string& target, bool read_only) override {
     std::lock_guard<std::mutex> l(mu_);
     MountEntry e{source, target, "bind", "/", read_only ? "ro" : "rw", 7, 0};
     for (const auto& m : mounts_) {

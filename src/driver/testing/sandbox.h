@@ -148,7 +148,7 @@ inline bool IsRoot() { return ::geteuid() == 0; }
 
 }  // namespace berth::testing
 
-#define BERTH_REQUIRE_ROOT()                                                   \
-  do {                                                                         \
+#define BERTH_REQUIRE_ROOT()                                                       \
+  do {                                                                             \
     if (!::berth::testing::IsRoot()) GTEST_SKIP() << "needs root (mounts, loops)"; \
   } while (0)

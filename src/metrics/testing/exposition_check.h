@@ -154,8 +154,7 @@ inline absl::StatusOr<std::vector<ParsedSample>> ParseExposition(std::string_vie
         f.help = true;
       } else {
         if (!f.type.empty()) return fail("second TYPE for " + name);
-        if (arg != "counter" && arg != "gauge" && arg != "histogram" && arg != "summary" &&
-            arg != "untyped") {
+        if (arg != "counter" && arg != "gauge" && arg != "histogram" && arg != "summary" && arg != "untyped") {
           return fail(fmt::format("unknown type \"{}\" for {}", arg, name));
         }
         f.type = std::string(arg);
@@ -192,10 +191,14 @@ inline absl::StatusOr<std::vector<ParsedSample>> ParseExposition(std::string_vie
           if (c == '\\') {
             if (i >= line.size()) break;
             char e = line[i++];
-            if (e == '\\') value += '\\';
-            else if (e == '"') value += '"';
-            else if (e == 'n') value += '\n';
-            else return fail(fmt::format("invalid escape \\{} in label {}", e, label));
+            if (e == '\\')
+              value += '\\';
+            else if (e == '"')
+              value += '"';
+            else if (e == 'n')
+              value += '\n';
+            else
+              return fail(fmt::format("invalid escape \\{} in label {}", e, label));
           } else {
             value += c;
           }
@@ -288,8 +291,7 @@ inline absl::StatusOr<std::vector<ParsedSample>> ParseExposition(std::string_vie
       }
       if (!h.has_sum || !h.has_count) return fail("histogram " + family + " lacks _sum or _count");
       if (h.buckets.back().second != h.count) {
-        return fail(fmt::format("histogram {}: +Inf bucket {} != _count {}", family,
-                                h.buckets.back().second, h.count));
+        return fail(fmt::format("histogram {}: +Inf bucket {} != _count {}", family, h.buckets.back().second, h.count));
       }
     }
   }
@@ -300,8 +302,7 @@ inline absl::Status CheckExposition(std::string_view text) { return ParseExposit
 
 // The value of the one sample named `name` whose labels include `labels`;
 // NOT_FOUND if none, FAILED_PRECONDITION if several match.
-inline absl::StatusOr<double> FindSample(const std::vector<ParsedSample>& samples,
-                                         const std::string& name,
+inline absl::StatusOr<double> FindSample(const std::vector<ParsedSample>& samples, const std::string& name,
                                          const std::map<std::string, std::string>& labels = {}) {
   const ParsedSample* found = nullptr;
   for (const auto& s : samples) {

@@ -21,8 +21,9 @@ std::vector<std::string> UnsupportedPodFields(const json& pod) {
   for (size_t i = 0; volumes.is_array() && i < volumes.size(); ++i) {
     for (const auto& [key, value] : volumes[i].items()) {
       if (!kVolumes.count(key)) {
-        out.push_back(StrCat("spec.volumes[", i, "].", key, " (volume type; supported: persistentVolumeClaim, "
-                                                         "ephemeral, emptyDir, hostPath)"));
+        out.push_back(StrCat("spec.volumes[", i, "].", key,
+                             " (volume type; supported: persistentVolumeClaim, "
+                             "ephemeral, emptyDir, hostPath)"));
       }
     }
   }

@@ -16,9 +16,9 @@
 #include "client/object.h"
 #include "common/status.h"
 #include "common/strings.h"
+#include "nlohmann/json.hpp"
 #include "node/pods/pod_config.h"
 #include "node/pods/pod_workers.h"
-#include "nlohmann/json.hpp"
 #include "spdlog/spdlog.h"
 
 namespace berth::node::pods {
@@ -113,7 +113,8 @@ namespace {
 // tailLines), then whatever is appended, across rotations and truncation.
 class LogReader {
  public:
-  LogReader(std::string path, const LogOptions& options) : path_(std::move(path)), options_(options), lines_(options_) {}
+  LogReader(std::string path, const LogOptions& options)
+      : path_(std::move(path)), options_(options), lines_(options_) {}
   LogReader(const LogReader&) = delete;  // lines_ refers to options_
   LogReader& operator=(const LogReader&) = delete;
 
@@ -245,7 +246,8 @@ class LogFollowers {
       std::vector<Follower> done;
       {
         absl::MutexLock lock(&mu_);
-        mu_.Await(absl::Condition(+[](std::map<uint64_t, Follower>* f) { return !f->empty(); }, &followers_));
+        mu_.Await(absl::Condition(
+            +[](std::map<uint64_t, Follower>* f) { return !f->empty(); }, &followers_));
         for (auto it = followers_.begin(); it != followers_.end();) {
           if (Step(it->second)) {
             ++it;
@@ -268,11 +270,13 @@ class LogFollowers {
     auto write = [&](std::string_view s) { return f.stream->Write(std::string(s)); };
     for (;;) {
       switch (f.reader->ReadMore(write)) {
-        case LogReader::Step::kDone: return false;
+        case LogReader::Step::kDone:
+          return false;
         case LogReader::Step::kGot:
           if (f.stream->Backlogged()) return true;
           continue;
-        case LogReader::Step::kNothingNew: break;
+        case LogReader::Step::kNothingNew:
+          break;
       }
       break;
     }
@@ -299,9 +303,12 @@ absl::Status CopyLog(const std::string& path, const LogOptions& options,
   if (!reader.ReadInitial(write) || !options.follow) return absl::OkStatus();
   for (;;) {
     switch (reader.ReadMore(write)) {
-      case LogReader::Step::kDone: return absl::OkStatus();
-      case LogReader::Step::kGot: continue;
-      case LogReader::Step::kNothingNew: break;
+      case LogReader::Step::kDone:
+        return absl::OkStatus();
+      case LogReader::Step::kGot:
+        continue;
+      case LogReader::Step::kNothingNew:
+        break;
     }
     if (!keep_following()) return absl::OkStatus();
     absl::SleepFor(poll);
@@ -367,7 +374,8 @@ absl::Status ServePodLog(apiserver::Api& registry, const std::string& log_root, 
   auto number = [&](const char* key, int64_t* v) -> absl::Status {
     auto it = request.query.find(key);
     if (it == request.query.end()) return absl::OkStatus();
-    if (!absl::SimpleAtoi(it->second, v) || *v < 0) return absl::InvalidArgumentError(StrCat(key, ": want a non-negative integer"));
+    if (!absl::SimpleAtoi(it->second, v) || *v < 0)
+      return absl::InvalidArgumentError(StrCat(key, ": want a non-negative integer"));
     return absl::OkStatus();
   };
   BERTH_RETURN_IF_ERROR(number("tailLines", &options.tail_lines));
@@ -383,7 +391,8 @@ absl::Status ServePodLog(apiserver::Api& registry, const std::string& log_root, 
   }
   const std::string path = StrCat(PodLogDirectory(log_root, pod), "/", container, "/", index, ".log");
   if (!fs::exists(path)) {
-    return absl::NotFoundError(StrCat("the log of container \"", container, "\" in pod \"", name, "\" is gone (", path, ")"));
+    return absl::NotFoundError(
+        StrCat("the log of container \"", container, "\" in pod \"", name, "\" is gone (", path, ")"));
   }
   auto reader = std::make_unique<LogReader>(path, options);
   if (absl::Status st = reader->Open(); !st.ok()) return st;
@@ -402,9 +411,8 @@ absl::Status ServePodLog(apiserver::Api& registry, const std::string& log_root, 
   };
   std::shared_ptr<http::Stream> stream = out.Detach();
   if (stream == nullptr) return absl::OkStatus();
-  LogFollowers::Get().Add({.reader = std::move(reader),
-                           .stream = std::move(stream),
-                           .still_running = std::move(still_running)});
+  LogFollowers::Get().Add(
+      {.reader = std::move(reader), .stream = std::move(stream), .still_running = std::move(still_running)});
   return absl::OkStatus();
 }
 

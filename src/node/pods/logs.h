@@ -36,9 +36,9 @@ struct CriLogLine {
 std::optional<CriLogLine> ParseCriLogLine(std::string_view line);
 
 struct LogOptions {
-  bool timestamps = false;     // prefix each line with its RFC 3339 time
-  int64_t tail_lines = -1;     // only the last N lines (-1: all)
-  int64_t limit_bytes = -1;    // stop after this many bytes (-1: no limit)
+  bool timestamps = false;   // prefix each line with its RFC 3339 time
+  int64_t tail_lines = -1;   // only the last N lines (-1: all)
+  int64_t limit_bytes = -1;  // stop after this many bytes (-1: no limit)
   absl::Time since = absl::InfinitePast();
   bool follow = false;
 };

@@ -10,11 +10,11 @@
 #include "client/object.h"
 #include "common/testing/eventually.h"
 #include "common/testing/temp_dir.h"
-#include "node/pods/pod_config.h"
-#include "store/store.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "http/testing/recording_writer.h"
+#include "node/pods/pod_config.h"
+#include "store/store.h"
 
 namespace berth::node::pods {
 namespace {
@@ -26,7 +26,14 @@ void Append(const std::string& path, const std::string& text) {
 
 std::string Copy(const std::string& path, const LogOptions& options) {
   std::string out;
-  EXPECT_TRUE(CopyLog(path, options, [&](std::string_view s) { out.append(s); return true; }, [] { return false; }).ok());
+  EXPECT_TRUE(CopyLog(
+                  path, options,
+                  [&](std::string_view s) {
+                    out.append(s);
+                    return true;
+                  },
+                  [] { return false; })
+                  .ok());
   return out;
 }
 
@@ -59,7 +66,9 @@ TEST(CriLogTest, JoinsPartialLinesTailsAndTimestamps) {
   EXPECT_EQ(Copy(path, {.timestamps = true, .tail_lines = 1}), "2026-01-01T00:00:03Z three\n");
   EXPECT_EQ(Copy(path, {.limit_bytes = 6}), "one\ntw");
   EXPECT_EQ(Copy(path, {.since = absl::FromUnixSeconds(1767225602)}), "two\nthree\n");
-  EXPECT_EQ(CopyLog(dir.Join("missing.log"), {}, [](std::string_view) { return true; }, [] { return false; }).code(),
+  EXPECT_EQ(CopyLog(
+                dir.Join("missing.log"), {}, [](std::string_view) { return true; }, [] { return false; })
+                .code(),
             absl::StatusCode::kNotFound);
 }
 
@@ -78,12 +87,16 @@ TEST(CriLogTest, FollowsAppendsAndRotation) {
     }
     return polls < 4;
   };
-  ASSERT_TRUE(CopyLog(path, {.follow = true}, [&](std::string_view s) { out.append(s); return true; }, keep,
-                      absl::Milliseconds(1))
+  ASSERT_TRUE(CopyLog(
+                  path, {.follow = true},
+                  [&](std::string_view s) {
+                    out.append(s);
+                    return true;
+                  },
+                  keep, absl::Milliseconds(1))
                   .ok());
   EXPECT_EQ(out, "first\nunfinished\nafter rotation\n");
 }
-
 
 // ---- The pods/log subresource, followed ----
 

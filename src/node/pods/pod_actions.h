@@ -13,8 +13,8 @@
 #include <utility>
 #include <vector>
 
-#include "node/pods/runtime_pod.h"
 #include "nlohmann/json.hpp"
+#include "node/pods/runtime_pod.h"
 
 namespace berth::node::pods {
 
@@ -24,8 +24,8 @@ struct PodActions {
   bool kill_pod = false;
   bool create_sandbox = false;
   std::string sandbox_id{};  // the current (newest) sandbox, if any
-  uint32_t attempt = 0;    // the sandbox attempt to create
-  int next_init = -1;      // index in spec.initContainers to start, -1: none
+  uint32_t attempt = 0;      // the sandbox attempt to create
+  int next_init = -1;        // index in spec.initContainers to start, -1: none
   std::vector<int> start{};  // indexes in spec.containers to (re)start
   // Containers to stop before anything starts: (id, why).
   std::vector<std::pair<std::string, std::string>> kill{};

@@ -13,8 +13,10 @@ using ::testing::IsEmpty;
 json Pod(const std::string& policy, int containers = 1, int inits = 0) {
   json pod = {{"metadata", {{"name", "p"}, {"namespace", "default"}, {"uid", "u1"}}},
               {"spec", {{"restartPolicy", policy}, {"containers", json::array()}}}};
-  for (int i = 0; i < containers; ++i) pod["spec"]["containers"].push_back({{"name", "c" + std::to_string(i)}, {"image", "x:1"}});
-  for (int i = 0; i < inits; ++i) pod["spec"]["initContainers"].push_back({{"name", "i" + std::to_string(i)}, {"image", "x:1"}});
+  for (int i = 0; i < containers; ++i)
+    pod["spec"]["containers"].push_back({{"name", "c" + std::to_string(i)}, {"image", "x:1"}});
+  for (int i = 0; i < inits; ++i)
+    pod["spec"]["initContainers"].push_back({{"name", "i" + std::to_string(i)}, {"image", "x:1"}});
   return pod;
 }
 
@@ -23,8 +25,11 @@ SandboxState Ready(uint32_t attempt = 0) {
 }
 
 ContainerState Exited(const std::string& name, int code, int restarts = 0) {
-  return {.id = name + "-" + std::to_string(restarts), .name = name, .state = cri::v1::CONTAINER_EXITED,
-          .exit_code = code, .restart_count = restarts};
+  return {.id = name + "-" + std::to_string(restarts),
+          .name = name,
+          .state = cri::v1::CONTAINER_EXITED,
+          .exit_code = code,
+          .restart_count = restarts};
 }
 ContainerState Running(const std::string& name, const json& pod) {
   ContainerState c{.id = name + "-run", .name = name, .state = cri::v1::CONTAINER_RUNNING};

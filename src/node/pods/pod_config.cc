@@ -109,7 +109,8 @@ absl::Status AddMounts(const ContainerInputs& in, const json& c, v1::ContainerCo
     }
     if (v->second.block) {
       return absl::InvalidArgumentError(
-          StrCat("volume \"", vname, "\" is a block volume: use volumeDevices, not volumeMounts, in container \"", cname, "\""));
+          StrCat("volume \"", vname, "\" is a block volume: use volumeDevices, not volumeMounts, in container \"",
+                 cname, "\""));
     }
     std::string host = v->second.path;
     if (const std::string sub = m.value("subPath", ""); !sub.empty()) {
@@ -121,14 +122,16 @@ absl::Status AddMounts(const ContainerInputs& in, const json& c, v1::ContainerCo
       std::error_code ec;
       if (!std::filesystem::exists(host, ec)) {
         if (v->second.read_only) {
-          return absl::NotFoundError(StrCat("subPath \"", sub, "\" does not exist in read-only volume \"", vname, "\""));
+          return absl::NotFoundError(
+              StrCat("subPath \"", sub, "\" does not exist in read-only volume \"", vname, "\""));
         }
         BERTH_RETURN_IF_ERROR(MakeDirs(host, 0750));
       }
       const auto root = std::filesystem::canonical(v->second.path, ec);
       const auto target = std::filesystem::canonical(host, ec);
       if (ec || !absl::StartsWith(target.string() + "/", root.string() + "/")) {
-        return absl::InvalidArgumentError(StrCat("subPath \"", sub, "\" of volume \"", vname, "\" leads outside the volume"));
+        return absl::InvalidArgumentError(
+            StrCat("subPath \"", sub, "\" of volume \"", vname, "\" leads outside the volume"));
       }
       host = target.string();
     }
@@ -137,7 +140,7 @@ absl::Status AddMounts(const ContainerInputs& in, const json& c, v1::ContainerCo
     mount->set_host_path(host);
     mount->set_readonly(m.value("readOnly", false) || v->second.read_only);
     const std::string prop = m.value("mountPropagation", "");
-    mount->set_propagation(prop == "HostToContainer"   ? v1::PROPAGATION_HOST_TO_CONTAINER
+    mount->set_propagation(prop == "HostToContainer" ? v1::PROPAGATION_HOST_TO_CONTAINER
                            : prop == "Bidirectional" ? v1::PROPAGATION_BIDIRECTIONAL
                                                      : v1::PROPAGATION_PRIVATE);
   }
@@ -146,7 +149,8 @@ absl::Status AddMounts(const ContainerInputs& in, const json& c, v1::ContainerCo
     const std::string vname = d.value("name", "");
     auto v = in.volumes.find(vname);
     if (v == in.volumes.end() || !v->second.block) {
-      return absl::NotFoundError(StrCat("cannot find block volume \"", vname, "\" for device in container \"", cname, "\""));
+      return absl::NotFoundError(
+          StrCat("cannot find block volume \"", vname, "\" for device in container \"", cname, "\""));
     }
     v1::Device* dev = cfg.add_devices();
     dev->set_container_path(d.value("devicePath", ""));
@@ -197,10 +201,10 @@ absl::Status AddSecurity(const ContainerInputs& in, const json& c, v1::LinuxCont
   if (uid) s.mutable_run_as_user()->set_value(*uid);
   if (gid) s.mutable_run_as_group()->set_value(*gid);
   const json& non_root = client::Field(sc, "runAsNonRoot").is_boolean() ? client::Field(sc, "runAsNonRoot")
-                                                                         : client::Field(pod_sc, "runAsNonRoot");
+                                                                        : client::Field(pod_sc, "runAsNonRoot");
   if (non_root.is_boolean() && non_root.get<bool>()) {
-    const std::string who = StrCat("(pod: \"", client::Name(*in.pod), "_", client::Ns(*in.pod), "(", client::Uid(*in.pod),
-                                   ")\", container: ", c.value("name", ""), ")");
+    const std::string who = StrCat("(pod: \"", client::Name(*in.pod), "_", client::Ns(*in.pod), "(",
+                                   client::Uid(*in.pod), ")\", container: ", c.value("name", ""), ")");
     if (uid && *uid == 0) return absl::InvalidArgumentError("container's runAsUser breaks non-root policy " + who);
     if (!uid) {
       if (in.image_uid == 0 || (in.image_uid < 0 && (in.image_user.empty() || in.image_user == "root"))) {
@@ -214,7 +218,8 @@ absl::Status AddSecurity(const ContainerInputs& in, const json& c, v1::LinuxCont
   }
   s.set_readonly_rootfs(Bool(sc, "readOnlyRootFilesystem"));
   s.set_privileged(Bool(sc, "privileged"));
-  if (const json& ape = client::Field(sc, "allowPrivilegeEscalation"); ape.is_boolean()) s.set_no_new_privs(!ape.get<bool>());
+  if (const json& ape = client::Field(sc, "allowPrivilegeEscalation"); ape.is_boolean())
+    s.set_no_new_privs(!ape.get<bool>());
   const json& caps = Obj(sc, "capabilities");
   for (const char* which : {"add", "drop"}) {
     const json& list = Obj(caps, which);
@@ -342,7 +347,8 @@ absl::StatusOr<v1::ContainerConfig> ContainerConfig(const ContainerInputs& in) {
     const json& list = Obj(c, field);
     for (const auto& a : list.is_array() ? list : json::array()) {
       if (!a.is_string()) continue;
-      (std::string_view(field) == "command" ? cfg.add_command() : cfg.add_args())->assign(ExpandVars(a.get<std::string>(), vars));
+      (std::string_view(field) == "command" ? cfg.add_command() : cfg.add_args())
+          ->assign(ExpandVars(a.get<std::string>(), vars));
     }
   }
   cfg.set_working_dir(c.value("workingDir", ""));

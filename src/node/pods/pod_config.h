@@ -51,7 +51,7 @@ struct ContainerInputs {
   bool init = false;
   int restart_count = 0;
   std::string node{};
-  std::string image_ref{};  // the image as the runtime resolved it (its ID)
+  std::string image_ref{};                      // the image as the runtime resolved it (its ID)
   std::map<std::string, VolumePath> volumes{};  // spec.volumes[].name →
   std::string pod_ip{};
   std::string host_ip{};

@@ -60,10 +60,14 @@ TEST(PodConfigTest, ContainerAsKubeletBuildsIt) {
   berth::testing::TempDir dir;
   std::filesystem::create_directories(dir.Join("vol"));
   const json pod = Pod();
-  ContainerInputs in{.pod = &pod, .container = &pod["spec"]["containers"][0], .restart_count = 3, .node = "node-1",
+  ContainerInputs in{.pod = &pod,
+                     .container = &pod["spec"]["containers"][0],
+                     .restart_count = 3,
+                     .node = "node-1",
                      .image_ref = "sha256:abcd",
                      .volumes = {{"data", {.path = dir.Join("vol")}}, {"raw", {.path = "/dev/loop7", .block = true}}},
-                     .pod_ip = "10.88.0.9", .node_memory_bytes = int64_t{1} << 30};
+                     .pod_ip = "10.88.0.9",
+                     .node_memory_bytes = int64_t{1} << 30};
   auto c = ContainerConfig(in);
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->metadata().name(), "app");

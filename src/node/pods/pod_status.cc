@@ -16,11 +16,6 @@ namespace {
 
 using nlohmann::json;
 
-const json& SpecList(const json& pod, const char* field) {
-  static const json kEmpty = json::array();
-  const json& list = client::Field(client::Field(pod, "spec"), field);
-  return list.is_array() ? list : kEmpty;
-}
 
 const json* StatusByName(const json& statuses, const std::string& name) {
   if (!statuses.is_array()) return nullptr;
@@ -36,12 +31,9 @@ bool Has(const json& o, const char* a, const char* b) {
 
 json ConvertContainer(const ContainerState& cs, const json* old, const std::string& runtime_name) {
   const std::string cid = runtime_name + "://" + cs.id;
-  json s = {{"name", cs.name},
-            {"restartCount", cs.restart_count},
-            {"image", cs.image},
-            {"imageID", cs.image_ref},
-            {"containerID", cid},
-            {"ready", false},
+  json s = {{"name", cs.name},    {"restartCount", cs.restart_count},
+            {"image", cs.image},  {"imageID", cs.image_ref},
+            {"containerID", cid}, {"ready", false},
             {"started", false}};
   switch (cs.state) {
     case cri::v1::CONTAINER_RUNNING:
@@ -173,15 +165,16 @@ json ContainersReadyCondition(const json& pod, const json& statuses, const std::
   std::vector<std::string> messages;
   if (!unknown.empty()) messages.push_back("containers with unknown status: " + Names(unknown));
   if (!unready.empty()) messages.push_back("containers with unready status: " + Names(unready));
-  if (!messages.empty()) return Condition("ContainersReady", false, "ContainersNotReady", absl::StrJoin(messages, ", "));
+  if (!messages.empty())
+    return Condition("ContainersReady", false, "ContainersNotReady", absl::StrJoin(messages, ", "));
   return Condition("ContainersReady", true);
 }
 
 bool AnyRegularStarted(const json& pod, const json& statuses) {
   for (const auto& c : SpecList(pod, "containers")) {
     const json* s = StatusByName(statuses, c.value("name", ""));
-    if (s != nullptr && (Has(*s, "state", "running") || Has(*s, "state", "terminated") ||
-                         Has(*s, "lastState", "terminated"))) {
+    if (s != nullptr &&
+        (Has(*s, "state", "running") || Has(*s, "state", "terminated") || Has(*s, "lastState", "terminated"))) {
       return true;
     }
   }
@@ -203,7 +196,8 @@ json InitializedCondition(const json& pod, const json& init_statuses, const json
   std::vector<std::string> messages;
   if (!unknown.empty()) messages.push_back("containers with unknown status: " + Names(unknown));
   if (!incomplete.empty()) messages.push_back("containers with incomplete status: " + Names(incomplete));
-  if (!messages.empty()) return Condition("Initialized", false, "ContainersNotInitialized", absl::StrJoin(messages, ", "));
+  if (!messages.empty())
+    return Condition("Initialized", false, "ContainersNotInitialized", absl::StrJoin(messages, ", "));
   return Condition("Initialized", true);
 }
 
@@ -214,6 +208,12 @@ bool HasResource(const json& resources, const char* list, const char* name) {
 }
 
 }  // namespace
+
+const json& SpecList(const json& pod, const char* field) {
+  static const json kEmpty = json::array();
+  const json& list = client::Field(client::Field(pod, "spec"), field);
+  return list.is_array() ? list : kEmpty;
+}
 
 std::string ApiTime(absl::Time t) { return absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", t, absl::UTCTimeZone()); }
 
@@ -317,7 +317,8 @@ json GeneratePodStatus(const StatusInputs& in) {
   s["phase"] = phase;
 
   // Conditions: kubelet's own, recomputed; everyone else's kept.
-  static const std::set<std::string> kKubelet = {"PodReadyToStartContainers", "Initialized", "ContainersReady", "Ready"};
+  static const std::set<std::string> kKubelet = {"PodReadyToStartContainers", "Initialized", "ContainersReady",
+                                                 "Ready"};
   const json old_conditions = old.value("conditions", json::array());
   json conditions = json::array();
   bool scheduled = false;
@@ -337,7 +338,8 @@ json GeneratePodStatus(const StatusInputs& in) {
                  ready, pod_ready}) {
     c["lastTransitionTime"] = now;
     for (const auto& o : old_conditions) {
-      if (o.value("type", "") == c["type"] && o.value("status", "") == c["status"] && o.contains("lastTransitionTime")) {
+      if (o.value("type", "") == c["type"] && o.value("status", "") == c["status"] &&
+          o.contains("lastTransitionTime")) {
         c["lastTransitionTime"] = o["lastTransitionTime"];
       }
     }

@@ -21,8 +21,8 @@
 #include <string>
 
 #include "absl/time/time.h"
-#include "node/pods/runtime_pod.h"
 #include "nlohmann/json.hpp"
+#include "node/pods/runtime_pod.h"
 
 namespace berth::node::pods {
 
@@ -32,11 +32,15 @@ struct Waiting {
   std::string message{};
 };
 
+// pod.spec[field] ("containers", "initContainers", "volumes"), or an empty
+// array when it is absent.
+const nlohmann::json& SpecList(const nlohmann::json& pod, const char* field);
+
 struct StatusInputs {
   const nlohmann::json* pod = nullptr;
   const RuntimePod* runtime = nullptr;
   std::map<std::string, Waiting> waiting{};  // container name →
-  std::string runtime_name = "containerd";  // containerID = <runtime_name>://<id>
+  std::string runtime_name = "containerd";   // containerID = <runtime_name>://<id>
   // The pod was deleted and its containers are stopped: the phase becomes
   // terminal (Succeeded if every container exited 0, else Failed).
   bool terminal = false;

@@ -10,14 +10,20 @@ using nlohmann::json;
 
 json Pod(const std::string& policy = "Always") {
   return {{"metadata", {{"name", "p"}, {"namespace", "default"}, {"uid", "u1"}}},
-          {"spec", {{"restartPolicy", policy}, {"containers", json::array({{{"name", "c0"}, {"image", "berth.local/toolbox:1"}}})}}}};
+          {"spec",
+           {{"restartPolicy", policy},
+            {"containers", json::array({{{"name", "c0"}, {"image", "berth.local/toolbox:1"}}})}}}};
 }
 
 const absl::Time kNow = absl::FromUnixSeconds(1767225600);  // 2026-01-01
 
 json Status(const json& pod, const RuntimePod& rp, std::map<std::string, Waiting> waiting = {}, bool terminal = false) {
-  StatusInputs in{.pod = &pod, .runtime = &rp, .waiting = std::move(waiting), .terminal = terminal,
-                  .host_ip = "192.168.1.5", .now = kNow};
+  StatusInputs in{.pod = &pod,
+                  .runtime = &rp,
+                  .waiting = std::move(waiting),
+                  .terminal = terminal,
+                  .host_ip = "192.168.1.5",
+                  .now = kNow};
   return GeneratePodStatus(in);
 }
 
@@ -31,13 +37,24 @@ json Condition(const json& status, const std::string& type) {
 SandboxState Ready() { return {.id = "sb", .attempt = 0, .ready = true, .ips = {"10.88.0.7"}}; }
 
 ContainerState Running() {
-  return {.id = "abc", .name = "c0", .state = cri::v1::CONTAINER_RUNNING,
-          .started_at = kNow - absl::Seconds(5), .image = "berth.local/toolbox:1", .image_ref = "sha256:1234"};
+  return {.id = "abc",
+          .name = "c0",
+          .state = cri::v1::CONTAINER_RUNNING,
+          .started_at = kNow - absl::Seconds(5),
+          .image = "berth.local/toolbox:1",
+          .image_ref = "sha256:1234"};
 }
 ContainerState Exited(int code, int restarts = 0, const std::string& id = "abc") {
-  return {.id = id, .name = "c0", .state = cri::v1::CONTAINER_EXITED, .started_at = kNow - absl::Seconds(5),
-          .finished_at = kNow - absl::Seconds(1), .exit_code = code, .reason = code == 0 ? "Completed" : "Error",
-          .image = "berth.local/toolbox:1", .image_ref = "sha256:1234", .restart_count = restarts};
+  return {.id = id,
+          .name = "c0",
+          .state = cri::v1::CONTAINER_EXITED,
+          .started_at = kNow - absl::Seconds(5),
+          .finished_at = kNow - absl::Seconds(1),
+          .exit_code = code,
+          .reason = code == 0 ? "Completed" : "Error",
+          .image = "berth.local/toolbox:1",
+          .image_ref = "sha256:1234",
+          .restart_count = restarts};
 }
 
 TEST(PodStatusTest, BeforeAnythingRunsThePodIsPendingAndItsContainerIsBeingCreated) {
@@ -86,7 +103,9 @@ TEST(PodStatusTest, ExitThreeWithRestartPolicyNeverFailsThePod) {
 
 TEST(PodStatusTest, ACrashLoopingContainerWaitsWithItsLastTermination) {
   RuntimePod rp{.sandboxes = {Ready()}, .containers = {Exited(1, 2, "third"), Exited(1, 1, "second")}};
-  const json s = Status(Pod("OnFailure"), rp, {{"c0", {"CrashLoopBackOff", "back-off 20s restarting failed container=c0 pod=p_default(u1)"}}});
+  const json s =
+      Status(Pod("OnFailure"), rp,
+             {{"c0", {"CrashLoopBackOff", "back-off 20s restarting failed container=c0 pod=p_default(u1)"}}});
   EXPECT_EQ(s["phase"], "Running");
   const json& c = s["containerStatuses"][0];
   EXPECT_EQ(c["restartCount"], 2);

@@ -26,11 +26,6 @@ using nlohmann::json;
 namespace v1 = cri::v1;
 namespace fs = std::filesystem;
 
-const json& SpecList(const json& pod, const char* field) {
-  static const json kEmpty = json::array();
-  const json& list = client::Field(client::Field(pod, "spec"), field);
-  return list.is_array() ? list : kEmpty;
-}
 
 // kubelet's killContainer grace period: deletionGracePeriodSeconds, else
 // terminationGracePeriodSeconds, else 30; never below 2 s.
@@ -95,7 +90,8 @@ bool IsDnsLabel(const std::string& s) {
 }
 
 bool IsMountPoint(const std::string& path) {
-  struct stat self {}, parent {};
+  struct stat self {
+  }, parent{};
   if (::stat(path.c_str(), &self) != 0 || ::stat((path + "/..").c_str(), &parent) != 0) return false;
   return self.st_dev != parent.st_dev;
 }
@@ -293,7 +289,8 @@ absl::Status PodWorkers::RunPod(const json& pod, const RuntimePod& rp, PodState&
     BERTH_RETURN_IF_ERROR(MakeDirs(sandbox_config.log_directory(), 0755));
     auto id = runtime_.RunPodSandbox(sandbox_config, "");
     if (!id.ok()) {
-      events_.Record(pod, "Warning", "FailedCreatePodSandBox", StrCat("Failed to create pod sandbox: ", id.status().message()));
+      events_.Record(pod, "Warning", "FailedCreatePodSandBox",
+                     StrCat("Failed to create pod sandbox: ", id.status().message()));
       return id.status();
     }
     sandbox_id = *id;
@@ -307,8 +304,8 @@ absl::Status PodWorkers::RunPod(const json& pod, const RuntimePod& rp, PodState&
   }
   absl::Status result;
   for (int idx : a.start) {
-    result.Update(StartContainer(pod, SpecList(pod, "containers")[idx], false, sandbox_id, sandbox_config, rp, pod_ip,
-                                 state));
+    result.Update(
+        StartContainer(pod, SpecList(pod, "containers")[idx], false, sandbox_id, sandbox_config, rp, pod_ip, state));
   }
   return result;
 }
@@ -425,7 +422,7 @@ absl::StatusOr<std::map<std::string, VolumePath>> PodWorkers::Volumes(const json
         std::string options = "mode=0777";
         if (ed.contains("sizeLimit")) {
           auto size = api::Quantity::Parse(ed["sizeLimit"].is_string() ? ed["sizeLimit"].get<std::string>()
-                                                                      : ed["sizeLimit"].dump());
+                                                                       : ed["sizeLimit"].dump());
           if (!size.ok()) return size.status();
           options += StrCat(",size=", size->Value());
         }
@@ -438,7 +435,8 @@ absl::StatusOr<std::map<std::string, VolumePath>> PodWorkers::Volumes(const json
     } else if (const json& hp = client::Field(v, "hostPath"); hp.is_object()) {
       const std::string path = hp.value("path", "");
       const std::string type = hp.value("type", "");
-      if (!IsCanonicalAbsolutePath(path)) return absl::InvalidArgumentError(StrCat("hostPath \"", path, "\" is not canonical"));
+      if (!IsCanonicalAbsolutePath(path))
+        return absl::InvalidArgumentError(StrCat("hostPath \"", path, "\" is not canonical"));
       if (type == "DirectoryOrCreate") BERTH_RETURN_IF_ERROR(MakeDirs(path, 0755));
       std::error_code ec;
       if ((type == "Directory" || type == "DirectoryOrCreate") && !fs::is_directory(path, ec)) {

@@ -135,8 +135,8 @@ class PodWorkers {
   };
   // What the agent remembers of a pod between syncs.
   struct PodState {
-    std::optional<nlohmann::json> last_pod{};    // the last version seen (grace periods after deletion)
-    std::map<std::string, Waiting> waiting{};    // container name → why it waits
+    std::optional<nlohmann::json> last_pod{};  // the last version seen (grace periods after deletion)
+    std::map<std::string, Waiting> waiting{};  // container name → why it waits
     bool killed = false;                       // its containers were stopped for deletion/completion
   };
 
@@ -193,8 +193,8 @@ class PodWorkers {
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   bool relisted_ ABSL_GUARDED_BY(mu_) = false;
   std::string runtime_name_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, std::string> keys_ ABSL_GUARDED_BY(mu_);   // uid → namespace/name
-  std::map<std::string, PodState> states_ ABSL_GUARDED_BY(mu_);    // uid →
+  std::map<std::string, std::string> keys_ ABSL_GUARDED_BY(mu_);  // uid → namespace/name
+  std::map<std::string, PodState> states_ ABSL_GUARDED_BY(mu_);   // uid →
   std::set<std::string> syncing_ ABSL_GUARDED_BY(mu_);
   std::set<std::string> running_ ABSL_GUARDED_BY(mu_);  // pods with a running container or ready sandbox
   // Syncs end in this order: a relist listed before a pod's last sync ended
@@ -204,7 +204,7 @@ class PodWorkers {
   // The last relist: uid → a digest of its runtime objects and their states.
   std::map<std::string, std::string> seen_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, CrashBackoff> backoffs_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, absl::Time> exits_ ABSL_GUARDED_BY(mu_);  // container id → first seen exited
+  std::map<std::string, absl::Time> exits_ ABSL_GUARDED_BY(mu_);       // container id → first seen exited
   std::map<std::string, Clock::TimerId> timers_ ABSL_GUARDED_BY(mu_);  // uid → its delayed sync
   absl::Time next_resync_ ABSL_GUARDED_BY(mu_);
   absl::Time next_rotation_ ABSL_GUARDED_BY(mu_);

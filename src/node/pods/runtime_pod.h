@@ -48,7 +48,7 @@ struct ContainerState {
   absl::Time started_at = absl::InfinitePast();
   absl::Time finished_at = absl::InfinitePast();
   int exit_code = 0;
-  std::string reason{};   // "Completed", "Error", "OOMKilled" once exited
+  std::string reason{};  // "Completed", "Error", "OOMKilled" once exited
   std::string message{};
   std::string image{};      // the image as the runtime reports it
   std::string image_ref{};  // its digest reference (status imageID)
@@ -61,8 +61,8 @@ struct ContainerState {
 
 struct RuntimePod {
   std::string uid{};
-  std::string ns{}, name{};  // from the sandboxes' labels (pods gone from the API)
-  std::vector<SandboxState> sandboxes{};    // newest first
+  std::string ns{}, name{};                  // from the sandboxes' labels (pods gone from the API)
+  std::vector<SandboxState> sandboxes{};     // newest first
   std::vector<ContainerState> containers{};  // newest first
 
   // The newest instance of the container called `name` (null: never ran).

@@ -34,7 +34,7 @@ class FakeNodeDriver : public ::csi::v1::Identity::Service, public ::csi::v1::No
   absl::Status Serve(const std::string& csi_socket, const std::string& registration_dir = "") {
     csi_socket_ = csi_socket;
     auto server = csi::CsiServer::Start({.endpoint = csi_socket}, {static_cast<::csi::v1::Identity::Service*>(this),
-                                                                  static_cast<::csi::v1::Node::Service*>(this)});
+                                                                   static_cast<::csi::v1::Node::Service*>(this)});
     if (!server.ok()) return server.status();
     server_ = std::move(*server);
     if (!registration_dir.empty()) return ServeRegistration(registration_dir);
@@ -120,8 +120,12 @@ class FakeNodeDriver : public ::csi::v1::Identity::Service, public ::csi::v1::No
   absl::StatusOr<std::vector<MountEntry>> MountTable() const {
     absl::MutexLock lock(&mu_);
     std::vector<MountEntry> out;
-    for (const auto& [id, path] : staged_) out.push_back(MountEntry{.source = id, .target = path, .fs_type = "fake", .root = "/", .options = "rw", .major = 0, .minor = 0});
-    for (const auto& [target, id] : published_) out.push_back(MountEntry{.source = id, .target = target, .fs_type = "fake", .root = "/", .options = "rw", .major = 0, .minor = 0});
+    for (const auto& [id, path] : staged_)
+      out.push_back(MountEntry{
+          .source = id, .target = path, .fs_type = "fake", .root = "/", .options = "rw", .major = 0, .minor = 0});
+    for (const auto& [target, id] : published_)
+      out.push_back(MountEntry{
+          .source = id, .target = target, .fs_type = "fake", .root = "/", .options = "rw", .major = 0, .minor = 0});
     return out;
   }
   // Forgets everything mounted (a machine reboot).
@@ -163,7 +167,8 @@ class FakeNodeDriver : public ::csi::v1::Identity::Service, public ::csi::v1::No
     for (auto t : {Rpc::STAGE_UNSTAGE_VOLUME, Rpc::EXPAND_VOLUME}) resp->add_capabilities()->mutable_rpc()->set_type(t);
     absl::MutexLock lock(&mu_);
     if (stats_offered_) {
-      for (auto t : {Rpc::GET_VOLUME_STATS, Rpc::VOLUME_CONDITION}) resp->add_capabilities()->mutable_rpc()->set_type(t);
+      for (auto t : {Rpc::GET_VOLUME_STATS, Rpc::VOLUME_CONDITION})
+        resp->add_capabilities()->mutable_rpc()->set_type(t);
     }
     return grpc::Status::OK;
   }
