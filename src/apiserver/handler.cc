@@ -83,7 +83,8 @@ json ResourceList(std::string_view group, std::string_view version) {
                            {"verbs", {"create"}}});
       resources.push_back(
           {{"name", "pods/log"}, {"singularName", ""}, {"namespaced", true}, {"kind", "Pod"}, {"verbs", {"get"}}});
-      for (const auto& [sub, options] : {std::pair{"pods/attach", "PodAttachOptions"}, {"pods/exec", "PodExecOptions"}}) {
+      for (const auto& [sub, options] :
+           {std::pair{"pods/attach", "PodAttachOptions"}, {"pods/exec", "PodExecOptions"}}) {
         resources.push_back({{"name", sub},
                              {"singularName", ""},
                              {"namespaced", true},

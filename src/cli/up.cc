@@ -126,7 +126,6 @@ absl::Status CreateDefaults(apiserver::Registry& registry) {
   return absl::OkStatus();
 }
 
-
 // The controllers' side of a node's plugin registration: the node agent
 // registers the node's drivers for the node; berth up follows the same
 // directory to learn the endpoints its controllers call (as the upstream
@@ -307,13 +306,15 @@ absl::Status RunUp(UpOptions options) {
   for (const std::string& node : UpNodeNames(options)) {
     const std::string endpoint = runtimes->Endpoint(node);
     if (endpoint.empty()) continue;
-    BERTH_ASSIGN_OR_RETURN((*node_runtimes)[node], cri::GrpcRuntime::Connect(endpoint, {.retry_for = absl::Seconds(5)}));
+    BERTH_ASSIGN_OR_RETURN((*node_runtimes)[node],
+                           cri::GrpcRuntime::Connect(endpoint, {.retry_for = absl::Seconds(5)}));
   }
-  node::pods::RuntimeForNode runtime_for_node = [node_runtimes](const std::string& node)
-      -> absl::StatusOr<cri::Runtime*> {
+  node::pods::RuntimeForNode runtime_for_node =
+      [node_runtimes](const std::string& node) -> absl::StatusOr<cri::Runtime*> {
     auto it = node_runtimes->find(node);
     if (it == node_runtimes->end())
-      return absl::FailedPreconditionError("berth up runs it with --runtime=none, or it is not a node of this berth up");
+      return absl::FailedPreconditionError(
+          "berth up runs it with --runtime=none, or it is not a node of this berth up");
     return it->second.get();
   };
   for (const char* sub : {"exec", "attach"}) {

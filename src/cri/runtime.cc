@@ -192,8 +192,8 @@ absl::StatusOr<v1::ExecSyncResponse> GrpcRuntime::ExecSync(const std::string& id
 }
 
 absl::StatusOr<std::string> GrpcRuntime::Exec(const v1::ExecRequest& request) {
-  BERTH_ASSIGN_OR_RETURN(auto resp, Call<v1::ExecResponse>("Exec", BERTH_CRI_RPC(runtime_, Exec), request,
-                                                           options_.request_timeout));
+  BERTH_ASSIGN_OR_RETURN(
+      auto resp, Call<v1::ExecResponse>("Exec", BERTH_CRI_RPC(runtime_, Exec), request, options_.request_timeout));
   return resp.url();
 }
 

@@ -581,7 +581,8 @@ class TunnelTest : public HttpLimitsTest {
         absl::MutexLock lock(&mu_);
         backends_.push_back(pair[0]);
       }
-      EXPECT_TRUE(w.Tunnel("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: test\r\n\r\n", pair[1]));
+      EXPECT_TRUE(
+          w.Tunnel("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: test\r\n\r\n", pair[1]));
       EXPECT_FALSE(w.StartStream(200, "text/plain"));  // the response is the tunnel's
     });
   }
@@ -647,7 +648,8 @@ TEST_F(TunnelTest, ShutdownClosesTunnels) {
   auto server = StartTunnels();
   ASSERT_NE(server, nullptr);
   const int client = ConnectTcp(server->tcp_port());
-  SendAll(client, "POST /exec HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: test\r\nContent-Length: 0\r\n\r\n");
+  SendAll(client,
+          "POST /exec HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: test\r\nContent-Length: 0\r\n\r\n");
   EXPECT_THAT(ReadUntil(client, "\r\n\r\n"), StartsWith("HTTP/1.1 101"));
   ASSERT_TRUE(Eventually([&] { return server->stats().long_running == 1; }));
   server->Shutdown();

@@ -9,14 +9,15 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 
 #include "absl/strings/match.h"
+#include "commands.h"
 #include "cri/containerd.h"
 #include "cri/testing/containerd.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "commands.h"
 #include "up_fixture.h"
 
 namespace berth::testing {
@@ -37,9 +38,11 @@ class KubectlExecTest : public BerthUpFixture, public ::testing::WithParamInterf
     if (std::string why = cri::testing::TestContainerd::Unavailable(); !why.empty()) GTEST_SKIP() << why;
     if (::access(GetParam(), X_OK) != 0) GTEST_SKIP() << GetParam() << " is not installed";
     api_address_ = "127.0.0.1:0";
-    StartUp({"--pod-cidr", "10.213.7.0/24"});
-    if (HasFatalFailure()) return;
+  }
+  void Start(std::vector<std::string> extra = {}) {
+    extra.insert(extra.end(), {"--pod-cidr", "10.213.7.0/24"});
     started_ = true;
+    StartUp(extra);
   }
   void TearDown() override {
     if (started_) {
@@ -47,8 +50,24 @@ class KubectlExecTest : public BerthUpFixture, public ::testing::WithParamInterf
       // The documented way to stop every container berth started.
       Subprocess down({BERTH_BINARY, "--data-dir", data_, "down"}, sandbox_.Join("down.log"));
       EXPECT_EQ(down.Wait(absl::Seconds(120)).value_or(-1), 0) << down.Output();
+      EXPECT_TRUE(Shims().empty()) << "containerd shims of the test left";
     }
     BerthUpFixture::TearDown();
+  }
+  // containerd shims serving a containerd of this test's data directory.
+  std::vector<pid_t> Shims() {
+    std::vector<pid_t> out;
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator("/proc", ec)) {
+      const pid_t pid = static_cast<pid_t>(std::atoi(e.path().filename().c_str()));
+      if (pid <= 0) continue;
+      std::string cmd = ReadWholeFile(e.path() / "cmdline");
+      std::replace(cmd.begin(), cmd.end(), '\0', ' ');
+      if (absl::StrContains(cmd, "containerd-shim") && absl::StrContains(cmd, data_ + "/containerd/")) {
+        out.push_back(pid);
+      }
+    }
+    return out;
   }
 
   CommandResult Kubectl(const std::vector<std::string>& args, const std::string& input = "") {
@@ -86,6 +105,7 @@ class KubectlExecTest : public BerthUpFixture, public ::testing::WithParamInterf
 };
 
 TEST_P(KubectlExecTest, StdoutStderrExitCodeStdinContainerAndTerminal) {
+  Start();
   Apply(TwoContainers("two"));
   ASSERT_TRUE(Eventually([&] { return Running("two"); }, absl::Seconds(120))) << Pod("two").dump();
 
@@ -117,22 +137,28 @@ TEST_P(KubectlExecTest, StdoutStderrExitCodeStdinContainerAndTerminal) {
   EXPECT_EQ(r.out, "main\n");
 
   // A terminal (script(1) gives kubectl one, 40 rows by 100 columns):
-  // the command runs on a pty of the container's, at the client's size.
+  // the command runs on a pty of the container's, at the client's size
+  // (which the runtime applies as the resize stream delivers it, maybe
+  // just after the command started: it polls for up to 5 s).
   const std::string line = std::string(GetParam()) + " --kubeconfig " + data_ +
-                           "/kubeconfig exec -it two -c main -- /bin/sh -c 'tty; stty size'";
+                           "/kubeconfig exec -it two -c main -- /bin/sh -c 'tty; for i in $(seq 50); do "
+                           "s=$(stty size 2>/dev/null) && [ \"$s\" != \"0 0\" ] && break; sleep 0.1; done; "
+                           "echo size $s'";
   r = RunCommand(sandbox_.Join(""),
                  {"/usr/bin/script", "-q", "-e", "-c", "stty rows 40 cols 100; " + line, "/dev/null"},
                  {"HOME=" + sandbox_.Join("")}, "", absl::Seconds(60));
   EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_THAT(r.out, HasSubstr("/dev/pts/"));
-  EXPECT_THAT(r.out, HasSubstr("40 100"));
+  EXPECT_THAT(r.out, HasSubstr("size 40 100"));
 }
 
 TEST_P(KubectlExecTest, ErrorsAsKubernetesGivesThem) {
+  Start();
   Apply(TwoContainers("two"));
   // A container that never starts (its image is not there and is never pulled).
-  Apply("apiVersion: v1\nkind: Pod\nmetadata:\n  name: waiting\nspec:\n  containers:\n    - name: main\n"
-        "      image: berth.test/absent:1\n      imagePullPolicy: Never\n");
+  Apply(
+      "apiVersion: v1\nkind: Pod\nmetadata:\n  name: waiting\nspec:\n  containers:\n    - name: main\n"
+      "      image: berth.test/absent:1\n      imagePullPolicy: Never\n");
   ASSERT_TRUE(Eventually([&] { return Running("two"); }, absl::Seconds(120))) << Pod("two").dump();
 
   CommandResult r = Exec("nope", "main", "true");
@@ -163,6 +189,30 @@ TEST_P(KubectlExecTest, ErrorsAsKubernetesGivesThem) {
   ASSERT_TRUE(raw.ok());
   EXPECT_EQ(raw->code, 400);
   EXPECT_THAT(raw->body, HasSubstr("Upgrade request required"));
+}
+
+// Each node of `berth up --nodes 2` has its own containerd: exec reaches
+// the pod's; attach follows a container's output.
+TEST_P(KubectlExecTest, ExecReachesThePodsNodeAndAttachFollowsOutput) {
+  Start({"--nodes", "2"});
+  for (const char* node : {"testnode-1", "testnode-2"}) {
+    Apply(std::string("apiVersion: v1\nkind: Pod\nmetadata:\n  name: on-") + node + "\nspec:\n  nodeName: " + node +
+          "\n  terminationGracePeriodSeconds: 1\n  containers:\n    - name: main\n      image: " + cri::kToolboxImage +
+          "\n      command: [\"/bin/sh\", \"-c\", \"trap 'exit 0' TERM; while true; do echo tick; sleep 0.2; done\"]\n"
+          "      env:\n        - name: NODE\n          value: " +
+          node + "\n");
+  }
+  for (const std::string node : {"testnode-1", "testnode-2"}) {
+    ASSERT_TRUE(Eventually([&] { return Running("on-" + node); }, absl::Seconds(120))) << Pod("on-" + node).dump();
+    CommandResult r = Exec("on-" + node, "", "echo $NODE");
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(r.out, node + "\n");
+  }
+  // kubectl attach streams the container's output until stopped.
+  CommandResult r =
+      RunCommand(sandbox_.Join(""), {GetParam(), "--kubeconfig", data_ + "/kubeconfig", "attach", "on-testnode-2"},
+                 {"HOME=" + sandbox_.Join("")}, "", absl::Seconds(4));
+  EXPECT_THAT(r.out, HasSubstr("tick\ntick\n")) << r.err;
 }
 
 INSTANTIATE_TEST_SUITE_P(Kubectls, KubectlExecTest, ::testing::Values(kNewKubectl, kDebianKubectl),

@@ -183,7 +183,8 @@ absl::StatusOr<StreamRequest> ParseStreamRequest(std::string_view subresource, s
   // kube-apiserver's validation of PodExecOptions / PodAttachOptions.
   if (!r.attach && r.command.empty()) return api::BadRequest("you must specify at least one command for the container");
   if (r.attach && !r.command.empty()) return api::BadRequest("command is not supported by attach");
-  if (!r.stdin && !r.stdout && !r.stderr) return api::BadRequest("you must specify at least 1 of stdin, stdout, stderr");
+  if (!r.stdin && !r.stdout && !r.stderr)
+    return api::BadRequest("you must specify at least 1 of stdin, stdout, stderr");
   // With a terminal there is one output stream (the CRI's rule); kubectl
   // asks for stderr false itself.
   if (r.tty) r.stderr = false;
@@ -312,8 +313,9 @@ absl::Status ServePodStream(apiserver::Api& registry, const RuntimeForNode& runt
   absl::StatusOr<UpstreamHead> head = absl::NotFoundError("");
   absl::Status st = SendAll(upstream.get(), UpstreamRequest(request, *target), deadline);
   if (st.ok()) {
-    auto whole = ReadUntil(upstream.get(), buf, kMaxHead, deadline,
-                           [&] { return (head = ParseUpstreamHead(buf)).status().code() != absl::StatusCode::kNotFound; });
+    auto whole = ReadUntil(upstream.get(), buf, kMaxHead, deadline, [&] {
+      return (head = ParseUpstreamHead(buf)).status().code() != absl::StatusCode::kNotFound;
+    });
     if (!whole.ok()) st = whole.status();
     if (st.ok() && !*whole) st = absl::UnavailableError("the runtime's streaming server closed the connection");
     if (st.ok() && !head.ok()) st = head.status();
@@ -323,8 +325,8 @@ absl::Status ServePodStream(apiserver::Api& registry, const RuntimeForNode& runt
     return absl::OkStatus();
   }
   if (head->code == 101) {
-    spdlog::debug("pods/{} {}/{} container {}: streaming through {}:{}", subresource, ns, name, container,
-                  target->host, target->port);
+    spdlog::debug("pods/{} {}/{} container {}: streaming through {}:{}", subresource, ns, name, container, target->host,
+                  target->port);
     out.Tunnel(std::move(buf), upstream.release());
     return absl::OkStatus();
   }

@@ -54,8 +54,7 @@ TEST(StreamRequestTest, ParsesExecAndAttachOptionsAsTheApiServerValidatesThem) {
   auto attach = ParseStreamRequest("attach", "stdout=true&stdin=true");
   ASSERT_TRUE(attach.ok());
   EXPECT_TRUE(attach->attach);
-  EXPECT_EQ(ParseStreamRequest("attach", "command=ls&stdout=true").status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseStreamRequest("attach", "command=ls&stdout=true").status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(StreamUrlTest, TakesHttpUrlsWithAnAddressAndPort) {
@@ -257,8 +256,9 @@ class PodStreamTest : public ::testing::Test {
     nlohmann::json spec = {{"containers", {{{"name", "app"}, {"image", "i"}}, {{"name", "side"}, {"image", "i"}}}},
                            {"initContainers", {{{"name", "setup"}, {"image", "i"}}}}};
     if (!node.empty()) spec["nodeName"] = node;
-    auto pod = registry_->Create(client::K("pods"), "default",
-                                 {{"apiVersion", "v1"}, {"kind", "Pod"}, {"metadata", {{"name", name}}}, {"spec", spec}});
+    auto pod =
+        registry_->Create(client::K("pods"), "default",
+                          {{"apiVersion", "v1"}, {"kind", "Pod"}, {"metadata", {{"name", name}}}, {"spec", spec}});
     EXPECT_TRUE(pod.ok()) << pod.status();
     return pod.ok() ? (*pod)["metadata"].value("uid", "") : "";
   }
@@ -288,9 +288,9 @@ TEST_F(PodStreamTest, UpgradesThroughTheRuntimesStreamingServerIntoATunnel) {
     return &runtime;
   };
   http::testing::RecordingWriter w;
-  ASSERT_TRUE(Serve("exec", "web", "command=sh&command=-c&command=exit%203&container=app&stdin=true&stdout=true", w,
-                    runtimes)
-                  .ok());
+  ASSERT_TRUE(
+      Serve("exec", "web", "command=sh&command=-c&command=exit%203&container=app&stdin=true&stdout=true", w, runtimes)
+          .ok());
   ASSERT_EQ(w.code, 101) << w.body;
   EXPECT_THAT(w.body, StartsWith("HTTP/1.1 101 Switching Protocols\r\n"));
   EXPECT_THAT(w.body, HasSubstr("X-Stream-Protocol-Version: v4.channel.k8s.io\r\n"));
@@ -317,9 +317,9 @@ TEST_F(PodStreamTest, AttachAsksTheRuntimeForAnAttachUrl) {
   FakeStreamingServer server("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\n\r\n");
   StreamingRuntime runtime(uid, server.url());
   http::testing::RecordingWriter w;
-  ASSERT_TRUE(
-      Serve("attach", "web", "container=app&stdout=true&stderr=true", w, [&](const std::string&) { return &runtime; })
-          .ok());
+  ASSERT_TRUE(Serve("attach", "web", "container=app&stdout=true&stderr=true", w, [&](const std::string&) {
+                return &runtime;
+              }).ok());
   EXPECT_EQ(w.code, 101);
   EXPECT_EQ(runtime.last_attach.container_id(), "cid-app");
   EXPECT_TRUE(runtime.last_attach.stderr());
@@ -332,10 +332,11 @@ TEST_F(PodStreamTest, RelaysTheStreamingServersRefusal) {
   FakeStreamingServer server("HTTP/1.1 403 Forbidden\r\n\r\n");
   StreamingRuntime runtime(uid, server.url());
   http::testing::RecordingWriter w;
-  ASSERT_TRUE(Serve("exec", "web", "command=ls&container=app&stdout=true", w,
-                    [&](const std::string&) { return &runtime; },
-                    "Connection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\n"
-                    "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Protocol: v5.channel.k8s.io\r\n")
+  ASSERT_TRUE(Serve(
+                  "exec", "web", "command=ls&container=app&stdout=true", w,
+                  [&](const std::string&) { return &runtime; },
+                  "Connection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\n"
+                  "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Protocol: v5.channel.k8s.io\r\n")
                   .ok());
   EXPECT_EQ(w.code, 403);
   EXPECT_EQ(w.body, "");
@@ -353,8 +354,8 @@ TEST_F(PodStreamTest, ErrorsAreTheApiServersAndTheNodes) {
     if (node != "n1") return absl::FailedPreconditionError("volume-only node");
     return &runtime;
   };
-  auto status = [&](const std::string& pod, const std::string& query, const std::string& upgrade =
-                                                                          "Connection: Upgrade\r\nUpgrade: SPDY/3.1\r\n") {
+  auto status = [&](const std::string& pod, const std::string& query,
+                    const std::string& upgrade = "Connection: Upgrade\r\nUpgrade: SPDY/3.1\r\n") {
     http::testing::RecordingWriter w;
     return Serve("exec", pod, query, w, runtimes, upgrade);
   };
@@ -362,7 +363,8 @@ TEST_F(PodStreamTest, ErrorsAreTheApiServersAndTheNodes) {
   EXPECT_EQ(status("web", "command=ls&stdout=true").message(),
             "a container name must be specified for pod web, choose one of: [app side] or one of the init "
             "containers: [setup]");
-  EXPECT_EQ(status("web", "command=ls&stdout=true&container=nope").message(), "container nope is not valid for pod web");
+  EXPECT_EQ(status("web", "command=ls&stdout=true&container=nope").message(),
+            "container nope is not valid for pod web");
   EXPECT_EQ(status("pending", "command=ls&stdout=true&container=app").message(),
             "pod pending does not have a host assigned");
   EXPECT_EQ(status("web", "command=ls&stdout=true&container=app", "").message(), "Upgrade request required");
