@@ -27,7 +27,7 @@
 #include "csi/endpoint.h"
 #include "csi/registration.h"
 #include "nlohmann/json.hpp"
-#include "node/plugin_watcher.h"
+#include "node/plugins/plugin_watcher.h"
 #include "node/pods/logs.h"
 #include "spdlog/spdlog.h"
 
@@ -123,7 +123,6 @@ absl::Status CreateDefaults(apiserver::Registry& registry) {
   }
   return absl::OkStatus();
 }
-
 
 // The controllers' side of a node's plugin registration: the node agent
 // registers the node's drivers for the node; berth up follows the same
