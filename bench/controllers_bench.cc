@@ -15,9 +15,9 @@
 #include <vector>
 
 #include "bench_util.h"
-#include "controllers/provisioner.h"
-#include "controllers/pv_binder.h"
 #include "controllers/testing/fake_csi.h"
+#include "controllers/volume/provisioner.h"
+#include "controllers/volume/pv_binder.h"
 #include "spdlog/spdlog.h"
 
 namespace {

@@ -9,7 +9,6 @@
 
 namespace berth::apiserver {
 
-
 absl::StatusOr<std::unique_ptr<http::ApiClient>> ApiClientForKubeconfig(const std::string& path) {
   BERTH_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
   auto docs = api::DecodeManifests(text);

@@ -21,7 +21,6 @@
 namespace berth::cli {
 namespace {
 
-
 // Writes the node's volume statistics as Prometheus text, atomically.
 void WriteVolumeStats(node::NodeAgent& agent, const std::string& path) {
   std::string text;

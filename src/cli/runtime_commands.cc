@@ -78,7 +78,6 @@ absl::StatusOr<std::unique_ptr<cri::GrpcRuntime>> Connect(const std::string& end
   return cri::GrpcRuntime::Connect(endpoint, {.retry_for = absl::Seconds(5)});
 }
 
-
 pid_t PidFrom(const std::string& file) {
   auto text = ReadFile(file);
   return text.ok() ? static_cast<pid_t>(std::atoi(text->c_str())) : -1;

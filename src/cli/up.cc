@@ -28,7 +28,7 @@
 #include "csi/endpoint.h"
 #include "csi/registration.h"
 #include "nlohmann/json.hpp"
-#include "node/plugin_watcher.h"
+#include "node/plugins/plugin_watcher.h"
 #include "node/pods/exec.h"
 #include "node/pods/logs.h"
 #include "spdlog/spdlog.h"

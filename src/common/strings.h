@@ -23,7 +23,8 @@ inline void Append(std::string& out, const char* s) { out.append(s); }
 inline void Append(std::string& out, absl::string_view s) { out.append(s.data(), s.size()); }
 inline void Append(std::string& out, const std::string& s) { out.append(s); }
 inline void Append(std::string& out, char c) { out.push_back(c); }
-// clang-format off (clang-format 14 cannot lay out a requires clause)
+// clang-format 14 cannot lay out a requires clause.
+// clang-format off
 template <typename T>
   requires (std::integral<T> || std::floating_point<T>) && (!std::same_as<T, char>)
 void Append(std::string& out, T v) {

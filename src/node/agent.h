@@ -24,11 +24,11 @@
 #include "client/drivers.h"
 #include "common/clock.h"
 #include "cri/runtime.h"
-#include "node/csi_plugins.h"
-#include "node/node_status.h"
-#include "node/plugin_watcher.h"
+#include "node/plugins/csi_plugins.h"
+#include "node/plugins/plugin_watcher.h"
 #include "node/pods/pod_workers.h"
-#include "node/volume_manager.h"
+#include "node/status/node_status.h"
+#include "node/volumes/volume_manager.h"
 
 namespace berth::node {
 

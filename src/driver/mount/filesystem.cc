@@ -17,7 +17,8 @@ bool SupportedFsType(const std::string& fs_type) { return fs_type == "ext4" || f
 absl::Status LinuxFormatter::RunChecked(const std::vector<std::string>& argv, absl::Duration timeout) {
   BERTH_ASSIGN_OR_RETURN(CommandResult r, runner_.Run(argv, timeout));
   if (r.exit_code != 0) {
-    return absl::InternalError(StrCat(JoinArgv(argv), " failed with exit code ", r.exit_code, ": ", TrimRight(r.output)));
+    return absl::InternalError(
+        StrCat(JoinArgv(argv), " failed with exit code ", r.exit_code, ": ", TrimRight(r.output)));
   }
   return absl::OkStatus();
 }
@@ -28,7 +29,8 @@ absl::StatusOr<std::string> LinuxFormatter::Detect(const std::string& device) {
   BERTH_ASSIGN_OR_RETURN(CommandResult r, runner_.Run({"blkid", "-p", "-o", "export", device}, absl::Seconds(60)));
   if (r.exit_code == 2) return std::string();
   if (r.exit_code != 0) {
-    return absl::InternalError(StrCat("blkid ", device, " failed with exit code ", r.exit_code, ": ", TrimRight(r.output)));
+    return absl::InternalError(
+        StrCat("blkid ", device, " failed with exit code ", r.exit_code, ": ", TrimRight(r.output)));
   }
   std::string type, pttype;
   size_t pos = 0;

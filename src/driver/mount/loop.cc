@@ -38,7 +38,6 @@ class LinuxLoopHandle final : public LoopHandle {
   const int fd_;
 };
 
-
 }  // namespace
 
 absl::StatusOr<FileId> IdentifyFile(const std::string& path) {

@@ -16,7 +16,6 @@ namespace {
 
 using nlohmann::json;
 
-
 const json* StatusByName(const json& statuses, const std::string& name) {
   if (!statuses.is_array()) return nullptr;
   for (const auto& s : statuses) {

@@ -26,7 +26,6 @@ using nlohmann::json;
 namespace v1 = cri::v1;
 namespace fs = std::filesystem;
 
-
 // kubelet's killContainer grace period: deletionGracePeriodSeconds, else
 // terminationGracePeriodSeconds, else 30; never below 2 s.
 absl::Duration GracePeriod(const json& pod) {

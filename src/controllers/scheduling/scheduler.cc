@@ -1,0 +1,449 @@
+// The scheduler's work queue and event handlers, its assume cache, and one
+// scheduling attempt (upstream's schedulingCycle): PreFilter, Filter on every
+// node, Score, then Reserve/Bind. The filters are in scheduler_filters.cc,
+// the scores in scheduler_scores.cc, the writes in scheduler_binding.cc.
+#include "controllers/scheduling/scheduler.h"
+
+#include "client/writes.h"
+#include "controllers/node_affinity.h"
+
+#include <algorithm>
+#include <functional>
+#include <set>
+#include <utility>
+
+#include "absl/strings/numbers.h"
+#include "absl/time/clock.h"
+#include "api/quantity.h"
+#include "api/selector.h"
+#include "client/object.h"
+#include "common/status.h"
+#include "common/strings.h"
+#include "controllers/scheduling/scheduler_internal.h"
+#include "controllers/taints.h"
+#include "controllers/volume/pv_binder.h"
+#include "spdlog/spdlog.h"
+
+namespace berth::controllers {
+
+using namespace ::berth::client;  // the controllers' own client library
+using namespace scheduler_internal;
+using nlohmann::json;
+
+namespace scheduler_internal {
+
+int64_t ResourceVersion(const json& o) {
+  int64_t rv = 0;
+  return absl::SimpleAtoi(Str(o, {"metadata", "resourceVersion"}), &rv) ? rv : 0;
+}
+
+std::optional<int64_t> Bytes(const json& q) {
+  if (!q.is_string()) return std::nullopt;
+  auto parsed = api::Quantity::Parse(q.get<std::string>());
+  if (!parsed.ok()) return std::nullopt;
+  return parsed->Value();
+}
+
+int64_t ClaimRequest(const json& claim) {
+  return Bytes(Field(Field(Field(Field(claim, "spec"), "resources"), "requests"), "storage")).value_or(0);
+}
+
+bool Terminal(const json& pod) {
+  const std::string phase = Str(pod, {"status", "phase"});
+  return phase == "Succeeded" || phase == "Failed";
+}
+
+json PodScheduledCondition(const json& pod) {
+  const json& conditions = Field(Field(pod, "status"), "conditions");
+  if (conditions.is_array()) {
+    for (const auto& c : conditions) {
+      if (Str(c, {"type"}) == "PodScheduled") return c;
+    }
+  }
+  return json();
+}
+
+std::map<std::string, json> ByName(std::vector<json> objects) {
+  std::map<std::string, json> out;
+  for (auto& o : objects) {
+    std::string name = Name(o);
+    out.emplace(std::move(name), std::move(o));
+  }
+  return out;
+}
+
+}  // namespace scheduler_internal
+
+// ---- Scheduler ----
+
+Scheduler::Scheduler(apiserver::Registry& registry, SchedulerInformers informers, Options options)
+    : registry_(registry),
+      informers_(informers),
+      options_(std::move(options)),
+      events_(registry, options_.scheduler_name),
+      queue_(WorkQueue::Options{.base_delay = options_.initial_backoff, .max_delay = options_.max_backoff}),
+      rng_(options_.random_seed.value_or(0)) {}
+
+Scheduler::~Scheduler() { Stop(); }
+
+bool Scheduler::Pending(const json& pod) const {
+  if (Deleting(pod) || Terminal(pod) || !Str(pod, {"spec", "nodeName"}).empty()) return false;
+  const std::string name = Str(pod, {"spec", "schedulerName"});
+  return name.empty() || name == options_.scheduler_name;
+}
+
+void Scheduler::RegisterHandlers() {
+  informers_.pods.AddHandlers({
+      .on_add = [this](const json& o) { queue_.Add(ObjectKey(o)); },
+      .on_update =
+          [this](const json& before, const json& after) {
+            if (ResourceVersion(before) == ResourceVersion(after)) {  // resync: retry pending pods
+              if (Pending(after)) queue_.Add(ObjectKey(after));
+              return;
+            }
+            // Our own condition writes change nothing about where it fits.
+            if (Pending(before) && Pending(after) && Field(before, "spec") == Field(after, "spec")) return;
+            queue_.Add(ObjectKey(after));
+            // A pod leaving its node frees volume slots there.
+            if (!Str(before, {"spec", "nodeName"}).empty() && !Terminal(before) && Terminal(after)) {
+              queue_.Add(kRequeueAll);
+            }
+          },
+      .on_delete =
+          [this](const json& o) {
+            queue_.Add(ObjectKey(o));  // forgets what we kept about it
+            if (!Str(o, {"spec", "nodeName"}).empty()) queue_.Add(kRequeueAll);
+          },
+  });
+  informers_.claims.AddHandlers({
+      .on_add = [this](const json& o) { RequeuePodsUsing(o); },
+      .on_update = [this](const json&, const json& o) { RequeuePodsUsing(o); },
+      .on_delete = [this](const json& o) { RequeuePodsUsing(o); },
+  });
+  // Anything else that changes where pods fit: look at every pending pod.
+  for (Informer* informer : {&informers_.nodes, &informers_.volumes, &informers_.classes, &informers_.csinodes,
+                             &informers_.csidrivers, &informers_.capacities}) {
+    informer->AddHandlers({
+        .on_add = [this](const json&) { queue_.Add(kRequeueAll); },
+        .on_update =
+            [this](const json& before, const json& after) {
+              if (ResourceVersion(before) != ResourceVersion(after)) queue_.Add(kRequeueAll);
+            },
+        .on_delete = [this](const json&) { queue_.Add(kRequeueAll); },
+    });
+  }
+}
+
+void Scheduler::Start() {
+  for (int i = 0; i < options_.workers; ++i) {
+    workers_.emplace_back(
+        [this] { RunWorker(queue_, "scheduler: pod", [this](const std::string& key) { return SyncPod(key); }); });
+  }
+}
+
+void Scheduler::Stop() {
+  queue_.ShutDown();
+  for (auto& w : workers_) w.join();
+  workers_.clear();
+}
+
+void Scheduler::RequeuePending() {
+  for (const auto& pod : informers_.pods.Select([this](const json& p) { return Pending(p); })) {
+    queue_.Add(ObjectKey(pod));
+  }
+}
+
+void Scheduler::RequeuePodsUsing(const json& claim) {
+  const std::string ns = Ns(claim), name = Name(claim);
+  auto uses = [&](const json& pod) {
+    if (Ns(pod) != ns || !Pending(pod)) return false;
+    const json& volumes = Field(Field(pod, "spec"), "volumes");
+    if (!volumes.is_array()) return false;
+    for (const auto& v : volumes) {
+      bool ephemeral = false;
+      if (PodVolumeClaim(pod, v, &ephemeral) == name) return true;
+    }
+    return false;
+  };
+  for (const auto& pod : informers_.pods.Select(uses)) queue_.Add(ObjectKey(pod));
+}
+
+// ---- The assume cache ----
+
+void Scheduler::Assume(const std::string& kind, const json& object) {
+  absl::MutexLock lock(&mu_);
+  assumed_[kind][ObjectKey(object)] = object;
+}
+
+std::optional<json> Scheduler::Current(Informer& informer, const std::string& kind, const std::string& key) {
+  std::optional<json> cached = informer.GetByKey(key);
+  absl::MutexLock lock(&mu_);
+  auto& assumed = assumed_[kind];
+  auto it = assumed.find(key);
+  if (it == assumed.end()) return cached;
+  // We only assume objects that exist: gone from the cache means deleted.
+  if (!cached || ResourceVersion(*cached) >= ResourceVersion(it->second)) {
+    assumed.erase(it);
+    return cached;
+  }
+  return it->second;
+}
+
+std::vector<json> Scheduler::SelectCurrent(Informer& informer, const std::string& kind,
+                                           const std::function<bool(const json&)>& pred) {
+  std::map<std::string, json> assumed;
+  {
+    absl::MutexLock lock(&mu_);
+    assumed = assumed_[kind];
+  }
+  std::vector<json> out = informer.Select(pred);
+  if (assumed.empty()) return out;
+  std::set<std::string> superseded;
+  std::vector<json> extra;
+  for (const auto& [key, obj] : assumed) {
+    std::optional<json> current = Current(informer, kind, key);  // prunes what the cache caught up with
+    if (!current || ResourceVersion(*current) != ResourceVersion(obj)) continue;
+    superseded.insert(key);
+    if (pred(obj)) extra.push_back(obj);
+  }
+  if (superseded.empty()) return out;
+  std::erase_if(out, [&](const json& o) { return superseded.contains(ObjectKey(o)); });
+  for (auto& o : extra) out.push_back(std::move(o));
+  return out;
+}
+
+// ---- One attempt ----
+
+absl::Status Scheduler::SyncPod(const std::string& key) {
+  if (key == kRequeueAll) {
+    RequeuePending();
+    return absl::OkStatus();
+  }
+  std::optional<json> found = Current(informers_.pods, "pods", key);
+  if (!found || !Pending(*found)) {
+    {
+      absl::MutexLock lock(&mu_);
+      binding_.erase(key);
+    }
+    if (!found || Deleting(*found) || Str(*found, {"spec", "nodeName"}).empty()) return absl::OkStatus();
+    // Bound, but our PodScheduled=True was not written (a crash after the
+    // binding): finish it. Pods others placed are left to the kubelet.
+    const json cond = PodScheduledCondition(*found);
+    const std::string name = Str(*found, {"spec", "schedulerName"});
+    if ((name.empty() || name == options_.scheduler_name) && !cond.is_null() && Str(cond, {"status"}) != "True") {
+      return SetScheduledCondition(*found, "True", "", "");
+    }
+    return absl::OkStatus();
+  }
+  const json pod = *found;
+  Snapshot snap;
+  for (auto& n : informers_.nodes.List()) {
+    NodeInfo info;
+    info.name = Name(n);
+    info.labels = NodeLabels(n);
+    info.labels_json = json(info.labels);
+    info.object = std::move(n);
+    snap.nodes.push_back(std::move(info));
+  }
+  auto prefilter_fail = [&](const std::string& message) {
+    return Unschedulable(pod, "Unschedulable",
+                         snap.nodes.empty() ? std::string(kNoNodes)
+                                            : StrCat("0/", snap.nodes.size(), " nodes are available: ", message, "."));
+  };
+  std::vector<ClaimRef> claims;
+  if (std::string problem = CollectClaims(pod, claims); !problem.empty()) return prefilter_fail(problem);
+
+  // Did a provisioner give up on the node we sent the claims to? It clears
+  // selected-node; upstream's BindPodVolumes then fails and the pod backs off.
+  {
+    std::string sent_to;
+    {
+      absl::MutexLock lock(&mu_);
+      if (auto it = binding_.find(key); it != binding_.end()) sent_to = it->second;
+    }
+    if (!sent_to.empty()) {
+      for (const auto& c : claims) {
+        if (c.state == ClaimRef::State::kDelayed && c.selected_node != sent_to) {
+          {
+            absl::MutexLock lock(&mu_);
+            binding_.erase(key);
+          }
+          return Unschedulable(pod, "SchedulerError",
+                               StrCat("running PreBind plugin \"VolumeBinding\": binding volumes: provisioning "
+                                      "failed for PVC \"",
+                                      Name(c.claim), "\""));
+        }
+      }
+    }
+  }
+  for (const auto& c : claims) {
+    if (c.state == ClaimRef::State::kImmediate) return prefilter_fail(kUnboundImmediate);
+  }
+  for (const auto& c : claims) {
+    // The binder is completing a binding we asked for: wait for the claim.
+    if (c.state == ClaimRef::State::kBinding) return absl::OkStatus();
+  }
+
+  // What the filters read.
+  if (snap.nodes.empty()) return Unschedulable(pod, "Unschedulable", kNoNodes);
+  FillSnapshot(key, pod, claims, snap);
+
+  // Filter every node (upstream's Filter plugins).
+  std::vector<NodeFit> fits;
+  std::map<std::string, int> histogram;
+  for (const auto& node : snap.nodes) {
+    NodeFit fit = Filter(pod, claims, node, snap);
+    if (fit.reasons.empty()) {
+      fits.push_back(std::move(fit));
+    } else {
+      for (const auto& r : fit.reasons) ++histogram[r];
+    }
+  }
+  if (fits.empty()) {
+    std::vector<std::string> parts;
+    for (const auto& [reason, count] : histogram) parts.push_back(StrCat(count, " ", reason));
+    std::sort(parts.begin(), parts.end());  // as upstream: by the printed string
+    std::string joined;
+    for (const auto& p : parts) joined += (joined.empty() ? "" : ", ") + p;
+    return Unschedulable(pod, "Unschedulable", StrCat("0/", snap.nodes.size(), " nodes are available: ", joined, "."));
+  }
+
+  const NodeFit& chosen = PickNode(claims, fits, snap);
+
+  // Claims still to place: send them there and wait for the binder (the
+  // claims' updates bring the pod back). Otherwise bind the pod.
+  const bool all_bound =
+      std::all_of(claims.begin(), claims.end(), [](const ClaimRef& c) { return c.state == ClaimRef::State::kBound; });
+  if (!all_bound) return AssumeVolumes(pod, claims, chosen);
+  return Bind(pod, chosen.node);
+}
+
+// ---- PreFilter: the pod's claims and the state the filters read ----
+
+std::string Scheduler::CollectClaims(const json& pod, std::vector<ClaimRef>& claims) {
+  const std::string ns = Ns(pod);
+  std::set<std::string> seen;
+  const json& pod_volumes = Field(Field(pod, "spec"), "volumes");
+  if (pod_volumes.is_array()) {
+    for (const auto& v : pod_volumes) {
+      bool ephemeral = false;
+      const std::string claim_name = PodVolumeClaim(pod, v, &ephemeral);
+      if (claim_name.empty() || !seen.insert(claim_name).second) continue;
+      std::optional<json> claim = Current(informers_.claims, "persistentvolumeclaims", StrCat(ns, "/", claim_name));
+      if (!claim) return StrCat("persistentvolumeclaim \"", claim_name, "\" not found");
+      if (ephemeral && !ControlledByPod(*claim, pod)) {
+        return StrCat("PVC ", ns, "/", claim_name, " was not created for pod ", ns, "/", Name(pod),
+                      " (pod is not owner)");
+      }
+      if (Deleting(*claim)) return StrCat("persistentvolumeclaim \"", claim_name, "\" is being deleted");
+      ClaimRef ref;
+      ref.request = ClaimRequest(*claim);
+      ref.selected_node = Annotation(*claim, kAnnSelectedNode);
+      const std::string cls = ClaimClass(*claim), volume_name = Str(*claim, {"spec", "volumeName"});
+      if (!cls.empty()) ref.storage_class = informers_.classes.Get("", cls);
+      const bool delayed =
+          ref.storage_class && Str(*ref.storage_class, {"volumeBindingMode"}) == "WaitForFirstConsumer";
+      if (!volume_name.empty() && !Annotation(*claim, kAnnBindCompleted).empty()) {
+        ref.state = ClaimRef::State::kBound;
+        ref.pv = Current(informers_.volumes, "persistentvolumes", volume_name);
+      } else if (delayed && volume_name.empty()) {
+        ref.state = ClaimRef::State::kDelayed;
+      } else if (delayed && !ref.selected_node.empty()) {
+        ref.state = ClaimRef::State::kBinding;
+      } else {
+        ref.state = ClaimRef::State::kImmediate;
+      }
+      ref.claim = std::move(*claim);
+      claims.push_back(std::move(ref));
+    }
+  }
+  return "";
+}
+
+void Scheduler::FillSnapshot(const std::string& key, const json& pod, const std::vector<ClaimRef>& claims,
+                             Snapshot& snap) {
+  const std::string ns = Ns(pod);
+  snap.csinodes = ByName(informers_.csinodes.List());
+  snap.classes = ByName(informers_.classes.List());
+  snap.csidrivers = ByName(informers_.csidrivers.List());
+  snap.capacities = informers_.capacities.List();
+  std::set<std::string> delayed_classes, delayed_claims;
+  for (const auto& c : claims) {
+    if (c.state != ClaimRef::State::kDelayed) continue;
+    delayed_classes.insert(ClaimClass(c.claim));
+    delayed_claims.insert(Name(c.claim));
+  }
+  if (!delayed_classes.empty()) {
+    snap.static_candidates = SelectCurrent(informers_.volumes, "persistentvolumes", [&](const json& pv) {
+      std::string cls = Str(pv, {"spec", "storageClassName"});
+      if (cls.empty()) cls = Annotation(pv, "volume.beta.kubernetes.io/storage-class");
+      if (!delayed_classes.contains(cls)) return false;
+      const json& ref = Field(Field(pv, "spec"), "claimRef");
+      return ref.is_null() || (Str(ref, {"namespace"}) == ns && delayed_claims.contains(Str(ref, {"name"})));
+    });
+  }
+  // Volume counts for CSINode limits (upstream's NodeVolumeLimits).
+  auto volume_ids = [&](const json& claim, const std::optional<json>& pv,
+                        std::map<std::string, std::set<std::string>>& out) {
+    if (pv) {
+      const std::string driver = Str(*pv, {"spec", "csi", "driver"});
+      if (!driver.empty()) out[driver].insert(Str(*pv, {"spec", "csi", "volumeHandle"}));
+      return;
+    }
+    auto sc = snap.classes.find(ClaimClass(claim));
+    if (sc == snap.classes.end()) return;
+    const std::string driver = Str(sc->second, {"provisioner"});
+    if (!driver.empty()) out[driver].insert(StrCat("claim:", ObjectKey(claim)));
+  };
+  for (const auto& c : claims) {
+    volume_ids(c.claim, c.state == ClaimRef::State::kBound ? c.pv : std::nullopt, snap.new_volumes);
+  }
+  std::set<std::string> limited_nodes;
+  for (const auto& [name, csinode] : snap.csinodes) {
+    const json& drivers = Field(Field(csinode, "spec"), "drivers");
+    if (!drivers.is_array()) continue;
+    for (const auto& d : drivers) {
+      if (Field(Field(d, "allocatable"), "count").is_number() && snap.new_volumes.contains(Str(d, {"name"}))) {
+        limited_nodes.insert(name);
+      }
+    }
+  }
+  if (!limited_nodes.empty()) {
+    auto count_pod = [&](const json& other, const std::string& node) {
+      auto& used = snap.used[node];
+      const json& vols = Field(Field(other, "spec"), "volumes");
+      if (!vols.is_array()) return;
+      for (const auto& v : vols) {
+        bool ephemeral = false;
+        const std::string claim_name = PodVolumeClaim(other, v, &ephemeral);
+        if (claim_name.empty()) continue;
+        std::optional<json> claim =
+            Current(informers_.claims, "persistentvolumeclaims", StrCat(Ns(other), "/", claim_name));
+        if (!claim) continue;
+        const std::string volume_name = Str(*claim, {"spec", "volumeName"});
+        std::optional<json> pv =
+            volume_name.empty() ? std::nullopt : Current(informers_.volumes, "persistentvolumes", volume_name);
+        volume_ids(*claim, pv, used);
+      }
+    };
+    for (const auto& other : SelectCurrent(informers_.pods, "pods", [&](const json& p) {
+           return limited_nodes.contains(Str(p, {"spec", "nodeName"})) && !Terminal(p) && Uid(p) != Uid(pod);
+         })) {
+      count_pod(other, Str(other, {"spec", "nodeName"}));
+    }
+    // Pods whose claims we sent to a node hold their slots there already
+    // (upstream's assumed pods).
+    std::map<std::string, std::string> assumed_pods;
+    {
+      absl::MutexLock lock(&mu_);
+      assumed_pods = binding_;
+    }
+    for (const auto& [other_key, node] : assumed_pods) {
+      if (other_key == key || !limited_nodes.contains(node)) continue;
+      std::optional<json> other = Current(informers_.pods, "pods", other_key);
+      if (other && Pending(*other)) count_pod(*other, node);
+    }
+  }
+}
+
+}  // namespace berth::controllers

@@ -1,0 +1,207 @@
+// Scoring: choosing one node among those that fit, weighted by free space,
+// allocated bytes or volume count (the class's berth.io/node-weighting), or
+// spread by pod count when the pod has no storage to weigh.
+#include "controllers/scheduling/scheduler.h"
+
+#include <algorithm>
+#include <map>
+#include <random>
+#include <utility>
+
+#include "absl/synchronization/mutex.h"
+#include "client/object.h"
+#include "common/strings.h"
+#include "controllers/node_affinity.h"
+#include "controllers/scheduling/scheduler_internal.h"
+#include "controllers/volume/pv_binder.h"
+#include "spdlog/spdlog.h"
+
+namespace berth::controllers {
+
+using namespace ::berth::client;  // the controllers' own client library
+using namespace scheduler_internal;
+using nlohmann::json;
+
+// ---- Pure parts ----
+
+absl::StatusOr<NodeWeighting> ParseNodeWeighting(std::string_view value) {
+  if (value.empty() || value == "SpaceWeighted") return NodeWeighting::kSpaceWeighted;
+  if (value == "CapacityWeighted") return NodeWeighting::kCapacityWeighted;
+  if (value == "VolumeWeighted") return NodeWeighting::kVolumeWeighted;
+  return absl::InvalidArgumentError(StrCat("unknown ", kNodeWeightingParameter, " \"", value,
+                                           "\": want SpaceWeighted, CapacityWeighted or VolumeWeighted"));
+}
+
+std::string ChooseNode(const std::vector<NodeCandidate>& candidates, NodeWeighting weighting, std::mt19937_64* rng) {
+  if (candidates.empty()) return "";
+  // A weight where smaller is better, as seed 001's node maps: free space
+  // is inverted; allocation and volume counts are taken as they are (a node
+  // that holds none sorts first, like lib-csi's "unoccupied nodes first").
+  auto weight = [weighting](const NodeCandidate& c) -> int64_t {
+    switch (weighting) {
+      case NodeWeighting::kSpaceWeighted:
+        return c.free_bytes < 0 ? INT64_MAX : INT64_MAX - 1 - c.free_bytes;
+      case NodeWeighting::kCapacityWeighted:
+        return c.allocated_bytes;
+      case NodeWeighting::kVolumeWeighted:
+        return c.volumes;
+    }
+    return 0;
+  };
+  int64_t best = INT64_MAX;
+  std::vector<const NodeCandidate*> tied;
+  for (const auto& c : candidates) {
+    const int64_t w = weight(c);
+    if (tied.empty() || w < best) {
+      best = w;
+      tied.assign(1, &c);
+    } else if (w == best) {
+      tied.push_back(&c);
+    }
+  }
+  if (rng != nullptr) {
+    // Sort first so the outcome depends on the seed only, not on the order
+    // the candidates came in.
+    std::sort(tied.begin(), tied.end(), [](const auto* a, const auto* b) { return a->name < b->name; });
+    std::uniform_int_distribution<size_t> pick(0, tied.size() - 1);
+    return tied[pick(*rng)]->name;
+  }
+  return (*std::min_element(tied.begin(), tied.end(), [](const auto* a, const auto* b) { return a->name < b->name; }))
+      ->name;
+}
+
+// ---- Score: one node of those that fit ----
+
+const Scheduler::NodeFit& Scheduler::PickNode(const std::vector<ClaimRef>& claims, const std::vector<NodeFit>& fits,
+                                              const Snapshot& snap) {
+  // A node the pod's claims were already sent to wins while it fits (a
+  // restart between selected-node and the binding, or volumes provisioned
+  // there for this pod).
+  for (const auto& c : claims) {
+    if (c.selected_node.empty()) continue;
+    for (const auto& f : fits) {
+      if (f.node == c.selected_node) return f;
+    }
+  }
+  if (fits.size() == 1) return fits[0];
+  const json* storage_class = nullptr;
+  for (const auto& c : claims) {
+    if (c.state == ClaimRef::State::kDelayed && c.storage_class) {
+      storage_class = &*c.storage_class;
+      break;
+    }
+  }
+  for (const auto& c : claims) {
+    if (storage_class == nullptr && c.storage_class) storage_class = &*c.storage_class;
+  }
+  NodeWeighting weighting = NodeWeighting::kSpaceWeighted;
+  std::vector<NodeCandidate> candidates;
+  for (const auto& f : fits) candidates.push_back({.name = f.node});
+  if (storage_class != nullptr) {
+    auto parsed = ParseNodeWeighting(Str(*storage_class, {"parameters", kNodeWeightingParameter}));
+    if (parsed.ok()) {
+      weighting = *parsed;
+    } else {
+      spdlog::warn("scheduler: storage class {}: {}; using SpaceWeighted", Name(*storage_class),
+                   std::string(parsed.status().message()));
+    }
+    const std::string cls = Name(*storage_class), driver = Str(*storage_class, {"provisioner"});
+    std::map<std::string, NodeCandidate*> by_name;
+    std::vector<const NodeInfo*> infos;
+    for (auto& c : candidates) {
+      by_name[c.name] = &c;
+      for (const auto& n : snap.nodes) {
+        if (n.name == c.name) infos.push_back(&n);
+      }
+    }
+    // Free space: the roomiest CSIStorageCapacity of the class the node reaches.
+    for (const NodeInfo* n : infos) {
+      NodeCandidate& c = *by_name[n->name];
+      for (const auto& cap : snap.capacities) {
+        if (Str(cap, {"storageClassName"}) != cls || !CapacityReaches(cap, n->labels)) continue;
+        if (auto bytes = Bytes(Field(cap, "capacity"))) c.free_bytes = std::max(c.free_bytes, *bytes);
+      }
+    }
+    // Claims already sent to a node whose volumes do not exist yet count
+    // there too, so a burst of pods spreads.
+    std::map<std::string, std::pair<std::string, int64_t>> inflight;  // uid → (node, request)
+    for (const auto& claim : SelectCurrent(informers_.claims, "persistentvolumeclaims", [&](const json& c) {
+           if (Annotation(c, kAnnSelectedNode).empty() || !Str(c, {"spec", "volumeName"}).empty() || Deleting(c)) {
+             return false;
+           }
+           auto sc = snap.classes.find(ClaimClass(c));
+           return sc != snap.classes.end() && Str(sc->second, {"provisioner"}) == driver;
+         })) {
+      inflight[Uid(claim)] = {Annotation(claim, kAnnSelectedNode), ClaimRequest(claim)};
+    }
+    // The driver's volumes on each node, counted in place (no copies: there
+    // may be thousands).
+    (void)informers_.volumes.Select([&](const json& pv) {
+      if (Str(pv, {"spec", "csi", "driver"}) != driver || Deleting(pv)) return false;
+      inflight.erase(Str(pv, {"spec", "claimRef", "uid"}));  // provisioned: counted as a volume
+      const int64_t size = Bytes(Field(Field(Field(pv, "spec"), "capacity"), "storage")).value_or(0);
+      const std::string on = NodeOfVolume(pv);
+      if (!on.empty()) {
+        if (auto it = by_name.find(on); it != by_name.end()) {
+          ++it->second->volumes;
+          it->second->allocated_bytes += size;
+        }
+        return false;
+      }
+      if (Field(Field(Field(pv, "spec"), "nodeAffinity"), "required").is_null()) return false;  // not node-local
+      for (const NodeInfo* n : infos) {
+        if (!VolumeFitsNode(pv, n->labels, n->name)) continue;
+        ++by_name[n->name]->volumes;
+        by_name[n->name]->allocated_bytes += size;
+      }
+      return false;
+    });
+    for (const auto& [uid, where] : inflight) {
+      if (auto it = by_name.find(where.first); it != by_name.end()) {
+        ++it->second->volumes;
+        it->second->allocated_bytes += where.second;
+      }
+    }
+  }
+  if (storage_class == nullptr) {
+    // No storage to weigh: spread by the number of pods on each node (fewest
+    // first), so pods without volumes do not all land on one node.
+    weighting = NodeWeighting::kVolumeWeighted;
+    std::map<std::string, NodeCandidate*> by_name;
+    for (auto& c : candidates) by_name[c.name] = &c;
+    auto count = [&](const json& p, int delta) {
+      if (Terminal(p)) return;
+      if (auto it = by_name.find(Str(p, {"spec", "nodeName"})); it != by_name.end()) it->second->volumes += delta;
+    };
+    (void)informers_.pods.Select([&](const json& p) {
+      count(p, 1);
+      return false;
+    });
+    // Pods we bound that the cache does not show bound yet.
+    std::map<std::string, json> assumed;
+    {
+      absl::MutexLock lock(&mu_);
+      assumed = assumed_["pods"];
+    }
+    for (const auto& [key, obj] : assumed) {
+      std::optional<json> cached = informers_.pods.GetByKey(key);
+      std::optional<json> current = Current(informers_.pods, "pods", key);  // prunes what the cache caught up with
+      if (!cached || !current || ResourceVersion(*current) != ResourceVersion(obj)) continue;
+      count(*cached, -1);
+      count(obj, 1);
+    }
+  }
+  std::string name;
+  if (options_.random_seed) {
+    absl::MutexLock lock(&mu_);
+    name = ChooseNode(candidates, weighting, &rng_);
+  } else {
+    name = ChooseNode(candidates, weighting);
+  }
+  for (const auto& f : fits) {
+    if (f.node == name) return f;
+  }
+  return fits[0];
+}
+
+}  // namespace berth::controllers

@@ -1,0 +1,348 @@
+// The CSI snapshotter sidecar (upstream's csi-snapshotter): the
+// VolumeSnapshotContent side of snapshotting. For its driver's contents it
+// calls CreateSnapshot, checks pre-provisioned snapshots, polls until ready,
+// and calls DeleteSnapshot. The VolumeSnapshot side is the
+// SnapshotController (snapshot_controller.cc).
+#include "controllers/snapshot/snapshotter.h"
+
+#include <algorithm>
+#include <functional>
+#include <utility>
+
+#include "api/quantity.h"
+#include "client/capability.h"
+#include "client/object.h"
+#include "client/secrets.h"
+#include "client/writes.h"
+#include "common/status.h"
+#include "common/strings.h"
+#include "controllers/node_affinity.h"
+#include "controllers/snapshot/snapshot_util.h"
+#include "csi/grpc_status.h"
+#include "grpcpp/client_context.h"
+
+namespace berth::controllers {
+
+using namespace ::berth::client;  // the controllers' own client library
+using namespace snapshot_util;
+namespace {
+
+using nlohmann::json;
+
+bool RemoveAnnotation(json& o, const std::string& key) {
+  json& md = o["metadata"];
+  if (!md.contains("annotations") || !md["annotations"].is_object() || !md["annotations"].contains(key)) return false;
+  md["annotations"].erase(key);
+  return true;
+}
+
+}  // namespace
+
+Snapshotter::Snapshotter(apiserver::Registry& registry, DriverDirectory& drivers, Informer& contents, Informer& classes,
+                         Options options)
+    : registry_(registry),
+      drivers_(drivers),
+      contents_(contents),
+      classes_(classes),
+      options_(std::move(options)),
+      own_monitor_(options_.monitor == nullptr ? std::make_unique<DriverMonitor>(drivers) : nullptr),
+      monitor_(options_.monitor != nullptr ? *options_.monitor : *own_monitor_),
+      events_(registry, StrCat(options_.driver, "_berth-snapshotter")) {}
+
+Snapshotter::~Snapshotter() { Stop(); }
+
+void Snapshotter::RegisterHandlers() {
+  auto changed = [this](const json& o) {
+    if (Str(o, {"spec", "driver"}) == options_.driver) queue_.Add(Name(o));
+  };
+  contents_.AddHandlers({
+      .on_add = changed,
+      .on_update = [changed](const json&, const json& o) { changed(o); },
+      .on_delete = [this](const json& o) { ResetPoll(Name(o)); },
+  });
+}
+
+void Snapshotter::Start() {
+  const std::string name = StrCat("snapshotter ", options_.driver, ": content");
+  for (int i = 0; i < options_.workers; ++i) {
+    workers_.emplace_back(
+        [this, name] { RunWorker(queue_, name, ParkAware([this](const std::string& k) { return SyncContent(k); })); });
+  }
+}
+
+void Snapshotter::Stop() {
+  queue_.ShutDown();
+  for (auto& w : workers_) w.join();
+  workers_.clear();
+  monitor_.Unpark(queue_);
+}
+
+void Snapshotter::SchedulePoll(const std::string& name) {
+  absl::Duration delay = options_.poll_initial;
+  {
+    absl::MutexLock lock(&mu_);
+    for (int n = polls_[name]++; n > 0 && delay < options_.poll_max; --n) delay *= 2;
+  }
+  queue_.AddAfter(name, std::min(delay, options_.poll_max));
+}
+
+void Snapshotter::ResetPoll(const std::string& name) {
+  absl::MutexLock lock(&mu_);
+  polls_.erase(name);
+}
+
+absl::StatusOr<std::map<std::string, std::string>> Snapshotter::Secrets(const std::string& ns,
+                                                                        const std::string& name) {
+  if (ns.empty() && name.empty()) return std::map<std::string, std::string>();
+  if (name.empty()) return absl::InvalidArgumentError("secret name or namespace not specified");
+  return CsiSecret(registry_, ns, name, "snapshotter secret");
+}
+
+std::string Snapshotter::CallNode(const json& content) const {
+  std::string node = Annotation(content, kAnnSnapshotNode);
+  if (node.empty() && drivers_.Endpoint(options_.driver, "").empty()) {
+    // A node-local driver and a content that names no node (pre-provisioned):
+    // only unambiguous with one node.
+    std::vector<std::string> nodes = drivers_.Nodes(options_.driver);
+    if (nodes.size() == 1) node = nodes[0];
+  }
+  return node;
+}
+
+absl::Status Snapshotter::Call(const json& content,
+                               const std::function<absl::Status(::csi::v1::Controller::Stub&)>& fn) {
+  const std::string node = CallNode(content);
+  absl::Status st = monitor_.Call(options_.driver, node, [&](const std::shared_ptr<grpc::Channel>& channel) {
+    auto stub = ::csi::v1::Controller::NewStub(channel);
+    return fn(*stub);
+  });
+  if (IsNotAFailure(st)) monitor_.Park(options_.driver, node, queue_, Name(content));
+  return st;
+}
+
+absl::StatusOr<bool> Snapshotter::CanListSnapshots(const json& content) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (can_list_) return *can_list_;
+  }
+  ::csi::v1::ControllerGetCapabilitiesResponse resp;
+  BERTH_RETURN_IF_ERROR(Call(content, [&](::csi::v1::Controller::Stub& stub) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
+    return csi::FromGrpcStatus(stub.ControllerGetCapabilities(&ctx, {}, &resp));
+  }));
+  bool can = false;
+  for (const auto& c : resp.capabilities()) {
+    can = can || c.rpc().type() == ::csi::v1::ControllerServiceCapability::RPC::LIST_SNAPSHOTS;
+  }
+  absl::MutexLock lock(&mu_);
+  can_list_ = can;
+  return can;
+}
+
+absl::Status Snapshotter::Fail(const json& content, const std::string& reason, const std::string& message,
+                               absl::Status st) {
+  bool changed = false;
+  absl::Status written = MutateObject(registry_, ContentsKind(), content, apiserver::Subresource::kStatus,
+                                      [&](json& c) { return changed = SetError(c, message); });
+  if (changed) events_.Record(content, "Warning", reason, message);
+  return st.ok() ? written : st;
+}
+
+absl::Status Snapshotter::RecordSnapshot(const json& content, const ::csi::v1::Snapshot& snapshot) {
+  const int64_t created = snapshot.has_creation_time()
+                              ? snapshot.creation_time().seconds() * 1'000'000'000 + snapshot.creation_time().nanos()
+                              : absl::ToUnixNanos(absl::Now());
+  return MutateObject(registry_, ContentsKind(), content, apiserver::Subresource::kStatus, [&](json& c) {
+    json status = Field(c, "status").is_object() ? c["status"] : json::object();
+    const json before = status;
+    if (Str(status, {"snapshotHandle"}).empty()) status["snapshotHandle"] = snapshot.snapshot_id();
+    status["readyToUse"] = snapshot.ready_to_use();
+    if (!Field(status, "creationTime").is_number()) status["creationTime"] = created;
+    if (!Field(status, "restoreSize").is_number() && snapshot.size_bytes() > 0) {
+      status["restoreSize"] = snapshot.size_bytes();
+    }
+    status.erase("error");  // the driver answered: no error now
+    if (status == before) return false;
+    c["status"] = status;
+    return true;
+  });
+}
+
+absl::Status Snapshotter::SyncContent(const std::string& name) {
+  std::optional<json> cached = contents_.Get("", name);
+  if (!cached || Str(*cached, {"spec", "driver"}) != options_.driver) {
+    ResetPoll(name);
+    return absl::OkStatus();
+  }
+  const json& content = *cached;
+  const bool dynamic = !Str(content, {"spec", "source", "volumeHandle"}).empty();
+  const bool being_created = !Annotation(content, kAnnSnapshotBeingCreated).empty();
+  if (Deleting(content)) {
+    const bool unbound = !dynamic && Str(content, {"spec", "volumeSnapshotRef", "uid"}).empty();
+    if (unbound || (!being_created && !Annotation(content, kAnnSnapshotBeingDeleted).empty())) {
+      ResetPoll(name);
+      return DeleteContent(content);
+    }
+    // Either its snapshot's deletion has not reached it yet, or a
+    // CreateSnapshot's outcome is unknown: that one is finished first, so
+    // whatever it made is known (and deleted) before the content goes.
+    if (!dynamic || !being_created) return absl::OkStatus();
+  }
+  if (Ready(content)) {
+    ResetPoll(name);
+    if (!being_created) return absl::OkStatus();
+    return MutateObject(registry_, ContentsKind(), content, apiserver::Subresource::kMain,
+                        [](json& c) { return RemoveAnnotation(c, kAnnSnapshotBeingCreated); });
+  }
+  return dynamic ? CreateSnapshot(content) : CheckPreprovisioned(content);
+}
+
+absl::Status Snapshotter::CreateSnapshot(const json& content) {
+  const std::string name = Name(content);
+  const std::string uid = Str(content, {"spec", "volumeSnapshotRef", "uid"});
+  const std::string handle = Str(content, {"spec", "source", "volumeHandle"});
+  auto fail = [&](absl::Status st) {
+    return Fail(content, "SnapshotCreationFailed", StrCat("Failed to create snapshot: ", st.message()), st);
+  };
+  if (uid.empty()) return fail(absl::InvalidArgumentError("the content's volumeSnapshotRef has no uid"));
+  const std::string class_name = Str(content, {"spec", "volumeSnapshotClassName"});
+  if (class_name.empty()) {
+    return fail(absl::InvalidArgumentError(StrCat("failed to take snapshot ", name, " without a snapshot class")));
+  }
+  std::optional<json> cls = GetClass(registry_, classes_, class_name);
+  if (!cls) return fail(absl::NotFoundError(StrCat("volumesnapshotclass ", class_name, " not found")));
+  auto secrets = Secrets(Annotation(content, kAnnDeletionSecretNamespace), Annotation(content, kAnnDeletionSecretName));
+  if (!secrets.ok()) return fail(secrets.status());
+
+  // Mark the call before making it: until its outcome is known the content
+  // must not go, or a snapshot it made would be left behind.
+  if (Annotation(content, kAnnSnapshotBeingCreated).empty()) {
+    BERTH_ASSIGN_OR_RETURN(
+        std::optional<json> marked,
+        Edit(registry_, ContentsKind(), "", name, Uid(content), apiserver::Subresource::kMain,
+             [](json& c) { return !Deleting(c) && SetAnnotation(c, kAnnSnapshotBeingCreated, "yes"); }));
+    if (!marked || Annotation(*marked, kAnnSnapshotBeingCreated).empty()) {
+      return absl::AbortedError(StrCat("VolumeSnapshotContent ", name, " is gone or being deleted"));
+    }
+  }
+
+  ::csi::v1::CreateSnapshotRequest req;
+  // Deterministic: repeating the call (a lost answer, a restart) is
+  // idempotent in the driver and never makes a second snapshot.
+  req.set_name(StrCat("snapshot-", uid));
+  req.set_source_volume_id(handle);
+  SplitClassParameters(Field(*cls, "parameters"), req.mutable_parameters(), nullptr);
+  for (const auto& [k, v] : *secrets) (*req.mutable_secrets())[k] = v;
+
+  ::csi::v1::CreateSnapshotResponse resp;
+  absl::Status st = Call(content, [&](::csi::v1::Controller::Stub& stub) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
+    return csi::FromGrpcStatus(stub.CreateSnapshot(&ctx, req, &resp));
+  });
+  if (!st.ok()) {
+    if (csi::IsFinalError(st)) {
+      // The driver is not working on it: nothing was made by this call.
+      BERTH_RETURN_IF_ERROR(MutateObject(registry_, ContentsKind(), content, apiserver::Subresource::kMain,
+                                         [](json& c) { return RemoveAnnotation(c, kAnnSnapshotBeingCreated); }));
+    }
+    return fail(absl::Status(st.code(), StrCat("failed to take snapshot of the volume ", handle, ": ", st.message())));
+  }
+  // Status first, then the marker: a crash in between repeats a harmless call.
+  BERTH_RETURN_IF_ERROR(RecordSnapshot(content, resp.snapshot()));
+  BERTH_RETURN_IF_ERROR(MutateObject(registry_, ContentsKind(), content, apiserver::Subresource::kMain,
+                                     [](json& c) { return RemoveAnnotation(c, kAnnSnapshotBeingCreated); }));
+  if (resp.snapshot().ready_to_use()) {
+    ResetPoll(name);
+  } else {
+    SchedulePoll(name);  // asked again (CreateSnapshot is idempotent) until ready
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Snapshotter::CheckPreprovisioned(const json& content) {
+  const std::string name = Name(content);
+  const std::string handle = Str(content, {"spec", "source", "snapshotHandle"});
+  auto fail = [&](absl::Status st) {
+    return Fail(content, "SnapshotContentCheckandUpdateFailed",
+                StrCat("Failed to check and update snapshot content: ", st.message()), st);
+  };
+  std::map<std::string, std::string> secrets;
+  if (std::string class_name = Str(content, {"spec", "volumeSnapshotClassName"}); !class_name.empty()) {
+    std::optional<json> cls = GetClass(registry_, classes_, class_name);
+    if (!cls) return fail(absl::NotFoundError(StrCat("volumesnapshotclass ", class_name, " not found")));
+    auto ref = ClassSecret(*cls, "snapshotter-list", name, nullptr);
+    if (!ref.ok()) return fail(ref.status());
+    auto got = Secrets(ref->ns, ref->name);
+    if (!got.ok()) return fail(got.status());
+    secrets = std::move(*got);
+  }
+  auto can_list = CanListSnapshots(content);
+  if (!can_list.ok()) return fail(can_list.status());
+  if (!*can_list) {
+    // Nothing to ask: the handle is taken as ready (upstream does the same).
+    ::csi::v1::Snapshot assumed;
+    assumed.set_snapshot_id(handle);
+    assumed.set_ready_to_use(true);
+    return RecordSnapshot(content, assumed);
+  }
+  ::csi::v1::ListSnapshotsRequest req;
+  req.set_snapshot_id(handle);
+  for (const auto& [k, v] : secrets) (*req.mutable_secrets())[k] = v;
+  ::csi::v1::ListSnapshotsResponse resp;
+  absl::Status listed = Call(content, [&](::csi::v1::Controller::Stub& stub) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
+    return csi::FromGrpcStatus(stub.ListSnapshots(&ctx, req, &resp));
+  });
+  if (!listed.ok()) return fail(listed);
+  const ::csi::v1::ListSnapshotsResponse::Entry* entry = nullptr;
+  for (const auto& e : resp.entries()) {
+    if (e.snapshot().snapshot_id() == handle) entry = &e;
+  }
+  if (entry == nullptr) return fail(absl::NotFoundError(StrCat("snapshot ", handle, " not found by the driver")));
+  BERTH_RETURN_IF_ERROR(RecordSnapshot(content, entry->snapshot()));
+  if (entry->snapshot().ready_to_use()) {
+    ResetPoll(name);
+  } else {
+    SchedulePoll(name);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Snapshotter::DeleteContent(const json& content) {
+  const std::string name = Name(content);
+  if (Str(content, {"spec", "deletionPolicy"}) == "Delete") {
+    std::string handle = Str(content, {"status", "snapshotHandle"});
+    if (handle.empty()) handle = Str(content, {"spec", "source", "snapshotHandle"});
+    if (!handle.empty()) {
+      auto secrets =
+          Secrets(Annotation(content, kAnnDeletionSecretNamespace), Annotation(content, kAnnDeletionSecretName));
+      if (!secrets.ok()) {
+        events_.Record(content, "Warning", "SnapshotDeleteError",
+                       StrCat("Failed to get snapshot credentials: ", secrets.status().message()));
+        return secrets.status();
+      }
+      ::csi::v1::DeleteSnapshotRequest req;
+      req.set_snapshot_id(handle);
+      for (const auto& [k, v] : *secrets) (*req.mutable_secrets())[k] = v;
+      absl::Status st = Call(content, [&](::csi::v1::Controller::Stub& stub) {
+        grpc::ClientContext ctx;
+        ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
+        ::csi::v1::DeleteSnapshotResponse resp;
+        grpc::Status gst = stub.DeleteSnapshot(&ctx, req, &resp);
+        return gst.error_code() == grpc::StatusCode::NOT_FOUND ? absl::OkStatus() : csi::FromGrpcStatus(gst);
+      });
+      if (!st.ok()) {
+        events_.Record(content, "Warning", "SnapshotDeleteError", StrCat("Failed to delete snapshot: ", st.message()));
+        return st;
+      }
+    }
+  }
+  // DeleteSnapshot is idempotent, so a crash before this write only repeats it.
+  return MutateObject(registry_, ContentsKind(), content, apiserver::Subresource::kMain,
+                      [](json& c) { return RemoveFinalizer(c, kContentBoundFinalizer); });
+}
+
+}  // namespace berth::controllers

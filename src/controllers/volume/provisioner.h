@@ -1,0 +1,163 @@
+// Dynamic provisioning for one CSI driver (external-provisioner semantics,
+// seeds 000 and 003), in process.
+//
+// Ownership is per driver, as upstream: a claim is this provisioner's when
+// the binder handed it over (volume.kubernetes.io/storage-provisioner =
+// our driver); a PV is ours when pv.kubernetes.io/provisioned-by names our
+// driver, or — a statically provisioned CSI volume — when it has no such
+// annotation and spec.csi.driver is our driver. Nothing of another driver's
+// is ever read for a decision or written, finalizers included. While our
+// leak-protection finalizer is on a claim the binder does not hand it to
+// another driver.
+//
+// WaitForFirstConsumer claims wait for the scheduler's
+// volume.kubernetes.io/selected-node. Then:
+//   1. the data source is validated (data_source.h) and a cloned claim gets
+//      provisioner.storage.kubernetes.io/cloning-protection,
+//   2. finalizer volume.berth.io/provisioning on the claim (leak protection),
+//   3. CreateVolume: name pvc-<claim uid>, capacity range from the claim,
+//      capabilities from accessModes/volumeMode and csi.storage.k8s.io/fstype,
+//      class parameters without the reserved csi.storage.k8s.io/* keys,
+//      provisioner secrets resolved from Secret objects, topology (requisite
+//      from allowedTopologies or the CSINode segments of all nodes; the
+//      selected node's segment first), content source from a VolumeSnapshot
+//      or another claim,
+//   4. the PV: pvc-<uid>, claimRef to the claim (the binder completes the
+//      binding), nodeAffinity from accessible_topology, secrets refs,
+//      pv.kubernetes.io/provisioned-by,
+//   5. the finalizer comes off (in the binder's bind write).
+// The finalizer carries the node the request went to
+// (volume.berth.io/provisioning-node), so a retry after a crash asks the same
+// node. A claim deleted while CreateVolume is in flight keeps its finalizer
+// until the outcome is known: the provisioner repeats the (idempotent)
+// CreateVolume and deletes what it returns; if the request cannot be rebuilt
+// (its StorageClass is gone) the finalizer stays, with a warning event.
+// Under WaitForFirstConsumer, selected-node is cleared so the scheduler
+// picks again when the node is gone or not Ready (and no request is in
+// flight), or when CreateVolume on its topology ended in a final error.
+//
+// Our PVs with reclaim policy Delete carry
+// external-provisioner.volume.kubernetes.io/finalizer (provisioned ones from
+// creation, static ones once Bound, as upstream): once Released (its claim
+// gone, confirmed against the store), or — provisioned ones — deleted while
+// not Bound, the storage is deleted (DeleteVolume on the volume's node; never
+// while a VolumeAttachment still names the PV), then the PV object (with uid
+// and resourceVersion preconditions), then the finalizer.
+//
+// Calls to the driver go through a DriverMonitor: while the driver is down
+// (or not registered) a claim or volume waits for it without counting a
+// failure, and resumes with all others the moment it is back.
+//
+// Thread-safety: thread-safe; Start/Stop from one thread.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "apiserver/registry.h"
+#include "client/driver_monitor.h"
+#include "client/drivers.h"
+#include "client/events.h"
+#include "client/informer.h"
+#include "client/workqueue.h"
+#include "controllers/volume/pv_binder.h"  // kProvisioningFinalizer, kAnnProvisioningNode
+#include "csi/v1/csi.grpc.pb.h"
+
+namespace berth::controllers {
+
+using namespace ::berth::client;  // the controllers' own client library
+
+// On provisioned PVs with reclaim policy Delete: the storage is deleted
+// before the PV object may go (external-provisioner's finalizer).
+inline constexpr char kProvisionerFinalizer[] = "external-provisioner.volume.kubernetes.io/finalizer";
+
+// On a claim used as the data source of a claim being provisioned, until
+// no Pending claim clones it any more (external-provisioner's).
+inline constexpr char kCloningProtectionFinalizer[] = "provisioner.storage.kubernetes.io/cloning-protection";
+
+struct ProvisionerInformers {
+  Informer& claims;
+  Informer& volumes;
+  Informer& classes;
+  Informer& nodes;
+  Informer& csinodes;
+  // Optional: a deleted attachment lets its PV's storage be deleted at once
+  // (without it, the volume's retry backoff does).
+  Informer* attachments = nullptr;
+};
+
+class Provisioner {
+ public:
+  struct Options {
+    std::string driver;  // the CSI driver name (StorageClass provisioner)
+    int workers = 4;
+    absl::Duration rpc_timeout = absl::Minutes(1);
+    // Shared with the other controllers (the manager's); null: one of our own.
+    DriverMonitor* monitor = nullptr;
+  };
+  Provisioner(apiserver::Registry& registry, DriverDirectory& drivers, ProvisionerInformers informers, Options options);
+  ~Provisioner();
+
+  void RegisterHandlers();
+  void Start();
+  void Stop();
+
+  // One reconcile (public for tests). While the driver is down these park
+  // the key and return a NotAFailure status (see DriverMonitor).
+  absl::Status SyncClaim(const std::string& key);
+  absl::Status SyncVolume(const std::string& name);
+  // Drops cloning-protection from a source claim no Pending claim clones.
+  absl::Status SyncCloneSource(const std::string& key);
+
+  // The CreateVolume request for `claim` of `storage_class` (public for
+  // tests). `node` is the selected node ("" for none).
+  absl::StatusOr<::csi::v1::CreateVolumeRequest> BuildRequest(const nlohmann::json& claim,
+                                                              const nlohmann::json& storage_class,
+                                                              const std::string& node);
+
+ private:
+  // The claim's class when it exists and names our driver.
+  bool ClassOf(const nlohmann::json& claim, nlohmann::json* storage_class) const;
+  bool OwnsVolume(const nlohmann::json& pv) const;
+  // The driver calls; a key waiting for the driver is parked on `queue`.
+  absl::StatusOr<::csi::v1::CreateVolumeResponse> CreateVolume(const ::csi::v1::CreateVolumeRequest& request,
+                                                               const std::string& node, WorkQueue& queue,
+                                                               const std::string& key);
+  absl::Status DeleteVolume(const std::string& handle, const std::string& node,
+                            const google::protobuf::Map<std::string, std::string>& secrets, WorkQueue& queue,
+                            const std::string& key);
+  // DeleteVolume's secrets: the PV's deletion-secret annotations, else the
+  // class's provisioner secret (as upstream).
+  absl::StatusOr<google::protobuf::Map<std::string, std::string>> DeletionSecrets(const nlohmann::json& pv);
+  // FAILED_PRECONDITION while a VolumeAttachment names the PV.
+  absl::Status CheckNotAttached(const nlohmann::json& pv);
+  absl::Status SyncClaimOnce(const std::string& key);
+  absl::Status SyncDeletedClaim(const nlohmann::json& claim, const std::string& key, bool have_class,
+                                const nlohmann::json& storage_class, bool pv_exists);
+  absl::Status CreatePersistentVolume(const nlohmann::json& claim, const nlohmann::json& storage_class,
+                                      const ::csi::v1::CreateVolumeRequest& request,
+                                      const ::csi::v1::CreateVolumeResponse& response);
+  absl::Status SetFinalizer(const nlohmann::json& claim, bool present, const std::string& node = "");
+  // The topology segment of `node` for our driver ({} if none).
+  std::map<std::string, std::string> Segment(const std::string& node) const;
+  std::string NodeForClaim(const nlohmann::json& claim) const;
+  // Removes volume.kubernetes.io/selected-node if it still names `node`.
+  absl::Status ClearSelectedNode(const nlohmann::json& claim, const std::string& node);
+
+  apiserver::Registry& registry_;
+  DriverDirectory& drivers_;
+  ProvisionerInformers informers_;
+  const Options options_;
+  std::unique_ptr<DriverMonitor> own_monitor_;  // when Options::monitor is null
+  DriverMonitor& monitor_;
+  EventRecorder events_;
+  WorkQueue claim_queue_;
+  WorkQueue volume_queue_;
+  WorkQueue source_queue_;  // claims carrying cloning-protection
+  std::vector<std::thread> workers_;
+};
+
+}  // namespace berth::controllers

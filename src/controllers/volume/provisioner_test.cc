@@ -1,0 +1,464 @@
+// Provisioning flows against a fake CSI driver over a real unix socket, with
+// the PV binder running alongside as in berth up.
+#include "controllers/volume/provisioner.h"
+
+#include <set>
+
+#include "common/testing/eventually.h"
+#include "common/testing/temp_dir.h"
+#include "controllers/testing/fake_csi.h"
+#include "controllers/testing/helpers.h"
+#include "controllers/testing/provisioner_fixture.h"
+#include "controllers/volume/pv_binder.h"
+#include "controllers/volume/resizer.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace berth::controllers {
+
+using namespace ::berth::client;  // the controllers' own client library
+namespace {
+
+using testing::Claim;
+using testing::Eventually;
+using testing::K;
+using testing::kDriver;
+using testing::ProvisionerTest;
+
+TEST_F(ProvisionerTest, ProvisionsBindsAndDeletesWithTheReclaimPolicy) {
+  Create("secrets", "", "default", {{"metadata", {{"name", "creds"}}}, {"stringData", {{"token", "s3cr3t"}}}});
+  Class("fast", "Immediate",
+        {{"csi.storage.k8s.io/fstype", "xfs"},
+         {"tier", "gold"},
+         {"csi.storage.k8s.io/provisioner-secret-name", "creds"},
+         {"csi.storage.k8s.io/provisioner-secret-namespace", "${pvc.namespace}"},
+         {"csi.storage.k8s.io/node-stage-secret-name", "creds"},
+         {"csi.storage.k8s.io/node-stage-secret-namespace", "default"}});
+  Start();
+  Create("persistentvolumeclaims", "", "default", Claim("data", "fast", "1500Mi"));
+  ASSERT_TRUE(Eventually([&] { return ClaimPhase("data") == "Bound"; }));
+  json claim = Get("persistentvolumeclaims", "default", "data");
+  const std::string pv_name = "pvc-" + claim["metadata"]["uid"].get<std::string>();
+  EXPECT_EQ(claim["spec"]["volumeName"], pv_name);
+  EXPECT_THAT(claim["metadata"]["finalizers"], ::testing::Not(::testing::Contains(kProvisioningFinalizer)));
+  json pv = Get("persistentvolumes", "", pv_name);
+  EXPECT_EQ(pv["metadata"]["annotations"][kAnnProvisionedBy], kDriver);
+  EXPECT_EQ(pv["spec"]["csi"]["volumeHandle"], "fake-" + pv_name);
+  EXPECT_EQ(pv["spec"]["csi"]["fsType"], "xfs");
+  EXPECT_EQ(pv["spec"]["csi"]["volumeAttributes"]["fake"], "yes");
+  EXPECT_EQ(pv["spec"]["csi"]["nodeStageSecretRef"]["name"], "creds");
+  EXPECT_EQ(pv["spec"]["persistentVolumeReclaimPolicy"], "Delete");
+  EXPECT_EQ(pv["spec"]["capacity"]["storage"], "1500Mi");
+
+  auto req = driver_->last_request();
+  ASSERT_TRUE(req.has_value());
+  EXPECT_EQ(req->name(), pv_name);
+  EXPECT_EQ(req->capacity_range().required_bytes(), 1500LL << 20);
+  EXPECT_EQ(req->parameters().at("tier"), "gold");
+  EXPECT_EQ(req->parameters().count("csi.storage.k8s.io/fstype"), 0u);  // reserved keys stay out
+  EXPECT_EQ(req->secrets().at("token"), "s3cr3t");
+  ASSERT_EQ(req->volume_capabilities_size(), 1);
+  EXPECT_EQ(req->volume_capabilities(0).mount().fs_type(), "xfs");
+  EXPECT_EQ(req->volume_capabilities(0).access_mode().mode(),
+            ::csi::v1::VolumeCapability::AccessMode::SINGLE_NODE_WRITER);
+
+  ASSERT_TRUE(registry_->Delete(K("persistentvolumeclaims"), "default", "data").ok());
+  ASSERT_TRUE(Eventually([&] { return Get("persistentvolumes", "", pv_name).is_null(); }));
+  EXPECT_TRUE(driver_->volumes().empty());
+}
+
+TEST_F(ProvisionerTest, WaitForFirstConsumerUsesTheSelectedNodesTopology) {
+  Class("local", "WaitForFirstConsumer");
+  for (const char* node : {"node-a", "node-b"}) {
+    Create("nodes", "", "", {{"metadata", {{"name", node}, {"labels", {{"kubernetes.io/hostname", node}}}}}});
+    Create("csinodes", "storage.k8s.io", "",
+           {{"metadata", {{"name", node}}},
+            {"spec",
+             {{"drivers", {{{"name", kDriver}, {"nodeID", node}, {"topologyKeys", {"kubernetes.io/hostname"}}}}}}}});
+  }
+  Start();
+  Create("persistentvolumeclaims", "", "default", Claim("data", "local"));
+  absl::SleepFor(absl::Milliseconds(300));
+  EXPECT_EQ(driver_->create_calls(), 0);  // no consumer yet
+  ASSERT_TRUE(registry_
+                  ->Patch(K("persistentvolumeclaims"), "default", "data",
+                          json({{"metadata", {{"annotations", {{kAnnSelectedNode, "node-b"}}}}}}).dump(),
+                          apiserver::PatchType::kMerge, apiserver::Subresource::kMain)
+                  .ok());
+  ASSERT_TRUE(Eventually([&] { return ClaimPhase("data") == "Bound"; }));
+  auto req = driver_->last_request();
+  ASSERT_EQ(req->accessibility_requirements().requisite_size(), 2);
+  EXPECT_EQ(req->accessibility_requirements().preferred(0).segments().at("kubernetes.io/hostname"), "node-b");
+  json pv = Get("persistentvolumes", "", Get("persistentvolumeclaims", "default", "data")["spec"]["volumeName"]);
+  EXPECT_EQ(pv["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"][0]["matchExpressions"][0]["values"][0],
+            "node-b");
+}
+
+TEST_F(ProvisionerTest, ALostAnswerIsRetriedWithoutASecondVolume) {
+  Class("fast");
+  driver_->FailCreates(grpc::StatusCode::DEADLINE_EXCEEDED, 1, /*after_create=*/true);
+  Start();
+  Create("persistentvolumeclaims", "", "default", Claim("data", "fast"));
+  ASSERT_TRUE(Eventually([&] { return ClaimPhase("data") == "Bound"; }));
+  EXPECT_GE(driver_->create_calls(), 2);
+  EXPECT_EQ(driver_->volumes().size(), 1u);
+}
+
+TEST_F(ProvisionerTest, ClaimDeletedDuringCreateVolumeLeaksNothing) {
+  Class("fast");
+  driver_->SetCreateDelay(absl::Milliseconds(800));
+  Start();
+  Create("persistentvolumeclaims", "", "default", Claim("data", "fast"));
+  ASSERT_TRUE(Eventually([&] { return driver_->create_calls() >= 1; }));
+  ASSERT_TRUE(registry_->Delete(K("persistentvolumeclaims"), "default", "data").ok());
+  // The finalizer holds the claim until the outcome is known...
+  EXPECT_NE(ClaimPhase("data"), "<gone>");
+  // ...then everything is gone: the claim, any PV, the driver's volume.
+  ASSERT_TRUE(Eventually([&] {
+    return ClaimPhase("data") == "<gone>" && driver_->volumes().empty() &&
+           registry_->List(K("persistentvolumes"), "", {})->items.empty();
+  }));
+}
+
+TEST_F(ProvisionerTest, ResourceExhaustedUnderWaitForFirstConsumerClearsTheSelectedNode) {
+  Class("local", "WaitForFirstConsumer");
+  // A topology-aware driver: the request names the node's segment, so
+  // another node may have room.
+  Create("nodes", "", "", {{"metadata", {{"name", "node-a"}, {"labels", {{"kubernetes.io/hostname", "node-a"}}}}}});
+  Create("csinodes", "storage.k8s.io", "",
+         {{"metadata", {{"name", "node-a"}}},
+          {"spec",
+           {{"drivers", {{{"name", kDriver}, {"nodeID", "node-a"}, {"topologyKeys", {"kubernetes.io/hostname"}}}}}}}});
+  driver_->FailCreates(grpc::StatusCode::RESOURCE_EXHAUSTED, 1000);
+  Start();
+  json c = Claim("data", "local");
+  c["metadata"]["annotations"] = {{kAnnSelectedNode, "node-a"}};
+  Create("persistentvolumeclaims", "", "default", c);
+  ASSERT_TRUE(Eventually([&] {
+    json md = Get("persistentvolumeclaims", "default", "data")["metadata"];
+    return !md.value("annotations", json::object()).contains(kAnnSelectedNode);
+  }));
+  EXPECT_EQ(ClaimPhase("data"), "Pending");
+  EXPECT_TRUE(driver_->volumes().empty());
+}
+
+TEST_F(ProvisionerTest, DriverCrashAndRestartStillProvisions) {
+  Class("fast");
+  driver_->Crash();
+  Start();
+  Create("persistentvolumeclaims", "", "default", Claim("data", "fast"));
+  absl::SleepFor(absl::Milliseconds(300));
+  EXPECT_EQ(ClaimPhase("data"), "Pending");
+  ASSERT_TRUE(driver_->Serve(socket_).ok());
+  ASSERT_TRUE(Eventually([&] { return ClaimPhase("data") == "Bound"; }, absl::Seconds(30)));
+}
+
+TEST_F(ProvisionerTest, ExpansionGrowsTheVolumeThenWaitsForTheNode) {
+  Class("fast");
+  Start();
+  Create("persistentvolumeclaims", "", "default", Claim("data", "fast", "1Gi"));
+  ASSERT_TRUE(Eventually([&] { return ClaimPhase("data") == "Bound"; }));
+  Grow("data", "3Gi");
+  ASSERT_TRUE(Eventually([&] {
+    return !Condition(Get("persistentvolumeclaims", "default", "data"), "FileSystemResizePending").is_null();
+  }));
+  json claim = Get("persistentvolumeclaims", "default", "data");
+  EXPECT_EQ(claim["status"]["capacity"]["storage"], "1Gi");  // the filesystem is not grown yet
+  EXPECT_EQ(claim["status"]["allocatedResources"]["storage"], "3Gi");
+  EXPECT_EQ(claim["status"]["allocatedResourceStatuses"]["storage"], "NodeResizePending");
+  EXPECT_EQ(Get("persistentvolumes", "", claim["spec"]["volumeName"])["spec"]["capacity"]["storage"], "3Gi");
+  EXPECT_EQ(driver_->volumes().begin()->second.bytes, 3LL << 30);
+  EXPECT_EQ(driver_->expand_calls(), 1);
+}
+
+TEST_F(ProvisionerTest, ExpansionWithoutNodeStepCompletesTheClaim) {
+  Class("fast");
+  driver_->SetExpand(/*node_expansion_required=*/false);
+  Start();
+  Create("persistentvolumeclaims", "", "default", Claim("data", "fast", "1Gi"));
+  ASSERT_TRUE(Eventually([&] { return ClaimPhase("data") == "Bound"; }));
+  Grow("data", "2Gi");
+  ASSERT_TRUE(Eventually(
+      [&] { return Get("persistentvolumeclaims", "default", "data")["status"]["capacity"]["storage"] == "2Gi"; }));
+  json claim = Get("persistentvolumeclaims", "default", "data");
+  EXPECT_TRUE(Condition(claim, "Resizing").is_null());
+  EXPECT_TRUE(Condition(claim, "FileSystemResizePending").is_null());
+}
+
+TEST_F(ProvisionerTest, InfeasibleExpansionIsReportedOnTheClaim) {
+  Class("fast");
+  driver_->SetExpand(true, grpc::StatusCode::OUT_OF_RANGE);
+  Start();
+  Create("persistentvolumeclaims", "", "default", Claim("data", "fast", "1Gi"));
+  ASSERT_TRUE(Eventually([&] { return ClaimPhase("data") == "Bound"; }));
+  Grow("data", "100Ti");
+  ASSERT_TRUE(Eventually([&] {
+    json s = Get("persistentvolumeclaims", "default", "data")["status"];
+    return s.value("allocatedResourceStatuses", json::object()).value("storage", "") == "ControllerResizeInfeasible";
+  }));
+  json claim = Get("persistentvolumeclaims", "default", "data");
+  EXPECT_EQ(claim["status"]["capacity"]["storage"], "1Gi");
+  EXPECT_EQ(Get("persistentvolumes", "", claim["spec"]["volumeName"])["spec"]["capacity"]["storage"], "1Gi");
+}
+
+TEST_F(ProvisionerTest, DeletedBoundVolumeKeepsItsStorageUntilTheClaimGoes) {
+  Class("fast");
+  Start();
+  Create("persistentvolumeclaims", "", "default", Claim("data", "fast"));
+  ASSERT_TRUE(Eventually([&] { return ClaimPhase("data") == "Bound"; }));
+  const std::string pv_name = Get("persistentvolumeclaims", "default", "data")["spec"]["volumeName"];
+  EXPECT_THAT(Get("persistentvolumes", "", pv_name)["metadata"]["finalizers"],
+              ::testing::Contains(kProvisionerFinalizer));
+  // Deleting the PV object while its claim uses it deletes nothing.
+  ASSERT_TRUE(registry_->Delete(K("persistentvolumes"), "", pv_name).ok());
+  absl::SleepFor(absl::Milliseconds(400));
+  EXPECT_FALSE(Get("persistentvolumes", "", pv_name).is_null());
+  EXPECT_EQ(driver_->volumes().size(), 1u);
+  EXPECT_EQ(ClaimPhase("data"), "Bound");
+  // The claim goes: the volume is released, its storage deleted, the PV gone.
+  ASSERT_TRUE(registry_->Delete(K("persistentvolumeclaims"), "default", "data").ok());
+  ASSERT_TRUE(Eventually([&] { return Get("persistentvolumes", "", pv_name).is_null(); }));
+  EXPECT_TRUE(driver_->volumes().empty());
+}
+
+// external-provisioner's canDeleteVolume: DeleteVolume of a volume a
+// VolumeAttachment still refers to would come before ControllerUnpublish
+// (and maybe during NodeUnstage), which the CSI lifecycle forbids.
+TEST_F(ProvisionerTest, ReleasedVolumeStillAttachedIsNotDeletedUntilDetached) {
+  Class("fast");
+  Start();
+  Create("persistentvolumeclaims", "", "default", Claim("data", "fast"));
+  ASSERT_TRUE(Eventually([&] { return ClaimPhase("data") == "Bound"; }));
+  const std::string pv_name = Get("persistentvolumeclaims", "default", "data")["spec"]["volumeName"];
+  Create("volumeattachments", "storage.k8s.io", "",
+         {{"metadata", {{"name", "csi-attached"}}},
+          {"spec", {{"attacher", kDriver}, {"nodeName", "node-1"}, {"source", {{"persistentVolumeName", pv_name}}}}}});
+  ASSERT_TRUE(registry_->Delete(K("persistentvolumeclaims"), "default", "data").ok());
+  auto refused = [&] {
+    auto events = registry_->List(K("events"), "", {});
+    return events.ok() &&
+           json(events->items).dump().find("persistentvolume " + pv_name + " is still attached to node node-1") !=
+               std::string::npos;
+  };
+  ASSERT_TRUE(Eventually(refused, absl::Seconds(30)));
+  EXPECT_EQ(driver_->volumes().size(), 1u);  // refused, not deleted
+  EXPECT_FALSE(Get("persistentvolumes", "", pv_name).is_null());
+  ASSERT_TRUE(registry_->Delete(K("volumeattachments", "storage.k8s.io"), "", "csi-attached").ok());
+  ASSERT_TRUE(Eventually([&] { return Get("persistentvolumes", "", pv_name).is_null(); }, absl::Seconds(30)));
+  EXPECT_TRUE(driver_->volumes().empty());
+}
+
+TEST_F(ProvisionerTest, RetainedVolumeKeepsItsStorage) {
+  Create("storageclasses", "storage.k8s.io", "",
+         {{"metadata", {{"name", "keep"}}}, {"provisioner", kDriver}, {"reclaimPolicy", "Retain"}});
+  Start();
+  Create("persistentvolumeclaims", "", "default", Claim("data", "keep"));
+  ASSERT_TRUE(Eventually([&] { return ClaimPhase("data") == "Bound"; }));
+  const std::string pv_name = Get("persistentvolumeclaims", "default", "data")["spec"]["volumeName"];
+  EXPECT_THAT(Get("persistentvolumes", "", pv_name)["metadata"]["finalizers"],
+              ::testing::Not(::testing::Contains(kProvisionerFinalizer)));
+  ASSERT_TRUE(registry_->Delete(K("persistentvolumeclaims"), "default", "data").ok());
+  ASSERT_TRUE(Eventually([&] { return Get("persistentvolumes", "", pv_name)["status"]["phase"] == "Released"; }));
+  absl::SleepFor(absl::Milliseconds(300));
+  EXPECT_EQ(driver_->volumes().size(), 1u);
+}
+
+TEST_F(ProvisionerTest, ClaimDeletedMidFlightWithItsClassGoneKeepsItsFinalizer) {
+  Class("fast");
+  driver_->SetCreateDelay(absl::Milliseconds(600));
+  driver_->FailCreates(grpc::StatusCode::DEADLINE_EXCEEDED, 1, /*after_create=*/true);
+  Start();
+  Create("persistentvolumeclaims", "", "default", Claim("data", "fast"));
+  ASSERT_TRUE(Eventually([&] { return driver_->create_calls() >= 1; }));
+  ASSERT_TRUE(registry_->Delete(K("storageclasses", "storage.k8s.io"), "", "fast").ok());
+  ASSERT_TRUE(registry_->Delete(K("persistentvolumeclaims"), "default", "data").ok());
+  // The volume was created but its answer lost; the request cannot be
+  // rebuilt without the class: the claim must stay.
+  absl::SleepFor(absl::Seconds(2));
+  EXPECT_NE(ClaimPhase("data"), "<gone>");
+  EXPECT_EQ(driver_->volumes().size(), 1u);
+  EXPECT_EQ(
+      Get("persistentvolumeclaims", "default", "data")["metadata"]["annotations"].value(kAnnProvisioningNode, "x"),
+      "x");
+  // The class comes back: the volume is cleaned up and the claim goes.
+  driver_->SetCreateDelay(absl::ZeroDuration());
+  Class("fast");
+  ASSERT_TRUE(
+      Eventually([&] { return ClaimPhase("data") == "<gone>" && driver_->volumes().empty(); }, absl::Seconds(30)));
+}
+
+class BuildRequestTest : public ProvisionerTest {
+ protected:
+  void Nodes(std::vector<std::string> names, bool with_zone = false) {
+    for (const auto& n : names) {
+      json labels = {{"kubernetes.io/hostname", n}};
+      json keys = {"kubernetes.io/hostname"};
+      if (with_zone) {
+        labels["topology.kubernetes.io/zone"] = "z1";
+        keys.push_back("topology.kubernetes.io/zone");
+      }
+      Create("nodes", "", "", {{"metadata", {{"name", n}, {"labels", labels}}}});
+      Create("csinodes", "storage.k8s.io", "",
+             {{"metadata", {{"name", n}}},
+              {"spec", {{"drivers", {{{"name", kDriver}, {"nodeID", n}, {"topologyKeys", keys}}}}}}});
+    }
+  }
+  std::string FirstPreferred(const ::csi::v1::CreateVolumeRequest& req) {
+    return req.accessibility_requirements().preferred(0).segments().at("kubernetes.io/hostname");
+  }
+};
+
+TEST_F(BuildRequestTest, StatefulSetReplicasSpreadOverConsecutiveSegments) {
+  Nodes({"n1", "n2", "n3"});
+  Start();
+  json sc = {{"metadata", {{"name", "fast"}}}, {"provisioner", kDriver}};
+  std::set<std::string> first;
+  std::vector<std::string> order;
+  for (int i = 0; i < 3; ++i) {
+    json claim = Claim("data-web-" + std::to_string(i), "fast");
+    claim["metadata"]["uid"] = "u" + std::to_string(i);
+    claim["metadata"]["namespace"] = "default";
+    auto req = provisioner_->BuildRequest(claim, sc, "");
+    ASSERT_TRUE(req.ok()) << req.status();
+    EXPECT_EQ(req->accessibility_requirements().requisite_size(), 3);
+    first.insert(FirstPreferred(*req));
+    order.push_back(FirstPreferred(*req));
+  }
+  EXPECT_EQ(first.size(), 3u) << "replicas 0..2 must start on three different segments";
+  // Stable: the same claim always starts at the same place.
+  json claim = Claim("data-web-1", "fast");
+  claim["metadata"]["uid"] = "other";
+  EXPECT_EQ(FirstPreferred(*provisioner_->BuildRequest(claim, sc, "")), order[1]);
+}
+
+TEST_F(BuildRequestTest, SelectedNodeMustHaveTheDriversTopology) {
+  Nodes({"n1"});
+  Create("nodes", "", "", {{"metadata", {{"name", "bare"}, {"labels", {{"kubernetes.io/hostname", "bare"}}}}}});
+  Start();
+  json sc = {{"metadata", {{"name", "fast"}}}, {"provisioner", kDriver}};
+  json claim = Claim("data", "fast");
+  claim["metadata"]["uid"] = "u";
+  auto req = provisioner_->BuildRequest(claim, sc, "bare");
+  ASSERT_FALSE(req.ok());
+  EXPECT_EQ(req.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(req.status().message()), ::testing::HasSubstr("no topology for driver"));
+}
+
+TEST_F(BuildRequestTest, AllowedTopologiesMayNameFewerKeysThanTheDriver) {
+  Nodes({"n1", "n2"}, /*with_zone=*/true);
+  Start();
+  json sc = {{"metadata", {{"name", "zonal"}}},
+             {"provisioner", kDriver},
+             {"allowedTopologies",
+              {{{"matchLabelExpressions", {{{"key", "topology.kubernetes.io/zone"}, {"values", {"z1"}}}}}}}}};
+  json claim = Claim("data", "zonal");
+  claim["metadata"]["uid"] = "u";
+  auto req = provisioner_->BuildRequest(claim, sc, "n2");
+  ASSERT_TRUE(req.ok()) << req.status();
+  EXPECT_EQ(req->accessibility_requirements().requisite(0).segments().at("topology.kubernetes.io/zone"), "z1");
+  sc["allowedTopologies"][0]["matchLabelExpressions"][0]["values"] = {"z9"};
+  auto refused = provisioner_->BuildRequest(claim, sc, "n2");
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(std::string(refused.status().message()), ::testing::HasSubstr("allowedTopologies"));
+}
+
+TEST_F(ProvisionerTest, SelectedNodeThatDoesNotExistIsClearedForTheScheduler) {
+  Class("local", "WaitForFirstConsumer");
+  Start();
+  json c = Claim("data", "local");
+  c["metadata"]["annotations"] = {{kAnnSelectedNode, "gone-node"}};
+  Create("persistentvolumeclaims", "", "default", c);
+  ASSERT_TRUE(Eventually([&] {
+    return !Get("persistentvolumeclaims", "default", "data")["metadata"]["annotations"].contains(kAnnSelectedNode);
+  }));
+  EXPECT_EQ(driver_->create_calls(), 0);
+}
+
+// Issue 18: WaitForFirstConsumer claims leave nodes that died.
+TEST_F(ProvisionerTest, SelectedNodeThatIsNotReadyIsClearedForTheScheduler) {
+  Class("local", "WaitForFirstConsumer");
+  Create("nodes", "", "", {{"metadata", {{"name", "dead"}}}});
+  json node = Get("nodes", "", "dead");
+  node["status"] = {{"conditions", {{{"type", "Ready"}, {"status", "Unknown"}, {"reason", "NodeStatusUnknown"}}}}};
+  ASSERT_TRUE(registry_->Update(K("nodes"), "", "dead", node, apiserver::Subresource::kStatus).ok());
+  Start();
+  json c = Claim("data", "local");
+  c["metadata"]["annotations"] = {{kAnnSelectedNode, "dead"}};
+  Create("persistentvolumeclaims", "", "default", c);
+  ASSERT_TRUE(Eventually([&] {
+    return !Get("persistentvolumeclaims", "default", "data")["metadata"]["annotations"].contains(kAnnSelectedNode);
+  }));
+  EXPECT_EQ(driver_->create_calls(), 0);
+}
+
+TEST_F(ProvisionerTest, AFinalErrorOnTheNodesTopologyHandsTheClaimBack) {
+  Class("local", "WaitForFirstConsumer");
+  Create("nodes", "", "", {{"metadata", {{"name", "node-a"}, {"labels", {{"kubernetes.io/hostname", "node-a"}}}}}});
+  Create("csinodes", "storage.k8s.io", "",
+         {{"metadata", {{"name", "node-a"}}},
+          {"spec",
+           {{"drivers", {{{"name", kDriver}, {"nodeID", "node-a"}, {"topologyKeys", {"kubernetes.io/hostname"}}}}}}}});
+  driver_->FailCreates(grpc::StatusCode::INTERNAL, 1000);
+  Start();
+  json c = Claim("data", "local");
+  c["metadata"]["annotations"] = {{kAnnSelectedNode, "node-a"}};
+  Create("persistentvolumeclaims", "", "default", c);
+  ASSERT_TRUE(Eventually([&] {
+    return !Get("persistentvolumeclaims", "default", "data")["metadata"]["annotations"].contains(kAnnSelectedNode);
+  }));
+  EXPECT_GE(driver_->create_calls(), 1);
+  EXPECT_TRUE(driver_->volumes().empty());
+  EXPECT_TRUE(Eventually(
+      [&] { return !HasFinalizer(Get("persistentvolumeclaims", "default", "data"), kProvisioningFinalizer); }));
+}
+
+TEST_F(ProvisionerTest, ANodeThatFailsLaterHandsItsWaitingClaimsBack) {
+  // The claim cannot be provisioned yet (its provisioner secret is
+  // missing: retried, nothing sent); its node then stops being Ready.
+  Class("local", "WaitForFirstConsumer",
+        {{"csi.storage.k8s.io/provisioner-secret-name", "later"},
+         {"csi.storage.k8s.io/provisioner-secret-namespace", "default"}});
+  Create("nodes", "", "", {{"metadata", {{"name", "node-a"}}}});
+  auto set_ready = [&](const std::string& ready) {
+    json node = Get("nodes", "", "node-a");
+    node["status"] = {{"conditions", {{{"type", "Ready"}, {"status", ready}}}}};
+    ASSERT_TRUE(registry_->Update(K("nodes"), "", "node-a", node, apiserver::Subresource::kStatus).ok());
+  };
+  set_ready("True");
+  Start();
+  json c = Claim("data", "local");
+  c["metadata"]["annotations"] = {{kAnnSelectedNode, "node-a"}};
+  Create("persistentvolumeclaims", "", "default", c);
+  ASSERT_TRUE(Eventually([&] {
+    auto events = registry_->List(K("events"), "default", {});
+    return events.ok() && !events->items.empty();
+  }));
+  EXPECT_EQ(Annotation(Get("persistentvolumeclaims", "default", "data"), kAnnSelectedNode), "node-a");
+  set_ready("False");
+  ASSERT_TRUE(Eventually([&] {
+    return !Get("persistentvolumeclaims", "default", "data")["metadata"]["annotations"].contains(kAnnSelectedNode);
+  }));
+  EXPECT_EQ(driver_->create_calls(), 0);
+}
+
+TEST_F(ProvisionerTest, AnInFlightRequestKeepsItsNodeEvenIfTheNodeIsNotReady) {
+  Class("local", "WaitForFirstConsumer");
+  Create("nodes", "", "", {{"metadata", {{"name", "slow"}}}});
+  json node = Get("nodes", "", "slow");
+  node["status"] = {{"conditions", {{{"type", "Ready"}, {"status", "Unknown"}}}}};
+  ASSERT_TRUE(registry_->Update(K("nodes"), "", "slow", node, apiserver::Subresource::kStatus).ok());
+  // The claim as a crash left it: CreateVolume sent to "slow", outcome
+  // unknown. Whatever happened there must be found out there.
+  json c = Claim("data", "local");
+  c["metadata"]["annotations"] = {{kAnnSelectedNode, "slow"}, {kAnnProvisioningNode, "slow"}};
+  c["metadata"]["finalizers"] = {kProvisioningFinalizer};
+  Create("persistentvolumeclaims", "", "default", c);
+  Start();
+  ASSERT_TRUE(Eventually([&] {
+    return !Get("persistentvolumes", "", "pvc-" + Uid(Get("persistentvolumeclaims", "default", "data"))).is_null();
+  }));
+  EXPECT_EQ(Annotation(Get("persistentvolumeclaims", "default", "data"), kAnnSelectedNode), "slow");
+}
+
+}  // namespace
+}  // namespace berth::controllers

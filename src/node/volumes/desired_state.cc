@@ -1,0 +1,92 @@
+// The volume manager: the desired state (the volumes the pods on this node want).
+#include "node/volumes/volume_manager_internal.h"
+
+namespace berth::node {
+
+using namespace internal;  // NOLINT: the volume manager's own helpers
+
+// ---- desired state ----
+
+std::vector<VolumeManager::Wanted> VolumeManager::Desired(std::map<std::string, std::string>* waiting, PodsSeen* pods) {
+  std::vector<Wanted> out;
+  const std::string node = options_.node_name;
+  auto on_node = informers_.at("pods")->ByIndex(kPodsByNode, node);
+  auto& claims = *informers_.at("persistentvolumeclaims");
+  auto& volumes = *informers_.at("persistentvolumes");
+  for (auto& pod : on_node) {
+    const std::string uid = Uid(pod);
+    if (!CheckComponent("pod uid", uid).ok()) continue;
+    const std::string phase = Str(pod, {"status", "phase"});
+    const bool deleting = client::Deleting(pod);
+    if (deleting) pods->deleting[uid] = pod;
+    if (deleting || phase == "Succeeded" || phase == "Failed") {
+      // Nothing new is mounted for it; what is mounted stays while its
+      // containers may still use it.
+      if (ContainersMayRun(uid)) pods->holding.insert(uid);
+      continue;
+    }
+    auto wait = [&](const std::string& why) { waiting->emplace(uid, why); };
+    for (const auto& vol : Field(Field(pod, "spec"), "volumes")) {
+      std::string claim_name;
+      bool read_only = false, ephemeral = false;
+      if (const json& pvc = Field(vol, "persistentVolumeClaim"); pvc.is_object()) {
+        claim_name = Str(pvc, {"claimName"});
+        read_only = Field(pvc, "readOnly") == true;
+      } else if (Field(vol, "ephemeral").is_object()) {
+        claim_name = Name(pod) + "-" + Str(vol, {"name"});
+        ephemeral = true;
+      } else {
+        continue;
+      }
+      auto claim = claims.Get(Ns(pod), claim_name);
+      if (!claim) {
+        wait(StrCat("persistentvolumeclaim \"", claim_name, "\" not found"));
+        continue;
+      }
+      if (ephemeral) {
+        bool owned = false;
+        for (const auto& ref : Field(Field(*claim, "metadata"), "ownerReferences")) owned |= Str(ref, {"uid"}) == uid;
+        if (!owned) {
+          wait(StrCat("persistentvolumeclaim \"", claim_name, "\" was not created for this pod"));
+          continue;
+        }
+      }
+      const std::string pv_name = Str(*claim, {"spec", "volumeName"});
+      if (Str(*claim, {"status", "phase"}) != "Bound" || pv_name.empty()) {
+        wait(StrCat("persistentvolumeclaim \"", claim_name, "\" is not bound"));
+        continue;
+      }
+      auto pv = volumes.Get("", pv_name);
+      if (!pv) {
+        wait(StrCat("persistentvolume \"", pv_name, "\" not found"));
+        continue;
+      }
+      const json& csi = Field(Field(*pv, "spec"), "csi");
+      if (!csi.is_object()) {
+        wait(StrCat("persistentvolume \"", pv_name, "\" is not a CSI volume; berth mounts CSI volumes only"));
+        continue;
+      }
+      Volume v{.driver = Str(csi, {"driver"}),
+               .handle = Str(csi, {"volumeHandle"}),
+               .pv = pv_name,
+               .block = Str(*pv, {"spec", "volumeMode"}) == "Block",
+               .unique = ""};
+      if (!csi::CheckDriverName(v.driver).ok() || v.handle.empty() || !CheckComponent("pv", v.pv).ok()) {
+        wait(StrCat("persistentvolume \"", pv_name, "\" has an unusable driver or volume handle"));
+        continue;
+      }
+      v.unique = client::UniqueVolumeName(v.driver, v.handle);
+      out.push_back(Wanted{.pod = pod,
+                           .claim = *claim,
+                           .pv = *pv,
+                           .volume = v,
+                           .pod_uid = uid,
+                           .volume_name = Str(vol, {"name"}),
+                           .read_only = read_only || Field(csi, "readOnly") == true});
+    }
+    pods->active[uid] = std::move(pod);
+  }
+  return out;
+}
+
+}  // namespace berth::node

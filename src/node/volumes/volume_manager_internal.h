@@ -1,0 +1,127 @@
+// The volume manager's private helpers, shared by its parts
+// (volume_manager.cc: life cycle and queries; reconstruct.cc; desired_state.cc;
+// reconciler.cc; operations.cc; volume_stats.cc). Not for other code.
+#pragma once
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <filesystem>
+#include <system_error>
+
+#include "absl/strings/match.h"
+#include "api/quantity.h"
+#include "client/capability.h"
+#include "client/object.h"
+#include "client/secrets.h"
+#include "client/volume_names.h"
+#include "client/workqueue.h"
+#include "client/writes.h"
+#include "common/fs.h"
+#include "common/hash.h"
+#include "common/status.h"
+#include "common/strings.h"
+#include "csi/grpc_status.h"
+#include "csi/registration.h"
+#include "csi/v1/csi.grpc.pb.h"
+#include "grpcpp/client_context.h"
+#include "metrics/prometheus.h"
+#include "node/volumes/volume_manager.h"
+#include "spdlog/spdlog.h"
+
+namespace berth::node {
+namespace internal {
+
+namespace fs = std::filesystem;
+using client::Field;
+using client::Name;
+using client::Ns;
+using client::Str;
+using client::Uid;
+using nlohmann::json;
+using NodeCap = ::csi::v1::NodeServiceCapability::RPC;
+
+using client::K;
+
+inline constexpr char kCsiPluginDir[] = "/plugins/kubernetes.io/csi";
+inline constexpr char kVolData[] = "vol_data.json";
+inline constexpr char kPodsByNode[] = "spec.nodeName";  // the pod informer's index
+
+// A name from an object that becomes one path component.
+inline absl::Status CheckComponent(const std::string& what, const std::string& s) {
+  if (s.empty() || s == "." || s == ".." || s.size() > 253 || s.find('/') != std::string::npos ||
+      s.find('\0') != std::string::npos) {
+    return absl::InvalidArgumentError(StrCat(what, " \"", s, "\" cannot be used in a path"));
+  }
+  return absl::OkStatus();
+}
+
+inline std::string Parent(const std::string& path) { return fs::path(path).parent_path().string(); }
+
+// Removes an empty directory or a file; missing is fine; a non-empty
+// directory or a mount point stays (rmdir refuses both).
+inline void RemoveIfEmpty(const std::string& path) {
+  if (::rmdir(path.c_str()) != 0 && errno == ENOTDIR) ::unlink(path.c_str());
+}
+
+inline bool ResizePending(const json& claim) {
+  const json& status = Field(claim, "status");
+  if (Str(status, {"allocatedResourceStatuses", "storage"}) == "NodeResizePending") return true;
+  for (const auto& c : Field(status, "conditions")) {
+    if (Str(c, {"type"}) == "FileSystemResizePending" && Str(c, {"status"}) == "True") return true;
+  }
+  return false;
+}
+
+inline int64_t Bytes(const json& q) {
+  if (!q.is_string()) return 0;
+  auto parsed = api::Quantity::Parse(q.get<std::string>());
+  return parsed.ok() ? parsed->Value() : 0;
+}
+
+inline void SetMap(google::protobuf::Map<std::string, std::string>* out, const std::map<std::string, std::string>& in) {
+  for (const auto& [k, v] : in) (*out)[k] = v;
+}
+
+// Not a failure of the operation: it waits for the driver, and the driver's
+// registration wakes the reconciler (no backoff builds up meanwhile).
+inline absl::Status DriverNotRegistered(const std::string& driver) {
+  return client::NotAFailure(StrCat("driver ", driver, " is not registered"));
+}
+
+inline absl::Status FromGrpc(const std::string& rpc, const grpc::Status& st) {
+  if (st.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(st.error_code()), StrCat(rpc, ": ", st.error_message()));
+}
+
+// One call to the driver's Node service on this node, with a deadline.
+template <typename Req, typename Resp>
+inline absl::Status CallNode(client::DriverDirectory& directory, const std::string& driver, const std::string& node,
+                             absl::Duration timeout, const char* rpc,
+                             grpc::Status (::csi::v1::Node::Stub::*method)(grpc::ClientContext*, const Req&, Resp*),
+                             const Req& req) {
+  BERTH_ASSIGN_OR_RETURN(auto channel, directory.Channel(driver, node));
+  auto stub = ::csi::v1::Node::NewStub(channel);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  Resp resp;
+  return FromGrpc(rpc, ((*stub).*method)(&ctx, req, &resp));
+}
+
+}  // namespace internal
+
+namespace internal {
+// Where the record of a staged / published volume lives.
+inline std::string StagedRecord(const std::string& root, const std::string& staging, const std::string& pv,
+                                bool block) {
+  if (block) return StrCat(root, kCsiPluginDir, "/volumeDevices/", pv, "/", kVolData);
+  return StrCat(Parent(staging), "/", kVolData);
+}
+inline std::string PublishedRecord(const std::string& target, bool block) {
+  return block ? target + "." + kVolData : StrCat(Parent(target), "/", kVolData);
+}
+}  // namespace internal
+
+}  // namespace berth::node

@@ -1,0 +1,309 @@
+// The volume manager through the node agent: stage, publish, unpublish,
+// unstage, attach waits, expansion, block volumes, volume statistics and
+// reconstruction after a restart.
+#include "node/testing/agent_fixture.h"
+
+namespace berth::node::testing {
+namespace {
+
+TEST_F(NodeAgentTest, StagesAndPublishesThenTearsDown) {
+  AttachNotRequired();
+  CreateVolume("data", "pv-1", kHandle);
+  StartAgent();
+  ServeDriver();
+  const std::string uid = CreatePod("app", "data");
+  ASSERT_TRUE(Eventually([&] { return PodPhase("app") == "Running"; }));
+  EXPECT_EQ(driver_->Staged(), (std::map<std::string, std::string>{{kHandle, Staging(kHandle)}}));
+  EXPECT_EQ(driver_->Published(), (std::map<std::string, std::string>{{Target(uid, "pv-1"), kHandle}}));
+  EXPECT_TRUE(fs::is_directory(Target(uid, "pv-1")));
+  EXPECT_TRUE(fs::exists(root_ + "/pods/" + uid + "/volumes/kubernetes.io~csi/pv-1/vol_data.json"));
+  EXPECT_EQ(VolumesInUse(), json({std::string("kubernetes.io/csi/") + kDriver + "^" + kHandle}));
+  auto reqs = driver_->PublishRequests();
+  ASSERT_EQ(reqs.size(), 1u);
+  EXPECT_FALSE(reqs[0].readonly());
+  EXPECT_EQ(reqs[0].volume_context().at("color"), "blue");
+  EXPECT_EQ(reqs[0].volume_context().at("csi.storage.k8s.io/pod.name"), "app");  // podInfoOnMount
+  EXPECT_EQ(reqs[0].volume_capability().mount().fs_type(), "ext4");
+  bool ready = false;
+  const json obj = Get("pods", "default", "app");
+  for (const auto& c : Field(Field(obj, "status"), "conditions")) {
+    if (Str(c, {"type"}) == "Ready") ready = Str(c, {"status"}) == "True";
+  }
+  EXPECT_TRUE(ready);
+
+  ASSERT_TRUE(registry_->Delete(K("pods"), "default", "app").ok());
+  ASSERT_TRUE(Eventually([&] { return driver_->Published().empty() && driver_->Staged().empty(); }));
+  EXPECT_TRUE(Eventually([&] { return VolumesInUse().is_null(); }));
+  EXPECT_TRUE(Eventually([&] { return !fs::exists(root_ + "/pods/" + uid); }));
+  EXPECT_FALSE(fs::exists(fs::path(Staging(kHandle)).parent_path()));
+}
+
+TEST_F(NodeAgentTest, VolumeTheDriverNoLongerKnowsCountsAsTornDown) {
+  AttachNotRequired();
+  CreateVolume("data", "pv-1", kHandle);
+  StartAgent();
+  ServeDriver();
+  CreatePod("app", "data");
+  ASSERT_TRUE(Eventually([&] { return PodPhase("app") == "Running"; }));
+  driver_->Fail("unstage", 100, grpc::StatusCode::NOT_FOUND, "volume vol-1 not found");
+  ASSERT_TRUE(registry_->Delete(K("pods"), "default", "app").ok());
+  ASSERT_TRUE(Eventually([&] { return agent_->volumes().StagedVolumes().empty(); }));
+  EXPECT_FALSE(fs::exists(fs::path(Staging(kHandle)).parent_path()));
+  EXPECT_TRUE(Eventually([&] { return VolumesInUse().is_null(); }));
+  absl::SleepFor(absl::Seconds(1));
+  EXPECT_EQ(driver_->Calls("unstage"), 1);
+}
+
+TEST_F(NodeAgentTest, TwoPodsShareOneStagedVolume) {
+  AttachNotRequired();
+  CreateVolume("data", "pv-1", kHandle);
+  StartAgent();
+  ServeDriver();
+  CreatePod("a", "data");
+  const std::string b = CreatePod("b", "data", /*read_only=*/true);
+  ASSERT_TRUE(Eventually([&] { return PodPhase("a") == "Running" && PodPhase("b") == "Running"; }));
+  EXPECT_EQ(driver_->Calls("stage"), 1);
+  EXPECT_EQ(driver_->Published().size(), 2u);
+  for (const auto& r : driver_->PublishRequests()) {
+    EXPECT_EQ(r.readonly(), r.target_path() == Target(b, "pv-1")) << r.target_path();
+  }
+  ASSERT_TRUE(registry_->Delete(K("pods"), "default", "a").ok());
+  ASSERT_TRUE(Eventually([&] { return driver_->Published().size() == 1; }));
+  absl::SleepFor(absl::Milliseconds(500));
+  EXPECT_EQ(driver_->Staged().size(), 1u);  // b still uses it
+  ASSERT_TRUE(registry_->Delete(K("pods"), "default", "b").ok());
+  EXPECT_TRUE(Eventually([&] { return driver_->Staged().empty(); }));
+}
+
+TEST_F(NodeAgentTest, WaitsForTheVolumeAttachment) {
+  // No CSIDriver object: attach is required.
+  CreateVolume("data", "pv-1", kHandle);
+  StartAgent();
+  ServeDriver();
+  CreatePod("app", "data");
+  ASSERT_TRUE(Eventually([&] {
+    const json obj = Get("pods", "default", "app");
+    for (const auto& c : Field(Field(obj, "status"), "conditions")) {
+      if (Str(c, {"type"}) == "Ready") return Str(c, {"message"}).find("VolumeAttachment") != std::string::npos;
+    }
+    return false;
+  }));
+  EXPECT_EQ(driver_->Calls("stage"), 0);
+  const std::string va = client::AttachmentName(kHandle, kDriver, kNode);
+  Create("volumeattachments", "",
+         {{"apiVersion", "storage.k8s.io/v1"},
+          {"kind", "VolumeAttachment"},
+          {"metadata", {{"name", va}}},
+          {"spec", {{"attacher", kDriver}, {"nodeName", kNode}, {"source", {{"persistentVolumeName", "pv-1"}}}}},
+          {"status", {{"attached", true}, {"attachmentMetadata", {{"device", "/dev/fake0"}}}}}},
+         "storage.k8s.io");
+  ASSERT_TRUE(Eventually([&] { return PodPhase("app") == "Running"; }));
+  EXPECT_EQ(driver_->PublishRequests()[0].publish_context().at("device"), "/dev/fake0");
+}
+
+TEST_F(NodeAgentTest, FailuresBecomeEventsAndConditionsThenRecover) {
+  AttachNotRequired();
+  CreateVolume("data", "pv-1", kHandle);
+  driver_->Fail("publish", 2, grpc::StatusCode::INTERNAL, "disk on fire");
+  StartAgent();
+  ServeDriver();
+  CreatePod("app", "data");
+  ASSERT_TRUE(Eventually([&] {
+    auto events = registry_->List(K("events"), "default", {});
+    if (!events.ok()) return false;
+    for (const auto& e : events->items) {
+      if (Str(e, {"reason"}) == "FailedMount" && Str(e, {"message"}).find("disk on fire") != std::string::npos &&
+          Str(e, {"involvedObject", "name"}) == "app") {
+        return true;
+      }
+    }
+    return false;
+  }));
+  EXPECT_TRUE(Eventually([&] { return PodPhase("app") == "Running"; }));
+  EXPECT_EQ(driver_->Calls("publish"), 3);
+}
+
+TEST_F(NodeAgentTest, RestartRebuildsStateWithoutRemounting) {
+  AttachNotRequired();
+  CreateVolume("data", "pv-1", kHandle);
+  CreateVolume("logs", "pv-2", "vol-2");
+  StartAgent();
+  ServeDriver();
+  CreatePod("app", "data");
+  CreatePod("gone", "logs");
+  ASSERT_TRUE(Eventually([&] { return PodPhase("app") == "Running" && PodPhase("gone") == "Running"; }));
+  StopAgent();
+  const int stages = driver_->Calls("stage"), publishes = driver_->Calls("publish");
+  // While the agent is down, one pod goes away.
+  ASSERT_TRUE(registry_->Delete(K("pods"), "default", "gone").ok());
+  StartAgent();
+  EXPECT_TRUE(Eventually([&] { return driver_->Published().size() == 1 && driver_->Staged().size() == 1; }));
+  absl::SleepFor(absl::Seconds(1));
+  EXPECT_EQ(driver_->Calls("stage"), stages);
+  EXPECT_EQ(driver_->Calls("publish"), publishes);
+  EXPECT_EQ(driver_->Staged().count(kHandle), 1u);
+  EXPECT_EQ(PodPhase("app"), "Running");
+}
+
+TEST_F(NodeAgentTest, AfterARebootWantedVolumesAreMountedAgain) {
+  AttachNotRequired();
+  CreateVolume("data", "pv-1", kHandle);
+  StartAgent();
+  ServeDriver();
+  const std::string uid = CreatePod("app", "data");
+  ASSERT_TRUE(Eventually([&] { return PodPhase("app") == "Running"; }));
+  StopAgent();
+  driver_->Reboot();
+  StartAgent();
+  EXPECT_TRUE(Eventually([&] { return driver_->Published().count(Target(uid, "pv-1")) == 1; }));
+  EXPECT_EQ(driver_->Calls("stage"), 2);
+}
+
+TEST_F(NodeAgentTest, VolumeStatsAreCollectedOncePerVolumeAndExportedLikeKubelet) {
+  AttachNotRequired();
+  driver_->SetStats(true, /*bytes=*/1 << 30, /*bytes_used=*/100 << 20, /*inodes=*/65536, /*inodes_used=*/11);
+  CreateVolume("data", "pv-1", kHandle);
+  StartAgent();
+  ServeDriver();
+  const std::string a = CreatePod("a", "data");
+  CreatePod("b", "data", /*read_only=*/true);
+  ASSERT_TRUE(Eventually([&] { return PodPhase("a") == "Running" && PodPhase("b") == "Running"; }));
+  agent_->volumes().CollectStats();
+  // One call for the volume, however many pods publish it, with its paths.
+  ASSERT_EQ(driver_->StatsRequests().size(), 1u);
+  const auto req = driver_->StatsRequests()[0];
+  EXPECT_EQ(req.volume_id(), kHandle);
+  EXPECT_TRUE(driver_->Published().contains(req.volume_path())) << req.volume_path();
+  EXPECT_EQ(req.staging_target_path(), driver_->Staged().at(kHandle));
+  auto stats = agent_->volumes().Stats();
+  ASSERT_EQ(stats.size(), 1u);
+  EXPECT_EQ(stats[0].ns, "default");
+  EXPECT_EQ(stats[0].claim, "data");
+  EXPECT_EQ(stats[0].capacity_bytes, 1 << 30);
+  EXPECT_EQ(stats[0].used_bytes, 100 << 20);
+  EXPECT_EQ(stats[0].available_bytes, (1 << 30) - (100 << 20));
+  EXPECT_EQ(stats[0].inodes_used, 11);
+
+  std::string text;
+  VolumeManager::WriteStatsMetrics(&text, stats);
+  auto samples = metrics::testing::ParseExposition(text);
+  ASSERT_TRUE(samples.ok()) << samples.status() << "\n" << text;
+  std::map<std::string, double> by_name;
+  for (const auto& smp : *samples) {
+    EXPECT_EQ(smp.labels,
+              (std::map<std::string, std::string>{{"namespace", "default"}, {"persistentvolumeclaim", "data"}}));
+    by_name[smp.name] = smp.value;
+  }
+  EXPECT_EQ(by_name["kubelet_volume_stats_capacity_bytes"], 1 << 30);
+  EXPECT_EQ(by_name["kubelet_volume_stats_available_bytes"], (1 << 30) - (100 << 20));
+  EXPECT_EQ(by_name["kubelet_volume_stats_used_bytes"], 100 << 20);
+  EXPECT_EQ(by_name["kubelet_volume_stats_inodes"], 65536);
+  EXPECT_EQ(by_name["kubelet_volume_stats_inodes_free"], 65536 - 11);
+  EXPECT_EQ(by_name["kubelet_volume_stats_inodes_used"], 11);
+  EXPECT_EQ(by_name["kubelet_volume_stats_health_status_abnormal"], 0);
+  EXPECT_EQ(by_name.size(), 7u);
+
+  // Abnormal → 1; a failing call drops the entry; unpublished → gone.
+  driver_->SetStats(true, 1 << 30, 100 << 20, 65536, 11, /*abnormal=*/true);
+  agent_->volumes().CollectStats();
+  ASSERT_EQ(agent_->volumes().Stats().size(), 1u);
+  EXPECT_TRUE(agent_->volumes().Stats()[0].abnormal);
+  driver_->Fail("stats", 1, grpc::StatusCode::INTERNAL, "statfs failed");
+  agent_->volumes().CollectStats();
+  EXPECT_TRUE(agent_->volumes().Stats().empty());
+  agent_->volumes().CollectStats();
+  EXPECT_EQ(agent_->volumes().Stats().size(), 1u);
+  ASSERT_TRUE(registry_->Delete(K("pods"), "default", "a").ok());
+  ASSERT_TRUE(registry_->Delete(K("pods"), "default", "b").ok());
+  ASSERT_TRUE(Eventually([&] { return driver_->Published().empty(); }));
+  ASSERT_TRUE(Eventually([&] { return agent_->volumes().PublishedVolumes().empty(); }));
+  agent_->volumes().CollectStats();
+  EXPECT_TRUE(agent_->volumes().Stats().empty());
+  text.clear();
+  VolumeManager::WriteStatsMetrics(&text, agent_->volumes().Stats());
+  EXPECT_EQ(text, "");
+  (void)a;
+}
+
+TEST_F(NodeAgentTest, ADriverWithoutVolumeStatsIsNeverAsked) {
+  AttachNotRequired();
+  CreateVolume("data", "pv-1", kHandle);
+  StartAgent();
+  ServeDriver();
+  CreatePod("app", "data");
+  ASSERT_TRUE(Eventually([&] { return PodPhase("app") == "Running"; }));
+  agent_->volumes().CollectStats();
+  EXPECT_EQ(driver_->Calls("stats"), 0);
+  EXPECT_TRUE(driver_->StatsRequests().empty());
+  EXPECT_TRUE(agent_->volumes().Stats().empty());
+}
+
+TEST_F(NodeAgentTest, VolumeStatsAreCollectedPeriodically) {
+  AttachNotRequired();
+  driver_->SetStats(true, 1 << 20, 1 << 10, 100, 1);
+  CreateVolume("data", "pv-1", kHandle);
+  stats_period_ = absl::Milliseconds(100);
+  StartAgent();
+  ServeDriver();
+  CreatePod("app", "data");
+  ASSERT_TRUE(Eventually([&] { return PodPhase("app") == "Running"; }));
+  EXPECT_TRUE(Eventually([&] { return agent_->volumes().Stats().size() == 1u; }));
+  EXPECT_TRUE(Eventually([&] { return driver_->Calls("stats") >= 3; }));
+}
+
+TEST_F(NodeAgentTest, ExpandsOnTheNodeAndFinishesTheClaim) {
+  AttachNotRequired();
+  CreateVolume("data", "pv-1", kHandle);
+  StartAgent();
+  ServeDriver();
+  CreatePod("app", "data");
+  ASSERT_TRUE(Eventually([&] { return PodPhase("app") == "Running"; }));
+  GrowPvTo2GiForTheNode();
+  ASSERT_TRUE(Eventually([&] {
+    return Str(Get("persistentvolumeclaims", "default", "data"), {"status", "capacity", "storage"}) == "2Gi";
+  }));
+  EXPECT_EQ(driver_->Expanded().at(kHandle), int64_t{2} << 30);
+  json status = Get("persistentvolumeclaims", "default", "data")["status"];
+  EXPECT_FALSE(status.contains("conditions"));
+  EXPECT_FALSE(status.contains("allocatedResourceStatuses"));
+}
+
+TEST_F(NodeAgentTest, BlockVolumesArePublishedUnderVolumeDevices) {
+  AttachNotRequired();
+  CreateVolume("raw", "pv-b", "vol-b", /*block=*/true);
+  StartAgent();
+  ServeDriver();
+  const std::string uid = CreatePod("app", "raw");
+  ASSERT_TRUE(Eventually([&] { return PodPhase("app") == "Running"; }));
+  const std::string target = root_ + "/pods/" + uid + "/volumeDevices/kubernetes.io~csi/pv-b";
+  EXPECT_EQ(driver_->Published().count(target), 1u);
+  EXPECT_TRUE(fs::is_regular_file(target));
+  EXPECT_TRUE(driver_->PublishRequests()[0].volume_capability().has_block());
+  ASSERT_TRUE(registry_->Delete(K("pods"), "default", "app").ok());
+  EXPECT_TRUE(Eventually([&] { return driver_->Staged().empty(); }));
+  EXPECT_TRUE(Eventually([&] { return !fs::exists(root_ + "/pods/" + uid); }));
+}
+
+TEST_F(NodeAgentTest, PodsOfOtherNodesAreIgnored) {
+  AttachNotRequired();
+  CreateVolume("data", "pv-1", kHandle);
+  StartAgent();
+  ServeDriver();
+  Create("pods", "default",
+         {{"apiVersion", "v1"},
+          {"kind", "Pod"},
+          {"metadata", {{"name", "elsewhere"}}},
+          {"spec",
+           {{"nodeName", "node-2"},
+            {"containers", {{{"name", "c"}, {"image", "busybox"}}}},
+            {"volumes", {{{"name", "data"}, {"persistentVolumeClaim", {{"claimName", "data"}}}}}}}}});
+  ASSERT_TRUE(Eventually([&] { return Registered(); }));
+  absl::SleepFor(absl::Seconds(1));
+  EXPECT_EQ(driver_->Calls("stage"), 0);
+  const json pod = Get("pods", "default", "elsewhere");
+  EXPECT_NE(PodPhase("elsewhere"), "Running");
+  EXPECT_TRUE(Field(Field(pod, "status"), "conditions").is_null()) << pod.dump();
+}
+
+}  // namespace
+}  // namespace berth::node::testing

@@ -1,0 +1,115 @@
+// The volume manager: NodeGetVolumeStats of published volumes, exported as kubelet_volume_stats_*.
+#include "node/volumes/volume_manager_internal.h"
+
+namespace berth::node {
+
+using namespace internal;  // NOLINT: the volume manager's own helpers
+
+void VolumeManager::CollectStats() {
+  struct Target {
+    Volume volume;
+    std::string path, staging;
+  };
+  std::map<std::string, Target> targets;  // unique → one publish path
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [key, p] : published_) {
+      if (!p.certain || targets.contains(p.volume.unique)) continue;
+      auto st = staged_.find(p.volume.unique);
+      targets[p.volume.unique] = {p.volume, p.target, st != staged_.end() && st->second.certain ? st->second.path : ""};
+    }
+  }
+  std::vector<VolumeStat> out;
+  for (const auto& entry : targets) {
+    const Target& t = entry.second;  // (named: a [&] lambda below reads it; clang 14 cannot capture a binding)
+    auto driver = plugins_.Get(t.volume.driver);
+    if (!driver || !driver->Has(NodeCap::GET_VOLUME_STATS)) continue;
+    auto pv = registry_.Get(K("persistentvolumes"), "", t.volume.pv);
+    if (!pv.ok()) continue;
+    const json ref = Field(Field(*pv, "spec"), "claimRef");
+    if (Str(ref, {"name"}).empty()) continue;
+    ::csi::v1::NodeGetVolumeStatsRequest req;
+    req.set_volume_id(t.volume.handle);
+    req.set_volume_path(t.path);
+    if (!t.staging.empty()) req.set_staging_target_path(t.staging);
+    ::csi::v1::NodeGetVolumeStatsResponse resp;
+    absl::Status st = [&]() -> absl::Status {
+      BERTH_ASSIGN_OR_RETURN(auto channel, directory_.Channel(t.volume.driver, options_.node_name));
+      auto stub = ::csi::v1::Node::NewStub(channel);
+      grpc::ClientContext ctx;
+      ctx.set_deadline(absl::ToChronoTime(absl::Now() + std::min(options_.call_timeout, absl::Seconds(30))));
+      return FromGrpc("NodeGetVolumeStats", stub->NodeGetVolumeStats(&ctx, req, &resp));
+    }();
+    if (!st.ok()) {
+      spdlog::warn("node {}: volume stats of {}: {}", options_.node_name, t.volume.pv, std::string(st.message()));
+      continue;
+    }
+    VolumeStat v;
+    v.ns = Str(ref, {"namespace"});
+    v.claim = Str(ref, {"name"});
+    v.pv = t.volume.pv;
+    for (const auto& u : resp.usage()) {
+      if (u.unit() == ::csi::v1::VolumeUsage::BYTES) {
+        v.has_bytes = true;
+        v.capacity_bytes = u.total();
+        v.available_bytes = u.available();
+        v.used_bytes = u.used();
+      } else if (u.unit() == ::csi::v1::VolumeUsage::INODES) {
+        v.has_inodes = true;
+        v.inodes = u.total();
+        v.inodes_free = u.available();
+        v.inodes_used = u.used();
+      }
+    }
+    if (resp.has_volume_condition()) {
+      v.has_condition = true;
+      v.abnormal = resp.volume_condition().abnormal();
+      v.condition_message = resp.volume_condition().message();
+    }
+    out.push_back(std::move(v));
+  }
+  absl::MutexLock lock(&stats_mu_);
+  stats_ = std::move(out);
+}
+
+std::vector<VolumeManager::VolumeStat> VolumeManager::Stats() const {
+  absl::MutexLock lock(&stats_mu_);
+  return stats_;
+}
+
+void VolumeManager::WriteStatsMetrics(std::string* out, const std::vector<VolumeStat>& stats) {
+  struct Family {
+    const char* name;
+    const char* help;
+    bool (*has)(const VolumeStat&);
+    double (*value)(const VolumeStat&);
+  };
+  static constexpr Family kFamilies[] = {
+      {"kubelet_volume_stats_capacity_bytes", "Capacity in bytes of the volume",
+       [](const VolumeStat& v) { return v.has_bytes; }, [](const VolumeStat& v) { return double(v.capacity_bytes); }},
+      {"kubelet_volume_stats_available_bytes", "Number of available bytes in the volume",
+       [](const VolumeStat& v) { return v.has_bytes; }, [](const VolumeStat& v) { return double(v.available_bytes); }},
+      {"kubelet_volume_stats_used_bytes", "Number of used bytes in the volume",
+       [](const VolumeStat& v) { return v.has_bytes; }, [](const VolumeStat& v) { return double(v.used_bytes); }},
+      {"kubelet_volume_stats_inodes", "Maximum number of inodes in the volume",
+       [](const VolumeStat& v) { return v.has_inodes; }, [](const VolumeStat& v) { return double(v.inodes); }},
+      {"kubelet_volume_stats_inodes_free", "Number of free inodes in the volume",
+       [](const VolumeStat& v) { return v.has_inodes; }, [](const VolumeStat& v) { return double(v.inodes_free); }},
+      {"kubelet_volume_stats_inodes_used", "Number of used inodes in the volume",
+       [](const VolumeStat& v) { return v.has_inodes; }, [](const VolumeStat& v) { return double(v.inodes_used); }},
+      {"kubelet_volume_stats_health_status_abnormal",
+       "Abnormal volume health status. The count is either 1 or 0. 1 indicates the volume is unhealthy, 0 indicates "
+       "volume is healthy",
+       [](const VolumeStat& v) { return v.has_condition; }, [](const VolumeStat& v) { return v.abnormal ? 1.0 : 0.0; }},
+  };
+  for (const auto& f : kFamilies) {
+    if (std::none_of(stats.begin(), stats.end(), f.has)) continue;
+    metrics::WriteFamily(out, f.name, metrics::MetricType::kGauge, f.help);
+    for (const auto& v : stats) {
+      if (f.has(v))
+        metrics::WriteSample(out, f.name, {{"namespace", v.ns}, {"persistentvolumeclaim", v.claim}}, f.value(v));
+    }
+  }
+}
+
+}  // namespace berth::node
