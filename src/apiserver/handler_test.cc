@@ -243,7 +243,8 @@ TEST_F(HandlerTest, SubresourcesServedElsewhereTakeTheirMethodsAndAreDiscovered)
   // Not registered: 404.
   EXPECT_EQ(Do("POST", "/api/v1/namespaces/default/pods/web/portforward").code, 404);
   std::map<std::string, json> core;
-  for (const auto& r : Do("GET", "/api/v1").Json()["resources"]) core[r["name"]] = r;
+  const json list = Do("GET", "/api/v1").Json();
+  for (const auto& r : list["resources"]) core[r["name"]] = r;
   ASSERT_TRUE(core.count("pods/exec"));
   EXPECT_EQ(core["pods/exec"]["kind"], "PodExecOptions");
   EXPECT_EQ(core["pods/exec"]["verbs"], json({"create", "get"}));
