@@ -33,8 +33,11 @@ void VolumeManager::ReconcileLoop() {
       clock_.AwaitWithDeadline(mu_, absl::Condition(&ready), next);
       if (stop_) return;
       dirty_ = false;
+      reconciling_ = true;
     }
     Reconcile();
+    absl::MutexLock lock(&mu_);
+    reconciling_ = false;
   }
 }
 
