@@ -223,13 +223,16 @@ TEST_F(InformerTest, DeliveredOnceTheHandlersHaveSeenTheStoresVersion) {
   Informer informer(*registry_, Claims());
   std::atomic<int> added{0};
   absl::Notification entered, release;
-  informer.AddHandlers({.on_add = [&](const json& o) {
-    if (o["metadata"]["name"] == "slow") {
-      entered.Notify();
-      release.WaitForNotification();
-    }
-    ++added;
-  }});
+  informer.AddHandlers({.on_add =
+                            [&](const json& o) {
+                              if (o["metadata"]["name"] == "slow") {
+                                entered.Notify();
+                                release.WaitForNotification();
+                              }
+                              ++added;
+                            },
+                        .on_update = nullptr,
+                        .on_delete = nullptr});
   EXPECT_FALSE(informer.Delivered(0)) << "not started";
   informer.Start();
   ASSERT_TRUE(informer.WaitForSync(absl::Seconds(10)));

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "common/strings.h"
+#include "csi/call_logger.h"
 #include "csi/grpc_status.h"
 #include "csi/redact.h"
 #include "grpcpp/client_context.h"

@@ -66,7 +66,7 @@ struct CallOptions {
   absl::Duration timeout = absl::ZeroDuration();
   // Copied into the request's `secrets` field (requests without one must
   // not be given any). Redacted from every log line.
-  std::map<std::string, std::string> secrets;
+  std::map<std::string, std::string> secrets = {};
 };
 
 class DriverClient {

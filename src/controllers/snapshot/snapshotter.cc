@@ -213,8 +213,11 @@ absl::Status Snapshotter::CreateSnapshot(const json& content) {
   if (!secrets.ok()) return fail(secrets.status());
 
   // Mark the call before making it: until its outcome is known the content
-  // must not go, or a snapshot it made would be left behind.
-  if (Annotation(content, kAnnSnapshotBeingCreated).empty()) {
+  // must not go, or a snapshot it made would be left behind. A content
+  // whose snapshot is known (its handle recorded) is only asked again for
+  // readiness: nothing to mark (marking and unmarking it on every poll wrote
+  // it twice a poll, and each write woke it again at once).
+  if (Annotation(content, kAnnSnapshotBeingCreated).empty() && Str(content, {"status", "snapshotHandle"}).empty()) {
     BERTH_ASSIGN_OR_RETURN(
         std::optional<json> marked,
         Edit(registry_, ContentsKind(), "", name, Uid(content), apiserver::Subresource::kMain,

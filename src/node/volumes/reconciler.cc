@@ -34,6 +34,7 @@ void VolumeManager::ReconcileLoop() {
       if (stop_) return;
       dirty_ = false;
       reconciling_ = true;
+      last_pass_ = clock_.Now();
     }
     Reconcile();
     absl::MutexLock lock(&mu_);

@@ -30,12 +30,14 @@ VolumeManager::~VolumeManager() {
 bool VolumeManager::IdleLocked() const {
   if (stop_ || !started_) return true;
   if (dirty_ || reconciling_ || !locked_.empty()) return false;
-  // Work due now on the clock (a retry, a poll) is about to happen.
+  // Work due on the clock (a retry, a poll) since the last pass began is
+  // about to happen: the reconciler wakes for it. (An entry due before that
+  // pass was looked at; it stays until its operation runs again.)
   const absl::Time now = clock_.Now();
   if (poll_at_ <= now) return false;
   for (const auto* times : {&retry_at_, &waiting_until_}) {
     for (const auto& [id, at] : *times) {
-      if (at <= now) return false;
+      if (at <= now && at > last_pass_) return false;
     }
   }
   return true;
