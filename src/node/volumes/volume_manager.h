@@ -257,7 +257,7 @@ class VolumeManager {
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   bool started_ ABSL_GUARDED_BY(mu_) = false;
   bool dirty_ ABSL_GUARDED_BY(mu_) = true;
-  bool reconciling_ ABSL_GUARDED_BY(mu_) = false;  // a pass is running
+  bool reconciling_ ABSL_GUARDED_BY(mu_) = false;                     // a pass is running
   absl::Time last_pass_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();  // when the last pass began (clock_)
   // The next reconcile for work without an event of its own (Options::poll).
   absl::Time poll_at_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
