@@ -358,6 +358,31 @@ TEST_F(SnapshotterTest, NotReadySnapshotIsPolledUntilReady) {
   EXPECT_TRUE(Retried([&] { return HasEvent("snap", "SnapshotReady"); }));
 }
 
+// Regression: each poll of a not-ready snapshot marked its content
+// being-created and unmarked it, two writes that woke the content again at
+// once — a write storm until the snapshot was ready.
+TEST_F(SnapshotterTest, PollingANotReadySnapshotWritesNothing) {
+  driver_->SetSnapshotsReady(false);
+  SnapshotClass("gold");
+  BoundClaim("data");
+  StartControllers();
+  Snapshot("snap", "data", "gold");
+  ASSERT_TRUE(Retried([&] {
+    const std::string name = ContentOf("snap");
+    return !name.empty() && !Str(Content(name), {"status", "snapshotHandle"}).empty();
+  }));
+  ASSERT_TRUE(Settle(*store_)) << "a not-ready snapshot keeps its content busy";
+  const std::string rv = Content(ContentOf("snap"))["metadata"]["resourceVersion"];
+  const int calls = driver_->snapshot_calls();
+  // The next poll is due within poll_max (200 ms here); the one after it
+  // comes later than that.
+  clock_.Advance(absl::Milliseconds(200));
+  ASSERT_TRUE(Eventually([&] { return driver_->snapshot_calls() > calls; }));
+  ASSERT_TRUE(Settle(*store_));
+  EXPECT_EQ(driver_->snapshot_calls(), calls + 1);
+  EXPECT_EQ(Content(ContentOf("snap"))["metadata"]["resourceVersion"], rv);
+}
+
 TEST_F(SnapshotterTest, DriverFailureIsReportedOnBothObjectsThenRecovers) {
   driver_->FailSnapshots(grpc::StatusCode::INTERNAL, 1000);
   SnapshotClass("gold");
