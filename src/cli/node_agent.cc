@@ -14,6 +14,7 @@
 #include "common/signals.h"
 #include "common/status.h"
 #include "common/strings.h"
+#include "csi/call_metrics.h"
 #include "csi/endpoint.h"
 #include "node/agent.h"
 #include "spdlog/spdlog.h"
@@ -21,10 +22,8 @@
 namespace berth::cli {
 namespace {
 
-// Writes the node's volume statistics as Prometheus text, atomically.
-void WriteVolumeStats(node::NodeAgent& agent, const std::string& path) {
-  std::string text;
-  node::VolumeManager::WriteStatsMetrics(&text, agent.volumes().Stats());
+// Replaces `path` with `text` atomically (readers see the old or the new).
+void WriteAtomically(const std::string& path, const std::string& text) {
   const std::string tmp = path + ".tmp";
   {
     std::ofstream out(tmp, std::ios::trunc);
@@ -37,12 +36,27 @@ void WriteVolumeStats(node::NodeAgent& agent, const std::string& path) {
   if (std::rename(tmp.c_str(), path.c_str()) != 0) spdlog::warn("cannot rename {} to {}", tmp, path);
 }
 
+// Writes the node's volume statistics and CSI call metrics as Prometheus
+// text for berth up's /metrics.
+void WriteMetrics(node::NodeAgent& agent, const std::string& data_dir, const std::string& node) {
+  std::string stats;
+  node::VolumeManager::WriteStatsMetrics(&stats, agent.volumes().Stats());
+  WriteAtomically(VolumeStatsFile(data_dir, node), stats);
+  std::string calls;
+  csi::CallMetrics::Kubelet().WriteSamples(&calls, {{"node", node}});
+  WriteAtomically(CsiCallsFile(data_dir, node), calls);
+}
+
 }  // namespace
 
 std::string NodeDir(const std::string& data_dir, const std::string& node) { return StrCat(data_dir, "/nodes/", node); }
 
 std::string VolumeStatsFile(const std::string& data_dir, const std::string& node) {
   return NodeDir(data_dir, node) + "/volume-stats.prom";
+}
+
+std::string CsiCallsFile(const std::string& data_dir, const std::string& node) {
+  return NodeDir(data_dir, node) + "/csi-calls.prom";
 }
 
 absl::Status ValidateNodeAgentOptions(const NodeAgentOptions& o) {
@@ -109,13 +123,13 @@ absl::Status RunNodeAgent(const NodeAgentOptions& o) {
   BERTH_RETURN_IF_ERROR(agent.Start());
   spdlog::info("node agent {} running (pid {})", o.node_name, ::getpid());
 
-  // Volume statistics for berth up's /metrics, until a termination signal.
-  const std::string stats_file = VolumeStatsFile(o.data_dir, o.node_name);
+  // Volume statistics and CSI call metrics for berth up's /metrics, until a
+  // termination signal.
   const absl::Duration stats_every = o.volume_stats_period_seconds > 0
                                          ? std::min(absl::Seconds(o.volume_stats_period_seconds), absl::Seconds(10))
                                          : absl::Seconds(10);
   int sig = 0;
-  while ((sig = WaitForTerminationSignal(stats_every)) == 0) WriteVolumeStats(agent, stats_file);
+  while ((sig = WaitForTerminationSignal(stats_every)) == 0) WriteMetrics(agent, o.data_dir, o.node_name);
   spdlog::info("node agent {}: signal {}: stopping (mounts and containers stay)", o.node_name, sig);
   agent.Stop();
   return absl::OkStatus();

@@ -35,6 +35,10 @@ struct NodeAgentOptions {
 // of its volume statistics.
 std::string NodeDir(const std::string& data_dir, const std::string& node);
 std::string VolumeStatsFile(const std::string& data_dir, const std::string& node);
+// The agent's CSI calls (kubelet's csi_operations_seconds samples, labelled
+// with the node, without HELP/TYPE: berth up writes the family header once
+// for all nodes).
+std::string CsiCallsFile(const std::string& data_dir, const std::string& node);
 
 absl::Status ValidateNodeAgentOptions(const NodeAgentOptions& options);
 

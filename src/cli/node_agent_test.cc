@@ -35,6 +35,7 @@ TEST(NodeAgentOptionsTest, EndpointsMustBeUnixSockets) {
 TEST(NodeAgentOptionsTest, FilesLiveUnderTheNodesDirectory) {
   EXPECT_EQ(NodeDir("/var/lib/berth", "node-1"), "/var/lib/berth/nodes/node-1");
   EXPECT_EQ(VolumeStatsFile("/d", "n"), "/d/nodes/n/volume-stats.prom");
+  EXPECT_EQ(CsiCallsFile("/d", "n"), "/d/nodes/n/csi-calls.prom");
 }
 
 }  // namespace

@@ -25,6 +25,7 @@
 #include "common/strings.h"
 #include "common/units.h"
 #include "controllers/manager.h"
+#include "csi/call_metrics.h"
 #include "csi/endpoint.h"
 #include "csi/registration.h"
 #include "nlohmann/json.hpp"
@@ -390,6 +391,19 @@ absl::Status RunUp(UpOptions options) {
     for (const auto& name : node_names) {
       auto text = ReadFile(VolumeStatsFile(data_dir, name));
       if (text.ok()) out->append(*text);
+    }
+    // The CSI calls: the controllers' (in this process) as the sidecars
+    // count them, the node agents' as kubelet does — one family for all
+    // nodes, each series labelled with its node.
+    csi::CallMetrics::Sidecar().Write(out);
+    std::string node_calls;
+    for (const auto& name : node_names) {
+      auto text = ReadFile(CsiCallsFile(data_dir, name));
+      if (text.ok()) node_calls += *text;
+    }
+    if (!node_calls.empty()) {
+      csi::CallMetrics::Kubelet().WriteHeader(out);
+      out->append(node_calls);
     }
   });
   supervisor.Start();

@@ -5,9 +5,6 @@
 #include "absl/strings/cord.h"
 #include "common/strings.h"
 #include "csi/client.h"
-#include "csi/grpc_status.h"
-#include "csi/v1/csi.grpc.pb.h"
-#include "grpcpp/client_context.h"
 #include "spdlog/spdlog.h"
 
 namespace berth::client {
@@ -75,10 +72,11 @@ absl::Status DriverMonitor::Call(const std::string& driver, const std::string& n
   }
   auto call = [&] {
     auto channel = directory_.Channel(driver, node, options_.dial_timeout);
-    return channel.ok() ? fn(*channel) : channel.status();
+    if (!channel.ok()) return channel.status();
+    return fn(csi::DriverClient(*channel, {.driver = driver, .metrics = options_.metrics}));
   };
   absl::Status st = call();
-  if (st.code() != absl::StatusCode::kUnavailable || IsNotAFailure(st)) return st;
+  if (csi::Classify(st) != csi::ErrorClass::kDriverUnavailable || IsNotAFailure(st)) return st;
   // UNAVAILABLE: the connection, or the driver's own answer? Ask it.
   if (Probe(driver, node).ok()) {
     // It answers. The failed call may have used a connection to a process
@@ -90,7 +88,7 @@ absl::Status DriverMonitor::Call(const std::string& driver, const std::string& n
       ++stats_.calls;
     }
     st = call();
-    if (st.code() != absl::StatusCode::kUnavailable || Probe(driver, node).ok()) return st;
+    if (csi::Classify(st) != csi::ErrorClass::kDriverUnavailable || Probe(driver, node).ok()) return st;
   }
   absl::MutexLock lock(&mu_);
   ++stats_.connection_failures;
@@ -107,7 +105,7 @@ absl::Status DriverMonitor::Call(const std::string& driver, const std::string& n
 absl::StatusOr<bool> DriverMonitor::ControllerHasCapability(const std::string& driver, const std::string& node,
                                                             ::csi::v1::ControllerServiceCapability::RPC::Type rpc) {
   bool has = false;
-  absl::Status st = Call(driver, node, [&](const std::shared_ptr<grpc::Channel>&) {
+  absl::Status st = Call(driver, node, [&](const csi::DriverClient&) {
     auto answer = directory_.ControllerHasCapability(driver, node, rpc);
     if (!answer.ok()) return answer.status();
     has = *answer;
@@ -138,12 +136,10 @@ absl::Status DriverMonitor::Probe(const std::string& driver, const std::string& 
   if (!channel.ok()) {
     st = absl::UnavailableError(std::string(channel.status().message()));
   } else {
-    auto stub = ::csi::v1::Identity::NewStub(*channel);
-    grpc::ClientContext ctx;
-    ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.probe_timeout));
-    ::csi::v1::ProbeResponse resp;
-    st = csi::FromGrpcStatus(stub->Probe(&ctx, {}, &resp));
-    if (st.ok() && resp.has_ready() && !resp.ready().value()) {
+    auto resp = csi::DriverClient(*channel, {.driver = driver, .metrics = options_.metrics})
+                    .Probe({.timeout = options_.probe_timeout});
+    st = resp.status();
+    if (st.ok() && resp->has_ready() && !resp->ready().value()) {
       st = absl::UnavailableError(StrCat("CSI driver ", driver, " is not ready"));
     }
   }

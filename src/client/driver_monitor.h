@@ -20,8 +20,8 @@
 // bound how many of them run at a time. An UNAVAILABLE answered by a driver
 // whose Probe succeeds is an ordinary failure of that call.
 //
-//   absl::Status st = monitor.Call(driver, node, [&](const auto& channel) {
-//     return csi::FromGrpcStatus(Controller::NewStub(channel)->CreateVolume(&ctx, req, &resp));
+//   absl::Status st = monitor.Call(driver, node, [&](const csi::DriverClient& csi) {
+//     return csi.CreateVolume(req, {.secrets = secrets}).status();
 //   });
 //   if (IsNotAFailure(st)) monitor.Park(driver, node, queue, key);
 //
@@ -47,6 +47,7 @@
 #include "client/workqueue.h"
 #include "common/backoff.h"
 #include "common/clock.h"
+#include "csi/driver_client.h"
 #include "grpcpp/channel.h"
 
 namespace berth::client {
@@ -70,6 +71,8 @@ struct DriverMonitorOptions {
   absl::Duration probe_max = absl::Seconds(5);
   // How long Call may wait to dial an endpoint it has no channel for.
   absl::Duration dial_timeout = absl::Seconds(5);
+  // Where the calls (and probes) are counted.
+  csi::CallMetrics* metrics = &csi::CallMetrics::Sidecar();
 };
 
 class DriverMonitor {
@@ -91,9 +94,9 @@ class DriverMonitor {
   DriverMonitor(const DriverMonitor&) = delete;
   DriverMonitor& operator=(const DriverMonitor&) = delete;
 
-  using CallFn = std::function<absl::Status(const std::shared_ptr<grpc::Channel>& channel)>;
-  // Runs `fn` on a channel to the endpoint serving (driver, node), unless
-  // that endpoint is down. Returns fn's status, or NotAFailure when the
+  using CallFn = std::function<absl::Status(const csi::DriverClient& csi)>;
+  // Runs `fn` with a client (csi/driver_client.h) of the endpoint serving
+  // (driver, node), unless that endpoint is down. Returns fn's status, or NotAFailure when the
   // endpoint is (or turned out to be) down or unregistered.
   absl::Status Call(const std::string& driver, const std::string& node, const CallFn& fn) ABSL_LOCKS_EXCLUDED(mu_);
 

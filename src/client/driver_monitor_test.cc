@@ -34,12 +34,9 @@ class DriverMonitorTest : public ::testing::Test {
 
   // One GetPluginInfo through the monitor; counts the calls it made.
   absl::Status CallDriver() {
-    return monitor_->Call(kDriver, "", [&](const std::shared_ptr<grpc::Channel>& channel) {
+    return monitor_->Call(kDriver, "", [&](const csi::DriverClient& csi) {
       ++made_;
-      grpc::ClientContext ctx;
-      ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
-      ::csi::v1::GetPluginInfoResponse resp;
-      return csi::FromGrpcStatus(::csi::v1::Identity::NewStub(channel)->GetPluginInfo(&ctx, {}, &resp));
+      return csi.GetPluginInfo({.timeout = absl::Seconds(5)}).status();
     });
   }
   // Takes down the driver and lets the monitor notice it.

@@ -4,9 +4,7 @@
 
 #include "common/strings.h"
 #include "csi/client.h"
-#include "csi/grpc_status.h"
-#include "csi/v1/csi.grpc.pb.h"
-#include "grpcpp/client_context.h"
+#include "csi/driver_client.h"
 
 namespace berth::client {
 
@@ -138,14 +136,10 @@ absl::StatusOr<bool> DriverDirectory::ControllerHasCapability(const std::string&
   }
   auto channel = Channel(driver, node);
   if (!channel.ok()) return channel.status();
-  auto stub = ::csi::v1::Controller::NewStub(*channel);
-  grpc::ClientContext ctx;
-  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
-  ::csi::v1::ControllerGetCapabilitiesResponse resp;
-  grpc::Status st = stub->ControllerGetCapabilities(&ctx, {}, &resp);
-  if (!st.ok()) return csi::FromGrpcStatus(st);
+  auto resp = csi::DriverClient(*channel, {.driver = driver}).ControllerGetCapabilities();
+  if (!resp.ok()) return resp.status();
   std::vector<int> types;
-  for (const auto& c : resp.capabilities()) types.push_back(c.rpc().type());
+  for (const auto& c : resp->capabilities()) types.push_back(c.rpc().type());
   const bool has = std::find(types.begin(), types.end(), rpc) != types.end();
   absl::MutexLock lock(&mu_);
   capabilities_[endpoint] = std::move(types);

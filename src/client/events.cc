@@ -5,6 +5,7 @@
 
 #include "absl/time/clock.h"
 #include "api/kinds.h"
+#include "client/quiescence.h"
 #include "client/writes.h"
 #include "common/hash.h"
 #include "common/strings.h"
@@ -22,9 +23,15 @@ EventRecorder::EventRecorder(apiserver::Api& registry, std::string component, ab
     : registry_(registry),
       component_(std::move(component)),
       repeat_interval_(repeat_interval),
-      writer_([this] { WriterLoop(); }) {}
+      writer_([this] { WriterLoop(); }) {
+  quiescence_id_ = Quiescence::Register([this](int64_t) {
+    absl::MutexLock lock(&mu_);
+    return written_ == queued_;
+  });
+}
 
 EventRecorder::~EventRecorder() {
+  Quiescence::Unregister(quiescence_id_);
   {
     absl::MutexLock lock(&mu_);
     stopping_ = true;

@@ -72,7 +72,8 @@ class EventRecorder {
   uint64_t queued_ ABSL_GUARDED_BY(mu_) = 0;   // events ever queued
   uint64_t written_ ABSL_GUARDED_BY(mu_) = 0;  // of those, written or dropped
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  std::thread writer_;  // last: starts once everything above exists
+  uint64_t quiescence_id_ = 0;  // client/quiescence.h
+  std::thread writer_;          // last: starts once everything above exists
 };
 
 }  // namespace berth::client

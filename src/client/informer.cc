@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <random>
 
+#include "client/quiescence.h"
 #include "common/strings.h"
 #include "spdlog/spdlog.h"
 
@@ -31,9 +32,18 @@ std::pair<std::string, std::string> SplitKey(const std::string& key) {
 }
 
 Informer::Informer(apiserver::Api& registry, const api::KindInfo& kind, absl::Duration resync)
-    : registry_(registry), kind_(kind), resync_(resync) {}
+    : registry_(registry), kind_(kind), resync_(resync) {
+  quiescence_id_ = Quiescence::Register([this](int64_t rv) {
+    absl::MutexLock lock(&mu_);
+    // Not started, or stopped: nothing more of it will happen.
+    return !started_ || stop_ || DeliveredLocked(rv);
+  });
+}
 
-Informer::~Informer() { Stop(); }
+Informer::~Informer() {
+  Quiescence::Unregister(quiescence_id_);
+  Stop();
+}
 
 void Informer::AddHandlers(Handlers handlers) {
   absl::MutexLock handlers_lock(&handlers_mu_);
@@ -50,6 +60,10 @@ void Informer::AddHandlers(Handlers handlers) {
 }
 
 void Informer::Start() {
+  {
+    absl::MutexLock lock(&mu_);
+    started_ = true;
+  }
   thread_ = std::thread([this] { Run(); });
 }
 
@@ -70,6 +84,19 @@ bool Informer::WaitForSync(absl::Duration timeout) {
   absl::MutexLock lock(&mu_);
   auto synced = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return synced_; };
   return mu_.AwaitWithTimeout(absl::Condition(&synced), timeout);
+}
+
+bool Informer::Delivered(int64_t rv) const {
+  absl::MutexLock lock(&mu_);
+  return DeliveredLocked(rv);
+}
+
+bool Informer::DeliveredLocked(int64_t rv) const {
+  if (delivering_) return false;
+  // Lock order: ours, then the watch's. Nothing is taken from the watch
+  // while delivering_ is false (Run sets it first), so a bookmark at or past
+  // `rv` means every such event was handled.
+  return listed_rv_ >= rv || (watch_ != nullptr && watch_->BookmarkVersion() >= rv);
 }
 
 std::optional<json> Informer::Get(const std::string& ns, const std::string& name) const {
@@ -230,20 +257,28 @@ void Informer::Run() {
       while (!stopping() && absl::Now() < until) absl::SleepFor(absl::Milliseconds(20));
     }
     backoff = std::min(std::max(backoff * 2, absl::Milliseconds(100)), absl::Seconds(5));
+    SetDelivering(true, nullptr);
     std::optional<int64_t> rv = Relist();
     if (!rv) return;
+    {
+      absl::MutexLock lock(&mu_);
+      listed_rv_ = *rv;
+    }
     auto stream = registry_.Watch(kind_, "", std::to_string(*rv), {});
     if (!stream.ok()) {
       spdlog::info("informer {}: watch from {}: {}; relisting", kind_.resource, *rv, stream.status().ToString());
       continue;
     }
+    SetDelivering(false, stream->watcher.get());
     const absl::Time watch_start = absl::Now();
     absl::Time next_resync = absl::Now() + resync_;
     while (!stopping()) {
-      auto e = stream->watcher->Next(absl::Milliseconds(200));
-      if (e) {
-        Apply(*e);
-        continue;
+      if (stream->watcher->WaitReady(absl::Milliseconds(200))) {
+        // Marked before anything is taken: Delivered() never sees a
+        // bookmark past an event that is on its way to the handlers.
+        SetDelivering(true, stream->watcher.get());
+        while (auto e = stream->watcher->Next(absl::ZeroDuration())) Apply(*e);
+        SetDelivering(false, stream->watcher.get());
       }
       if (stream->watcher->ended()) {  // fell behind: relist
         if (absl::Now() - watch_start > absl::Seconds(30)) backoff = absl::ZeroDuration();
@@ -259,7 +294,15 @@ void Informer::Run() {
         }
       }
     }
+    SetDelivering(true, nullptr);  // the stream goes
   }
+  SetDelivering(true, nullptr);
+}
+
+void Informer::SetDelivering(bool delivering, store::EventSource* watch) {
+  absl::MutexLock lock(&mu_);
+  delivering_ = delivering;
+  watch_ = watch;
 }
 
 }  // namespace berth::client

@@ -63,6 +63,10 @@ class Informer {
   // True once the first list is in the cache and every handler has been
   // called for it.
   bool WaitForSync(absl::Duration timeout);
+  // Whether every change of this kind up to resourceVersion `rv` (e.g. the
+  // store's current one) has reached the cache and the handlers. Tests use
+  // it to let the system settle (controllers/testing/settle.h).
+  bool Delivered(int64_t rv) const;
 
   std::optional<json> Get(const std::string& ns, const std::string& name) const;
   std::optional<json> GetByKey(const std::string& key) const;
@@ -88,6 +92,8 @@ class Informer {
   // files it (either may be null).
   void ReindexLocked(const std::string& key, const json* before, const json* after) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool stopping() const;
+  void SetDelivering(bool delivering, store::EventSource* watch) ABSL_LOCKS_EXCLUDED(mu_);
+  bool DeliveredLocked(int64_t rv) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   apiserver::Api& registry_;
   const api::KindInfo& kind_;
@@ -106,6 +112,13 @@ class Informer {
   std::map<std::string, std::map<std::string, std::set<std::string>>> indexes_ ABSL_GUARDED_BY(mu_);
   bool synced_ ABSL_GUARDED_BY(mu_) = false;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  // For Delivered: set while the informer lists or may hold events taken
+  // from its watch that its handlers have not heard of yet.
+  bool delivering_ ABSL_GUARDED_BY(mu_) = true;
+  int64_t listed_rv_ ABSL_GUARDED_BY(mu_) = 0;
+  store::EventSource* watch_ ABSL_GUARDED_BY(mu_) = nullptr;  // the live watch, owned by Run()
+  bool started_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t quiescence_id_ = 0;  // client/quiescence.h
 };
 
 }  // namespace berth::client

@@ -218,5 +218,38 @@ TEST_F(InformerTest, HandlersAddedWhileRunningSeeEveryObjectOnce) {
   informer.Stop();
 }
 
+TEST_F(InformerTest, DeliveredOnceTheHandlersHaveSeenTheStoresVersion) {
+  Open();
+  Informer informer(*registry_, Claims());
+  std::atomic<int> added{0};
+  absl::Notification entered, release;
+  informer.AddHandlers({.on_add =
+                            [&](const json& o) {
+                              if (o["metadata"]["name"] == "slow") {
+                                entered.Notify();
+                                release.WaitForNotification();
+                              }
+                              ++added;
+                            },
+                        .on_update = nullptr,
+                        .on_delete = nullptr});
+  EXPECT_FALSE(informer.Delivered(0)) << "not started";
+  informer.Start();
+  ASSERT_TRUE(informer.WaitForSync(absl::Seconds(10)));
+  ASSERT_TRUE(Eventually([&] { return informer.Delivered(store_->ResourceVersion()); }));
+  ASSERT_TRUE(registry_->Create(Claims(), "default", Claim("slow")).ok());
+  const int64_t rv = store_->ResourceVersion();
+  // The event is taken from the watch but its handler has not returned.
+  ASSERT_TRUE(entered.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  EXPECT_FALSE(informer.Delivered(rv));
+  EXPECT_EQ(added.load(), 0);
+  release.Notify();
+  ASSERT_TRUE(Eventually([&] { return informer.Delivered(rv); }));
+  EXPECT_EQ(added.load(), 1);
+  // Changes of other kinds move the store's version; the informer follows.
+  ASSERT_TRUE(registry_->Create(*api::FindResource("", "namespaces"), "", {{"metadata", {{"name", "other"}}}}).ok());
+  EXPECT_TRUE(Eventually([&] { return informer.Delivered(store_->ResourceVersion()); }));
+}
+
 }  // namespace
 }  // namespace berth::client

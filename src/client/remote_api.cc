@@ -96,6 +96,11 @@ class RemoteWatch final : public store::EventSource {
     if (queue_.empty()) taken_rv_ = std::max(taken_rv_, e.resource_version);
     return e;
   }
+  bool WaitReady(absl::Duration timeout) override ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    auto ready = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return !queue_.empty() || ended_; };
+    return mu_.AwaitWithTimeout(absl::Condition(&ready), timeout);
+  }
   bool ended() const override ABSL_LOCKS_EXCLUDED(mu_) {
     absl::MutexLock lock(&mu_);
     return ended_;

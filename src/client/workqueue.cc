@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "absl/strings/cord.h"
+#include "client/quiescence.h"
 #include "spdlog/spdlog.h"
 
 namespace berth::client {
@@ -12,9 +13,12 @@ WorkQueue::WorkQueue(Options options)
     : options_(options),
       clock_(options.clock != nullptr ? *options.clock : RealClock()),
       backoff_({.base = options.base_delay, .max = options.max_delay, .jitter = 0.25}),
-      bucket_(options.qps, options.burst, clock_) {}
+      bucket_(options.qps, options.burst, clock_) {
+  quiescence_id_ = Quiescence::Register([this](int64_t) { return Idle(); });
+}
 
 WorkQueue::~WorkQueue() {
+  Quiescence::Unregister(quiescence_id_);
   std::vector<Clock::TimerId> ids;
   {
     absl::MutexLock lock(&mu_);
@@ -132,6 +136,27 @@ bool WorkQueue::shutting_down() const {
 size_t WorkQueue::Len() const {
   absl::MutexLock lock(&mu_);
   return queue_.size();
+}
+
+bool WorkQueue::IdleLocked() const {
+  if (!processing_.empty()) return false;
+  if (shutdown_) return true;  // what is queued is never taken
+  if (!queue_.empty()) return false;
+  // A delayed key that is due is on its way in (its timer is running).
+  return delayed_.empty() || delayed_.begin()->first > clock_.Now();
+}
+
+bool WorkQueue::Idle() const {
+  absl::MutexLock lock(&mu_);
+  return IdleLocked();
+}
+
+bool WorkQueue::WaitIdle(absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  // Re-evaluated whenever mu_ is released: a worker's Get/Done, an Add, and
+  // a timer promoting a delayed key (FakeClock::Advance runs it) all take it.
+  auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return IdleLocked(); };
+  return mu_.AwaitWithTimeout(absl::Condition(&idle), timeout);
 }
 
 namespace {

@@ -10,7 +10,9 @@
 //     Forget resets n after a success;
 //   - AddAfter schedules a key (resyncs, waits for an outside condition);
 //   - ShutDown wakes every Get() with nullopt;
-//   - delays run on the injected Clock, so tests move them with FakeClock.
+//   - delays run on the injected Clock, so tests move them with FakeClock;
+//   - WaitIdle tells a test when nothing more happens until the clock moves
+//     (client/testing/settle.h waits for every queue).
 //
 //   WorkQueue q;
 //   q.Add("default/data");
@@ -74,6 +76,13 @@ class WorkQueue {
   // Keys queued (not counting delayed or in-process ones).
   size_t Len() const ABSL_LOCKS_EXCLUDED(mu_);
 
+  // Waits up to `timeout` (real time: workers run on real threads) until
+  // the queue is idle: no key queued, none being processed, and none
+  // delayed to a time at or before the clock's now (with a FakeClock: until
+  // the test advances it, nothing more happens here). True if it is.
+  bool WaitIdle(absl::Duration timeout) ABSL_LOCKS_EXCLUDED(mu_);
+  bool Idle() const ABSL_LOCKS_EXCLUDED(mu_);
+
  private:
   void AddLocked(const std::string& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Moves delayed keys whose time has come into the queue.
@@ -81,6 +90,7 @@ class WorkQueue {
   // Makes sure a timer fires at the earliest delayed time.
   void ArmLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void OnTimer(uint64_t token) ABSL_LOCKS_EXCLUDED(mu_);
+  bool IdleLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const Options options_;
   Clock& clock_;
@@ -98,6 +108,7 @@ class WorkQueue {
   std::map<uint64_t, std::pair<absl::Time, Clock::TimerId>> timers_ ABSL_GUARDED_BY(mu_);
   uint64_t next_token_ ABSL_GUARDED_BY(mu_) = 1;
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t quiescence_id_ = 0;  // client/quiescence.h; last: registered once all else exists
 };
 
 // A sync result meaning "nothing failed, but the key is not done: someone

@@ -5,6 +5,7 @@
 #include <thread>
 #include <vector>
 
+#include "client/quiescence.h"
 #include "common/clock.h"
 #include "common/testing/eventually.h"
 #include "gmock/gmock.h"
@@ -182,6 +183,41 @@ TEST(WorkQueueTest, ManyWorkersProcessEveryKeyExactlyOncePerAdd) {
   q.ShutDown();
   for (auto& w : workers) w.join();
   EXPECT_EQ(processed.load(), 1000);
+}
+
+TEST(WorkQueueTest, IdleOnlyWithNothingQueuedRunningOrDue) {
+  FakeClock clock;
+  WorkQueue q({.base_delay = absl::Seconds(1), .clock = &clock});
+  EXPECT_TRUE(q.WaitIdle(absl::ZeroDuration()));
+  q.Add("a");
+  EXPECT_FALSE(q.WaitIdle(absl::Milliseconds(10)));  // queued
+  auto key = q.Get();
+  EXPECT_FALSE(q.Idle());  // being processed
+  std::thread done([&] {
+    absl::SleepFor(absl::Milliseconds(20));  // the worker's own time, not a wait for an outcome
+    q.AddRateLimited(*key);                  // fails: retried after its backoff
+    q.Done(*key);
+  });
+  EXPECT_TRUE(q.WaitIdle(absl::Seconds(10)));  // wakes when Done runs
+  done.join();
+  // A retry waiting for the clock: idle until it is due.
+  EXPECT_TRUE(q.Idle());
+  clock.Advance(absl::Seconds(2));
+  EXPECT_FALSE(q.Idle());
+  EXPECT_EQ(q.Len(), 1u);
+  q.Done(*q.Get());
+  EXPECT_TRUE(q.Idle());
+  q.Add("b");
+  q.ShutDown();
+  EXPECT_TRUE(q.Idle()) << "a stopped queue's keys are never taken";
+}
+
+TEST(WorkQueueTest, SettleSeesEveryLiveQueue) {
+  auto q = std::make_unique<WorkQueue>();
+  q->Add("a");
+  EXPECT_FALSE(Quiescence::AllIdle(0));
+  q.reset();  // unregistered with it
+  EXPECT_TRUE(Quiescence::AllIdle(0));
 }
 
 }  // namespace

@@ -54,7 +54,9 @@ class ControllerManager {
     // The CSI drivers to run per-driver controllers for (their endpoints are
     // looked up in the DriverDirectory at each call).
     std::vector<std::string> drivers;
-    absl::Duration rpc_timeout = absl::Minutes(1);
+    // Each CSI call's deadline; zero: the call layer's default for the call
+    // (csi::DefaultTimeout).
+    absl::Duration rpc_timeout = absl::ZeroDuration();
     absl::Duration capacity_poll_interval = absl::Minutes(1);
     absl::Duration informer_sync_timeout = absl::Seconds(60);
     int provisioner_workers = 8;

@@ -17,6 +17,7 @@ namespace {
 
 using testing::Eventually;
 using testing::K;
+using testing::Settle;
 
 ControllerManager::Options Follow(bool follow) {
   ControllerManager::Options o;
@@ -71,7 +72,7 @@ TEST_F(ControllerManagerTest, ADriverRegisteredLaterGetsItsControllers) {
   ASSERT_TRUE(manager.Start().ok());
   EXPECT_TRUE(manager.drivers().empty());
   ClassAndClaim("early");
-  absl::SleepFor(absl::Milliseconds(300));
+  ASSERT_TRUE(Settle(*store_));
   EXPECT_EQ(Phase("early"), "Pending") << "no provisioner for the driver yet";
   EXPECT_EQ(driver_->create_calls(), 0);
 
@@ -97,7 +98,7 @@ TEST_F(ControllerManagerTest, WithoutFollowingOnlyTheNamedDriversRun) {
   ASSERT_TRUE(manager.Start().ok());
   directory_.Add(kLate, "", "unix://" + socket_);
   ClassAndClaim("data");
-  absl::SleepFor(absl::Milliseconds(500));
+  ASSERT_TRUE(Settle(*store_));
   EXPECT_EQ(Phase("data"), "Pending");
   EXPECT_TRUE(manager.drivers().empty());
   // Added by hand: it catches up.
@@ -131,7 +132,7 @@ TEST_F(ControllerManagerTest, SidecarDriversGetNoControllers) {
   directory_.Add(kLate, "node-1", "unix://" + socket_);
   manager.AddDriver(kLate);
   ClassAndClaim("data");
-  absl::SleepFor(absl::Milliseconds(500));
+  ASSERT_TRUE(Settle(*store_));
   EXPECT_EQ(Phase("data"), "Pending") << "left to the external provisioner";
   EXPECT_TRUE(manager.drivers().empty());
   EXPECT_EQ(driver_->create_calls(), 0);

@@ -110,6 +110,10 @@ class EventSource {
   // The resourceVersion every taken event is at or below, for a bookmark
   // (0 while events are queued or unknown).
   virtual int64_t BookmarkVersion() const = 0;
+  // Waits up to `timeout` until an event can be taken or the watch ended,
+  // taking nothing; true if so. (A consumer that must know when it holds a
+  // taken event, the informer, marks itself before Next.)
+  virtual bool WaitReady(absl::Duration timeout) = 0;
 };
 
 class Watcher final : public EventSource {
@@ -127,6 +131,7 @@ class Watcher final : public EventSource {
   // When every event up to some resourceVersion has been taken with Next(),
   // that resourceVersion (for a watch bookmark); 0 while events are queued.
   int64_t BookmarkVersion() const override;
+  bool WaitReady(absl::Duration timeout) override;
   // `notify` runs after each event is queued and when the watch ends, on
   // the thread that published the change with the store's watch lock held:
   // it must be quick and must not call into the store (it is meant to wake

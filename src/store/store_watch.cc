@@ -23,6 +23,12 @@ std::optional<Event> Watcher::Next(absl::Duration timeout) {
   return e;
 }
 
+bool Watcher::WaitReady(absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !queue_.empty() || ended_; };
+  return mu_.AwaitWithTimeout(absl::Condition(&ready), timeout);
+}
+
 int64_t Watcher::BookmarkVersion() const {
   absl::MutexLock lock(&mu_);
   return queue_.empty() ? progress_rv_ : 0;

@@ -122,6 +122,31 @@ TEST_F(BerthUpTest, ClaimPodSnapshotRestoreExpandDelete) {
       },
       absl::Seconds(30)))
       << client_->Call("GET", "/metrics")->body;
+  // The CSI calls that got it there: the controllers' as the sidecars count
+  // them, the node agent's as kubelet does (csi/call_metrics.h).
+  ASSERT_TRUE(Eventually(
+      [&] {
+        auto r = client_->Call("GET", "/metrics");
+        if (!r.ok() || r->code != 200) return false;
+        auto samples = metrics::testing::ParseExposition(r->body);
+        if (!samples.ok()) return false;
+        bool created = false, staged = false;
+        for (const auto& smp : *samples) {
+          auto label = [&](const char* l) { return smp.labels.count(l) ? smp.labels.at(l) : std::string(); };
+          if (smp.name == "csi_sidecar_operations_seconds_count" &&
+              label("method_name") == "/csi.v1.Controller/CreateVolume" && label("grpc_status_code") == "OK" &&
+              label("driver_name") == "local.csi.berth.io") {
+            created = smp.value >= 1;
+          }
+          if (smp.name == "csi_operations_seconds_count" && label("method_name") == "/csi.v1.Node/NodeStageVolume" &&
+              label("grpc_status_code") == "OK" && label("node") == "testnode") {
+            staged = smp.value >= 1;
+          }
+        }
+        return created && staged;
+      },
+      absl::Seconds(30)))
+      << client_->Call("GET", "/metrics")->body;
 
   Berth({"apply", "-f", Example("snapshot-and-restore.yaml")});
   ASSERT_TRUE(Eventually(

@@ -20,6 +20,7 @@ namespace {
 
 using testing::Eventually;
 using testing::K;
+using testing::Settle;
 
 using ::testing::HasSubstr;
 
@@ -389,7 +390,7 @@ TEST_F(SchedulerTest, PodsOfOtherSchedulersAndTerminalPodsAreLeftAlone) {
   Create(other);
   Create(Pod("mine"));
   ASSERT_TRUE(Eventually([&] { return NodeOf("mine") == "node-a"; }));
-  absl::SleepFor(absl::Milliseconds(200));
+  ASSERT_TRUE(Settle(*store_));
   EXPECT_EQ(NodeOf("other"), "");
 }
 
@@ -451,7 +452,7 @@ TEST_F(SchedulerTest, WaitForFirstConsumerClaimGoesToTheNodeWithMostFreeSpaceAnd
   Create(Pod("db", {"data"}));
   ASSERT_TRUE(Eventually([&] { return SelectedNode("data") == "node-b"; }));
   // The pod waits for its claim.
-  absl::SleepFor(absl::Milliseconds(300));
+  ASSERT_TRUE(Settle(*store_));
   EXPECT_EQ(NodeOf("db"), "");
   ProvisionFor("data", "node-b");
   ASSERT_TRUE(Eventually([&] { return NodeOf("db") == "node-b"; }));
@@ -526,7 +527,9 @@ TEST_F(SchedulerTest, InsufficientCapacityIsUnschedulableUntilCapacityIsAdded) {
   ASSERT_TRUE(Eventually([&] { return Events("FailedScheduling").size() == 1; }));
   EXPECT_EQ(Events("FailedScheduling")[0]["type"], "Warning");
   EXPECT_EQ(Events("FailedScheduling")[0]["message"], Condition("db")["message"]);
-  // Retries with the same outcome add no new event.
+  // Retries with the same outcome add no new event. Real time on purpose:
+  // the retries (20 ms doubling to 200 ms on the real clock here) must run,
+  // and Settle would return between two of them.
   absl::SleepFor(absl::Milliseconds(300));
   EXPECT_EQ(Events("FailedScheduling").size(), 1u);
   EXPECT_EQ(Events("FailedScheduling")[0].value("count", 1), 1);
@@ -695,7 +698,7 @@ TEST_F(SchedulerTest, RestartReusesTheSelectedNodeOfAClaimNotYetProvisioned) {
   Create(claim);
   Create(Pod("db", {"data"}));
   Start();
-  absl::SleepFor(absl::Milliseconds(200));
+  ASSERT_TRUE(Settle(*store_));
   EXPECT_EQ(SelectedNode("data"), "node-c");  // not moved to the roomier node-a
   ProvisionFor("data", "node-c");
   ASSERT_TRUE(Eventually([&] { return NodeOf("db") == "node-c"; }));

@@ -19,7 +19,6 @@
 #include "controllers/node_affinity.h"
 #include "controllers/snapshot/snapshot_util.h"
 #include "csi/grpc_status.h"
-#include "grpcpp/client_context.h"
 
 namespace berth::controllers {
 
@@ -47,7 +46,9 @@ Snapshotter::Snapshotter(apiserver::Registry& registry, DriverDirectory& drivers
       options_(std::move(options)),
       own_monitor_(options_.monitor == nullptr ? std::make_unique<DriverMonitor>(drivers) : nullptr),
       monitor_(options_.monitor != nullptr ? *options_.monitor : *own_monitor_),
-      events_(registry, StrCat(options_.driver, "_berth-snapshotter")) {}
+      events_(registry, StrCat(options_.driver, "_berth-snapshotter")),
+      queue_(WorkQueue::Options{
+          .base_delay = options_.retry_start, .max_delay = options_.retry_max, .clock = options_.clock}) {}
 
 Snapshotter::~Snapshotter() { Stop(); }
 
@@ -109,13 +110,9 @@ std::string Snapshotter::CallNode(const json& content) const {
   return node;
 }
 
-absl::Status Snapshotter::Call(const json& content,
-                               const std::function<absl::Status(::csi::v1::Controller::Stub&)>& fn) {
+absl::Status Snapshotter::Call(const json& content, const std::function<absl::Status(const csi::DriverClient&)>& fn) {
   const std::string node = CallNode(content);
-  absl::Status st = monitor_.Call(options_.driver, node, [&](const std::shared_ptr<grpc::Channel>& channel) {
-    auto stub = ::csi::v1::Controller::NewStub(channel);
-    return fn(*stub);
-  });
+  absl::Status st = monitor_.Call(options_.driver, node, fn);
   if (IsNotAFailure(st)) monitor_.Park(options_.driver, node, queue_, Name(content));
   return st;
 }
@@ -126,10 +123,10 @@ absl::StatusOr<bool> Snapshotter::CanListSnapshots(const json& content) {
     if (can_list_) return *can_list_;
   }
   ::csi::v1::ControllerGetCapabilitiesResponse resp;
-  BERTH_RETURN_IF_ERROR(Call(content, [&](::csi::v1::Controller::Stub& stub) {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
-    return csi::FromGrpcStatus(stub.ControllerGetCapabilities(&ctx, {}, &resp));
+  BERTH_RETURN_IF_ERROR(Call(content, [&](const csi::DriverClient& csi) {
+    auto caps = csi.ControllerGetCapabilities({.timeout = options_.rpc_timeout});
+    if (caps.ok()) resp = std::move(*caps);
+    return caps.status();
   }));
   bool can = false;
   for (const auto& c : resp.capabilities()) {
@@ -216,8 +213,11 @@ absl::Status Snapshotter::CreateSnapshot(const json& content) {
   if (!secrets.ok()) return fail(secrets.status());
 
   // Mark the call before making it: until its outcome is known the content
-  // must not go, or a snapshot it made would be left behind.
-  if (Annotation(content, kAnnSnapshotBeingCreated).empty()) {
+  // must not go, or a snapshot it made would be left behind. A content
+  // whose snapshot is known (its handle recorded) is only asked again for
+  // readiness: nothing to mark (marking and unmarking it on every poll wrote
+  // it twice a poll, and each write woke it again at once).
+  if (Annotation(content, kAnnSnapshotBeingCreated).empty() && Str(content, {"status", "snapshotHandle"}).empty()) {
     BERTH_ASSIGN_OR_RETURN(
         std::optional<json> marked,
         Edit(registry_, ContentsKind(), "", name, Uid(content), apiserver::Subresource::kMain,
@@ -233,13 +233,12 @@ absl::Status Snapshotter::CreateSnapshot(const json& content) {
   req.set_name(StrCat("snapshot-", uid));
   req.set_source_volume_id(handle);
   SplitClassParameters(Field(*cls, "parameters"), req.mutable_parameters(), nullptr);
-  for (const auto& [k, v] : *secrets) (*req.mutable_secrets())[k] = v;
 
   ::csi::v1::CreateSnapshotResponse resp;
-  absl::Status st = Call(content, [&](::csi::v1::Controller::Stub& stub) {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
-    return csi::FromGrpcStatus(stub.CreateSnapshot(&ctx, req, &resp));
+  absl::Status st = Call(content, [&](const csi::DriverClient& csi) {
+    auto created = csi.CreateSnapshot(req, {.timeout = options_.rpc_timeout, .secrets = *secrets});
+    if (created.ok()) resp = std::move(*created);
+    return created.status();
   });
   if (!st.ok()) {
     if (csi::IsFinalError(st)) {
@@ -289,12 +288,11 @@ absl::Status Snapshotter::CheckPreprovisioned(const json& content) {
   }
   ::csi::v1::ListSnapshotsRequest req;
   req.set_snapshot_id(handle);
-  for (const auto& [k, v] : secrets) (*req.mutable_secrets())[k] = v;
   ::csi::v1::ListSnapshotsResponse resp;
-  absl::Status listed = Call(content, [&](::csi::v1::Controller::Stub& stub) {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
-    return csi::FromGrpcStatus(stub.ListSnapshots(&ctx, req, &resp));
+  absl::Status listed = Call(content, [&](const csi::DriverClient& csi) {
+    auto got = csi.ListSnapshots(req, {.timeout = options_.rpc_timeout, .secrets = secrets});
+    if (got.ok()) resp = std::move(*got);
+    return got.status();
   });
   if (!listed.ok()) return fail(listed);
   const ::csi::v1::ListSnapshotsResponse::Entry* entry = nullptr;
@@ -326,13 +324,9 @@ absl::Status Snapshotter::DeleteContent(const json& content) {
       }
       ::csi::v1::DeleteSnapshotRequest req;
       req.set_snapshot_id(handle);
-      for (const auto& [k, v] : *secrets) (*req.mutable_secrets())[k] = v;
-      absl::Status st = Call(content, [&](::csi::v1::Controller::Stub& stub) {
-        grpc::ClientContext ctx;
-        ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
-        ::csi::v1::DeleteSnapshotResponse resp;
-        grpc::Status gst = stub.DeleteSnapshot(&ctx, req, &resp);
-        return gst.error_code() == grpc::StatusCode::NOT_FOUND ? absl::OkStatus() : csi::FromGrpcStatus(gst);
+      // NOT_FOUND (already gone) is OK.
+      absl::Status st = Call(content, [&](const csi::DriverClient& csi) {
+        return csi.DeleteSnapshot(req, {.timeout = options_.rpc_timeout, .secrets = *secrets});
       });
       if (!st.ok()) {
         events_.Record(content, "Warning", "SnapshotDeleteError", StrCat("Failed to delete snapshot: ", st.message()));

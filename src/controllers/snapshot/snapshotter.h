@@ -80,6 +80,7 @@
 #include "client/events.h"
 #include "client/informer.h"
 #include "client/workqueue.h"
+#include "common/clock.h"
 #include "csi/v1/csi.grpc.pb.h"
 
 namespace berth::controllers {
@@ -172,12 +173,19 @@ class Snapshotter {
   struct Options {
     std::string driver;  // the CSI driver name (VolumeSnapshotClass driver)
     int workers = 2;
-    absl::Duration rpc_timeout = absl::Minutes(1);
+    // Each CSI call's deadline; zero: the call layer's default for the call
+    // (csi::DefaultTimeout).
+    absl::Duration rpc_timeout = absl::ZeroDuration();
     // Not-ready snapshots are asked again after poll_initial, doubling up to
     // poll_max.
     absl::Duration poll_initial = absl::Seconds(1);
     absl::Duration poll_max = absl::Minutes(1);
     DriverMonitor* monitor = nullptr;  // null: one of our own
+    // A failed content is retried after retry_start, doubling up to
+    // retry_max (csi-snapshotter's --retry-interval-start/-max).
+    absl::Duration retry_start = absl::Seconds(1);
+    absl::Duration retry_max = absl::Minutes(5);
+    Clock* clock = nullptr;  // the retries' and polls' clock; null: RealClock()
   };
   Snapshotter(apiserver::Registry& registry, DriverDirectory& drivers, Informer& contents, Informer& classes,
               Options options);
@@ -204,7 +212,7 @@ class Snapshotter {
   std::string CallNode(const nlohmann::json& content) const;
   // One call to the driver through the DriverMonitor; a content waiting for
   // the driver is parked.
-  absl::Status Call(const nlohmann::json& content, const std::function<absl::Status(::csi::v1::Controller::Stub&)>& fn);
+  absl::Status Call(const nlohmann::json& content, const std::function<absl::Status(const csi::DriverClient&)>& fn);
   absl::StatusOr<bool> CanListSnapshots(const nlohmann::json& content);
   void SchedulePoll(const std::string& name) ABSL_LOCKS_EXCLUDED(mu_);
   void ResetPoll(const std::string& name) ABSL_LOCKS_EXCLUDED(mu_);

@@ -22,6 +22,7 @@ namespace {
 
 using testing::Eventually;
 using testing::K;
+using testing::Settle;
 
 using ::testing::Contains;
 using ::testing::HasSubstr;
@@ -71,7 +72,8 @@ class SnapshotterTest : public ::testing::Test {
                                                                         .workers = 2,
                                                                         .rpc_timeout = rpc_timeout,
                                                                         .poll_initial = absl::Milliseconds(20),
-                                                                        .poll_max = absl::Milliseconds(200)});
+                                                                        .poll_max = absl::Milliseconds(200),
+                                                                        .clock = &clock_});
       snapshotter_->RegisterHandlers();
     }
     for (Informer* i : {classes_.get(), claims_.get(), contents_.get(), snapshots_.get()}) {
@@ -184,6 +186,19 @@ class SnapshotterTest : public ::testing::Test {
     auto list = registry_->List(K("events"), "", {});
     return list.ok() ? list->items : std::vector<json>();
   }
+  // Eventually `pred`, moving the snapshotter's clock on meanwhile: a
+  // not-ready snapshot is polled, a failed content retried, only as its
+  // clock passes.
+  template <class Pred>
+  bool Retried(Pred pred, absl::Duration timeout = absl::Seconds(15)) {
+    return Eventually(
+        [&] {
+          if (pred()) return true;
+          clock_.Advance(absl::Seconds(1));
+          return false;
+        },
+        timeout);
+  }
   bool HasEvent(const std::string& object, const std::string& reason) {
     for (const auto& e : AllEvents()) {
       if (e["involvedObject"].value("name", "") == object && e.value("reason", "") == reason) return true;
@@ -197,6 +212,7 @@ class SnapshotterTest : public ::testing::Test {
   std::unique_ptr<testing::FakeCsiDriver> driver_;
   std::string socket_;
   DriverDirectory directory_;
+  FakeClock clock_;  // the snapshotter's polls and retries (1 s doubling, as csi-snapshotter's)
   std::unique_ptr<Informer> snapshots_, contents_, classes_, claims_;
   std::unique_ptr<SnapshotController> controller_;
   std::unique_ptr<Snapshotter> snapshotter_;
@@ -211,7 +227,7 @@ TEST_F(SnapshotterTest, DynamicSnapshotIsCutWithClassParametersAndSecrets) {
   BoundClaim("data", "2Gi");
   StartControllers();
   Snapshot("snap", "data", "gold");
-  ASSERT_TRUE(Eventually([&] { return IsReady(Snap("snap")); }));
+  ASSERT_TRUE(Retried([&] { return IsReady(Snap("snap")); }));
 
   json snap = Snap("snap");
   const std::string uid = snap["metadata"]["uid"];
@@ -242,7 +258,7 @@ TEST_F(SnapshotterTest, DynamicSnapshotIsCutWithClassParametersAndSecrets) {
   EXPECT_GT(content["status"]["creationTime"].get<int64_t>(), 0);
 
   // The marker of an outstanding call goes right after the status is written.
-  EXPECT_TRUE(Eventually([&] {
+  EXPECT_TRUE(Retried([&] {
     return !Content(content_name)["metadata"].value("annotations", json::object()).contains(kAnnSnapshotBeingCreated);
   }));
 
@@ -256,9 +272,9 @@ TEST_F(SnapshotterTest, DynamicSnapshotIsCutWithClassParametersAndSecrets) {
   EXPECT_EQ(req.secrets().at("token"), "s3cr3t");
 
   // The claim is released once the snapshot is cut.
-  EXPECT_TRUE(Eventually([&] { return !HasFinalizer(Claim("data"), kPvcAsSourceFinalizer); }));
-  EXPECT_TRUE(Eventually([&] { return HasEvent("snap", "CreatingSnapshot"); }));
-  EXPECT_TRUE(Eventually([&] { return HasEvent("snap", "SnapshotReady"); }));
+  EXPECT_TRUE(Retried([&] { return !HasFinalizer(Claim("data"), kPvcAsSourceFinalizer); }));
+  EXPECT_TRUE(Retried([&] { return HasEvent("snap", "CreatingSnapshot"); }));
+  EXPECT_TRUE(Retried([&] { return HasEvent("snap", "SnapshotReady"); }));
   // The secret's value is sent to the driver only.
   for (const auto& e : AllEvents()) EXPECT_THAT(e.dump(), Not(HasSubstr("s3cr3t")));
   EXPECT_THAT(Snap("snap").dump(), Not(HasSubstr("s3cr3t")));
@@ -280,9 +296,11 @@ TEST_F(SnapshotterTest, EverySnapshotIsCutWhileItsClaimIsProtected) {
   constexpr int kSnapshots = 30;
   for (int i = 0; i < kSnapshots; ++i) {
     Snapshot("s" + std::to_string(i), "data", "gold");
+    // Real time on purpose: staggered creates interleave differently with
+    // the controllers' work (this is not waiting for an outcome).
     absl::SleepFor(absl::Milliseconds(i % 3 == 0 ? 15 : 2));
   }
-  EXPECT_TRUE(Eventually([&] {
+  EXPECT_TRUE(Retried([&] {
     for (int i = 0; i < kSnapshots; ++i) {
       if (!IsReady(Snap("s" + std::to_string(i)))) return false;
     }
@@ -290,7 +308,7 @@ TEST_F(SnapshotterTest, EverySnapshotIsCutWhileItsClaimIsProtected) {
   }));
   EXPECT_GE(cut.load(), kSnapshots);
   EXPECT_EQ(unprotected.load(), 0);
-  EXPECT_TRUE(Eventually([&] { return !HasFinalizer(Claim("data"), kPvcAsSourceFinalizer); }));
+  EXPECT_TRUE(Retried([&] { return !HasFinalizer(Claim("data"), kPvcAsSourceFinalizer); }));
 }
 
 TEST_F(SnapshotterTest, DefaultClassOfTheClaimsDriverIsChosenAndRecorded) {
@@ -299,13 +317,13 @@ TEST_F(SnapshotterTest, DefaultClassOfTheClaimsDriverIsChosenAndRecorded) {
   BoundClaim("data");
   StartControllers();
   Snapshot("snap", "data");  // no class named, and none is default for our driver yet
-  ASSERT_TRUE(Eventually([&] { return !ErrorMessage(Snap("snap")).empty(); }));
+  ASSERT_TRUE(Retried([&] { return !ErrorMessage(Snap("snap")).empty(); }));
   EXPECT_THAT(ErrorMessage(Snap("snap")), HasSubstr("cannot find default snapshot class"));
-  EXPECT_TRUE(Eventually([&] { return HasEvent("snap", "SnapshotContentCreationFailed"); }));
+  EXPECT_TRUE(Retried([&] { return HasEvent("snap", "SnapshotContentCreationFailed"); }));
   EXPECT_TRUE(driver_->snapshots().empty());
 
   SnapshotClass("ours", "Retain", json::object(), /*is_default=*/true);
-  ASSERT_TRUE(Eventually([&] { return IsReady(Snap("snap")); }));
+  ASSERT_TRUE(Retried([&] { return IsReady(Snap("snap")); }));
   json snap = Snap("snap");
   EXPECT_EQ(snap["spec"]["volumeSnapshotClassName"], "ours");
   EXPECT_EQ(ErrorMessage(snap), "");
@@ -322,22 +340,47 @@ TEST_F(SnapshotterTest, NotReadySnapshotIsPolledUntilReady) {
   BoundClaim("data");
   StartControllers();
   Snapshot("snap", "data", "gold");
-  ASSERT_TRUE(Eventually([&] {
+  ASSERT_TRUE(Retried([&] {
     json s = Snap("snap");
     return !BoundContentName(s).empty() && s["status"].contains("creationTime");
   }));
   // The driver is asked again (CreateSnapshot is idempotent) while it is not ready.
-  ASSERT_TRUE(Eventually([&] { return driver_->snapshot_calls() >= 3; }));
+  ASSERT_TRUE(Retried([&] { return driver_->snapshot_calls() >= 3; }));
   json snap = Snap("snap");
   EXPECT_EQ(snap["status"]["readyToUse"], false);
   EXPECT_EQ(Content(ContentOf("snap"))["status"]["readyToUse"], false);
   EXPECT_THAT(Finalizers(Claim("data")), Contains(kPvcAsSourceFinalizer));  // still being cut
 
   driver_->SetSnapshotsReady(true);
-  ASSERT_TRUE(Eventually([&] { return IsReady(Snap("snap")); }));
-  EXPECT_TRUE(Eventually([&] { return !HasFinalizer(Claim("data"), kPvcAsSourceFinalizer); }));
+  ASSERT_TRUE(Retried([&] { return IsReady(Snap("snap")); }));
+  EXPECT_TRUE(Retried([&] { return !HasFinalizer(Claim("data"), kPvcAsSourceFinalizer); }));
   EXPECT_EQ(driver_->snapshots().size(), 1u);
-  EXPECT_TRUE(Eventually([&] { return HasEvent("snap", "SnapshotReady"); }));
+  EXPECT_TRUE(Retried([&] { return HasEvent("snap", "SnapshotReady"); }));
+}
+
+// Regression: each poll of a not-ready snapshot marked its content
+// being-created and unmarked it, two writes that woke the content again at
+// once — a write storm until the snapshot was ready.
+TEST_F(SnapshotterTest, PollingANotReadySnapshotWritesNothing) {
+  driver_->SetSnapshotsReady(false);
+  SnapshotClass("gold");
+  BoundClaim("data");
+  StartControllers();
+  Snapshot("snap", "data", "gold");
+  ASSERT_TRUE(Retried([&] {
+    const std::string name = ContentOf("snap");
+    return !name.empty() && !Str(Content(name), {"status", "snapshotHandle"}).empty();
+  }));
+  ASSERT_TRUE(Settle(*store_)) << "a not-ready snapshot keeps its content busy";
+  const std::string rv = Content(ContentOf("snap"))["metadata"]["resourceVersion"];
+  const int calls = driver_->snapshot_calls();
+  // The next poll is due within poll_max (200 ms here); the one after it
+  // comes later than that.
+  clock_.Advance(absl::Milliseconds(200));
+  ASSERT_TRUE(Eventually([&] { return driver_->snapshot_calls() > calls; }));
+  ASSERT_TRUE(Settle(*store_));
+  EXPECT_EQ(driver_->snapshot_calls(), calls + 1);
+  EXPECT_EQ(Content(ContentOf("snap"))["metadata"]["resourceVersion"], rv);
 }
 
 TEST_F(SnapshotterTest, DriverFailureIsReportedOnBothObjectsThenRecovers) {
@@ -346,18 +389,18 @@ TEST_F(SnapshotterTest, DriverFailureIsReportedOnBothObjectsThenRecovers) {
   BoundClaim("data");
   StartControllers();
   Snapshot("snap", "data", "gold");
-  ASSERT_TRUE(Eventually([&] { return ErrorMessage(Snap("snap")).find("injected") != std::string::npos; }));
+  ASSERT_TRUE(Retried([&] { return ErrorMessage(Snap("snap")).find("injected") != std::string::npos; }));
   const std::string content_name = ContentOf("snap");
   json content = Content(content_name);
   EXPECT_THAT(ErrorMessage(content), HasSubstr("Failed to create snapshot"));
   EXPECT_THAT(ErrorMessage(content), HasSubstr("injected snapshot failure"));
   EXPECT_EQ(content["status"]["readyToUse"], false);
   EXPECT_EQ(Snap("snap")["status"]["readyToUse"], false);
-  EXPECT_TRUE(Eventually([&] { return HasEvent(content_name, "SnapshotCreationFailed"); }));
-  EXPECT_TRUE(Eventually([&] { return HasEvent("snap", "SnapshotCreationFailed"); }));
+  EXPECT_TRUE(Retried([&] { return HasEvent(content_name, "SnapshotCreationFailed"); }));
+  EXPECT_TRUE(Retried([&] { return HasEvent("snap", "SnapshotCreationFailed"); }));
 
   driver_->FailSnapshots(grpc::StatusCode::OK, 0);
-  ASSERT_TRUE(Eventually([&] { return IsReady(Snap("snap")); }, absl::Seconds(30)));
+  ASSERT_TRUE(Retried([&] { return IsReady(Snap("snap")); }, absl::Seconds(30)));
   EXPECT_EQ(ErrorMessage(Snap("snap")), "");
   EXPECT_EQ(ErrorMessage(Content(content_name)), "");
   EXPECT_EQ(driver_->snapshots().size(), 1u);
@@ -368,7 +411,7 @@ TEST_F(SnapshotterTest, PreProvisionedPairBindsBothWays) {
   PreProvisionedContent("imported-content", "snap-imported", "restored");
   StartControllers();
   PreProvisionedSnapshot("restored", "imported-content");
-  ASSERT_TRUE(Eventually([&] { return IsReady(Snap("restored")); }));
+  ASSERT_TRUE(Retried([&] { return IsReady(Snap("restored")); }));
   json snap = Snap("restored");
   json content = Content("imported-content");
   EXPECT_EQ(snap["status"]["boundVolumeSnapshotContentName"], "imported-content");
@@ -388,20 +431,19 @@ TEST_F(SnapshotterTest, MismatchedOrDanglingPairIsAnErrorUntilFixed) {
   StartControllers();
   PreProvisionedSnapshot("wrong", "taken");
   PreProvisionedSnapshot("dangling", "nowhere");
-  ASSERT_TRUE(
-      Eventually([&] { return !ErrorMessage(Snap("wrong")).empty() && !ErrorMessage(Snap("dangling")).empty(); }));
+  ASSERT_TRUE(Retried([&] { return !ErrorMessage(Snap("wrong")).empty() && !ErrorMessage(Snap("dangling")).empty(); }));
   json wrong = Snap("wrong");
   EXPECT_THAT(ErrorMessage(wrong), HasSubstr("bound to a different snapshot"));
   EXPECT_EQ(BoundContentName(wrong), "");
   EXPECT_EQ(Content("taken")["spec"]["volumeSnapshotRef"].value("uid", ""), "");
-  EXPECT_TRUE(Eventually([&] { return HasEvent("wrong", "SnapshotContentMisbound"); }));
+  EXPECT_TRUE(Retried([&] { return HasEvent("wrong", "SnapshotContentMisbound"); }));
   EXPECT_THAT(ErrorMessage(Snap("dangling")), HasSubstr("VolumeSnapshotContent nowhere is missing"));
-  EXPECT_TRUE(Eventually([&] { return HasEvent("dangling", "SnapshotContentMissing"); }));
+  EXPECT_TRUE(Retried([&] { return HasEvent("dangling", "SnapshotContentMissing"); }));
 
   // The missing half appears: the pair binds and the error goes.
   StorageSnapshot("late");
   PreProvisionedContent("nowhere", "snap-late", "dangling");
-  ASSERT_TRUE(Eventually([&] { return IsReady(Snap("dangling")); }));
+  ASSERT_TRUE(Retried([&] { return IsReady(Snap("dangling")); }));
   EXPECT_EQ(ErrorMessage(Snap("dangling")), "");
   EXPECT_FALSE(IsReady(Snap("wrong")));
 }
@@ -414,12 +456,12 @@ TEST_F(SnapshotterTest, DeletePolicyDeletesTheContentAndTheStorageSnapshot) {
   BoundClaim("data");
   StartControllers();
   Snapshot("snap", "data", "gold");
-  ASSERT_TRUE(Eventually([&] { return IsReady(Snap("snap")); }));
+  ASSERT_TRUE(Retried([&] { return IsReady(Snap("snap")); }));
   const std::string content_name = ContentOf("snap");
   ASSERT_EQ(driver_->snapshots().size(), 1u);
 
   ASSERT_TRUE(registry_->Delete(K("volumesnapshots", kGroup), "default", "snap").ok());
-  ASSERT_TRUE(Eventually([&] { return Snap("snap").is_null() && Content(content_name).is_null(); }));
+  ASSERT_TRUE(Retried([&] { return Snap("snap").is_null() && Content(content_name).is_null(); }));
   EXPECT_TRUE(driver_->snapshots().empty());
   EXPECT_GE(driver_->delete_snapshot_calls(), 1);
 }
@@ -429,13 +471,13 @@ TEST_F(SnapshotterTest, RetainPolicyKeepsTheContentAndTheStorageSnapshot) {
   BoundClaim("data");
   StartControllers();
   Snapshot("snap", "data", "keep");
-  ASSERT_TRUE(Eventually([&] { return IsReady(Snap("snap")); }));
+  ASSERT_TRUE(Retried([&] { return IsReady(Snap("snap")); }));
   const std::string uid = Snap("snap")["metadata"]["uid"];
   const std::string content_name = "snapcontent-" + uid;
 
   ASSERT_TRUE(registry_->Delete(K("volumesnapshots", kGroup), "default", "snap").ok());
-  ASSERT_TRUE(Eventually([&] { return Snap("snap").is_null(); }));
-  absl::SleepFor(absl::Milliseconds(200));
+  ASSERT_TRUE(Retried([&] { return Snap("snap").is_null(); }));
+  ASSERT_TRUE(Settle(*store_));
   json content = Content(content_name);
   ASSERT_FALSE(content.is_null());
   EXPECT_EQ(content["spec"]["volumeSnapshotRef"]["uid"], uid);  // the reference stays
@@ -446,7 +488,7 @@ TEST_F(SnapshotterTest, RetainPolicyKeepsTheContentAndTheStorageSnapshot) {
 
   // Deleting the retained content itself still leaves the storage snapshot.
   ASSERT_TRUE(registry_->Delete(K("volumesnapshotcontents", kGroup), "", content_name).ok());
-  ASSERT_TRUE(Eventually([&] { return Content(content_name).is_null(); }));
+  ASSERT_TRUE(Retried([&] { return Content(content_name).is_null(); }));
   EXPECT_EQ(driver_->snapshots().size(), 1u);
   EXPECT_EQ(driver_->delete_snapshot_calls(), 0);
 }
@@ -457,19 +499,18 @@ TEST_F(SnapshotterTest, SourceClaimIsProtectedWhileTheSnapshotIsCut) {
   BoundClaim("data");
   StartControllers();
   Snapshot("snap", "data", "gold");
-  ASSERT_TRUE(Eventually([&] { return HasFinalizer(Claim("data"), kPvcAsSourceFinalizer); }));
-  ASSERT_TRUE(Eventually([&] { return !Content(ContentOf("snap")).is_null(); }));
+  ASSERT_TRUE(Retried([&] { return HasFinalizer(Claim("data"), kPvcAsSourceFinalizer); }));
+  ASSERT_TRUE(Retried([&] { return !Content(ContentOf("snap")).is_null(); }));
   ASSERT_TRUE(registry_->Delete(K("persistentvolumeclaims"), "default", "data").ok());
-  absl::SleepFor(absl::Milliseconds(300));
+  ASSERT_TRUE(Settle(*store_));
   json claim = Claim("data");
   ASSERT_FALSE(claim.is_null());  // held by the finalizer
   EXPECT_TRUE(claim["metadata"].contains("deletionTimestamp"));
 
   driver_->SetSnapshotsReady(true);
   // Released (gone here, where nothing else holds it).
-  ASSERT_TRUE(Eventually([&] {
-    return Claim("data").is_null() || !HasFinalizer(Claim("data"), kPvcAsSourceFinalizer);
-  })) << Claim("data").dump();
+  ASSERT_TRUE(Retried([&] { return Claim("data").is_null() || !HasFinalizer(Claim("data"), kPvcAsSourceFinalizer); }))
+      << Claim("data").dump();
   EXPECT_TRUE(IsReady(Snap("snap")));
 }
 
@@ -478,7 +519,7 @@ TEST_F(SnapshotterTest, SnapshotUsedAsRestoreSourceStaysUntilTheRestoreFinishes)
   BoundClaim("data");
   StartControllers();
   Snapshot("snap", "data", "gold");
-  ASSERT_TRUE(Eventually([&] { return IsReady(Snap("snap")); }));
+  ASSERT_TRUE(Retried([&] { return IsReady(Snap("snap")); }));
   const std::string content_name = ContentOf("snap");
   Create("persistentvolumeclaims", "", "default",
          {{"metadata", {{"name", "restored"}}},
@@ -488,14 +529,14 @@ TEST_F(SnapshotterTest, SnapshotUsedAsRestoreSourceStaysUntilTheRestoreFinishes)
             {"dataSource", {{"apiGroup", kGroup}, {"kind", "VolumeSnapshot"}, {"name", "snap"}}},
             {"resources", {{"requests", {{"storage", "1Gi"}}}}}}}});
   ASSERT_TRUE(registry_->Delete(K("volumesnapshots", kGroup), "default", "snap").ok());
-  ASSERT_TRUE(Eventually([&] { return HasEvent("snap", "SnapshotDeletePending"); }));
-  absl::SleepFor(absl::Milliseconds(300));
+  ASSERT_TRUE(Retried([&] { return HasEvent("snap", "SnapshotDeletePending"); }));
+  ASSERT_TRUE(Settle(*store_));
   EXPECT_FALSE(Snap("snap").is_null());
   EXPECT_FALSE(Content(content_name).is_null());
   EXPECT_EQ(driver_->snapshots().size(), 1u);
 
   SetStatus("persistentvolumeclaims", "default", "restored", {{"phase", "Bound"}});
-  ASSERT_TRUE(Eventually([&] { return Snap("snap").is_null() && Content(content_name).is_null(); }));
+  ASSERT_TRUE(Retried([&] { return Snap("snap").is_null() && Content(content_name).is_null(); }));
   EXPECT_TRUE(driver_->snapshots().empty());
 }
 
@@ -505,14 +546,14 @@ TEST_F(SnapshotterTest, SnapshotDeletedWhileBeingCutLeaksNothing) {
   BoundClaim("data");
   StartControllers();
   Snapshot("snap", "data", "gold");
-  ASSERT_TRUE(Eventually([&] { return driver_->snapshot_calls() >= 1; }));
+  ASSERT_TRUE(Retried([&] { return driver_->snapshot_calls() >= 1; }));
   const std::string content_name = ContentOf("snap");
   ASSERT_TRUE(registry_->Delete(K("volumesnapshots", kGroup), "default", "snap").ok());
   // The outstanding CreateSnapshot is finished, then what it made is deleted.
-  ASSERT_TRUE(Eventually([&] { return Snap("snap").is_null() && Content(content_name).is_null(); }));
+  ASSERT_TRUE(Retried([&] { return Snap("snap").is_null() && Content(content_name).is_null(); }));
   EXPECT_TRUE(driver_->snapshots().empty());
   EXPECT_GE(driver_->delete_snapshot_calls(), 1);
-  EXPECT_TRUE(Eventually([&] { return !HasFinalizer(Claim("data"), kPvcAsSourceFinalizer); }));
+  EXPECT_TRUE(Retried([&] { return !HasFinalizer(Claim("data"), kPvcAsSourceFinalizer); }));
 }
 
 TEST_F(SnapshotterTest, RestartAfterALostCreateSnapshotAnswerMakesNoSecondSnapshot) {
@@ -522,24 +563,23 @@ TEST_F(SnapshotterTest, RestartAfterALostCreateSnapshotAnswerMakesNoSecondSnapsh
   StartControllers(true, /*rpc_timeout=*/absl::Milliseconds(200));
   Snapshot("snap", "data", "gold");
   // The call times out: its outcome is unknown, so the content stays marked.
-  ASSERT_TRUE(
-      Eventually([&] { return ErrorMessage(Snap("snap")).find("failed to take snapshot") != std::string::npos; }));
+  ASSERT_TRUE(Retried([&] { return ErrorMessage(Snap("snap")).find("failed to take snapshot") != std::string::npos; }));
   const std::string uid = Snap("snap")["metadata"]["uid"];
   const std::string content_name = "snapcontent-" + uid;
   EXPECT_EQ(Content(content_name)["metadata"]["annotations"][kAnnSnapshotBeingCreated], "yes");
   StopControllers();
   // Meanwhile the driver finished cutting it.
-  ASSERT_TRUE(Eventually([&] { return driver_->snapshots().size() == 1; }));
+  ASSERT_TRUE(Retried([&] { return driver_->snapshots().size() == 1; }));
   driver_->SetCreateDelay(absl::ZeroDuration());
 
   StartControllers();
-  ASSERT_TRUE(Eventually([&] { return IsReady(Snap("snap")); }));
+  ASSERT_TRUE(Retried([&] { return IsReady(Snap("snap")); }));
   auto snapshots = driver_->snapshots();
   ASSERT_EQ(snapshots.size(), 1u);
   EXPECT_TRUE(snapshots.contains("snapshot-" + uid));
   json content = Content(content_name);
   EXPECT_EQ(content["status"]["snapshotHandle"], "snap-snapshot-" + uid);
-  EXPECT_TRUE(Eventually([&] {
+  EXPECT_TRUE(Retried([&] {
     return !Content(content_name)["metadata"].value("annotations", json::object()).contains(kAnnSnapshotBeingCreated);
   }));
   EXPECT_EQ(ErrorMessage(Snap("snap")), "");
@@ -550,7 +590,7 @@ TEST_F(SnapshotterTest, RestartAfterContentCreationConverges) {
   BoundClaim("data");
   StartControllers(/*with_snapshotter=*/false);
   Snapshot("snap", "data", "gold");
-  ASSERT_TRUE(Eventually([&] {
+  ASSERT_TRUE(Retried([&] {
     const std::string name = BoundContentName(Snap("snap"));
     return !name.empty() && !Content(name).is_null();
   }));
@@ -559,7 +599,7 @@ TEST_F(SnapshotterTest, RestartAfterContentCreationConverges) {
   StopControllers();
 
   StartControllers();
-  ASSERT_TRUE(Eventually([&] { return IsReady(Snap("snap")); }));
+  ASSERT_TRUE(Retried([&] { return IsReady(Snap("snap")); }));
   EXPECT_EQ(driver_->snapshots().size(), 1u);
   // Contents are not duplicated either.
   EXPECT_EQ(registry_->List(K("volumesnapshotcontents", kGroup), "", {})->items.size(), 1u);

@@ -6,11 +6,15 @@
 #include "api/kinds.h"
 #include "apiserver/registry.h"
 #include "client/object.h"
+#include "client/testing/settle.h"
 #include "common/testing/eventually.h"
 
 namespace berth::controllers::testing {
 
 using client::K;
+// Waits until informers, queues and event recorders have nothing left to do
+// (client/testing/settle.h): the way to assert that something does NOT happen.
+using berth::testing::Settle;
 
 // Controllers converge asynchronously: poll `pred` for up to `timeout`.
 template <class Pred>

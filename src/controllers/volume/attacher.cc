@@ -14,9 +14,7 @@
 #include "common/strings.h"
 #include "controllers/node_affinity.h"
 #include "controllers/taints.h"
-#include "csi/grpc_status.h"
-#include "csi/v1/csi.grpc.pb.h"
-#include "grpcpp/client_context.h"
+#include "csi/driver_client.h"
 #include "spdlog/spdlog.h"
 
 namespace berth::controllers {
@@ -86,7 +84,8 @@ AttachDetachController::AttachDetachController(apiserver::Registry& registry, At
       informers_(informers),
       options_(options),
       clock_(options_.clock != nullptr ? *options_.clock : RealClock()),
-      events_(registry, "attachdetach-controller") {}
+      events_(registry, "attachdetach-controller"),
+      queue_(WorkQueue::Options{.clock = &clock_}) {}
 
 AttachDetachController::~AttachDetachController() { Stop(); }
 
@@ -384,7 +383,11 @@ Attacher::Attacher(apiserver::Registry& registry, DriverDirectory& drivers, Atta
       own_monitor_(options_.monitor == nullptr ? std::make_unique<DriverMonitor>(drivers) : nullptr),
       monitor_(options_.monitor != nullptr ? *options_.monitor : *own_monitor_),
       finalizer_(AttacherFinalizer(options_.driver)),
-      events_(registry, StrCat("csi-attacher ", options_.driver)) {}
+      events_(registry, StrCat("csi-attacher ", options_.driver)),
+      attachment_queue_(WorkQueue::Options{
+          .base_delay = options_.retry_start, .max_delay = options_.retry_max, .clock = options_.clock}),
+      volume_queue_(WorkQueue::Options{
+          .base_delay = options_.retry_start, .max_delay = options_.retry_max, .clock = options_.clock}) {}
 
 Attacher::~Attacher() { Stop(); }
 
@@ -541,7 +544,6 @@ absl::Status Attacher::Attach(const json& va) {
   *req.mutable_volume_capability() = PvVolumeCapability(*pv, *modes);
   const json& read_only = Field(Field(Field(*pv, "spec"), "csi"), "readOnly");
   req.set_readonly(read_only.is_boolean() && read_only.get<bool>());
-  *req.mutable_secrets() = *secrets;
   const json& attributes = Field(Field(Field(*pv, "spec"), "csi"), "volumeAttributes");
   if (attributes.is_object()) {
     for (const auto& [k, v] : attributes.items()) {
@@ -549,10 +551,11 @@ absl::Status Attacher::Attach(const json& va) {
     }
   }
   ::csi::v1::ControllerPublishVolumeResponse resp;
-  absl::Status st = monitor_.Call(options_.driver, endpoint_node, [&](const std::shared_ptr<grpc::Channel>& channel) {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
-    return csi::FromGrpcStatus(::csi::v1::Controller::NewStub(channel)->ControllerPublishVolume(&ctx, req, &resp));
+  absl::Status st = monitor_.Call(options_.driver, endpoint_node, [&](const csi::DriverClient& csi) {
+    auto published = csi.ControllerPublishVolume(
+        req, {.timeout = options_.rpc_timeout, .secrets = {secrets->begin(), secrets->end()}});
+    if (published.ok()) resp = std::move(*published);
+    return published.status();
   });
   if (IsNotAFailure(st)) monitor_.Park(options_.driver, endpoint_node, attachment_queue_, Name(va));
   if (!st.ok()) return fail(st);
@@ -602,14 +605,10 @@ absl::Status Attacher::Detach(const json& va) {
   ::csi::v1::ControllerUnpublishVolumeRequest req;
   req.set_volume_id(Str(*pv, {"spec", "csi", "volumeHandle"}));
   req.set_node_id(node_id);
-  *req.mutable_secrets() = *secrets;
-  absl::Status st = monitor_.Call(options_.driver, endpoint_node, [&](const std::shared_ptr<grpc::Channel>& channel) {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
-    ::csi::v1::ControllerUnpublishVolumeResponse resp;
-    grpc::Status gst = ::csi::v1::Controller::NewStub(channel)->ControllerUnpublishVolume(&ctx, req, &resp);
-    // NOT_FOUND: the volume or node is gone, so nothing is attached any more.
-    return gst.error_code() == grpc::StatusCode::NOT_FOUND ? absl::OkStatus() : csi::FromGrpcStatus(gst);
+  absl::Status st = monitor_.Call(options_.driver, endpoint_node, [&](const csi::DriverClient& csi) {
+    // NOT_FOUND (the volume or node is gone: nothing is attached) is OK.
+    return csi.ControllerUnpublishVolume(
+        req, {.timeout = options_.rpc_timeout, .secrets = {secrets->begin(), secrets->end()}});
   });
   if (IsNotAFailure(st)) monitor_.Park(options_.driver, endpoint_node, attachment_queue_, Name(va));
   if (!st.ok()) return fail(st);

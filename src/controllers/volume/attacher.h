@@ -140,9 +140,16 @@ class Attacher {
   struct Options {
     std::string driver;
     int workers = 4;
-    absl::Duration rpc_timeout = absl::Minutes(1);
+    // Each CSI call's deadline; zero: the call layer's default for the call
+    // (csi::DefaultTimeout).
+    absl::Duration rpc_timeout = absl::ZeroDuration();
     // Shared with the other controllers (the manager's); null: our own.
     DriverMonitor* monitor = nullptr;
+    // A failed attachment is retried after retry_start, doubling up to
+    // retry_max (external-attacher's --retry-interval-start/-max).
+    absl::Duration retry_start = absl::Seconds(1);
+    absl::Duration retry_max = absl::Minutes(5);
+    Clock* clock = nullptr;  // the retries' clock; null: RealClock()
   };
   Attacher(apiserver::Registry& registry, DriverDirectory& drivers, AttacherInformers informers, Options options);
   ~Attacher();

@@ -18,6 +18,7 @@ namespace {
 
 using testing::Eventually;
 using testing::K;
+using testing::Settle;
 
 constexpr char kDriver[] = "fake.csi.berth.io";
 constexpr char kNode[] = "node-1";
@@ -47,9 +48,9 @@ class AttacherTest : public ::testing::Test {
     ad_ = std::make_unique<AttachDetachController>(
         *registry_, AttachDetachInformers{*pods_, *nodes_, *volumes_, *claims_, *csidrivers_, *attachments_},
         AttachDetachController::Options{.workers = 2, .max_wait_for_unmount = max_wait_for_unmount});
-    attacher_ =
-        std::make_unique<Attacher>(*registry_, directory_, AttacherInformers{*attachments_, *volumes_, *csinodes_},
-                                   Attacher::Options{.driver = kDriver, .workers = 2, .rpc_timeout = absl::Seconds(5)});
+    attacher_ = std::make_unique<Attacher>(
+        *registry_, directory_, AttacherInformers{*attachments_, *volumes_, *csinodes_},
+        Attacher::Options{.driver = kDriver, .workers = 2, .rpc_timeout = absl::Seconds(5), .clock = &retry_clock_});
     ad_->RegisterHandlers();
     attacher_->RegisterHandlers();
     for (Informer* i : {csidrivers_.get(), csinodes_.get(), nodes_.get(), volumes_.get(), claims_.get(), pods_.get(),
@@ -148,6 +149,16 @@ class AttacherTest : public ::testing::Test {
       return e.value("reason", "") == reason && e["involvedObject"].value("kind", "") == "Pod";
     });
   }
+  // Eventually `pred`, moving the attacher's retry clock on meanwhile (a
+  // failed attachment is tried again only when its backoff has passed).
+  template <class Pred>
+  bool Retried(Pred pred) {
+    return Eventually([&] {
+      if (pred()) return true;
+      retry_clock_.Advance(absl::Seconds(10));
+      return false;
+    });
+  }
   void Standard() {
     Node();
     CsiNode();
@@ -160,6 +171,7 @@ class AttacherTest : public ::testing::Test {
   std::unique_ptr<testing::FakeCsiDriver> driver_;
   std::string socket_;
   DriverDirectory directory_;
+  FakeClock retry_clock_;  // the attacher's retries (1 s doubling, as external-attacher's)
   std::unique_ptr<Informer> pods_, nodes_, volumes_, claims_, csidrivers_, attachments_, csinodes_;
   std::unique_ptr<AttachDetachController> ad_;
   std::unique_ptr<Attacher> attacher_;
@@ -225,7 +237,7 @@ TEST_F(AttacherTest, VolumeInUseOnTheNodeIsNotDetachedUntilUnmounted) {
   ASSERT_TRUE(Eventually([&] { return Attached(); }));
   SetVolumesInUse({UniqueVolumeName(kDriver, kHandle)});
   ASSERT_TRUE(registry_->Delete(K("pods"), "default", "app", testing::PodGone()).ok());
-  absl::SleepFor(absl::Milliseconds(500));
+  ASSERT_TRUE(Settle(*store_));
   EXPECT_TRUE(Attached()) << "detached while the node still had it mounted";
   EXPECT_EQ(driver_->unpublish_calls(), 0);
   SetVolumesInUse(json::array());
@@ -249,7 +261,7 @@ TEST_F(AttacherTest, NoAttachmentWhenTheCsiDriverDoesNotRequireIt) {
          {{"metadata", {{"name", kDriver}}}, {"spec", {{"attachRequired", false}}}});
   Pod();
   StartControllers();
-  absl::SleepFor(absl::Milliseconds(500));
+  ASSERT_TRUE(Settle(*store_));
   EXPECT_TRUE(Attachment().is_null());
   EXPECT_EQ(driver_->publish_calls(), 0);
 }
@@ -281,7 +293,7 @@ TEST_F(AttacherTest, PublishFailureIsReportedThenRetried) {
   EXPECT_FALSE(Attachment()["status"]["attachError"].value("time", "").empty());
   ASSERT_TRUE(Eventually([&] { return PodEvent("FailedAttachVolume"); }));
   driver_->FailPublishes(grpc::StatusCode::OK, 0, 0);  // the driver recovers
-  ASSERT_TRUE(Eventually([&] { return Attached(); }));
+  ASSERT_TRUE(Retried([&] { return Attached(); }));
   EXPECT_FALSE(Attachment()["status"].contains("attachError"));
   EXPECT_GE(driver_->publish_calls(), 2);
 }
@@ -297,7 +309,7 @@ TEST_F(AttacherTest, WaitsForTheNodeToRegisterTheDriver) {
   }));
   EXPECT_EQ(driver_->publish_calls(), 0);
   CsiNode();
-  ASSERT_TRUE(Eventually([&] { return Attached(); }));
+  ASSERT_TRUE(Retried([&] { return Attached(); }));
 }
 
 TEST_F(AttacherTest, DetachFailureKeepsTheAttachmentUntilItSucceeds) {
@@ -316,7 +328,7 @@ TEST_F(AttacherTest, DetachFailureKeepsTheAttachmentUntilItSucceeds) {
   EXPECT_THAT(Str(Attachment(), {"status", "detachError", "message"}),
               ::testing::HasSubstr("injected unpublish failure"));
   driver_->FailPublishes(grpc::StatusCode::OK, 0, 0);  // the driver recovers
-  ASSERT_TRUE(Eventually([&] { return Attachment().is_null(); }));
+  ASSERT_TRUE(Retried([&] { return Attachment().is_null(); }));
   EXPECT_TRUE(driver_->published().empty());
   EXPECT_GE(driver_->unpublish_calls(), 2);
 }
@@ -338,7 +350,7 @@ TEST_F(AttacherTest, FinishedPodsReleaseTheirVolumesUnlessTheNodeKeepsThem) {
   Pod("app2");
   ASSERT_TRUE(Eventually([&] { return Attached(); }));
   SetPodPhase("app2", "Failed");
-  absl::SleepFor(absl::Milliseconds(500));
+  ASSERT_TRUE(Settle(*store_));
   EXPECT_TRUE(Attached());
 }
 
@@ -355,7 +367,7 @@ TEST_F(AttacherTest, DriverCrashDuringAttachConvergesAfterRestartWithoutDuplicat
   StopControllers();
   ASSERT_TRUE(driver_->Serve(socket_).ok());
   StartControllers();
-  ASSERT_TRUE(Eventually([&] { return Attached(); }));
+  ASSERT_TRUE(Retried([&] { return Attached(); }));
   EXPECT_EQ(driver_->published().size(), 1u);
   // Detach across another restart.
   StopControllers();
@@ -383,11 +395,24 @@ TEST_F(AttacherTest, RepeatedFailureWritesNothingNewAndBacksOff) {
   Pod();
   StartControllers();
   ASSERT_TRUE(Eventually([&] { return Attachment()["status"].contains("attachError"); }));
+  ASSERT_TRUE(Settle(*store_));
   const std::string first = Attachment()["status"]["attachError"]["time"];
   const std::string rv = Attachment()["metadata"]["resourceVersion"];
-  absl::SleepFor(absl::Seconds(2));
-  // Backoff (5 ms doubling): a handful of calls, not one per write.
-  EXPECT_LT(driver_->publish_calls(), 15);
+  // The call, and at most one more for the attachment's own status write.
+  const int after_first = driver_->publish_calls();
+  EXPECT_LE(after_first, 2);
+  // Nothing more until the clock moves: a retry waits for its backoff.
+  ASSERT_TRUE(Settle(*store_));
+  EXPECT_EQ(driver_->publish_calls(), after_first);
+  // 15 s in 100 ms steps: with external-attacher's backoff (1 s doubling,
+  // --retry-interval-start, ±25 % jitter) a handful of retries, not one per
+  // step (5 ms doubling once made that 7-8).
+  for (int i = 0; i < 150; ++i) {
+    retry_clock_.Advance(absl::Milliseconds(100));
+    ASSERT_TRUE(Settle(*store_));
+  }
+  EXPECT_GE(driver_->publish_calls(), after_first + 2);
+  EXPECT_LE(driver_->publish_calls(), after_first + 4);
   EXPECT_EQ(Attachment()["status"]["attachError"]["time"], first);
   EXPECT_EQ(Attachment()["metadata"]["resourceVersion"], rv) << "an unchanged error must not be rewritten";
 }

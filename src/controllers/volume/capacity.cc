@@ -9,8 +9,7 @@
 #include "client/object.h"
 #include "common/status.h"
 #include "common/strings.h"
-#include "csi/grpc_status.h"
-#include "grpcpp/client_context.h"
+#include "csi/driver_client.h"
 #include "spdlog/spdlog.h"
 
 namespace berth::controllers {
@@ -393,16 +392,13 @@ absl::StatusOr<::csi::v1::GetCapacityResponse> CapacityTracker::GetCapacity(
       last = channel.status();
       continue;
     }
-    auto stub = ::csi::v1::Controller::NewStub(*channel);
-    grpc::ClientContext ctx;
-    ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
-    ::csi::v1::GetCapacityResponse resp;
-    grpc::Status st = stub->GetCapacity(&ctx, request, &resp);
-    if (st.ok()) return resp;
-    last = csi::FromGrpcStatus(st);
-    last = absl::Status(last.code(), StrCat("GetCapacity on node ", node, ": ", std::string(last.message())));
+    auto resp = csi::DriverClient(*channel, {.driver = options_.driver})
+                    .GetCapacity(request, {.timeout = options_.rpc_timeout});
+    if (resp.ok()) return resp;
+    last = absl::Status(resp.status().code(),
+                        StrCat("GetCapacity on node ", node, ": ", std::string(resp.status().message())));
     // Another node of the segment helps only when this one is not there.
-    if (last.code() != absl::StatusCode::kUnavailable) break;
+    if (csi::Classify(last) != csi::ErrorClass::kDriverUnavailable) break;
   }
   return last;
 }

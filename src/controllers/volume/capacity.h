@@ -106,7 +106,9 @@ class CapacityTracker {
     // The csi.storage.k8s.io/managed-by value: which objects are ours.
     std::string managed_by = "berth-capacity-tracker";
     absl::Duration poll_interval = absl::Minutes(1);
-    absl::Duration rpc_timeout = absl::Seconds(30);
+    // Each CSI call's deadline; zero: the call layer's default for the call
+    // (csi::DefaultTimeout).
+    absl::Duration rpc_timeout = absl::ZeroDuration();
     // Track Immediate classes too (see the file comment).
     bool immediate_binding = true;
     // An ownerReference ({apiVersion, kind, name, uid, controller}) put on

@@ -19,6 +19,7 @@ namespace {
 
 using testing::Eventually;
 using testing::K;
+using testing::Settle;
 
 constexpr char kDriver[] = "fake.csi.berth.io";
 constexpr char kHostname[] = "kubernetes.io/hostname";
@@ -195,7 +196,7 @@ TEST_F(CapacityTest, PublishesOneObjectPerNodeSegmentAndClassAskingEachNodeItsel
   Class("elsewhere", "WaitForFirstConsumer", json::object(), "other.csi.example.com");
   StartTracker();
   ASSERT_TRUE(Eventually([&] { return Objects().size() == 2; }));
-  absl::SleepFor(absl::Milliseconds(200));
+  ASSERT_TRUE(Settle(*store_));
   EXPECT_EQ(Objects().size(), 2u);  // nothing for the other driver's class
 
   json a = ObjectFor("local", "node-a");
@@ -300,7 +301,7 @@ TEST_F(CapacityTest, NodesWithoutTheDriverOrWithoutTheTopologyLabelAreSkipped) {
   Class("local");
   StartTracker();
   ASSERT_TRUE(Eventually([&] { return Objects().size() == 1; }));
-  absl::SleepFor(absl::Milliseconds(200));
+  ASSERT_TRUE(Settle(*store_));
   ASSERT_EQ(Objects().size(), 1u);
   EXPECT_EQ(ObjectsFor("local", "node-a").size(), 1u);
 
@@ -340,13 +341,13 @@ TEST_F(CapacityTest, RefreshNodeAsksOnlyAboutThatNodesSegments) {
   Class("local");
   StartTracker();
   ASSERT_TRUE(Eventually([&] { return Objects().size() == 2 && CapacityOf("local", "node-b") == "20Gi"; }));
-  absl::SleepFor(absl::Milliseconds(200));  // settled
+  ASSERT_TRUE(Settle(*store_));
   fakes_["node-a"]->SetCapacity(kHostname, "node-a", 9 * kGi);
   fakes_["node-b"]->SetCapacity(kHostname, "node-b", 19 * kGi);
   const int b_calls = fakes_["node-b"]->capacity_calls();
   tracker_->RefreshNode("node-a");
   ASSERT_TRUE(Eventually([&] { return CapacityOf("local", "node-a") == "9Gi"; }));
-  absl::SleepFor(absl::Milliseconds(200));
+  ASSERT_TRUE(Settle(*store_));
   EXPECT_EQ(fakes_["node-b"]->capacity_calls(), b_calls);
   EXPECT_EQ(CapacityOf("local", "node-b"), "20Gi");
 }
@@ -386,7 +387,9 @@ TEST_F(CapacityTest, ATransientGetCapacityFailureKeepsTheLastPublishedValue) {
   EXPECT_EQ(event["type"], "Warning");
   EXPECT_EQ(event["involvedObject"]["name"], name);
   EXPECT_THAT(event["message"].get<std::string>(), ::testing::HasSubstr("kubernetes.io/hostname=node-a"));
-  absl::SleepFor(absl::Milliseconds(300));           // retries with backoff meanwhile
+  // Real time on purpose: the tracker's retries (50 ms doubling on the real
+  // clock) must run and fail meanwhile; Settle would return between two.
+  absl::SleepFor(absl::Milliseconds(300));
   EXPECT_EQ(CapacityOf("local", "node-a"), "10Gi");  // neither zeroed nor deleted
   EXPECT_EQ(ObjectFor("local", "node-a")["metadata"]["name"], name);
 
@@ -411,7 +414,7 @@ TEST_F(CapacityTest, ARestartedTrackerReusesItsObjects) {
   tracker_->Refresh();
   ASSERT_TRUE(Eventually([&] { return CapacityOf("local", "node-b") == "15Gi"; }));
   ASSERT_TRUE(Eventually([&] { return CapacityCalls() >= calls + 2; }));
-  absl::SleepFor(absl::Milliseconds(200));
+  ASSERT_TRUE(Settle(*store_));
   std::set<std::string> after;
   for (const json& o : Objects()) after.insert(o["metadata"]["name"].get<std::string>());
   EXPECT_EQ(after, names);
@@ -461,7 +464,7 @@ TEST_F(CapacityTest, AnObjectDeletedBySomeoneElseComesBack) {
     json o = ObjectFor("local", "node-a");
     return !o.is_null() && o["metadata"]["name"] != name && o["capacity"] == "10Gi";
   }));
-  absl::SleepFor(absl::Milliseconds(200));
+  ASSERT_TRUE(Settle(*store_));
   EXPECT_EQ(Objects().size(), 1u);
 }
 
@@ -480,7 +483,7 @@ TEST_F(CapacityTest, ImmediateClassesAreLeftOutAsUpstreamWhenAsked) {
   StartTracker({.immediate_binding = false});
   ASSERT_TRUE(Eventually([&] { return CapacityOf("local", "node-a") == "10Gi"; }));
   ASSERT_TRUE(Eventually([&] { return ObjectsFor("local-now", "node-a").empty(); }));
-  absl::SleepFor(absl::Milliseconds(200));
+  ASSERT_TRUE(Settle(*store_));
   EXPECT_EQ(Objects().size(), 1u);
 }
 
@@ -491,7 +494,7 @@ TEST_F(CapacityTest, ADriverWithoutGetCapacityGetsNoObjects) {
   StartTracker();
   ASSERT_TRUE(Eventually([&] { return Objects().empty(); }));
   tracker_->Refresh();
-  absl::SleepFor(absl::Milliseconds(300));
+  ASSERT_TRUE(Settle(*store_));
   EXPECT_TRUE(Objects().empty());
   EXPECT_EQ(CapacityCalls(), 0);
 }
@@ -518,7 +521,7 @@ TEST_F(CapacityTest, ADriverWithoutTopologyKeysHasOneSegmentForEveryNode) {
   const int calls = CapacityCalls();
   tracker_->Refresh();
   ASSERT_TRUE(Eventually([&] { return CapacityCalls() > calls; }));
-  absl::SleepFor(absl::Milliseconds(200));
+  ASSERT_TRUE(Settle(*store_));
   ASSERT_EQ(Objects().size(), 1u);
   EXPECT_EQ(Objects()[0]["metadata"]["name"], o["metadata"]["name"]);  // read back as the same segment
 }

@@ -16,6 +16,7 @@ namespace {
 
 using testing::Eventually;
 using testing::K;
+using testing::Settle;
 
 class EphemeralTest : public ::testing::Test {
  protected:
@@ -161,7 +162,7 @@ TEST_F(EphemeralTest, ThePodsClaimGoesWithThePod) {
   }
   EXPECT_TRUE(Eventually([&] { return Claim("web-scratch").is_null(); }));
   // And nothing makes it again for a pod that is gone.
-  absl::SleepFor(absl::Milliseconds(300));
+  ASSERT_TRUE(Settle(*store_));
   EXPECT_TRUE(Claim("web-scratch").is_null());
 }
 
@@ -178,7 +179,7 @@ TEST_F(EphemeralTest, PodsWithoutEphemeralVolumesAreIgnored) {
   json pod = Pod("plain");
   pod["spec"]["volumes"] = {{{"name", "cfg"}, {"emptyDir", json::object()}}};
   CreatePod(pod);
-  absl::SleepFor(absl::Milliseconds(300));
+  ASSERT_TRUE(Settle(*store_));
   auto list = registry_->List(K("persistentvolumeclaims"), "default", {});
   ASSERT_TRUE(list.ok());
   EXPECT_TRUE(list->items.empty());

@@ -15,8 +15,8 @@
 #include "controllers/taints.h"
 #include "controllers/volume/data_source.h"
 #include "controllers/volume/pv_binder.h"
+#include "csi/driver_client.h"
 #include "csi/grpc_status.h"
-#include "grpcpp/client_context.h"
 #include "spdlog/spdlog.h"
 
 namespace berth::controllers {
@@ -345,10 +345,10 @@ absl::StatusOr<::csi::v1::CreateVolumeResponse> Provisioner::CreateVolume(const 
                                                                           const std::string& node, WorkQueue& queue,
                                                                           const std::string& key) {
   ::csi::v1::CreateVolumeResponse response;
-  absl::Status st = monitor_.Call(options_.driver, node, [&](const std::shared_ptr<grpc::Channel>& channel) {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
-    return csi::FromGrpcStatus(::csi::v1::Controller::NewStub(channel)->CreateVolume(&ctx, request, &response));
+  absl::Status st = monitor_.Call(options_.driver, node, [&](const csi::DriverClient& csi) {
+    auto created = csi.CreateVolume(request, {.timeout = options_.rpc_timeout});
+    if (created.ok()) response = std::move(*created);
+    return created.status();
   });
   if (IsNotAFailure(st)) monitor_.Park(options_.driver, node, queue, key);
   if (!st.ok()) return st;
@@ -360,13 +360,8 @@ absl::Status Provisioner::DeleteVolume(const std::string& handle, const std::str
                                        const std::string& key) {
   ::csi::v1::DeleteVolumeRequest req;
   req.set_volume_id(handle);
-  *req.mutable_secrets() = secrets;
-  absl::Status st = monitor_.Call(options_.driver, node, [&](const std::shared_ptr<grpc::Channel>& channel) {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
-    ::csi::v1::DeleteVolumeResponse response;
-    grpc::Status gst = ::csi::v1::Controller::NewStub(channel)->DeleteVolume(&ctx, req, &response);
-    return gst.error_code() == grpc::StatusCode::NOT_FOUND ? absl::OkStatus() : csi::FromGrpcStatus(gst);
+  absl::Status st = monitor_.Call(options_.driver, node, [&](const csi::DriverClient& csi) {
+    return csi.DeleteVolume(req, {.timeout = options_.rpc_timeout, .secrets = {secrets.begin(), secrets.end()}});
   });
   if (IsNotAFailure(st)) monitor_.Park(options_.driver, node, queue, key);
   return st;

@@ -94,7 +94,9 @@ class Provisioner {
   struct Options {
     std::string driver;  // the CSI driver name (StorageClass provisioner)
     int workers = 4;
-    absl::Duration rpc_timeout = absl::Minutes(1);
+    // Each CSI call's deadline; zero: the call layer's default for the call
+    // (csi::DefaultTimeout).
+    absl::Duration rpc_timeout = absl::ZeroDuration();
     // Shared with the other controllers (the manager's); null: one of our own.
     DriverMonitor* monitor = nullptr;
   };

@@ -24,6 +24,7 @@ using testing::Eventually;
 using testing::K;
 using testing::kDriver;
 using testing::ProvisionerTest;
+using testing::Settle;
 
 TEST_F(ProvisionerTest, ProvisionsBindsAndDeletesWithTheReclaimPolicy) {
   Create("secrets", "", "default", {{"metadata", {{"name", "creds"}}}, {"stringData", {{"token", "s3cr3t"}}}});
@@ -78,7 +79,7 @@ TEST_F(ProvisionerTest, WaitForFirstConsumerUsesTheSelectedNodesTopology) {
   }
   Start();
   Create("persistentvolumeclaims", "", "default", Claim("data", "local"));
-  absl::SleepFor(absl::Milliseconds(300));
+  ASSERT_TRUE(Settle(*store_));
   EXPECT_EQ(driver_->create_calls(), 0);  // no consumer yet
   ASSERT_TRUE(registry_
                   ->Patch(K("persistentvolumeclaims"), "default", "data",
@@ -147,7 +148,7 @@ TEST_F(ProvisionerTest, DriverCrashAndRestartStillProvisions) {
   driver_->Crash();
   Start();
   Create("persistentvolumeclaims", "", "default", Claim("data", "fast"));
-  absl::SleepFor(absl::Milliseconds(300));
+  ASSERT_TRUE(Settle(*store_));  // tried, found the driver down, parked
   EXPECT_EQ(ClaimPhase("data"), "Pending");
   ASSERT_TRUE(driver_->Serve(socket_).ok());
   ASSERT_TRUE(Eventually([&] { return ClaimPhase("data") == "Bound"; }, absl::Seconds(30)));
@@ -211,7 +212,7 @@ TEST_F(ProvisionerTest, DeletedBoundVolumeKeepsItsStorageUntilTheClaimGoes) {
               ::testing::Contains(kProvisionerFinalizer));
   // Deleting the PV object while its claim uses it deletes nothing.
   ASSERT_TRUE(registry_->Delete(K("persistentvolumes"), "", pv_name).ok());
-  absl::SleepFor(absl::Milliseconds(400));
+  ASSERT_TRUE(Settle(*store_));
   EXPECT_FALSE(Get("persistentvolumes", "", pv_name).is_null());
   EXPECT_EQ(driver_->volumes().size(), 1u);
   EXPECT_EQ(ClaimPhase("data"), "Bound");
@@ -259,7 +260,7 @@ TEST_F(ProvisionerTest, RetainedVolumeKeepsItsStorage) {
               ::testing::Not(::testing::Contains(kProvisionerFinalizer)));
   ASSERT_TRUE(registry_->Delete(K("persistentvolumeclaims"), "default", "data").ok());
   ASSERT_TRUE(Eventually([&] { return Get("persistentvolumes", "", pv_name)["status"]["phase"] == "Released"; }));
-  absl::SleepFor(absl::Milliseconds(300));
+  ASSERT_TRUE(Settle(*store_));
   EXPECT_EQ(driver_->volumes().size(), 1u);
 }
 
@@ -273,8 +274,10 @@ TEST_F(ProvisionerTest, ClaimDeletedMidFlightWithItsClassGoneKeepsItsFinalizer) 
   ASSERT_TRUE(registry_->Delete(K("storageclasses", "storage.k8s.io"), "", "fast").ok());
   ASSERT_TRUE(registry_->Delete(K("persistentvolumeclaims"), "default", "data").ok());
   // The volume was created but its answer lost; the request cannot be
-  // rebuilt without the class: the claim must stay.
-  absl::SleepFor(absl::Seconds(2));
+  // rebuilt without the class: the claim must stay (the in-flight call has
+  // ended and the claim's sync has run on what it left).
+  ASSERT_TRUE(Eventually([&] { return driver_->create_calls() >= 1 && driver_->volumes().size() == 1; }));
+  ASSERT_TRUE(Settle(*store_));
   EXPECT_NE(ClaimPhase("data"), "<gone>");
   EXPECT_EQ(driver_->volumes().size(), 1u);
   EXPECT_EQ(

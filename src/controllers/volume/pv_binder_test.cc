@@ -13,6 +13,7 @@ namespace {
 
 using testing::Eventually;
 using testing::K;
+using testing::Settle;
 
 json Claim(const std::string& name, const std::string& size, const std::string& cls = "",
            std::vector<std::string> modes = {"ReadWriteOnce"}) {
@@ -164,7 +165,7 @@ TEST_F(PvBinderTest, WaitForFirstConsumerWaitsForTheSelectedNode) {
   }
   Create("persistentvolumeclaims", "default", Claim("data", "1Gi", "local"));
   StartBinder();
-  absl::SleepFor(absl::Milliseconds(300));
+  ASSERT_TRUE(Settle(*store_));
   EXPECT_EQ(Phase("persistentvolumeclaims", "default", "data"), "Pending");
   ASSERT_TRUE(registry_
                   ->Patch(K("persistentvolumeclaims"), "default", "data",
@@ -208,7 +209,7 @@ TEST_F(PvBinderTest, DeletedClaimWaitsForItsPodThenReleasesTheVolume) {
   StartBinder();
   ASSERT_TRUE(Eventually([&] { return Phase("persistentvolumeclaims", "default", "data") == "Bound"; }));
   ASSERT_TRUE(registry_->Delete(K("persistentvolumeclaims"), "default", "data").ok());
-  absl::SleepFor(absl::Milliseconds(300));
+  ASSERT_TRUE(Settle(*store_));
   EXPECT_NE(Phase("persistentvolumeclaims", "default", "data"), "<gone>");  // protected: the pod uses it
   ASSERT_TRUE(registry_->Delete(K("pods"), "default", "app", testing::PodGone()).ok());
   ASSERT_TRUE(Eventually([&] { return Phase("persistentvolumeclaims", "default", "data") == "<gone>"; }));
@@ -261,7 +262,7 @@ TEST_F(PvBinderTest, BoundClaimWhoseVolumeIsGoneIsLost) {
   ASSERT_TRUE(Eventually([&] { return Phase("persistentvolumeclaims", "default", "data") == "Bound"; }));
   // A bound volume is protected: deleting it only marks it...
   ASSERT_TRUE(registry_->Delete(K("persistentvolumes"), "", "pv").ok());
-  absl::SleepFor(absl::Milliseconds(200));
+  ASSERT_TRUE(Settle(*store_));
   EXPECT_NE(Phase("persistentvolumes", "", "pv"), "<gone>");
   // ...until someone forces it away by removing the finalizer.
   ASSERT_TRUE(registry_
@@ -278,7 +279,7 @@ TEST_F(PvBinderTest, VolumePreBoundByNameToAnotherClaimIsNotTaken) {
   Create("persistentvolumes", "", pv);
   Create("persistentvolumeclaims", "default", Claim("data", "1Gi"));
   StartBinder();
-  absl::SleepFor(absl::Milliseconds(500));
+  ASSERT_TRUE(Settle(*store_));
   EXPECT_EQ(Phase("persistentvolumeclaims", "default", "data"), "Pending");
   EXPECT_EQ(Get("persistentvolumes", "", "pv")["spec"]["claimRef"]["name"], "someone-else");
 }
@@ -286,7 +287,7 @@ TEST_F(PvBinderTest, VolumePreBoundByNameToAnotherClaimIsNotTaken) {
 TEST_F(PvBinderTest, ANewVolumeWakesAWaitingClaim) {
   Create("persistentvolumeclaims", "default", Claim("data", "1Gi"));
   StartBinder();
-  absl::SleepFor(absl::Milliseconds(300));
+  ASSERT_TRUE(Settle(*store_));
   EXPECT_EQ(Phase("persistentvolumeclaims", "default", "data"), "Pending");
   Create("persistentvolumes", "", Volume("pv", "1Gi"));
   // No resync needed: the volume's arrival re-queues the claim.

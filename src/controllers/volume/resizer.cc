@@ -10,9 +10,8 @@
 #include "common/status.h"
 #include "common/strings.h"
 #include "controllers/node_affinity.h"
+#include "csi/driver_client.h"
 #include "csi/grpc_status.h"
-#include "csi/v1/csi.grpc.pb.h"
-#include "grpcpp/client_context.h"
 #include "spdlog/spdlog.h"
 
 namespace berth::controllers {
@@ -150,13 +149,12 @@ absl::Status Resizer::Expand(const json& pv, const std::string& key, int64_t byt
   *req.mutable_volume_capability() = PvVolumeCapability(pv, *modes);
   // A secret the PV names but that cannot be read stops the call (it was
   // once skipped, and the driver called without its credentials).
-  BERTH_ASSIGN_OR_RETURN(const SecretData secrets, PvSecret(registry_, pv, "controllerExpandSecretRef"));
-  for (const auto& [k, v] : secrets) (*req.mutable_secrets())[k] = v;
+  BERTH_ASSIGN_OR_RETURN(SecretData secrets, PvSecret(registry_, pv, "controllerExpandSecretRef"));
   ::csi::v1::ControllerExpandVolumeResponse resp;
-  absl::Status st = monitor_.Call(options_.driver, node, [&](const std::shared_ptr<grpc::Channel>& channel) {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
-    return csi::FromGrpcStatus(::csi::v1::Controller::NewStub(channel)->ControllerExpandVolume(&ctx, req, &resp));
+  absl::Status st = monitor_.Call(options_.driver, node, [&](const csi::DriverClient& csi) {
+    auto expanded = csi.ControllerExpandVolume(req, {.timeout = options_.rpc_timeout, .secrets = secrets});
+    if (expanded.ok()) resp = std::move(*expanded);
+    return expanded.status();
   });
   if (IsNotAFailure(st)) monitor_.Park(options_.driver, node, queue_, key);
   if (!st.ok()) return st;

@@ -55,7 +55,9 @@ class Resizer {
   struct Options {
     std::string driver;
     int workers = 2;
-    absl::Duration rpc_timeout = absl::Minutes(2);
+    // Each CSI call's deadline; zero: the call layer's default for the call
+    // (csi::DefaultTimeout).
+    absl::Duration rpc_timeout = absl::ZeroDuration();
     // How long an infeasible size waits before it is tried again.
     absl::Duration infeasible_retry = absl::Minutes(5);
     DriverMonitor* monitor = nullptr;  // null: one of our own

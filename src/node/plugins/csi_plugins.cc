@@ -6,9 +6,8 @@
 #include "common/status.h"
 #include "common/strings.h"
 #include "csi/client.h"
+#include "csi/driver_client.h"
 #include "csi/registration.h"
-#include "csi/v1/csi.grpc.pb.h"
-#include "grpcpp/client_context.h"
 #include "spdlog/spdlog.h"
 
 namespace berth::node {
@@ -48,34 +47,26 @@ absl::Status CsiPlugins::RegisterPlugin(const std::string& name, const std::stri
   csi::ConnectOptions connect;
   connect.timeout = absl::Seconds(5);
   BERTH_ASSIGN_OR_RETURN(auto channel, csi::ConnectUnix(endpoint, connect));
-  auto stub = ::csi::v1::Node::NewStub(channel);
-  ::csi::v1::NodeGetInfoResponse info;
-  ::csi::v1::NodeGetCapabilitiesResponse caps;
-  {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(absl::ToChronoTime(absl::Now() + call_timeout_));
-    grpc::Status st = stub->NodeGetInfo(&ctx, {}, &info);
-    if (!st.ok()) {
-      Uninstall(name).IgnoreError();
-      return absl::UnavailableError(StrCat("NodeGetInfo of ", name, ": ", st.error_message()));
-    }
+  const csi::DriverClient driver(channel, {.driver = name, .metrics = &csi::CallMetrics::Kubelet()});
+  auto info = driver.NodeGetInfo({.timeout = call_timeout_});
+  if (!info.ok()) {
+    Uninstall(name).IgnoreError();
+    return absl::UnavailableError(StrCat("NodeGetInfo of ", name, ": ", info.status().message()));
   }
-  if (info.node_id().empty()) {
+  if (info->node_id().empty()) {
     Uninstall(name).IgnoreError();
     return absl::InvalidArgumentError(StrCat(name, " reported an empty node ID"));
   }
-  {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(absl::ToChronoTime(absl::Now() + call_timeout_));
-    grpc::Status st = stub->NodeGetCapabilities(&ctx, {}, &caps);
-    if (!st.ok()) return absl::UnavailableError(StrCat("NodeGetCapabilities of ", name, ": ", st.error_message()));
+  auto caps = driver.NodeGetCapabilities({.timeout = call_timeout_});
+  if (!caps.ok()) {
+    return absl::UnavailableError(StrCat("NodeGetCapabilities of ", name, ": ", caps.status().message()));
   }
-  if (absl::Status st = Install(name, info); !st.ok()) {
+  if (absl::Status st = Install(name, *info); !st.ok()) {
     Uninstall(name).IgnoreError();
     return st;
   }
-  Driver d{.endpoint = endpoint, .node_id = info.node_id(), .capabilities = {}};
-  for (const auto& c : caps.capabilities()) d.capabilities.insert(c.rpc().type());
+  Driver d{.endpoint = endpoint, .node_id = info->node_id(), .capabilities = {}};
+  for (const auto& c : caps->capabilities()) d.capabilities.insert(c.rpc().type());
   directory_.Add(name, node_name_, endpoint);
   {
     absl::MutexLock lock(&mu_);

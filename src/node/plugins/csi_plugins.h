@@ -46,7 +46,7 @@ class CsiPlugins final : public PluginHandler {
   };
 
   CsiPlugins(apiserver::Api& registry, std::string node_name, client::DriverDirectory& directory,
-             absl::Duration call_timeout = absl::Seconds(30));
+             absl::Duration call_timeout = absl::ZeroDuration());  // 0: the call layer's 30 s
 
   // PluginHandler
   absl::Status RegisterPlugin(const std::string& name, const std::string& endpoint,

@@ -12,6 +12,7 @@
 
 #include "apiserver/registry.h"
 #include "client/object.h"
+#include "client/testing/settle.h"
 #include "client/volume_names.h"
 #include "common/clock.h"
 #include "common/hash.h"
@@ -27,6 +28,7 @@
 namespace berth::node::testing {
 
 using berth::testing::Eventually;
+using berth::testing::Settle;
 using client::Field;
 using client::K;
 using client::Str;

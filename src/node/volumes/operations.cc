@@ -110,10 +110,10 @@ absl::Status VolumeManager::Stage(const Wanted& w) {
   req.set_staging_target_path(path);
   *req.mutable_volume_capability() = NodeVolumeCapability(w);
   SetMap(req.mutable_publish_context(), publish_context);
-  SetMap(req.mutable_secrets(), secrets);
   SetMap(req.mutable_volume_context(), VolumeContext(w));
-  absl::Status call = CallNode(directory_, v.driver, options_.node_name, options_.call_timeout, "NodeStageVolume",
-                               &::csi::v1::Node::Stub::NodeStageVolume, req);
+  absl::Status call = CallNode(directory_, v.driver, options_.node_name, "NodeStageVolume", [&](const auto& csi) {
+    return csi.NodeStageVolume(req, {.timeout = options_.call_timeout, .secrets = secrets});
+  });
   if (call.ok()) {
     spdlog::info("node {}: staged {} at {}", options_.node_name, v.pv, path);
   } else if (csi::IsFinalError(call)) {
@@ -143,12 +143,10 @@ absl::Status VolumeManager::Unstage(const Staged& s) {
   ::csi::v1::NodeUnstageVolumeRequest req;
   req.set_volume_id(v.handle);
   req.set_staging_target_path(s.path);
-  // NOT_FOUND: the driver no longer has the volume, so nothing is staged.
-  if (absl::Status st = CallNode(directory_, v.driver, options_.node_name, options_.call_timeout, "NodeUnstageVolume",
-                                 &::csi::v1::Node::Stub::NodeUnstageVolume, req);
-      !st.ok() && st.code() != absl::StatusCode::kNotFound) {
-    return st;
-  }
+  // NOT_FOUND (the driver no longer has the volume: nothing is staged) is OK.
+  BERTH_RETURN_IF_ERROR(CallNode(directory_, v.driver, options_.node_name, "NodeUnstageVolume", [&](const auto& csi) {
+    return csi.NodeUnstageVolume(req, {.timeout = options_.call_timeout});
+  }));
   const std::string record = StagedRecord(options_.root, s.path, v.pv, v.block);
   RemoveIfEmpty(s.path);
   absl::Status removed = RemoveFileDurably(record);
@@ -181,10 +179,10 @@ absl::Status VolumeManager::Publish(const Wanted& w, const std::string& staging)
   req.set_readonly(w.read_only);
   *req.mutable_volume_capability() = NodeVolumeCapability(w);
   SetMap(req.mutable_publish_context(), publish_context);
-  SetMap(req.mutable_secrets(), secrets);
   SetMap(req.mutable_volume_context(), VolumeContext(w));
-  absl::Status call = CallNode(directory_, v.driver, options_.node_name, options_.call_timeout, "NodePublishVolume",
-                               &::csi::v1::Node::Stub::NodePublishVolume, req);
+  absl::Status call = CallNode(directory_, v.driver, options_.node_name, "NodePublishVolume", [&](const auto& csi) {
+    return csi.NodePublishVolume(req, {.timeout = options_.call_timeout, .secrets = secrets});
+  });
   if (call.ok()) {
     spdlog::info("node {}: published {} for pod {}/{} at {}", options_.node_name, v.pv, Ns(w.pod), Name(w.pod), target);
   } else if (csi::IsFinalError(call)) {
@@ -211,13 +209,11 @@ absl::Status VolumeManager::Unpublish(const Published& p) {
   ::csi::v1::NodeUnpublishVolumeRequest req;
   req.set_volume_id(v.handle);
   req.set_target_path(p.target);
-  // NOT_FOUND: the driver no longer has the volume; the mount check below
-  // still makes sure nothing is left mounted at the target.
-  if (absl::Status st = CallNode(directory_, v.driver, options_.node_name, options_.call_timeout, "NodeUnpublishVolume",
-                                 &::csi::v1::Node::Stub::NodeUnpublishVolume, req);
-      !st.ok() && st.code() != absl::StatusCode::kNotFound) {
-    return st;
-  }
+  // NOT_FOUND (the driver no longer has the volume) is OK; the mount check
+  // below still makes sure nothing is left mounted at the target.
+  BERTH_RETURN_IF_ERROR(CallNode(directory_, v.driver, options_.node_name, "NodeUnpublishVolume", [&](const auto& csi) {
+    return csi.NodeUnpublishVolume(req, {.timeout = options_.call_timeout});
+  }));
   // The driver removed the target; make sure nothing is mounted there before
   // touching the directories (rmdir refuses mount points and non-empty
   // directories anyway).
@@ -266,9 +262,9 @@ absl::Status VolumeManager::Expand(const Wanted& w, const std::string& target, c
     req.set_staging_target_path(staging);
     req.mutable_capacity_range()->set_required_bytes(size);
     *req.mutable_volume_capability() = NodeVolumeCapability(w);
-    SetMap(req.mutable_secrets(), secrets);
-    absl::Status grown = CallNode(directory_, v.driver, options_.node_name, options_.call_timeout, "NodeExpandVolume",
-                                  &::csi::v1::Node::Stub::NodeExpandVolume, req);
+    absl::Status grown = CallNode(directory_, v.driver, options_.node_name, "NodeExpandVolume", [&](const auto& csi) {
+      return csi.NodeExpandVolume(req, {.timeout = options_.call_timeout, .secrets = secrets}).status();
+    });
     if (!grown.ok()) {
       RecordNodeResizeFailure(w, grown);
       return grown;

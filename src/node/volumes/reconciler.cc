@@ -33,8 +33,12 @@ void VolumeManager::ReconcileLoop() {
       clock_.AwaitWithDeadline(mu_, absl::Condition(&ready), next);
       if (stop_) return;
       dirty_ = false;
+      reconciling_ = true;
+      last_pass_ = clock_.Now();
     }
     Reconcile();
+    absl::MutexLock lock(&mu_);
+    reconciling_ = false;
   }
 }
 

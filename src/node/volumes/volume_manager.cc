@@ -15,9 +15,33 @@ VolumeManager::VolumeManager(apiserver::Api& registry, CsiPlugins& plugins, clie
       options_(std::move(options)),
       events_(registry, "kubelet"),
       // kubelet's exponentialbackoff: 500 ms doubling, at most 2 min 2 s.
-      backoff_({.base = absl::Milliseconds(500), .max = absl::Seconds(122), .jitter = 0}) {}
+      backoff_({.base = absl::Milliseconds(500), .max = absl::Seconds(122), .jitter = 0}) {
+  quiescence_id_ = client::Quiescence::Register([this](int64_t) {
+    absl::MutexLock lock(&mu_);
+    return IdleLocked();
+  });
+}
 
-VolumeManager::~VolumeManager() { Stop(); }
+VolumeManager::~VolumeManager() {
+  client::Quiescence::Unregister(quiescence_id_);
+  Stop();
+}
+
+bool VolumeManager::IdleLocked() const {
+  if (stop_ || !started_) return true;
+  if (dirty_ || reconciling_ || !locked_.empty()) return false;
+  // Work due on the clock (a retry, a poll) since the last pass began is
+  // about to happen: the reconciler wakes for it. (An entry due before that
+  // pass was looked at; it stays until its operation runs again.)
+  const absl::Time now = clock_.Now();
+  if (poll_at_ <= now) return false;
+  for (const auto* times : {&retry_at_, &waiting_until_}) {
+    for (const auto& [id, at] : *times) {
+      if (at <= now && at > last_pass_) return false;
+    }
+  }
+  return true;
+}
 
 std::string VolumeManager::StagingPath(const std::string& driver, const std::string& handle, const std::string& pv,
                                        bool block) const {
@@ -82,6 +106,7 @@ absl::Status VolumeManager::Start() {
   {
     absl::MutexLock lock(&mu_);
     stop_ = false;
+    started_ = true;
   }
   for (int i = 0; i < std::max(1, options_.workers); ++i) workers_.emplace_back([this] { WorkerLoop(); });
   reconciler_ = std::thread([this] { ReconcileLoop(); });

@@ -80,7 +80,10 @@ class VolumeManager {
   struct Options {
     std::string node_name;
     std::string root;  // kubelet root: canonical, absolute
-    absl::Duration call_timeout = absl::Minutes(2);
+    // Each CSI call's deadline; zero: the call layer's default for the call
+    // (csi::DefaultTimeout: 2 min for stage/publish/expand and their
+    // reverse, 30 s for NodeGetVolumeStats).
+    absl::Duration call_timeout = absl::ZeroDuration();
     // The reconciler works when something changes (an object, a plugin, an
     // operation ending, a retry falling due); this is its safety net.
     absl::Duration resync = absl::Seconds(10);
@@ -205,6 +208,8 @@ class VolumeManager {
   };
 
   void ReconcileLoop();
+  // For client/quiescence.h: no pass or operation running or due.
+  bool IdleLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void WorkerLoop();
   void Reconcile();
   absl::Status Reconstruct();
@@ -250,7 +255,10 @@ class VolumeManager {
 
   mutable absl::Mutex mu_;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  bool started_ ABSL_GUARDED_BY(mu_) = false;
   bool dirty_ ABSL_GUARDED_BY(mu_) = true;
+  bool reconciling_ ABSL_GUARDED_BY(mu_) = false;                     // a pass is running
+  absl::Time last_pass_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();  // when the last pass began (clock_)
   // The next reconcile for work without an event of its own (Options::poll).
   absl::Time poll_at_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
   std::map<std::string, Staged> staged_ ABSL_GUARDED_BY(mu_);                                // unique →
@@ -275,6 +283,7 @@ class VolumeManager {
   // pod uid → spec volume name → (pv, read-only), from the last pass.
   std::map<std::string, std::map<std::string, std::pair<std::string, bool>>> pod_volumes_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::string> errors_ ABSL_GUARDED_BY(mu_);  // pod uid → last mount error
+  uint64_t quiescence_id_ = 0;                                      // client/quiescence.h
 };
 
 }  // namespace berth::node

@@ -9,12 +9,14 @@
 #include <algorithm>
 #include <cerrno>
 #include <filesystem>
+#include <functional>
 #include <system_error>
 
 #include "absl/strings/match.h"
 #include "api/quantity.h"
 #include "client/capability.h"
 #include "client/object.h"
+#include "client/quiescence.h"
 #include "client/secrets.h"
 #include "client/volume_names.h"
 #include "client/workqueue.h"
@@ -23,10 +25,10 @@
 #include "common/hash.h"
 #include "common/status.h"
 #include "common/strings.h"
+#include "csi/driver_client.h"
 #include "csi/grpc_status.h"
 #include "csi/registration.h"
 #include "csi/v1/csi.grpc.pb.h"
-#include "grpcpp/client_context.h"
 #include "metrics/prometheus.h"
 #include "node/volumes/volume_manager.h"
 #include "spdlog/spdlog.h"
@@ -91,23 +93,15 @@ inline absl::Status DriverNotRegistered(const std::string& driver) {
   return client::NotAFailure(StrCat("driver ", driver, " is not registered"));
 }
 
-inline absl::Status FromGrpc(const std::string& rpc, const grpc::Status& st) {
-  if (st.ok()) return absl::OkStatus();
-  return absl::Status(static_cast<absl::StatusCode>(st.error_code()), StrCat(rpc, ": ", st.error_message()));
-}
-
-// One call to the driver's Node service on this node, with a deadline.
-template <typename Req, typename Resp>
+// One call to the driver's Node service on this node through the CSI call
+// layer (deadline, logging, kubelet's csi_operations_seconds), its error
+// message prefixed with the call's name as FailedMount events show it.
 inline absl::Status CallNode(client::DriverDirectory& directory, const std::string& driver, const std::string& node,
-                             absl::Duration timeout, const char* rpc,
-                             grpc::Status (::csi::v1::Node::Stub::*method)(grpc::ClientContext*, const Req&, Resp*),
-                             const Req& req) {
+                             const char* rpc, const std::function<absl::Status(const csi::DriverClient&)>& call) {
   BERTH_ASSIGN_OR_RETURN(auto channel, directory.Channel(driver, node));
-  auto stub = ::csi::v1::Node::NewStub(channel);
-  grpc::ClientContext ctx;
-  ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
-  Resp resp;
-  return FromGrpc(rpc, ((*stub).*method)(&ctx, req, &resp));
+  absl::Status st = call(csi::DriverClient(channel, {.driver = driver, .metrics = &csi::CallMetrics::Kubelet()}));
+  if (st.ok()) return st;
+  return absl::Status(st.code(), StrCat(rpc, ": ", st.message()));
 }
 
 }  // namespace internal

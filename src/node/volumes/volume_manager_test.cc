@@ -50,7 +50,7 @@ TEST_F(NodeAgentTest, VolumeTheDriverNoLongerKnowsCountsAsTornDown) {
   ASSERT_TRUE(Eventually([&] { return agent_->volumes().StagedVolumes().empty(); }));
   EXPECT_FALSE(fs::exists(fs::path(Staging(kHandle)).parent_path()));
   EXPECT_TRUE(Eventually([&] { return VolumesInUse().is_null(); }));
-  absl::SleepFor(absl::Seconds(1));
+  ASSERT_TRUE(Settle(*store_));
   EXPECT_EQ(driver_->Calls("unstage"), 1);
 }
 
@@ -69,7 +69,7 @@ TEST_F(NodeAgentTest, TwoPodsShareOneStagedVolume) {
   }
   ASSERT_TRUE(registry_->Delete(K("pods"), "default", "a").ok());
   ASSERT_TRUE(Eventually([&] { return driver_->Published().size() == 1; }));
-  absl::SleepFor(absl::Milliseconds(500));
+  ASSERT_TRUE(Settle(*store_));
   EXPECT_EQ(driver_->Staged().size(), 1u);  // b still uses it
   ASSERT_TRUE(registry_->Delete(K("pods"), "default", "b").ok());
   EXPECT_TRUE(Eventually([&] { return driver_->Staged().empty(); }));
@@ -138,7 +138,7 @@ TEST_F(NodeAgentTest, RestartRebuildsStateWithoutRemounting) {
   ASSERT_TRUE(registry_->Delete(K("pods"), "default", "gone").ok());
   StartAgent();
   EXPECT_TRUE(Eventually([&] { return driver_->Published().size() == 1 && driver_->Staged().size() == 1; }));
-  absl::SleepFor(absl::Seconds(1));
+  ASSERT_TRUE(Settle(*store_));
   EXPECT_EQ(driver_->Calls("stage"), stages);
   EXPECT_EQ(driver_->Calls("publish"), publishes);
   EXPECT_EQ(driver_->Staged().count(kHandle), 1u);
@@ -298,7 +298,7 @@ TEST_F(NodeAgentTest, PodsOfOtherNodesAreIgnored) {
             {"containers", {{{"name", "c"}, {"image", "busybox"}}}},
             {"volumes", {{{"name", "data"}, {"persistentVolumeClaim", {{"claimName", "data"}}}}}}}}});
   ASSERT_TRUE(Eventually([&] { return Registered(); }));
-  absl::SleepFor(absl::Seconds(1));
+  ASSERT_TRUE(Settle(*store_));
   EXPECT_EQ(driver_->Calls("stage"), 0);
   const json pod = Get("pods", "default", "elsewhere");
   EXPECT_NE(PodPhase("elsewhere"), "Running");

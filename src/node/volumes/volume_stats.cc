@@ -33,13 +33,12 @@ void VolumeManager::CollectStats() {
     req.set_volume_path(t.path);
     if (!t.staging.empty()) req.set_staging_target_path(t.staging);
     ::csi::v1::NodeGetVolumeStatsResponse resp;
-    absl::Status st = [&]() -> absl::Status {
-      BERTH_ASSIGN_OR_RETURN(auto channel, directory_.Channel(t.volume.driver, options_.node_name));
-      auto stub = ::csi::v1::Node::NewStub(channel);
-      grpc::ClientContext ctx;
-      ctx.set_deadline(absl::ToChronoTime(absl::Now() + std::min(options_.call_timeout, absl::Seconds(30))));
-      return FromGrpc("NodeGetVolumeStats", stub->NodeGetVolumeStats(&ctx, req, &resp));
-    }();
+    absl::Status st =
+        CallNode(directory_, t.volume.driver, options_.node_name, "NodeGetVolumeStats", [&](const auto& csi) {
+          auto got = csi.NodeGetVolumeStats(req, {.timeout = options_.call_timeout});
+          if (got.ok()) resp = std::move(*got);
+          return got.status();
+        });
     if (!st.ok()) {
       spdlog::warn("node {}: volume stats of {}: {}", options_.node_name, t.volume.pv, std::string(st.message()));
       continue;
