@@ -128,6 +128,7 @@ std::string ObjectPrefix(std::string_view kind, const Json& j) {
       if (auto n = meta->find("namespace"); n != meta->end() && n->is_string()) ns = n->get<std::string>();
     }
   }
+  if (name.empty()) return StrCat(kind, ": ");
   return StrCat(kind, " ", ns.empty() ? name : StrCat(ns, "/", name), ": ");
 }
 
