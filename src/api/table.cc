@@ -24,511 +24,14 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 
+#include "api/table_internal.h"
+
 namespace berth::api {
 namespace {
 
-using Json = nlohmann::json;
-using Cells = std::vector<Json>;
-using FieldPath = std::initializer_list<std::string_view>;
-
-// ---- JSON access -------------------------------------------------------------
-
-const Json& Null() {
-  static const Json* const kNull = new Json();
-  return *kNull;
-}
-
-const Json& EmptyArray() {
-  static const Json* const kEmpty = new Json(Json::array());
-  return *kEmpty;
-}
-
-// j[path[0]][path[1]]...; null when a step is missing or not an object.
-const Json& At(const Json& j, FieldPath path) {
-  const Json* cur = &j;
-  for (std::string_view key : path) {
-    if (!cur->is_object()) return Null();
-    auto it = cur->find(key);
-    if (it == cur->end()) return Null();
-    cur = &*it;
-  }
-  return *cur;
-}
-
-// The array at `path`, or an empty one.
-const Json& Items(const Json& j, FieldPath path) {
-  const Json& v = At(j, path);
-  return v.is_array() ? v : EmptyArray();
-}
-
-std::string AsString(const Json& v) { return v.is_string() ? v.get<std::string>() : ""; }
-std::string Str(const Json& j, FieldPath path) { return AsString(At(j, path)); }
-
-int64_t AsInt(const Json& v) {
-  if (v.is_number_integer()) return v.get<int64_t>();
-  if (!v.is_number_float()) return 0;
-  const double d = v.get<double>();
-  return d > -9.2e18 && d < 9.2e18 ? static_cast<int64_t>(d) : 0;  // NaN and overflow: 0
-}
-
-// Serialized JSON that never throws, even for invalid UTF-8.
-std::string Dump(const Json& v) { return v.dump(-1, ' ', false, Json::error_handler_t::replace); }
-
-bool Bool(const Json& j, FieldPath path, bool fallback) {
-  const Json& v = At(j, path);
-  return v.is_boolean() ? v.get<bool>() : fallback;
-}
-
-bool Has(const Json& j, FieldPath path) { return !At(j, path).is_null(); }
-
-std::string Name(const Json& o) { return Str(o, {"metadata", "name"}); }
-
-// A quantity as stored ("5Gi"); Kubernetes prints a missing one as "0".
-std::string QuantityText(const Json& v) {
-  if (v.is_string()) return v.get<std::string>();
-  if (v.is_number()) return Dump(v);
-  return "0";
-}
-
-// ---- Time ----------------------------------------------------------------------
-
-std::optional<absl::Time> ParseTimestamp(const Json& v) {
-  if (!v.is_string()) return std::nullopt;
-  absl::Time t;
-  std::string err;
-  if (!absl::ParseTime(absl::RFC3339_full, v.get<std::string>(), &t, &err)) return std::nullopt;
-  return t;
-}
-
-// translateTimestampSince: "<unknown>" for an unset timestamp.
-std::string Since(const Json& v, absl::Time now) {
-  if (std::optional<absl::Time> t = ParseTimestamp(v)) return HumanDuration(now - *t);
-  return v.is_string() && !v.get<std::string>().empty() ? "<invalid>" : "<unknown>";
-}
-
-std::string Age(const Json& o, absl::Time now) { return Since(At(o, {"metadata", "creationTimestamp"}), now); }
-
-// ---- Shared formatting -----------------------------------------------------------
-
-// helper.GetAccessModesAsString: deduplicated, always in RWO,ROX,RWX,RWOP order.
-std::string AccessModes(const Json& modes) {
-  static constexpr std::pair<std::string_view, std::string_view> kShort[] = {
-      {"ReadWriteOnce", "RWO"},
-      {"ReadOnlyMany", "ROX"},
-      {"ReadWriteMany", "RWX"},
-      {"ReadWriteOncePod", "RWOP"},
-  };
-  std::vector<std::string> out;
-  for (const auto& [mode, abbreviation] : kShort) {
-    for (const Json& m : modes.is_array() ? modes : EmptyArray()) {
-      if (m.is_string() && m.get<std::string>() == mode) {
-        out.emplace_back(abbreviation);
-        break;
-      }
-    }
-  }
-  return absl::StrJoin(out, ",");
-}
-
-// The beta annotation wins over spec.storageClassName, as in Kubernetes.
-std::string StorageClassOf(const Json& o) {
-  const Json& beta = At(o, {"metadata", "annotations", "volume.beta.kubernetes.io/storage-class"});
-  if (beta.is_string()) return beta.get<std::string>();
-  return Str(o, {"spec", "storageClassName"});
-}
-
-std::string StringOr(const Json& v, std::string_view fallback) {
-  return v.is_string() ? v.get<std::string>() : std::string(fallback);
-}
-
-// A cell of a CRD additionalPrinterColumn of `type` (cellForJSONValue).
-Json CrdCell(std::string_view type, const Json& v, absl::Time now) {
-  if (v.is_null()) return nullptr;
-  if (type == "string") return v.is_string() ? v : Json(Dump(v));
-  if (type == "integer") return v.is_number() ? Json(AsInt(v)) : Json(nullptr);
-  if (type == "boolean") return v.is_boolean() ? v : Json(nullptr);
-  if (type == "date") {
-    if (!v.is_string()) return nullptr;
-    std::optional<absl::Time> t = ParseTimestamp(v);
-    return t ? HumanDuration(now - *t) : "<invalid>";
-  }
-  return nullptr;
-}
-
-// ---- Per-kind cells ----------------------------------------------------------------
-
-Cells NamespaceCells(const Json& o, absl::Time now) { return {Name(o), Str(o, {"status", "phase"}), Age(o, now)}; }
-
-// coordination.k8s.io Lease: printLease (an unset holder is an empty cell).
-Cells LeaseCells(const Json& o, absl::Time now) { return {Name(o), Str(o, {"spec", "holderIdentity"}), Age(o, now)}; }
-
-std::string NodeAddress(const Json& node, std::string_view type) {
-  for (const Json& a : Items(node, {"status", "addresses"})) {
-    if (Str(a, {"type"}) == type) return Str(a, {"address"});
-  }
-  return "<none>";
-}
-
-Cells NodeCells(const Json& o, absl::Time now) {
-  std::vector<std::string> status;
-  const Json* ready = nullptr;  // only NodeReady counts; the last one wins
-  for (const Json& c : Items(o, {"status", "conditions"})) {
-    if (Str(c, {"type"}) == "Ready") ready = &c;
-  }
-  if (ready == nullptr) {
-    status.push_back("Unknown");
-  } else {
-    status.push_back(Str(*ready, {"status"}) == "True" ? "Ready" : "NotReady");
-  }
-  if (Bool(o, {"spec", "unschedulable"}, false)) status.push_back("SchedulingDisabled");
-
-  std::set<std::string> roles;
-  const Json& labels = At(o, {"metadata", "labels"});
-  if (labels.is_object()) {
-    for (const auto& [key, value] : labels.items()) {
-      constexpr std::string_view kRolePrefix = "node-role.kubernetes.io/";
-      if (key.starts_with(kRolePrefix) && key.size() > kRolePrefix.size()) {
-        roles.insert(key.substr(kRolePrefix.size()));
-      } else if (key == "kubernetes.io/role" && !AsString(value).empty()) {
-        roles.insert(AsString(value));
-      }
-    }
-  }
-  const Json& info = At(o, {"status", "nodeInfo"});
-  auto unknown_if_empty = [&info](std::string_view field) {
-    std::string s = Str(info, {field});
-    return s.empty() ? std::string("<unknown>") : s;
-  };
-  return {Name(o),
-          absl::StrJoin(status, ","),
-          roles.empty() ? std::string("<none>") : absl::StrJoin(roles, ","),
-          Age(o, now),
-          Str(info, {"kubeletVersion"}),
-          NodeAddress(o, "InternalIP"),
-          NodeAddress(o, "ExternalIP"),
-          unknown_if_empty("osImage"),
-          unknown_if_empty("kernelVersion"),
-          unknown_if_empty("containerRuntimeVersion")};
-}
-
-// Status of an object being deleted, as Kubernetes prints PVs and PVCs.
-std::string PhaseOrTerminating(const Json& o) {
-  return Has(o, {"metadata", "deletionTimestamp"}) ? "Terminating" : Str(o, {"status", "phase"});
-}
-
-Cells PersistentVolumeCells(const Json& o, absl::Time now) {
-  std::string claim;
-  if (const Json& ref = At(o, {"spec", "claimRef"}); ref.is_object()) {
-    claim = absl::StrCat(Str(ref, {"namespace"}), "/", Str(ref, {"name"}));
-  }
-  return {Name(o),
-          QuantityText(At(o, {"spec", "capacity", "storage"})),
-          AccessModes(At(o, {"spec", "accessModes"})),
-          Str(o, {"spec", "persistentVolumeReclaimPolicy"}),
-          PhaseOrTerminating(o),
-          claim,
-          StorageClassOf(o),
-          Str(o, {"status", "reason"}),
-          Age(o, now),
-          StringOr(At(o, {"spec", "volumeAttributesClassName"}), "<unset>"),
-          StringOr(At(o, {"spec", "volumeMode"}), "<unset>")};
-}
-
-Cells PersistentVolumeClaimCells(const Json& o, absl::Time now) {
-  const std::string volume = Str(o, {"spec", "volumeName"});
-  std::string capacity;
-  std::string access_modes;
-  if (!volume.empty()) {  // an unbound claim shows neither
-    capacity = QuantityText(At(o, {"status", "capacity", "storage"}));
-    access_modes = AccessModes(At(o, {"status", "accessModes"}));
-  }
-  return {Name(o),
-          PhaseOrTerminating(o),
-          volume,
-          capacity,
-          access_modes,
-          StorageClassOf(o),
-          Age(o, now),
-          StringOr(At(o, {"spec", "volumeAttributesClassName"}), "<unset>"),
-          StringOr(At(o, {"spec", "volumeMode"}), "<unset>")};
-}
-
-// A terminated container's reason, else "Signal:N" or "ExitCode:N".
-std::string TerminationReason(const Json& terminated) {
-  std::string reason = Str(terminated, {"reason"});
-  if (!reason.empty()) return reason;
-  if (int64_t signal = AsInt(At(terminated, {"signal"})); signal != 0) {
-    return absl::StrCat("Signal:", signal);
-  }
-  return absl::StrCat("ExitCode:", AsInt(At(terminated, {"exitCode"})));
-}
-
-// Keeps the latest lastState.terminated.finishedAt of a container status.
-void NoteRestart(const Json& container_status, std::optional<absl::Time>& latest) {
-  std::optional<absl::Time> t = ParseTimestamp(At(container_status, {"lastState", "terminated", "finishedAt"}));
-  if (t && (!latest || *t > *latest)) latest = t;
-}
-
-// The status of the first condition of `type` is True.
-bool ConditionTrue(const Json& status, std::string_view type) {
-  for (const Json& c : Items(status, {"conditions"})) {
-    if (Str(c, {"type"}) == type) return Str(c, {"status"}) == "True";
-  }
-  return false;
-}
-
-Cells PodCells(const Json& o, absl::Time now) {
-  const Json& spec = At(o, {"spec"});
-  const Json& status = At(o, {"status"});
-  const std::string phase = Str(status, {"phase"});
-  std::string reason = Str(status, {"reason"});
-  if (reason.empty()) reason = phase;
-  for (const Json& c : Items(status, {"conditions"})) {
-    if (Str(c, {"type"}) == "PodScheduled" && Str(c, {"reason"}) == "SchedulingGated") {
-      reason = "SchedulingGated";
-    }
-  }
-
-  // Restartable init containers (sidecars) count as containers.
-  int64_t total = static_cast<int64_t>(Items(spec, {"containers"}).size());
-  std::set<std::string> sidecars;
-  for (const Json& c : Items(spec, {"initContainers"})) {
-    if (Str(c, {"restartPolicy"}) == "Always") {
-      sidecars.insert(Str(c, {"name"}));
-      ++total;
-    }
-  }
-
-  int64_t ready = 0;
-  int64_t restarts = 0;
-  int64_t sidecar_restarts = 0;
-  std::optional<absl::Time> last_restart;
-  std::optional<absl::Time> sidecar_last_restart;
-  bool initializing = false;
-  const Json& init_statuses = Items(status, {"initContainerStatuses"});
-  const size_t init_count = Items(spec, {"initContainers"}).size();
-  for (size_t i = 0; i < init_statuses.size(); ++i) {
-    const Json& cs = init_statuses[i];
-    const bool sidecar = sidecars.count(Str(cs, {"name"})) > 0;
-    restarts += AsInt(At(cs, {"restartCount"}));
-    NoteRestart(cs, last_restart);
-    if (sidecar) {
-      sidecar_restarts += AsInt(At(cs, {"restartCount"}));
-      NoteRestart(cs, sidecar_last_restart);
-    }
-    const Json& terminated = At(cs, {"state", "terminated"});
-    const std::string waiting = Str(cs, {"state", "waiting", "reason"});
-    if (terminated.is_object() && AsInt(At(terminated, {"exitCode"})) == 0) continue;
-    if (sidecar && Bool(cs, {"started"}, false)) {
-      if (Bool(cs, {"ready"}, false)) ++ready;
-      continue;
-    }
-    if (terminated.is_object()) {
-      reason = "Init:" + TerminationReason(terminated);
-    } else if (!waiting.empty() && waiting != "PodInitializing") {
-      reason = "Init:" + waiting;
-    } else {
-      reason = absl::StrCat("Init:", i, "/", init_count);
-    }
-    initializing = true;
-    break;
-  }
-
-  if (!initializing || ConditionTrue(status, "Initialized")) {
-    restarts = sidecar_restarts;
-    last_restart = sidecar_last_restart;
-    bool has_running = false;
-    const Json& statuses = Items(status, {"containerStatuses"});
-    for (size_t i = statuses.size(); i-- > 0;) {
-      const Json& cs = statuses[i];
-      restarts += AsInt(At(cs, {"restartCount"}));
-      NoteRestart(cs, last_restart);
-      const Json& terminated = At(cs, {"state", "terminated"});
-      if (std::string waiting = Str(cs, {"state", "waiting", "reason"}); !waiting.empty()) {
-        reason = waiting;
-      } else if (terminated.is_object()) {
-        reason = TerminationReason(terminated);
-      } else if (Bool(cs, {"ready"}, false) && At(cs, {"state", "running"}).is_object()) {
-        has_running = true;
-        ++ready;
-      }
-    }
-    if (reason == "Completed" && has_running) {
-      reason = ConditionTrue(status, "Ready") ? "Running" : "NotReady";
-    }
-  }
-
-  if (Has(o, {"metadata", "deletionTimestamp"})) {
-    if (Str(status, {"reason"}) == "NodeLost") {
-      reason = "Unknown";
-    } else if (phase != "Succeeded" && phase != "Failed") {
-      reason = "Terminating";
-    }
-  }
-
-  std::string restarts_text = absl::StrCat(restarts);
-  if (restarts != 0 && last_restart) {
-    absl::StrAppend(&restarts_text, " (", HumanDuration(now - *last_restart), " ago)");
-  }
-
-  std::string ip;
-  if (const Json& ips = Items(status, {"podIPs"}); !ips.empty()) ip = Str(ips[0], {"ip"});
-  if (ip.empty()) ip = Str(status, {"podIP"});
-  std::string readiness_gates = "<none>";
-  if (const Json& gates = Items(spec, {"readinessGates"}); !gates.empty()) {
-    int64_t true_gates = 0;
-    for (const Json& gate : gates) {
-      const std::string type = Str(gate, {"conditionType"});
-      for (const Json& c : Items(status, {"conditions"})) {
-        if (Str(c, {"type"}) != type) continue;
-        if (Str(c, {"status"}) == "True") ++true_gates;
-        break;
-      }
-    }
-    readiness_gates = absl::StrCat(true_gates, "/", gates.size());
-  }
-  auto none_if_empty = [](std::string s) { return s.empty() ? std::string("<none>") : s; };
-  return {Name(o),
-          absl::StrCat(ready, "/", total),
-          reason,
-          restarts_text,
-          Age(o, now),
-          none_if_empty(ip),
-          none_if_empty(Str(spec, {"nodeName"})),
-          none_if_empty(Str(status, {"nominatedNodeName"})),
-          readiness_gates};
-}
-
-Cells SecretCells(const Json& o, absl::Time now) {
-  // Counts keys only; stringData merges into data on write, so count both.
-  std::set<std::string> keys;
-  for (std::string_view field : {"data", "stringData"}) {
-    if (const Json& m = At(o, {field}); m.is_object()) {
-      for (const auto& item : m.items()) keys.insert(item.key());
-    }
-  }
-  return {Name(o), StringOr(At(o, {"type"}), "Opaque"), static_cast<int64_t>(keys.size()), Age(o, now)};
-}
-
-Cells EventCells(const Json& o, absl::Time now) {
-  // An unset (or unreadable) timestamp falls back as Kubernetes' zero time does.
-  const Json& first = At(o, {"firstTimestamp"});
-  const Json& last = At(o, {"lastTimestamp"});
-  std::string first_seen = ParseTimestamp(first) ? Since(first, now) : Since(At(o, {"eventTime"}), now);
-  std::string last_seen = ParseTimestamp(last) ? Since(last, now) : first_seen;
-  int64_t count = AsInt(At(o, {"count"}));
-  if (const Json& series = At(o, {"series"}); series.is_object()) {
-    last_seen = Since(At(series, {"lastObservedTime"}), now);
-    count = AsInt(At(series, {"count"}));
-  } else if (count == 0) {
-    count = 1;  // singleton events from the new API carry no count
-  }
-  std::string target = absl::AsciiStrToLower(Str(o, {"involvedObject", "kind"}));
-  if (std::string name = Str(o, {"involvedObject", "name"}); !name.empty()) {
-    absl::StrAppend(&target, "/", name);
-  }
-  std::string component = Str(o, {"source", "component"});
-  if (component.empty()) component = Str(o, {"reportingComponent"});
-  std::string host = Str(o, {"source", "host"});
-  if (host.empty()) host = Str(o, {"reportingInstance"});
-  std::string source = host.empty() ? component : absl::StrCat(component, ", ", host);
-  return {last_seen,
-          Str(o, {"type"}),
-          Str(o, {"reason"}),
-          target,
-          Str(o, {"involvedObject", "fieldPath"}),
-          source,
-          std::string(absl::StripAsciiWhitespace(Str(o, {"message"}))),
-          first_seen,
-          count,
-          Name(o)};
-}
-
-Cells StorageClassCells(const Json& o, absl::Time now) {
-  std::string name = Name(o);
-  for (std::string_view annotation :
-       {"storageclass.kubernetes.io/is-default-class", "storageclass.beta.kubernetes.io/is-default-class"}) {
-    if (Str(o, {"metadata", "annotations", annotation}) == "true") {
-      name += " (default)";
-      break;
-    }
-  }
-  return {name,
-          Str(o, {"provisioner"}),
-          StringOr(At(o, {"reclaimPolicy"}), "Delete"),
-          StringOr(At(o, {"volumeBindingMode"}), "Immediate"),
-          Bool(o, {"allowVolumeExpansion"}, false),
-          Age(o, now)};
-}
-
-Cells VolumeAttachmentCells(const Json& o, absl::Time now) {
-  return {Name(o),
-          Str(o, {"spec", "attacher"}),
-          Str(o, {"spec", "source", "persistentVolumeName"}),
-          Str(o, {"spec", "nodeName"}),
-          Bool(o, {"status", "attached"}, false),
-          Age(o, now)};
-}
-
-Cells CSIDriverCells(const Json& o, absl::Time now) {
-  std::string token_requests = "<unset>";
-  if (const Json& requests = At(o, {"spec", "tokenRequests"}); requests.is_array()) {
-    std::vector<std::string> audiences;
-    for (const Json& r : requests) audiences.push_back(Str(r, {"audience"}));
-    token_requests = absl::StrJoin(audiences, ",");
-  }
-  std::vector<std::string> modes;
-  for (const Json& m : Items(o, {"spec", "volumeLifecycleModes"})) modes.push_back(AsString(m));
-  return {Name(o),
-          Bool(o, {"spec", "attachRequired"}, true),
-          Bool(o, {"spec", "podInfoOnMount"}, false),
-          Bool(o, {"spec", "storageCapacity"}, false),
-          token_requests,
-          Bool(o, {"spec", "requiresRepublish"}, false),
-          modes.empty() ? std::string("<none>") : absl::StrJoin(modes, ","),
-          Age(o, now)};
-}
-
-Cells CSINodeCells(const Json& o, absl::Time now) {
-  return {Name(o), static_cast<int64_t>(Items(o, {"spec", "drivers"}).size()), Age(o, now)};
-}
-
-Cells CSIStorageCapacityCells(const Json& o, absl::Time) {
-  const Json& capacity = At(o, {"capacity"});
-  return {Name(o), Str(o, {"storageClassName"}), capacity.is_null() ? std::string("<unset>") : QuantityText(capacity)};
-}
-
-Cells VolumeSnapshotClassCells(const Json& o, absl::Time now) {
-  return {Name(o), CrdCell("string", At(o, {"driver"}), now), CrdCell("string", At(o, {"deletionPolicy"}), now),
-          CrdCell("date", At(o, {"metadata", "creationTimestamp"}), now)};
-}
-
-Cells VolumeSnapshotCells(const Json& o, absl::Time now) {
-  return {Name(o),
-          CrdCell("boolean", At(o, {"status", "readyToUse"}), now),
-          CrdCell("string", At(o, {"spec", "source", "persistentVolumeClaimName"}), now),
-          CrdCell("string", At(o, {"spec", "source", "volumeSnapshotContentName"}), now),
-          CrdCell("string", At(o, {"status", "restoreSize"}), now),
-          CrdCell("string", At(o, {"spec", "volumeSnapshotClassName"}), now),
-          CrdCell("string", At(o, {"status", "boundVolumeSnapshotContentName"}), now),
-          CrdCell("date", At(o, {"status", "creationTime"}), now),
-          CrdCell("date", At(o, {"metadata", "creationTimestamp"}), now)};
-}
-
-Cells VolumeSnapshotContentCells(const Json& o, absl::Time now) {
-  return {Name(o),
-          CrdCell("boolean", At(o, {"status", "readyToUse"}), now),
-          CrdCell("integer", At(o, {"status", "restoreSize"}), now),
-          CrdCell("string", At(o, {"spec", "deletionPolicy"}), now),
-          CrdCell("string", At(o, {"spec", "driver"}), now),
-          CrdCell("string", At(o, {"spec", "volumeSnapshotClassName"}), now),
-          CrdCell("string", At(o, {"spec", "volumeSnapshotRef", "name"}), now),
-          CrdCell("string", At(o, {"spec", "volumeSnapshotRef", "namespace"}), now),
-          CrdCell("date", At(o, {"metadata", "creationTimestamp"}), now)};
-}
-
-// The apiserver's default table for kinds without a printer.
-Cells DefaultCells(const Json& o, absl::Time) { return {Name(o), Str(o, {"metadata", "creationTimestamp"})}; }
+using table_internal::Cells;
+using table_internal::Json;
+namespace ti = table_internal;
 
 // ---- Columns and dispatch ------------------------------------------------------------
 
@@ -566,8 +69,8 @@ struct KindTable {
 
 const std::map<std::string_view, KindTable>& KindTables() {
   static const auto* tables = new std::map<std::string_view, KindTable>{
-      {"Namespace", {{NameCol(), Col("Status", "The status of the namespace"), AgeCol()}, NamespaceCells}},
-      {"Lease", {{NameCol(), Col("Holder", "The identity of the holder of the lease."), AgeCol()}, LeaseCells}},
+      {"Namespace", {{NameCol(), Col("Status", "The status of the namespace"), AgeCol()}, ti::NamespaceCells}},
+      {"Lease", {{NameCol(), Col("Holder", "The identity of the holder of the lease."), AgeCol()}, ti::LeaseCells}},
       {"Node",
        {{NameCol(), Col("Status", "The status of the node"), Col("Roles", "The roles of the node"), AgeCol(),
          Col("Version", "Kubelet Version reported by the node."),
@@ -576,7 +79,7 @@ const std::map<std::string_view, KindTable>& KindTables() {
          Wide("OS-Image", "OS Image reported by the node from /etc/os-release."),
          Wide("Kernel-Version", "Kernel Version reported by the node from 'uname -r'."),
          Wide("Container-Runtime", "ContainerRuntime Version reported by the node.")},
-        NodeCells}},
+        ti::NodeCells}},
       {"PersistentVolume",
        {{NameCol(), Col("Capacity", "The persistent volume's resources and capacity."),
          Col("Access Modes", "All ways the volume can be mounted."),
@@ -587,7 +90,7 @@ const std::map<std::string_view, KindTable>& KindTables() {
          Col("Reason", "A brief CamelCase string that describes any failure."), AgeCol(),
          Wide("VolumeAttributesClass", "VolumeAttributesClass of the pv"),
          Wide("VolumeMode", "Whether the volume holds a filesystem or is a raw block.")},
-        PersistentVolumeCells}},
+        ti::PersistentVolumeCells}},
       {"PersistentVolumeClaim",
        {{NameCol(), Col("Status", "The current phase of the PersistentVolumeClaim."),
          Col("Volume", "The PersistentVolume backing this claim."),
@@ -596,7 +99,7 @@ const std::map<std::string_view, KindTable>& KindTables() {
          Col("StorageClass", "StorageClass of the pvc"), AgeCol(),
          Wide("VolumeAttributesClass", "VolumeAttributesClass of the pvc"),
          Wide("VolumeMode", "What type of volume is required by the claim.")},
-        PersistentVolumeClaimCells}},
+        ti::PersistentVolumeClaimCells}},
       {"Pod",
        {{NameCol(), Col("Ready", "The aggregate readiness state of this pod for accepting traffic."),
          Col("Status", "The aggregate status of the containers in this pod."),
@@ -604,11 +107,11 @@ const std::map<std::string_view, KindTable>& KindTables() {
          Wide("IP", "The IP address allocated to the pod."), Wide("Node", "The node this pod is scheduled to."),
          Wide("Nominated Node", "The node this pod preempted other pods on."),
          Wide("Readiness Gates", "Readiness gates that are true, of all.")},
-        PodCells}},
+        ti::PodCells}},
       {"Secret",
        {{NameCol(), Col("Type", "Used to facilitate programmatic handling of secret data."),
          Col("Data", "The number of keys in the secret's data."), AgeCol()},
-        SecretCells}},
+        ti::SecretCells}},
       {"Event",  // Kubernetes' order: two wide columns sit between Object and Message.
        {{Col("Last Seen", "When the most recent occurrence of this event was recorded."),
          Col("Type", "Type of this event (Normal, Warning)."),
@@ -620,20 +123,20 @@ const std::map<std::string_view, KindTable>& KindTables() {
          Wide("First Seen", "When the event was first recorded."),
          Wide("Count", "The number of times this event has occurred."),
          TableColumn{"Name", "string", "name", kNameDescription, 1}},
-        EventCells}},
+        ti::EventCells}},
       {"StorageClass",
        {{NameCol(), Col("Provisioner", "The type of the provisioner."),
          Col("ReclaimPolicy", "The reclaim policy of dynamically provisioned volumes."),
          Col("VolumeBindingMode", "How claims are provisioned and bound."),
          Col("AllowVolumeExpansion", "Whether the storage class allows volume expansion."), AgeCol()},
-        StorageClassCells}},
+        ti::StorageClassCells}},
       {"VolumeAttachment",
        {{NameCol(),
          // Kubernetes marks Attacher with format "name" too.
          TableColumn{"Attacher", "string", "name", "The volume driver handling this request.", 0},
          Col("PV", "The persistent volume to attach."), Col("Node", "The node the volume should be attached to."),
          Col("Attached", "Whether the volume is successfully attached.", "boolean"), AgeCol()},
-        VolumeAttachmentCells}},
+        ti::VolumeAttachmentCells}},
       {"CSIDriver",
        {{NameCol(), Col("AttachRequired", "Whether the driver needs an attach step.", "boolean"),
          Col("PodInfoOnMount", "Whether the driver wants pod information on mount.", "boolean"),
@@ -641,19 +144,19 @@ const std::map<std::string_view, KindTable>& KindTables() {
          Col("TokenRequests", "Audiences of the service account tokens the driver needs."),
          Col("RequiresRepublish", "Whether NodePublishVolume is called periodically.", "boolean"),
          Col("Modes", "The kinds of volumes the driver supports."), AgeCol()},
-        CSIDriverCells}},
+        ti::CSIDriverCells}},
       {"CSINode",
        {{NameCol(), Col("Drivers", "Drivers indicates the number of CSI drivers registered on the node", "integer"),
          AgeCol()},
-        CSINodeCells}},
+        ti::CSINodeCells}},
       {"CSIStorageCapacity",  // no Age column in Kubernetes either
        {{NameCol(), Col("StorageClassName", "The StorageClass the reported capacity applies to."),
          Col("Capacity", "The capacity reported by the CSI driver.")},
-        CSIStorageCapacityCells}},
+        ti::CSIStorageCapacityCells}},
       {"VolumeSnapshotClass",
        {{NameCol(), Col("Driver", ""),
          Col("DeletionPolicy", "Whether contents are deleted with their bound snapshots."), CrdAgeCol()},
-        VolumeSnapshotClassCells}},
+        ti::VolumeSnapshotClassCells}},
       {"VolumeSnapshot",
        {{NameCol(), Col("ReadyToUse", "Indicates if the snapshot is ready to be used to restore a volume.", "boolean"),
          Col("SourcePVC", "The source PVC of the snapshot."),
@@ -662,7 +165,7 @@ const std::map<std::string_view, KindTable>& KindTables() {
          Col("SnapshotClass", "The VolumeSnapshotClass requested by the VolumeSnapshot."),
          Col("SnapshotContent", "The VolumeSnapshotContent this snapshot intends to bind to."),
          Col("CreationTime", "When the storage system took the snapshot.", "date"), CrdAgeCol()},
-        VolumeSnapshotCells}},
+        ti::VolumeSnapshotCells}},
       {"VolumeSnapshotContent",
        {{NameCol(), Col("ReadyToUse", "Indicates if the snapshot is ready to be used to restore a volume.", "boolean"),
          Col("RestoreSize", "Represents the complete size of the snapshot in bytes", "integer"),
@@ -671,13 +174,14 @@ const std::map<std::string_view, KindTable>& KindTables() {
          Col("VolumeSnapshotClass", "The VolumeSnapshotClass of this snapshot."),
          Col("VolumeSnapshot", "The VolumeSnapshot this content is bound to."),
          Col("VolumeSnapshotNamespace", "The namespace of that VolumeSnapshot."), CrdAgeCol()},
-        VolumeSnapshotContentCells}},
+        ti::VolumeSnapshotContentCells}},
   };
   return *tables;
 }
 
 const KindTable& TableFor(const KindInfo& kind) {
-  static const auto* fallback = new KindTable{{NameCol(), Col("Created At", kAgeDescription, "date")}, DefaultCells};
+  static const auto* fallback =
+      new KindTable{{NameCol(), Col("Created At", kAgeDescription, "date")}, ti::DefaultCells};
   auto it = KindTables().find(kind.kind);
   return it == KindTables().end() ? *fallback : it->second;
 }
@@ -689,7 +193,7 @@ const KindTable& TableFor(const KindInfo& kind) {
 std::string CellText(const Json& cell) {
   if (cell.is_null()) return "<none>";
   if (cell.is_boolean()) return cell.get<bool>() ? "true" : "false";
-  if (!cell.is_string()) return Dump(cell);
+  if (!cell.is_string()) return ti::Dump(cell);
   std::string text = cell.get<std::string>();
   if (size_t cut = text.find_first_of("\f\n\r"); cut != std::string::npos) {
     text = text.substr(0, cut) + "...";
@@ -777,7 +281,7 @@ nlohmann::json BuildTable(const KindInfo& kind, const std::vector<nlohmann::json
   }
   Json rows = Json::array();
   for (const Json& object : objects) {
-    const Json& object_metadata = At(object, {"metadata"});
+    const Json& object_metadata = ti::At(object, {"metadata"});
     Json metadata = object_metadata.is_object() ? object_metadata : Json::object();
     if (auto it = metadata.find("annotations"); kind.kind == "Secret" && it != metadata.end() && it->is_object()) {
       // `kubectl apply` keeps the whole manifest, data included, here.
@@ -788,7 +292,7 @@ nlohmann::json BuildTable(const KindInfo& kind, const std::vector<nlohmann::json
         {"object",
          {{"kind", "PartialObjectMetadata"}, {"apiVersion", "meta.k8s.io/v1"}, {"metadata", std::move(metadata)}}}};
     if (kind.kind == "Pod") {
-      const std::string phase = Str(object, {"status", "phase"});
+      const std::string phase = ti::Str(object, {"status", "phase"});
       if (phase == "Succeeded" || phase == "Failed") {
         Json completed = {
             {"type", "Completed"},
@@ -810,26 +314,26 @@ nlohmann::json BuildTable(const KindInfo& kind, const std::vector<nlohmann::json
 }
 
 std::string RenderTable(const nlohmann::json& table, bool wide, bool with_namespace, bool with_headers) {
-  const Json& rows = Items(table, {"rows"});
+  const Json& rows = ti::Items(table, {"rows"});
   if (rows.empty()) return "";  // kubectl prints no headers for no rows
-  const Json& columns = Items(table, {"columnDefinitions"});
+  const Json& columns = ti::Items(table, {"columnDefinitions"});
   std::vector<size_t> shown;
   for (size_t i = 0; i < columns.size(); ++i) {
-    if (wide || AsInt(At(columns[i], {"priority"})) == 0) shown.push_back(i);
+    if (wide || ti::AsInt(ti::At(columns[i], {"priority"})) == 0) shown.push_back(i);
   }
   std::vector<std::vector<std::string>> lines;
   if (with_headers) {
     std::vector<std::string>& header = lines.emplace_back();
     if (with_namespace) header.push_back("NAMESPACE");
-    for (size_t i : shown) header.push_back(absl::AsciiStrToUpper(Str(columns[i], {"name"})));
+    for (size_t i : shown) header.push_back(absl::AsciiStrToUpper(ti::Str(columns[i], {"name"})));
   }
   for (const Json& row : rows) {
     std::vector<std::string>& line = lines.emplace_back();
     if (with_namespace) {
-      const Json& metadata = At(row, {"object", "metadata"});
-      line.push_back(metadata.is_object() ? CellText(Str(metadata, {"namespace"})) : "<none>");
+      const Json& metadata = ti::At(row, {"object", "metadata"});
+      line.push_back(metadata.is_object() ? CellText(ti::Str(metadata, {"namespace"})) : "<none>");
     }
-    const Json& cells = Items(row, {"cells"});
+    const Json& cells = ti::Items(row, {"cells"});
     for (size_t i : shown) line.push_back(i < cells.size() ? CellText(cells[i]) : "");
   }
   return Tabulate(lines);

@@ -3,6 +3,7 @@
 // of the fields berth reads and writes (names and types as upstream, text
 // ours); other kinds get their kind and version only, and say so.
 #include <ostream>
+#include <vector>
 
 #include "absl/strings/str_split.h"
 #include "cli/commands.h"
@@ -28,9 +29,6 @@ constexpr std::string_view kKind = "The REST resource this object represents (Ca
 // clang-format off
 constexpr FieldDoc kFields[] = {
   {"PersistentVolumeClaim", "", "Object", "A user's request for and claim to a persistent volume."},
-  {"PersistentVolumeClaim", "apiVersion", "string", kApiVersion},
-  {"PersistentVolumeClaim", "kind", "string", kKind},
-  {"PersistentVolumeClaim", "metadata", "ObjectMeta", kMeta},
   {"PersistentVolumeClaim", "spec", "Object", "The characteristics of the volume requested by the pod author."},
   {"PersistentVolumeClaim", "spec.accessModes", "[]string", "The access modes the volume should have: ReadWriteOnce, ReadOnlyMany, ReadWriteMany, ReadWriteOncePod."},
   {"PersistentVolumeClaim", "spec.resources", "Object", "The minimum resources the volume should have."},
@@ -49,9 +47,6 @@ constexpr FieldDoc kFields[] = {
   {"PersistentVolumeClaim", "status.allocatedResources", "map[string]Quantity", "The size the resize controller works towards."},
 
   {"PersistentVolume", "", "Object", "A piece of storage provisioned by an administrator or dynamically by a CSI driver."},
-  {"PersistentVolume", "apiVersion", "string", kApiVersion},
-  {"PersistentVolume", "kind", "string", kKind},
-  {"PersistentVolume", "metadata", "ObjectMeta", kMeta},
   {"PersistentVolume", "spec", "Object", "The volume's definition."},
   {"PersistentVolume", "spec.capacity", "map[string]Quantity", "storage: the volume's size."},
   {"PersistentVolume", "spec.accessModes", "[]string", "How the volume may be mounted."},
@@ -72,9 +67,6 @@ constexpr FieldDoc kFields[] = {
   {"PersistentVolume", "status.message", "string", "Why the volume is in this phase."},
 
   {"StorageClass", "", "Object", "A class of storage a claim can ask for, provisioned by one CSI driver."},
-  {"StorageClass", "apiVersion", "string", kApiVersion},
-  {"StorageClass", "kind", "string", kKind},
-  {"StorageClass", "metadata", "ObjectMeta", kMeta},
   {"StorageClass", "provisioner", "string", "The CSI driver that provisions volumes of this class."},
   {"StorageClass", "parameters", "map[string]string", "Passed to the driver's CreateVolume (csi.storage.k8s.io/* keys are read by the provisioner)."},
   {"StorageClass", "reclaimPolicy", "string", "Delete (default) or Retain, copied to each volume."},
@@ -84,9 +76,6 @@ constexpr FieldDoc kFields[] = {
   {"StorageClass", "allowedTopologies", "[]Object", "The topology the volumes may be provisioned in."},
 
   {"VolumeSnapshot", "", "Object", "A user's request for a snapshot of a claim's volume."},
-  {"VolumeSnapshot", "apiVersion", "string", kApiVersion},
-  {"VolumeSnapshot", "kind", "string", kKind},
-  {"VolumeSnapshot", "metadata", "ObjectMeta", kMeta},
   {"VolumeSnapshot", "spec", "Object", "What to snapshot."},
   {"VolumeSnapshot", "spec.source", "Object", "persistentVolumeClaimName (a new snapshot) or volumeSnapshotContentName (an existing one)."},
   {"VolumeSnapshot", "spec.volumeSnapshotClassName", "string", "The VolumeSnapshotClass; unset: the default class of the driver."},
@@ -98,17 +87,11 @@ constexpr FieldDoc kFields[] = {
   {"VolumeSnapshot", "status.error", "Object", "The last error taking the snapshot (time, message)."},
 
   {"VolumeSnapshotClass", "", "Object", "A class of snapshots, taken by one CSI driver."},
-  {"VolumeSnapshotClass", "apiVersion", "string", kApiVersion},
-  {"VolumeSnapshotClass", "kind", "string", kKind},
-  {"VolumeSnapshotClass", "metadata", "ObjectMeta", kMeta},
   {"VolumeSnapshotClass", "driver", "string", "The CSI driver that takes the snapshots."},
   {"VolumeSnapshotClass", "deletionPolicy", "string", "Delete or Retain: what happens to the snapshot when its VolumeSnapshot goes."},
   {"VolumeSnapshotClass", "parameters", "map[string]string", "Passed to the driver's CreateSnapshot."},
 
   {"VolumeAttachment", "", "Object", "The intent to attach a volume to a node (ControllerPublishVolume)."},
-  {"VolumeAttachment", "apiVersion", "string", kApiVersion},
-  {"VolumeAttachment", "kind", "string", kKind},
-  {"VolumeAttachment", "metadata", "ObjectMeta", kMeta},
   {"VolumeAttachment", "spec", "Object", "What to attach where."},
   {"VolumeAttachment", "spec.attacher", "string", "The CSI driver attaching the volume."},
   {"VolumeAttachment", "spec.nodeName", "string", "The node to attach to."},
@@ -120,6 +103,30 @@ constexpr FieldDoc kFields[] = {
   {"VolumeAttachment", "status.detachError", "Object", "The last detach error (time, message)."},
 };
 // clang-format on
+
+// The fields every kind has, listed after the kind's own entry.
+constexpr FieldDoc kCommonFields[] = {
+    {"", "apiVersion", "string", kApiVersion},
+    {"", "kind", "string", kKind},
+    {"", "metadata", "ObjectMeta", kMeta},
+};
+
+// The documented fields of `kind`: its own entry, the common fields, then
+// the rest in table order; empty when berth does not describe the kind.
+std::vector<FieldDoc> FieldsOf(std::string_view kind) {
+  std::vector<FieldDoc> out;
+  for (const FieldDoc& f : kFields) {
+    if (f.kind != kind) continue;
+    out.push_back(f);
+    if (f.path.empty()) {
+      for (FieldDoc common : kCommonFields) {
+        common.kind = kind;
+        out.push_back(common);
+      }
+    }
+  }
+  return out;
+}
 
 // Wraps `text` at 75 columns, each line indented by `indent`.
 std::string Wrapped(std::string_view text, int indent) {
@@ -143,15 +150,13 @@ absl::Status Explain(const std::string& what, std::ostream& out) {
   const size_t dot = what.find('.');
   BERTH_ASSIGN_OR_RETURN(const api::KindInfo* kind, ResolveKind(what.substr(0, dot)));
   const std::string path = dot == std::string::npos ? "" : what.substr(dot + 1);
+  const std::vector<FieldDoc> fields = FieldsOf(kind->kind);
   const FieldDoc* self = nullptr;
-  bool documented = false;
-  for (const FieldDoc& f : kFields) {
-    if (f.kind != kind->kind) continue;
-    documented = true;
+  for (const FieldDoc& f : fields) {
     if (f.path == path) self = &f;
   }
   out << "KIND:     " << kind->kind << "\nVERSION:  " << kind->api_version() << "\n\n";
-  if (!documented) {
+  if (fields.empty()) {
     out << "DESCRIPTION:\n"
         << Wrapped(StrCat("berth has no field descriptions for ", kind->kind, "; its fields are those of Kubernetes' ",
                           kind->api_version(), " ", kind->kind,
@@ -166,8 +171,8 @@ absl::Status Explain(const std::string& what, std::ostream& out) {
         "field \"", path.substr(path.rfind('.') == std::string::npos ? 0 : path.rfind('.') + 1), "\" does not exist"));
   }
   std::vector<const FieldDoc*> children;
-  for (const FieldDoc& f : kFields) {
-    if (f.kind != kind->kind || f.path.empty() || f.path == path) continue;
+  for (const FieldDoc& f : fields) {
+    if (f.path.empty() || f.path == path) continue;
     std::string_view rest = f.path;
     if (!path.empty()) {
       if (!rest.starts_with(path) || rest.size() <= path.size() || rest[path.size()] != '.') continue;
