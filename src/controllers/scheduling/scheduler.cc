@@ -402,17 +402,19 @@ void Scheduler::FillSnapshot(const std::string& key, const json& pod, const std:
     }
   }
   // Volume counts for CSINode limits (upstream's NodeVolumeLimits).
-  for (const auto& c : claims) {
-    if (c.state == ClaimRef::State::kBound && c.pv) {
-      if (c.pv->spec.csi && !c.pv->spec.csi->driver.empty()) {
-        snap.new_volumes[c.pv->spec.csi->driver].insert(c.pv->spec.csi->volume_handle);
-      }
-      continue;
+  auto volume_ids = [&](const types::PersistentVolumeClaim& claim, const types::PersistentVolume* pv,
+                        std::map<std::string, std::set<std::string>>& out) {
+    if (pv != nullptr) {
+      if (pv->spec.csi && !pv->spec.csi->driver.empty()) out[pv->spec.csi->driver].insert(pv->spec.csi->volume_handle);
+      return;
     }
-    auto sc = snap.classes.find(types::ClaimClass(c.claim));
-    if (sc == snap.classes.end()) continue;
+    auto sc = snap.classes.find(types::ClaimClass(claim));
+    if (sc == snap.classes.end()) return;
     const std::string driver = Str(sc->second, {"provisioner"});
-    if (!driver.empty()) snap.new_volumes[driver].insert(StrCat("claim:", KeyOf(c.claim.metadata)));
+    if (!driver.empty()) out[driver].insert(StrCat("claim:", KeyOf(claim.metadata)));
+  };
+  for (const auto& c : claims) {
+    volume_ids(c.claim, c.state == ClaimRef::State::kBound && c.pv ? &*c.pv : nullptr, snap.new_volumes);
   }
   std::set<std::string> limited_nodes;
   for (const auto& [name, csinode] : snap.csinodes) {
@@ -433,13 +435,21 @@ void Scheduler::FillSnapshot(const std::string& key, const json& pod, const std:
         bool ephemeral = false;
         const std::string claim_name = PodVolumeClaim(other, v, &ephemeral);
         if (claim_name.empty()) continue;
-        std::optional<json> claim =
+        std::optional<json> claim_json =
             Current(informers_.claims, "persistentvolumeclaims", StrCat(Ns(other), "/", claim_name));
-        if (!claim) continue;
-        const std::string volume_name = Str(*claim, {"spec", "volumeName"});
-        std::optional<json> pv =
+        if (!claim_json) continue;
+        absl::StatusOr<types::PersistentVolumeClaim> claim = DecodeAs<types::PersistentVolumeClaim>(*claim_json);
+        if (!claim.ok()) continue;
+        const std::string& volume_name = claim->spec.volume_name;
+        std::optional<json> pv_json =
             volume_name.empty() ? std::nullopt : Current(informers_.volumes, "persistentvolumes", volume_name);
-        volume_ids(*claim, pv, used);
+        std::optional<types::PersistentVolume> pv;
+        if (pv_json) {
+          absl::StatusOr<types::PersistentVolume> typed = DecodeAs<types::PersistentVolume>(*pv_json);
+          if (!typed.ok()) continue;
+          pv = std::move(*typed);
+        }
+        volume_ids(*claim, pv ? &*pv : nullptr, used);
       }
     };
     for (const auto& other : SelectCurrent(informers_.pods, "pods", [&](const json& p) {
