@@ -22,8 +22,11 @@
 // Rules (the Go types' rules, so a round trip through berth changes nothing
 // a Go client would keep):
 //  - `F` is a field tagged `omitempty`: encode leaves it out when empty ("",
-//    0, false, an empty list or map; a struct is never empty, as in Go).
-//    `Always` is a field without omitempty: always written.
+//    0, false, an empty list or map, a struct with nothing set). `Always` is
+//    a field without omitempty: a scalar or list is written even when empty,
+//    as Go does. A field read empty (`readOnly: false`, `metadata: {}`, null)
+//    and still empty is written back as it was read: a round trip changes
+//    nothing.
 //  - A Go pointer field (`*string`, `*bool`, `*Struct`) is a std::optional:
 //    absent (or null) decodes to nullopt and nullopt is never written, so
 //    "" and "absent" stay apart (PVC spec.storageClassName).
@@ -142,6 +145,8 @@ struct IsStringMap<std::map<std::string, U>> : std::true_type {};
 
 template <typename T>
 absl::Status DecodeValue(const Json& j, T& out, const Path& path);
+template <typename T>
+bool IsEmpty(const T& v);
 
 // Decodes the object `j` into a modeled struct, keeping unmodeled keys.
 template <Modeled T>
@@ -150,17 +155,20 @@ absl::Status DecodeStruct(const Json& j, T& out, const Path& path) {
   constexpr auto fields = T::Fields();
   for (auto it = j.begin(); it != j.end(); ++it) {
     const std::string& key = it.key();
-    bool known = false;
+    bool known = false, empty = false;
     absl::Status status;
     std::apply(
         [&](const auto&... f) {
-          ((!known && key == f.key ? (known = true, status = DecodeValue(*it, out.*(f.member), Path(&path, f.key)), 0)
+          ((!known && key == f.key ? (known = true, status = DecodeValue(*it, out.*(f.member), Path(&path, f.key)),
+                                      empty = status.ok() && IsEmpty(out.*(f.member)), 0)
                                    : 0),
            ...);
         },
         fields);
     if (!status.ok()) return status;
-    if (!known) out.unknown[key] = *it;
+    // Unknown keys, and known ones read empty (null, false, "", {}): the
+    // latter are written back as read while their member stays empty.
+    if (!known || empty) out.unknown[key] = *it;
   }
   return absl::OkStatus();
 }
@@ -213,8 +221,10 @@ bool IsEmpty(const T& v) {
     return !v;
   } else if constexpr (std::is_integral_v<T>) {
     return v == 0;
+  } else if constexpr (Modeled<T>) {
+    return v == T{};
   } else {
-    return false;  // structs and quantities: Go's omitempty never omits them
+    return false;  // quantities
   }
 }
 
@@ -232,6 +242,8 @@ Json EncodeStruct(const T& v) {
           using M = std::decay_t<decltype(m)>;
           if constexpr (internal::IsOptional<M>::value) {
             if (m.has_value()) out[std::string(field.key)] = EncodeValue(*m);
+          } else if constexpr (Modeled<M>) {
+            if (!IsEmpty(m)) out[std::string(field.key)] = EncodeValue(m);
           } else if (field.emit == Emit::kAlways || !IsEmpty(m)) {
             out[std::string(field.key)] = EncodeValue(m);
           }
