@@ -1,5 +1,8 @@
 #include "apiserver/handler.h"
 
+#include <algorithm>
+#include <utility>
+
 #include "apiserver/events_v1.h"
 
 #include "absl/strings/numbers.h"
@@ -80,6 +83,14 @@ json ResourceList(std::string_view group, std::string_view version) {
                            {"verbs", {"create"}}});
       resources.push_back(
           {{"name", "pods/log"}, {"singularName", ""}, {"namespaced", true}, {"kind", "Pod"}, {"verbs", {"get"}}});
+      for (const auto& [sub, options] :
+           {std::pair{"pods/attach", "PodAttachOptions"}, {"pods/exec", "PodExecOptions"}}) {
+        resources.push_back({{"name", sub},
+                             {"singularName", ""},
+                             {"namespaced", true},
+                             {"kind", options},
+                             {"verbs", {"create", "get"}}});
+      }
     }
   }
   std::string gv = group.empty() ? std::string(version) : StrCat(group, "/", version);
@@ -198,8 +209,12 @@ json EventJson(const api::KindInfo& kind, const std::string& type, const json& o
 }  // namespace
 
 bool ApiHandler::IsLongRunning(const HttpRequest& request) {
-  // kube-apiserver's long-running requests that berth serves: watches and
-  // followed logs (GET .../pods/NAME/log?follow=true).
+  // kube-apiserver's long-running requests that berth serves: watches,
+  // followed logs (GET .../pods/NAME/log?follow=true), exec and attach.
+  if (request.path.starts_with("/api/v1/namespaces/") && request.path.find("/pods/") != std::string::npos &&
+      (request.path.ends_with("/exec") || request.path.ends_with("/attach"))) {
+    return true;
+  }
   if (request.method != "GET") return false;
   if (QueryTrue(request, "watch")) return true;
   return request.path.starts_with("/api/v1/namespaces/") && request.path.ends_with("/log") &&
@@ -225,9 +240,10 @@ json StatusObject(const absl::Status& st) {
   return out;
 }
 
-void ApiHandler::AddSubresource(const std::string& resource, const std::string& sub, SubresourceHandler handler) {
+void ApiHandler::AddSubresource(const std::string& resource, const std::string& sub, SubresourceHandler handler,
+                                std::vector<std::string> methods) {
   absl::MutexLock lock(&metrics_mu_);
-  subresources_[{resource, sub}] = std::move(handler);
+  subresources_[{resource, sub}] = Served{std::move(handler), std::move(methods)};
 }
 
 void ApiHandler::AddMetricsCollector(MetricsCollector collector) {
@@ -318,16 +334,16 @@ void ApiHandler::Handle(const HttpRequest& req, ResponseWriter& out) {
   const std::string& ns = route->ns;
   const std::string& name = route->name;
   if (!route->sub.empty() && route->sub != "status" && route->sub != "binding" && !ns.empty() && !name.empty()) {
-    SubresourceHandler served;
+    Served served;
     {
       absl::MutexLock lock(&metrics_mu_);
       auto it = subresources_.find(std::pair<std::string, std::string>(std::string(kind.resource), route->sub));
       if (it != subresources_.end()) served = it->second;
     }
-    if (served) {
-      if (req.method != "GET")
+    if (served.handler) {
+      if (std::find(served.methods.begin(), served.methods.end(), req.method) == served.methods.end())
         return SendError(out, api::MethodNotAllowed(StrCat("method ", req.method, " is not supported")));
-      absl::Status st = served(req, out, ns, name);
+      absl::Status st = served.handler(req, out, ns, name);
       if (!st.ok()) SendError(out, st);
       return;
     }

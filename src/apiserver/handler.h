@@ -49,10 +49,11 @@ class ApiHandler {
 
   void Handle(const HttpRequest& request, ResponseWriter& out);
 
-  // Requests that stream for long (watches, followed pod logs): the HTTP
-  // server exempts them from its in-flight limits; Handle() detaches watch
-  // streams to the WatchHub (and pods/log hands followed logs to its own
-  // thread), so none holds a handler thread.
+  // Requests that stream for long (watches, followed pod logs, pods/exec
+  // and pods/attach): the HTTP server exempts them from its in-flight
+  // limits; Handle() detaches watch streams to the WatchHub (pods/log hands
+  // followed logs to its own thread, pods/exec its connection to a tunnel),
+  // so none holds a handler thread.
   static bool IsLongRunning(const HttpRequest& request);
   size_t watches() const { return watches_.size(); }
 
@@ -61,21 +62,26 @@ class ApiHandler {
   using MetricsCollector = std::function<void(std::string* out)>;
   void AddMetricsCollector(MetricsCollector collector) ABSL_LOCKS_EXCLUDED(metrics_mu_);
 
-  // GET of a subresource served by someone else (pods/log: the node's
-  // kubelet in Kubernetes, berth's pod log reader here). The handler gets
-  // the object's namespace and name; an error it returns before writing
+  // A subresource served by someone else (pods/log, pods/exec: the node's
+  // kubelet in Kubernetes, berth's pod log reader and exec proxy here),
+  // for the HTTP `methods` given (others: 405). The handler gets the
+  // object's namespace and name; an error it returns before writing
   // anything is sent as a Kubernetes Status.
   using SubresourceHandler =
       std::function<absl::Status(const HttpRequest&, ResponseWriter&, const std::string& ns, const std::string& name)>;
-  void AddSubresource(const std::string& resource, const std::string& sub, SubresourceHandler handler)
-      ABSL_LOCKS_EXCLUDED(metrics_mu_);
+  void AddSubresource(const std::string& resource, const std::string& sub, SubresourceHandler handler,
+                      std::vector<std::string> methods = {"GET"}) ABSL_LOCKS_EXCLUDED(metrics_mu_);
 
  private:
   Registry& registry_;
   const Options options_;
   absl::Mutex metrics_mu_;
   std::vector<MetricsCollector> metrics_ ABSL_GUARDED_BY(metrics_mu_);
-  std::map<std::pair<std::string, std::string>, SubresourceHandler> subresources_ ABSL_GUARDED_BY(metrics_mu_);
+  struct Served {
+    SubresourceHandler handler;
+    std::vector<std::string> methods;
+  };
+  std::map<std::pair<std::string, std::string>, Served> subresources_ ABSL_GUARDED_BY(metrics_mu_);
   WatchHub watches_;  // last: its streams end before the rest goes
 };
 

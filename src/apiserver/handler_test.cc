@@ -1,5 +1,9 @@
 #include "apiserver/handler.h"
 
+#include <map>
+#include <string>
+#include <vector>
+
 #include "common/clock.h"
 #include "common/testing/eventually.h"
 #include "common/testing/temp_dir.h"
@@ -217,6 +221,35 @@ TEST(ApiHandlerLongRunningTest, WatchesAndFollowedLogsAreLongRunning) {
   EXPECT_FALSE(long_running("GET", "/api/v1/namespaces/default/pods/web/log?follow=false"));
   EXPECT_FALSE(long_running("GET", "/api/v1/persistentvolumes"));
   EXPECT_FALSE(long_running("POST", "/api/v1/namespaces/default/pods?watch=1"));
+  EXPECT_TRUE(long_running("POST", "/api/v1/namespaces/default/pods/web/exec?command=ls&stdout=true"));
+  EXPECT_TRUE(long_running("GET", "/api/v1/namespaces/default/pods/web/exec?command=ls&stdout=true"));
+  EXPECT_TRUE(long_running("POST", "/api/v1/namespaces/default/pods/web/attach?stdout=true"));
+}
+
+TEST_F(HandlerTest, SubresourcesServedElsewhereTakeTheirMethodsAndAreDiscovered) {
+  std::vector<std::string> seen;
+  handler_->AddSubresource(
+      "pods", "exec",
+      [&](const HttpRequest& r, ResponseWriter& w, const std::string& ns, const std::string& name) {
+        seen.push_back(r.method + " " + ns + "/" + name);
+        w.Send(200, "text/plain", "ok");
+        return absl::OkStatus();
+      },
+      {"GET", "POST"});
+  EXPECT_EQ(Do("POST", "/api/v1/namespaces/default/pods/web/exec?command=ls").code, 200);
+  EXPECT_EQ(Do("GET", "/api/v1/namespaces/default/pods/web/exec?command=ls").code, 200);
+  EXPECT_EQ(Do("PUT", "/api/v1/namespaces/default/pods/web/exec").code, 405);
+  EXPECT_THAT(seen, ::testing::ElementsAre("POST default/web", "GET default/web"));
+  // Not registered: 404.
+  EXPECT_EQ(Do("POST", "/api/v1/namespaces/default/pods/web/portforward").code, 404);
+  std::map<std::string, json> core;
+  const json list = Do("GET", "/api/v1").Json();
+  for (const auto& r : list["resources"]) core[r["name"]] = r;
+  ASSERT_TRUE(core.count("pods/exec"));
+  EXPECT_EQ(core["pods/exec"]["kind"], "PodExecOptions");
+  EXPECT_EQ(core["pods/exec"]["verbs"], json({"create", "get"}));
+  ASSERT_TRUE(core.count("pods/attach"));
+  EXPECT_EQ(core["pods/attach"]["kind"], "PodAttachOptions");
 }
 
 TEST_F(HandlerTest, WatchStreamsEventsInOrderAndExpiredIs410) {

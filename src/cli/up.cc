@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <functional>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <set>
 
@@ -28,6 +29,7 @@
 #include "csi/registration.h"
 #include "nlohmann/json.hpp"
 #include "node/plugins/plugin_watcher.h"
+#include "node/pods/exec.h"
 #include "node/pods/logs.h"
 #include "spdlog/spdlog.h"
 
@@ -298,6 +300,32 @@ absl::Status RunUp(UpOptions options) {
                                                      const std::string& ns, const std::string& name) {
                                  return node::pods::ServePodLog(registry, pod_logs, ns, name, req, out);
                                });
+  // pods/exec and pods/attach: through the pod's node's runtime to its
+  // streaming server (node/pods/exec.h). The channels do not dial until used.
+  auto node_runtimes = std::make_shared<std::map<std::string, std::unique_ptr<cri::GrpcRuntime>>>();
+  for (const std::string& node : UpNodeNames(options)) {
+    const std::string endpoint = runtimes->Endpoint(node);
+    if (endpoint.empty()) continue;
+    BERTH_ASSIGN_OR_RETURN((*node_runtimes)[node],
+                           cri::GrpcRuntime::Connect(endpoint, {.retry_for = absl::Seconds(5)}));
+  }
+  node::pods::RuntimeForNode runtime_for_node =
+      [node_runtimes](const std::string& node) -> absl::StatusOr<cri::Runtime*> {
+    auto it = node_runtimes->find(node);
+    if (it == node_runtimes->end())
+      return absl::FailedPreconditionError(
+          "berth up runs it with --runtime=none, or it is not a node of this berth up");
+    return it->second.get();
+  };
+  for (const char* sub : {"exec", "attach"}) {
+    cp->handler().AddSubresource(
+        "pods", sub,
+        [&registry, runtime_for_node, sub](const http::HttpRequest& req, http::ResponseWriter& out,
+                                           const std::string& ns, const std::string& name) {
+          return node::pods::ServePodStream(registry, runtime_for_node, sub, ns, name, req, out);
+        },
+        {"GET", "POST"});
+  }
   const std::string host_ip = HostIp();
   // Each node's agent is a process of its own (berth node-agent, over the
   // API socket), supervised with its berth-csi: a dead or hung agent never

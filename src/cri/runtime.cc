@@ -191,6 +191,18 @@ absl::StatusOr<v1::ExecSyncResponse> GrpcRuntime::ExecSync(const std::string& id
                                     absl::Seconds(seconds) + options_.request_timeout);
 }
 
+absl::StatusOr<std::string> GrpcRuntime::Exec(const v1::ExecRequest& request) {
+  BERTH_ASSIGN_OR_RETURN(
+      auto resp, Call<v1::ExecResponse>("Exec", BERTH_CRI_RPC(runtime_, Exec), request, options_.request_timeout));
+  return resp.url();
+}
+
+absl::StatusOr<std::string> GrpcRuntime::Attach(const v1::AttachRequest& request) {
+  BERTH_ASSIGN_OR_RETURN(auto resp, Call<v1::AttachResponse>("Attach", BERTH_CRI_RPC(runtime_, Attach), request,
+                                                             options_.request_timeout));
+  return resp.url();
+}
+
 absl::StatusOr<std::vector<v1::Image>> GrpcRuntime::ListImages() {
   BERTH_ASSIGN_OR_RETURN(auto resp, Call<v1::ListImagesResponse>("ListImages", BERTH_CRI_RPC(images_, ListImages),
                                                                  v1::ListImagesRequest(), options_.request_timeout));

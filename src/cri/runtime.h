@@ -61,6 +61,11 @@ class Runtime {
   // DEADLINE_EXCEEDED when it ran past `timeout`.
   virtual absl::StatusOr<v1::ExecSyncResponse> ExecSync(const std::string& id, const std::vector<std::string>& cmd,
                                                         absl::Duration timeout) = 0;
+  // The URL on the runtime's streaming server where one exec (attach)
+  // session of `request` is served, as kubelet proxies pods/exec
+  // (pods/attach) to it. Nothing runs until a client connects there.
+  virtual absl::StatusOr<std::string> Exec(const v1::ExecRequest& request) = 0;
+  virtual absl::StatusOr<std::string> Attach(const v1::AttachRequest& request) = 0;
 
   virtual absl::StatusOr<std::vector<v1::Image>> ListImages() = 0;
   // nullopt-like: an Image with an empty id when the image is not present.
@@ -109,6 +114,8 @@ class GrpcRuntime final : public Runtime {
   absl::Status ReopenContainerLog(const std::string& id) override;
   absl::StatusOr<v1::ExecSyncResponse> ExecSync(const std::string& id, const std::vector<std::string>& cmd,
                                                 absl::Duration timeout) override;
+  absl::StatusOr<std::string> Exec(const v1::ExecRequest& request) override;
+  absl::StatusOr<std::string> Attach(const v1::AttachRequest& request) override;
   absl::StatusOr<std::vector<v1::Image>> ListImages() override;
   absl::StatusOr<v1::Image> ImageStatus(const std::string& image) override;
   absl::StatusOr<std::string> PullImage(const std::string& image, const v1::PodSandboxConfig& sandbox_config) override;

@@ -23,7 +23,11 @@ HttpRequest FromBeast(bhttp::request<bhttp::string_body>&& req) {
   for (const auto& field : req) {
     std::string name(field.name_string());
     for (auto& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    out.headers[name] = std::string(field.value());
+    // A field sent several times (X-Stream-Protocol-Version) keeps every
+    // value, joined as RFC 9110 5.3 allows.
+    const std::string_view value(field.value().data(), field.value().size());
+    auto [it, fresh] = out.headers.try_emplace(name, value);
+    if (!fresh) it->second += StrCat(", ", value);
   }
   out.body = std::move(req.body());
   return out;
@@ -121,15 +125,21 @@ std::optional<std::string> PercentDecode(std::string_view s, bool plus_is_space)
   return out;
 }
 
-std::map<std::string, std::string> ParseQuery(std::string_view query) {
-  std::map<std::string, std::string> out;
+std::vector<std::pair<std::string, std::string>> ParseQueryList(std::string_view query) {
+  std::vector<std::pair<std::string, std::string>> out;
   for (std::string_view part : Split(query, '&')) {
     if (part.empty()) continue;
     size_t eq = part.find('=');
     auto key = PercentDecode(part.substr(0, eq), true);
     auto value = PercentDecode(eq == std::string_view::npos ? "" : part.substr(eq + 1), true);
-    if (key && value) out[*key] = *value;
+    if (key && value) out.emplace_back(std::move(*key), std::move(*value));
   }
+  return out;
+}
+
+std::map<std::string, std::string> ParseQuery(std::string_view query) {
+  std::map<std::string, std::string> out;
+  for (auto& [key, value] : ParseQueryList(query)) out[key] = std::move(value);
   return out;
 }
 

@@ -5,6 +5,8 @@
 // Writer belongs to the handler call it is given to.
 #pragma once
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
@@ -101,6 +103,19 @@ class SessionBase : public std::enable_shared_from_this<SessionBase> {
 class Output {
  public:
   explicit Output(std::weak_ptr<SessionBase> session) : session_(std::move(session)) {}
+  ~Output() {
+    if (tunnel_ >= 0) ::close(tunnel_);
+  }
+  Output(const Output&) = delete;
+  Output& operator=(const Output&) = delete;
+
+  // The response (its head queued with Append, `last`) hands the connection
+  // over to a tunnel to `backend`, owned from here on.
+  void SetTunnel(int backend) ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    if (tunnel_ >= 0) ::close(tunnel_);
+    tunnel_ = backend;
+  }
 
   // Queues bytes (and with `last`, ends the response). False once closed or
   // ended.
@@ -147,6 +162,7 @@ class Output {
     std::string bytes;
     bool response_done = false;  // ended, handler returned, all taken
     bool detached = false;
+    int tunnel = -1;  // with response_done: the tunnel's backend, now the caller's
   };
   Batch Take() ABSL_LOCKS_EXCLUDED(mu_) {
     absl::MutexLock lock(&mu_);
@@ -156,6 +172,7 @@ class Output {
     queue_.clear();
     b.response_done = b.bytes.empty() && ended_ && handler_returned_ && pending_ == 0;
     b.detached = detached_;
+    if (b.response_done) b.tunnel = std::exchange(tunnel_, -1);
     return b;
   }
   // `n` bytes were written; returns the wakeup to run if a backlog drained.
@@ -215,6 +232,7 @@ class Output {
   bool detached_ ABSL_GUARDED_BY(mu_) = false;
   bool drain_wanted_ ABSL_GUARDED_BY(mu_) = false;
   std::function<void()> wakeup_ ABSL_GUARDED_BY(mu_);
+  int tunnel_ ABSL_GUARDED_BY(mu_) = -1;
 };
 
 class DetachedStream final : public Stream {
@@ -262,6 +280,16 @@ class Writer final : public ResponseWriter {
     if (!streaming_ || detached_) return nullptr;
     detached_ = true;
     return std::make_shared<DetachedStream>(out_);
+  }
+  bool Tunnel(std::string head, int backend) override {
+    if (started_) {
+      ::close(backend);
+      return false;
+    }
+    started_ = true;
+    code_ = 101;
+    out_->SetTunnel(backend);
+    return out_->Append(std::move(head), true);
   }
 
   // After the handler returned.

@@ -24,6 +24,7 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/ip/v6_only.hpp>
 #include <boost/asio/local/stream_protocol.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/ssl.hpp>
 #include <boost/asio/strand.hpp>
@@ -159,6 +160,7 @@ class Session final : public SessionBase {
   ~Session() override {
     // The socket and the strand must go before the server may (Shutdown
     // waits for the last session to unregister).
+    tunnel_.reset();
     stream_.reset();
     executor_.reset();
     --server_.open_;
@@ -318,10 +320,67 @@ class Session final : public SessionBase {
     }
     if (!batch.response_done) return;
     out_.reset();
+    if (batch.tunnel >= 0) return StartTunnel(batch.tunnel);
     // A detached stream's end closes the connection (its EOF watch holds
     // the read side).
     if (batch.detached || !keep_alive_ || server_.stopping_) return Close();
     ReadRequest();
+  }
+
+  // ---- A tunnel (ResponseWriter::Tunnel): its head is written; from here
+  // on two pumps copy bytes, each one read then one write at a time, so a
+  // side that does not read stops the other side's reads (no buffering
+  // beyond one buffer per direction).
+  void StartTunnel(int fd) {
+    tunnel_.emplace(*executor_);
+    ErrorCode ec;
+    tunnel_->assign(fd, ec);
+    if (ec) {
+      ::close(fd);
+      return Close();
+    }
+    tunneling_ = true;
+    ++server_.long_running_;
+    up_buffer_.resize(kTunnelBuffer);
+    down_buffer_.resize(kTunnelBuffer);
+    PumpUp();
+    PumpDown();
+  }
+  void PumpUp() {
+    // Bytes the client sent after its request (none for SPDY and WebSocket
+    // clients, which wait for the 101) go first.
+    if (buffer_.size() > 0) {
+      const size_t n = std::min(buffer_.size(), up_buffer_.size());
+      net::buffer_copy(net::buffer(up_buffer_), buffer_.data(), n);
+      buffer_.consume(n);
+      return WriteUp(n);
+    }
+    stream_->async_read_some(net::buffer(up_buffer_), [self = Self()](ErrorCode ec, size_t n) {
+      if (self->closed_) return;
+      // Either side's end ends both, as kube-apiserver's proxy does.
+      if (ec) return self->Close();
+      self->WriteUp(n);
+    });
+  }
+  void WriteUp(size_t n) {
+    net::async_write(*tunnel_, net::buffer(up_buffer_.data(), n), [self = Self()](ErrorCode ec, size_t) {
+      if (self->closed_) return;
+      if (ec) return self->Close();
+      self->PumpUp();
+    });
+  }
+  void PumpDown() {
+    tunnel_->async_read_some(net::buffer(down_buffer_), [self = Self()](ErrorCode ec, size_t n) {
+      if (self->closed_) return;
+      if (ec) return self->Close();  // the backend is done: so is the client
+      self->Arm(self->write_deadline_, self->options().limits.io_timeout);
+      net::async_write(*self->stream_, net::buffer(self->down_buffer_.data(), n), [self](ErrorCode ec2, size_t) {
+        self->Disarm(self->write_deadline_);
+        if (self->closed_) return;
+        if (ec2) return self->Close();
+        self->PumpDown();
+      });
+    });
   }
 
   // While a detached stream runs nobody reads the connection: notice the
@@ -338,7 +397,7 @@ class Session final : public SessionBase {
   void Close() {
     if (closed_) return;
     closed_ = true;
-    if (watching_eof_) --server_.long_running_;
+    if (watching_eof_ || tunneling_) --server_.long_running_;
     Disarm(read_deadline_);
     Disarm(write_deadline_);
     if (out_) {
@@ -347,6 +406,7 @@ class Session final : public SessionBase {
     ErrorCode ignored;
     stream_->lowest_layer().shutdown(net::socket_base::shutdown_both, ignored);
     stream_->lowest_layer().close(ignored);
+    if (tunnel_) tunnel_->close(ignored);
   }
 
   // Deadlines run on the server's clock; a deadline that passes closes the
@@ -390,6 +450,10 @@ class Session final : public SessionBase {
   std::shared_ptr<Output> out_;  // the response being written
   std::string write_buffer_;
   std::array<char, 512> eof_buffer_;
+  std::optional<net::posix::stream_descriptor> tunnel_;  // a tunnel's backend
+  static constexpr size_t kTunnelBuffer = 32 << 10;
+  std::vector<char> up_buffer_, down_buffer_;  // a tunnel's: client → backend, backend → client
+  bool tunneling_ = false;
   Deadline read_deadline_, write_deadline_;
   uint64_t generations_ = 0;
   int requests_ = 0;

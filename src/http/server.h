@@ -38,6 +38,8 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -50,7 +52,7 @@ struct HttpRequest {
   std::string target;                          // "/api/v1/pods?watch=1"
   std::string path;                            // "/api/v1/pods" (percent-decoded)
   std::map<std::string, std::string> query;    // decoded; the last value wins
-  std::map<std::string, std::string> headers;  // lower-case names
+  std::map<std::string, std::string> headers;  // lower-case names; repeated fields joined by ", "
   std::string body;
   bool over_unix_socket = false;
 
@@ -101,12 +103,26 @@ class ResponseWriter {
   // handler returns without holding a thread. The connection closes once
   // the stream ends. nullptr if no stream was started.
   virtual std::shared_ptr<Stream> Detach() = 0;
+  // Answers an upgrade request (pods/exec) with `head` — a whole response
+  // head, normally "HTTP/1.1 101 ...\r\n...\r\n\r\n", and any bytes that
+  // followed it — and then hands the connection over to a tunnel: bytes go
+  // both ways between the client and `backend` (a connected stream socket,
+  // owned by the server from this call, closed whatever happens) unchanged,
+  // asynchronously on the I/O threads, holding no handler thread. Either
+  // side's EOF or error, or Shutdown, closes both (as kube-apiserver's
+  // upgrade proxy does: no half-close is passed on). Each write to the
+  // client must complete within `io_timeout`; no idle limit (an exec shell
+  // may wait for hours). False (and `backend` closed) if a response was
+  // already started.
+  virtual bool Tunnel(std::string head, int backend) = 0;
 };
 
 using HttpHandler = std::function<void(const HttpRequest&, ResponseWriter&)>;
 
 // Parses "a=b&c=%20d" into a map (percent and '+' decoding).
 std::map<std::string, std::string> ParseQuery(std::string_view query);
+// The same, every pair in order, repeated keys too (pods/exec's `command`).
+std::vector<std::pair<std::string, std::string>> ParseQueryList(std::string_view query);
 // Percent-decoding; nullopt on a malformed escape.
 std::optional<std::string> PercentDecode(std::string_view s, bool plus_is_space);
 
@@ -175,7 +191,7 @@ class HttpServer {
     int64_t open_connections = 0;
     int64_t inflight_reads = 0;
     int64_t inflight_mutating = 0;
-    int64_t long_running = 0;         // detached streams open
+    int64_t long_running = 0;         // detached streams and tunnels open
     int64_t accepted = 0;             // connections, ever
     int64_t refused_connections = 0;  // closed at accept: over max_connections
     int64_t timed_out = 0;            // connections closed by a deadline

@@ -562,6 +562,102 @@ TEST_F(HttpLimitsTest, TlsHandshakeMustFinishBeforeItsDeadlineAndTheTokenIsCheck
   EXPECT_EQ(server->stats().timed_out, 2);
 }
 
+// ---- Tunnels (upgraded requests proxied elsewhere: pods/exec) ----
+
+// A handler that tunnels /exec to one end of a socket pair; the test plays
+// the backend on the other end.
+class TunnelTest : public HttpLimitsTest {
+ protected:
+  std::unique_ptr<HttpServer> StartTunnels() {
+    HttpServer::Options o = PlainTcp("127.0.0.1:0");
+    o.limits.handler_threads = 1;
+    o.limits.max_requests_inflight = 1;
+    o.long_running = [](const HttpRequest& r) { return r.path == "/exec"; };
+    return Start(o, [this](const HttpRequest& r, ResponseWriter& w) {
+      if (r.path != "/exec") return Echo(r, w);
+      int pair[2];
+      ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair), 0);
+      {
+        absl::MutexLock lock(&mu_);
+        backends_.push_back(pair[0]);
+      }
+      EXPECT_TRUE(
+          w.Tunnel("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: test\r\n\r\n", pair[1]));
+      EXPECT_FALSE(w.StartStream(200, "text/plain"));  // the response is the tunnel's
+    });
+  }
+  int Backend(size_t i) {
+    absl::MutexLock lock(&mu_);
+    return i < backends_.size() ? backends_[i] : -1;
+  }
+  void TearDown() override {
+    absl::MutexLock lock(&mu_);
+    for (int fd : backends_) ::close(fd);
+  }
+
+  absl::Mutex mu_;
+  std::vector<int> backends_ ABSL_GUARDED_BY(mu_);
+};
+
+TEST_F(TunnelTest, CopiesBytesBothWaysWithoutAHandlerThread) {
+  auto server = StartTunnels();
+  ASSERT_NE(server, nullptr);
+  std::vector<int> clients;
+  for (int i = 0; i < 2; ++i) {
+    clients.push_back(ConnectTcp(server->tcp_port()));
+    // Bytes sent right after the request reach the backend first.
+    SendAll(clients.back(), "GET /exec HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: test\r\n\r\nearly");
+    EXPECT_THAT(ReadUntil(clients.back(), "\r\n\r\n"), StartsWith("HTTP/1.1 101 Switching Protocols\r\n"));
+    ASSERT_TRUE(Eventually([&] { return Backend(clients.size() - 1) >= 0; }));
+    EXPECT_EQ(ReadUntil(Backend(clients.size() - 1), "early"), "early");
+  }
+  // Two tunnels, exempt from the in-flight limit of one, and the one
+  // handler thread still serves.
+  EXPECT_EQ(server->stats().long_running, 2);
+  EXPECT_THAT(Exchange(ConnectTcp(server->tcp_port()), "GET /ok HTTP/1.1\r\nConnection: close\r\n\r\n"),
+              HasSubstr("GET /ok -\n"));
+
+  const int client = clients[1], backend = Backend(1);
+  SendAll(client, "ping");
+  EXPECT_EQ(ReadUntil(backend, "ping"), "ping");
+  // More than one buffer's worth, back to the client, unchanged.
+  std::string big(200 << 10, 'x');
+  for (size_t i = 0; i < big.size(); i += 997) big[i] = static_cast<char>('a' + i % 26);
+  big += "<end>";
+  std::thread writer([&] { SendAll(backend, big); });
+  const std::string got = ReadUntil(client, "<end>");
+  writer.join();
+  EXPECT_TRUE(got == big) << got.size() << " bytes of " << big.size();
+  // The backend's end ends the tunnel.
+  ASSERT_EQ(::shutdown(backend, SHUT_WR), 0);
+  EXPECT_TRUE(ClosedByServer(client));
+  EXPECT_TRUE(Eventually([&] { return server->stats().long_running == 1; }));
+  ::close(client);
+
+  // The client's end (here a half-close) ends the other: the backend sees
+  // EOF, as with kube-apiserver's proxy, which ends both sides when
+  // either does.
+  ::shutdown(clients[0], SHUT_WR);
+  EXPECT_TRUE(ClosedByServer(Backend(0)));
+  EXPECT_TRUE(ClosedByServer(clients[0]));
+  ::close(clients[0]);
+  EXPECT_TRUE(Eventually([&] { return server->stats().long_running == 0 && server->stats().open_connections == 0; }));
+}
+
+TEST_F(TunnelTest, ShutdownClosesTunnels) {
+  auto server = StartTunnels();
+  ASSERT_NE(server, nullptr);
+  const int client = ConnectTcp(server->tcp_port());
+  SendAll(client,
+          "POST /exec HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: test\r\nContent-Length: 0\r\n\r\n");
+  EXPECT_THAT(ReadUntil(client, "\r\n\r\n"), StartsWith("HTTP/1.1 101"));
+  ASSERT_TRUE(Eventually([&] { return server->stats().long_running == 1; }));
+  server->Shutdown();
+  EXPECT_TRUE(ClosedByServer(client));
+  EXPECT_TRUE(ClosedByServer(Backend(0)));
+  ::close(client);
+}
+
 TEST(ParseRequestTest, QueryAndPathDecoding) {
   auto r = ParseRequest("GET /api/v1/namespaces/a%2Db/pods?labelSelector=app%3Dweb&watch HTTP/1.1\r\nHost: x\r\n\r\n");
   ASSERT_TRUE(r.ok()) << r.status();
@@ -571,6 +667,18 @@ TEST(ParseRequestTest, QueryAndPathDecoding) {
   EXPECT_EQ(r->Header("host"), "x");
   EXPECT_FALSE(ParseRequest("GET /x%0 HTTP/1.1\r\n\r\n").ok());
   EXPECT_FALSE(ParseRequest("GET /x HTTP/1.1\r\nContent-Length: 5\r\n\r\nab").ok());
+}
+
+TEST(ParseRequestTest, RepeatedQueryKeysAndHeaderFieldsKeepEveryValue) {
+  auto r = ParseRequest(
+      "POST /exec?command=sh&command=-c&command=echo%20a%26b&stdout=true HTTP/1.1\r\nHost: x\r\n"
+      "X-Stream-Protocol-Version: v4.channel.k8s.io\r\nX-Stream-Protocol-Version: channel.k8s.io\r\n\r\n");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->Header("x-stream-protocol-version"), "v4.channel.k8s.io, channel.k8s.io");
+  using Pairs = std::vector<std::pair<std::string, std::string>>;
+  EXPECT_EQ(ParseQueryList("command=sh&command=-c&command=echo%20a%26b&stdout=true"),
+            (Pairs{{"command", "sh"}, {"command", "-c"}, {"command", "echo a&b"}, {"stdout", "true"}}));
+  EXPECT_EQ(r->query.at("command"), "echo a&b");  // the map keeps the last
 }
 
 }  // namespace

@@ -26,6 +26,10 @@ class NullWriter : public berth::http::ResponseWriter {
   bool WriteChunk(const std::string&) override { return true; }
   bool Cancelled() override { return true; }
   std::shared_ptr<berth::http::Stream> Detach() override { return nullptr; }
+  bool Tunnel(std::string, int backend) override {
+    ::close(backend);
+    return false;
+  }
 };
 
 struct World {

@@ -270,5 +270,4 @@ class ApiCliTest : public ::testing::Test {
 
 // ---- berth CLI ----
 
-
 }  // namespace berth::api_cli_testing

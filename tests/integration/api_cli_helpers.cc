@@ -171,5 +171,4 @@ std::string SnapshotYaml(const std::map<std::string, std::string>& labels) {
                       "spec:\n  volumeSnapshotClassName: snapclass\n  source:\n    persistentVolumeClaimName: data\n");
 }
 
-
 }  // namespace berth::api_cli_testing

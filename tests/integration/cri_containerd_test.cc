@@ -4,7 +4,8 @@
 // bridge, containers run the toolbox image, exit codes, CRI log files and
 // ExecSync come back, the host reaches a pod, StopContainer ends a process
 // that ignores SIGTERM after its grace period, and removing everything
-// leaves no shim, mount or bridge behind.
+// leaves no shim, mount or bridge behind; and which upgrades containerd's
+// streaming server (pods/exec's far end) accepts.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -172,6 +173,69 @@ TEST_F(CriContainerdTest, RunsPodsAndContainersAndCleansUpCompletely) {
   EXPECT_TRUE(ctd_->Shims().empty());
   EXPECT_TRUE(ctd_->Mounts().empty());
   EXPECT_FALSE(ctd_->BridgeExists());
+}
+
+// What containerd's streaming server (pods/exec's far end) accepts, checked
+// for real rather than assumed: CRI Exec gives a one-use URL on loopback
+// (berth's config); an upgrade to SPDY/3.1 negotiates v4.channel.k8s.io
+// even when v5 is offered first; WebSocket v4.channel.k8s.io is accepted,
+// WebSocket v5.channel.k8s.io (what kubectl 1.30+ tries first) is refused
+// with 403, which kubectl takes as its cue to fall back to SPDY.
+TEST_F(CriContainerdTest, StreamingServerOnLoopbackSpeaksSpdyAndWebSocketUpToV4) {
+  Runtime& rt = ctd_->runtime();
+  const v1::PodSandboxConfig sc = Sandbox("streams");
+  auto sandbox = rt.RunPodSandbox(sc, "");
+  ASSERT_TRUE(sandbox.ok()) << sandbox.status();
+  const std::string id = Run(*sandbox, sc, Container("sleeper", {"/bin/sleep", "3600"}));
+  // The status line and headers the streaming server answers `upgrade` with.
+  auto answer = [&](const std::string& method, const std::string& upgrade) -> std::string {
+    v1::ExecRequest req;
+    req.set_container_id(id);
+    req.add_cmd("/bin/true");
+    req.set_stdout(true);
+    auto url = rt.Exec(req);
+    EXPECT_TRUE(url.ok()) << url.status();
+    if (!url.ok()) return "";
+    EXPECT_TRUE(absl::StartsWith(*url, "http://127.0.0.1:")) << *url;
+    const size_t port_at = std::string("http://127.0.0.1:").size();
+    const int port = std::atoi(url->c_str() + port_at);
+    const std::string path = url->substr(url->find('/', port_at));
+    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    const std::string request = method + " " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\n" + upgrade + "\r\n";
+    ::send(fd, request.data(), request.size(), MSG_NOSIGNAL);
+    std::string got;
+    char buf[4096];
+    ssize_t n;
+    while (got.find("\r\n\r\n") == std::string::npos && (n = ::recv(fd, buf, sizeof(buf), 0)) > 0) {
+      got.append(buf, static_cast<size_t>(n));
+    }
+    ::close(fd);
+    return got.substr(0, got.find("\r\n\r\n") + 2);
+  };
+  const std::string spdy = answer("POST",
+                                  "Connection: Upgrade\r\nUpgrade: SPDY/3.1\r\n"
+                                  "X-Stream-Protocol-Version: v5.channel.k8s.io\r\n"
+                                  "X-Stream-Protocol-Version: v4.channel.k8s.io\r\n"
+                                  "X-Stream-Protocol-Version: channel.k8s.io\r\n");
+  EXPECT_TRUE(absl::StartsWith(spdy, "HTTP/1.1 101 Switching Protocols\r\n")) << spdy;
+  EXPECT_THAT(spdy, HasSubstr("X-Stream-Protocol-Version: v4.channel.k8s.io\r\n"));
+  auto websocket = [&](const std::string& protocol) {
+    return answer("GET",
+                  "Connection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\n"
+                  "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Protocol: " +
+                      protocol + "\r\nOrigin: http://127.0.0.1\r\n");
+  };
+  const std::string v4 = websocket("v4.channel.k8s.io");
+  EXPECT_TRUE(absl::StartsWith(v4, "HTTP/1.1 101 Switching Protocols\r\n")) << v4;
+  EXPECT_THAT(v4, HasSubstr("Sec-WebSocket-Protocol: v4.channel.k8s.io\r\n"));
+  const std::string v5 = websocket("v5.channel.k8s.io");
+  EXPECT_TRUE(absl::StartsWith(v5, "HTTP/1.1 403 Forbidden\r\n")) << v5;
+  ASSERT_TRUE(RemoveAllSandboxes(rt, {}).ok());
 }
 
 TEST_F(CriContainerdTest, ContainersSurviveARestartOfContainerd) {

@@ -335,6 +335,5 @@ TEST_F(ApiCliTest, KubectlWatchShowsAddedModifiedDeletedInOrder) {
 
 // ---- Helper definitions ----
 
-
 }  // namespace
 }  // namespace berth::api_cli_testing

@@ -13,6 +13,8 @@
 // call, as the server's does.
 #pragma once
 
+#include <unistd.h>
+
 #include <functional>
 #include <memory>
 #include <string>
@@ -98,11 +100,22 @@ class RecordingWriter : public ResponseWriter {
     detached = stream != nullptr;
     return stream;
   }
+  bool Tunnel(std::string head, int backend) override {
+    code = 101;
+    body = std::move(head);
+    if (tunnel >= 0) ::close(tunnel);
+    tunnel = backend;
+    return true;
+  }
+  ~RecordingWriter() override {
+    if (tunnel >= 0) ::close(tunnel);
+  }
 
   int code = 0;
   std::string content_type, body;
   std::shared_ptr<RecordingStream> stream;  // once StartStream was called
   bool detached = false;                    // Detach handed the stream over
+  int tunnel = -1;                          // Tunnel's backend (closed by the destructor); body: its head
 };
 
 }  // namespace berth::http::testing

@@ -13,6 +13,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "api/errors.h"
 #include "client/object.h"
 #include "common/status.h"
 #include "common/strings.h"
@@ -315,11 +316,7 @@ absl::Status CopyLog(const std::string& path, const LogOptions& options,
   }
 }
 
-absl::Status ServePodLog(apiserver::Api& registry, const std::string& log_root, const std::string& ns,
-                         const std::string& name, const http::HttpRequest& request, http::ResponseWriter& out) {
-  BERTH_ASSIGN_OR_RETURN(json pod, registry.Get(client::K("pods"), ns, name));
-  std::string container;
-  if (auto it = request.query.find("container"); it != request.query.end()) container = it->second;
+absl::StatusOr<std::string> RequestedContainer(const json& pod, const std::string& name, std::string container) {
   std::vector<std::string> names, init_names;
   for (const char* field : {"containers", "initContainers"}) {
     const json& list = client::Field(client::Field(pod, "spec"), field);
@@ -336,14 +333,23 @@ absl::Status ServePodLog(apiserver::Api& registry, const std::string& log_root, 
     if (names.size() != 1) {
       std::string msg = StrCat("a container name must be specified for pod ", name, ", choose one of: ", join(names));
       if (!init_names.empty()) msg += StrCat(" or one of the init containers: ", join(init_names));
-      return absl::InvalidArgumentError(msg);
+      return api::BadRequest(msg);
     }
     container = names.front();
   }
   if (std::find(names.begin(), names.end(), container) == names.end() &&
       std::find(init_names.begin(), init_names.end(), container) == init_names.end()) {
-    return absl::InvalidArgumentError(StrCat("container ", container, " is not valid for pod ", name));
+    return api::BadRequest(StrCat("container ", container, " is not valid for pod ", name));
   }
+  return container;
+}
+
+absl::Status ServePodLog(apiserver::Api& registry, const std::string& log_root, const std::string& ns,
+                         const std::string& name, const http::HttpRequest& request, http::ResponseWriter& out) {
+  BERTH_ASSIGN_OR_RETURN(json pod, registry.Get(client::K("pods"), ns, name));
+  std::string container;
+  if (auto it = request.query.find("container"); it != request.query.end()) container = it->second;
+  BERTH_ASSIGN_OR_RETURN(container, RequestedContainer(pod, name, container));
   bool init = false;
   const json* status = StatusOf(pod, container, &init);
   const bool previous = QueryTrue(request, "previous");

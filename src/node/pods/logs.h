@@ -19,9 +19,11 @@
 #include <string_view>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "apiserver/api.h"
 #include "http/server.h"
+#include "nlohmann/json.hpp"
 
 namespace berth::node::pods {
 
@@ -51,6 +53,14 @@ struct LogOptions {
 absl::Status CopyLog(const std::string& path, const LogOptions& options,
                      const std::function<bool(std::string_view)>& write, const std::function<bool()>& keep_following,
                      absl::Duration poll = absl::Milliseconds(100));
+
+// The container a pods/log, pods/exec or pods/attach request for pod
+// `name` names: `container`, or the pod's only container when empty.
+// INVALID_ARGUMENT (BadRequest) as the API server words it: "a container
+// name must be specified for pod P, choose one of: [a b]", "container X is
+// not valid for pod P".
+absl::StatusOr<std::string> RequestedContainer(const nlohmann::json& pod, const std::string& name,
+                                               std::string container);
 
 // The pods/log subresource for the API server: the container's current (or
 // `previous`) log of a pod in the registry, with the query parameters
