@@ -16,10 +16,11 @@ namespace {
 // One NodeSelectorRequirement against labels (an invalid one — wrong value
 // count, non-integer Gt/Lt — does not match, as Kubernetes' conversion to a
 // selector fails for it).
-bool RequirementMatches(const json& req, const std::map<std::string, std::string>& labels) {
-  const std::string key = Str(req, {"key"}), op = Str(req, {"operator"});
-  const std::vector<std::string> values = StringList(Field(req, "values"));
-  auto it = labels.find(key);
+bool RequirementMatches(const api::types::NodeSelectorRequirement& req,
+                        const std::map<std::string, std::string>& labels) {
+  const std::string& op = req.operator_;
+  const std::vector<std::string>& values = req.values;
+  auto it = labels.find(req.key);
   const bool has = it != labels.end();
   if (op == "In") return !values.empty() && has && ContainsString(values, it->second);
   if (op == "NotIn") return !values.empty() && (!has || !ContainsString(values, it->second));
@@ -35,12 +36,10 @@ bool RequirementMatches(const json& req, const std::map<std::string, std::string
 }
 
 // matchFields: only metadata.name, with In / NotIn and exactly one value.
-bool FieldRequirementMatches(const json& req, const std::string& node_name) {
-  const std::vector<std::string> values = StringList(Field(req, "values"));
-  if (Str(req, {"key"}) != "metadata.name" || values.size() != 1) return false;
-  const std::string op = Str(req, {"operator"});
-  if (op == "In") return values[0] == node_name;
-  if (op == "NotIn") return values[0] != node_name;
+bool FieldRequirementMatches(const api::types::NodeSelectorRequirement& req, const std::string& node_name) {
+  if (req.key != "metadata.name" || req.values.size() != 1) return false;
+  if (req.operator_ == "In") return req.values[0] == node_name;
+  if (req.operator_ == "NotIn") return req.values[0] != node_name;
   return false;
 }
 
@@ -73,26 +72,23 @@ bool ContainsString(const std::vector<std::string>& values, const std::string& v
   return std::find(values.begin(), values.end(), v) != values.end();
 }
 
-bool NodeSelectorMatchesLabels(const json& selector, const std::map<std::string, std::string>& labels,
-                               const std::string& node_name) {
-  const json& terms = Field(selector, "nodeSelectorTerms");
-  if (!terms.is_array()) return false;
-  for (const auto& term : terms) {
-    const json& exprs = Field(term, "matchExpressions");
-    const json& fields = Field(term, "matchFields");
-    const bool has_exprs = exprs.is_array() && !exprs.empty();
-    const bool has_fields = fields.is_array() && !fields.empty();
-    if (!has_exprs && !has_fields) continue;  // an empty term selects nothing
+bool NodeSelectorMatchesLabels(const api::types::NodeSelector& selector,
+                               const std::map<std::string, std::string>& labels, const std::string& node_name) {
+  for (const auto& term : selector.node_selector_terms) {
+    if (term.match_expressions.empty() && term.match_fields.empty()) continue;  // an empty term selects nothing
     bool all = true;
-    if (has_exprs) {
-      for (const auto& e : exprs) all = all && RequirementMatches(e, labels);
-    }
-    if (has_fields) {
-      for (const auto& f : fields) all = all && FieldRequirementMatches(f, node_name);
-    }
+    for (const auto& e : term.match_expressions) all = all && RequirementMatches(e, labels);
+    for (const auto& f : term.match_fields) all = all && FieldRequirementMatches(f, node_name);
     if (all) return true;
   }
   return false;
+}
+
+bool NodeSelectorMatchesLabels(const json& selector, const std::map<std::string, std::string>& labels,
+                               const std::string& node_name) {
+  api::types::NodeSelector typed;
+  if (!api::types::DecodeValue(selector, typed, api::types::Path()).ok()) return false;
+  return NodeSelectorMatchesLabels(typed, labels, node_name);
 }
 
 bool MatchesNodeSelector(const json& node_selector, const json& node) {

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "api/types/core.h"
 #include "apiserver/registry.h"
 #include "nlohmann/json.hpp"
 
@@ -26,6 +27,9 @@ std::map<std::string, std::string> NodeLabels(const nlohmann::json& node);
 // metadata.name ANDed; In, NotIn, Exists, DoesNotExist, Gt, Lt)? As in
 // Kubernetes, an empty term list or an empty term matches nothing, and an
 // invalid requirement fails its term.
+bool NodeSelectorMatchesLabels(const api::types::NodeSelector& selector,
+                               const std::map<std::string, std::string>& labels, const std::string& node_name);
+// The same on a selector as JSON (one that does not decode matches nothing).
 bool NodeSelectorMatchesLabels(const nlohmann::json& selector, const std::map<std::string, std::string>& labels,
                                const std::string& node_name);
 bool MatchesNodeSelector(const nlohmann::json& node_selector, const nlohmann::json& node);

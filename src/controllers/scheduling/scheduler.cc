@@ -241,7 +241,6 @@ absl::Status Scheduler::SyncPod(const std::string& key) {
     NodeInfo info;
     info.name = Name(n);
     info.labels = NodeLabels(n);
-    info.labels_json = json(info.labels);
     info.object = std::move(n);
     snap.nodes.push_back(std::move(info));
   }
@@ -271,7 +270,7 @@ absl::Status Scheduler::SyncPod(const std::string& key) {
           return Unschedulable(pod, "SchedulerError",
                                StrCat("running PreBind plugin \"VolumeBinding\": binding volumes: provisioning "
                                       "failed for PVC \"",
-                                      Name(c.claim), "\""));
+                                      c.claim.metadata.name, "\""));
         }
       }
     }
@@ -329,23 +328,35 @@ std::string Scheduler::CollectClaims(const json& pod, std::vector<ClaimRef>& cla
       bool ephemeral = false;
       const std::string claim_name = PodVolumeClaim(pod, v, &ephemeral);
       if (claim_name.empty() || !seen.insert(claim_name).second) continue;
-      std::optional<json> claim = Current(informers_.claims, "persistentvolumeclaims", StrCat(ns, "/", claim_name));
-      if (!claim) return StrCat("persistentvolumeclaim \"", claim_name, "\" not found");
-      if (ephemeral && !ControlledByPod(*claim, pod)) {
+      std::optional<json> claim_json =
+          Current(informers_.claims, "persistentvolumeclaims", StrCat(ns, "/", claim_name));
+      if (!claim_json) return StrCat("persistentvolumeclaim \"", claim_name, "\" not found");
+      if (ephemeral && !ControlledByPod(*claim_json, pod)) {
         return StrCat("PVC ", ns, "/", claim_name, " was not created for pod ", ns, "/", Name(pod),
                       " (pod is not owner)");
       }
-      if (Deleting(*claim)) return StrCat("persistentvolumeclaim \"", claim_name, "\" is being deleted");
+      absl::StatusOr<types::PersistentVolumeClaim> claim = DecodeAs<types::PersistentVolumeClaim>(*claim_json);
+      if (!claim.ok()) return std::string(claim.status().message());
+      if (claim->metadata.Deleting()) return StrCat("persistentvolumeclaim \"", claim_name, "\" is being deleted");
       ClaimRef ref;
-      ref.request = ClaimRequest(*claim);
-      ref.selected_node = Annotation(*claim, kAnnSelectedNode);
-      const std::string cls = ClaimClass(*claim), volume_name = Str(*claim, {"spec", "volumeName"});
-      if (!cls.empty()) ref.storage_class = informers_.classes.Get("", cls);
-      const bool delayed =
-          ref.storage_class && Str(*ref.storage_class, {"volumeBindingMode"}) == "WaitForFirstConsumer";
-      if (!volume_name.empty() && !Annotation(*claim, kAnnBindCompleted).empty()) {
+      if (auto it = claim->spec.resources.requests.find("storage"); it != claim->spec.resources.requests.end()) {
+        ref.request = it->second.Value();
+      }
+      ref.selected_node = claim->metadata.Annotation(kAnnSelectedNode);
+      const std::string cls = types::ClaimClass(*claim), volume_name = claim->spec.volume_name;
+      if (std::shared_ptr<const json> sc = cls.empty() ? nullptr : informers_.classes.GetSharedByKey(cls)) {
+        absl::StatusOr<types::StorageClass> typed = DecodeAs<types::StorageClass>(*sc);
+        if (!typed.ok()) return std::string(typed.status().message());
+        ref.storage_class = std::move(*typed);
+      }
+      const bool delayed = ref.storage_class && ref.storage_class->WaitForFirstConsumer();
+      if (!volume_name.empty() && !claim->metadata.Annotation(kAnnBindCompleted).empty()) {
         ref.state = ClaimRef::State::kBound;
-        ref.pv = Current(informers_.volumes, "persistentvolumes", volume_name);
+        if (std::optional<json> pv = Current(informers_.volumes, "persistentvolumes", volume_name)) {
+          absl::StatusOr<types::PersistentVolume> typed = DecodeAs<types::PersistentVolume>(*pv);
+          if (!typed.ok()) return std::string(typed.status().message());
+          ref.pv = std::move(*typed);
+        }
       } else if (delayed && volume_name.empty()) {
         ref.state = ClaimRef::State::kDelayed;
       } else if (delayed && !ref.selected_node.empty()) {
@@ -370,33 +381,40 @@ void Scheduler::FillSnapshot(const std::string& key, const json& pod, const std:
   std::set<std::string> delayed_classes, delayed_claims;
   for (const auto& c : claims) {
     if (c.state != ClaimRef::State::kDelayed) continue;
-    delayed_classes.insert(ClaimClass(c.claim));
-    delayed_claims.insert(Name(c.claim));
+    delayed_classes.insert(types::ClaimClass(c.claim));
+    delayed_claims.insert(c.claim.metadata.name);
   }
   if (!delayed_classes.empty()) {
-    snap.static_candidates = SelectCurrent(informers_.volumes, "persistentvolumes", [&](const json& pv) {
+    std::vector<json> candidates = SelectCurrent(informers_.volumes, "persistentvolumes", [&](const json& pv) {
       std::string cls = Str(pv, {"spec", "storageClassName"});
       if (cls.empty()) cls = Annotation(pv, "volume.beta.kubernetes.io/storage-class");
       if (!delayed_classes.contains(cls)) return false;
       const json& ref = Field(Field(pv, "spec"), "claimRef");
       return ref.is_null() || (Str(ref, {"namespace"}) == ns && delayed_claims.contains(Str(ref, {"name"})));
     });
+    for (const auto& pv : candidates) {
+      absl::StatusOr<types::PersistentVolume> typed = DecodeAs<types::PersistentVolume>(pv);
+      if (typed.ok()) {
+        snap.static_candidates.push_back(std::move(*typed));
+      } else {
+        spdlog::warn("scheduler: skipping a volume: {}", typed.status().ToString());
+      }
+    }
   }
   // Volume counts for CSINode limits (upstream's NodeVolumeLimits).
-  auto volume_ids = [&](const json& claim, const std::optional<json>& pv,
+  auto volume_ids = [&](const types::PersistentVolumeClaim& claim, const types::PersistentVolume* pv,
                         std::map<std::string, std::set<std::string>>& out) {
-    if (pv) {
-      const std::string driver = Str(*pv, {"spec", "csi", "driver"});
-      if (!driver.empty()) out[driver].insert(Str(*pv, {"spec", "csi", "volumeHandle"}));
+    if (pv != nullptr) {
+      if (pv->spec.csi && !pv->spec.csi->driver.empty()) out[pv->spec.csi->driver].insert(pv->spec.csi->volume_handle);
       return;
     }
-    auto sc = snap.classes.find(ClaimClass(claim));
+    auto sc = snap.classes.find(types::ClaimClass(claim));
     if (sc == snap.classes.end()) return;
     const std::string driver = Str(sc->second, {"provisioner"});
-    if (!driver.empty()) out[driver].insert(StrCat("claim:", ObjectKey(claim)));
+    if (!driver.empty()) out[driver].insert(StrCat("claim:", KeyOf(claim.metadata)));
   };
   for (const auto& c : claims) {
-    volume_ids(c.claim, c.state == ClaimRef::State::kBound ? c.pv : std::nullopt, snap.new_volumes);
+    volume_ids(c.claim, c.state == ClaimRef::State::kBound && c.pv ? &*c.pv : nullptr, snap.new_volumes);
   }
   std::set<std::string> limited_nodes;
   for (const auto& [name, csinode] : snap.csinodes) {
@@ -417,13 +435,21 @@ void Scheduler::FillSnapshot(const std::string& key, const json& pod, const std:
         bool ephemeral = false;
         const std::string claim_name = PodVolumeClaim(other, v, &ephemeral);
         if (claim_name.empty()) continue;
-        std::optional<json> claim =
+        std::optional<json> claim_json =
             Current(informers_.claims, "persistentvolumeclaims", StrCat(Ns(other), "/", claim_name));
-        if (!claim) continue;
-        const std::string volume_name = Str(*claim, {"spec", "volumeName"});
-        std::optional<json> pv =
+        if (!claim_json) continue;
+        absl::StatusOr<types::PersistentVolumeClaim> claim = DecodeAs<types::PersistentVolumeClaim>(*claim_json);
+        if (!claim.ok()) continue;
+        const std::string& volume_name = claim->spec.volume_name;
+        std::optional<json> pv_json =
             volume_name.empty() ? std::nullopt : Current(informers_.volumes, "persistentvolumes", volume_name);
-        volume_ids(*claim, pv, used);
+        std::optional<types::PersistentVolume> pv;
+        if (pv_json) {
+          absl::StatusOr<types::PersistentVolume> typed = DecodeAs<types::PersistentVolume>(*pv_json);
+          if (!typed.ok()) continue;
+          pv = std::move(*typed);
+        }
+        volume_ids(*claim, pv ? &*pv : nullptr, used);
       }
     };
     for (const auto& other : SelectCurrent(informers_.pods, "pods", [&](const json& p) {

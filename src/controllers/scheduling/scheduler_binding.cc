@@ -44,17 +44,18 @@ absl::Status Scheduler::AssumeVolumes(const json& pod, const std::vector<ClaimRe
   // 1. Static matches: the volume points at the claim (the PV binder
   //    finishes the binding), as upstream's bindAPIUpdate.
   for (const auto& [i, pv] : fit.static_bindings) {
-    const json& claim = claims[i].claim;
-    if (Str(pv, {"spec", "claimRef", "uid"}) == Uid(claim)) continue;
-    auto written = Mutate(registry_, K("persistentvolumes"), "", Name(pv), apiserver::Subresource::kMain, [&](json& o) {
+    const types::ObjectMeta& claim = claims[i].claim.metadata;
+    if (pv.spec.claim_ref && pv.spec.claim_ref->uid == claim.uid) continue;
+    const std::string& pv_name = pv.metadata.name;
+    auto written = Mutate(registry_, K("persistentvolumes"), "", pv_name, apiserver::Subresource::kMain, [&](json& o) {
       const json& ref = Field(o["spec"], "claimRef");
       if (!ref.is_null()) return false;  // checked below
       o["spec"]["claimRef"] = {{"kind", "PersistentVolumeClaim"},
-                               {"namespace", Ns(claim)},
-                               {"name", Name(claim)},
-                               {"uid", Uid(claim)},
+                               {"namespace", claim.namespace_},
+                               {"name", claim.name},
+                               {"uid", claim.uid},
                                {"apiVersion", "v1"},
-                               {"resourceVersion", Str(claim, {"metadata", "resourceVersion"})}};
+                               {"resourceVersion", claim.resource_version}};
       o["metadata"]["annotations"][kAnnBoundByController] = "yes";
       return true;
     });
@@ -62,12 +63,12 @@ absl::Status Scheduler::AssumeVolumes(const json& pod, const std::vector<ClaimRe
     if (*written) {
       Assume("persistentvolumes", **written);
     } else {
-      auto current = registry_.Get(K("persistentvolumes"), "", Name(pv));
+      auto current = registry_.Get(K("persistentvolumes"), "", pv_name);
       if (!current.ok()) return current.status();
       const std::string ref_uid = Str(*current, {"spec", "claimRef", "uid"});
       const std::string ref_name = Str(*current, {"spec", "claimRef", "name"});
-      if (ref_uid != Uid(claim) && !(ref_uid.empty() && ref_name == Name(claim))) {
-        return absl::AbortedError(StrCat("volume ", Name(pv), " was taken by another claim meanwhile"));
+      if (ref_uid != claim.uid && !(ref_uid.empty() && ref_name == claim.name)) {
+        return absl::AbortedError(StrCat("volume ", pv_name, " was taken by another claim meanwhile"));
       }
     }
   }
@@ -76,11 +77,11 @@ absl::Status Scheduler::AssumeVolumes(const json& pod, const std::vector<ClaimRe
   std::vector<size_t> to_annotate = fit.provisions;
   for (const auto& [i, pv] : fit.static_bindings) to_annotate.push_back(i);
   for (size_t i : to_annotate) {
-    const json& claim = claims[i].claim;
+    const types::ObjectMeta& claim = claims[i].claim.metadata;
     if (claims[i].selected_node == fit.node) continue;
-    auto written = Mutate(registry_, K("persistentvolumeclaims"), Ns(claim), Name(claim), apiserver::Subresource::kMain,
-                          [&](json& o) {
-                            if (Uid(o) != Uid(claim) || Deleting(o)) return false;
+    auto written = Mutate(registry_, K("persistentvolumeclaims"), claim.namespace_, claim.name,
+                          apiserver::Subresource::kMain, [&](json& o) {
+                            if (Uid(o) != claim.uid || Deleting(o)) return false;
                             if (Annotation(o, kAnnSelectedNode) == fit.node) return false;
                             o["metadata"]["annotations"][kAnnSelectedNode] = fit.node;
                             return true;

@@ -28,17 +28,23 @@ bool VolumeFitsNode(const json& pv, const std::map<std::string, std::string>& la
   return required.is_null() || NodeSelectorMatchesLabels(required, labels, node_name);
 }
 
+bool VolumeFitsNode(const types::PersistentVolume& pv, const std::map<std::string, std::string>& labels,
+                    const std::string& node_name) {
+  if (!pv.spec.node_affinity || !pv.spec.node_affinity->required) return true;
+  return NodeSelectorMatchesLabels(*pv.spec.node_affinity->required, labels, node_name);
+}
+
 // StorageClass allowedTopologies (TopologySelectorTerms, ORed; an empty
 // list allows every node, an empty term selects nothing).
-bool TopologyAllows(const json& allowed, const std::map<std::string, std::string>& labels) {
-  if (!allowed.is_array() || allowed.empty()) return true;
+bool TopologyAllows(const std::vector<types::TopologySelectorTerm>& allowed,
+                    const std::map<std::string, std::string>& labels) {
+  if (allowed.empty()) return true;
   for (const auto& term : allowed) {
-    const json& exprs = Field(term, "matchLabelExpressions");
-    if (!exprs.is_array() || exprs.empty()) continue;
+    if (term.match_label_expressions.empty()) continue;
     bool all = true;
-    for (const auto& e : exprs) {
-      auto it = labels.find(Str(e, {"key"}));
-      all = all && it != labels.end() && ContainsString(StringList(Field(e, "values")), it->second);
+    for (const auto& e : term.match_label_expressions) {
+      auto it = labels.find(e.key);
+      all = all && it != labels.end() && ContainsString(e.values, it->second);
     }
     if (all) return true;
   }
@@ -178,12 +184,12 @@ void Scheduler::FilterVolumes(const std::vector<ClaimRef>& claims, const NodeInf
   std::set<std::string> chosen;
   std::vector<size_t> to_provision;
   for (size_t i : to_place) {
-    std::vector<json> candidates;
+    std::vector<types::PersistentVolume> candidates;
     for (const auto& pv : snap.static_candidates) {
-      if (!chosen.contains(Name(pv))) candidates.push_back(pv);
+      if (!chosen.contains(pv.metadata.name)) candidates.push_back(pv);
     }
-    if (const json* pv = PvBinder::FindBestMatch(claims[i].claim, candidates, &node.labels_json)) {
-      chosen.insert(Name(*pv));
+    if (const types::PersistentVolume* pv = PvBinder::FindBestMatch(claims[i].claim, candidates, &node.labels)) {
+      chosen.insert(pv->metadata.name);
       fit.static_bindings.emplace_back(i, *pv);
     } else {
       to_provision.push_back(i);
@@ -191,9 +197,9 @@ void Scheduler::FilterVolumes(const std::vector<ClaimRef>& claims, const NodeInf
   }
   for (size_t i : to_provision) {
     const ClaimRef& c = claims[i];
-    const std::string provisioner = c.storage_class ? Str(*c.storage_class, {"provisioner"}) : "";
+    const std::string provisioner = c.storage_class ? c.storage_class->provisioner : "";
     if (provisioner.empty() || provisioner == kNoProvisioner ||
-        !TopologyAllows(Field(*c.storage_class, "allowedTopologies"), node.labels)) {
+        !TopologyAllows(c.storage_class->allowed_topologies, node.labels)) {
       unbound_ok = false;
       break;
     }
@@ -216,7 +222,9 @@ void Scheduler::FilterVolumes(const std::vector<ClaimRef>& claims, const NodeInf
       const bool required = tracked.is_boolean() && tracked.get<bool>();
       bool reported = false, enough = false;
       for (const auto& cap : snap.capacities) {
-        if (Str(cap, {"storageClassName"}) != Name(*c.storage_class) || !CapacityReaches(cap, node.labels)) continue;
+        if (Str(cap, {"storageClassName"}) != c.storage_class->metadata.name || !CapacityReaches(cap, node.labels)) {
+          continue;
+        }
         reported = true;
         const json& max_size = Field(cap, "maximumVolumeSize");
         std::optional<int64_t> limit = Bytes(max_size.is_null() ? Field(cap, "capacity") : max_size);

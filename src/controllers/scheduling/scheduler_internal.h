@@ -15,6 +15,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "api/types/core.h"
+#include "api/types/storage.h"
+#include "client/typed.h"
 #include "controllers/scheduling/scheduler.h"
 #include "nlohmann/json.hpp"
 
@@ -50,6 +53,8 @@ std::map<std::string, json> ByName(std::vector<json> objects);
 // Defined with the filters (scheduler_filters.cc); the scores use the first two.
 // A PV's required nodeAffinity against a node (no affinity: any node).
 bool VolumeFitsNode(const json& pv, const std::map<std::string, std::string>& labels, const std::string& node_name);
+bool VolumeFitsNode(const api::types::PersistentVolume& pv, const std::map<std::string, std::string>& labels,
+                    const std::string& node_name);
 // Does a CSIStorageCapacity apply to a node? Only label selection is
 // supported, and an object without nodeTopology applies nowhere (upstream).
 bool CapacityReaches(const json& capacity, const std::map<std::string, std::string>& labels);
@@ -71,7 +76,6 @@ struct Scheduler::NodeInfo {
   std::string name;
   nlohmann::json object;
   std::map<std::string, std::string> labels;
-  nlohmann::json labels_json;  // the same, for PvBinder::FindBestMatch
 };
 
 struct Scheduler::ClaimRef {
@@ -81,10 +85,10 @@ struct Scheduler::ClaimRef {
     kBinding,    // WaitForFirstConsumer, sent to a node, the binder is finishing
     kImmediate,  // anything else unbound: the binder's, the pod waits
   };
-  nlohmann::json claim;
+  api::types::PersistentVolumeClaim claim;  // decoded once, at PreFilter
   State state = State::kImmediate;
-  std::optional<nlohmann::json> pv;  // kBound: its volume, if it exists
-  std::optional<nlohmann::json> storage_class;
+  std::optional<api::types::PersistentVolume> pv;  // kBound: its volume, if it exists
+  std::optional<api::types::StorageClass> storage_class;
   int64_t request = 0;
   std::string selected_node;
 };
@@ -95,7 +99,7 @@ struct Scheduler::Snapshot {
   std::vector<nlohmann::json> capacities;
   // Available volumes and volumes pre-bound to the pod's claims, of the
   // classes of its WaitForFirstConsumer claims.
-  std::vector<nlohmann::json> static_candidates;
+  std::vector<api::types::PersistentVolume> static_candidates;
   // The pod's volumes per driver (volume handle, or "claim:ns/name" for a
   // claim without a volume yet).
   std::map<std::string, std::set<std::string>> new_volumes;
@@ -106,9 +110,9 @@ struct Scheduler::Snapshot {
 
 struct Scheduler::NodeFit {
   std::string node;
-  std::vector<std::string> reasons;                                // empty: the pod fits
-  std::vector<std::pair<size_t, nlohmann::json>> static_bindings;  // claim index → PV to pre-bind
-  std::vector<size_t> provisions;                                  // claim indexes to provision here
+  std::vector<std::string> reasons;                                              // empty: the pod fits
+  std::vector<std::pair<size_t, api::types::PersistentVolume>> static_bindings;  // claim index → PV to pre-bind
+  std::vector<size_t> provisions;                                                // claim indexes to provision here
 };
 
 }  // namespace berth::controllers

@@ -84,7 +84,7 @@ const Scheduler::NodeFit& Scheduler::PickNode(const std::vector<ClaimRef>& claim
     }
   }
   if (fits.size() == 1) return fits[0];
-  const json* storage_class = nullptr;
+  const types::StorageClass* storage_class = nullptr;
   for (const auto& c : claims) {
     if (c.state == ClaimRef::State::kDelayed && c.storage_class) {
       storage_class = &*c.storage_class;
@@ -98,14 +98,15 @@ const Scheduler::NodeFit& Scheduler::PickNode(const std::vector<ClaimRef>& claim
   std::vector<NodeCandidate> candidates;
   for (const auto& f : fits) candidates.push_back({.name = f.node});
   if (storage_class != nullptr) {
-    auto parsed = ParseNodeWeighting(Str(*storage_class, {"parameters", kNodeWeightingParameter}));
+    auto param = storage_class->parameters.find(kNodeWeightingParameter);
+    auto parsed = ParseNodeWeighting(param == storage_class->parameters.end() ? "" : param->second);
     if (parsed.ok()) {
       weighting = *parsed;
     } else {
-      spdlog::warn("scheduler: storage class {}: {}; using SpaceWeighted", Name(*storage_class),
+      spdlog::warn("scheduler: storage class {}: {}; using SpaceWeighted", storage_class->metadata.name,
                    std::string(parsed.status().message()));
     }
-    const std::string cls = Name(*storage_class), driver = Str(*storage_class, {"provisioner"});
+    const std::string cls = storage_class->metadata.name, driver = storage_class->provisioner;
     std::map<std::string, NodeCandidate*> by_name;
     std::vector<const NodeInfo*> infos;
     for (auto& c : candidates) {

@@ -4,7 +4,10 @@
 
 #include "api/quantity.h"
 #include "api/selector.h"
+#include "api/types/core_node.h"
+#include "api/types/storage.h"
 #include "client/object.h"
+#include "client/typed.h"
 #include "client/writes.h"
 #include "common/status.h"
 #include "common/strings.h"
@@ -17,22 +20,14 @@ using namespace ::berth::client;  // the controllers' own client library
 namespace {
 
 using nlohmann::json;
+using types::PersistentVolume;
+using types::PersistentVolumeClaim;
 
+// A volume's class as the informer index files it: types::VolumeClass's
+// rule on the JSON the index functions see.
 std::string VolumeClass(const json& pv) {
-  if (const json& c = Field(Field(pv, "spec"), "storageClassName"); c.is_string()) return c.get<std::string>();
+  if (std::string c = Str(pv, {"spec", "storageClassName"}); !c.empty()) return c;
   return Annotation(pv, "volume.beta.kubernetes.io/storage-class");
-}
-
-std::optional<api::Quantity> Size(const json& q) {
-  if (!q.is_string()) return std::nullopt;
-  auto parsed = api::Quantity::Parse(q.get<std::string>());
-  if (!parsed.ok()) return std::nullopt;
-  return *parsed;
-}
-
-std::string VolumeMode(const json& o) {
-  std::string m = Str(o, {"spec", "volumeMode"});
-  return m.empty() ? "Filesystem" : m;
 }
 
 const api::KindInfo& ClaimsKind() { return *api::FindResource("", "persistentvolumeclaims"); }
@@ -40,37 +35,53 @@ const api::KindInfo& VolumesKind() { return *api::FindResource("", "persistentvo
 
 // Reads the object fresh, applies `mutate` (returns false: nothing to do)
 // and writes it back conditionally; a conflict is returned (the caller's
-// work queue retries with backoff). An object that is gone needs nothing.
-absl::Status Mutate(apiserver::Registry& registry, const api::KindInfo& kind, const std::string& ns,
-                    const std::string& name, apiserver::Subresource sub, const std::function<bool(json&)>& mutate) {
-  auto current = registry.Get(kind, ns, name);
-  if (!current.ok())
-    return current.status().code() == absl::StatusCode::kNotFound ? absl::OkStatus() : current.status();
-  json obj = std::move(*current);
-  if (!mutate(obj)) return absl::OkStatus();
-  return registry.Update(kind, ns, name, std::move(obj), sub).status();
+// work queue retries with backoff). An object that is gone needs nothing;
+// with `uid`, neither does one replaced by another of that name.
+absl::Status MutateClaim(apiserver::Registry& registry, const std::string& ns, const std::string& name,
+                         const std::string& uid, apiserver::Subresource sub,
+                         const std::function<bool(PersistentVolumeClaim&)>& mutate) {
+  return MutateTyped<PersistentVolumeClaim>(registry, ClaimsKind(), ns, name, uid, sub, mutate);
+}
+absl::Status MutateVolume(apiserver::Registry& registry, const std::string& name, apiserver::Subresource sub,
+                          const std::function<bool(PersistentVolume&)>& mutate) {
+  return MutateTyped<PersistentVolume>(registry, VolumesKind(), "", name, "", sub, mutate);
 }
 
 // Sets the claim's status for `phase` (capacity and access modes from the
 // volume when it becomes Bound); false when nothing changes.
-bool EditClaimStatus(json& claim, const std::string& phase, const json* volume) {
-  json status = claim.value("status", json::object());
-  const json before = status;
+bool EditClaimStatus(PersistentVolumeClaim& claim, const std::string& phase, const PersistentVolume* volume) {
+  types::PersistentVolumeClaimStatus status = claim.status;
+  const types::PersistentVolumeClaimStatus& before = claim.status;
   // Capacity only when the claim becomes Bound (as Kubernetes does): later
   // a smaller claim capacity than the volume's means a resize in progress.
-  if (volume != nullptr && phase == "Bound" && (before.value("phase", "") != "Bound" || !before.contains("capacity"))) {
-    status["capacity"] = Field(Field(*volume, "spec"), "capacity");
-    status["accessModes"] = Field(Field(*volume, "spec"), "accessModes");
+  if (volume != nullptr && phase == "Bound" && (before.phase != "Bound" || before.capacity.empty())) {
+    status.capacity = volume->spec.capacity;
+    status.access_modes = volume->spec.access_modes;
   }
   if (volume == nullptr) {
     // Without a volume the claim has neither (Kubernetes resets both).
-    status.erase("capacity");
-    status.erase("accessModes");
+    status.capacity.clear();
+    status.access_modes.clear();
   }
-  status["phase"] = phase;
+  status.phase = phase;
   if (status == before) return false;
-  claim["status"] = std::move(status);
+  claim.status = std::move(status);
   return true;
+}
+
+// Whether `pv`'s required nodeAffinity admits a node with `node_labels`.
+bool AffinityAdmits(const PersistentVolume& pv, const std::map<std::string, std::string>& node_labels) {
+  if (!pv.spec.node_affinity || !pv.spec.node_affinity->required) return true;
+  auto host = node_labels.find(kHostnameLabel);
+  return NodeSelectorMatchesLabels(*pv.spec.node_affinity->required, node_labels,
+                                   host == node_labels.end() ? "" : host->second);
+}
+
+// Whether `ref` names `claim`: by uid, or (pre-bound by name) by namespace
+// and name with no uid yet.
+bool RefersTo(const types::ObjectReference& ref, const PersistentVolumeClaim& claim) {
+  if (!ref.uid.empty()) return ref.uid == claim.metadata.uid;
+  return ref.name == claim.metadata.name && ref.namespace_ == claim.metadata.namespace_;
 }
 
 }  // namespace
@@ -183,375 +194,378 @@ void PvBinder::Stop() {
   workers_.clear();
 }
 
-absl::Status PvBinder::CheckVolumeSatisfyClaim(const json& volume, const json& claim) {
+absl::Status PvBinder::CheckVolumeSatisfyClaim(const PersistentVolume& volume, const PersistentVolumeClaim& claim) {
   // kube-controller-manager's checkVolumeSatisfyClaim, with its messages.
-  if (Deleting(volume))
-    return absl::FailedPreconditionError(StrCat("the volume is marked for deletion \"", Name(volume), "\""));
-  auto request = Size(Field(Field(Field(Field(claim, "spec"), "resources"), "requests"), "storage"));
-  auto capacity = Size(Field(Field(Field(volume, "spec"), "capacity"), "storage"));
-  if (!capacity || (request && *capacity < *request)) return absl::FailedPreconditionError("requested PV is too small");
-  if (VolumeClass(volume) != ClaimClass(claim)) return absl::FailedPreconditionError("storageClassName does not match");
-  if (VolumeMode(volume) != VolumeMode(claim)) return absl::FailedPreconditionError("incompatible volumeMode");
-  const json& want_modes = Field(Field(claim, "spec"), "accessModes");
-  const json& have_modes = Field(Field(volume, "spec"), "accessModes");
-  bool modes_ok = want_modes.is_array() && have_modes.is_array();
-  if (modes_ok) {
-    for (const auto& m : want_modes) {
-      modes_ok = modes_ok && std::find(have_modes.begin(), have_modes.end(), m) != have_modes.end();
-    }
+  if (volume.metadata.Deleting()) {
+    return absl::FailedPreconditionError(StrCat("the volume is marked for deletion \"", volume.metadata.name, "\""));
   }
+  auto request = claim.spec.resources.requests.find("storage");
+  auto capacity = volume.spec.capacity.find("storage");
+  if (capacity == volume.spec.capacity.end() ||
+      (request != claim.spec.resources.requests.end() && capacity->second < request->second)) {
+    return absl::FailedPreconditionError("requested PV is too small");
+  }
+  if (types::VolumeClass(volume) != types::ClaimClass(claim)) {
+    return absl::FailedPreconditionError("storageClassName does not match");
+  }
+  if (types::VolumeModeOf(volume.spec.volume_mode) != types::VolumeModeOf(claim.spec.volume_mode)) {
+    return absl::FailedPreconditionError("incompatible volumeMode");
+  }
+  const std::vector<std::string>& have = volume.spec.access_modes;
+  bool modes_ok = !claim.spec.access_modes.empty() && !have.empty();
+  for (const auto& m : claim.spec.access_modes) modes_ok = modes_ok && ContainsString(have, m);
   if (!modes_ok) return absl::FailedPreconditionError("incompatible accessMode");
   return absl::OkStatus();
 }
 
-namespace {
-
-// Whether `pv`'s required nodeAffinity admits a node with `node_labels`.
-bool AffinityAdmits(const json& pv, const json& node_labels) {
-  const json& required = Field(Field(Field(pv, "spec"), "nodeAffinity"), "required");
-  if (required.is_null()) return true;
-  std::map<std::string, std::string> labels;
-  for (const auto& [k, v] : node_labels.items()) {
-    if (v.is_string()) labels[k] = v.get<std::string>();
-  }
-  const std::string host = labels.count(kHostnameLabel) ? labels[kHostnameLabel] : "";
-  return NodeSelectorMatchesLabels(required, labels, host);
+absl::Status PvBinder::CheckVolumeSatisfyClaim(const json& volume, const json& claim) {
+  BERTH_ASSIGN_OR_RETURN(PersistentVolume pv, DecodeAs<PersistentVolume>(volume));
+  BERTH_ASSIGN_OR_RETURN(PersistentVolumeClaim pvc, DecodeAs<PersistentVolumeClaim>(claim));
+  return CheckVolumeSatisfyClaim(pv, pvc);
 }
 
-}  // namespace
-
-const json* PvBinder::FindBestMatch(const json& claim, const std::vector<json>& volumes, const json* node_labels) {
-  auto request = Size(Field(Field(Field(Field(claim, "spec"), "resources"), "requests"), "storage"));
-  if (!request) return nullptr;
-  auto selector = api::LabelSelector::FromJson(Field(Field(claim, "spec"), "selector"));
-  const json* best = nullptr;
-  std::optional<api::Quantity> best_size;
+const PersistentVolume* PvBinder::FindBestMatch(const PersistentVolumeClaim& claim,
+                                                const std::vector<PersistentVolume>& volumes,
+                                                const std::map<std::string, std::string>* node_labels) {
+  if (!claim.spec.resources.requests.contains("storage")) return nullptr;
+  absl::StatusOr<api::LabelSelector> selector = api::LabelSelector();
+  if (claim.spec.selector) selector = api::LabelSelector::FromJson(types::EncodeValue(*claim.spec.selector));
+  if (!selector.ok()) return nullptr;
+  const PersistentVolume* best = nullptr;
   for (const auto& pv : volumes) {
-    const json& ref = Field(Field(pv, "spec"), "claimRef");
-    if (!ref.is_null()) {
+    if (pv.spec.claim_ref) {
       // Pre-bound to this claim: take it if it fits at all.
-      const bool ours = Str(ref, {"namespace"}) == Ns(claim) && Str(ref, {"name"}) == Name(claim) &&
-                        (Str(ref, {"uid"}).empty() || Str(ref, {"uid"}) == Uid(claim));
+      const types::ObjectReference& ref = *pv.spec.claim_ref;
+      const bool ours = ref.namespace_ == claim.metadata.namespace_ && ref.name == claim.metadata.name &&
+                        (ref.uid.empty() || ref.uid == claim.metadata.uid);
       if (!ours) continue;
-    } else {
-      const std::string phase = Str(pv, {"status", "phase"});
-      if (phase == "Released" || phase == "Failed") continue;
-    }
-    if (!CheckVolumeSatisfyClaim(pv, claim).ok()) continue;
-    if (selector.ok() && !selector->empty()) {
-      std::map<std::string, std::string> labels;
-      const json& l = Field(Field(pv, "metadata"), "labels");
-      if (l.is_object()) {
-        for (const auto& [k, v] : l.items()) labels[k] = v.is_string() ? v.get<std::string>() : "";
-      }
-      if (!selector->Matches(labels)) continue;
-    } else if (!selector.ok()) {
+    } else if (pv.status.phase == "Released" || pv.status.phase == "Failed") {
       continue;
     }
+    if (!CheckVolumeSatisfyClaim(pv, claim).ok()) continue;
+    if (!selector->empty() && !selector->Matches(pv.metadata.labels)) continue;
     if (node_labels != nullptr && !AffinityAdmits(pv, *node_labels)) continue;
-    if (!ref.is_null()) return &pv;  // pre-bound wins
-    auto capacity = Size(Field(Field(Field(pv, "spec"), "capacity"), "storage"));
-    if (best == nullptr || *capacity < *best_size) {
-      best = &pv;
-      best_size = capacity;
-    }
+    if (pv.spec.claim_ref) return &pv;  // pre-bound wins
+    if (best == nullptr || pv.spec.capacity.at("storage") < best->spec.capacity.at("storage")) best = &pv;
   }
   return best;
 }
 
-std::string PvBinder::ConsumerNode(const json& claim) const {
-  if (std::string selected = Annotation(claim, kAnnSelectedNode); !selected.empty()) return selected;
+const json* PvBinder::FindBestMatch(const json& claim, const std::vector<json>& volumes, const json* node_labels) {
+  absl::StatusOr<PersistentVolumeClaim> pvc = DecodeAs<PersistentVolumeClaim>(claim);
+  if (!pvc.ok()) return nullptr;
+  std::vector<PersistentVolume> typed;
+  std::vector<size_t> index;  // typed[i] is volumes[index[i]]
+  for (size_t i = 0; i < volumes.size(); ++i) {
+    if (auto pv = DecodeAs<PersistentVolume>(volumes[i]); pv.ok()) {
+      typed.push_back(std::move(*pv));
+      index.push_back(i);
+    }
+  }
+  std::map<std::string, std::string> labels;
+  if (node_labels != nullptr && node_labels->is_object()) {
+    for (const auto& [k, v] : node_labels->items()) {
+      if (v.is_string()) labels[k] = v.get<std::string>();
+    }
+  }
+  const PersistentVolume* best = FindBestMatch(*pvc, typed, node_labels != nullptr ? &labels : nullptr);
+  return best == nullptr ? nullptr : &volumes[index[best - typed.data()]];
+}
+
+std::string PvBinder::ConsumerNode(const PersistentVolumeClaim& claim) const {
+  if (const std::string& selected = claim.metadata.Annotation(kAnnSelectedNode); !selected.empty()) return selected;
   std::string node;
   informers_.pods.Select([&](const json& pod) {
-    if (Ns(pod) != Ns(claim) || Str(pod, {"spec", "nodeName"}).empty() || !node.empty()) return false;
+    if (Ns(pod) != claim.metadata.namespace_ || Str(pod, {"spec", "nodeName"}).empty() || !node.empty()) return false;
     for (const auto& v : Field(Field(pod, "spec"), "volumes")) {
-      if (PodVolumeClaim(pod, v) == Name(claim)) node = Str(pod, {"spec", "nodeName"});
+      if (PodVolumeClaim(pod, v) == claim.metadata.name) node = Str(pod, {"spec", "nodeName"});
     }
     return false;
   });
   return node;
 }
 
-json PvBinder::NodeLabelsOf(const std::string& node) const {
-  std::optional<json> n = informers_.nodes.Get("", node);
-  json labels = n ? Field(Field(*n, "metadata"), "labels") : json::object();
-  if (!labels.is_object()) labels = json::object();
-  if (!labels.contains(kHostnameLabel)) labels[kHostnameLabel] = node;
+std::map<std::string, std::string> PvBinder::NodeLabelsOf(const std::string& node) const {
+  std::map<std::string, std::string> labels;
+  if (std::shared_ptr<const json> n = informers_.nodes.GetSharedByKey(node)) {
+    if (auto typed = DecodeAs<types::Node>(*n); typed.ok()) labels = std::move(typed->metadata.labels);
+  }
+  labels.emplace(kHostnameLabel, node);
   return labels;
 }
 
 absl::Status PvBinder::SyncClaim(const std::string& key) {
-  std::shared_ptr<const json> claim = informers_.claims.GetSharedByKey(key);
-  if (!claim) return absl::OkStatus();
-  if (Deleting(*claim)) return ProtectClaim(*claim);
-  if (!HasFinalizer(*claim, kPvcProtection)) {
-    BERTH_RETURN_IF_ERROR(
-        Mutate(registry_, ClaimsKind(), Ns(*claim), Name(*claim), apiserver::Subresource::kMain, [](json& o) {
-          if (Deleting(o) || HasFinalizer(o, kPvcProtection)) return false;
-          o["metadata"]["finalizers"].push_back(kPvcProtection);
-          return true;
-        }));
+  std::shared_ptr<const json> obj = informers_.claims.GetSharedByKey(key);
+  if (!obj) return absl::OkStatus();
+  BERTH_ASSIGN_OR_RETURN(const PersistentVolumeClaim claim, DecodeAs<PersistentVolumeClaim>(*obj));
+  if (claim.metadata.Deleting()) return ProtectClaim(claim);
+  if (!claim.metadata.HasFinalizer(kPvcProtection)) {
+    BERTH_RETURN_IF_ERROR(MutateClaim(registry_, claim.metadata.namespace_, claim.metadata.name, "",
+                                      apiserver::Subresource::kMain, [](PersistentVolumeClaim& o) {
+                                        return !o.metadata.Deleting() && o.metadata.SetFinalizer(kPvcProtection, true);
+                                      }));
     return absl::OkStatus();  // the update brings the claim back through the queue
   }
-  if (Annotation(*claim, kAnnBindCompleted).empty()) return SyncUnboundClaim(*claim);
-  return SyncBoundClaim(*claim);
+  if (claim.metadata.Annotation(kAnnBindCompleted).empty()) return SyncUnboundClaim(claim);
+  return SyncBoundClaim(claim);
 }
 
-absl::Status PvBinder::SyncUnboundClaim(const json& claim) {
-  const std::string volume_name = Str(claim, {"spec", "volumeName"});
+absl::Status PvBinder::SyncUnboundClaim(const PersistentVolumeClaim& claim) {
+  const json subject = IdentityOf(claim);
+  const std::string& volume_name = claim.spec.volume_name;
   if (!volume_name.empty()) {
     // Pre-bound by the user (or by us before a crash).
-    std::optional<json> pv = informers_.volumes.Get("", volume_name);
-    if (!pv) {
-      events_.Record(claim, "Warning", "FailedBinding", StrCat("volume \"", volume_name, "\" not found"));
+    std::shared_ptr<const json> pv_json = informers_.volumes.GetSharedByKey(volume_name);
+    if (!pv_json) {
+      events_.Record(subject, "Warning", "FailedBinding", StrCat("volume \"", volume_name, "\" not found"));
       return SetClaimPhase(claim, "Pending", nullptr);
     }
-    const json& ref = Field(Field(*pv, "spec"), "claimRef");
-    if (!ref.is_null() &&
-        !(Str(ref, {"uid"}) == Uid(claim) ||
-          (Str(ref, {"uid"}).empty() && Str(ref, {"name"}) == Name(claim) && Str(ref, {"namespace"}) == Ns(claim)))) {
-      events_.Record(claim, "Warning", "FailedBinding",
+    BERTH_ASSIGN_OR_RETURN(const PersistentVolume pv, DecodeAs<PersistentVolume>(*pv_json));
+    if (pv.spec.claim_ref && !RefersTo(*pv.spec.claim_ref, claim)) {
+      events_.Record(subject, "Warning", "FailedBinding",
                      StrCat("volume \"", volume_name, "\" already bound to a different claim."));
       return SetClaimPhase(claim, "Pending", nullptr);
     }
-    if (ref.is_null()) {
+    if (!pv.spec.claim_ref) {
       // The user asked for a volume nobody claims: it must fit (a volume
       // that names this claim too was paired on purpose, as upstream).
-      absl::Status fits = CheckVolumeSatisfyClaim(*pv, claim);
+      absl::Status fits = CheckVolumeSatisfyClaim(pv, claim);
       if (fits.ok()) {
         // The node a consumer of the claim is (to be) on must be one the
         // volume can be used from.
-        if (std::string node = ConsumerNode(claim); !node.empty() && !AffinityAdmits(*pv, NodeLabelsOf(node))) {
+        if (std::string node = ConsumerNode(claim); !node.empty() && !AffinityAdmits(pv, NodeLabelsOf(node))) {
           fits = absl::FailedPreconditionError(
               StrCat("its node affinity does not admit node \"", node, "\", where the claim is used"));
         }
       }
       if (!fits.ok()) {
-        events_.Record(claim, "Warning", "VolumeMismatch",
+        events_.Record(subject, "Warning", "VolumeMismatch",
                        StrCat("Cannot bind to requested volume \"", volume_name, "\": ", fits.message()));
         return SetClaimPhase(claim, "Pending", nullptr);
       }
     }
-    return Bind(claim, *pv);
+    return Bind(claim, pv);
   }
   // Which node, for WaitForFirstConsumer classes.
-  const std::string cls = ClaimClass(claim);
-  std::shared_ptr<const json> sc = cls.empty() ? nullptr : informers_.classes.GetSharedByKey(cls);
-  const bool wait_for_consumer = sc && Str(*sc, {"volumeBindingMode"}) == "WaitForFirstConsumer";
-  const std::string selected = Annotation(claim, kAnnSelectedNode);
+  const std::string cls = types::ClaimClass(claim);
+  std::optional<types::StorageClass> sc;
+  if (std::shared_ptr<const json> sc_json = cls.empty() ? nullptr : informers_.classes.GetSharedByKey(cls)) {
+    BERTH_ASSIGN_OR_RETURN(sc, DecodeAs<types::StorageClass>(*sc_json));
+  }
+  const bool wait_for_consumer = sc && sc->WaitForFirstConsumer();
+  const std::string& selected = claim.metadata.Annotation(kAnnSelectedNode);
   if (wait_for_consumer && selected.empty()) {
     // A volume pre-bound to this claim needs no node choice (Kubernetes
     // binds it at once too).
-    std::vector<json> prebound = informers_.volumes.ByIndex(kByClaim, ObjectKey(claim));
-    if (const json* pv = FindBestMatch(claim, prebound, nullptr);
-        pv != nullptr && !Field(Field(*pv, "spec"), "claimRef").is_null()) {
+    std::vector<PersistentVolume> prebound = DecodeAll(informers_.volumes.ByIndex(kByClaim, KeyOf(claim.metadata)));
+    if (const PersistentVolume* pv = FindBestMatch(claim, prebound, nullptr); pv != nullptr && pv->spec.claim_ref) {
       return Bind(claim, *pv);
     }
-    events_.Record(claim, "Normal", "WaitForFirstConsumer", "waiting for first consumer to be created before binding");
+    events_.Record(subject, "Normal", "WaitForFirstConsumer",
+                   "waiting for first consumer to be created before binding");
     return SetClaimPhase(claim, "Pending", nullptr);
   }
-  std::optional<json> node_labels;
+  std::optional<std::map<std::string, std::string>> node_labels;
   if (wait_for_consumer) node_labels = NodeLabelsOf(selected);
   // Only volumes that could be this claim's: same class, and free or
   // pointing at this claim (copying every volume per sync is O(n²)).
-  std::vector<json> volumes = informers_.volumes.ByIndex(kFreeByClass, cls);
-  for (auto& pv : informers_.volumes.ByIndex(kByClaim, ObjectKey(claim))) {
-    if (VolumeClass(pv) == cls) volumes.push_back(std::move(pv));
+  std::vector<PersistentVolume> volumes = DecodeAll(informers_.volumes.ByIndex(kFreeByClass, cls));
+  for (auto& pv : DecodeAll(informers_.volumes.ByIndex(kByClaim, KeyOf(claim.metadata)))) {
+    if (types::VolumeClass(pv) == cls) volumes.push_back(std::move(pv));
   }
-  if (const json* pv = FindBestMatch(claim, volumes, node_labels ? &*node_labels : nullptr)) {
+  if (const PersistentVolume* pv = FindBestMatch(claim, volumes, node_labels ? &*node_labels : nullptr)) {
     return Bind(claim, *pv);
   }
-  if (sc && !Str(*sc, {"provisioner"}).empty()) {
-    const std::string provisioner = Str(*sc, {"provisioner"});
+  if (sc && !sc->provisioner.empty()) {
+    const std::string& provisioner = sc->provisioner;
     // Handed over once: while a provisioner's CreateVolume may be in
     // flight (its finalizer is on the claim) the claim stays that
     // driver's, even if the class now names another.
-    const std::string handed_to = Annotation(claim, kAnnStorageProvisioner);
-    if (handed_to != provisioner && (handed_to.empty() || !HasFinalizer(claim, kProvisioningFinalizer))) {
-      BERTH_RETURN_IF_ERROR(
-          Mutate(registry_, ClaimsKind(), Ns(claim), Name(claim), apiserver::Subresource::kMain, [&](json& o) {
-            if (Deleting(o)) return false;
-            o["metadata"]["annotations"][kAnnStorageProvisioner] = provisioner;
-            o["metadata"]["annotations"][kAnnBetaStorageProvisioner] = provisioner;
-            return true;
-          }));
+    const std::string& handed_to = claim.metadata.Annotation(kAnnStorageProvisioner);
+    if (handed_to != provisioner && (handed_to.empty() || !claim.metadata.HasFinalizer(kProvisioningFinalizer))) {
+      BERTH_RETURN_IF_ERROR(MutateClaim(registry_, claim.metadata.namespace_, claim.metadata.name, "",
+                                        apiserver::Subresource::kMain, [&](PersistentVolumeClaim& o) {
+                                          if (o.metadata.Deleting()) return false;
+                                          o.metadata.annotations[kAnnStorageProvisioner] = provisioner;
+                                          o.metadata.annotations[kAnnBetaStorageProvisioner] = provisioner;
+                                          return true;
+                                        }));
     }
-    events_.Record(claim, "Normal", "ExternalProvisioning",
+    events_.Record(subject, "Normal", "ExternalProvisioning",
                    StrCat("Waiting for a volume to be created either by the external provisioner '", provisioner,
                           "' or manually by the system administrator. If volume creation is delayed, please "
                           "verify that the provisioner is running and correctly registered."));
     return SetClaimPhase(claim, "Pending", nullptr);
   }
   if (!cls.empty() && !sc) {
-    events_.Record(claim, "Warning", "ProvisioningFailed",
+    events_.Record(subject, "Warning", "ProvisioningFailed",
                    StrCat("storageclass.storage.k8s.io \"", cls, "\" not found"));
   } else {
-    events_.Record(claim, "Normal", "FailedBinding",
+    events_.Record(subject, "Normal", "FailedBinding",
                    "no persistent volumes available for this claim and no storage class is set");
   }
   return SetClaimPhase(claim, "Pending", nullptr);
 }
 
-absl::Status PvBinder::Bind(const json& claim, const json& volume) {
-  const std::string pv_name = Name(volume);
+absl::Status PvBinder::Bind(const PersistentVolumeClaim& claim, const PersistentVolume& volume) {
+  const std::string& pv_name = volume.metadata.name;
   // 1. The volume points at the claim.
-  BERTH_RETURN_IF_ERROR(Mutate(registry_, VolumesKind(), "", pv_name, apiserver::Subresource::kMain, [&](json& pv) {
-    const json& ref = Field(pv["spec"], "claimRef");
-    if (!ref.is_null() && Str(ref, {"uid"}) == Uid(claim)) return false;
-    // Someone else's (by uid, or pre-bound by name to another claim): the
-    // check below sees it.
-    if (!ref.is_null() && !Str(ref, {"uid"}).empty()) return false;
-    if (!ref.is_null() && (Str(ref, {"name"}) != Name(claim) || Str(ref, {"namespace"}) != Ns(claim))) return false;
-    pv["spec"]["claimRef"] = {{"kind", "PersistentVolumeClaim"},
-                              {"namespace", Ns(claim)},
-                              {"name", Name(claim)},
-                              {"uid", Uid(claim)},
-                              {"apiVersion", "v1"},
-                              {"resourceVersion", Str(claim, {"metadata", "resourceVersion"})}};
-    if (ref.is_null()) pv["metadata"]["annotations"][kAnnBoundByController] = "yes";
+  BERTH_RETURN_IF_ERROR(MutateVolume(registry_, pv_name, apiserver::Subresource::kMain, [&](PersistentVolume& pv) {
+    const std::optional<types::ObjectReference>& ref = pv.spec.claim_ref;
+    // Already ours; someone else's (by uid, or pre-bound by name to another
+    // claim): the check below sees it.
+    if (ref && (!ref->uid.empty() || !RefersTo(*ref, claim))) return false;
+    if (!ref) pv.metadata.annotations[kAnnBoundByController] = "yes";
+    types::ObjectReference bound;
+    bound.kind = "PersistentVolumeClaim";
+    bound.namespace_ = claim.metadata.namespace_;
+    bound.name = claim.metadata.name;
+    bound.uid = claim.metadata.uid;
+    bound.api_version = "v1";
+    bound.resource_version = claim.metadata.resource_version;
+    pv.spec.claim_ref = std::move(bound);
     return true;
   }));
-  auto fresh_pv = registry_.Get(VolumesKind(), "", pv_name);
-  if (!fresh_pv.ok()) return fresh_pv.status();
-  if (Str(*fresh_pv, {"spec", "claimRef", "uid"}) != Uid(claim)) {
+  BERTH_ASSIGN_OR_RETURN(const PersistentVolume fresh_pv,
+                         GetTyped<PersistentVolume>(registry_, VolumesKind(), "", pv_name));
+  if (!fresh_pv.spec.claim_ref || fresh_pv.spec.claim_ref->uid != claim.metadata.uid) {
     return absl::AbortedError(StrCat("volume ", pv_name, " was bound to another claim meanwhile"));
   }
   // 2. Its status.
-  BERTH_RETURN_IF_ERROR(SetVolumePhase(*fresh_pv, "Bound"));
+  BERTH_RETURN_IF_ERROR(SetVolumePhase(fresh_pv, "Bound"));
   // 3. The claim points at the volume and is Bound, in one write
   // (Kubernetes takes two: the object, then /status). The provisioner's
   // finalizer goes with it: the PV now holds the claim.
-  BERTH_RETURN_IF_ERROR(
-      Mutate(registry_, ClaimsKind(), Ns(claim), Name(claim), apiserver::Subresource::kMainAndStatus, [&](json& pvc) {
-        if (Uid(pvc) != Uid(claim)) return false;
-        // Never complete a binding to a volume the
-        // claim does not name.
-        if (const std::string named = Str(pvc, {"spec", "volumeName"}); !named.empty() && named != pv_name) {
-          return false;
-        }
-        bool changed = false;
-        if (Str(pvc, {"spec", "volumeName"}).empty()) {
-          pvc["spec"]["volumeName"] = pv_name;
-          pvc["metadata"]["annotations"][kAnnBoundByController] = "yes";
-          changed = true;
-        }
-        if (Annotation(pvc, kAnnBindCompleted) != "yes") {
-          pvc["metadata"]["annotations"][kAnnBindCompleted] = "yes";
-          changed = true;
-        }
-        if (HasFinalizer(pvc, kProvisioningFinalizer)) {
-          json& f = pvc["metadata"]["finalizers"];
-          f.erase(std::remove(f.begin(), f.end(), json(kProvisioningFinalizer)), f.end());
-          pvc["metadata"]["annotations"].erase(kAnnProvisioningNode);
-          changed = true;
-        }
-        return EditClaimStatus(pvc, "Bound", &*fresh_pv) || changed;
-      }));
-  if (auto fresh_claim = registry_.Get(ClaimsKind(), Ns(claim), Name(claim));
-      fresh_claim.ok() && Str(*fresh_claim, {"spec", "volumeName"}) != pv_name) {
-    return absl::AbortedError(StrCat("claim ", ObjectKey(claim), " names volume ",
-                                     Str(*fresh_claim, {"spec", "volumeName"}), ", not ", pv_name));
+  BERTH_RETURN_IF_ERROR(MutateClaim(registry_, claim.metadata.namespace_, claim.metadata.name, claim.metadata.uid,
+                                    apiserver::Subresource::kMainAndStatus, [&](PersistentVolumeClaim& pvc) {
+                                      // Never complete a binding to a volume the claim does not name.
+                                      if (!pvc.spec.volume_name.empty() && pvc.spec.volume_name != pv_name)
+                                        return false;
+                                      bool changed = false;
+                                      if (pvc.spec.volume_name.empty()) {
+                                        pvc.spec.volume_name = pv_name;
+                                        pvc.metadata.annotations[kAnnBoundByController] = "yes";
+                                        changed = true;
+                                      }
+                                      if (pvc.metadata.Annotation(kAnnBindCompleted) != "yes") {
+                                        pvc.metadata.annotations[kAnnBindCompleted] = "yes";
+                                        changed = true;
+                                      }
+                                      if (pvc.metadata.SetFinalizer(kProvisioningFinalizer, false)) {
+                                        pvc.metadata.annotations.erase(kAnnProvisioningNode);
+                                        changed = true;
+                                      }
+                                      return EditClaimStatus(pvc, "Bound", &fresh_pv) || changed;
+                                    }));
+  if (auto fresh_claim =
+          GetTyped<PersistentVolumeClaim>(registry_, ClaimsKind(), claim.metadata.namespace_, claim.metadata.name);
+      fresh_claim.ok() && fresh_claim->spec.volume_name != pv_name) {
+    return absl::AbortedError(
+        StrCat("claim ", KeyOf(claim.metadata), " names volume ", fresh_claim->spec.volume_name, ", not ", pv_name));
   }
-  events_.Record(claim, "Normal", "Bound", StrCat("bound to volume \"", pv_name, "\""));
+  events_.Record(IdentityOf(claim), "Normal", "Bound", StrCat("bound to volume \"", pv_name, "\""));
   return absl::OkStatus();
 }
 
-absl::Status PvBinder::SyncBoundClaim(const json& claim) {
-  const std::string volume_name = Str(claim, {"spec", "volumeName"});
-  std::optional<json> pv = volume_name.empty() ? std::nullopt : informers_.volumes.Get("", volume_name);
-  if (!pv) {
+absl::Status PvBinder::SyncBoundClaim(const PersistentVolumeClaim& claim) {
+  const std::string& volume_name = claim.spec.volume_name;
+  std::shared_ptr<const json> pv_json = volume_name.empty() ? nullptr : informers_.volumes.GetSharedByKey(volume_name);
+  if (!pv_json && !volume_name.empty()) {
     // Let the cache catch up before declaring loss: read the store.
-    auto stored = volume_name.empty() ? absl::StatusOr<json>(absl::NotFoundError(""))
-                                      : registry_.Get(VolumesKind(), "", volume_name);
+    auto stored = registry_.GetShared(VolumesKind(), "", volume_name);
     if (stored.ok()) {
-      pv = *stored;
-    } else {
-      if (Str(claim, {"status", "phase"}) != "Lost") {
-        events_.Record(claim, "Warning", "ClaimLost",
-                       "Bound claim has lost its PersistentVolume. Data on the volume is lost!");
-      }
-      return SetClaimPhase(claim, "Lost", nullptr);
+      pv_json = *stored;
+    } else if (stored.status().code() != absl::StatusCode::kNotFound) {
+      return stored.status();
     }
   }
-  const std::string ref_uid = Str(*pv, {"spec", "claimRef", "uid"});
-  if (Field(Field(*pv, "spec"), "claimRef").is_null() || ref_uid.empty()) return Bind(claim, *pv);
-  if (ref_uid != Uid(claim)) {
-    events_.Record(claim, "Warning", "ClaimMisbound",
+  if (!pv_json) {
+    if (claim.status.phase != "Lost") {
+      events_.Record(IdentityOf(claim), "Warning", "ClaimLost",
+                     "Bound claim has lost its PersistentVolume. Data on the volume is lost!");
+    }
+    return SetClaimPhase(claim, "Lost", nullptr);
+  }
+  BERTH_ASSIGN_OR_RETURN(const PersistentVolume pv, DecodeAs<PersistentVolume>(*pv_json));
+  if (!pv.spec.claim_ref || pv.spec.claim_ref->uid.empty()) return Bind(claim, pv);
+  if (pv.spec.claim_ref->uid != claim.metadata.uid) {
+    events_.Record(IdentityOf(claim), "Warning", "ClaimMisbound",
                    "Two claims are bound to the same volume, this one is bound incorrectly");
     return SetClaimPhase(claim, "Lost", nullptr);
   }
-  if (Str(*pv, {"status", "phase"}) != "Bound") BERTH_RETURN_IF_ERROR(SetVolumePhase(*pv, "Bound"));
-  return SetClaimPhase(claim, "Bound", &*pv);
+  if (pv.status.phase != "Bound") BERTH_RETURN_IF_ERROR(SetVolumePhase(pv, "Bound"));
+  return SetClaimPhase(claim, "Bound", &pv);
 }
 
 absl::Status PvBinder::SyncVolume(const std::string& name) {
-  std::shared_ptr<const json> pv = informers_.volumes.GetSharedByKey(name);
-  if (!pv) return absl::OkStatus();
-  if (Deleting(*pv)) {
+  std::shared_ptr<const json> obj = informers_.volumes.GetSharedByKey(name);
+  if (!obj) return absl::OkStatus();
+  BERTH_ASSIGN_OR_RETURN(const PersistentVolume pv, DecodeAs<PersistentVolume>(*obj));
+  if (pv.metadata.Deleting()) {
     // A deleted volume keeps its phase current (its claim may go meanwhile:
     // Released lets the provisioner reclaim it), and loses pv-protection
     // once it is not Bound.
-    BERTH_RETURN_IF_ERROR(ProtectVolume(*pv));
-  } else if (!HasFinalizer(*pv, kPvProtection)) {
-    return Mutate(registry_, VolumesKind(), "", name, apiserver::Subresource::kMain, [](json& o) {
-      if (Deleting(o) || HasFinalizer(o, kPvProtection)) return false;
-      o["metadata"]["finalizers"].push_back(kPvProtection);
-      return true;
+    BERTH_RETURN_IF_ERROR(ProtectVolume(pv));
+  } else if (!pv.metadata.HasFinalizer(kPvProtection)) {
+    return MutateVolume(registry_, name, apiserver::Subresource::kMain, [](PersistentVolume& o) {
+      return !o.metadata.Deleting() && o.metadata.SetFinalizer(kPvProtection, true);
     });
   }
-  const json& ref = Field(Field(*pv, "spec"), "claimRef");
-  const std::string phase = Str(*pv, {"status", "phase"});
-  if (ref.is_null()) {
-    return phase == "Available" ? absl::OkStatus() : SetVolumePhase(*pv, "Available");
+  const std::string& phase = pv.status.phase;
+  if (!pv.spec.claim_ref) {
+    return phase == "Available" ? absl::OkStatus() : SetVolumePhase(pv, "Available");
   }
-  if (Str(ref, {"uid"}).empty()) {
+  const types::ObjectReference& ref = *pv.spec.claim_ref;
+  if (ref.uid.empty()) {
     // Pre-bound to a claim by name: the claim's sync binds it.
-    claim_queue_.Add(StrCat(Str(ref, {"namespace"}), "/", Str(ref, {"name"})));
-    return phase == "Available" ? absl::OkStatus() : SetVolumePhase(*pv, "Available");
+    claim_queue_.Add(StrCat(ref.namespace_, "/", ref.name));
+    return phase == "Available" ? absl::OkStatus() : SetVolumePhase(pv, "Available");
   }
-  std::optional<json> claim = informers_.claims.Get(Str(ref, {"namespace"}), Str(ref, {"name"}));
-  if (!claim || Uid(*claim) != Str(ref, {"uid"})) {
+  std::shared_ptr<const json> claim_json = informers_.claims.GetSharedByKey(StrCat(ref.namespace_, "/", ref.name));
+  if (!claim_json || Uid(*claim_json) != ref.uid) {
     // The cache may lag: confirm with the store before releasing.
-    auto stored = registry_.Get(ClaimsKind(), Str(ref, {"namespace"}), Str(ref, {"name"}));
-    if (stored.ok() && Uid(*stored) == Str(ref, {"uid"})) {
-      claim = *stored;
+    auto stored = registry_.GetShared(ClaimsKind(), ref.namespace_, ref.name);
+    if (stored.ok() && Uid(**stored) == ref.uid) {
+      claim_json = *stored;
     } else if (!stored.ok() && stored.status().code() != absl::StatusCode::kNotFound) {
       return stored.status();
     } else {
-      return ReleaseOrUnbind(*pv);
+      return ReleaseOrUnbind(pv);
     }
   }
-  const std::string claim_volume = Str(*claim, {"spec", "volumeName"});
+  BERTH_ASSIGN_OR_RETURN(const PersistentVolumeClaim claim, DecodeAs<PersistentVolumeClaim>(*claim_json));
+  const std::string& claim_volume = claim.spec.volume_name;
   if (claim_volume.empty()) {
-    claim_queue_.Add(ObjectKey(*claim));  // binding in progress
+    claim_queue_.Add(KeyOf(claim.metadata));  // binding in progress
     return absl::OkStatus();
   }
   if (claim_volume == name) {
-    return phase == "Bound" ? absl::OkStatus() : SetVolumePhase(*pv, "Bound");
+    return phase == "Bound" ? absl::OkStatus() : SetVolumePhase(pv, "Bound");
   }
   // The claim is bound to another volume. A volume provisioned for it with
   // reclaim Delete is released (the provisioner deletes it: nothing leaks);
   // one we bound is unbound; one the user bound is left alone.
-  if (!Annotation(*pv, kAnnProvisionedBy).empty() && Str(*pv, {"spec", "persistentVolumeReclaimPolicy"}) == "Delete") {
-    return phase == "Released" ? absl::OkStatus() : SetVolumePhase(*pv, "Released");
+  if (!pv.metadata.Annotation(kAnnProvisionedBy).empty() && pv.spec.persistent_volume_reclaim_policy == "Delete") {
+    return phase == "Released" ? absl::OkStatus() : SetVolumePhase(pv, "Released");
   }
-  if (Annotation(*pv, kAnnBoundByController) == "yes") {
-    return Mutate(registry_, VolumesKind(), "", name, apiserver::Subresource::kMain, [&](json& o) {
-      if (Str(o, {"spec", "claimRef", "uid"}) != Uid(*claim)) return false;
-      o["spec"].erase("claimRef");
-      o["metadata"]["annotations"].erase(kAnnBoundByController);
+  if (pv.metadata.Annotation(kAnnBoundByController) == "yes") {
+    return MutateVolume(registry_, name, apiserver::Subresource::kMain, [&](PersistentVolume& o) {
+      if (!o.spec.claim_ref || o.spec.claim_ref->uid != claim.metadata.uid) return false;
+      o.spec.claim_ref.reset();
+      o.metadata.annotations.erase(kAnnBoundByController);
       return true;
     });
   }
   return absl::OkStatus();
 }
 
-absl::Status PvBinder::ReleaseOrUnbind(const json& pv) {
-  const std::string phase = Str(pv, {"status", "phase"});
-  const std::string policy = Str(pv, {"spec", "persistentVolumeReclaimPolicy"});
+absl::Status PvBinder::ReleaseOrUnbind(const PersistentVolume& pv) {
+  const std::string& phase = pv.status.phase;
+  const std::string& policy = pv.spec.persistent_volume_reclaim_policy;
   if (policy == "Recycle") {
     if (phase != "Failed") {
-      events_.Record(pv, "Warning", "VolumeFailedRecycle", "Recycle is not supported; use Delete or Retain");
+      events_.Record(IdentityOf(pv), "Warning", "VolumeFailedRecycle",
+                     "Recycle is not supported; use Delete or Retain");
       return SetVolumePhase(pv, "Failed", "Recycle is not supported");
     }
     return absl::OkStatus();
@@ -559,13 +573,14 @@ absl::Status PvBinder::ReleaseOrUnbind(const json& pv) {
   if (phase != "Released" && phase != "Failed") {
     BERTH_RETURN_IF_ERROR(SetVolumePhase(pv, "Released"));
     if (policy == "Retain") {
-      events_.Record(pv, "Normal", "VolumeReleased", "claim is gone; the volume is retained (reclaim policy Retain)");
+      events_.Record(IdentityOf(pv), "Normal", "VolumeReleased",
+                     "claim is gone; the volume is retained (reclaim policy Retain)");
     }
   }
   return absl::OkStatus();  // Delete: the provisioner that made the volume deletes it
 }
 
-bool PvBinder::ClaimInUse(const json& claim) const {
+bool PvBinder::ClaimInUse(const PersistentVolumeClaim& claim) const {
   // Kubernetes' rule (pvc-protection controller): any pod scheduled to a
   // node that references the claim uses it, whatever its phase — kubelet
   // may still be tearing its volumes down.
@@ -574,11 +589,11 @@ bool PvBinder::ClaimInUse(const json& claim) const {
     const json& vols = Field(Field(pod, "spec"), "volumes");
     if (!vols.is_array()) return false;
     for (const auto& v : vols) {
-      if (PodVolumeClaim(pod, v) == Name(claim)) return true;
+      if (PodVolumeClaim(pod, v) == claim.metadata.name) return true;
     }
     return false;
   };
-  const std::string ns = Ns(claim);
+  const std::string& ns = claim.metadata.namespace_;
   if (!informers_.pods.Select([&](const json& pod) { return Ns(pod) == ns && uses(pod); }).empty()) return true;
   // The cache may not have a just-created pod yet: confirm with the store
   // before letting the claim go.
@@ -588,47 +603,50 @@ bool PvBinder::ClaimInUse(const json& claim) const {
   return std::any_of(pods.begin(), pods.end(), uses);
 }
 
-absl::Status PvBinder::ProtectClaim(const json& claim) {
-  if (!HasFinalizer(claim, kPvcProtection) || ClaimInUse(claim)) return absl::OkStatus();
-  return Mutate(registry_, ClaimsKind(), Ns(claim), Name(claim), apiserver::Subresource::kMain, [&](json& o) {
-    if (Uid(o) != Uid(claim) || !HasFinalizer(o, kPvcProtection)) return false;
-    json& f = o["metadata"]["finalizers"];
-    f.erase(std::remove(f.begin(), f.end(), json(kPvcProtection)), f.end());
+absl::Status PvBinder::ProtectClaim(const PersistentVolumeClaim& claim) {
+  if (!claim.metadata.HasFinalizer(kPvcProtection) || ClaimInUse(claim)) return absl::OkStatus();
+  return MutateClaim(registry_, claim.metadata.namespace_, claim.metadata.name, claim.metadata.uid,
+                     apiserver::Subresource::kMain,
+                     [](PersistentVolumeClaim& o) { return o.metadata.SetFinalizer(kPvcProtection, false); });
+}
+
+absl::Status PvBinder::ProtectVolume(const PersistentVolume& pv) {
+  if (!pv.metadata.HasFinalizer(kPvProtection) || pv.status.phase == "Bound") return absl::OkStatus();
+  return MutateVolume(registry_, pv.metadata.name, apiserver::Subresource::kMain, [](PersistentVolume& o) {
+    return o.status.phase != "Bound" && o.metadata.SetFinalizer(kPvProtection, false);
+  });
+}
+
+absl::Status PvBinder::SetClaimPhase(const PersistentVolumeClaim& claim, const std::string& phase,
+                                     const PersistentVolume* volume) {
+  return MutateClaim(registry_, claim.metadata.namespace_, claim.metadata.name, claim.metadata.uid,
+                     apiserver::Subresource::kStatus,
+                     [&](PersistentVolumeClaim& o) { return EditClaimStatus(o, phase, volume); });
+}
+
+absl::Status PvBinder::SetVolumePhase(const PersistentVolume& volume, const std::string& phase,
+                                      const std::string& message) {
+  return MutateVolume(registry_, volume.metadata.name, apiserver::Subresource::kStatus, [&](PersistentVolume& o) {
+    if (o.status.phase == phase && o.status.message == message) return false;
+    o.status.phase = phase;
+    o.status.message = message;
+    o.status.last_phase_transition_time = NowRfc3339();
     return true;
   });
 }
 
-absl::Status PvBinder::ProtectVolume(const json& pv) {
-  if (!HasFinalizer(pv, kPvProtection) || Str(pv, {"status", "phase"}) == "Bound") return absl::OkStatus();
-  return Mutate(registry_, VolumesKind(), "", Name(pv), apiserver::Subresource::kMain, [&](json& o) {
-    if (!HasFinalizer(o, kPvProtection) || Str(o, {"status", "phase"}) == "Bound") return false;
-    json& f = o["metadata"]["finalizers"];
-    f.erase(std::remove(f.begin(), f.end(), json(kPvProtection)), f.end());
-    return true;
-  });
-}
-
-absl::Status PvBinder::SetClaimPhase(const json& claim, const std::string& phase, const json* volume) {
-  return Mutate(registry_, ClaimsKind(), Ns(claim), Name(claim), apiserver::Subresource::kStatus, [&](json& o) {
-    if (Uid(o) != Uid(claim)) return false;
-    return EditClaimStatus(o, phase, volume);
-  });
-}
-
-absl::Status PvBinder::SetVolumePhase(const json& volume, const std::string& phase, const std::string& message) {
-  return Mutate(registry_, VolumesKind(), "", Name(volume), apiserver::Subresource::kStatus, [&](json& o) {
-    json status = o.value("status", json::object());
-    if (status.value("phase", "") == phase && status.value("message", "") == message) return false;
-    status["phase"] = phase;
-    if (message.empty()) {
-      status.erase("message");
+std::vector<PersistentVolume> PvBinder::DecodeAll(const std::vector<json>& volumes) {
+  std::vector<PersistentVolume> out;
+  out.reserve(volumes.size());
+  for (const auto& v : volumes) {
+    absl::StatusOr<PersistentVolume> pv = DecodeAs<PersistentVolume>(v);
+    if (pv.ok()) {
+      out.push_back(std::move(*pv));
     } else {
-      status["message"] = message;
+      spdlog::warn("pv binder: skipping a volume: {}", pv.status().ToString());
     }
-    status["lastPhaseTransitionTime"] = NowRfc3339();
-    o["status"] = status;
-    return true;
-  });
+  }
+  return out;
 }
 
 }  // namespace berth::controllers

@@ -27,12 +27,14 @@
 // Thread-safety: thread-safe; Start/Stop from one thread.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "api/types/core.h"
 #include "apiserver/registry.h"
 #include "client/events.h"
 #include "client/informer.h"
@@ -85,30 +87,45 @@ class PvBinder {
   absl::Status SyncVolume(const std::string& name);
 
   // The best Available volume for `claim` among `volumes`, or nullptr.
-  // Exposed for tests; `node_labels` is the selected node's labels (or null).
+  // Exposed for tests and the scheduler; `node_labels` is the selected
+  // node's labels (or null).
+  static const api::types::PersistentVolume* FindBestMatch(const api::types::PersistentVolumeClaim& claim,
+                                                           const std::vector<api::types::PersistentVolume>& volumes,
+                                                           const std::map<std::string, std::string>* node_labels);
+  // The same over JSON objects (those that do not decode are skipped).
   static const nlohmann::json* FindBestMatch(const nlohmann::json& claim, const std::vector<nlohmann::json>& volumes,
                                              const nlohmann::json* node_labels);
   // Whether `volume` can serve `claim` (kube-controller-manager's
   // checkVolumeSatisfyClaim): not being deleted, large enough, same class,
   // volume mode and every access mode. FAILED_PRECONDITION says why, in
   // upstream's words.
+  static absl::Status CheckVolumeSatisfyClaim(const api::types::PersistentVolume& volume,
+                                              const api::types::PersistentVolumeClaim& claim);
   static absl::Status CheckVolumeSatisfyClaim(const nlohmann::json& volume, const nlohmann::json& claim);
 
  private:
-  absl::Status SyncUnboundClaim(const nlohmann::json& claim);
-  absl::Status SyncBoundClaim(const nlohmann::json& claim);
-  absl::Status Bind(const nlohmann::json& claim, const nlohmann::json& volume);
-  absl::Status ReleaseOrUnbind(const nlohmann::json& volume);
-  absl::Status ProtectClaim(const nlohmann::json& claim);
-  absl::Status ProtectVolume(const nlohmann::json& volume);
-  absl::Status SetClaimPhase(const nlohmann::json& claim, const std::string& phase, const nlohmann::json* volume);
-  absl::Status SetVolumePhase(const nlohmann::json& volume, const std::string& phase, const std::string& message = "");
-  bool ClaimInUse(const nlohmann::json& claim) const;
+  using PersistentVolume = api::types::PersistentVolume;
+  using PersistentVolumeClaim = api::types::PersistentVolumeClaim;
+
+  // Syncs take the object decoded once at the top of SyncClaim/SyncVolume.
+  absl::Status SyncUnboundClaim(const PersistentVolumeClaim& claim);
+  absl::Status SyncBoundClaim(const PersistentVolumeClaim& claim);
+  absl::Status Bind(const PersistentVolumeClaim& claim, const PersistentVolume& volume);
+  absl::Status ReleaseOrUnbind(const PersistentVolume& volume);
+  absl::Status ProtectClaim(const PersistentVolumeClaim& claim);
+  absl::Status ProtectVolume(const PersistentVolume& volume);
+  absl::Status SetClaimPhase(const PersistentVolumeClaim& claim, const std::string& phase,
+                             const PersistentVolume* volume);
+  absl::Status SetVolumePhase(const PersistentVolume& volume, const std::string& phase,
+                              const std::string& message = "");
+  bool ClaimInUse(const PersistentVolumeClaim& claim) const;
   // The node a consumer of `claim` is on or chosen for: its selected-node,
   // else the node of a scheduled pod using it ("" if none).
-  std::string ConsumerNode(const nlohmann::json& claim) const;
+  std::string ConsumerNode(const PersistentVolumeClaim& claim) const;
   // A node's labels (kubernetes.io/hostname defaulting to its name).
-  nlohmann::json NodeLabelsOf(const std::string& node) const;
+  std::map<std::string, std::string> NodeLabelsOf(const std::string& node) const;
+  // The volumes that decode (one that does not is logged and skipped).
+  static std::vector<PersistentVolume> DecodeAll(const std::vector<nlohmann::json>& volumes);
 
   apiserver::Registry& registry_;
   BinderInformers informers_;

@@ -1,0 +1,44 @@
+// The decoders and encoders of the top-level kinds, compiled once here
+// (their headers declare them extern).
+#include "api/types/coordination.h"
+#include "api/types/core.h"
+#include "api/types/core_node.h"
+#include "api/types/core_pod.h"
+#include "api/types/snapshot.h"
+#include "api/types/storage.h"
+
+namespace berth::api::types {
+
+std::string ClaimClass(const PersistentVolumeClaim& claim) {
+  if (claim.spec.storage_class_name) return *claim.spec.storage_class_name;
+  return claim.metadata.Annotation("volume.beta.kubernetes.io/storage-class");
+}
+
+std::string VolumeClass(const PersistentVolume& volume) {
+  if (!volume.spec.storage_class_name.empty()) return volume.spec.storage_class_name;
+  return volume.metadata.Annotation("volume.beta.kubernetes.io/storage-class");
+}
+
+std::string VolumeModeOf(const std::optional<std::string>& mode) {
+  return mode && !mode->empty() ? *mode : "Filesystem";
+}
+
+#define BERTH_TYPES_INSTANTIATE(T)                   \
+  template absl::StatusOr<T> Decode<T>(const Json&); \
+  template Json Encode<T>(const T&);
+
+BERTH_TYPES_INSTANTIATE(PersistentVolume)
+BERTH_TYPES_INSTANTIATE(PersistentVolumeClaim)
+BERTH_TYPES_INSTANTIATE(Node)
+BERTH_TYPES_INSTANTIATE(Pod)
+BERTH_TYPES_INSTANTIATE(StorageClass)
+BERTH_TYPES_INSTANTIATE(VolumeAttachment)
+BERTH_TYPES_INSTANTIATE(CSIDriver)
+BERTH_TYPES_INSTANTIATE(CSINode)
+BERTH_TYPES_INSTANTIATE(CSIStorageCapacity)
+BERTH_TYPES_INSTANTIATE(Lease)
+BERTH_TYPES_INSTANTIATE(VolumeSnapshot)
+BERTH_TYPES_INSTANTIATE(VolumeSnapshotContent)
+BERTH_TYPES_INSTANTIATE(VolumeSnapshotClass)
+
+}  // namespace berth::api::types
