@@ -82,6 +82,7 @@ class NodeAgent {
   // Null without a runtime.
   pods::PodWorkers* pods() { return pods_.get(); }
   CsiPlugins& plugins() { return *plugins_; }
+  const PluginWatcher& plugin_watcher() const { return *watcher_; }
   const std::string& registration_dir() const { return registration_dir_; }
 
  private:

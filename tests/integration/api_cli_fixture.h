@@ -34,6 +34,8 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "commands.h"
+#include "common/testing/eventually.h"
 #include "common/testing/subprocess.h"
 #include "common/testing/temp_dir.h"
 #include "gmock/gmock.h"
@@ -57,13 +59,10 @@ using ::testing::StartsWith;
 
 // ---- Helpers (api_cli_helpers.cc) ----
 
-// How a finished command ended and what it printed.
-struct CommandResult {
-  int exit_code = -1;
-  std::string out;  // stdout
-  std::string err;  // stderr
-};
-std::ostream& operator<<(std::ostream& os, const CommandResult& r);
+// How a finished command ended and what it printed; RunCommand runs one.
+using testing::CommandResult;
+using testing::Eventually;
+using testing::RunCommand;
 
 // A finished HTTP request made with curl.
 struct HttpResult {
@@ -71,10 +70,6 @@ struct HttpResult {
   std::string body;
 };
 
-// Runs `argv` (argv[0] found on PATH or absolute) with `env` added to the
-// environment and no stdin; stderr goes through `err_path`.
-CommandResult RunCommand(const std::vector<std::string>& env, const std::vector<std::string>& argv,
-                         const std::string& err_path);
 // The first of `candidates` that is an executable file, or "".
 std::string FirstExecutable(const std::vector<std::string>& candidates);
 // `name` in $PATH (absolute), or "".
@@ -90,8 +85,6 @@ std::vector<std::string> Fields(const std::string& row);
 // The complete JSON objects in `text`, a stream of concatenated (pretty or
 // one-per-line) objects; an unfinished last object is left out.
 std::vector<json> JsonStream(const std::string& text);
-// Polls `done` every 20ms until it holds or `timeout` passes.
-bool PollUntil(absl::Duration timeout, const std::function<bool()>& done);
 // Server-side TCP connections on local `port` that the server has not closed
 // yet (ESTABLISHED or CLOSE_WAIT in /proc/net/tcp; 0 if that is unreadable).
 int OpenServerConnections(int port);
@@ -112,8 +105,8 @@ class ApiCliTest : public ::testing::Test {
         std::vector<std::string>{BERTH_BINARY, "--data-dir", DataDir(), "serve", "--api-address", "127.0.0.1:0"},
         dir_.Join("server.log"));
     // The kubeconfig is written (atomically) once both listeners are up.
-    const bool up = PollUntil(absl::Seconds(30),
-                              [&] { return (fs::exists(KubeconfigPath()) && fs::exists(SocketPath())) || Exited(); });
+    const bool up = Eventually([&] { return (fs::exists(KubeconfigPath()) && fs::exists(SocketPath())) || Exited(); },
+                               absl::Seconds(30));
     ASSERT_TRUE(up && !Exited()) << "berth serve did not come up:\n" << server_->Output();
 
     const std::string kubeconfig = ReadText(KubeconfigPath());
@@ -212,7 +205,7 @@ class ApiCliTest : public ::testing::Test {
 
   CommandResult Run(std::vector<std::string> env, const std::vector<std::string>& argv) {
     env.push_back("HOME=" + Home());
-    return RunCommand(env, argv, dir_.Join(absl::StrCat("command-", ++commands_, ".err")));
+    return RunCommand(dir_.path(), argv, env);
   }
 
   // Calls `touch(1)`, `touch(2)`, ... until `seen(tick)` holds for the last
@@ -221,7 +214,7 @@ class ApiCliTest : public ::testing::Test {
     const absl::Time deadline = absl::Now() + absl::Seconds(30);
     for (int tick = 1; absl::Now() < deadline; ++tick) {
       touch(tick);
-      if (PollUntil(absl::Seconds(1), [&] { return seen(tick); })) return true;
+      if (Eventually([&] { return seen(tick); }, absl::Seconds(1))) return true;
     }
     return false;
   }
@@ -241,8 +234,7 @@ class ApiCliTest : public ::testing::Test {
             kDebianKubectl, " nor /usr/bin/kubectl exists");
         return std::make_pair(std::string(), why);
       }
-      const CommandResult v =
-          RunCommand({"HOME=" + Home()}, {path, "version", "--client"}, dir_.Join("kubectl-version.err"));
+      const CommandResult v = RunCommand(dir_.path(), {path, "version", "--client"}, {"HOME=" + Home()});
       const std::string version = v.out.substr(0, v.out.find('\n'));
       std::cerr << "[ kubectl  ] " << path << ": " << version << "\n";
       if (!absl::StrContains(version, "v1.20")) {

@@ -3,44 +3,6 @@
 
 namespace berth::api_cli_testing {
 
-std::ostream& operator<<(std::ostream& os, const CommandResult& r) {
-  return os << "exit " << r.exit_code << "\n--- stdout:\n" << r.out << "--- stderr:\n" << r.err;
-}
-
-std::string ShellQuote(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) {
-    if (c == '\'') {
-      out += "'\\''";
-    } else {
-      out += c;
-    }
-  }
-  return out + "'";
-}
-
-CommandResult RunCommand(const std::vector<std::string>& env, const std::vector<std::string>& argv,
-                         const std::string& err_path) {
-  // `timeout` keeps a stuck command from hanging the test binary.
-  std::string command = ::access("/usr/bin/timeout", X_OK) == 0 ? "/usr/bin/timeout -k 5 120 env" : "env";
-  for (const auto& e : env) command += " " + ShellQuote(e);
-  for (const auto& a : argv) command += " " + ShellQuote(a);
-  command += " </dev/null 2>" + ShellQuote(err_path);
-  CommandResult result;
-  FILE* pipe = ::popen(command.c_str(), "r");
-  if (pipe == nullptr) {
-    result.err = "popen failed";
-    return result;
-  }
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof(buf), pipe)) > 0) result.out.append(buf, n);
-  const int status = ::pclose(pipe);
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  result.err = ReadText(err_path);
-  return result;
-}
-
 std::string FirstExecutable(const std::vector<std::string>& candidates) {
   for (const auto& c : candidates) {
     std::error_code ec;  // unreadable directories on PATH are no error
@@ -118,15 +80,6 @@ std::vector<json> JsonStream(const std::string& text) {
     }
   }
   return out;
-}
-
-bool PollUntil(absl::Duration timeout, const std::function<bool()>& done) {
-  const absl::Time deadline = absl::Now() + timeout;
-  while (true) {
-    if (done()) return true;
-    if (absl::Now() >= deadline) return false;
-    absl::SleepFor(absl::Milliseconds(20));
-  }
 }
 
 int OpenServerConnections(int port) {

@@ -132,7 +132,7 @@ TEST_F(ApiCliTest, BerthCliWatchSeesCreateLabelDeleteInOrder) {
   ASSERT_EQ(Berth({"apply", "-f", Manifest("watched.yaml", ClaimYaml("watched", {{"stage", "labelled"}}))}).exit_code,
             0);
   ASSERT_EQ(Berth({"delete", "pvc", "watched"}).exit_code, 0);
-  ASSERT_TRUE(PollUntil(absl::Seconds(30), [&] { return states("watched").size() >= 3; })) << watch->Output();
+  ASSERT_TRUE(Eventually([&] { return states("watched").size() >= 3; }, absl::Seconds(30))) << watch->Output();
 
   watch->Signal(SIGTERM);
   EXPECT_TRUE(watch->Wait(absl::Seconds(10)).has_value()) << "the watch did not stop";
@@ -169,14 +169,14 @@ TEST_F(ApiCliTest, RawWatchStreamsAddedModifiedDeletedInOrder) {
     return out;
   };
   // A watch without resourceVersion starts with the existing objects.
-  ASSERT_TRUE(PollUntil(absl::Seconds(30), [&] { return !events("marker").empty(); })) << watch->Output();
+  ASSERT_TRUE(Eventually([&] { return !events("marker").empty(); }, absl::Seconds(30))) << watch->Output();
   EXPECT_EQ(events("marker")[0].first, "ADDED");
 
   ASSERT_EQ(Berth({"apply", "-f", Manifest("watched.yaml", ClaimYaml("watched"))}).exit_code, 0);
   ASSERT_EQ(Berth({"apply", "-f", Manifest("watched.yaml", ClaimYaml("watched", {{"stage", "labelled"}}))}).exit_code,
             0);
   ASSERT_EQ(Berth({"delete", "pvc", "watched"}).exit_code, 0);
-  ASSERT_TRUE(PollUntil(absl::Seconds(30), [&] { return events("watched").size() >= 3; })) << watch->Output();
+  ASSERT_TRUE(Eventually([&] { return events("watched").size() >= 3; }, absl::Seconds(30))) << watch->Output();
   watch->Signal(SIGTERM);
   watch->Wait(absl::Seconds(10));
 

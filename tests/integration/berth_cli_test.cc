@@ -209,7 +209,6 @@ TEST_F(BerthCliTest, DescribePatchEditWatchWaitAndDeleteAll) {
   // A watch sees a claim created after it started.
   Subprocess watch({BERTH_BINARY, "get", "pvc", "--watch-only", "-o", "name", "--data-dir", D},
                    sandbox_.Join("watch.log"));
-  absl::SleepFor(absl::Milliseconds(500));  // let the watch connect (a miss only delays: the claim is re-applied below)
   Ok({"apply", "-f", WriteFile("c.yaml", R"({"apiVersion":"v1","kind":"PersistentVolumeClaim","metadata":{"name":"c"},
       "spec":{"accessModes":["ReadWriteOnce"],"resources":{"requests":{"storage":"1Gi"}}}})"),
       "--data-dir", D});

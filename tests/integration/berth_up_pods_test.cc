@@ -25,6 +25,7 @@
 #include "gtest/gtest.h"
 #include "http/api_client.h"
 #include "nlohmann/json.hpp"
+#include "up_fixture.h"
 
 namespace berth::testing {
 namespace {
@@ -36,84 +37,61 @@ namespace fs = std::filesystem;
 
 constexpr char kNode[] = "podnode";
 
-class BerthUpPodsTest : public ::testing::Test {
+class BerthUpPodsTest : public BerthUpFixture {
  protected:
   void SetUp() override {
+    BerthUpFixture::SetUp();
+    if (IsSkipped()) return;
     if (std::string why = cri::testing::TestContainerd::Unavailable(); !why.empty()) GTEST_SKIP() << why;
-    data_ = sandbox_.Join("data");
+    node_ = kNode;
     veths_before_ = Veths();
+    with_runtime_ = true;
   }
   void TearDown() override {
-    if (data_.empty()) return;
-    StopUp(SIGTERM);
-    // The documented way to stop everything berth started.
-    auto [rc, out] = Berth({"down"});
-    EXPECT_EQ(rc, 0) << out;
-    cri::ContainerdSetup setup{.dir = data_ + "/containerd/" + kNode, .pod_cidr = ""};
-    EXPECT_TRUE(Shims().empty()) << "shims left";
-    EXPECT_FALSE(fs::exists("/sys/class/net/" + setup.Bridge())) << "bridge left";
-    EXPECT_TRUE(sandbox_.Mounts().empty()) << "mounts left: " << sandbox_.Mounts().front();
-    // Network namespaces are bind mounts under containerd's state directory
-    // (so the check above covers them); a veth of this test's pods would
-    // outlive its bridge without a master. Those of other tests running at
-    // the same time are attached to their own bridges.
-    std::vector<std::string> orphans;
-    EXPECT_TRUE(Eventually(
-        [&] {
-          orphans.clear();
-          for (const auto& veth : Veths()) {
-            if (veths_before_.count(veth) == 0 && !fs::exists("/sys/class/net/" + veth + "/master"))
-              orphans.push_back(veth);
-          }
-          return orphans.empty();
-        },
-        absl::Seconds(5)))
-        << "veth left: " << orphans.front();
-    for (pid_t pid : Shims()) ::kill(pid, SIGKILL);
+    if (with_runtime_) {
+      StopUp(SIGTERM);
+      // The documented way to stop everything berth started.
+      auto [rc, out] = RunBerth({"down"});
+      EXPECT_EQ(rc, 0) << out;
+      cri::ContainerdSetup setup{.dir = data_ + "/containerd/" + kNode, .pod_cidr = ""};
+      EXPECT_TRUE(Shims().empty()) << "shims left";
+      EXPECT_FALSE(fs::exists("/sys/class/net/" + setup.Bridge())) << "bridge left";
+      EXPECT_TRUE(sandbox_.Mounts().empty()) << "mounts left: " << sandbox_.Mounts().front();
+      // Network namespaces are bind mounts under containerd's state directory
+      // (so the check above covers them); a veth of this test's pods would
+      // outlive its bridge without a master. Those of other tests running at
+      // the same time are attached to their own bridges.
+      std::vector<std::string> orphans;
+      EXPECT_TRUE(Eventually(
+          [&] {
+            orphans.clear();
+            for (const auto& veth : Veths()) {
+              if (veths_before_.count(veth) == 0 && !fs::exists("/sys/class/net/" + veth + "/master"))
+                orphans.push_back(veth);
+            }
+            return orphans.empty();
+          },
+          absl::Seconds(5)))
+          << "veth left: " << orphans.front();
+      for (pid_t pid : Shims()) ::kill(pid, SIGKILL);
+    }
+    BerthUpFixture::TearDown();
   }
 
-  void StartUp(std::vector<std::string> extra = {"--pod-cidr", "10.213.2.0/24"}) {
-    std::vector<std::string> argv = {
-        BERTH_BINARY,   "--data-dir",     data_,         "up", "--pool-size", "1Gi", "--api-address", "",
-        "--csi-binary", BERTH_CSI_BINARY, "--node-name", kNode};
-    argv.insert(argv.end(), extra.begin(), extra.end());
-    up_ = std::make_unique<Subprocess>(argv, sandbox_.Join("up-" + std::to_string(++starts_) + ".log"));
-    ASSERT_TRUE(
-        Eventually([&] { return absl::StrContains(up_->Output(), "berth is up") || up_->Wait(absl::ZeroDuration()); },
-                   absl::Seconds(120)))
-        << up_->Output();
-    ASSERT_FALSE(up_->Wait(absl::ZeroDuration()).has_value()) << up_->Output();
-    client_ = http::ApiClient::ForUnixSocket(data_ + "/api.sock");
-  }
-  void StopUp(int sig) {
-    if (!up_) return;
-    up_->Signal(sig);
-    up_->Wait(absl::Seconds(60));
-    up_.reset();
-  }
-  std::pair<int, std::string> Berth(const std::vector<std::string>& args) {
-    std::vector<std::string> argv = {BERTH_BINARY, "--data-dir", data_};
-    argv.insert(argv.end(), args.begin(), args.end());
-    Subprocess cli(argv, sandbox_.Join("cli.log"));
-    auto rc = cli.Wait(absl::Seconds(180));
-    return {rc.value_or(-1), cli.Output()};
+  // berth up with its own containerd (this pod range unless `extra` says).
+  void StartUp(const std::vector<std::string>& extra = {"--pod-cidr", "10.213.2.0/24"}) {
+    BerthUpFixture::StartUp(extra);
   }
   void Apply(const std::string& yaml) {
-    const std::string file = sandbox_.Join("manifest-" + std::to_string(++manifests_) + ".yaml");
-    std::ofstream(file) << yaml;
-    auto [rc, out] = Berth({"apply", "-f", file});
-    ASSERT_EQ(rc, 0) << out;
-  }
-  json Pod(const std::string& name) {
-    auto r = client_->Call("GET", "/api/v1/namespaces/default/pods/" + name);
-    return r.ok() && r->code == 200 ? json::parse(r->body, nullptr, false) : json();
+    const std::string file = WriteFile("manifest-" + std::to_string(++manifests_) + ".yaml", yaml);
+    Berth({"apply", "-f", file});
   }
   std::string Phase(const std::string& name) { return Pod(name).value("status", json::object()).value("phase", ""); }
   bool WaitPhase(const std::string& name, const std::string& phase, absl::Duration timeout = absl::Seconds(120)) {
     return Eventually([&] { return Phase(name) == phase; }, timeout);
   }
   std::string Logs(const std::string& pod) {
-    auto [rc, out] = Berth({"logs", pod});
+    auto [rc, out] = RunBerth({"logs", pod});
     EXPECT_EQ(rc, 0) << out;
     return out;
   }
@@ -199,13 +177,9 @@ class BerthUpPodsTest : public ::testing::Test {
     return out;
   }
 
-  MountSandbox sandbox_;
-  std::string data_;
   std::set<std::string> veths_before_;
-  std::unique_ptr<Subprocess> up_;
-  std::unique_ptr<http::ApiClient> client_;
-  int starts_ = 0;
   int manifests_ = 0;
+  bool with_runtime_ = false;  // set once SetUp found a runtime to test
 };
 
 TEST_F(BerthUpPodsTest, PodsRunWithTheirClaimsTalkToEachOtherAndAnswerLogsAndExec) {
@@ -237,17 +211,17 @@ TEST_F(BerthUpPodsTest, PodsRunWithTheirClaimsTalkToEachOtherAndAnswerLogsAndExe
   EXPECT_EQ(Logs("web"), "serving\n");
 
   // exec: output and exit code come back.
-  auto [rc, out] = Berth({"exec", "web", "--", "cat", "/www/index.html"});
+  auto [rc, out] = RunBerth({"exec", "web", "--", "cat", "/www/index.html"});
   EXPECT_EQ(rc, 0) << out;
   EXPECT_EQ(out, "hello from web\n");
-  EXPECT_EQ(Berth({"exec", "web", "--", "/bin/sh", "-c", "exit 4"}).first, 4);
+  EXPECT_EQ(RunBerth({"exec", "web", "--", "/bin/sh", "-c", "exit 4"}).first, 4);
   // logs of an unknown pod: the API's NotFound.
-  auto [logs_rc, logs_out] = Berth({"logs", "nope"});
+  auto [logs_rc, logs_out] = RunBerth({"logs", "nope"});
   EXPECT_NE(logs_rc, 0);
   EXPECT_THAT(logs_out, HasSubstr("NotFound"));
 
   // Images: berth's are there; an unknown image cannot be pulled offline.
-  auto [ls_rc, ls_out] = Berth({"image", "ls"});
+  auto [ls_rc, ls_out] = RunBerth({"image", "ls"});
   EXPECT_EQ(ls_rc, 0) << ls_out;
   EXPECT_THAT(ls_out, HasSubstr(cri::kToolboxImage));
   EXPECT_THAT(ls_out, HasSubstr(cri::kPauseImage));
@@ -275,7 +249,7 @@ TEST_F(BerthUpPodsTest, ASigtermTrapWritesItsLastLineToTheVolumeBeforeItGoes) {
   ASSERT_TRUE(WaitPhase("graceful", "Running")) << Pod("graceful").dump();
   // berth delete waits until the pod is gone: containers stopped, volume
   // unpublished, then the object removed.
-  auto [rc, out] = Berth({"delete", "pod", "graceful"});
+  auto [rc, out] = RunBerth({"delete", "pod", "graceful"});
   ASSERT_EQ(rc, 0) << out;
   EXPECT_TRUE(Pod("graceful").is_null());
   Apply(PodYaml("check", "Never", "cat /data/log", "journal"));
@@ -320,11 +294,11 @@ TEST_F(BerthUpPodsTest, SigtermLeavesRunningPodsAloneAndWithoutPodsNoShim) {
   ASSERT_TRUE(WaitPhase("stays", "Running"));
   EXPECT_EQ(Sandboxes(), before);
   EXPECT_EQ(Pod("stays")["status"]["containerStatuses"][0]["restartCount"], 0);
-  auto [rc, out] = Berth({"exec", "stays", "--", "cat", "/tmp/starts"});
+  auto [rc, out] = RunBerth({"exec", "stays", "--", "cat", "/tmp/starts"});
   EXPECT_EQ(rc, 0) << out;
   EXPECT_EQ(out, "started\n");  // the same container, never started again
   // Without pods, stopping berth up leaves no shim of its data directory.
-  ASSERT_EQ(Berth({"delete", "pod", "stays"}).first, 0);
+  ASSERT_EQ(RunBerth({"delete", "pod", "stays"}).first, 0);
   ASSERT_TRUE(Eventually([&] { return Sandboxes().empty(); }, absl::Seconds(60)));
   StopUp(SIGTERM);
   EXPECT_TRUE(Shims().empty());
@@ -334,31 +308,31 @@ TEST_F(BerthUpPodsTest, SigtermLeavesRunningPodsAloneAndWithoutPodsNoShim) {
 TEST_F(BerthUpPodsTest, TheExamplesRunForReal) {
   StartUp();
   const std::string examples = std::string(BERTH_SOURCE_DIR) + "/examples/";
-  ASSERT_EQ(Berth({"apply", "-f", examples + "claim-and-pod.yaml"}).first, 0);
+  ASSERT_EQ(RunBerth({"apply", "-f", examples + "claim-and-pod.yaml"}).first, 0);
   ASSERT_TRUE(WaitPhase("app", "Running")) << Pod("app").dump();
-  auto [rc, out] = Berth({"exec", "app", "--", "cat", "/data/log"});
+  auto [rc, out] = RunBerth({"exec", "app", "--", "cat", "/data/log"});
   EXPECT_EQ(rc, 0) << out;
   EXPECT_EQ(out, "started app\n");
-  ASSERT_EQ(Berth({"apply", "-f", examples + "snapshot-and-restore.yaml"}).first, 0);
-  ASSERT_EQ(Berth({"apply", "-f", examples + "ephemeral.yaml"}).first, 0);
+  ASSERT_EQ(RunBerth({"apply", "-f", examples + "snapshot-and-restore.yaml"}).first, 0);
+  ASSERT_EQ(RunBerth({"apply", "-f", examples + "ephemeral.yaml"}).first, 0);
   ASSERT_TRUE(WaitPhase("restored-app", "Running")) << Pod("restored-app").dump();
   ASSERT_TRUE(WaitPhase("scratch-app", "Running")) << Pod("scratch-app").dump();
-  auto [rc2, restored] = Berth({"exec", "restored-app", "--", "cat", "/data/log"});
+  auto [rc2, restored] = RunBerth({"exec", "restored-app", "--", "cat", "/data/log"});
   EXPECT_EQ(rc2, 0) << restored;
   EXPECT_THAT(restored, HasSubstr("started restored-app\n"));
-  auto [rc3, scratch] = Berth({"exec", "scratch-app", "--", "cat", "/scratch/log"});
+  auto [rc3, scratch] = RunBerth({"exec", "scratch-app", "--", "cat", "/scratch/log"});
   EXPECT_EQ(rc3, 0) << scratch;
   EXPECT_EQ(scratch, "started scratch-app\n");
-  ASSERT_EQ(Berth({"apply", "-f", examples + "expand.yaml"}).first, 0);
+  ASSERT_EQ(RunBerth({"apply", "-f", examples + "expand.yaml"}).first, 0);
   // Every pod has its own address on the node's network.
   std::set<std::string> ips;
   for (const char* pod : {"app", "restored-app", "scratch-app"}) ips.insert(Pod(pod)["status"].value("podIP", ""));
   EXPECT_EQ(ips.size(), 3u);
   EXPECT_EQ(ips.count(""), 0u);
   // The README's clean-up; the SIGTERM traps make it quick.
-  ASSERT_EQ(Berth({"delete", "-f", examples + "ephemeral.yaml"}).first, 0);
-  ASSERT_EQ(Berth({"delete", "-f", examples + "snapshot-and-restore.yaml"}).first, 0);
-  ASSERT_EQ(Berth({"delete", "-f", examples + "claim-and-pod.yaml"}).first, 0);
+  ASSERT_EQ(RunBerth({"delete", "-f", examples + "ephemeral.yaml"}).first, 0);
+  ASSERT_EQ(RunBerth({"delete", "-f", examples + "snapshot-and-restore.yaml"}).first, 0);
+  ASSERT_EQ(RunBerth({"delete", "-f", examples + "claim-and-pod.yaml"}).first, 0);
   EXPECT_TRUE(Eventually([&] { return Sandboxes().empty(); }, absl::Seconds(60)));
   auto pvs = client_->Call("GET", "/api/v1/persistentvolumes");
   EXPECT_TRUE(Eventually(
@@ -372,9 +346,9 @@ TEST_F(BerthUpPodsTest, TheExamplesRunForReal) {
 
 TEST_F(BerthUpPodsTest, ImagesImportSeveralToAnArchiveAndGo) {
   StartUp();
-  auto [rc, out] = Berth({"image", "import", TwoImageArchive()});
+  auto [rc, out] = RunBerth({"image", "import", TwoImageArchive()});
   ASSERT_EQ(rc, 0) << out;
-  auto [ls_rc, ls] = Berth({"image", "ls"});
+  auto [ls_rc, ls] = RunBerth({"image", "ls"});
   EXPECT_EQ(ls_rc, 0) << ls;
   EXPECT_THAT(ls, HasSubstr("berth.test/pause-copy:1"));
   EXPECT_THAT(ls, HasSubstr("berth.test/toolbox-copy:1"));
@@ -383,12 +357,12 @@ TEST_F(BerthUpPodsTest, ImagesImportSeveralToAnArchiveAndGo) {
                             {{cri::kToolboxImage, "berth.test/toolbox-copy:1"}}));
   ASSERT_TRUE(WaitPhase("copy", "Succeeded")) << Pod("copy").dump();
   EXPECT_EQ(Logs("copy"), "from the copy\n");
-  auto [rm_rc, rm] = Berth({"image", "rm", "berth.test/pause-copy:1", "berth.test/toolbox-copy:1"});
+  auto [rm_rc, rm] = RunBerth({"image", "rm", "berth.test/pause-copy:1", "berth.test/toolbox-copy:1"});
   EXPECT_EQ(rm_rc, 0) << rm;
   // The copies share their images with berth's: only the names go (CRI's
   // RemoveImage would take every name of the image, berth's pause too).
   EXPECT_THAT(rm, HasSubstr("untagged berth.test/toolbox-copy:1"));
-  ls = Berth({"image", "ls"}).second;
+  ls = RunBerth({"image", "ls"}).second;
   EXPECT_THAT(ls, Not(HasSubstr("berth.test/")));
   EXPECT_THAT(ls, HasSubstr(cri::kToolboxImage));
   EXPECT_THAT(ls, HasSubstr(cri::kPauseImage));
@@ -421,7 +395,7 @@ TEST_F(BerthUpPodsTest, AnExistingRuntimeThroughContainerRuntimeEndpoint) {
   ASSERT_TRUE(WaitPhase("outside", "Running")) << Pod("outside").dump();
   EXPECT_TRUE(absl::StartsWith(Pod("outside")["status"].value("podIP", ""), "10.213.3.")) << Pod("outside").dump();
   EXPECT_TRUE(Eventually([&] { return Logs("outside") == "up\n"; }, absl::Seconds(10)));
-  auto [rc, out] = Berth({"exec", "outside", "--", "cat", "/data/f"});
+  auto [rc, out] = RunBerth({"exec", "outside", "--", "cat", "/data/f"});
   EXPECT_EQ(rc, 0) << out;
   EXPECT_EQ(out, "hi\n");
   // berth's sandboxes carry its node label; deleting the pod removes them.
@@ -430,7 +404,7 @@ TEST_F(BerthUpPodsTest, AnExistingRuntimeThroughContainerRuntimeEndpoint) {
   auto listed = existing.runtime().ListPodSandbox(ours);
   ASSERT_TRUE(listed.ok()) << listed.status();
   EXPECT_EQ(listed->size(), 1u);
-  ASSERT_EQ(Berth({"delete", "pod", "outside"}).first, 0);
+  ASSERT_EQ(RunBerth({"delete", "pod", "outside"}).first, 0);
   EXPECT_TRUE(Eventually([&] { return Sandboxes(existing.setup().Endpoint()).empty(); }, absl::Seconds(60)));
   StopUp(SIGTERM);
 }

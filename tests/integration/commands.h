@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <fstream>
 #include <ostream>
@@ -27,12 +28,13 @@ inline std::ostream& operator<<(std::ostream& os, const CommandResult& r) {
   return os << "exit " << r.exit_code << "\n--- stdout\n" << r.out << "--- stderr\n" << r.err;
 }
 
-// Runs `argv` (argv[0] absolute) with `env` added and `input` on stdin;
-// its output goes through files in `scratch`. Killed after `timeout`.
+// Runs `argv` (argv[0] absolute or found on PATH) with `env` added and
+// `input` on stdin; its output goes through files in `scratch`. Killed after
+// `timeout`. Thread-safe.
 inline CommandResult RunCommand(const std::string& scratch, const std::vector<std::string>& argv,
                                 const std::vector<std::string>& env = {}, const std::string& input = "",
                                 absl::Duration timeout = absl::Seconds(120)) {
-  static int n = 0;
+  static std::atomic<int> n{0};
   const std::string base = scratch + "/cmd-" + std::to_string(++n);
   { std::ofstream(base + ".in") << input; }
   const pid_t pid = ::fork();
@@ -50,7 +52,7 @@ inline CommandResult RunCommand(const std::string& scratch, const std::vector<st
     std::vector<char*> args;
     for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
     args.push_back(nullptr);
-    ::execv(args[0], args.data());
+    ::execvp(args[0], args.data());
     ::_exit(127);
   }
   CommandResult r;

@@ -291,7 +291,7 @@ spec:
   CommandResult released =
       Kubectl({"patch", "pvc", "held", "--type", "json", "-p", R"([{"op":"remove","path":"/metadata/finalizers"}])"});
   ASSERT_EQ(released.exit_code, 0) << released;
-  EXPECT_TRUE(PollUntil(absl::Seconds(30), [&] { return Kubectl({"get", "pvc", "held"}).exit_code != 0; }));
+  EXPECT_TRUE(Eventually([&] { return Kubectl({"get", "pvc", "held"}).exit_code != 0; }, absl::Seconds(30)));
 }
 
 TEST_F(ApiCliTest, KubectlWatchShowsAddedModifiedDeletedInOrder) {
@@ -317,7 +317,7 @@ TEST_F(ApiCliTest, KubectlWatchShowsAddedModifiedDeletedInOrder) {
   ASSERT_EQ(Kubectl({"create", "-f", Manifest("watched.yaml", ClaimYaml("watched"))}).exit_code, 0);
   ASSERT_EQ(Kubectl({"label", "pvc", "watched", "stage=labelled"}).exit_code, 0);
   ASSERT_EQ(Kubectl({"delete", "pvc", "watched"}).exit_code, 0);
-  ASSERT_TRUE(PollUntil(absl::Seconds(30), [&] { return events("watched").size() >= 3; })) << watch->Output();
+  ASSERT_TRUE(Eventually([&] { return events("watched").size() >= 3; }, absl::Seconds(30))) << watch->Output();
   EXPECT_THAT(events("watched"), ElementsAre("ADDED", "MODIFIED", "DELETED")) << watch->Output();
   EXPECT_THAT(Lines(watch->Output()).front(), StartsWith("EVENT"));
 
@@ -326,7 +326,7 @@ TEST_F(ApiCliTest, KubectlWatchShowsAddedModifiedDeletedInOrder) {
   // reads once more), then it must still be running.
   watch->Signal(SIGTERM);
   EXPECT_TRUE(watch->Wait(absl::Seconds(10)).has_value()) << "kubectl did not stop";
-  EXPECT_TRUE(PollUntil(absl::Seconds(10), [&] { return OpenServerConnections(port_) == 0; }))
+  EXPECT_TRUE(Eventually([&] { return OpenServerConnections(port_) == 0; }, absl::Seconds(10)))
       << OpenServerConnections(port_) << " connection(s) still open on port " << port_;
   ASSERT_FALSE(Exited()) << "berth serve died when the watching kubectl went away:\n" << server_->Output();
   CommandResult after = Kubectl({"get", "pvc", "-o", "name"});

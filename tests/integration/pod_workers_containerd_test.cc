@@ -13,6 +13,7 @@
 #include "absl/strings/match.h"
 #include "apiserver/registry.h"
 #include "client/object.h"
+#include "client/testing/settle.h"
 #include "common/clock.h"
 #include "common/testing/eventually.h"
 #include "common/testing/temp_dir.h"
@@ -68,14 +69,16 @@ class PodWorkersContainerdTest : public ::testing::Test {
     ASSERT_TRUE(workers_->Start().ok());
   }
   // Eventually, with the fake clock moving a second at a time (the relist
-  // that notices containers exiting runs on it).
+  // that notices containers exiting runs on it); after each tick, until the
+  // workers have done what it woke (containerd's own work is real time:
+  // the next tick looks again).
   template <class Pred>
   bool EventuallyTicking(Pred pred, absl::Duration timeout = absl::Seconds(60)) {
     return Eventually(
         [&] {
           if (pred()) return true;
           clock_.Advance(absl::Seconds(1));
-          absl::SleepFor(absl::Milliseconds(50));
+          EXPECT_TRUE(berth::testing::Settle(*store_));
           return pred();
         },
         timeout);

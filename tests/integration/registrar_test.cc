@@ -271,7 +271,9 @@ TEST_F(RegistrarTest, SigkilledSidecarLeavesItsSocketAndItsRestartRegistersAgain
   registrar_->Signal(SIGKILL);
   ASSERT_TRUE(registrar_->Wait(absl::Seconds(10)).has_value());
   EXPECT_TRUE(IsSocket(RegistrationSocket()));
-  absl::SleepFor(absl::Seconds(3));  // more than a rescan
+  // A whole rescan later (one may be under way now) the driver is still there.
+  const int64_t scans = agent_->plugin_watcher().Scans();
+  ASSERT_TRUE(Eventually([&] { return agent_->plugin_watcher().Scans() >= scans + 2; }, absl::Seconds(30)));
   EXPECT_TRUE(Registered());
   EXPECT_TRUE(agent_->plugins().Get(kDriver).has_value());
 

@@ -1,5 +1,6 @@
 // A test fixture running `berth up` as a process (root: loop devices,
-// mounts) on one node "testnode" in a MountSandbox, driven with the berth
+// mounts) on one node (node_, "testnode" unless a test sets it before
+// StartUp) in a MountSandbox, driven with the berth
 // CLI and the API socket; everything it started is stopped and everything
 // mounted below the sandbox unmounted, also when a test fails.
 // Needs BERTH_BINARY and BERTH_CSI_BINARY defined.
@@ -16,6 +17,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/testing/eventually.h"
@@ -82,14 +84,14 @@ class BerthUpFixture : public ::testing::Test {
                                      "--csi-binary",
                                      BERTH_CSI_BINARY,
                                      "--node-name",
-                                     "testnode",
+                                     node_,
                                      "--volume-stats-period",
                                      "1"};
     argv.insert(argv.end(), extra.begin(), extra.end());
     up_ = std::make_unique<Subprocess>(argv, sandbox_.Join("up-" + std::to_string(++starts_) + ".log"));
     ASSERT_TRUE(Eventually(
         [&] { return up_->Output().find("berth is up") != std::string::npos || up_->Wait(absl::ZeroDuration()); },
-        absl::Seconds(60)))
+        absl::Seconds(120)))
         << up_->Output();
     ASSERT_FALSE(up_->Wait(absl::ZeroDuration()).has_value()) << up_->Output();
     client_ = http::ApiClient::ForUnixSocket(data_ + "/api.sock");
@@ -101,13 +103,20 @@ class BerthUpFixture : public ::testing::Test {
     up_.reset();
     return rc;
   }
-  // The berth CLI on this data directory; fails the test unless it exits 0.
-  void Berth(const std::vector<std::string>& args) {
+  // The berth CLI on this data directory: its exit code (-1: still running
+  // after `timeout`, then killed) and what it printed (stdout and stderr).
+  std::pair<int, std::string> RunBerth(const std::vector<std::string>& args,
+                                       absl::Duration timeout = absl::Seconds(180)) {
     std::vector<std::string> argv = {BERTH_BINARY, "--data-dir", data_};
     argv.insert(argv.end(), args.begin(), args.end());
     Subprocess cli(argv, sandbox_.Join("cli.log"));
-    auto rc = cli.Wait(absl::Seconds(120));
-    ASSERT_TRUE(rc.has_value() && *rc == 0) << cli.Output();
+    auto rc = cli.Wait(timeout);
+    return {rc.value_or(-1), cli.Output()};
+  }
+  // The same; fails the test unless it exits 0.
+  void Berth(const std::vector<std::string>& args) {
+    auto [rc, out] = RunBerth(args);
+    ASSERT_EQ(rc, 0) << out;
   }
   std::string WriteFile(const std::string& name, const std::string& content) {
     const std::string path = sandbox_.Join(name);
@@ -142,14 +151,14 @@ class BerthUpFixture : public ::testing::Test {
   // Where the node agent publishes the claim's volume for the pod.
   std::string TargetOf(const std::string& pod, const std::string& claim) {
     const json p = Pod(pod), c = Claim(claim);
-    return data_ + "/nodes/testnode/kubelet/pods/" + p["metadata"]["uid"].get<std::string>() +
+    return data_ + "/nodes/" + node_ + "/kubelet/pods/" + p["metadata"]["uid"].get<std::string>() +
            "/volumes/kubernetes.io~csi/" + c["spec"]["volumeName"].get<std::string>() + "/mount";
   }
-  // Waits until CSINode testnode lists `driver`.
+  // Waits until the node's CSINode lists `driver`.
   void WaitForDriverRegistered(const std::string& driver) {
     ASSERT_TRUE(Eventually(
         [&] {
-          const json csinode = Get("/apis/storage.k8s.io/v1/csinodes/testnode");
+          const json csinode = Get("/apis/storage.k8s.io/v1/csinodes/" + node_);
           if (csinode.is_null()) return false;
           for (const auto& d : csinode["spec"]["drivers"]) {
             if (d.value("name", "") == driver) return true;
@@ -168,6 +177,7 @@ class BerthUpFixture : public ::testing::Test {
 
   MountSandbox sandbox_;
   std::string data_;
+  std::string node_ = "testnode";  // --node-name
   // --api-address: "" serves the API socket only (no token, TLS key or
   // kubeconfig); "127.0.0.1:0" adds HTTPS for kubectl on a free port.
   std::string api_address_;

@@ -81,7 +81,8 @@ Scheduler::Scheduler(apiserver::Registry& registry, SchedulerInformers informers
       informers_(informers),
       options_(std::move(options)),
       events_(registry, options_.scheduler_name),
-      queue_(WorkQueue::Options{.base_delay = options_.initial_backoff, .max_delay = options_.max_backoff}),
+      queue_(WorkQueue::Options{
+          .base_delay = options_.initial_backoff, .max_delay = options_.max_backoff, .clock = options_.clock}),
       rng_(options_.random_seed.value_or(0)) {}
 
 Scheduler::~Scheduler() { Stop(); }

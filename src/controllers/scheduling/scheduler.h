@@ -81,6 +81,7 @@
 #include "client/events.h"
 #include "client/informer.h"
 #include "client/workqueue.h"
+#include "common/clock.h"
 #include "controllers/node_affinity.h"
 #include "nlohmann/json.hpp"
 
@@ -149,6 +150,8 @@ class Scheduler {
     // Retry of unschedulable pods (besides retries on cluster changes).
     absl::Duration initial_backoff = absl::Seconds(1);
     absl::Duration max_backoff = absl::Minutes(5);
+    // The clock the retry backoff runs on (null: RealClock()).
+    Clock* clock = nullptr;
   };
   Scheduler(apiserver::Registry& registry, SchedulerInformers informers, Options options);
   ~Scheduler();  // Stop()

@@ -234,6 +234,7 @@ class SchedulerTest : public ::testing::Test {
     Scheduler::Options options;
     options.initial_backoff = absl::Milliseconds(20);
     options.max_backoff = absl::Milliseconds(200);
+    options.clock = clock_;
     scheduler_ = std::make_unique<Scheduler>(
         *registry_,
         SchedulerInformers{*pods_, *nodes_, *claims_, *volumes_, *classes_, *csinodes_, *csidrivers_, *capacities_},
@@ -352,6 +353,10 @@ class SchedulerTest : public ::testing::Test {
   DriverDirectory directory_;
   std::unique_ptr<Provisioner> provisioner_;
   std::unique_ptr<Scheduler> scheduler_;
+  // The scheduler's clock when set before Start (null: the real one). Owned
+  // here so it outlives the scheduler.
+  FakeClock fake_clock_;
+  Clock* clock_ = nullptr;
 };
 
 TEST_F(SchedulerTest, NodeSelectorPlacesThePodAndReportsScheduled) {
@@ -521,16 +526,21 @@ TEST_F(SchedulerTest, InsufficientCapacityIsUnschedulableUntilCapacityIsAdded) {
   // node-c reports nothing: with storageCapacity it does not fit either.
   Create(Claim("data", "local", "5Gi"));
   Create(Pod("db", {"data"}));
+  clock_ = &fake_clock_;  // the retries run when the test moves time
   Start();
   ASSERT_TRUE(Eventually([&] { return Condition("db").value("reason", "") == "Unschedulable"; }));
   EXPECT_EQ(Condition("db")["message"], "0/3 nodes are available: 3 node(s) did not have enough free storage.");
   ASSERT_TRUE(Eventually([&] { return Events("FailedScheduling").size() == 1; }));
   EXPECT_EQ(Events("FailedScheduling")[0]["type"], "Warning");
   EXPECT_EQ(Events("FailedScheduling")[0]["message"], Condition("db")["message"]);
-  // Retries with the same outcome add no new event. Real time on purpose:
-  // the retries (20 ms doubling to 200 ms on the real clock here) must run,
-  // and Settle would return between two of them.
-  absl::SleepFor(absl::Milliseconds(300));
+  // Retries with the same outcome add no new event: three backoffs run out
+  // on the fake clock, each retry fails again and arms the next.
+  for (int retry = 0; retry < 3; ++retry) {
+    ASSERT_TRUE(fake_clock_.BlockUntilTimers(1));  // the pod waits for its backoff
+    ASSERT_TRUE(fake_clock_.AdvanceToNextTimer());
+    ASSERT_TRUE(Settle(*store_));  // the retry ran and its outcome is written
+  }
+  ASSERT_TRUE(fake_clock_.BlockUntilTimers(1));  // and failed: the next backoff
   EXPECT_EQ(Events("FailedScheduling").size(), 1u);
   EXPECT_EQ(Events("FailedScheduling")[0].value("count", 1), 1);
   EXPECT_EQ(SelectedNode("data"), "");

@@ -81,7 +81,8 @@ CapacityTracker::CapacityTracker(apiserver::Registry& registry, DriverDirectory&
       // A driver that is down is asked again soon, and never less often
       // than it is polled.
       queue_(WorkQueue::Options{.base_delay = absl::Milliseconds(50),
-                                .max_delay = std::min(options_.poll_interval, absl::Minutes(5))}) {}
+                                .max_delay = std::min(options_.poll_interval, absl::Minutes(5)),
+                                .clock = options_.clock}) {}
 
 CapacityTracker::~CapacityTracker() { Stop(); }
 

@@ -77,6 +77,7 @@
 #include "client/events.h"
 #include "client/informer.h"
 #include "client/workqueue.h"
+#include "common/clock.h"
 #include "csi/v1/csi.grpc.pb.h"
 #include "nlohmann/json.hpp"
 
@@ -115,6 +116,9 @@ class CapacityTracker {
     // every object, e.g. the CSIDriver's, so they go with it; null: none.
     nlohmann::json owner = nullptr;
     int workers = 2;
+    // The clock of the poll interval and of the retry backoff (null:
+    // RealClock()).
+    Clock* clock = nullptr;
   };
 
   CapacityTracker(apiserver::Registry& registry, DriverDirectory& drivers, CapacityInformers informers,

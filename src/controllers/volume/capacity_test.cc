@@ -187,6 +187,7 @@ class CapacityTest : public ::testing::Test {
   DriverDirectory directory_;
   std::unique_ptr<Informer> classes_, nodes_, csinodes_, capacities_;
   std::unique_ptr<CapacityTracker> tracker_;
+  FakeClock fake_clock_;  // for tests that pass it in the tracker's options
 };
 
 TEST_F(CapacityTest, PublishesOneObjectPerNodeSegmentAndClassAskingEachNodeItself) {
@@ -376,7 +377,9 @@ TEST_F(CapacityTest, AnUnchangedCapacityIsNotRewritten) {
 TEST_F(CapacityTest, ATransientGetCapacityFailureKeepsTheLastPublishedValue) {
   AddNode("node-a", 10 * kGi);
   Class("local");
-  StartTracker();
+  CapacityTracker::Options options;
+  options.clock = &fake_clock_;  // the retries run when the test moves time
+  StartTracker(options);
   ASSERT_TRUE(Eventually([&] { return CapacityOf("local", "node-a") == "10Gi"; }));
   const std::string name = ObjectFor("local", "node-a")["metadata"]["name"];
   fakes_["node-a"]->Crash();
@@ -387,14 +390,24 @@ TEST_F(CapacityTest, ATransientGetCapacityFailureKeepsTheLastPublishedValue) {
   EXPECT_EQ(event["type"], "Warning");
   EXPECT_EQ(event["involvedObject"]["name"], name);
   EXPECT_THAT(event["message"].get<std::string>(), ::testing::HasSubstr("kubernetes.io/hostname=node-a"));
-  // Real time on purpose: the tracker's retries (50 ms doubling on the real
-  // clock) must run and fail meanwhile; Settle would return between two.
-  absl::SleepFor(absl::Milliseconds(300));
-  EXPECT_EQ(CapacityOf("local", "node-a"), "10Gi");  // neither zeroed nor deleted
-  EXPECT_EQ(ObjectFor("local", "node-a")["metadata"]["name"], name);
+  // Three retries run out their backoff on the fake clock and fail again.
+  for (int retry = 0; retry < 3; ++retry) {
+    ASSERT_TRUE(fake_clock_.BlockUntilTimers(2));  // the poll and the retry
+    ASSERT_TRUE(fake_clock_.AdvanceToNextTimer());
+    ASSERT_TRUE(Settle(*store_));
+    EXPECT_EQ(CapacityOf("local", "node-a"), "10Gi");  // neither zeroed nor deleted
+    EXPECT_EQ(ObjectFor("local", "node-a")["metadata"]["name"], name);
+  }
 
   ASSERT_TRUE(fakes_["node-a"]->Serve(sockets_["node-a"]).ok());
-  ASSERT_TRUE(Eventually([&] { return CapacityOf("local", "node-a") == "2Gi"; }, absl::Seconds(30)));
+  // The next retries reach it (gRPC reconnects in real time meanwhile).
+  ASSERT_TRUE(Eventually(
+      [&] {
+        if (CapacityOf("local", "node-a") == "2Gi") return true;
+        fake_clock_.AdvanceToNextTimer();
+        return false;
+      },
+      absl::Seconds(30)));
   EXPECT_EQ(ObjectFor("local", "node-a")["metadata"]["name"], name);
 }
 

@@ -107,6 +107,7 @@ std::map<std::string, std::string> PluginWatcher::Registered() const {
 void PluginWatcher::Run() {
   for (;;) {
     Rescan();
+    scans_.fetch_add(1);
     // Sleep until something changes in the directory, a retry is due, or
     // the periodic rescan.
     absl::Duration wait = options_.rescan;

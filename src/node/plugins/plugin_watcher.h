@@ -20,6 +20,8 @@
 
 #include <sys/types.h>
 
+#include <atomic>
+#include <cstdint>
 #include <map>
 #include <set>
 #include <string>
@@ -64,6 +66,10 @@ class PluginWatcher {
 
   // The plugins registered now: socket path → plugin name.
   std::map<std::string, std::string> Registered() const ABSL_LOCKS_EXCLUDED(mu_);
+  // How many scans of the directory have finished (the first at Start, then
+  // one per change or rescan period): lets a test wait for the next scan
+  // instead of sleeping through a period.
+  int64_t Scans() const { return scans_.load(); }
 
  private:
   struct Plugin {
@@ -96,6 +102,8 @@ class PluginWatcher {
   // Paths created since the last rescan (watcher thread only): a registered
   // plugin's socket among them was replaced, whatever its inode.
   std::set<std::string> created_;
+
+  std::atomic<int64_t> scans_{0};
 
   mutable absl::Mutex mu_;
   std::map<std::string, Plugin> plugins_ ABSL_GUARDED_BY(mu_);  // socket → plugin
