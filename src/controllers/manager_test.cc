@@ -4,9 +4,7 @@
 #include "controllers/manager.h"
 
 #include "common/testing/eventually.h"
-#include "common/testing/temp_dir.h"
-#include "controllers/testing/fake_csi.h"
-#include "controllers/testing/helpers.h"
+#include "controllers/testing/fake_csi_fixture.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -28,20 +26,10 @@ ControllerManager::Options Follow(bool follow) {
 
 constexpr char kLate[] = "late.csi.example.com";
 
-class ControllerManagerTest : public ::testing::Test {
+// The driver is not in the directory at first: tests register it.
+class ControllerManagerTest : public testing::FakeCsiTest {
  protected:
-  void SetUp() override {
-    store_ = std::move(*store::Store::Open({.path = dir_.path() + "/state.db"}));
-    registry_ = std::make_unique<apiserver::Registry>(*store_);
-    ASSERT_TRUE(registry_->Bootstrap().ok());
-    driver_ = std::make_unique<testing::FakeCsiDriver>(kLate);
-    socket_ = dir_.path() + "/csi.sock";
-    ASSERT_TRUE(driver_->Serve(socket_).ok());
-  }
-  void Create(std::string_view resource, std::string_view group, const std::string& ns, const json& obj) {
-    auto got = registry_->Create(K(resource, group), ns, obj);
-    ASSERT_TRUE(got.ok()) << got.status();
-  }
+  ControllerManagerTest() : FakeCsiTest(kLate) {}
   void ClassAndClaim(const std::string& claim) {
     if (!registry_->Get(K("storageclasses", "storage.k8s.io"), "", "late").ok()) {
       Create("storageclasses", "storage.k8s.io", "",
@@ -58,13 +46,6 @@ class ControllerManagerTest : public ::testing::Test {
     auto got = registry_->Get(K("persistentvolumeclaims"), "default", claim);
     return got.ok() ? got->value("status", json::object()).value("phase", "") : "<gone>";
   }
-
-  berth::testing::TempDir dir_;
-  std::unique_ptr<store::Store> store_;
-  std::unique_ptr<apiserver::Registry> registry_;
-  std::unique_ptr<testing::FakeCsiDriver> driver_;
-  std::string socket_;
-  DriverDirectory directory_;
 };
 
 TEST_F(ControllerManagerTest, ADriverRegisteredLaterGetsItsControllers) {
@@ -76,7 +57,7 @@ TEST_F(ControllerManagerTest, ADriverRegisteredLaterGetsItsControllers) {
   EXPECT_EQ(Phase("early"), "Pending") << "no provisioner for the driver yet";
   EXPECT_EQ(driver_->create_calls(), 0);
 
-  directory_.Add(kLate, "node-1", "unix://" + socket_);  // e.g. a node's plugin registration
+  RegisterDriver("node-1");  // e.g. a node's plugin registration
   EXPECT_THAT(manager.drivers(), ::testing::ElementsAre(kLate));
   EXPECT_TRUE(Eventually([&] { return Phase("early") == "Bound"; })) << "the claim that waited is provisioned";
   ClassAndClaim("later");
@@ -84,10 +65,10 @@ TEST_F(ControllerManagerTest, ADriverRegisteredLaterGetsItsControllers) {
 
   // The same driver on another node, or again after a re-registration: one
   // set of controllers.
-  directory_.Add(kLate, "node-2", "unix://" + socket_);
+  RegisterDriver("node-2");
   directory_.Remove(kLate, "node-1");
   directory_.Remove(kLate, "node-2");
-  directory_.Add(kLate, "node-1", "unix://" + socket_);
+  RegisterDriver("node-1");
   EXPECT_THAT(manager.drivers(), ::testing::ElementsAre(kLate));
   EXPECT_EQ(driver_->create_calls(), 2);
   manager.Stop();
@@ -96,7 +77,7 @@ TEST_F(ControllerManagerTest, ADriverRegisteredLaterGetsItsControllers) {
 TEST_F(ControllerManagerTest, WithoutFollowingOnlyTheNamedDriversRun) {
   ControllerManager manager(*registry_, directory_, Follow(false));
   ASSERT_TRUE(manager.Start().ok());
-  directory_.Add(kLate, "", "unix://" + socket_);
+  RegisterDriver();
   ClassAndClaim("data");
   ASSERT_TRUE(Settle(*store_));
   EXPECT_EQ(Phase("data"), "Pending");
@@ -108,7 +89,7 @@ TEST_F(ControllerManagerTest, WithoutFollowingOnlyTheNamedDriversRun) {
 }
 
 TEST_F(ControllerManagerTest, DriversKnownBeforeStartAreFollowedToo) {
-  directory_.Add(kLate, "", "unix://" + socket_);
+  RegisterDriver();
   ClassAndClaim("data");
   ControllerManager manager(*registry_, directory_, Follow(true));
   ASSERT_TRUE(manager.Start().ok());
@@ -116,7 +97,7 @@ TEST_F(ControllerManagerTest, DriversKnownBeforeStartAreFollowedToo) {
   EXPECT_TRUE(Eventually([&] { return Phase("data") == "Bound"; }));
   manager.Stop();
   // Stopped: a new driver starts nothing.
-  directory_.Add("other.csi.example.com", "", "unix://" + socket_);
+  directory_.Add("other.csi.example.com", "", Endpoint());
   EXPECT_THAT(manager.drivers(), ::testing::ElementsAre(kLate));
 }
 
@@ -129,7 +110,7 @@ TEST_F(ControllerManagerTest, SidecarDriversGetNoControllers) {
   o.sidecar_drivers = {kLate};
   ControllerManager manager(*registry_, directory_, o);
   ASSERT_TRUE(manager.Start().ok());
-  directory_.Add(kLate, "node-1", "unix://" + socket_);
+  RegisterDriver("node-1");
   manager.AddDriver(kLate);
   ClassAndClaim("data");
   ASSERT_TRUE(Settle(*store_));

@@ -8,8 +8,8 @@
 #include "client/object.h"
 #include "client/writes.h"
 #include "common/testing/eventually.h"
-#include "common/testing/temp_dir.h"
 #include "controllers/taints.h"
+#include "controllers/testing/controller_fixture.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "store/store.h"
@@ -24,12 +24,11 @@ using client::K;
 using client::Str;
 using nlohmann::json;
 
-class NodeLifecycleTest : public ::testing::Test {
+class NodeLifecycleTest : public controllers::testing::ControllerTest {
  protected:
   void SetUp() override {
-    store_ = std::move(*store::Store::Open({.path = dir_.path() + "/state.db"}));
-    registry_ = std::make_unique<apiserver::Registry>(*store_);
-    ASSERT_TRUE(registry_->Bootstrap().ok());
+    ControllerTest::SetUp();
+    if (HasFatalFailure()) return;
     ASSERT_TRUE(registry_->Create(K("namespaces"), "", {{"metadata", {{"name", kNodeLeaseNamespace}}}}).ok());
     nodes_ = std::make_unique<Informer>(*registry_, K("nodes"));
     leases_ = std::make_unique<Informer>(*registry_, K("leases", "coordination.k8s.io"));
@@ -155,11 +154,8 @@ class NodeLifecycleTest : public ::testing::Test {
     return false;
   }
 
-  berth::testing::TempDir dir_;
   // Starts at the real time: nodes' creationTimestamps come from the store.
   FakeClock clock_{absl::FromUnixSeconds(absl::ToUnixSeconds(absl::Now()))};
-  std::unique_ptr<store::Store> store_;
-  std::unique_ptr<apiserver::Registry> registry_;
   std::unique_ptr<Informer> nodes_, leases_, pods_;
   std::unique_ptr<NodeLifecycleController> controller_;
 };

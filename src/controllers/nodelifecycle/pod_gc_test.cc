@@ -6,8 +6,8 @@
 #include "client/object.h"
 #include "client/writes.h"
 #include "common/testing/eventually.h"
-#include "common/testing/temp_dir.h"
 #include "controllers/taints.h"
+#include "controllers/testing/controller_fixture.h"
 #include "gtest/gtest.h"
 #include "store/store.h"
 
@@ -20,12 +20,11 @@ using client::K;
 using client::Str;
 using nlohmann::json;
 
-class PodGcTest : public ::testing::Test {
+class PodGcTest : public controllers::testing::ControllerTest {
  protected:
   void SetUp() override {
-    store_ = std::move(*store::Store::Open({.path = dir_.path() + "/state.db"}));
-    registry_ = std::make_unique<apiserver::Registry>(*store_);
-    ASSERT_TRUE(registry_->Bootstrap().ok());
+    ControllerTest::SetUp();
+    if (HasFatalFailure()) return;
     nodes_ = std::make_unique<Informer>(*registry_, K("nodes"));
     pods_ = std::make_unique<Informer>(*registry_, K("pods"));
     gc_ = std::make_unique<PodGarbageCollector>(*registry_, PodGcInformers{*nodes_, *pods_},
@@ -80,10 +79,7 @@ class PodGcTest : public ::testing::Test {
   }
   bool Exists(const std::string& name) { return registry_->Get(K("pods"), "default", name).ok(); }
 
-  berth::testing::TempDir dir_;
   FakeClock clock_;
-  std::unique_ptr<store::Store> store_;
-  std::unique_ptr<apiserver::Registry> registry_;
   std::unique_ptr<Informer> nodes_, pods_;
   std::unique_ptr<PodGarbageCollector> gc_;
 };

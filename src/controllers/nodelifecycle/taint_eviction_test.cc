@@ -6,9 +6,9 @@
 #include "client/object.h"
 #include "client/writes.h"
 #include "common/testing/eventually.h"
-#include "common/testing/temp_dir.h"
 #include "controllers/nodelifecycle/node_lifecycle.h"
 #include "controllers/taints.h"
+#include "controllers/testing/controller_fixture.h"
 #include "gtest/gtest.h"
 #include "store/store.h"
 
@@ -22,12 +22,11 @@ using client::K;
 using client::Str;
 using nlohmann::json;
 
-class TaintEvictionTest : public ::testing::Test {
+class TaintEvictionTest : public controllers::testing::ControllerTest {
  protected:
   void SetUp() override {
-    store_ = std::move(*store::Store::Open({.path = dir_.path() + "/state.db"}));
-    registry_ = std::make_unique<apiserver::Registry>(*store_);
-    ASSERT_TRUE(registry_->Bootstrap().ok());
+    ControllerTest::SetUp();
+    if (HasFatalFailure()) return;
     nodes_ = std::make_unique<Informer>(*registry_, K("nodes"));
     pods_ = std::make_unique<Informer>(*registry_, K("pods"));
     controller_ = std::make_unique<TaintEvictionController>(*registry_, TaintEvictionInformers{*nodes_, *pods_},
@@ -86,10 +85,7 @@ class TaintEvictionTest : public ::testing::Test {
         {{{"key", kTaintNodeUnreachable}, {"effect", kNoExecute}, {"timeAdded", "2026-01-01T00:00:00Z"}}});
   }
 
-  berth::testing::TempDir dir_;
   FakeClock clock_;
-  std::unique_ptr<store::Store> store_;
-  std::unique_ptr<apiserver::Registry> registry_;
   std::unique_ptr<Informer> nodes_, pods_;
   std::unique_ptr<TaintEvictionController> controller_;
 };

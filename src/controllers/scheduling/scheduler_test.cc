@@ -5,7 +5,7 @@
 
 #include "client/object.h"
 #include "common/testing/eventually.h"
-#include "common/testing/temp_dir.h"
+#include "controllers/testing/controller_fixture.h"
 #include "controllers/testing/fake_csi.h"
 #include "controllers/testing/helpers.h"
 #include "controllers/volume/provisioner.h"
@@ -211,13 +211,8 @@ TEST(NodeAffinityTest, PodNodeSelectorAndRequiredAffinityBothApply) {
 
 // ---- Flows ----
 
-class SchedulerTest : public ::testing::Test {
+class SchedulerTest : public controllers::testing::ControllerTest {
  protected:
-  void SetUp() override {
-    store_ = std::move(*store::Store::Open({.path = dir_.path() + "/state.db"}));
-    registry_ = std::make_unique<apiserver::Registry>(*store_);
-    ASSERT_TRUE(registry_->Bootstrap().ok());
-  }
   void TearDown() override { StopAll(); }
 
   // Starts informers, the scheduler and the PV binder (and the provisioner
@@ -344,9 +339,6 @@ class SchedulerTest : public ::testing::Test {
     }
   }
 
-  berth::testing::TempDir dir_;
-  std::unique_ptr<store::Store> store_;
-  std::unique_ptr<apiserver::Registry> registry_;
   std::unique_ptr<Informer> pods_, nodes_, claims_, volumes_, classes_, csinodes_, csidrivers_, capacities_;
   std::unique_ptr<PvBinder> binder_;
   std::unique_ptr<testing::FakeCsiDriver> driver_;

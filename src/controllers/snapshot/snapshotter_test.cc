@@ -9,9 +9,7 @@
 #include "api/quantity.h"
 #include "client/object.h"
 #include "common/testing/eventually.h"
-#include "common/testing/temp_dir.h"
-#include "controllers/testing/fake_csi.h"
-#include "controllers/testing/helpers.h"
+#include "controllers/testing/fake_csi_fixture.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -28,7 +26,7 @@ using ::testing::Contains;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-constexpr char kDriver[] = "fake.csi.berth.io";
+using testing::kDriver;
 constexpr char kGroup[] = "snapshot.storage.k8s.io";
 
 bool IsReady(const json& o) { return o.is_object() && o.value("status", json::object()).value("readyToUse", false); }
@@ -42,16 +40,11 @@ std::string BoundContentName(const json& o) {
   return o.value("status", json::object()).value("boundVolumeSnapshotContentName", "");
 }
 
-class SnapshotterTest : public ::testing::Test {
+class SnapshotterTest : public testing::FakeCsiTest {
  protected:
   void SetUp() override {
-    store_ = std::move(*store::Store::Open({.path = dir_.path() + "/state.db"}));
-    registry_ = std::make_unique<apiserver::Registry>(*store_);
-    ASSERT_TRUE(registry_->Bootstrap().ok());
-    driver_ = std::make_unique<testing::FakeCsiDriver>(kDriver);
-    socket_ = dir_.path() + "/csi.sock";
-    ASSERT_TRUE(driver_->Serve(socket_).ok());
-    directory_.Add(kDriver, "", "unix://" + socket_);
+    FakeCsiTest::SetUp();
+    RegisterDriver();
   }
   void TearDown() override { StopControllers(); }
 
@@ -94,19 +87,8 @@ class SnapshotterTest : public ::testing::Test {
     for (auto* i : {&snapshots_, &contents_, &classes_, &claims_}) i->reset();
   }
 
-  json Create(std::string_view resource, std::string_view group, const std::string& ns, const json& obj) {
-    auto got = registry_->Create(K(resource, group), ns, obj);
-    EXPECT_TRUE(got.ok()) << got.status();
-    return got.ok() ? *got : json();
-  }
-  json Get(std::string_view resource, std::string_view group, const std::string& ns, const std::string& name) {
-    auto got = registry_->Get(K(resource, group), ns, name);
-    return got.ok() ? *got : json();
-  }
   void SetStatus(std::string_view resource, const std::string& ns, const std::string& name, const json& status) {
-    auto st = registry_->Patch(K(resource), ns, name, json({{"status", status}}).dump(), apiserver::PatchType::kMerge,
-                               apiserver::Subresource::kStatus);
-    ASSERT_TRUE(st.ok()) << st.status();
+    PatchStatus(resource, "", ns, name, status);
   }
   json Snap(const std::string& name) { return Get("volumesnapshots", kGroup, "default", name); }
   json Content(const std::string& name) { return Get("volumesnapshotcontents", kGroup, "", name); }
@@ -206,12 +188,6 @@ class SnapshotterTest : public ::testing::Test {
     return false;
   }
 
-  berth::testing::TempDir dir_;
-  std::unique_ptr<store::Store> store_;
-  std::unique_ptr<apiserver::Registry> registry_;
-  std::unique_ptr<testing::FakeCsiDriver> driver_;
-  std::string socket_;
-  DriverDirectory directory_;
   FakeClock clock_;  // the snapshotter's polls and retries (1 s doubling, as csi-snapshotter's)
   std::unique_ptr<Informer> snapshots_, contents_, classes_, claims_;
   std::unique_ptr<SnapshotController> controller_;

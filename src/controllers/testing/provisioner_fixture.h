@@ -1,6 +1,6 @@
 // A test fixture: the provisioner, the PV binder and the resizer against
 // a fake CSI driver over a real unix socket, on a durable store (what
-// provisioner_test and provisioner_rules_test share).
+// provisioner_test and provisioner_rules_test share; FakeCsiTest below).
 #pragma once
 
 #include <memory>
@@ -10,7 +10,7 @@
 #include "client/informer.h"
 #include "common/clock.h"
 #include "common/testing/temp_dir.h"
-#include "controllers/testing/fake_csi.h"
+#include "controllers/testing/fake_csi_fixture.h"
 #include "controllers/testing/helpers.h"
 #include "controllers/volume/provisioner.h"
 #include "controllers/volume/pv_binder.h"
@@ -22,8 +22,6 @@ namespace berth::controllers::testing {
 
 using nlohmann::json;
 
-inline constexpr char kDriver[] = "fake.csi.berth.io";
-
 inline json Claim(const std::string& name, const std::string& cls, const std::string& size = "1Gi") {
   return {{"apiVersion", "v1"},
           {"kind", "PersistentVolumeClaim"},
@@ -34,17 +32,9 @@ inline json Claim(const std::string& name, const std::string& cls, const std::st
             {"resources", {{"requests", {{"storage", size}}}}}}}};
 }
 
-class ProvisionerTest : public ::testing::Test {
+class ProvisionerTest : public FakeCsiTest {
  protected:
-  void SetUp() override {
-    store_ = std::move(*store::Store::Open({.path = dir_.path() + "/state.db"}));
-    registry_ = std::make_unique<apiserver::Registry>(*store_);
-    registry_->EnableStorageProtectionAdmission(true);  // as berth up runs it
-    ASSERT_TRUE(registry_->Bootstrap().ok());
-    driver_ = std::make_unique<FakeCsiDriver>(kDriver);
-    socket_ = dir_.path() + "/csi.sock";
-    ASSERT_TRUE(driver_->Serve(socket_).ok());
-  }
+  ProvisionerTest() { storage_protection_ = true; }
   void TearDown() override {
     if (resizer_) resizer_->Stop();
     if (provisioner_) provisioner_->Stop();
@@ -54,7 +44,7 @@ class ProvisionerTest : public ::testing::Test {
     }
   }
   void Start(const std::string& node_for_driver = "") {
-    directory_.Add(kDriver, node_for_driver, "unix://" + socket_);
+    RegisterDriver(node_for_driver);
     // Probes of a down driver come quickly here (tests restart it at once).
     monitor_ = std::make_unique<DriverMonitor>(directory_, RealClock(),
                                                DriverMonitorOptions{.probe_timeout = absl::Seconds(1),
@@ -90,10 +80,6 @@ class ProvisionerTest : public ::testing::Test {
     provisioner_->Start();
     resizer_->Start();
   }
-  void Create(std::string_view resource, std::string_view group, const std::string& ns, const json& obj) {
-    auto got = registry_->Create(K(resource, group), ns, obj);
-    ASSERT_TRUE(got.ok()) << got.status();
-  }
   void Class(const std::string& name, const std::string& binding = "Immediate", json params = json::object()) {
     Create("storageclasses", "storage.k8s.io", "",
            {{"metadata", {{"name", name}}},
@@ -124,12 +110,6 @@ class ProvisionerTest : public ::testing::Test {
     return o.is_null() ? "<gone>" : o.value("status", json::object()).value("phase", "");
   }
 
-  berth::testing::TempDir dir_;
-  std::unique_ptr<store::Store> store_;
-  std::unique_ptr<apiserver::Registry> registry_;
-  std::unique_ptr<FakeCsiDriver> driver_;
-  std::string socket_;
-  DriverDirectory directory_;
   std::unique_ptr<DriverMonitor> monitor_;  // outlives the controllers
   FakeClock resize_clock_;                  // the resizer's slow retry
   std::unique_ptr<Informer> claims_, volumes_, classes_, pods_, nodes_, csinodes_;

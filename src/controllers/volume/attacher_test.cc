@@ -5,9 +5,7 @@
 #include "client/object.h"
 #include "client/volume_names.h"
 #include "common/testing/eventually.h"
-#include "common/testing/temp_dir.h"
-#include "controllers/testing/fake_csi.h"
-#include "controllers/testing/helpers.h"
+#include "controllers/testing/fake_csi_fixture.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -20,20 +18,15 @@ using testing::Eventually;
 using testing::K;
 using testing::Settle;
 
-constexpr char kDriver[] = "fake.csi.berth.io";
+using testing::kDriver;
 constexpr char kNode[] = "node-1";
 constexpr char kHandle[] = "fake-vol-1";
 
-class AttacherTest : public ::testing::Test {
+class AttacherTest : public testing::FakeCsiTest {
  protected:
   void SetUp() override {
-    store_ = std::move(*store::Store::Open({.path = dir_.path() + "/state.db"}));
-    registry_ = std::make_unique<apiserver::Registry>(*store_);
-    ASSERT_TRUE(registry_->Bootstrap().ok());
-    driver_ = std::make_unique<testing::FakeCsiDriver>(kDriver);
-    socket_ = dir_.path() + "/csi.sock";
-    ASSERT_TRUE(driver_->Serve(socket_).ok());
-    directory_.Add(kDriver, "", "unix://" + socket_);
+    FakeCsiTest::SetUp();
+    RegisterDriver();
   }
   void TearDown() override { StopControllers(); }
 
@@ -71,14 +64,6 @@ class AttacherTest : public ::testing::Test {
     ad_.reset();
   }
 
-  void Create(std::string_view resource, std::string_view group, const std::string& ns, const json& obj) {
-    auto got = registry_->Create(K(resource, group), ns, obj);
-    ASSERT_TRUE(got.ok()) << got.status();
-  }
-  json Get(std::string_view resource, std::string_view group, const std::string& ns, const std::string& name) {
-    auto got = registry_->Get(K(resource, group), ns, name);
-    return got.ok() ? *got : json();
-  }
   json Attachment() { return Get("volumeattachments", "storage.k8s.io", "", AttachmentName(kHandle, kDriver, kNode)); }
   bool Attached() {
     json va = Attachment();
@@ -165,12 +150,6 @@ class AttacherTest : public ::testing::Test {
     BoundClaim();
   }
 
-  berth::testing::TempDir dir_;
-  std::unique_ptr<store::Store> store_;
-  std::unique_ptr<apiserver::Registry> registry_;
-  std::unique_ptr<testing::FakeCsiDriver> driver_;
-  std::string socket_;
-  DriverDirectory directory_;
   FakeClock retry_clock_;  // the attacher's retries (1 s doubling, as external-attacher's)
   std::unique_ptr<Informer> pods_, nodes_, volumes_, claims_, csidrivers_, attachments_, csinodes_;
   std::unique_ptr<AttachDetachController> ad_;
@@ -356,7 +335,7 @@ TEST_F(AttacherTest, FinishedPodsReleaseTheirVolumesUnlessTheNodeKeepsThem) {
 
 TEST_F(AttacherTest, DriverCrashDuringAttachConvergesAfterRestartWithoutDuplicates) {
   Standard();
-  driver_->Crash();
+  CrashDriver();
   Pod();
   StartControllers();
   ASSERT_TRUE(Eventually([&] {
@@ -365,7 +344,7 @@ TEST_F(AttacherTest, DriverCrashDuringAttachConvergesAfterRestartWithoutDuplicat
   }));
   // The orchestrator restarts while the driver is down, then the driver comes back.
   StopControllers();
-  ASSERT_TRUE(driver_->Serve(socket_).ok());
+  RestartDriver();
   StartControllers();
   ASSERT_TRUE(Retried([&] { return Attached(); }));
   EXPECT_EQ(driver_->published().size(), 1u);

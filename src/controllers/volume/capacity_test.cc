@@ -6,7 +6,7 @@
 #include <set>
 
 #include "common/testing/eventually.h"
-#include "common/testing/temp_dir.h"
+#include "controllers/testing/controller_fixture.h"
 #include "controllers/testing/fake_csi.h"
 #include "controllers/testing/helpers.h"
 #include "gmock/gmock.h"
@@ -60,13 +60,8 @@ class CapacityFake : public testing::FakeCsiDriver {
   std::atomic<bool> get_capacity_{true};
 };
 
-class CapacityTest : public ::testing::Test {
+class CapacityTest : public controllers::testing::ControllerTest {
  protected:
-  void SetUp() override {
-    store_ = std::move(*store::Store::Open({.path = dir_.path() + "/state.db"}));
-    registry_ = std::make_unique<apiserver::Registry>(*store_);
-    ASSERT_TRUE(registry_->Bootstrap().ok());
-  }
   void TearDown() override { StopTracker(); }
 
   void StartTracker(CapacityTracker::Options options = {}) {
@@ -95,10 +90,6 @@ class CapacityTest : public ::testing::Test {
     tracker_.reset();
   }
 
-  void Create(std::string_view resource, std::string_view group, const std::string& ns, const json& obj) {
-    auto got = registry_->Create(K(resource, group), ns, obj);
-    ASSERT_TRUE(got.ok()) << got.status();
-  }
   void Delete(std::string_view resource, std::string_view group, const std::string& ns, const std::string& name) {
     auto got = registry_->Delete(K(resource, group), ns, name);
     ASSERT_TRUE(got.ok()) << got.status();
@@ -179,9 +170,6 @@ class CapacityTest : public ::testing::Test {
     return n;
   }
 
-  berth::testing::TempDir dir_;
-  std::unique_ptr<store::Store> store_;
-  std::unique_ptr<apiserver::Registry> registry_;
   std::map<std::string, std::unique_ptr<CapacityFake>> fakes_;
   std::map<std::string, std::string> sockets_;
   DriverDirectory directory_;

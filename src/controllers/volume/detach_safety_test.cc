@@ -7,8 +7,8 @@
 #include "client/volume_names.h"
 #include "client/writes.h"
 #include "common/testing/eventually.h"
-#include "common/testing/temp_dir.h"
 #include "controllers/taints.h"
+#include "controllers/testing/controller_fixture.h"
 #include "controllers/volume/attacher.h"
 #include "gtest/gtest.h"
 #include "store/store.h"
@@ -26,12 +26,11 @@ constexpr char kDriver[] = "fake.csi.berth.io";
 constexpr char kNode[] = "node-1";
 constexpr char kHandle[] = "vol-1";
 
-class DetachSafetyTest : public ::testing::Test {
+class DetachSafetyTest : public controllers::testing::ControllerTest {
  protected:
   void SetUp() override {
-    store_ = std::move(*store::Store::Open({.path = dir_.path() + "/state.db"}));
-    registry_ = std::make_unique<apiserver::Registry>(*store_);
-    ASSERT_TRUE(registry_->Bootstrap().ok());
+    ControllerTest::SetUp();
+    if (HasFatalFailure()) return;
     for (auto [resource, group] :
          std::vector<std::pair<const char*, const char*>>{{"pods", ""},
                                                           {"nodes", ""},
@@ -77,7 +76,7 @@ class DetachSafetyTest : public ::testing::Test {
     ASSERT_TRUE(Eventually([&] { return informers_["volumeattachments"]->Get("", Attachment()).has_value(); }));
   }
   void TearDown() override {
-    controller_->Stop();
+    if (controller_) controller_->Stop();
     for (auto& [r, inf] : informers_) inf->Stop();
   }
 
@@ -116,10 +115,7 @@ class DetachSafetyTest : public ::testing::Test {
     return !va.ok() || client::Deleting(*va);
   }
 
-  berth::testing::TempDir dir_;
   FakeClock clock_;
-  std::unique_ptr<store::Store> store_;
-  std::unique_ptr<apiserver::Registry> registry_;
   std::map<std::string, std::unique_ptr<Informer>> informers_;
   std::unique_ptr<AttachDetachController> controller_;
 };

@@ -3,7 +3,7 @@
 #include "controllers/volume/ephemeral.h"
 
 #include "client/object.h"
-#include "common/testing/temp_dir.h"
+#include "controllers/testing/controller_fixture.h"
 #include "controllers/testing/helpers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -18,13 +18,12 @@ using testing::Eventually;
 using testing::K;
 using testing::Settle;
 
-class EphemeralTest : public ::testing::Test {
+class EphemeralTest : public controllers::testing::ControllerTest {
  protected:
+  EphemeralTest() { storage_protection_ = true; }
   void SetUp() override {
-    store_ = std::move(*store::Store::Open({.path = dir_.path() + "/state.db"}));
-    registry_ = std::make_unique<apiserver::Registry>(*store_);
-    registry_->EnableStorageProtectionAdmission(true);  // as berth up runs it
-    ASSERT_TRUE(registry_->Bootstrap().ok());
+    ControllerTest::SetUp();
+    if (HasFatalFailure()) return;
     pods_ = std::make_unique<Informer>(*registry_, K("pods"));
     claims_ = std::make_unique<Informer>(*registry_, K("persistentvolumeclaims"));
     controller_ = std::make_unique<EphemeralController>(*registry_, *pods_, *claims_, EphemeralController::Options{});
@@ -75,9 +74,6 @@ class EphemeralTest : public ::testing::Test {
     return out;
   }
 
-  berth::testing::TempDir dir_;
-  std::unique_ptr<store::Store> store_;
-  std::unique_ptr<apiserver::Registry> registry_;
   std::unique_ptr<Informer> pods_, claims_;
   std::unique_ptr<EphemeralController> controller_;
 };

@@ -204,7 +204,7 @@ TEST_F(ProvisionerRulesTest, ADriverOutageParksClaimsWithoutRetryingThemAndResum
   Class("fast");
   Start();
   ASSERT_TRUE(Eventually([&] { return monitor_->Up(kDriver, ""); }));
-  driver_->Crash();
+  CrashDriver();
   constexpr int kClaims = 50;
   for (int i = 0; i < kClaims; ++i)
     Create("persistentvolumeclaims", "", "default", Claim("c" + std::to_string(i), "fast"));
@@ -225,9 +225,9 @@ TEST_F(ProvisionerRulesTest, ADriverOutageParksClaimsWithoutRetryingThemAndResum
   EXPECT_EQ(monitor_->stats().connection_failures + monitor_->stats().skipped, attempts);
   EXPECT_EQ(driver_->create_calls(), 0);
   // Back, and registered again: all of them at once.
-  ASSERT_TRUE(driver_->Serve(socket_).ok());
+  RestartDriver();
   const absl::Time back = absl::Now();
-  directory_.Add(kDriver, "", "unix://" + socket_);
+  RegisterDriver();
   ASSERT_TRUE(Eventually([&] {
     for (int i = 0; i < kClaims; ++i) {
       if (ClaimPhase("c" + std::to_string(i)) != "Bound") return false;
@@ -245,12 +245,12 @@ TEST_F(ProvisionerRulesTest, ADeletionWaitsOutADriverOutageToo) {
   Create("persistentvolumeclaims", "", "default", Claim("data", "fast"));
   ASSERT_TRUE(Eventually([&] { return ClaimPhase("data") == "Bound"; }));
   const std::string pv = Str(Get("persistentvolumeclaims", "default", "data"), {"spec", "volumeName"});
-  driver_->Crash();
+  CrashDriver();
   ASSERT_TRUE(registry_->Delete(K("persistentvolumeclaims"), "default", "data").ok());
   ASSERT_TRUE(Eventually([&] { return !Events(pv, "VolumeFailedDelete").empty(); }));
   EXPECT_THAT(Events(pv, "VolumeFailedDelete").back(), HasSubstr("unreachable"));
   EXPECT_FALSE(Get("persistentvolumes", "", pv).is_null());
-  ASSERT_TRUE(driver_->Serve(socket_).ok());
+  RestartDriver();
   // No registration this time (a driver restarted under the same socket):
   // a probe notices it.
   ASSERT_TRUE(Eventually([&] { return Get("persistentvolumes", "", pv).is_null(); }));

@@ -145,12 +145,12 @@ TEST_F(ProvisionerTest, ResourceExhaustedUnderWaitForFirstConsumerClearsTheSelec
 
 TEST_F(ProvisionerTest, DriverCrashAndRestartStillProvisions) {
   Class("fast");
-  driver_->Crash();
+  CrashDriver();
   Start();
   Create("persistentvolumeclaims", "", "default", Claim("data", "fast"));
   ASSERT_TRUE(Settle(*store_));  // tried, found the driver down, parked
   EXPECT_EQ(ClaimPhase("data"), "Pending");
-  ASSERT_TRUE(driver_->Serve(socket_).ok());
+  RestartDriver();
   ASSERT_TRUE(Eventually([&] { return ClaimPhase("data") == "Bound"; }, absl::Seconds(30)));
 }
 

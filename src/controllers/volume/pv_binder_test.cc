@@ -1,7 +1,7 @@
 #include "controllers/volume/pv_binder.h"
 
 #include "common/testing/eventually.h"
-#include "common/testing/temp_dir.h"
+#include "controllers/testing/controller_fixture.h"
 #include "controllers/testing/helpers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -43,13 +43,8 @@ json OnNode(const std::string& node) {
                      node + R"("]}]}]}})");
 }
 
-class PvBinderTest : public ::testing::Test {
+class PvBinderTest : public controllers::testing::ControllerTest {
  protected:
-  void SetUp() override {
-    store_ = std::move(*store::Store::Open({.path = dir_.path() + "/state.db"}));
-    registry_ = std::make_unique<apiserver::Registry>(*store_);
-    ASSERT_TRUE(registry_->Bootstrap().ok());
-  }
   void TearDown() override { StopBinder(); }
 
   void StartBinder() {
@@ -87,9 +82,6 @@ class PvBinderTest : public ::testing::Test {
     ASSERT_TRUE(got.ok()) << got.status();
   }
 
-  berth::testing::TempDir dir_;
-  std::unique_ptr<store::Store> store_;
-  std::unique_ptr<apiserver::Registry> registry_;
   std::unique_ptr<Informer> claims_, volumes_, classes_, pods_, nodes_;
   std::unique_ptr<PvBinder> binder_;
 };
