@@ -4,13 +4,10 @@
 // events, patch, edit, wait, delete --all, api-resources, version, kubectl's
 // error text and exit codes, apply's progress on a terminal, and berth up's
 // own progress. JSON output is parsed and compared as JSON.
-#include <fcntl.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <set>
 
 #include "api/codec.h"
+#include "commands.h"
 #include "gmock/gmock.h"
 #include "up_fixture.h"
 
@@ -20,13 +17,7 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-struct CliResult {
-  int exit_code = -1;
-  std::string out, err;
-};
-std::ostream& operator<<(std::ostream& os, const CliResult& r) {
-  return os << "exit " << r.exit_code << "\nstdout:\n" << r.out << "\nstderr:\n" << r.err;
-}
+using CliResult = CommandResult;
 
 class BerthCliTest : public BerthUpFixture {
  protected:
@@ -37,29 +28,7 @@ class BerthCliTest : public BerthUpFixture {
     return Exec(argv, env);
   }
   CliResult Exec(const std::vector<std::string>& argv, const std::vector<std::string>& env = {}) {
-    const std::string out_path = sandbox_.Join("cli.out"), err_path = sandbox_.Join("cli.err");
-    pid_t pid = ::fork();
-    if (pid == 0) {
-      int in = ::open("/dev/null", O_RDONLY);
-      int out = ::open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-      int err = ::open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-      ::dup2(in, 0);
-      ::dup2(out, 1);
-      ::dup2(err, 2);
-      sigset_t none;
-      sigemptyset(&none);
-      ::sigprocmask(SIG_SETMASK, &none, nullptr);
-      for (const auto& e : env) ::putenv(const_cast<char*>(e.c_str()));
-      std::vector<char*> args;
-      for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-      args.push_back(nullptr);
-      ::execv(args[0], args.data());
-      ::_exit(127);
-    }
-    int status = 0;
-    ::waitpid(pid, &status, 0);
-    return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), ReadWholeFile(out_path),
-            ReadWholeFile(err_path)};
+    return RunCommand(sandbox_.path(), argv, env);
   }
   // A command expected to succeed; its stdout.
   std::string Ok(const std::vector<std::string>& args, const std::vector<std::string>& env = {}) {
