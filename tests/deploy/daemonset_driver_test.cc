@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "common/testing/eventually.h"
 #include "common/testing/subprocess.h"
 #include "csi/client.h"
 #include "csi/v1/csi.grpc.pb.h"
@@ -226,10 +227,10 @@ TEST_F(DaemonSetDriverTest, ServesHealthMetricsAndTheNodeIdFromTheEnvironment) {
 
   // The HTTP endpoint starts right after the CSI socket.
   std::pair<int, std::string> health;
-  for (int i = 0; i < 100 && health.first == 0; ++i) {
+  berth::testing::Eventually([&] {
     health = HttpGet(launch_.http_port, "/healthz");
-    if (health.first == 0) absl::SleepFor(absl::Milliseconds(50));
-  }
+    return health.first != 0;
+  });
   EXPECT_EQ(health.first, 200) << health.second << process_->Output();
   EXPECT_EQ(health.second, "ok\n");
 

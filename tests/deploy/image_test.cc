@@ -24,6 +24,7 @@
 
 #include "common/exec.h"
 #include "common/hash.h"
+#include "common/testing/eventually.h"
 #include "common/testing/subprocess.h"
 #include "common/testing/temp_dir.h"
 #include "driver/testing/sandbox.h"
@@ -231,12 +232,12 @@ TEST_F(ImageTest, ImportsIntoContainerdAndRuns) {
   }
   Subprocess containerd({"/usr/bin/containerd", "--config", sandbox.Join("config.toml")},
                         sandbox.Join("containerd.log"));
-  bool up = false;
-  for (int i = 0; i < 300 && !up; ++i) {
-    up = Run({"/usr/bin/ctr", "--address", sock, "version"}, absl::Seconds(5)).exit_code == 0;
-    if (!up) ::usleep(100 * 1000);
-  }
-  ASSERT_TRUE(up) << containerd.Output();
+  ASSERT_TRUE(berth::testing::Eventually(
+      [&] {
+        return Run({"/usr/bin/ctr", "--address", sock, "version"}, absl::Seconds(5)).exit_code == 0;
+      },
+      absl::Seconds(60)))
+      << containerd.Output();
 
   auto r = Image({"--out", tmp_.Join("import.tar"), "--import", "--address", sock, "--namespace", "berth-image-test"});
   EXPECT_EQ(r.exit_code, 0) << r.output;

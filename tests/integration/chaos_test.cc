@@ -71,8 +71,7 @@ class ChaosTest : public BerthUpFixture {
     }
     BerthUpFixture::TearDown();
     for (pid_t pid : children) {
-      for (int i = 0; i < 300 && ::kill(pid, 0) == 0; ++i) absl::SleepFor(absl::Milliseconds(50));
-      ::kill(pid, SIGKILL);
+      if (!Eventually([&] { return ::kill(pid, 0) != 0; }, absl::Seconds(15))) ::kill(pid, SIGKILL);
     }
   }
 

@@ -59,8 +59,7 @@ class BerthUpFixture : public ::testing::Test {
         std::ifstream in(node.path() / file);
         pid_t pid = -1;
         if (in >> pid && pid > 1) {
-          for (int i = 0; i < 300 && ::kill(pid, 0) == 0; ++i) absl::SleepFor(absl::Milliseconds(50));
-          ::kill(pid, SIGKILL);
+          if (!Eventually([&] { return ::kill(pid, 0) != 0; }, absl::Seconds(15))) ::kill(pid, SIGKILL);
         }
       }
       if (HasFailure()) {
