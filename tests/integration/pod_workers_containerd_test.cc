@@ -68,18 +68,19 @@ class PodWorkersContainerdTest : public ::testing::Test {
     workers_ = std::make_unique<PodWorkers>(*registry_, ctd_->runtime(), volumes_, o);
     ASSERT_TRUE(workers_->Start().ok());
   }
-  // Eventually, with the fake clock moving a second at a time (the relist
-  // that notices containers exiting runs on it); after each tick, until the
-  // workers have done what it woke (containerd's own work is real time:
-  // the next tick looks again).
+  // Eventually, with the fake clock moving a relist period at a time (the
+  // relist that notices containers exiting runs on it); after each tick,
+  // until the relist it woke has run and the workers have done what it
+  // found (containerd's own work is real time: the next tick looks again).
   template <class Pred>
   bool EventuallyTicking(Pred pred, absl::Duration timeout = absl::Seconds(60)) {
     return Eventually(
         [&] {
           if (pred()) return true;
+          const int64_t relists = workers_->relists();
           clock_.Advance(absl::Seconds(1));
-          EXPECT_TRUE(berth::testing::Settle(*store_));
-          return pred();
+          return Eventually([&] { return workers_->relists() > relists; }, absl::Seconds(15)) &&
+                 berth::testing::Settle(*store_) && pred();
         },
         timeout);
   }

@@ -339,16 +339,16 @@ class SchedulerTest : public controllers::testing::ControllerTest {
     }
   }
 
+  // The scheduler's clock when set before Start (null: the real one). Declared
+  // first so it outlives the scheduler.
+  FakeClock fake_clock_;
+  Clock* clock_ = nullptr;
   std::unique_ptr<Informer> pods_, nodes_, claims_, volumes_, classes_, csinodes_, csidrivers_, capacities_;
   std::unique_ptr<PvBinder> binder_;
   std::unique_ptr<testing::FakeCsiDriver> driver_;
   DriverDirectory directory_;
   std::unique_ptr<Provisioner> provisioner_;
   std::unique_ptr<Scheduler> scheduler_;
-  // The scheduler's clock when set before Start (null: the real one). Owned
-  // here so it outlives the scheduler.
-  FakeClock fake_clock_;
-  Clock* clock_ = nullptr;
 };
 
 TEST_F(SchedulerTest, NodeSelectorPlacesThePodAndReportsScheduled) {

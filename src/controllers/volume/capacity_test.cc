@@ -170,12 +170,12 @@ class CapacityTest : public controllers::testing::ControllerTest {
     return n;
   }
 
+  FakeClock fake_clock_;  // for tests that pass it in the tracker's options
   std::map<std::string, std::unique_ptr<CapacityFake>> fakes_;
   std::map<std::string, std::string> sockets_;
   DriverDirectory directory_;
   std::unique_ptr<Informer> classes_, nodes_, csinodes_, capacities_;
   std::unique_ptr<CapacityTracker> tracker_;
-  FakeClock fake_clock_;  // for tests that pass it in the tracker's options
 };
 
 TEST_F(CapacityTest, PublishesOneObjectPerNodeSegmentAndClassAskingEachNodeItself) {

@@ -183,6 +183,7 @@ void PodWorkers::RelistLoop() {
   for (;;) {
     Relist();
     RotateLogs();
+    relists_.fetch_add(1);
     absl::MutexLock lock(&mu_);
     if (stop_) return;
     clock_.AwaitWithDeadline(mu_, absl::Condition(&stop_), clock_.Now() + options_.relist_period);

@@ -43,6 +43,8 @@
 // Thread-safety: Start/Stop from one thread; the rest is thread-safe.
 #pragma once
 
+#include <atomic>
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
@@ -125,6 +127,9 @@ class PodWorkers {
   cri::Runtime& runtime() { return runtime_; }
   // The runtime's name ("containerd") once known.
   std::string runtime_name() const ABSL_LOCKS_EXCLUDED(mu_);
+  // How many relists of the runtime have finished: a test that moves the
+  // clock waits for the relist it woke instead of sleeping.
+  int64_t relists() const { return relists_.load(); }
 
  private:
   // Where a key's crash-loop (or image pull) backoff stands (kubelet's
@@ -187,6 +192,7 @@ class PodWorkers {
   client::WorkQueue queue_;
   std::thread relister_;
   std::vector<std::thread> workers_{};
+  std::atomic<int64_t> relists_{0};
   int64_t node_memory_bytes_ = 0;
 
   mutable absl::Mutex mu_;
