@@ -139,10 +139,12 @@ TEST_P(KubectlExecTest, StdoutStderrExitCodeStdinContainerAndTerminal) {
   // A terminal (script(1) gives kubectl one, 40 rows by 100 columns):
   // the command runs on a pty of the container's, at the client's size
   // (which the runtime applies as the resize stream delivers it, maybe
-  // just after the command started: it polls for up to 5 s).
+  // just after the command started: it polls for up to 15 s). busybox's
+  // `stty size` on a pty with no size yet says so on stderr but exits 0,
+  // so the poll waits for digits, not for success.
   const std::string line = std::string(GetParam()) + " --kubeconfig " + data_ +
-                           "/kubeconfig exec -it two -c main -- /bin/sh -c 'tty; for i in $(seq 50); do "
-                           "s=$(stty size 2>/dev/null) && [ \"$s\" != \"0 0\" ] && break; sleep 0.1; done; "
+                           "/kubeconfig exec -it two -c main -- /bin/sh -c 'tty; for i in $(seq 150); do "
+                           "s=$(stty size 2>/dev/null); case \"$s\" in [1-9]*) break;; esac; sleep 0.1; done; "
                            "echo size $s'";
   r = RunCommand(sandbox_.Join(""),
                  {"/usr/bin/script", "-q", "-e", "-c", "stty rows 40 cols 100; " + line, "/dev/null"},
