@@ -5,6 +5,7 @@
 // tolerates missing or ill-typed fields: it yields the zero value, never an
 // exception.
 #include "api/table_internal.h"
+#include "api/types/core.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -123,13 +124,6 @@ std::string AccessModes(const Json& modes) {
   return absl::StrJoin(out, ",");
 }
 
-// The beta annotation wins over spec.storageClassName, as in Kubernetes.
-std::string StorageClassOf(const Json& o) {
-  const Json& beta = At(o, {"metadata", "annotations", "volume.beta.kubernetes.io/storage-class"});
-  if (beta.is_string()) return beta.get<std::string>();
-  return Str(o, {"spec", "storageClassName"});
-}
-
 std::string StringOr(const Json& v, std::string_view fallback) {
   return v.is_string() ? v.get<std::string>() : std::string(fallback);
 }
@@ -220,7 +214,7 @@ Cells PersistentVolumeCells(const Json& o, absl::Time now) {
           Str(o, {"spec", "persistentVolumeReclaimPolicy"}),
           PhaseOrTerminating(o),
           claim,
-          StorageClassOf(o),
+          types::StorageClassOf(o),
           Str(o, {"status", "reason"}),
           Age(o, now),
           StringOr(At(o, {"spec", "volumeAttributesClassName"}), "<unset>"),
@@ -240,7 +234,7 @@ Cells PersistentVolumeClaimCells(const Json& o, absl::Time now) {
           volume,
           capacity,
           access_modes,
-          StorageClassOf(o),
+          types::StorageClassOf(o),
           Age(o, now),
           StringOr(At(o, {"spec", "volumeAttributesClassName"}), "<unset>"),
           StringOr(At(o, {"spec", "volumeMode"}), "<unset>")};

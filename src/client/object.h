@@ -13,6 +13,7 @@
 
 #include "absl/strings/escaping.h"
 #include "api/kinds.h"
+#include "api/types/core.h"
 #include "nlohmann/json.hpp"
 
 namespace berth::client {
@@ -77,10 +78,9 @@ inline bool ControlledByPod(const nlohmann::json& claim, const nlohmann::json& p
   return false;
 }
 
-inline std::string ClaimClass(const nlohmann::json& claim) {
-  if (const auto& c = Field(Field(claim, "spec"), "storageClassName"); c.is_string()) return c.get<std::string>();
-  return Annotation(claim, "volume.beta.kubernetes.io/storage-class");
-}
+// A claim's or volume's class, by api::types::StorageClassOf's rule.
+inline std::string ClaimClass(const nlohmann::json& claim) { return api::types::StorageClassOf(claim); }
+inline std::string VolumeClass(const nlohmann::json& volume) { return api::types::StorageClassOf(volume); }
 
 // The node a node-local volume lives on: the kubernetes.io/hostname value
 // of its nodeAffinity's first term ("" if none).

@@ -403,31 +403,38 @@ absl::Status NodeService::DoUnpublish(const ::csi::v1::NodeUnpublishVolumeReques
 
 // ---- Stats and expansion ----
 
-absl::Status NodeService::DoStats(const ::csi::v1::NodeGetVolumeStatsRequest& req,
-                                  ::csi::v1::NodeGetVolumeStatsResponse* resp) {
-  if (req.volume_id().empty()) return absl::InvalidArgumentError("volume_id is required");
-  if (req.volume_path().empty()) return absl::InvalidArgumentError("volume_path is required");
-  BERTH_RETURN_IF_ERROR(CheckVolumeId("volume_id", req.volume_id()));
-  std::optional<VolumeRecord> r = ctx_.pool->GetVolume(req.volume_id());
-  if (!r) return absl::NotFoundError(StrCat("volume ", req.volume_id(), " not found"));
-  const std::string& path = req.volume_path();
-  bool known = path == r->staging_path && !path.empty();
+// The volume `id` if `path` is its staging path or one of its targets (the
+// two calls that name a volume by where it is used).
+absl::StatusOr<VolumeRecord> NodeService::StagedOrPublishedAt(const std::string& id, const std::string& path) {
+  if (id.empty()) return absl::InvalidArgumentError("volume_id is required");
+  if (path.empty()) return absl::InvalidArgumentError("volume_path is required");
+  BERTH_RETURN_IF_ERROR(CheckVolumeId("volume_id", id));
+  std::optional<VolumeRecord> r = ctx_.pool->GetVolume(id);
+  if (!r) return absl::NotFoundError(StrCat("volume ", id, " not found"));
+  bool known = path == r->staging_path;
   for (const auto& t : r->targets) known = known || t.path == path;
   if (!known || !IsCanonicalAbsolutePath(path)) {
     return absl::NotFoundError(StrCat("volume ", r->id, " is not staged or published at ", path));
   }
+  return *std::move(r);
+}
+
+absl::Status NodeService::DoStats(const ::csi::v1::NodeGetVolumeStatsRequest& req,
+                                  ::csi::v1::NodeGetVolumeStatsResponse* resp) {
+  BERTH_ASSIGN_OR_RETURN(VolumeRecord r, StagedOrPublishedAt(req.volume_id(), req.volume_path()));
+  const std::string& path = req.volume_path();
   auto* cond = resp->mutable_volume_condition();
   cond->set_message("volume is healthy");
   struct stat img {};
-  if (::stat(ctx_.pool->VolumeImagePath(r->id).c_str(), &img) != 0) {
+  if (::stat(ctx_.pool->VolumeImagePath(r.id).c_str(), &img) != 0) {
     cond->set_abnormal(true);
-    cond->set_message(StrCat("image of volume ", r->id, " is missing"));
+    cond->set_message(StrCat("image of volume ", r.id, " is missing"));
   }
-  if (r->access_type == AccessType::kBlock) {
-    auto size = ctx_.loops->Size(r->block_device);
+  if (r.access_type == AccessType::kBlock) {
+    auto size = ctx_.loops->Size(r.block_device);
     if (!size.ok()) {
       cond->set_abnormal(true);
-      cond->set_message(StrCat("device ", r->block_device, ": ", size.status().message()));
+      cond->set_message(StrCat("device ", r.block_device, ": ", size.status().message()));
       return absl::OkStatus();
     }
     auto* u = resp->add_usage();
@@ -463,40 +470,31 @@ absl::Status NodeService::DoStats(const ::csi::v1::NodeGetVolumeStatsRequest& re
 
 absl::Status NodeService::DoExpand(const ::csi::v1::NodeExpandVolumeRequest& req,
                                    ::csi::v1::NodeExpandVolumeResponse* resp) {
-  if (req.volume_id().empty()) return absl::InvalidArgumentError("volume_id is required");
-  if (req.volume_path().empty()) return absl::InvalidArgumentError("volume_path is required");
-  BERTH_RETURN_IF_ERROR(CheckVolumeId("volume_id", req.volume_id()));
-  std::optional<VolumeRecord> r = ctx_.pool->GetVolume(req.volume_id());
-  if (!r) return absl::NotFoundError(StrCat("volume ", req.volume_id(), " not found"));
+  BERTH_ASSIGN_OR_RETURN(VolumeRecord r, StagedOrPublishedAt(req.volume_id(), req.volume_path()));
   const std::string& path = req.volume_path();
-  bool known = path == r->staging_path && !path.empty();
-  for (const auto& t : r->targets) known = known || t.path == path;
-  if (!known || !IsCanonicalAbsolutePath(path)) {
-    return absl::NotFoundError(StrCat("volume ", r->id, " is not staged or published at ", path));
-  }
   if (req.has_volume_capability()) {
-    BERTH_RETURN_IF_ERROR(CheckCapabilityFits(req.volume_capability(), *r));
+    BERTH_RETURN_IF_ERROR(CheckCapabilityFits(req.volume_capability(), r));
   }
   const int64_t required = req.capacity_range().required_bytes();
   const int64_t limit = req.capacity_range().limit_bytes();
   if (required < 0 || limit < 0 || (limit > 0 && limit < required)) {
     return absl::InvalidArgumentError("capacity_range is invalid");
   }
-  BERTH_ASSIGN_OR_RETURN(auto guard, ctx_.locks.TryAcquire({r->id}));
+  BERTH_ASSIGN_OR_RETURN(auto guard, ctx_.locks.TryAcquire({r.id}));
   const int64_t wanted = RoundUpToMiB(required > 0 ? required : limit);
-  if (wanted > r->capacity_bytes) {
+  if (wanted > r.capacity_bytes) {
     if (limit > 0 && wanted > limit) return absl::OutOfRangeError("no 1 MiB multiple fits the range");
-    BERTH_ASSIGN_OR_RETURN(*r, ctx_.pool->ExpandVolume(r->id, wanted));
+    BERTH_ASSIGN_OR_RETURN(r, ctx_.pool->ExpandVolume(r.id, wanted));
   }
-  BERTH_ASSIGN_OR_RETURN(std::string dev, ctx_.loops->Find(ctx_.pool->VolumeImagePath(r->id)));
+  BERTH_ASSIGN_OR_RETURN(std::string dev, ctx_.loops->Find(ctx_.pool->VolumeImagePath(r.id)));
   if (dev.empty()) {
-    return absl::FailedPreconditionError(StrCat("volume ", r->id, " is not attached on this node"));
+    return absl::FailedPreconditionError(StrCat("volume ", r.id, " is not attached on this node"));
   }
   BERTH_RETURN_IF_ERROR(ctx_.loops->RefreshCapacity(dev));
-  if (r->access_type == AccessType::kMount && r->fs_bytes < r->capacity_bytes) {
-    BERTH_RETURN_IF_ERROR(ctx_.formatter->Grow(dev, path, r->fs_type));
-    r->fs_bytes = r->capacity_bytes;
-    BERTH_RETURN_IF_ERROR(ctx_.pool->UpdateVolume(*r));
+  if (r.access_type == AccessType::kMount && r.fs_bytes < r.capacity_bytes) {
+    BERTH_RETURN_IF_ERROR(ctx_.formatter->Grow(dev, path, r.fs_type));
+    r.fs_bytes = r.capacity_bytes;
+    BERTH_RETURN_IF_ERROR(ctx_.pool->UpdateVolume(r));
   }
   BERTH_ASSIGN_OR_RETURN(int64_t size, ctx_.loops->Size(dev));
   resp->set_capacity_bytes(size);

@@ -50,6 +50,9 @@ class NodeService final : public ::csi::v1::Node::Service {
   // The loop device backing the mount at `path` if that mount is of volume
   // `r`'s image; "" otherwise.
   absl::StatusOr<std::string> OurDeviceAt(const MountEntry& m, const VolumeRecord& r);
+  // NodeGetVolumeStats' and NodeExpandVolume's checks of volume_id and
+  // volume_path: the volume.
+  absl::StatusOr<VolumeRecord> StagedOrPublishedAt(const std::string& id, const std::string& path);
 
   DriverContext& ctx_;
 };

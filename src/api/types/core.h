@@ -302,12 +302,14 @@ struct PersistentVolumeClaim {
   bool operator==(const PersistentVolumeClaim&) const = default;
 };
 
-// Classes, read as client/object.h's ClaimClass always has: the spec's
-// field, else the beta annotation volume.beta.kubernetes.io/storage-class
-// (upstream's GetPersistentVolume{,Claim}Class read the annotation first;
-// the two agree whenever only one of them is set).
+// Classes as upstream's GetPersistentVolume{,Claim}Class read them (and
+// client/object.h's JSON forms): the beta annotation
+// volume.beta.kubernetes.io/storage-class when present, else the spec's
+// field.
 std::string ClaimClass(const PersistentVolumeClaim& claim);
 std::string VolumeClass(const PersistentVolume& volume);
+// The same rule on a claim's or volume's JSON.
+std::string StorageClassOf(const Json& claim_or_volume);
 // spec.volumeMode with the default "Filesystem".
 std::string VolumeModeOf(const std::optional<std::string>& mode);
 

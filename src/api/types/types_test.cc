@@ -60,6 +60,38 @@ TEST(TypesTest, DecodesClaimFields) {
   EXPECT_EQ(claim->status.conditions[0].type, "Resizing");
 }
 
+// Upstream's GetPersistentVolume{,Claim}Class: the beta annotation, even
+// empty, wins over the spec's field; typed and JSON forms agree.
+TEST(TypesTest, ClassesReadTheBetaAnnotationFirst) {
+  struct Case {
+    json object;
+    std::string want;
+  };
+  const std::vector<Case> cases = {
+      {json::parse(R"({"spec": {"storageClassName": "fast"}})"), "fast"},
+      {json::parse(R"({"metadata": {"annotations": {"volume.beta.kubernetes.io/storage-class": "old"}},
+                       "spec": {"storageClassName": "fast"}})"),
+       "old"},
+      {json::parse(R"({"metadata": {"annotations": {"volume.beta.kubernetes.io/storage-class": ""}},
+                       "spec": {"storageClassName": "fast"}})"),
+       ""},
+      {json::parse(R"({"metadata": {"annotations": {"volume.beta.kubernetes.io/storage-class": "old"}}})"), "old"},
+      {json::parse(R"({"metadata": {"annotations": {"other": "x"}}})"), ""},
+      {json::parse(R"({"spec": 3})"), ""},
+  };
+  for (const Case& c : cases) {
+    EXPECT_EQ(StorageClassOf(c.object), c.want) << c.object.dump();
+    if (c.object.value("spec", json::object()).is_object()) {
+      auto claim = Decode<PersistentVolumeClaim>(c.object);
+      ASSERT_TRUE(claim.ok()) << claim.status();
+      EXPECT_EQ(ClaimClass(*claim), c.want) << c.object.dump();
+      auto volume = Decode<PersistentVolume>(c.object);
+      ASSERT_TRUE(volume.ok()) << volume.status();
+      EXPECT_EQ(VolumeClass(*volume), c.want) << c.object.dump();
+    }
+  }
+}
+
 TEST(TypesTest, RoundTripKeepsUnknownFieldsAtEveryLevel) {
   const json in = Claim();
   auto claim = Decode<PersistentVolumeClaim>(in);

@@ -387,9 +387,7 @@ void Scheduler::FillSnapshot(const std::string& key, const json& pod, const std:
   }
   if (!delayed_classes.empty()) {
     std::vector<json> candidates = SelectCurrent(informers_.volumes, "persistentvolumes", [&](const json& pv) {
-      std::string cls = Str(pv, {"spec", "storageClassName"});
-      if (cls.empty()) cls = Annotation(pv, "volume.beta.kubernetes.io/storage-class");
-      if (!delayed_classes.contains(cls)) return false;
+      if (!delayed_classes.contains(client::VolumeClass(pv))) return false;
       const json& ref = Field(Field(pv, "spec"), "claimRef");
       return ref.is_null() || (Str(ref, {"namespace"}) == ns && delayed_claims.contains(Str(ref, {"name"})));
     });

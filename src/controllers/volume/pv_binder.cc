@@ -23,13 +23,6 @@ using nlohmann::json;
 using types::PersistentVolume;
 using types::PersistentVolumeClaim;
 
-// A volume's class as the informer index files it: types::VolumeClass's
-// rule on the JSON the index functions see.
-std::string VolumeClass(const json& pv) {
-  if (std::string c = Str(pv, {"spec", "storageClassName"}); !c.empty()) return c;
-  return Annotation(pv, "volume.beta.kubernetes.io/storage-class");
-}
-
 const api::KindInfo& ClaimsKind() { return *api::FindResource("", "persistentvolumeclaims"); }
 const api::KindInfo& VolumesKind() { return *api::FindResource("", "persistentvolumes"); }
 

@@ -8,27 +8,12 @@
 
 #include <cerrno>
 
+#include "common/fd.h"
 #include "common/status.h"
 #include "common/strings.h"
 
 namespace berth::driver {
 namespace {
-
-// Closes a file descriptor on scope exit.
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
-  bool ok() const { return fd_ >= 0; }
-
- private:
-  int fd_;
-};
 
 absl::Status SparseCopy(int in, int out, int64_t size, const std::string& src) {
   off_t pos = 0;

@@ -17,6 +17,7 @@
 #include "absl/time/clock.h"
 #include "api/errors.h"
 #include "client/object.h"
+#include "common/fd.h"
 #include "common/status.h"
 #include "common/strings.h"
 #include "node/pods/logs.h"
@@ -42,22 +43,6 @@ std::vector<std::string> SplitList(std::string_view joined) {
   }
   return out;
 }
-
-// A file descriptor closed unless released.
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
-  int release() { return std::exchange(fd_, -1); }
-
- private:
-  int fd_;
-};
 
 // Waits for `events` on `fd` until `deadline`: DEADLINE_EXCEEDED after it.
 absl::Status WaitFor(int fd, short events, absl::Time deadline, std::string_view what) {
