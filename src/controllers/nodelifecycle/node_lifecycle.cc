@@ -17,7 +17,6 @@
 namespace berth::controllers {
 namespace {
 
-using client::Field;
 using client::K;
 using client::Name;
 using client::Str;
