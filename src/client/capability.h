@@ -10,7 +10,9 @@
 #include <map>
 #include <string>
 #include <string_view>
+#include <vector>
 
+#include "api/types/core.h"
 #include "client/object.h"
 #include "csi/v1/csi.pb.h"
 #include "nlohmann/json.hpp"
@@ -23,17 +25,15 @@ inline constexpr std::string_view kReservedPrefix = "csi.storage.k8s.io/";
 
 // Splits StorageClass / VolumeSnapshotClass `parameters` into what the
 // driver gets (`driver`, may be null) and the reserved keys without their
-// prefix (`reserved`, may be null). Non-string values are skipped.
-inline void SplitClassParameters(const nlohmann::json& parameters,
+// prefix (`reserved`, may be null).
+inline void SplitClassParameters(const std::map<std::string, std::string>& parameters,
                                  google::protobuf::Map<std::string, std::string>* driver,
                                  std::map<std::string, std::string>* reserved) {
-  if (!parameters.is_object()) return;
-  for (const auto& [k, v] : parameters.items()) {
-    if (!v.is_string()) continue;
+  for (const auto& [k, v] : parameters) {
     if (std::string_view(k).starts_with(kReservedPrefix)) {
-      if (reserved != nullptr) (*reserved)[k.substr(kReservedPrefix.size())] = v.get<std::string>();
+      if (reserved != nullptr) (*reserved)[k.substr(kReservedPrefix.size())] = v;
     } else if (driver != nullptr) {
-      (*driver)[k] = v.get<std::string>();
+      (*driver)[k] = v;
     }
   }
 }
@@ -58,10 +58,10 @@ inline ::csi::v1::VolumeCapability::AccessMode::Mode CsiAccessMode(const std::st
 }
 
 // One capability with `access_mode`: block, or a mount with `fstype` and
-// `mount_options` (a JSON array of strings, or null).
+// `mount_options`.
 inline ::csi::v1::VolumeCapability MakeVolumeCapability(const std::string& access_mode, SingleNodeModes modes,
                                                         bool block, const std::string& fstype,
-                                                        const nlohmann::json& mount_options) {
+                                                        const std::vector<std::string>& mount_options) {
   ::csi::v1::VolumeCapability cap;
   cap.mutable_access_mode()->set_mode(CsiAccessMode(access_mode, modes));
   if (block) {
@@ -70,29 +70,22 @@ inline ::csi::v1::VolumeCapability MakeVolumeCapability(const std::string& acces
   }
   auto* mount = cap.mutable_mount();
   mount->set_fs_type(fstype);
-  if (mount_options.is_array()) {
-    for (const auto& f : mount_options) {
-      if (f.is_string()) mount->add_mount_flags(f.get<std::string>());
-    }
-  }
+  for (const auto& f : mount_options) mount->add_mount_flags(f);
   return cap;
 }
 
 // The capability a bound PV is used with: its first access mode (as kubelet
 // and external-attacher choose, with ReadWriteOncePod taking precedence),
 // volumeMode, spec.csi.fsType and spec.mountOptions.
-inline ::csi::v1::VolumeCapability PvVolumeCapability(const nlohmann::json& pv, SingleNodeModes single_node) {
-  const nlohmann::json& spec = Field(pv, "spec");
-  std::string mode = "ReadWriteOnce";
-  const nlohmann::json& modes = Field(spec, "accessModes");
-  if (modes.is_array() && !modes.empty()) {
-    mode = modes[0].is_string() ? modes[0].get<std::string>() : mode;
-    for (const auto& m : modes) {
-      if (m == "ReadWriteOncePod") mode = "ReadWriteOncePod";
-    }
+inline ::csi::v1::VolumeCapability PvVolumeCapability(const api::types::PersistentVolume& pv,
+                                                      SingleNodeModes single_node) {
+  const api::types::PersistentVolumeSpec& spec = pv.spec;
+  std::string mode = spec.access_modes.empty() ? "ReadWriteOnce" : spec.access_modes[0];
+  for (const auto& m : spec.access_modes) {
+    if (m == "ReadWriteOncePod") mode = "ReadWriteOncePod";
   }
-  return MakeVolumeCapability(mode, single_node, Str(spec, {"volumeMode"}) == "Block", Str(spec, {"csi", "fsType"}),
-                              Field(spec, "mountOptions"));
+  return MakeVolumeCapability(mode, single_node, api::types::VolumeModeOf(spec.volume_mode) == "Block",
+                              spec.csi ? spec.csi->fs_type : "", spec.mount_options);
 }
 
 }  // namespace berth::client

@@ -21,8 +21,10 @@ TEST(CsiAccessModeTest, SplitModesOnlyForDriversWithSingleNodeMultiWriter) {
 }
 
 TEST(CsiAccessModeTest, APvWithReadWriteOncePodAmongItsModesIsUsedAsIt) {
-  const nlohmann::json pv = {
-      {"spec", {{"accessModes", {"ReadWriteOnce", "ReadWriteOncePod"}}, {"csi", {{"fsType", "xfs"}}}}}};
+  auto decoded = api::types::Decode<api::types::PersistentVolume>(
+      {{"spec", {{"accessModes", {"ReadWriteOnce", "ReadWriteOncePod"}}, {"csi", {{"fsType", "xfs"}}}}}});
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  const api::types::PersistentVolume& pv = *decoded;
   EXPECT_EQ(PvVolumeCapability(pv, SingleNodeModes::kSplit).access_mode().mode(), Mode::SINGLE_NODE_SINGLE_WRITER);
   EXPECT_EQ(PvVolumeCapability(pv, SingleNodeModes::kLegacy).access_mode().mode(), Mode::SINGLE_NODE_WRITER);
   EXPECT_EQ(PvVolumeCapability(pv, SingleNodeModes::kLegacy).mount().fs_type(), "xfs");

@@ -17,10 +17,10 @@ absl::StatusOr<SecretData> CsiSecret(apiserver::Api& api, const std::string& ns,
   return DecodedSecretData(*secret);
 }
 
-absl::StatusOr<SecretData> PvSecret(apiserver::Api& api, const nlohmann::json& pv, const std::string& ref) {
-  const nlohmann::json& r = Field(Field(Field(pv, "spec"), "csi"), ref);
-  if (!r.is_object()) return SecretData{};
-  return CsiSecret(api, Str(r, {"namespace"}), Str(r, {"name"}), absl::StrCat("secret (", ref, ")"));
+absl::StatusOr<SecretData> PvSecret(apiserver::Api& api, const std::optional<api::types::SecretReference>& ref,
+                                    std::string_view ref_key) {
+  if (!ref) return SecretData{};
+  return CsiSecret(api, ref->namespace_, ref->name, absl::StrCat("secret (", std::string(ref_key), ")"));
 }
 
 }  // namespace berth::client

@@ -5,16 +5,19 @@
 // never an empty map (a driver must not be called without the credentials
 // the class or PV asked for, as the sidecars and kubelet refuse too).
 //
-//   BERTH_ASSIGN_OR_RETURN(auto secrets, PvSecret(api, pv, "controllerExpandSecretRef"));
+//   BERTH_ASSIGN_OR_RETURN(auto secrets, PvSecret(api, pv.spec.csi->controller_expand_secret_ref,
+//                                                  "controllerExpandSecretRef"));
 //
 // Thread-safety: stateless; `api` must be safe to share.
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 
 #include "absl/status/statusor.h"
+#include "api/types/core.h"
 #include "apiserver/api.h"
 #include "nlohmann/json.hpp"
 
@@ -28,8 +31,9 @@ using SecretData = std::map<std::string, std::string>;
 absl::StatusOr<SecretData> CsiSecret(apiserver::Api& api, const std::string& ns, const std::string& name,
                                      const std::string& role);
 
-// The secret a PV's spec.csi.<ref> ({name, namespace}) names; no reference,
-// no secret.
-absl::StatusOr<SecretData> PvSecret(apiserver::Api& api, const nlohmann::json& pv, const std::string& ref);
+// The secret one of a PV's spec.csi secret references names (`ref_key`, its
+// JSON key, names it in errors); no reference, no secret.
+absl::StatusOr<SecretData> PvSecret(apiserver::Api& api, const std::optional<api::types::SecretReference>& ref,
+                                    std::string_view ref_key);
 
 }  // namespace berth::client

@@ -59,15 +59,6 @@ std::map<std::string, std::string> NodeLabels(const json& node) {
   return out;
 }
 
-std::vector<std::string> StringList(const json& values) {
-  std::vector<std::string> out;
-  if (!values.is_array()) return out;
-  for (const auto& v : values) {
-    if (v.is_string()) out.push_back(v.get<std::string>());
-  }
-  return out;
-}
-
 bool ContainsString(const std::vector<std::string>& values, const std::string& v) {
   return std::find(values.begin(), values.end(), v) != values.end();
 }
@@ -91,19 +82,29 @@ bool NodeSelectorMatchesLabels(const json& selector, const std::map<std::string,
   return NodeSelectorMatchesLabels(typed, labels, node_name);
 }
 
-bool MatchesNodeSelector(const json& node_selector, const json& node) {
-  return NodeSelectorMatchesLabels(node_selector, NodeLabels(node), Name(node));
+namespace {
+// client::NodeOfVolume's rule (the kubernetes.io/hostname value of the first
+// term) on a typed PV; that one still serves the scheduler's scores, which
+// read JSON.
+std::string HostnameOfVolume(const api::types::PersistentVolume& pv) {
+  const auto& affinity = pv.spec.node_affinity;
+  if (!affinity || !affinity->required || affinity->required->node_selector_terms.empty()) return "";
+  for (const auto& e : affinity->required->node_selector_terms[0].match_expressions) {
+    if (e.key == kHostnameLabel && !e.values.empty()) return e.values[0];
+  }
+  return "";
 }
+}  // namespace
 
-std::string VolumeNode(apiserver::Registry& registry, const json& pv) {
-  if (std::string node = NodeOfVolume(pv); !node.empty()) return node;
-  const json& required = Field(Field(Field(pv, "spec"), "nodeAffinity"), "required");
-  if (required.is_null()) return "";
+std::string VolumeNode(apiserver::Registry& registry, const api::types::PersistentVolume& pv) {
+  if (std::string node = HostnameOfVolume(pv); !node.empty()) return node;
+  if (!pv.spec.node_affinity || !pv.spec.node_affinity->required) return "";
+  const api::types::NodeSelector& required = *pv.spec.node_affinity->required;
   auto nodes = registry.List(*api::FindResource("", "nodes"), "", {});
   if (!nodes.ok()) return "";
   std::string found;
   for (const auto& n : nodes->items) {
-    if (!MatchesNodeSelector(required, n)) continue;
+    if (!NodeSelectorMatchesLabels(required, NodeLabels(n), Name(n))) continue;
     if (!found.empty()) return "";  // not pinned to one node
     found = Name(n);
   }

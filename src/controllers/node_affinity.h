@@ -32,16 +32,13 @@ bool NodeSelectorMatchesLabels(const api::types::NodeSelector& selector,
 // The same on a selector as JSON (one that does not decode matches nothing).
 bool NodeSelectorMatchesLabels(const nlohmann::json& selector, const std::map<std::string, std::string>& labels,
                                const std::string& node_name);
-bool MatchesNodeSelector(const nlohmann::json& node_selector, const nlohmann::json& node);
 
 // The node a volume is pinned to: the one node whose labels satisfy the
 // PV's required nodeAffinity (kubernetes.io/hostname answered without a
 // lookup). "" when the PV has no affinity or several/no nodes match — then
 // the driver's cluster-wide endpoint serves it.
-std::string VolumeNode(apiserver::Registry& registry, const nlohmann::json& pv);
+std::string VolumeNode(apiserver::Registry& registry, const api::types::PersistentVolume& pv);
 
-// The strings of a JSON array (other elements skipped).
-std::vector<std::string> StringList(const nlohmann::json& values);
 bool ContainsString(const std::vector<std::string>& values, const std::string& v);
 
 }  // namespace berth::controllers

@@ -5,6 +5,7 @@
 #include <memory>
 #include <set>
 
+#include "api/types/core.h"
 #include "client/object.h"
 #include "client/volume_names.h"
 #include "common/testing/eventually.h"
@@ -158,7 +159,9 @@ TEST_F(ControllersBerthCsiTest, ClaimPodSnapshotRestoreExpandAndDeleteOnTheRealD
   json pv = Get("persistentvolumes", "", "", Str(Claim("data"), {"spec", "volumeName"}));
   EXPECT_EQ(Str(pv, {"spec", "csi", "fsType"}), "xfs");
   // Pinned by berth-csi's own topology key; the controllers still find its node.
-  EXPECT_EQ(controllers::VolumeNode(*registry_, pv), kNode);
+  auto typed_pv = api::types::Decode<api::types::PersistentVolume>(pv);
+  ASSERT_TRUE(typed_pv.ok()) << typed_pv.status();
+  EXPECT_EQ(controllers::VolumeNode(*registry_, *typed_pv), kNode);
   EXPECT_EQ(DriverVolumes().size(), 1u);
   // Capacity is published for the node's segment.
   ASSERT_TRUE(Eventually([&] {

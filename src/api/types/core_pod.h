@@ -197,17 +197,51 @@ struct PodCondition {
   bool operator==(const PodCondition&) const = default;
 };
 
+// Which of its states a container is in: only whether each is set is read
+// (their contents stay as JSON).
+struct ContainerState {
+  Json waiting;
+  Json running;
+  Json terminated;
+  Unknown unknown;
+  static constexpr auto Fields() {
+    using T = ContainerState;
+    return std::tuple{F("waiting", &T::waiting), F("running", &T::running), F("terminated", &T::terminated)};
+  }
+  bool operator==(const ContainerState&) const = default;
+};
+
+struct ContainerStatus {
+  std::string name;
+  ContainerState state;
+  Unknown unknown;  // ready, restartCount, image, imageID, containerID, ...
+  static constexpr auto Fields() {
+    using T = ContainerStatus;
+    return std::tuple{Always("name", &T::name), F("state", &T::state)};
+  }
+  bool operator==(const ContainerStatus&) const = default;
+};
+
 struct PodStatus {
   std::string phase;
   std::vector<PodCondition> conditions;
   std::string message;
   std::string reason;
   std::string nominated_node_name;
-  Unknown unknown;  // hostIP, podIP(s), startTime, containerStatuses, ...
+  std::vector<ContainerStatus> init_container_statuses;
+  std::vector<ContainerStatus> container_statuses;
+  std::vector<ContainerStatus> ephemeral_container_statuses;
+  Unknown unknown;  // hostIP, podIP(s), startTime, qosClass, ...
   static constexpr auto Fields() {
     using T = PodStatus;
-    return std::tuple{F("phase", &T::phase), F("conditions", &T::conditions), F("message", &T::message),
-                      F("reason", &T::reason), F("nominatedNodeName", &T::nominated_node_name)};
+    return std::tuple{F("phase", &T::phase),
+                      F("conditions", &T::conditions),
+                      F("message", &T::message),
+                      F("reason", &T::reason),
+                      F("nominatedNodeName", &T::nominated_node_name),
+                      F("initContainerStatuses", &T::init_container_statuses),
+                      F("containerStatuses", &T::container_statuses),
+                      F("ephemeralContainerStatuses", &T::ephemeral_container_statuses)};
   }
   bool operator==(const PodStatus&) const = default;
 };

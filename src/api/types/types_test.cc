@@ -334,6 +334,36 @@ TEST(TypesTest, PodContainersKeepTheirUnknownFieldsElementByElement) {
   EXPECT_EQ(out["status"]["phase"], "Succeeded");
 }
 
+// The schema leaves container statuses free-form (AnyValue), so the schema
+// check cannot cover ContainerStatus: its keys are pinned here instead.
+TEST(TypesTest, ContainerStatusesSayWhichStateEachContainerIsIn) {
+  json in = json::parse(R"({
+    "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "default"},
+    "spec": {"containers": [{"name": "a"}, {"name": "b"}]},
+    "status": {
+      "initContainerStatuses": [{"name": "init", "state": {"terminated": {"exitCode": 0}}, "restartCount": 0}],
+      "containerStatuses": [{"name": "a", "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}}, "ready": true},
+                            {"name": "b", "state": {"waiting": {"reason": "ContainerCreating"}}}],
+      "ephemeralContainerStatuses": [{"name": "debug", "state": {}}]
+    }
+  })");
+  auto pod = Decode<Pod>(in);
+  ASSERT_TRUE(pod.ok()) << pod.status();
+  ASSERT_EQ(pod->status.init_container_statuses.size(), 1u);
+  EXPECT_FALSE(pod->status.init_container_statuses[0].state.terminated.is_null());
+  ASSERT_EQ(pod->status.container_statuses.size(), 2u);
+  EXPECT_EQ(pod->status.container_statuses[0].name, "a");
+  EXPECT_FALSE(pod->status.container_statuses[0].state.running.is_null());
+  EXPECT_TRUE(pod->status.container_statuses[0].state.waiting.is_null());
+  EXPECT_EQ(pod->status.container_statuses[1].state.waiting["reason"], "ContainerCreating");
+  ASSERT_EQ(pod->status.ephemeral_container_statuses.size(), 1u);
+  EXPECT_EQ(pod->status.ephemeral_container_statuses[0].state, ContainerState{});  // {}: in no state yet
+  EXPECT_EQ(Encode(*pod), in);
+  json wrong = in;
+  wrong["status"]["containerStatuses"][0]["name"] = 7;
+  EXPECT_EQ(Decode<Pod>(wrong).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(TypesTest, PointerFieldsKeepAbsentApartFromEmpty) {
   // VolumeSnapshot.status is a pointer: absent stays absent, and so do its
   // pointer fields; a struct field without omitempty is always written.

@@ -3,7 +3,11 @@
 #include <algorithm>
 #include <utility>
 
+#include "api/types/coordination.h"
+#include "api/types/core_node.h"
+#include "api/types/core_pod.h"
 #include "client/object.h"
+#include "client/typed.h"
 #include "client/writes.h"
 #include "common/status.h"
 #include "common/strings.h"
@@ -13,11 +17,11 @@
 namespace berth::controllers {
 namespace {
 
-using client::Field;
 using client::K;
 using client::Name;
 using client::Str;
 using nlohmann::json;
+namespace types = ::berth::api::types;
 
 // Conditions the controller turns Unknown when the node goes silent (not
 // NetworkUnavailable: the network plugin owns it). Only Ready is added when
@@ -48,15 +52,36 @@ std::optional<absl::Time> ParseRfc3339(const std::string& text) {
 }
 
 // nodetopology.GetZoneKey on the stable labels: "" when neither is set.
-std::string ZoneKey(const json& node) {
-  const std::string region = Str(node, {"metadata", "labels", "topology.kubernetes.io/region"});
-  const std::string zone = Str(node, {"metadata", "labels", "topology.kubernetes.io/zone"});
+std::string ZoneKey(const types::Node& node) {
+  auto label = [&](const char* key) {
+    auto it = node.metadata.labels.find(key);
+    return it == node.metadata.labels.end() ? std::string() : it->second;
+  };
+  const std::string region = label("topology.kubernetes.io/region"), zone = label("topology.kubernetes.io/zone");
   if (region.empty() && zone.empty()) return "";
   return region + std::string(":\0:", 3) + zone;
 }
 
-json NodeTaint(const std::string& key, const std::string& effect, const std::string& now) {
-  return {{"key", key}, {"effect", effect}, {"timeAdded", now}};
+types::Taint NodeTaint(const std::string& key, const std::string& effect, const std::string& now) {
+  types::Taint t;
+  t.key = key;
+  t.effect = effect;
+  if (!now.empty()) t.time_added = now;
+  return t;
+}
+
+bool SameTaint(const types::Taint& a, const types::Taint& b) { return a.key == b.key && a.effect == b.effect; }
+
+bool HasNodeTaint(const types::Node& node, const std::string& key, const std::string& effect) {
+  return std::any_of(node.spec.taints.begin(), node.spec.taints.end(),
+                     [&](const types::Taint& t) { return t.key == key && t.effect == effect; });
+}
+
+// A lease's renewTime (none when absent, unparsable or not a Lease).
+std::optional<absl::Time> LeaseRenewTime(const json& lease) {
+  absl::StatusOr<types::Lease> typed = client::DecodeAs<types::Lease>(lease);
+  if (!typed.ok() || !typed->spec.renew_time) return std::nullopt;
+  return ParseRfc3339(*typed->spec.renew_time);
 }
 
 }  // namespace
@@ -159,20 +184,25 @@ absl::Status NodeLifecycleController::MonitorNodeHealth() {
   }
 
   absl::Status result;
-  std::vector<std::pair<json, Observed>> seen;
-  for (const auto& node : nodes) {
-    auto observed = UpdateNodeHealth(node);
+  std::vector<std::pair<types::Node, Observed>> seen;
+  for (const auto& node_json : nodes) {
+    absl::StatusOr<types::Node> node = client::DecodeAs<types::Node>(node_json);
+    if (!node.ok()) {
+      result.Update(node.status());
+      continue;
+    }
+    auto observed = UpdateNodeHealth(*node);
     if (!observed.ok()) {
       result.Update(observed.status());
       continue;
     }
-    seen.emplace_back(node, *observed);
+    seen.emplace_back(std::move(*node), *observed);
   }
 
   // Master disruption: no zone has a Ready node.
   std::map<std::string, bool> zone_ready;
   for (const auto& [node, o] : seen) {
-    if (Field(Field(node, "metadata"), "labels").contains(kLabelExcludeDisruption)) continue;
+    if (node.metadata.labels.contains(kLabelExcludeDisruption)) continue;
     zone_ready[ZoneKey(node)] |= o.after == "True";
   }
   const bool disrupted =
@@ -198,7 +228,7 @@ absl::Status NodeLifecycleController::MonitorNodeHealth() {
   for (const auto& [node, o] : seen) {
     if (o.after.empty()) continue;  // still within its startup grace period
     result.Update(SetNoExecuteTaints(node, disrupted ? "True" : o.after));
-    const std::string name = Name(node);
+    const std::string& name = node.metadata.name;
     bool retry;
     {
       absl::MutexLock lock(&mu_);
@@ -206,7 +236,8 @@ absl::Status NodeLifecycleController::MonitorNodeHealth() {
     }
     if (o.after == "True" || (o.before != "True" && !retry)) continue;
     if (o.before == "True") {
-      events_.Record(node, "Normal", "NodeNotReady", StrCat("Node ", name, " status is now: NodeNotReady"));
+      events_.Record(client::IdentityOf(node), "Normal", "NodeNotReady",
+                     StrCat("Node ", name, " status is now: NodeNotReady"));
     }
     absl::Status st = MarkPodsNotReady(name);
     {
@@ -218,12 +249,14 @@ absl::Status NodeLifecycleController::MonitorNodeHealth() {
   return result;
 }
 
-absl::StatusOr<NodeLifecycleController::Observed> NodeLifecycleController::UpdateNodeHealth(const json& node) {
-  const std::string name = Name(node);
+absl::StatusOr<NodeLifecycleController::Observed> NodeLifecycleController::UpdateNodeHealth(const types::Node& node) {
+  const std::string& name = node.metadata.name;
   const absl::Time now = clock_.Now();
-  const absl::Time created = ParseRfc3339(Str(node, {"metadata", "creationTimestamp"})).value_or(now);
-  const json& ready = NodeReadyCondition(node);
-  const bool has_ready = !ready.is_null();
+  const absl::Time created = ParseRfc3339(node.metadata.creation_timestamp).value_or(now);
+  const types::NodeCondition* ready = node.Condition("Ready");
+  const bool has_ready = ready != nullptr;
+  const types::NodeCondition no_condition;
+  const types::NodeCondition& r = has_ready ? *ready : no_condition;
   const absl::Duration grace = has_ready ? options_.grace_period : options_.startup_grace_period;
 
   Observed observed;
@@ -242,72 +275,73 @@ absl::StatusOr<NodeLifecycleController::Observed> NodeLifecycleController::Updat
       if (h.has_ready != has_ready) {
         h.probe = now;
         h.ready_transition = now;
-      } else if (has_ready && h.heartbeat != Str(ready, {"lastHeartbeatTime"})) {
+      } else if (has_ready && h.heartbeat != r.last_heartbeat_time) {
         h.probe = now;
-        if (h.transition != Str(ready, {"lastTransitionTime"})) h.ready_transition = now;
+        if (h.transition != r.last_transition_time) h.ready_transition = now;
       }
     }
   }
   h.has_ready = has_ready;
-  h.heartbeat = Str(ready, {"lastHeartbeatTime"});
-  h.transition = Str(ready, {"lastTransitionTime"});
-  h.status = Str(ready, {"status"});
+  h.heartbeat = r.last_heartbeat_time;
+  h.transition = r.last_transition_time;
+  h.status = r.status;
   // A renewed lease is a probe too (the agent may post status only once a
   // minute).
-  auto lease_renew = [&](const json& lease) { return ParseRfc3339(Str(lease, {"spec", "renewTime"})); };
   auto newer_lease = [&](std::optional<absl::Time> renew) {
     if (!renew || (h.lease_renew && *renew <= *h.lease_renew)) return false;
     h.lease_renew = renew;
     h.probe = now;
     return true;
   };
-  if (auto lease = informers_.leases.Get(kNodeLeaseNamespace, name)) newer_lease(lease_renew(*lease));
+  if (auto lease = informers_.leases.Get(kNodeLeaseNamespace, name)) newer_lease(LeaseRenewTime(*lease));
 
   absl::Status result;
   if (now > h.probe + grace) {
     // The cache may be behind: look at the stored lease before declaring
     // the node silent.
     auto stored = registry_.Get(K("leases", "coordination.k8s.io"), kNodeLeaseNamespace, name);
-    if (!(stored.ok() && newer_lease(lease_renew(*stored)))) {
+    if (!(stored.ok() && newer_lease(LeaseRenewTime(*stored)))) {
       const std::string now_text = client::Rfc3339(now);
-      const std::string created_text = Str(node, {"metadata", "creationTimestamp"});
-      json written;  // the Ready condition written
-      result = client::MutateObject(registry_, K("nodes"), node, apiserver::Subresource::kStatus, [&](json& fresh) {
-        // The node posted its status since we looked: decide next pass.
-        if (Str(NodeReadyCondition(fresh), {"lastHeartbeatTime"}) != h.heartbeat) return false;
-        json& conditions = fresh["status"]["conditions"];
-        if (!conditions.is_array()) conditions = json::array();
-        bool changed = false;
-        for (const char* type : kSilencedConditions) {
-          auto c = std::find_if(conditions.begin(), conditions.end(),
-                                [&](const json& x) { return Str(x, {"type"}) == type; });
-          if (c == conditions.end()) {
-            if (std::string_view(type) != "Ready") continue;
-            conditions.push_back({{"type", type},
-                                  {"status", "Unknown"},
-                                  {"reason", "NodeStatusNeverUpdated"},
-                                  {"message", "Kubelet never posted node status."},
-                                  {"lastHeartbeatTime", created_text},
-                                  {"lastTransitionTime", now_text}});
-            changed = true;
-          } else if (Str(*c, {"status"}) != "Unknown") {
-            (*c)["status"] = "Unknown";
-            (*c)["reason"] = "NodeStatusUnknown";
-            (*c)["message"] = "Kubelet stopped posting node status.";
-            (*c)["lastTransitionTime"] = now_text;
-            changed = true;
-          }
-        }
-        if (changed) written = NodeReadyCondition(fresh);
-        return changed;
-      });
-      if (result.ok() && !written.is_null()) {
+      std::optional<types::NodeCondition> written;  // the Ready condition written
+      result = client::MutateTyped<types::Node>(
+          registry_, K("nodes"), "", name, node.metadata.uid, apiserver::Subresource::kStatus, [&](types::Node& fresh) {
+            // The node posted its status since we looked: decide next pass.
+            const types::NodeCondition* fresh_ready = fresh.Condition("Ready");
+            if ((fresh_ready != nullptr ? fresh_ready->last_heartbeat_time : "") != h.heartbeat) return false;
+            std::vector<types::NodeCondition>& conditions = fresh.status.conditions;
+            bool changed = false;
+            for (const char* type : kSilencedConditions) {
+              auto c = std::find_if(conditions.begin(), conditions.end(),
+                                    [&](const types::NodeCondition& x) { return x.type == type; });
+              if (c == conditions.end()) {
+                if (std::string_view(type) != "Ready") continue;
+                types::NodeCondition added;
+                added.type = type;
+                added.status = "Unknown";
+                added.reason = "NodeStatusNeverUpdated";
+                added.message = "Kubelet never posted node status.";
+                added.last_heartbeat_time = node.metadata.creation_timestamp;
+                added.last_transition_time = now_text;
+                conditions.push_back(std::move(added));
+                changed = true;
+              } else if (c->status != "Unknown") {
+                c->status = "Unknown";
+                c->reason = "NodeStatusUnknown";
+                c->message = "Kubelet stopped posting node status.";
+                c->last_transition_time = now_text;
+                changed = true;
+              }
+            }
+            if (changed && fresh.Condition("Ready") != nullptr) written = *fresh.Condition("Ready");
+            return changed;
+          });
+      if (result.ok() && written) {
         spdlog::warn("node lifecycle: node {} stopped posting status and renewing its lease ({} without a signal)",
                      name, absl::FormatDuration(now - h.probe));
         h.has_ready = true;
-        h.heartbeat = Str(written, {"lastHeartbeatTime"});
-        h.transition = Str(written, {"lastTransitionTime"});
-        h.status = Str(written, {"status"});
+        h.heartbeat = written->last_heartbeat_time;
+        h.transition = written->last_transition_time;
+        h.status = written->status;
         h.ready_transition = now;
       }
     }
@@ -321,87 +355,84 @@ absl::StatusOr<NodeLifecycleController::Observed> NodeLifecycleController::Updat
   return observed;
 }
 
-absl::Status NodeLifecycleController::SetNoExecuteTaints(const json& node, const std::string& ready) {
+absl::Status NodeLifecycleController::SetNoExecuteTaints(const types::Node& node, const std::string& ready) {
   const char* want = ready == "False" ? kTaintNodeNotReady : ready == "Unknown" ? kTaintNodeUnreachable : nullptr;
-  std::vector<json> add, remove;
+  std::vector<types::Taint> add, remove;
   for (const char* key : {kTaintNodeNotReady, kTaintNodeUnreachable}) {
     if (want != nullptr && std::string_view(key) == want) {
-      if (!HasTaint(node, key, kNoExecute)) add.push_back(NodeTaint(key, kNoExecute, client::Rfc3339(clock_.Now())));
-    } else if (HasTaint(node, key, kNoExecute)) {
-      remove.push_back({{"key", key}, {"effect", kNoExecute}});
+      if (!HasNodeTaint(node, key, kNoExecute)) {
+        add.push_back(NodeTaint(key, kNoExecute, client::Rfc3339(clock_.Now())));
+      }
+    } else if (HasNodeTaint(node, key, kNoExecute)) {
+      remove.push_back(NodeTaint(key, kNoExecute, ""));
     }
   }
   if (add.empty() && remove.empty()) return absl::OkStatus();
-  if (!add.empty()) spdlog::info("node lifecycle: node {} is {}: tainting it {}:NoExecute", Name(node), ready, want);
-  return SwapTaints(Name(node), add, remove);
+  if (!add.empty()) {
+    spdlog::info("node lifecycle: node {} is {}: tainting it {}:NoExecute", node.metadata.name, ready, want);
+  }
+  return SwapTaints(node.metadata.name, add, remove);
 }
 
-absl::Status NodeLifecycleController::SwapTaints(const std::string& name, const std::vector<json>& add,
-                                                 const std::vector<json>& remove) {
-  std::optional<json> node = informers_.nodes.Get("", name);
+absl::Status NodeLifecycleController::SwapTaints(const std::string& name, const std::vector<types::Taint>& add,
+                                                 const std::vector<types::Taint>& remove) {
+  std::shared_ptr<const json> node = informers_.nodes.GetSharedByKey(name);
   if (!node) return absl::OkStatus();
+  const std::string uid = client::Uid(*node);
   // The monitor pass and the NoSchedule worker both write taints, and the
   // agent writes the node too: a conflict is routine, so try again on a
   // fresh copy (as upstream's SwapNodeControllerTaint does).
   absl::Status st;
   for (int attempt = 0; attempt < 5; ++attempt) {
-    st = client::MutateObject(registry_, K("nodes"), *node, apiserver::Subresource::kMain, [&](json& fresh) {
-      json& taints = fresh["spec"]["taints"];
-      if (!taints.is_array()) taints = json::array();
-      const size_t before = taints.size();
-      bool changed = false;
-      for (const auto& r : remove) {
-        taints.erase(std::remove_if(taints.begin(), taints.end(),
-                                    [&](const json& t) {
-                                      return Str(t, {"key"}) == Str(r, {"key"}) &&
-                                             Str(t, {"effect"}) == Str(r, {"effect"});
-                                    }),
-                     taints.end());
-      }
-      changed = taints.size() != before;
-      for (const auto& a : add) {
-        const bool present = std::any_of(taints.begin(), taints.end(), [&](const json& t) {
-          return Str(t, {"key"}) == Str(a, {"key"}) && Str(t, {"effect"}) == Str(a, {"effect"});
+    st = client::MutateTyped<types::Node>(
+        registry_, K("nodes"), "", name, uid, apiserver::Subresource::kMain, [&](types::Node& fresh) {
+          std::vector<types::Taint>& taints = fresh.spec.taints;
+          const size_t before = taints.size();
+          for (const auto& r : remove) {
+            taints.erase(
+                std::remove_if(taints.begin(), taints.end(), [&](const types::Taint& t) { return SameTaint(t, r); }),
+                taints.end());
+          }
+          bool changed = taints.size() != before;
+          for (const auto& a : add) {
+            if (std::none_of(taints.begin(), taints.end(), [&](const types::Taint& t) { return SameTaint(t, a); })) {
+              taints.push_back(a);
+              changed = true;
+            }
+          }
+          return changed;
         });
-        if (!present) {
-          taints.push_back(a);
-          changed = true;
-        }
-      }
-      if (taints.empty()) fresh["spec"].erase("taints");
-      return changed;
-    });
     if (st.code() != absl::StatusCode::kAborted) return st;
   }
   return st;
 }
 
 absl::Status NodeLifecycleController::SyncNoScheduleTaints(const std::string& name) {
-  std::optional<json> node = informers_.nodes.Get("", name);
-  if (!node) return absl::OkStatus();
+  std::shared_ptr<const json> node_json = informers_.nodes.GetSharedByKey(name);
+  if (!node_json) return absl::OkStatus();
+  BERTH_ASSIGN_OR_RETURN(const types::Node node, client::DecodeAs<types::Node>(*node_json));
   std::set<std::string> want;
-  const json& conditions = Field(Field(*node, "status"), "conditions");
-  for (const auto& c : conditions.is_array() ? conditions : json::array()) {
+  for (const auto& c : node.status.conditions) {
     for (const auto& ct : kConditionTaints) {
-      if (Str(c, {"type"}) == ct.condition && Str(c, {"status"}) == ct.status) want.insert(ct.key);
+      if (c.type == ct.condition && c.status == ct.status) want.insert(ct.key);
     }
   }
-  const json& unschedulable = Field(Field(*node, "spec"), "unschedulable");
-  if (unschedulable.is_boolean() && unschedulable.get<bool>()) want.insert(kTaintNodeUnschedulable);
+  if (node.spec.unschedulable) want.insert(kTaintNodeUnschedulable);
   std::set<std::string> have;
-  for (const auto& t : NodeTaints(*node, kNoSchedule)) {
+  for (const auto& t : node.spec.taints) {
+    if (t.effect != kNoSchedule) continue;
     const bool ours =
         t.key == kTaintNodeUnschedulable || std::any_of(std::begin(kConditionTaints), std::end(kConditionTaints),
                                                         [&](const ConditionTaint& ct) { return t.key == ct.key; });
     if (ours) have.insert(t.key);
   }
-  std::vector<json> add, remove;
+  std::vector<types::Taint> add, remove;
   const std::string now = client::Rfc3339(clock_.Now());
   for (const auto& k : want) {
     if (!have.contains(k)) add.push_back(NodeTaint(k, kNoSchedule, now));
   }
   for (const auto& k : have) {
-    if (!want.contains(k)) remove.push_back({{"key", k}, {"effect", kNoSchedule}});
+    if (!want.contains(k)) remove.push_back(NodeTaint(k, kNoSchedule, ""));
   }
   if (add.empty() && remove.empty()) return absl::OkStatus();
   return SwapTaints(name, add, remove);
@@ -411,14 +442,12 @@ namespace {
 
 // controllerutil.MarkPodsNotReady for one pod: its Ready condition (if it
 // has one) becomes False; false when there was nothing to change.
-bool MarkPodNotReady(json& status, const std::string& now) {
-  json& conditions = status["conditions"];
-  if (!conditions.is_array()) return false;
-  for (auto& c : conditions) {
-    if (Str(c, {"type"}) != "Ready") continue;
-    if (Str(c, {"status"}) == "False") return false;
-    c["status"] = "False";
-    c["lastTransitionTime"] = now;
+bool MarkPodNotReady(types::PodStatus& status, const std::string& now) {
+  for (auto& c : status.conditions) {
+    if (c.type != "Ready") continue;
+    if (c.status == "False") return false;
+    c.status = "False";
+    c.last_transition_time = now;
     return true;
   }
   return false;
@@ -435,9 +464,10 @@ absl::Status NodeLifecycleController::MarkPodsNotReady(const std::string& node) 
 }
 
 absl::Status NodeLifecycleController::SyncPod(const std::string& key) {
-  std::optional<json> pod = informers_.pods.GetByKey(key);
-  if (!pod) return absl::OkStatus();
-  const std::string node = Str(*pod, {"spec", "nodeName"});
+  std::shared_ptr<const json> pod_json = informers_.pods.GetSharedByKey(key);
+  if (!pod_json) return absl::OkStatus();
+  BERTH_ASSIGN_OR_RETURN(types::Pod pod, client::DecodeAs<types::Pod>(*pod_json));
+  const std::string& node = pod.spec.node_name;
   {
     absl::MutexLock lock(&mu_);
     auto h = health_.find(node);
@@ -446,13 +476,14 @@ absl::Status NodeLifecycleController::SyncPod(const std::string& key) {
       return absl::OkStatus();
     }
   }
-  json status = pod->value("status", json::object());
   const std::string now = client::Rfc3339(clock_.Now());
-  if (!MarkPodNotReady(status, now)) return absl::OkStatus();
+  if (!MarkPodNotReady(pod.status, now)) return absl::OkStatus();
   bool changed = false;
   BERTH_RETURN_IF_ERROR(
-      client::EditStatus(registry_, K("pods"), *pod, [&](json& s) { changed = MarkPodNotReady(s, now); }));
-  if (changed) events_.Record(*pod, "Warning", "NodeNotReady", "Node is not ready");
+      client::MutateTyped<types::Pod>(registry_, K("pods"), pod.metadata.namespace_, pod.metadata.name,
+                                      pod.metadata.uid, apiserver::Subresource::kStatus,
+                                      [&](types::Pod& fresh) { return changed = MarkPodNotReady(fresh.status, now); }));
+  if (changed) events_.Record(*pod_json, "Warning", "NodeNotReady", "Node is not ready");
   return absl::OkStatus();
 }
 

@@ -56,6 +56,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "api/types/core_node.h"
 #include "apiserver/registry.h"
 #include "client/events.h"
 #include "client/informer.h"
@@ -122,13 +123,14 @@ class NodeLifecycleController {
   };
 
   // upstream tryUpdateNodeHealth.
-  absl::StatusOr<Observed> UpdateNodeHealth(const nlohmann::json& node) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<Observed> UpdateNodeHealth(const api::types::Node& node) ABSL_LOCKS_EXCLUDED(mu_);
   // The NoExecute taint for `ready` (False / Unknown) put on, its opposite
   // taken off; "True": both off.
-  absl::Status SetNoExecuteTaints(const nlohmann::json& node, const std::string& ready);
+  absl::Status SetNoExecuteTaints(const api::types::Node& node, const std::string& ready);
   absl::Status MarkPodsNotReady(const std::string& node);
-  absl::Status SwapTaints(const std::string& node, const std::vector<nlohmann::json>& add,
-                          const std::vector<nlohmann::json>& remove);
+  // Taints are matched by key and effect.
+  absl::Status SwapTaints(const std::string& node, const std::vector<api::types::Taint>& add,
+                          const std::vector<api::types::Taint>& remove);
   void MonitorLoop() ABSL_LOCKS_EXCLUDED(mu_);
 
   // Immutable after construction.

@@ -166,6 +166,9 @@ json Req(const std::string& key, const std::string& op, std::vector<std::string>
   return r;
 }
 json Selector(std::vector<json> terms) { return {{"nodeSelectorTerms", terms}}; }
+bool MatchesNodeSelector(const json& node_selector, const json& node) {
+  return NodeSelectorMatchesLabels(node_selector, NodeLabels(node), Name(node));
+}
 
 TEST(NodeAffinityTest, OperatorsFieldsAndTerms) {
   const json node = Node("n1", {{"zone", "z1"}, {"cores", "8"}});

@@ -10,9 +10,11 @@
 #include <utility>
 
 #include "api/quantity.h"
+#include "api/types/snapshot.h"
 #include "client/capability.h"
 #include "client/object.h"
 #include "client/secrets.h"
+#include "client/typed.h"
 #include "client/writes.h"
 #include "common/status.h"
 #include "common/strings.h"
@@ -28,11 +30,12 @@ namespace {
 
 using nlohmann::json;
 
-bool RemoveAnnotation(json& o, const std::string& key) {
-  json& md = o["metadata"];
-  if (!md.contains("annotations") || !md["annotations"].is_object() || !md["annotations"].contains(key)) return false;
-  md["annotations"].erase(key);
-  return true;
+// Drops the being-created marker (after the outcome of CreateSnapshot is
+// known).
+absl::Status Unmark(apiserver::Registry& registry, const VolumeSnapshotContent& content) {
+  return MutateTyped<VolumeSnapshotContent>(
+      registry, ContentsKind(), "", content.metadata.name, content.metadata.uid, apiserver::Subresource::kMain,
+      [](VolumeSnapshotContent& c) { return c.metadata.annotations.erase(kAnnSnapshotBeingCreated) > 0; });
 }
 
 }  // namespace
@@ -99,8 +102,8 @@ absl::StatusOr<std::map<std::string, std::string>> Snapshotter::Secrets(const st
   return CsiSecret(registry_, ns, name, "snapshotter secret");
 }
 
-std::string Snapshotter::CallNode(const json& content) const {
-  std::string node = Annotation(content, kAnnSnapshotNode);
+std::string Snapshotter::CallNode(const VolumeSnapshotContent& content) const {
+  std::string node = content.metadata.Annotation(kAnnSnapshotNode);
   if (node.empty() && drivers_.Endpoint(options_.driver, "").empty()) {
     // A node-local driver and a content that names no node (pre-provisioned):
     // only unambiguous with one node.
@@ -110,14 +113,15 @@ std::string Snapshotter::CallNode(const json& content) const {
   return node;
 }
 
-absl::Status Snapshotter::Call(const json& content, const std::function<absl::Status(const csi::DriverClient&)>& fn) {
+absl::Status Snapshotter::Call(const VolumeSnapshotContent& content,
+                               const std::function<absl::Status(const csi::DriverClient&)>& fn) {
   const std::string node = CallNode(content);
   absl::Status st = monitor_.Call(options_.driver, node, fn);
-  if (IsNotAFailure(st)) monitor_.Park(options_.driver, node, queue_, Name(content));
+  if (IsNotAFailure(st)) monitor_.Park(options_.driver, node, queue_, content.metadata.name);
   return st;
 }
 
-absl::StatusOr<bool> Snapshotter::CanListSnapshots(const json& content) {
+absl::StatusOr<bool> Snapshotter::CanListSnapshots(const VolumeSnapshotContent& content) {
   {
     absl::MutexLock lock(&mu_);
     if (can_list_) return *can_list_;
@@ -137,47 +141,48 @@ absl::StatusOr<bool> Snapshotter::CanListSnapshots(const json& content) {
   return can;
 }
 
-absl::Status Snapshotter::Fail(const json& content, const std::string& reason, const std::string& message,
-                               absl::Status st) {
+absl::Status Snapshotter::Fail(const VolumeSnapshotContent& content, const std::string& reason,
+                               const std::string& message, absl::Status st) {
   bool changed = false;
-  absl::Status written = MutateObject(registry_, ContentsKind(), content, apiserver::Subresource::kStatus,
-                                      [&](json& c) { return changed = SetError(c, message); });
-  if (changed) events_.Record(content, "Warning", reason, message);
+  absl::Status written = MutateTyped<VolumeSnapshotContent>(
+      registry_, ContentsKind(), "", content.metadata.name, content.metadata.uid, apiserver::Subresource::kStatus,
+      [&](VolumeSnapshotContent& c) { return changed = SetError(c.status, message); });
+  if (changed) events_.Record(IdentityOf(content), "Warning", reason, message);
   return st.ok() ? written : st;
 }
 
-absl::Status Snapshotter::RecordSnapshot(const json& content, const ::csi::v1::Snapshot& snapshot) {
+absl::Status Snapshotter::RecordSnapshot(const VolumeSnapshotContent& content, const ::csi::v1::Snapshot& snapshot) {
   const int64_t created = snapshot.has_creation_time()
                               ? snapshot.creation_time().seconds() * 1'000'000'000 + snapshot.creation_time().nanos()
                               : absl::ToUnixNanos(absl::Now());
-  return MutateObject(registry_, ContentsKind(), content, apiserver::Subresource::kStatus, [&](json& c) {
-    json status = Field(c, "status").is_object() ? c["status"] : json::object();
-    const json before = status;
-    if (Str(status, {"snapshotHandle"}).empty()) status["snapshotHandle"] = snapshot.snapshot_id();
-    status["readyToUse"] = snapshot.ready_to_use();
-    if (!Field(status, "creationTime").is_number()) status["creationTime"] = created;
-    if (!Field(status, "restoreSize").is_number() && snapshot.size_bytes() > 0) {
-      status["restoreSize"] = snapshot.size_bytes();
-    }
-    status.erase("error");  // the driver answered: no error now
-    if (status == before) return false;
-    c["status"] = status;
-    return true;
-  });
+  return MutateTyped<VolumeSnapshotContent>(registry_, ContentsKind(), "", content.metadata.name, content.metadata.uid,
+                                            apiserver::Subresource::kStatus, [&](VolumeSnapshotContent& c) {
+                                              const std::optional<types::VolumeSnapshotContentStatus> before = c.status;
+                                              types::VolumeSnapshotContentStatus& status =
+                                                  c.status ? *c.status : c.status.emplace();
+                                              if (status.snapshot_handle.value_or("").empty())
+                                                status.snapshot_handle = snapshot.snapshot_id();
+                                              status.ready_to_use = snapshot.ready_to_use();
+                                              if (!status.creation_time) status.creation_time = created;
+                                              if (!status.restore_size && snapshot.size_bytes() > 0)
+                                                status.restore_size = snapshot.size_bytes();
+                                              status.error.reset();  // the driver answered: no error now
+                                              return c.status != before;
+                                            });
 }
 
 absl::Status Snapshotter::SyncContent(const std::string& name) {
-  std::optional<json> cached = contents_.Get("", name);
+  std::shared_ptr<const json> cached = contents_.GetSharedByKey(name);
   if (!cached || Str(*cached, {"spec", "driver"}) != options_.driver) {
     ResetPoll(name);
     return absl::OkStatus();
   }
-  const json& content = *cached;
-  const bool dynamic = !Str(content, {"spec", "source", "volumeHandle"}).empty();
-  const bool being_created = !Annotation(content, kAnnSnapshotBeingCreated).empty();
-  if (Deleting(content)) {
-    const bool unbound = !dynamic && Str(content, {"spec", "volumeSnapshotRef", "uid"}).empty();
-    if (unbound || (!being_created && !Annotation(content, kAnnSnapshotBeingDeleted).empty())) {
+  BERTH_ASSIGN_OR_RETURN(const VolumeSnapshotContent content, DecodeAs<VolumeSnapshotContent>(*cached));
+  const bool dynamic = !content.spec.source.volume_handle.value_or("").empty();
+  const bool being_created = !content.metadata.Annotation(kAnnSnapshotBeingCreated).empty();
+  if (content.metadata.Deleting()) {
+    const bool unbound = !dynamic && content.spec.volume_snapshot_ref.uid.empty();
+    if (unbound || (!being_created && !content.metadata.Annotation(kAnnSnapshotBeingDeleted).empty())) {
       ResetPoll(name);
       return DeleteContent(content);
     }
@@ -189,27 +194,28 @@ absl::Status Snapshotter::SyncContent(const std::string& name) {
   if (Ready(content)) {
     ResetPoll(name);
     if (!being_created) return absl::OkStatus();
-    return MutateObject(registry_, ContentsKind(), content, apiserver::Subresource::kMain,
-                        [](json& c) { return RemoveAnnotation(c, kAnnSnapshotBeingCreated); });
+    return Unmark(registry_, content);
   }
   return dynamic ? CreateSnapshot(content) : CheckPreprovisioned(content);
 }
 
-absl::Status Snapshotter::CreateSnapshot(const json& content) {
-  const std::string name = Name(content);
-  const std::string uid = Str(content, {"spec", "volumeSnapshotRef", "uid"});
-  const std::string handle = Str(content, {"spec", "source", "volumeHandle"});
+absl::Status Snapshotter::CreateSnapshot(const VolumeSnapshotContent& content) {
+  const std::string& name = content.metadata.name;
+  const std::string& uid = content.spec.volume_snapshot_ref.uid;
+  const std::string handle = content.spec.source.volume_handle.value_or("");
   auto fail = [&](absl::Status st) {
     return Fail(content, "SnapshotCreationFailed", StrCat("Failed to create snapshot: ", st.message()), st);
   };
   if (uid.empty()) return fail(absl::InvalidArgumentError("the content's volumeSnapshotRef has no uid"));
-  const std::string class_name = Str(content, {"spec", "volumeSnapshotClassName"});
+  const std::string class_name = content.spec.volume_snapshot_class_name.value_or("");
   if (class_name.empty()) {
     return fail(absl::InvalidArgumentError(StrCat("failed to take snapshot ", name, " without a snapshot class")));
   }
-  std::optional<json> cls = GetClass(registry_, classes_, class_name);
-  if (!cls) return fail(absl::NotFoundError(StrCat("volumesnapshotclass ", class_name, " not found")));
-  auto secrets = Secrets(Annotation(content, kAnnDeletionSecretNamespace), Annotation(content, kAnnDeletionSecretName));
+  absl::StatusOr<std::optional<VolumeSnapshotClass>> cls = GetClass(registry_, classes_, class_name);
+  if (!cls.ok()) return fail(cls.status());
+  if (!*cls) return fail(absl::NotFoundError(StrCat("volumesnapshotclass ", class_name, " not found")));
+  auto secrets = Secrets(content.metadata.Annotation(kAnnDeletionSecretNamespace),
+                         content.metadata.Annotation(kAnnDeletionSecretName));
   if (!secrets.ok()) return fail(secrets.status());
 
   // Mark the call before making it: until its outcome is known the content
@@ -217,12 +223,16 @@ absl::Status Snapshotter::CreateSnapshot(const json& content) {
   // whose snapshot is known (its handle recorded) is only asked again for
   // readiness: nothing to mark (marking and unmarking it on every poll wrote
   // it twice a poll, and each write woke it again at once).
-  if (Annotation(content, kAnnSnapshotBeingCreated).empty() && Str(content, {"status", "snapshotHandle"}).empty()) {
-    BERTH_ASSIGN_OR_RETURN(
-        std::optional<json> marked,
-        Edit(registry_, ContentsKind(), "", name, Uid(content), apiserver::Subresource::kMain,
-             [](json& c) { return !Deleting(c) && SetAnnotation(c, kAnnSnapshotBeingCreated, "yes"); }));
-    if (!marked || Annotation(*marked, kAnnSnapshotBeingCreated).empty()) {
+  const std::string recorded_handle = content.status ? content.status->snapshot_handle.value_or("") : "";
+  if (content.metadata.Annotation(kAnnSnapshotBeingCreated).empty() && recorded_handle.empty()) {
+    BERTH_ASSIGN_OR_RETURN(std::optional<VolumeSnapshotContent> marked,
+                           Edit<VolumeSnapshotContent>(registry_, ContentsKind(), "", name, content.metadata.uid,
+                                                       apiserver::Subresource::kMain, [](VolumeSnapshotContent& c) {
+                                                         return !c.metadata.Deleting() &&
+                                                                SetAnnotation(c.metadata, kAnnSnapshotBeingCreated,
+                                                                              "yes");
+                                                       }));
+    if (!marked || marked->metadata.Annotation(kAnnSnapshotBeingCreated).empty()) {
       return absl::AbortedError(StrCat("VolumeSnapshotContent ", name, " is gone or being deleted"));
     }
   }
@@ -232,7 +242,7 @@ absl::Status Snapshotter::CreateSnapshot(const json& content) {
   // idempotent in the driver and never makes a second snapshot.
   req.set_name(StrCat("snapshot-", uid));
   req.set_source_volume_id(handle);
-  SplitClassParameters(Field(*cls, "parameters"), req.mutable_parameters(), nullptr);
+  SplitClassParameters((*cls)->parameters, req.mutable_parameters(), nullptr);
 
   ::csi::v1::CreateSnapshotResponse resp;
   absl::Status st = Call(content, [&](const csi::DriverClient& csi) {
@@ -243,15 +253,13 @@ absl::Status Snapshotter::CreateSnapshot(const json& content) {
   if (!st.ok()) {
     if (csi::IsFinalError(st)) {
       // The driver is not working on it: nothing was made by this call.
-      BERTH_RETURN_IF_ERROR(MutateObject(registry_, ContentsKind(), content, apiserver::Subresource::kMain,
-                                         [](json& c) { return RemoveAnnotation(c, kAnnSnapshotBeingCreated); }));
+      BERTH_RETURN_IF_ERROR(Unmark(registry_, content));
     }
     return fail(absl::Status(st.code(), StrCat("failed to take snapshot of the volume ", handle, ": ", st.message())));
   }
   // Status first, then the marker: a crash in between repeats a harmless call.
   BERTH_RETURN_IF_ERROR(RecordSnapshot(content, resp.snapshot()));
-  BERTH_RETURN_IF_ERROR(MutateObject(registry_, ContentsKind(), content, apiserver::Subresource::kMain,
-                                     [](json& c) { return RemoveAnnotation(c, kAnnSnapshotBeingCreated); }));
+  BERTH_RETURN_IF_ERROR(Unmark(registry_, content));
   if (resp.snapshot().ready_to_use()) {
     ResetPoll(name);
   } else {
@@ -260,18 +268,19 @@ absl::Status Snapshotter::CreateSnapshot(const json& content) {
   return absl::OkStatus();
 }
 
-absl::Status Snapshotter::CheckPreprovisioned(const json& content) {
-  const std::string name = Name(content);
-  const std::string handle = Str(content, {"spec", "source", "snapshotHandle"});
+absl::Status Snapshotter::CheckPreprovisioned(const VolumeSnapshotContent& content) {
+  const std::string& name = content.metadata.name;
+  const std::string handle = content.spec.source.snapshot_handle.value_or("");
   auto fail = [&](absl::Status st) {
     return Fail(content, "SnapshotContentCheckandUpdateFailed",
                 StrCat("Failed to check and update snapshot content: ", st.message()), st);
   };
   std::map<std::string, std::string> secrets;
-  if (std::string class_name = Str(content, {"spec", "volumeSnapshotClassName"}); !class_name.empty()) {
-    std::optional<json> cls = GetClass(registry_, classes_, class_name);
-    if (!cls) return fail(absl::NotFoundError(StrCat("volumesnapshotclass ", class_name, " not found")));
-    auto ref = ClassSecret(*cls, "snapshotter-list", name, nullptr);
+  if (std::string class_name = content.spec.volume_snapshot_class_name.value_or(""); !class_name.empty()) {
+    absl::StatusOr<std::optional<VolumeSnapshotClass>> cls = GetClass(registry_, classes_, class_name);
+    if (!cls.ok()) return fail(cls.status());
+    if (!*cls) return fail(absl::NotFoundError(StrCat("volumesnapshotclass ", class_name, " not found")));
+    auto ref = ClassSecret(**cls, "snapshotter-list", name, nullptr);
     if (!ref.ok()) return fail(ref.status());
     auto got = Secrets(ref->ns, ref->name);
     if (!got.ok()) return fail(got.status());
@@ -309,16 +318,16 @@ absl::Status Snapshotter::CheckPreprovisioned(const json& content) {
   return absl::OkStatus();
 }
 
-absl::Status Snapshotter::DeleteContent(const json& content) {
-  const std::string name = Name(content);
-  if (Str(content, {"spec", "deletionPolicy"}) == "Delete") {
-    std::string handle = Str(content, {"status", "snapshotHandle"});
-    if (handle.empty()) handle = Str(content, {"spec", "source", "snapshotHandle"});
+absl::Status Snapshotter::DeleteContent(const VolumeSnapshotContent& content) {
+  const json content_ref = IdentityOf(content);  // names the content in events
+  if (content.spec.deletion_policy == "Delete") {
+    std::string handle = content.status ? content.status->snapshot_handle.value_or("") : "";
+    if (handle.empty()) handle = content.spec.source.snapshot_handle.value_or("");
     if (!handle.empty()) {
-      auto secrets =
-          Secrets(Annotation(content, kAnnDeletionSecretNamespace), Annotation(content, kAnnDeletionSecretName));
+      auto secrets = Secrets(content.metadata.Annotation(kAnnDeletionSecretNamespace),
+                             content.metadata.Annotation(kAnnDeletionSecretName));
       if (!secrets.ok()) {
-        events_.Record(content, "Warning", "SnapshotDeleteError",
+        events_.Record(content_ref, "Warning", "SnapshotDeleteError",
                        StrCat("Failed to get snapshot credentials: ", secrets.status().message()));
         return secrets.status();
       }
@@ -329,14 +338,16 @@ absl::Status Snapshotter::DeleteContent(const json& content) {
         return csi.DeleteSnapshot(req, {.timeout = options_.rpc_timeout, .secrets = *secrets});
       });
       if (!st.ok()) {
-        events_.Record(content, "Warning", "SnapshotDeleteError", StrCat("Failed to delete snapshot: ", st.message()));
+        events_.Record(content_ref, "Warning", "SnapshotDeleteError",
+                       StrCat("Failed to delete snapshot: ", st.message()));
         return st;
       }
     }
   }
   // DeleteSnapshot is idempotent, so a crash before this write only repeats it.
-  return MutateObject(registry_, ContentsKind(), content, apiserver::Subresource::kMain,
-                      [](json& c) { return RemoveFinalizer(c, kContentBoundFinalizer); });
+  return MutateTyped<VolumeSnapshotContent>(
+      registry_, ContentsKind(), "", content.metadata.name, content.metadata.uid, apiserver::Subresource::kMain,
+      [](VolumeSnapshotContent& c) { return c.metadata.SetFinalizer(kContentBoundFinalizer, false); });
 }
 
 }  // namespace berth::controllers

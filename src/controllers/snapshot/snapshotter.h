@@ -74,6 +74,8 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "api/types/core.h"
+#include "api/types/snapshot.h"
 #include "apiserver/registry.h"
 #include "client/driver_monitor.h"
 #include "client/drivers.h"
@@ -134,23 +136,27 @@ class SnapshotController {
   absl::Status SyncClaim(const std::string& key);
 
  private:
-  absl::Status ProcessDeletion(const nlohmann::json& snapshot);
+  using Snapshot = api::types::VolumeSnapshot;
+  using Content = api::types::VolumeSnapshotContent;
+
+  absl::Status ProcessDeletion(const Snapshot& snapshot);
   // The bound content for `snapshot` (binding a pre-provisioned one),
   // created for a dynamic one that has none yet. Errors users can act on
   // are recorded on the snapshot before they are returned.
-  absl::StatusOr<nlohmann::json> BoundContent(const nlohmann::json& snapshot);
-  absl::StatusOr<nlohmann::json> CreateContent(const nlohmann::json& snapshot);
+  absl::StatusOr<Content> BoundContent(const Snapshot& snapshot);
+  absl::StatusOr<Content> CreateContent(const Snapshot& snapshot);
   // The class of a dynamic snapshot, defaulting (and recording) it.
-  absl::StatusOr<nlohmann::json> SnapshotClass(const nlohmann::json& snapshot, const std::string& driver);
-  absl::Status EnsureFinalizers(const nlohmann::json& snapshot, const nlohmann::json& content);
-  absl::Status UpdateStatus(const nlohmann::json& snapshot, const nlohmann::json& content);
+  absl::StatusOr<api::types::VolumeSnapshotClass> SnapshotClass(const Snapshot& snapshot, const std::string& driver);
+  absl::Status EnsureFinalizers(const Snapshot& snapshot, const Content& content);
+  absl::Status UpdateStatus(const Snapshot& snapshot, const Content& content);
   // Records status.error (and readyToUse false) plus a Warning event when
   // the message is new; returns FAILED_PRECONDITION with the message.
-  absl::Status Fail(const nlohmann::json& snapshot, const std::string& reason, const std::string& message);
-  // A content by name: the cache, else the store (the cache may lag a write).
-  std::optional<nlohmann::json> GetContent(const std::string& name);
-  bool RestoreInProgress(const nlohmann::json& snapshot) const;
-  bool ClaimInUse(const nlohmann::json& claim) const;
+  absl::Status Fail(const Snapshot& snapshot, const std::string& reason, const std::string& message);
+  // A content by name: the cache, else the store (the cache may lag a
+  // write); nullopt when neither has it.
+  absl::StatusOr<std::optional<Content>> GetContent(const std::string& name);
+  bool RestoreInProgress(const Snapshot& snapshot) const;
+  bool ClaimInUse(const api::types::PersistentVolumeClaim& claim) const;
   // Serializes, per source claim, adding pvc-as-source-protection for a
   // snapshot about to be cut with deciding to remove it: otherwise a claim
   // found unused could lose the finalizer just after a new snapshot relied
@@ -199,21 +205,22 @@ class Snapshotter {
   absl::Status SyncContent(const std::string& name);
 
  private:
-  absl::Status CreateSnapshot(const nlohmann::json& content);
-  absl::Status CheckPreprovisioned(const nlohmann::json& content);
-  absl::Status DeleteContent(const nlohmann::json& content);
+  using Content = api::types::VolumeSnapshotContent;
+
+  absl::Status CreateSnapshot(const Content& content);
+  absl::Status CheckPreprovisioned(const Content& content);
+  absl::Status DeleteContent(const Content& content);
   // Writes the driver's answer into the content's status.
-  absl::Status RecordSnapshot(const nlohmann::json& content, const ::csi::v1::Snapshot& snapshot);
+  absl::Status RecordSnapshot(const Content& content, const ::csi::v1::Snapshot& snapshot);
   // status.error + Warning event (when new); returns `st`.
-  absl::Status Fail(const nlohmann::json& content, const std::string& reason, const std::string& message,
-                    absl::Status st);
+  absl::Status Fail(const Content& content, const std::string& reason, const std::string& message, absl::Status st);
   absl::StatusOr<std::map<std::string, std::string>> Secrets(const std::string& ns, const std::string& name);
   // The node whose endpoint serves `content` ("" : the cluster-wide one).
-  std::string CallNode(const nlohmann::json& content) const;
+  std::string CallNode(const Content& content) const;
   // One call to the driver through the DriverMonitor; a content waiting for
   // the driver is parked.
-  absl::Status Call(const nlohmann::json& content, const std::function<absl::Status(const csi::DriverClient&)>& fn);
-  absl::StatusOr<bool> CanListSnapshots(const nlohmann::json& content);
+  absl::Status Call(const Content& content, const std::function<absl::Status(const csi::DriverClient&)>& fn);
+  absl::StatusOr<bool> CanListSnapshots(const Content& content);
   void SchedulePoll(const std::string& name) ABSL_LOCKS_EXCLUDED(mu_);
   void ResetPoll(const std::string& name) ABSL_LOCKS_EXCLUDED(mu_);
 

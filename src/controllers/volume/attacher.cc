@@ -4,9 +4,13 @@
 #include <set>
 #include <utility>
 
+#include "api/types/core_node.h"
+#include "api/types/core_pod.h"
+#include "api/types/storage.h"
 #include "client/capability.h"
 #include "client/object.h"
 #include "client/secrets.h"
+#include "client/typed.h"
 #include "client/volume_names.h"
 #include "client/writes.h"
 #include "common/hash.h"
@@ -23,6 +27,9 @@ using namespace ::berth::client;  // the controllers' own client library
 namespace {
 
 using nlohmann::json;
+using types::PersistentVolume;
+using types::Pod;
+using types::VolumeAttachment;
 
 const api::KindInfo& Attachments() { return K("volumeattachments", "storage.k8s.io"); }
 
@@ -32,35 +39,50 @@ constexpr char kPodsByClaim[] = "attach-detach/pods-by-claim";
 std::string NodeNameOf(const json& o) { return Str(o, {"spec", "nodeName"}); }
 std::string SourcePv(const json& attachment) { return Str(attachment, {"spec", "source", "persistentVolumeName"}); }
 
-bool PodFinished(const json& pod) {
-  const std::string phase = Str(pod, {"status", "phase"});
-  return phase == "Succeeded" || phase == "Failed";
-}
+bool PodFinished(const Pod& pod) { return pod.status.phase == "Succeeded" || pod.status.phase == "Failed"; }
 
 // Kubernetes' IsPodTerminated: finished, or being deleted with no container
 // running (a status neither waiting nor terminated counts as running; no
 // statuses at all, as without a container runtime: none runs). Its volumes
 // are no longer wanted; detach safety below decides when they go.
-bool PodTerminated(const json& pod) {
+bool PodTerminated(const Pod& pod) {
   if (PodFinished(pod)) return true;
-  if (!Deleting(pod)) return false;
-  for (const char* list : {"initContainerStatuses", "containerStatuses", "ephemeralContainerStatuses"}) {
-    const json& statuses = Field(Field(pod, "status"), list);
-    for (const auto& st : statuses.is_array() ? statuses : json::array()) {
-      const json& state = Field(st, "state");
-      if (Field(state, "terminated").is_null() && Field(state, "waiting").is_null()) return false;
+  if (!pod.metadata.Deleting()) return false;
+  for (const auto* statuses : {&pod.status.init_container_statuses, &pod.status.container_statuses,
+                               &pod.status.ephemeral_container_statuses}) {
+    for (const auto& st : *statuses) {
+      if (st.state.terminated.is_null() && st.state.waiting.is_null()) return false;
     }
   }
   return true;
 }
 
-// Sets status[field] to the error, keeping the time of an identical one: a
-// repeated failure writes nothing, so the write cannot re-trigger the sync
-// and defeat the work queue's backoff.
-void SetError(json& status, const char* field, const absl::Status& st) {
+// Sets `error` to the status's message, keeping the time of an identical
+// one: a repeated failure writes nothing, so the write cannot re-trigger the
+// sync and defeat the work queue's backoff.
+void SetError(std::optional<types::VolumeError>& error, const absl::Status& st) {
   const std::string message(st.message());
-  if (Str(status, {field, "message"}) == message) return;
-  status[field] = {{"time", NowRfc3339()}, {"message", message}};
+  if (error && error->message == message) return;
+  error.emplace();
+  error->time = NowRfc3339();
+  error->message = message;
+}
+
+// Writes the attachment's status through `edit` when it changes it.
+absl::Status EditAttachmentStatus(apiserver::Registry& registry, const VolumeAttachment& va,
+                                  const std::function<void(types::VolumeAttachmentStatus&)>& edit) {
+  return MutateTyped<VolumeAttachment>(registry, Attachments(), "", va.metadata.name, va.metadata.uid,
+                                       apiserver::Subresource::kStatus, [&](VolumeAttachment& fresh) {
+                                         const types::VolumeAttachmentStatus before = fresh.status;
+                                         edit(fresh.status);
+                                         return !(fresh.status == before);
+                                       });
+}
+
+// The PV's CSI source (an empty one for other volume types).
+const types::CSIPersistentVolumeSource& CsiOf(const PersistentVolume& pv) {
+  static const types::CSIPersistentVolumeSource* const kNone = new types::CSIPersistentVolumeSource();
+  return pv.spec.csi ? *pv.spec.csi : *kNone;
 }
 
 }  // namespace
@@ -193,61 +215,72 @@ void AttachDetachController::Stop() {
   workers_.clear();
 }
 
-bool AttachDetachController::AttachRequired(const std::string& driver) const {
-  std::optional<json> csidriver = informers_.csidrivers.Get("", driver);
+absl::StatusOr<bool> AttachDetachController::AttachRequired(const std::string& driver) const {
+  std::shared_ptr<const json> csidriver = informers_.csidrivers.GetSharedByKey(driver);
   if (!csidriver) return true;  // no CSIDriver object: attach, as Kubernetes does
-  const json& required = Field(Field(*csidriver, "spec"), "attachRequired");
-  return !required.is_boolean() || required.get<bool>();
+  BERTH_ASSIGN_OR_RETURN(const types::CSIDriver typed, DecodeAs<types::CSIDriver>(*csidriver));
+  return typed.spec.attach_required.value_or(true);
 }
 
-std::map<std::string, AttachDetachController::Wanted> AttachDetachController::DesiredState(
-    const std::string& node) const {
+absl::StatusOr<std::map<std::string, AttachDetachController::Wanted>> AttachDetachController::DesiredState(
+    const types::Node& node) const {
   std::map<std::string, Wanted> out;
-  std::optional<json> node_obj = informers_.nodes.Get("", node);
-  if (!node_obj) return out;  // attachments only to nodes that exist
-  const bool keep_terminated = Annotation(*node_obj, kAnnKeepTerminatedPodVolumes) == "true";
-  std::vector<json> pods = informers_.pods.Select([&](const json& p) { return NodeNameOf(p) == node; });
-  for (const auto& pod : pods) {
+  const bool keep_terminated = node.metadata.Annotation(kAnnKeepTerminatedPodVolumes) == "true";
+  const std::string& node_name = node.metadata.name;
+  for (const auto& pod_json : informers_.pods.Select([&](const json& p) { return NodeNameOf(p) == node_name; })) {
+    BERTH_ASSIGN_OR_RETURN(const Pod pod, DecodeAs<Pod>(pod_json));
     if (PodTerminated(pod) && !keep_terminated) continue;
-    const json& volumes = Field(Field(pod, "spec"), "volumes");
-    if (!volumes.is_array()) continue;
-    for (const auto& v : volumes) {
+    for (const auto& v : pod.spec.volumes) {
       bool ephemeral = false;
-      const std::string claim_name = PodVolumeClaim(pod, v, &ephemeral);
+      const std::string claim_name = pod.VolumeClaim(v, &ephemeral);
       if (claim_name.empty()) continue;
-      std::optional<json> claim = informers_.claims.Get(Ns(pod), claim_name);
-      if (!claim || Str(*claim, {"status", "phase"}) != "Bound") continue;
-      if (ephemeral && !ControlledByPod(*claim, pod)) continue;  // someone else's claim of that name
-      const std::string pv_name = Str(*claim, {"spec", "volumeName"});
-      std::optional<json> pv = pv_name.empty() ? std::nullopt : informers_.volumes.Get("", pv_name);
-      if (!pv) continue;
-      const std::string driver = Str(*pv, {"spec", "csi", "driver"});
-      const std::string handle = Str(*pv, {"spec", "csi", "volumeHandle"});
-      if (driver.empty() || handle.empty() || !AttachRequired(driver)) continue;
-      Wanted& w = out[AttachmentName(handle, driver, node)];
+      std::shared_ptr<const json> claim_json =
+          informers_.claims.GetSharedByKey(pod.metadata.namespace_ + "/" + claim_name);
+      if (!claim_json) continue;
+      BERTH_ASSIGN_OR_RETURN(const types::PersistentVolumeClaim claim,
+                             DecodeAs<types::PersistentVolumeClaim>(*claim_json));
+      if (claim.status.phase != "Bound") continue;
+      if (ephemeral) {  // someone else's claim of that name is not this pod's volume
+        const types::OwnerReference* owner = claim.metadata.Controller();
+        if (owner == nullptr || owner->uid != pod.metadata.uid) continue;
+      }
+      const std::string& pv_name = claim.spec.volume_name;
+      std::shared_ptr<const json> pv_json = pv_name.empty() ? nullptr : informers_.volumes.GetSharedByKey(pv_name);
+      if (!pv_json) continue;
+      BERTH_ASSIGN_OR_RETURN(const PersistentVolume pv, DecodeAs<PersistentVolume>(*pv_json));
+      const types::CSIPersistentVolumeSource& csi = CsiOf(pv);
+      if (csi.driver.empty() || csi.volume_handle.empty()) continue;
+      BERTH_ASSIGN_OR_RETURN(const bool attach, AttachRequired(csi.driver));
+      if (!attach) continue;
+      Wanted& w = out[AttachmentName(csi.volume_handle, csi.driver, node_name)];
       w.pv = pv_name;
-      w.driver = driver;
-      w.handle = handle;
-      w.pods.push_back(pod);
+      w.driver = csi.driver;
+      w.handle = csi.volume_handle;
+      w.pods.push_back(IdentityOf(pod));
     }
   }
   return out;
 }
 
 absl::Status AttachDetachController::SyncNode(const std::string& node) {
-  std::map<std::string, Wanted> desired = DesiredState(node);
-  std::vector<json> actual = informers_.attachments.Select([&](const json& va) { return NodeNameOf(va) == node; });
-  std::optional<json> node_obj = informers_.nodes.Get("", node);
-  std::set<std::string> in_use;
-  if (node_obj) {
-    for (const auto& v : Field(Field(*node_obj, "status"), "volumesInUse")) {
-      if (v.is_string()) in_use.insert(v.get<std::string>());
-    }
+  std::optional<types::Node> node_obj;
+  if (std::shared_ptr<const json> n = informers_.nodes.GetSharedByKey(node)) {
+    BERTH_ASSIGN_OR_RETURN(node_obj, DecodeAs<types::Node>(*n));
   }
+  std::map<std::string, Wanted> desired;  // attachments only to nodes that exist
+  if (node_obj) {
+    BERTH_ASSIGN_OR_RETURN(desired, DesiredState(*node_obj));
+  }
+  std::vector<VolumeAttachment> actual;
+  for (const auto& va : informers_.attachments.Select([&](const json& va) { return NodeNameOf(va) == node; })) {
+    BERTH_ASSIGN_OR_RETURN(actual.emplace_back(), DecodeAs<VolumeAttachment>(va));
+  }
+  std::set<std::string> in_use;
+  if (node_obj) in_use.insert(node_obj->status.volumes_in_use.begin(), node_obj->status.volumes_in_use.end());
   absl::Status result;
   std::set<std::string> existing;
   for (const auto& va : actual) {
-    const std::string name = Name(va);
+    const std::string& name = va.metadata.name;
     existing.insert(name);
     auto want = desired.find(name);
     if (want != desired.end()) {
@@ -258,11 +291,14 @@ absl::Status AttachDetachController::SyncNode(const std::string& node) {
       ReportToPods(want->second, va);
       continue;
     }
-    if (Deleting(va)) continue;  // the attacher is detaching it
+    if (va.metadata.Deleting()) continue;  // the attacher is detaching it
     // Not wanted: detach once the node agent has unmounted it.
-    std::optional<json> pv = informers_.volumes.Get("", SourcePv(va));
-    const std::string unique =
-        pv ? UniqueVolumeName(Str(*pv, {"spec", "csi", "driver"}), Str(*pv, {"spec", "csi", "volumeHandle"})) : "";
+    absl::StatusOr<std::optional<PersistentVolume>> pv = SourceVolume(va);
+    if (!pv.ok()) {  // never detach on a volume we cannot read
+      result.Update(pv.status());
+      continue;
+    }
+    const std::string unique = *pv ? UniqueVolumeName(CsiOf(**pv).driver, CsiOf(**pv).volume_handle) : "";
     if (node_obj && !unique.empty() && in_use.contains(unique)) {
       // Still mounted there (kcm 1.26+): never detached from a healthy node;
       // from one whose Ready is not True after maxWaitForUnmountDuration;
@@ -275,10 +311,13 @@ absl::Status AttachDetachController::SyncNode(const std::string& node) {
         since = unwanted_since_.try_emplace(name, now).first->second;
       }
       const absl::Duration waited = now - since;
-      if (HasTaintKey(*node_obj, kTaintNodeOutOfService)) {
+      const bool out_of_service = std::any_of(node_obj->spec.taints.begin(), node_obj->spec.taints.end(),
+                                              [](const types::Taint& t) { return t.key == kTaintNodeOutOfService; });
+      const types::NodeCondition* ready = node_obj->Condition("Ready");
+      if (out_of_service) {
         spdlog::warn("attach-detach: force-detaching {} from {}: the node has the {} taint", unique, node,
                      kTaintNodeOutOfService);
-      } else if (NodeReadyStatus(*node_obj) == "True") {
+      } else if (ready != nullptr && ready->status == "True") {
         continue;  // the node's next volumesInUse or readiness change brings it back
       } else if (waited <= options_.max_wait_for_unmount) {
         queue_.AddAfter(node,
@@ -289,21 +328,23 @@ absl::Status AttachDetachController::SyncNode(const std::string& node) {
                      node, absl::FormatDuration(waited));
       }
     }
-    auto st =
-        registry_.Delete(Attachments(), "", name,
-                         {.uid = Uid(va), .resource_version = std::nullopt, .grace_period_seconds = std::nullopt});
+    auto st = registry_.Delete(
+        Attachments(), "", name,
+        {.uid = va.metadata.uid, .resource_version = std::nullopt, .grace_period_seconds = std::nullopt});
     if (!st.ok() && st.status().code() != absl::StatusCode::kNotFound) result.Update(st.status());
     absl::MutexLock lock(&mu_);
     unwanted_since_.erase(name);
   }
   for (const auto& [name, want] : desired) {
     if (existing.contains(name)) continue;
-    json va = {
-        {"apiVersion", "storage.k8s.io/v1"},
-        {"kind", "VolumeAttachment"},
-        {"metadata", {{"name", name}}},
-        {"spec", {{"attacher", want.driver}, {"nodeName", node}, {"source", {{"persistentVolumeName", want.pv}}}}}};
-    auto created = registry_.Create(Attachments(), "", va);
+    VolumeAttachment va;
+    va.api_version = "storage.k8s.io/v1";
+    va.kind = "VolumeAttachment";
+    va.metadata.name = name;
+    va.spec.attacher = want.driver;
+    va.spec.node_name = node;
+    va.spec.source.persistent_volume_name = want.pv;
+    auto created = registry_.Create(Attachments(), "", types::Encode(va));
     if (!created.ok() && created.status().code() != absl::StatusCode::kAlreadyExists) {
       result.Update(created.status());
       for (const auto& pod : want.pods) {
@@ -313,47 +354,51 @@ absl::Status AttachDetachController::SyncNode(const std::string& node) {
       }
     }
   }
-  if (node_obj) result.Update(UpdateNodeVolumesAttached(node, actual));
+  if (node_obj) result.Update(UpdateNodeVolumesAttached(*node_obj, actual));
   return result;
 }
 
-absl::Status AttachDetachController::UpdateNodeVolumesAttached(const std::string& node,
-                                                               const std::vector<json>& attachments) {
-  std::set<std::string> names;
-  for (const auto& va : attachments) {
-    const json& attached = Field(Field(va, "status"), "attached");
-    if (!attached.is_boolean() || !attached.get<bool>()) continue;
-    std::optional<json> pv = informers_.volumes.Get("", SourcePv(va));
-    if (!pv) continue;
-    names.insert(UniqueVolumeName(Str(*pv, {"spec", "csi", "driver"}), Str(*pv, {"spec", "csi", "volumeHandle"})));
-  }
-  json list = json::array();
-  for (const auto& n : names) list.push_back({{"name", n}, {"devicePath", ""}});
-  std::optional<json> node_obj = informers_.nodes.Get("", node);
-  if (!node_obj) return absl::OkStatus();
-  const json& current = Field(Field(*node_obj, "status"), "volumesAttached");
-  if (current == list || (list.empty() && current.is_null())) return absl::OkStatus();
-  return EditStatus(registry_, K("nodes"), *node_obj, [&](json& status) {
-    if (list.empty()) {
-      status.erase("volumesAttached");
-    } else {
-      status["volumesAttached"] = list;
-    }
-  });
+absl::StatusOr<std::optional<PersistentVolume>> AttachDetachController::SourceVolume(const VolumeAttachment& va) const {
+  const std::string pv_name = va.spec.source.persistent_volume_name.value_or("");
+  std::shared_ptr<const json> pv = pv_name.empty() ? nullptr : informers_.volumes.GetSharedByKey(pv_name);
+  if (!pv) return std::nullopt;
+  return DecodeAs<PersistentVolume>(*pv);
 }
 
-void AttachDetachController::ReportToPods(const Wanted& wanted, const json& attachment) {
-  const json& status = Field(attachment, "status");
-  const json& attached = Field(status, "attached");
+absl::Status AttachDetachController::UpdateNodeVolumesAttached(const types::Node& node,
+                                                               const std::vector<VolumeAttachment>& attachments) {
+  std::set<std::string> names;
+  for (const auto& va : attachments) {
+    if (!va.status.attached) continue;
+    BERTH_ASSIGN_OR_RETURN(const std::optional<PersistentVolume> pv, SourceVolume(va));
+    if (pv) names.insert(UniqueVolumeName(CsiOf(*pv).driver, CsiOf(*pv).volume_handle));
+  }
+  std::vector<types::AttachedVolume> list;
+  for (const auto& n : names) {
+    types::AttachedVolume& v = list.emplace_back();
+    v.name = n;
+  }
+  if (node.status.volumes_attached == list) return absl::OkStatus();
+  return MutateTyped<types::Node>(registry_, K("nodes"), "", node.metadata.name, node.metadata.uid,
+                                  apiserver::Subresource::kStatus, [&](types::Node& fresh) {
+                                    if (fresh.status.volumes_attached == list) return false;
+                                    fresh.status.volumes_attached = list;
+                                    return true;
+                                  });
+}
+
+void AttachDetachController::ReportToPods(const Wanted& wanted, const VolumeAttachment& attachment) {
+  const types::VolumeAttachmentStatus& status = attachment.status;
+  const std::string error = status.attach_error ? status.attach_error->message : "";
   std::string outcome;
-  if (attached.is_boolean() && attached.get<bool>()) {
+  if (status.attached) {
     outcome = "attached";
-  } else if (std::string message = Str(status, {"attachError", "message"}); !message.empty()) {
-    outcome = "error: " + message;
+  } else if (!error.empty()) {
+    outcome = "error: " + error;
   }
   if (outcome.empty()) return;
   for (const auto& pod : wanted.pods) {
-    const std::string key = StrCat(Uid(pod), "/", Name(attachment));
+    const std::string key = StrCat(Uid(pod), "/", attachment.metadata.name);
     {
       absl::MutexLock lock(&mu_);
       std::string& last = reported_[key];
@@ -365,8 +410,7 @@ void AttachDetachController::ReportToPods(const Wanted& wanted, const json& atta
                      StrCat("AttachVolume.Attach succeeded for volume \"", wanted.pv, "\""));
     } else {
       events_.Record(pod, "Warning", "FailedAttachVolume",
-                     StrCat("AttachVolume.Attach failed for volume \"", wanted.pv,
-                            "\" : rpc error: ", Str(status, {"attachError", "message"})));
+                     StrCat("AttachVolume.Attach failed for volume \"", wanted.pv, "\" : rpc error: ", error));
     }
   }
 }
@@ -445,42 +489,65 @@ void Attacher::Stop() {
 }
 
 absl::Status Attacher::SyncAttachment(const std::string& name) {
-  std::optional<json> cached = informers_.attachments.Get("", name);
+  std::shared_ptr<const json> cached = informers_.attachments.GetSharedByKey(name);
   if (!cached || Str(*cached, {"spec", "attacher"}) != options_.driver) return absl::OkStatus();
   // Decide on the stored object: the cache may lag our own last write.
-  auto fresh = registry_.Get(Attachments(), "", name);
+  absl::StatusOr<VolumeAttachment> fresh = GetTyped<VolumeAttachment>(registry_, Attachments(), "", name);
   if (!fresh.ok()) return fresh.status().code() == absl::StatusCode::kNotFound ? absl::OkStatus() : fresh.status();
-  return Deleting(*fresh) ? Detach(*fresh) : Attach(*fresh);
+  return fresh->metadata.Deleting() ? Detach(*fresh) : Attach(*fresh);
 }
 
-std::string Attacher::EndpointNode(const json& pv, const json& attachment) const {
+std::string Attacher::EndpointNode(const PersistentVolume& pv, const VolumeAttachment& attachment) const {
   std::string node = VolumeNode(registry_, pv);
-  return node.empty() ? NodeNameOf(attachment) : node;
+  return node.empty() ? attachment.spec.node_name : node;
 }
 
-absl::StatusOr<google::protobuf::Map<std::string, std::string>> Attacher::PublishSecrets(const json& pv) {
+absl::StatusOr<std::string> Attacher::NodeId(const VolumeAttachment& va, bool annotation_first) const {
+  const std::string& recorded = va.metadata.Annotation(kAnnAttachNodeId);
+  if (annotation_first && !recorded.empty()) return recorded;
+  if (std::shared_ptr<const json> csinode = informers_.csinodes.GetSharedByKey(va.spec.node_name)) {
+    BERTH_ASSIGN_OR_RETURN(const types::CSINode typed, DecodeAs<types::CSINode>(*csinode));
+    if (const types::CSINodeDriver* d = typed.Driver(options_.driver); d != nullptr && !d->node_id.empty()) {
+      return d->node_id;
+    }
+  }
+  return recorded;
+}
+
+absl::StatusOr<google::protobuf::Map<std::string, std::string>> Attacher::PublishSecrets(const PersistentVolume& pv) {
   google::protobuf::Map<std::string, std::string> out;
-  BERTH_ASSIGN_OR_RETURN(const SecretData secrets, PvSecret(registry_, pv, "controllerPublishSecretRef"));
+  BERTH_ASSIGN_OR_RETURN(const SecretData secrets,
+                         PvSecret(registry_, CsiOf(pv).controller_publish_secret_ref, "controllerPublishSecretRef"));
   for (const auto& [k, v] : secrets) out[k] = v;
   return out;
 }
 
-absl::Status Attacher::Attach(const json& va) {
+namespace {
+// The PV an attachment names, read fresh; a missing one is NOT_FOUND naming it.
+absl::StatusOr<PersistentVolume> GetVolume(apiserver::Registry& registry, const std::string& name) {
+  absl::StatusOr<PersistentVolume> pv = GetTyped<PersistentVolume>(registry, K("persistentvolumes"), "", name);
+  if (pv.status().code() == absl::StatusCode::kNotFound) {
+    return absl::NotFoundError(StrCat("persistentvolume \"", name, "\" not found"));
+  }
+  return pv;
+}
+}  // namespace
+
+absl::Status Attacher::Attach(const VolumeAttachment& va) {
   // Attached stays attached: nothing below (a driver blip, a lagging cache)
   // may turn a done attachment back into a failed one.
-  if (const json& done = Field(Field(va, "status"), "attached"); done.is_boolean() && done.get<bool>()) {
-    return absl::OkStatus();
-  }
+  if (va.status.attached) return absl::OkStatus();
+  const std::string& name = va.metadata.name;
   auto fail = [&](const absl::Status& st) {
-    events_.Record(va, "Warning", "AttachFailed", std::string(st.message()));
-    absl::Status written = EditStatus(registry_, Attachments(), va, [&](json& s) {
-      s["attached"] = false;
-      SetError(s, "attachError", st);
+    events_.Record(IdentityOf(va), "Warning", "AttachFailed", std::string(st.message()));
+    absl::Status written = EditAttachmentStatus(registry_, va, [&](types::VolumeAttachmentStatus& s) {
+      s.attached = false;
+      SetError(s.attach_error, st);
     });
-    if (!written.ok()) spdlog::warn("attacher: recording the error on {}: {}", Name(va), written.ToString());
+    if (!written.ok()) spdlog::warn("attacher: recording the error on {}: {}", name, written.ToString());
     return st;
   };
-  const std::string pv_name = SourcePv(va);
+  const std::string pv_name = va.spec.source.persistent_volume_name.value_or("");
   if (pv_name.empty()) {
     // Inline (migrated in-tree) volumes carry spec.source.inlineVolumeSpec;
     // berth has no in-tree plugins, so nothing can ever attach them.
@@ -488,41 +555,33 @@ absl::Status Attacher::Attach(const json& va) {
     fail(absl::InvalidArgumentError("only persistentVolumeName sources are supported")).IgnoreError();
     return absl::OkStatus();
   }
-  auto pv = registry_.Get(K("persistentvolumes"), "", pv_name);
-  if (!pv.ok()) {
-    return fail(pv.status().code() == absl::StatusCode::kNotFound
-                    ? absl::NotFoundError(StrCat("persistentvolume \"", pv_name, "\" not found"))
-                    : pv.status());
-  }
-  if (Deleting(*pv)) {
+  absl::StatusOr<PersistentVolume> pv = GetVolume(registry_, pv_name);
+  if (!pv.ok()) return fail(pv.status());
+  if (pv->metadata.Deleting()) {
     return fail(absl::FailedPreconditionError(StrCat("persistentvolume \"", pv_name, "\" is marked for deletion")));
   }
+  const types::CSIPersistentVolumeSource& csi = CsiOf(*pv);
   const std::string endpoint_node = EndpointNode(*pv, va);
   auto can_publish = monitor_.ControllerHasCapability(
       options_.driver, endpoint_node, ::csi::v1::ControllerServiceCapability::RPC::PUBLISH_UNPUBLISH_VOLUME);
   if (!can_publish.ok()) {
-    if (IsNotAFailure(can_publish.status())) monitor_.Park(options_.driver, endpoint_node, attachment_queue_, Name(va));
+    if (IsNotAFailure(can_publish.status())) monitor_.Park(options_.driver, endpoint_node, attachment_queue_, name);
     return fail(can_publish.status());
   }
   if (!*can_publish) {
     // Nothing to call: the attachment is a formality (external-attacher's
     // trivial handler).
-    return EditStatus(registry_, Attachments(), va, [](json& s) {
-      s["attached"] = true;
-      s.erase("attachError");
+    return EditAttachmentStatus(registry_, va, [](types::VolumeAttachmentStatus& s) {
+      s.attached = true;
+      s.attach_error.reset();
     });
   }
   // The node's ID for this driver: from CSINode, else the one recorded when
   // the attach started.
-  const std::string node = NodeNameOf(va);
-  std::string node_id;
-  if (std::optional<json> csinode = informers_.csinodes.Get("", node)) {
-    for (const auto& d : Field(Field(*csinode, "spec"), "drivers")) {
-      if (Str(d, {"name"}) == options_.driver) node_id = Str(d, {"nodeID"});
-    }
-  }
-  if (node_id.empty()) node_id = Annotation(va, kAnnAttachNodeId);
-  if (node_id.empty()) {
+  const std::string& node = va.spec.node_name;
+  absl::StatusOr<std::string> node_id = NodeId(va, /*annotation_first=*/false);
+  if (!node_id.ok()) return fail(node_id.status());
+  if (node_id->empty()) {
     return fail(absl::FailedPreconditionError(StrCat("CSINode ", node, " does not contain driver ", options_.driver)));
   }
   auto secrets = PublishSecrets(*pv);
@@ -530,72 +589,59 @@ absl::Status Attacher::Attach(const json& va) {
 
   // Finalizers first: once ControllerPublish may have run, neither object
   // may vanish before ControllerUnpublish.
-  BERTH_RETURN_IF_ERROR(EditFinalizer(registry_, K("persistentvolumes"), *pv, finalizer_, true));
-  BERTH_RETURN_IF_ERROR(EditFinalizer(registry_, Attachments(), va, finalizer_, true, {{kAnnAttachNodeId, node_id}}));
+  BERTH_RETURN_IF_ERROR(EditFinalizer(registry_, K("persistentvolumes"), IdentityOf(*pv), finalizer_, true));
+  BERTH_RETURN_IF_ERROR(
+      EditFinalizer(registry_, Attachments(), IdentityOf(va), finalizer_, true, {{kAnnAttachNodeId, *node_id}}));
 
   ::csi::v1::ControllerPublishVolumeRequest req;
-  req.set_volume_id(Str(*pv, {"spec", "csi", "volumeHandle"}));
-  req.set_node_id(node_id);
+  req.set_volume_id(csi.volume_handle);
+  req.set_node_id(*node_id);
   auto modes = monitor_.ControllerSingleNodeModes(options_.driver, endpoint_node);
   if (!modes.ok()) {
-    if (IsNotAFailure(modes.status())) monitor_.Park(options_.driver, endpoint_node, attachment_queue_, Name(va));
+    if (IsNotAFailure(modes.status())) monitor_.Park(options_.driver, endpoint_node, attachment_queue_, name);
     return fail(modes.status());
   }
   *req.mutable_volume_capability() = PvVolumeCapability(*pv, *modes);
-  const json& read_only = Field(Field(Field(*pv, "spec"), "csi"), "readOnly");
-  req.set_readonly(read_only.is_boolean() && read_only.get<bool>());
-  const json& attributes = Field(Field(Field(*pv, "spec"), "csi"), "volumeAttributes");
-  if (attributes.is_object()) {
-    for (const auto& [k, v] : attributes.items()) {
-      if (v.is_string()) (*req.mutable_volume_context())[k] = v.get<std::string>();
-    }
-  }
+  req.set_readonly(csi.read_only);
+  for (const auto& [k, v] : csi.volume_attributes) (*req.mutable_volume_context())[k] = v;
   ::csi::v1::ControllerPublishVolumeResponse resp;
-  absl::Status st = monitor_.Call(options_.driver, endpoint_node, [&](const csi::DriverClient& csi) {
-    auto published = csi.ControllerPublishVolume(
+  absl::Status st = monitor_.Call(options_.driver, endpoint_node, [&](const csi::DriverClient& client) {
+    auto published = client.ControllerPublishVolume(
         req, {.timeout = options_.rpc_timeout, .secrets = {secrets->begin(), secrets->end()}});
     if (published.ok()) resp = std::move(*published);
     return published.status();
   });
-  if (IsNotAFailure(st)) monitor_.Park(options_.driver, endpoint_node, attachment_queue_, Name(va));
+  if (IsNotAFailure(st)) monitor_.Park(options_.driver, endpoint_node, attachment_queue_, name);
   if (!st.ok()) return fail(st);
-  json metadata = json::object();
+  types::StringMap metadata;
   for (const auto& [k, v] : resp.publish_context()) metadata[k] = v;
-  spdlog::info("attacher: {} attached to {} ({})", req.volume_id(), node, Name(va));
-  return EditStatus(registry_, Attachments(), va, [&](json& s) {
-    s["attached"] = true;
-    s["attachmentMetadata"] = metadata;
-    s.erase("attachError");
+  spdlog::info("attacher: {} attached to {} ({})", req.volume_id(), node, name);
+  return EditAttachmentStatus(registry_, va, [&](types::VolumeAttachmentStatus& s) {
+    s.attached = true;
+    s.attachment_metadata = metadata;
+    s.attach_error.reset();
   });
 }
 
-absl::Status Attacher::Detach(const json& va) {
-  if (!HasFinalizer(va, finalizer_)) return absl::OkStatus();  // never published by us
+absl::Status Attacher::Detach(const VolumeAttachment& va) {
+  if (!va.metadata.HasFinalizer(finalizer_)) return absl::OkStatus();  // never published by us
+  const std::string& name = va.metadata.name;
   auto fail = [&](const absl::Status& st) {
-    events_.Record(va, "Warning", "DetachFailed", std::string(st.message()));
-    absl::Status written = EditStatus(registry_, Attachments(), va, [&](json& s) { SetError(s, "detachError", st); });
-    if (!written.ok()) spdlog::warn("attacher: recording the error on {}: {}", Name(va), written.ToString());
+    events_.Record(IdentityOf(va), "Warning", "DetachFailed", std::string(st.message()));
+    absl::Status written =
+        EditAttachmentStatus(registry_, va, [&](types::VolumeAttachmentStatus& s) { SetError(s.detach_error, st); });
+    if (!written.ok()) spdlog::warn("attacher: recording the error on {}: {}", name, written.ToString());
     return st;
   };
-  const std::string pv_name = SourcePv(va);
-  auto pv = registry_.Get(K("persistentvolumes"), "", pv_name);
-  if (!pv.ok()) {
-    // Our finalizer keeps the PV while any attachment refers to it; without
-    // it there is no volume handle to unpublish.
-    return fail(pv.status().code() == absl::StatusCode::kNotFound
-                    ? absl::NotFoundError(StrCat("persistentvolume \"", pv_name, "\" not found"))
-                    : pv.status());
-  }
-  const std::string node = NodeNameOf(va);
-  std::string node_id = Annotation(va, kAnnAttachNodeId);
-  if (node_id.empty()) {
-    if (std::optional<json> csinode = informers_.csinodes.Get("", node)) {
-      for (const auto& d : Field(Field(*csinode, "spec"), "drivers")) {
-        if (Str(d, {"name"}) == options_.driver) node_id = Str(d, {"nodeID"});
-      }
-    }
-  }
-  if (node_id.empty()) {
+  const std::string pv_name = va.spec.source.persistent_volume_name.value_or("");
+  // Our finalizer keeps the PV while any attachment refers to it; without
+  // it there is no volume handle to unpublish.
+  absl::StatusOr<PersistentVolume> pv = GetVolume(registry_, pv_name);
+  if (!pv.ok()) return fail(pv.status());
+  const std::string& node = va.spec.node_name;
+  absl::StatusOr<std::string> node_id = NodeId(va, /*annotation_first=*/true);
+  if (!node_id.ok()) return fail(node_id.status());
+  if (node_id->empty()) {
     return fail(
         absl::FailedPreconditionError(StrCat("the node ID of ", node, " for driver ", options_.driver, " is unknown")));
   }
@@ -603,33 +649,33 @@ absl::Status Attacher::Detach(const json& va) {
   if (!secrets.ok()) return fail(secrets.status());
   const std::string endpoint_node = EndpointNode(*pv, va);
   ::csi::v1::ControllerUnpublishVolumeRequest req;
-  req.set_volume_id(Str(*pv, {"spec", "csi", "volumeHandle"}));
-  req.set_node_id(node_id);
-  absl::Status st = monitor_.Call(options_.driver, endpoint_node, [&](const csi::DriverClient& csi) {
+  req.set_volume_id(CsiOf(*pv).volume_handle);
+  req.set_node_id(*node_id);
+  absl::Status st = monitor_.Call(options_.driver, endpoint_node, [&](const csi::DriverClient& client) {
     // NOT_FOUND (the volume or node is gone: nothing is attached) is OK.
-    return csi.ControllerUnpublishVolume(
+    return client.ControllerUnpublishVolume(
         req, {.timeout = options_.rpc_timeout, .secrets = {secrets->begin(), secrets->end()}});
   });
-  if (IsNotAFailure(st)) monitor_.Park(options_.driver, endpoint_node, attachment_queue_, Name(va));
+  if (IsNotAFailure(st)) monitor_.Park(options_.driver, endpoint_node, attachment_queue_, name);
   if (!st.ok()) return fail(st);
-  spdlog::info("attacher: {} detached from {} ({})", req.volume_id(), node, Name(va));
-  BERTH_RETURN_IF_ERROR(EditStatus(registry_, Attachments(), va, [](json& s) {
-    s["attached"] = false;
-    s.erase("attachmentMetadata");
-    s.erase("detachError");
+  spdlog::info("attacher: {} detached from {} ({})", req.volume_id(), node, name);
+  BERTH_RETURN_IF_ERROR(EditAttachmentStatus(registry_, va, [](types::VolumeAttachmentStatus& s) {
+    s.attached = false;
+    s.attachment_metadata.clear();
+    s.detach_error.reset();
   }));
-  BERTH_RETURN_IF_ERROR(EditFinalizer(registry_, Attachments(), va, finalizer_, false));
+  BERTH_RETURN_IF_ERROR(EditFinalizer(registry_, Attachments(), IdentityOf(va), finalizer_, false));
   volume_queue_.Add(pv_name);
   return absl::OkStatus();
 }
 
 absl::Status Attacher::SyncVolume(const std::string& name) {
-  auto pv = registry_.Get(K("persistentvolumes"), "", name);
+  absl::StatusOr<PersistentVolume> pv = GetTyped<PersistentVolume>(registry_, K("persistentvolumes"), "", name);
   if (!pv.ok()) return pv.status().code() == absl::StatusCode::kNotFound ? absl::OkStatus() : pv.status();
   // Only a PV being deleted gives the finalizer up (as external-attacher):
   // deciding on a live PV races with a new attachment that found the
   // finalizer already there.
-  if (!HasFinalizer(*pv, finalizer_) || !Deleting(*pv)) return absl::OkStatus();
+  if (!pv->metadata.HasFinalizer(finalizer_) || !pv->metadata.Deleting()) return absl::OkStatus();
   // Ask the store, not the cache: an attachment created a moment ago must
   // keep the finalizer.
   BERTH_ASSIGN_OR_RETURN(auto selector,
@@ -637,10 +683,11 @@ absl::Status Attacher::SyncVolume(const std::string& name) {
   apiserver::ListOptions options;
   options.fields = selector;
   BERTH_ASSIGN_OR_RETURN(apiserver::ListPage page, registry_.List(Attachments(), "", options));
-  for (const auto& va : page.items) {
-    if (Str(va, {"spec", "attacher"}) == options_.driver) return absl::OkStatus();
+  for (const auto& va_json : page.items) {
+    BERTH_ASSIGN_OR_RETURN(const VolumeAttachment va, DecodeAs<VolumeAttachment>(va_json));
+    if (va.spec.attacher == options_.driver) return absl::OkStatus();
   }
-  return EditFinalizer(registry_, K("persistentvolumes"), *pv, finalizer_, false);
+  return EditFinalizer(registry_, K("persistentvolumes"), IdentityOf(*pv), finalizer_, false);
 }
 
 }  // namespace berth::controllers

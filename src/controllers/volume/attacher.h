@@ -52,6 +52,9 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "api/types/core.h"
+#include "api/types/core_node.h"
+#include "api/types/storage.h"
 #include "apiserver/registry.h"
 #include "client/driver_monitor.h"
 #include "client/drivers.h"
@@ -104,14 +107,18 @@ class AttachDetachController {
     std::string pv;
     std::string driver;
     std::string handle;
-    std::vector<nlohmann::json> pods;  // the pods that need it
+    std::vector<nlohmann::json> pods;  // the pods that need it (IdentityOf)
   };
   // Attachment name → what the node's pods need.
-  std::map<std::string, Wanted> DesiredState(const std::string& node) const;
-  bool AttachRequired(const std::string& driver) const;
+  absl::StatusOr<std::map<std::string, Wanted>> DesiredState(const api::types::Node& node) const;
+  absl::StatusOr<bool> AttachRequired(const std::string& driver) const;
+  // The PV an attachment names, from the cache (nullopt: none, or gone).
+  absl::StatusOr<std::optional<api::types::PersistentVolume>> SourceVolume(
+      const api::types::VolumeAttachment& attachment) const;
   void EnqueueAllNodes();
-  absl::Status UpdateNodeVolumesAttached(const std::string& node, const std::vector<nlohmann::json>& attachments);
-  void ReportToPods(const Wanted& wanted, const nlohmann::json& attachment) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status UpdateNodeVolumesAttached(const api::types::Node& node,
+                                         const std::vector<api::types::VolumeAttachment>& attachments);
+  void ReportToPods(const Wanted& wanted, const api::types::VolumeAttachment& attachment) ABSL_LOCKS_EXCLUDED(mu_);
 
   apiserver::Registry& registry_;
   AttachDetachInformers informers_;
@@ -163,12 +170,17 @@ class Attacher {
   absl::Status SyncVolume(const std::string& name);
 
  private:
-  absl::Status Attach(const nlohmann::json& attachment);
-  absl::Status Detach(const nlohmann::json& attachment);
+  absl::Status Attach(const api::types::VolumeAttachment& attachment);
+  absl::Status Detach(const api::types::VolumeAttachment& attachment);
   // The node whose controller endpoint serves `pv` (node-local drivers: the
   // volume's node; else the attachment's node).
-  std::string EndpointNode(const nlohmann::json& pv, const nlohmann::json& attachment) const;
-  absl::StatusOr<google::protobuf::Map<std::string, std::string>> PublishSecrets(const nlohmann::json& pv);
+  std::string EndpointNode(const api::types::PersistentVolume& pv,
+                           const api::types::VolumeAttachment& attachment) const;
+  // The node's ID for our driver: from CSINode, else (or first, with
+  // `annotation_first`) the one recorded on the attachment when it started.
+  absl::StatusOr<std::string> NodeId(const api::types::VolumeAttachment& attachment, bool annotation_first) const;
+  absl::StatusOr<google::protobuf::Map<std::string, std::string>> PublishSecrets(
+      const api::types::PersistentVolume& pv);
 
   apiserver::Registry& registry_;
   DriverDirectory& drivers_;

@@ -5,8 +5,11 @@
 #include <utility>
 
 #include "api/quantity.h"
+#include "api/types/core_node.h"
+#include "api/types/storage.h"
 #include "client/capability.h"
 #include "client/object.h"
+#include "client/typed.h"
 #include "common/status.h"
 #include "common/strings.h"
 #include "csi/driver_client.h"
@@ -18,6 +21,8 @@ using namespace ::berth::client;  // the controllers' own client library
 namespace {
 
 using nlohmann::json;
+using types::CSIStorageCapacity;
+using types::StorageClass;
 
 // Work keys that are not items; item keys always contain '|'.
 constexpr char kTopologyKey[] = "@topology";
@@ -35,31 +40,35 @@ std::string ItemKey(const std::string& storage_class, const TopologySegment& seg
   return key;
 }
 
-// A quantity field ("capacity", "maximumVolumeSize") in bytes; nullopt when
-// absent or unreadable.
-std::optional<int64_t> Bytes(const json& capacity, std::string_view field) {
-  const json& q = Field(capacity, field);
-  if (!q.is_string()) return std::nullopt;
-  auto parsed = api::Quantity::Parse(q.get<std::string>());
-  if (!parsed.ok()) return std::nullopt;
-  return parsed->Value();
+// A quantity in bytes; nullopt when absent.
+std::optional<int64_t> Bytes(const std::optional<api::Quantity>& q) {
+  if (!q) return std::nullopt;
+  return q->Value();
 }
 
-int64_t ResourceVersion(const json& o) {
-  const std::string rv = Str(o, {"metadata", "resourceVersion"});
+int64_t ResourceVersion(const CSIStorageCapacity& o) {
   int64_t v = 0;
-  for (char c : rv) {
+  for (char c : o.metadata.resource_version) {
     if (c < '0' || c > '9') return 0;
     v = v * 10 + (c - '0');
   }
   return v;
 }
 
-bool HasOwner(const json& o, const json& owner) {
-  const json& refs = Field(Field(o, "metadata"), "ownerReferences");
-  if (!refs.is_array()) return false;
-  const std::string uid = Str(owner, {"uid"});
-  return std::any_of(refs.begin(), refs.end(), [&](const json& r) { return Str(r, {"uid"}) == uid; });
+bool HasOwner(const CSIStorageCapacity& o, const types::OwnerReference& owner) {
+  return std::any_of(o.metadata.owner_references.begin(), o.metadata.owner_references.end(),
+                     [&](const types::OwnerReference& r) { return r.uid == owner.uid; });
+}
+
+// Options::owner as a typed reference (nullopt: none, or not one).
+std::optional<types::OwnerReference> OwnerOf(const json& owner) {
+  if (owner.is_null()) return std::nullopt;
+  types::OwnerReference ref;
+  if (absl::Status st = types::DecodeValue(owner, ref, types::Path()); !st.ok()) {
+    spdlog::error("capacity: the owner reference {} is not one: {}", owner.dump(), st.ToString());
+    return std::nullopt;
+  }
+  return ref;
 }
 
 std::string Describe(const TopologySegment& segment) {
@@ -77,6 +86,7 @@ CapacityTracker::CapacityTracker(apiserver::Registry& registry, DriverDirectory&
       drivers_(drivers),
       informers_(informers),
       options_(std::move(options)),
+      owner_(OwnerOf(options_.owner)),
       events_(registry, StrCat(options_.driver, "_berth-capacity")),
       // A driver that is down is asked again soon, and never less often
       // than it is polled.
@@ -123,18 +133,22 @@ void CapacityTracker::RegisterHandlers() {
   });
   // Someone else's edits of our objects: the topology sync puts back what
   // is missing and deletes what should not be there.
+  auto ours = [this](const json& o) {
+    absl::StatusOr<CSIStorageCapacity> capacity = DecodeAs<CSIStorageCapacity>(o);
+    return capacity.ok() && Ours(*capacity);
+  };
   informers_.capacities.AddHandlers({
       .on_add =
-          [=, this](const json& o) {
-            if (Ours(o)) topology();
+          [=](const json& o) {
+            if (ours(o)) topology();
           },
       .on_update =
-          [=, this](const json& before, const json& after) {
-            if (before != after && (Ours(before) || Ours(after))) topology();
+          [=](const json& before, const json& after) {
+            if (before != after && (ours(before) || ours(after))) topology();
           },
       .on_delete =
           [=, this](const json& o) {
-            if (!Ours(o)) return;
+            if (!ours(o)) return;
             ForgetName(Name(o));
             topology();
           },
@@ -181,9 +195,14 @@ void CapacityTracker::RefreshNode(const std::string& node) {
 }
 
 ::csi::v1::GetCapacityRequest CapacityTracker::BuildRequest(const json& storage_class, const TopologySegment& segment) {
+  return BuildRequest(DecodeAs<StorageClass>(storage_class).value_or(StorageClass{}), segment);
+}
+
+::csi::v1::GetCapacityRequest CapacityTracker::BuildRequest(const StorageClass& storage_class,
+                                                            const TopologySegment& segment) {
   ::csi::v1::GetCapacityRequest req;
   std::map<std::string, std::string> reserved;
-  SplitClassParameters(Field(storage_class, "parameters"), req.mutable_parameters(), &reserved);
+  SplitClassParameters(storage_class.parameters, req.mutable_parameters(), &reserved);
   const std::string fstype = reserved["fstype"];
   // The spec requires a capability; capacity does not depend on it for
   // most drivers. external-provisioner sends access mode UNKNOWN, which
@@ -199,66 +218,50 @@ void CapacityTracker::RefreshNode(const std::string& node) {
   return req;
 }
 
-bool CapacityTracker::Tracked(const json& storage_class) const {
-  if (Str(storage_class, {"provisioner"}) != options_.driver || Deleting(storage_class)) return false;
+bool CapacityTracker::Tracked(const StorageClass& storage_class) const {
+  if (storage_class.provisioner != options_.driver || storage_class.metadata.Deleting()) return false;
   if (options_.immediate_binding) return true;
-  return Str(storage_class, {"volumeBindingMode"}) == "WaitForFirstConsumer";
+  return storage_class.WaitForFirstConsumer();
 }
 
-bool CapacityTracker::Ours(const json& capacity) const {
-  return Ns(capacity) == options_.ns &&
-         Str(capacity, {"metadata", "labels", kCapacityDriverLabel}) == options_.driver &&
-         Str(capacity, {"metadata", "labels", kCapacityManagedByLabel}) == options_.managed_by;
+bool CapacityTracker::Ours(const CSIStorageCapacity& capacity) const {
+  const types::StringMap& labels = capacity.metadata.labels;
+  auto label = [&](const char* key) {
+    auto it = labels.find(key);
+    return it == labels.end() ? std::string() : it->second;
+  };
+  return capacity.metadata.namespace_ == options_.ns && label(kCapacityDriverLabel) == options_.driver &&
+         label(kCapacityManagedByLabel) == options_.managed_by;
 }
 
-std::optional<std::string> CapacityTracker::KeyOf(const json& capacity) {
-  const std::string storage_class = Str(capacity, {"storageClassName"});
-  const json& topology = Field(capacity, "nodeTopology");
-  if (storage_class.empty() || !topology.is_object()) return std::nullopt;
-  if (const json& exprs = Field(topology, "matchExpressions"); !exprs.is_null() && !exprs.empty()) {
-    return std::nullopt;
-  }
-  TopologySegment segment;
-  const json& labels = Field(topology, "matchLabels");
-  if (labels.is_object()) {
-    for (const auto& [k, v] : labels.items()) {
-      if (!v.is_string()) return std::nullopt;
-      segment[k] = v.get<std::string>();
-    }
-  } else if (!labels.is_null()) {
-    return std::nullopt;
-  }
-  return ItemKey(storage_class, segment);
+std::optional<std::string> CapacityTracker::KeyOf(const CSIStorageCapacity& capacity) {
+  if (capacity.storage_class_name.empty() || !capacity.node_topology) return std::nullopt;
+  if (!capacity.node_topology->match_expressions.empty()) return std::nullopt;
+  return ItemKey(capacity.storage_class_name, capacity.node_topology->match_labels);
 }
 
-std::map<TopologySegment, std::vector<std::string>> CapacityTracker::Segments() const {
+absl::StatusOr<std::map<TopologySegment, std::vector<std::string>>> CapacityTracker::Segments() const {
   std::map<TopologySegment, std::vector<std::string>> out;
-  for (const json& csinode : informers_.csinodes.List()) {
-    const json& entries = Field(Field(csinode, "spec"), "drivers");
-    if (!entries.is_array()) continue;
-    for (const json& d : entries) {
-      if (Str(d, {"name"}) != options_.driver) continue;
-      std::optional<json> node = informers_.nodes.Get("", Name(csinode));
-      if (!node) break;  // a CSINode without its Node: left over
-      TopologySegment segment;
-      bool complete = true;
-      const json& keys = Field(d, "topologyKeys");
-      if (keys.is_array()) {
-        for (const json& k : keys) {
-          if (!k.is_string()) continue;
-          const json& value = Field(Field(Field(*node, "metadata"), "labels"), k.get<std::string>());
-          if (!value.is_string()) {
-            // The driver reported the key but the node's label has not
-            // arrived yet: skip the node until it does.
-            complete = false;
-            break;
-          }
-          segment[k.get<std::string>()] = value.get<std::string>();
-        }
+  for (const json& csinode_json : informers_.csinodes.List()) {
+    BERTH_ASSIGN_OR_RETURN(const types::CSINode csinode, DecodeAs<types::CSINode>(csinode_json));
+    const types::CSINodeDriver* d = csinode.Driver(options_.driver);
+    if (d == nullptr) continue;
+    std::shared_ptr<const json> node_json = informers_.nodes.GetSharedByKey(csinode.metadata.name);
+    if (!node_json) continue;  // a CSINode without its Node: left over
+    BERTH_ASSIGN_OR_RETURN(const types::Node node, DecodeAs<types::Node>(*node_json));
+    TopologySegment segment;
+    bool complete = true;
+    for (const std::string& k : d->topology_keys) {
+      auto value = node.metadata.labels.find(k);
+      if (value == node.metadata.labels.end()) {
+        // The driver reported the key but the node's label has not
+        // arrived yet: skip the node until it does.
+        complete = false;
+        break;
       }
-      if (complete) out[segment].push_back(Name(csinode));
-      break;
+      segment[k] = value->second;
     }
+    if (complete) out[segment].push_back(csinode.metadata.name);
   }
   return out;
 }
@@ -313,14 +316,16 @@ absl::Status CapacityTracker::SyncTopology() {
   std::map<std::string, Item> desired;
   std::map<TopologySegment, std::vector<std::string>> segments;
   if (supported) {
-    segments = Segments();
-    for (const json& sc : informers_.classes.Select([this](const json& c) { return Tracked(c); })) {
+    BERTH_ASSIGN_OR_RETURN(segments, Segments());
+    for (const json& sc_json : informers_.classes.List()) {
+      BERTH_ASSIGN_OR_RETURN(const StorageClass sc, DecodeAs<StorageClass>(sc_json));
+      if (!Tracked(sc)) continue;
       for (const auto& [segment, nodes] : segments) {
-        desired.emplace(ItemKey(Name(sc), segment), Item{Name(sc), segment});
+        desired.emplace(ItemKey(sc.metadata.name, segment), Item{sc.metadata.name, segment});
       }
     }
   }
-  std::vector<json> stale_written;
+  std::vector<CSIStorageCapacity> stale_written;
   std::map<std::string, std::string> written_names;  // desired item → the object we last wrote for it
   std::set<std::string> fresh;                       // items that were not desired before (all of them at start)
   {
@@ -332,7 +337,7 @@ absl::Status CapacityTracker::SyncTopology() {
     segments_ = segments;
     for (const auto& [key, obj] : written_) {
       if (desired.contains(key)) {
-        written_names[key] = Name(obj);
+        written_names[key] = obj.metadata.name;
       } else {
         stale_written.push_back(obj);
       }
@@ -341,20 +346,22 @@ absl::Status CapacityTracker::SyncTopology() {
   absl::Status result;
   std::map<std::string, int> found;
   std::set<std::string> deleted, seen;
-  for (const json& o : informers_.capacities.Select([this](const json& c) { return Ours(c) && !Deleting(c); })) {
+  for (const CSIStorageCapacity& o : OurObjects()) {
     std::optional<std::string> key = KeyOf(o);
     if (key && desired.contains(*key)) {
       ++found[*key];
-      seen.insert(Name(o));
+      seen.insert(o.metadata.name);
       continue;
     }
     result.Update(DeleteObject(o, key ? "its topology segment or storage class is gone" : "it is malformed"));
-    deleted.insert(Name(o));
+    deleted.insert(o.metadata.name);
   }
   // Objects we wrote for items no longer wanted, which the cache may not
   // show yet.
-  for (const json& o : stale_written) {
-    if (!deleted.contains(Name(o))) result.Update(DeleteObject(o, "its topology segment or storage class is gone"));
+  for (const CSIStorageCapacity& o : stale_written) {
+    if (!deleted.contains(o.metadata.name)) {
+      result.Update(DeleteObject(o, "its topology segment or storage class is gone"));
+    }
   }
   // What we wrote and the cache does not show yet exists too (deleted
   // meanwhile, it is forgotten by the delete handler or found missing by
@@ -404,35 +411,54 @@ absl::StatusOr<::csi::v1::GetCapacityResponse> CapacityTracker::GetCapacity(
   return last;
 }
 
-std::vector<json> CapacityTracker::ObjectsFor(const std::string& key) {
-  std::vector<json> objects =
-      informers_.capacities.Select([&](const json& c) { return Ours(c) && !Deleting(c) && KeyOf(c) == key; });
-  std::optional<json> written;
+std::vector<CSIStorageCapacity> CapacityTracker::OurObjects() const {
+  std::vector<CSIStorageCapacity> out;
+  informers_.capacities.Select([&](const json& c) {
+    absl::StatusOr<CSIStorageCapacity> capacity = DecodeAs<CSIStorageCapacity>(c);
+    if (!capacity.ok()) {
+      // Not ours to judge: berth writes only objects that decode.
+      spdlog::warn("capacity {}: {}", options_.driver, capacity.status().ToString());
+    } else if (Ours(*capacity) && !capacity->metadata.Deleting()) {
+      out.push_back(*std::move(capacity));
+    }
+    return false;
+  });
+  return out;
+}
+
+std::vector<CSIStorageCapacity> CapacityTracker::ObjectsFor(const std::string& key) {
+  std::vector<CSIStorageCapacity> objects;
+  for (auto& o : OurObjects()) {
+    if (KeyOf(o) == key) objects.push_back(std::move(o));
+  }
+  std::optional<CSIStorageCapacity> written;
   {
     absl::MutexLock lock(&mu_);
     if (auto it = written_.find(key); it != written_.end()) written = it->second;
   }
   if (written) {
-    auto same = std::find_if(objects.begin(), objects.end(), [&](const json& o) { return Name(o) == Name(*written); });
+    const std::string& name = written->metadata.name;
+    auto same = std::find_if(objects.begin(), objects.end(),
+                             [&](const CSIStorageCapacity& o) { return o.metadata.name == name; });
     if (same != objects.end()) {
       if (ResourceVersion(*written) > ResourceVersion(*same)) *same = *written;
     } else {
       // Not in the cache: just written (the watch is behind), or deleted
       // before we noted it. The registry knows which.
-      auto current = registry_.Get(CapacityKind(), options_.ns, Name(*written));
-      if (current.ok() && Uid(*current) == Uid(*written) && !Deleting(*current)) {
-        objects.push_back(*current);
+      auto current = GetTyped<CSIStorageCapacity>(registry_, CapacityKind(), options_.ns, name);
+      if (current.ok() && current->metadata.uid == written->metadata.uid && !current->metadata.Deleting()) {
+        objects.push_back(*std::move(current));
       } else if (!current.ok() && current.status().code() == absl::StatusCode::kNotFound) {
-        ForgetName(Name(*written));
+        ForgetName(name);
       }
     }
   }
   // Keep the one we wrote last, else the oldest.
-  const std::string keep = written ? Name(*written) : "";
-  std::sort(objects.begin(), objects.end(), [&](const json& a, const json& b) {
-    if ((Name(a) == keep) != (Name(b) == keep)) return Name(a) == keep;
-    const std::string ta = Str(a, {"metadata", "creationTimestamp"}), tb = Str(b, {"metadata", "creationTimestamp"});
-    return ta != tb ? ta < tb : Name(a) < Name(b);
+  const std::string keep = written ? written->metadata.name : "";
+  std::sort(objects.begin(), objects.end(), [&](const CSIStorageCapacity& a, const CSIStorageCapacity& b) {
+    if ((a.metadata.name == keep) != (b.metadata.name == keep)) return a.metadata.name == keep;
+    const std::string &ta = a.metadata.creation_timestamp, &tb = b.metadata.creation_timestamp;
+    return ta != tb ? ta < tb : a.metadata.name < b.metadata.name;
   });
   return objects;
 }
@@ -447,9 +473,11 @@ absl::Status CapacityTracker::SyncItem(const std::string& key) {
     item = it->second;
     if (auto s = segments_.find(item.segment); s != segments_.end()) nodes = s->second;
   }
-  std::optional<json> sc = informers_.classes.Get("", item.storage_class);
-  if (!sc || !Tracked(*sc)) return absl::OkStatus();
-  const ::csi::v1::GetCapacityRequest request = BuildRequest(*sc, item.segment);
+  std::shared_ptr<const json> sc_json = informers_.classes.GetSharedByKey(item.storage_class);
+  if (!sc_json) return absl::OkStatus();
+  BERTH_ASSIGN_OR_RETURN(const StorageClass sc, DecodeAs<StorageClass>(*sc_json));
+  if (!Tracked(sc)) return absl::OkStatus();
+  const ::csi::v1::GetCapacityRequest request = BuildRequest(sc, item.segment);
   absl::StatusOr<::csi::v1::GetCapacityResponse> response = GetCapacity(request, nodes);
   if (!response.ok()) {
     // Keep what was published: a driver that is restarting has not lost
@@ -458,8 +486,9 @@ absl::Status CapacityTracker::SyncItem(const std::string& key) {
         StrCat("GetCapacity for storage class ", item.storage_class, " in segment ", Describe(item.segment),
                " failed: ", std::string(response.status().message()), "; keeping the last published capacity");
     spdlog::warn("capacity {}: {}", options_.driver, message);
-    std::vector<json> existing = ObjectsFor(key);
-    events_.Record(existing.empty() ? *sc : existing.front(), "Warning", "GetCapacityFailed", message);
+    std::vector<CSIStorageCapacity> existing = ObjectsFor(key);
+    events_.Record(existing.empty() ? IdentityOf(sc) : IdentityOf(existing.front()), "Warning", "GetCapacityFailed",
+                   message);
     return response.status();
   }
   const ::csi::v1::GetCapacityResponse resp = *response;
@@ -468,7 +497,7 @@ absl::Status CapacityTracker::SyncItem(const std::string& key) {
   const std::optional<int64_t> maximum =
       resp.has_maximum_volume_size() ? std::optional<int64_t>(std::max<int64_t>(resp.maximum_volume_size().value(), 0))
                                      : std::nullopt;
-  std::vector<json> objects = ObjectsFor(key);
+  std::vector<CSIStorageCapacity> objects = ObjectsFor(key);
   if (objects.empty()) return CreateObject(key, item, capacity, maximum);
   absl::Status result;
   for (size_t i = 1; i < objects.size(); ++i) result.Update(DeleteObject(objects[i], "it duplicates another object"));
@@ -478,84 +507,78 @@ absl::Status CapacityTracker::SyncItem(const std::string& key) {
 
 absl::Status CapacityTracker::CreateObject(const std::string& key, const Item& item, int64_t capacity,
                                            std::optional<int64_t> maximum) {
-  json match_labels = json::object();
-  for (const auto& [k, v] : item.segment) match_labels[k] = v;
-  json obj = {{"apiVersion", "storage.k8s.io/v1"},
-              {"kind", "CSIStorageCapacity"},
-              {"metadata",
-               {{"generateName", "csisc-"},
-                {"namespace", options_.ns},
-                {"labels", {{kCapacityDriverLabel, options_.driver}, {kCapacityManagedByLabel, options_.managed_by}}}}},
-              {"nodeTopology", {{"matchLabels", match_labels}}},
-              {"storageClassName", item.storage_class},
-              {"capacity", api::Quantity::FromBytes(capacity).ToString()}};
-  if (maximum) obj["maximumVolumeSize"] = api::Quantity::FromBytes(*maximum).ToString();
-  if (!options_.owner.is_null()) obj["metadata"]["ownerReferences"] = json::array({options_.owner});
-  auto created = registry_.Create(CapacityKind(), options_.ns, obj);
+  CSIStorageCapacity obj;
+  obj.api_version = "storage.k8s.io/v1";
+  obj.kind = "CSIStorageCapacity";
+  obj.metadata.generate_name = "csisc-";
+  obj.metadata.namespace_ = options_.ns;
+  obj.metadata.labels = {{kCapacityDriverLabel, options_.driver}, {kCapacityManagedByLabel, options_.managed_by}};
+  if (owner_) obj.metadata.owner_references = {*owner_};
+  obj.node_topology.emplace().match_labels = item.segment;
+  obj.storage_class_name = item.storage_class;
+  obj.capacity = api::Quantity::FromBytes(capacity);
+  if (maximum) obj.maximum_volume_size = api::Quantity::FromBytes(*maximum);
+  auto created = registry_.Create(CapacityKind(), options_.ns, types::Encode(obj));
   if (!created.ok()) return created.status();
-  const json written = *created;
-  spdlog::debug("capacity {}: created {} for {} with {} bytes", options_.driver, Name(written), key, capacity);
+  BERTH_ASSIGN_OR_RETURN(const CSIStorageCapacity written, DecodeAs<CSIStorageCapacity>(*created));
+  spdlog::debug("capacity {}: created {} for {} with {} bytes", options_.driver, written.metadata.name, key, capacity);
   Remember(key, written);
   return absl::OkStatus();
 }
 
-absl::Status CapacityTracker::UpdateObject(const std::string& key, const Item& item, const json& existing,
+absl::Status CapacityTracker::UpdateObject(const std::string& key, const Item& item, const CSIStorageCapacity& existing,
                                            int64_t capacity, std::optional<int64_t> maximum) {
-  auto up_to_date = [&](const json& o) {
-    return Bytes(o, "capacity") == capacity && Bytes(o, "maximumVolumeSize") == maximum &&
-           (maximum || Field(o, "maximumVolumeSize").is_null()) &&
-           (options_.owner.is_null() || HasOwner(o, options_.owner));
+  auto up_to_date = [&](const CSIStorageCapacity& o) {
+    return Bytes(o.capacity) == capacity && Bytes(o.maximum_volume_size) == maximum &&
+           (!owner_ || HasOwner(o, *owner_));
   };
   if (up_to_date(existing)) return absl::OkStatus();
   // Edit a fresh copy, so the update carries the current resourceVersion.
-  auto current = registry_.Get(CapacityKind(), options_.ns, Name(existing));
+  const std::string& name = existing.metadata.name;
+  auto current = GetTyped<CSIStorageCapacity>(registry_, CapacityKind(), options_.ns, name);
   if (!current.ok()) {
     if (current.status().code() != absl::StatusCode::kNotFound) return current.status();
-    ForgetName(Name(existing));
+    ForgetName(name);
     return CreateObject(key, item, capacity, maximum);
   }
-  json obj = *current;
-  if (Uid(obj) != Uid(existing) || Deleting(obj)) {
-    return absl::AbortedError(StrCat("CSIStorageCapacity ", Name(existing), " was replaced meanwhile"));
+  CSIStorageCapacity& obj = *current;
+  if (obj.metadata.uid != existing.metadata.uid || obj.metadata.Deleting()) {
+    return absl::AbortedError(StrCat("CSIStorageCapacity ", name, " was replaced meanwhile"));
   }
   if (up_to_date(obj)) return absl::OkStatus();
-  obj["capacity"] = api::Quantity::FromBytes(capacity).ToString();
-  if (maximum) {
-    obj["maximumVolumeSize"] = api::Quantity::FromBytes(*maximum).ToString();
-  } else {
-    obj.erase("maximumVolumeSize");
-  }
-  if (!options_.owner.is_null() && !HasOwner(obj, options_.owner)) {
-    obj["metadata"]["ownerReferences"].push_back(options_.owner);
-  }
-  auto updated = registry_.Update(CapacityKind(), options_.ns, Name(obj), obj, apiserver::Subresource::kMain);
+  obj.capacity = api::Quantity::FromBytes(capacity);
+  obj.maximum_volume_size.reset();
+  if (maximum) obj.maximum_volume_size = api::Quantity::FromBytes(*maximum);
+  if (owner_ && !HasOwner(obj, *owner_)) obj.metadata.owner_references.push_back(*owner_);
+  auto updated = registry_.Update(CapacityKind(), options_.ns, name, types::Encode(obj), apiserver::Subresource::kMain);
   if (!updated.ok()) return updated.status();
-  const json written = *updated;
-  spdlog::debug("capacity {}: updated {} for {} to {} bytes", options_.driver, Name(written), key, capacity);
+  BERTH_ASSIGN_OR_RETURN(const CSIStorageCapacity written, DecodeAs<CSIStorageCapacity>(*updated));
+  spdlog::debug("capacity {}: updated {} for {} to {} bytes", options_.driver, name, key, capacity);
   Remember(key, written);
   return absl::OkStatus();
 }
 
-absl::Status CapacityTracker::DeleteObject(const json& capacity, const std::string& why) {
-  spdlog::debug("capacity {}: deleting {}: {}", options_.driver, Name(capacity), why);
+absl::Status CapacityTracker::DeleteObject(const CSIStorageCapacity& capacity, const std::string& why) {
+  const std::string& name = capacity.metadata.name;
+  spdlog::debug("capacity {}: deleting {}: {}", options_.driver, name, why);
   apiserver::DeleteOptions precondition;
-  precondition.uid = Uid(capacity);
-  auto deleted = registry_.Delete(CapacityKind(), options_.ns, Name(capacity), precondition);
+  precondition.uid = capacity.metadata.uid;
+  auto deleted = registry_.Delete(CapacityKind(), options_.ns, name, precondition);
   if (!deleted.ok() && deleted.status().code() != absl::StatusCode::kNotFound) {
     // A failed uid precondition: someone replaced it; the next sync looks again.
     return deleted.status();
   }
-  ForgetName(Name(capacity));
+  ForgetName(name);
   return absl::OkStatus();
 }
 
-void CapacityTracker::Remember(const std::string& key, const json& written) {
+void CapacityTracker::Remember(const std::string& key, const CSIStorageCapacity& written) {
   absl::MutexLock lock(&mu_);
-  if (auto it = written_.find(key); it != written_.end() && Name(it->second) != Name(written)) {
-    written_names_.erase(Name(it->second));
+  if (auto it = written_.find(key); it != written_.end() && it->second.metadata.name != written.metadata.name) {
+    written_names_.erase(it->second.metadata.name);
   }
   written_[key] = written;
-  written_names_[Name(written)] = key;
+  written_names_[written.metadata.name] = key;
 }
 
 void CapacityTracker::ForgetName(const std::string& name) {
@@ -567,7 +590,7 @@ void CapacityTracker::ForgetNameLocked(const std::string& name) {
   mu_.AssertHeld();
   auto it = written_names_.find(name);
   if (it == written_names_.end()) return;
-  if (auto w = written_.find(it->second); w != written_.end() && Name(w->second) == name) written_.erase(w);
+  if (auto w = written_.find(it->second); w != written_.end() && w->second.metadata.name == name) written_.erase(w);
   written_names_.erase(it);
 }
 

@@ -72,6 +72,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "api/types/storage.h"
 #include "apiserver/registry.h"
 #include "client/drivers.h"
 #include "client/events.h"
@@ -136,6 +137,10 @@ class CapacityTracker {
 
   // The GetCapacity request for `storage_class` in `segment` (public for
   // tests).
+  static ::csi::v1::GetCapacityRequest BuildRequest(const api::types::StorageClass& storage_class,
+                                                    const TopologySegment& segment);
+  // The same for a class as JSON (one that does not decode: as a class
+  // without parameters).
   static ::csi::v1::GetCapacityRequest BuildRequest(const nlohmann::json& storage_class,
                                                     const TopologySegment& segment);
 
@@ -152,28 +157,30 @@ class CapacityTracker {
   absl::Status SyncTopology();
   absl::Status SyncItem(const std::string& key);
 
-  bool Tracked(const nlohmann::json& storage_class) const;
-  bool Ours(const nlohmann::json& capacity) const;
+  bool Tracked(const api::types::StorageClass& storage_class) const;
+  bool Ours(const api::types::CSIStorageCapacity& capacity) const;
   // The item key an object of ours stands for (nullopt: a shape we never
   // write).
-  static std::optional<std::string> KeyOf(const nlohmann::json& capacity);
+  static std::optional<std::string> KeyOf(const api::types::CSIStorageCapacity& capacity);
   // Segment → the nodes in it, from the CSINode and Node caches.
-  std::map<TopologySegment, std::vector<std::string>> Segments() const;
+  absl::StatusOr<std::map<TopologySegment, std::vector<std::string>>> Segments() const;
   // Whether the driver reports GET_CAPACITY (cached for a poll interval;
   // a failed check falls back to the last answer).
   absl::StatusOr<bool> SupportsGetCapacity() ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<::csi::v1::GetCapacityResponse> GetCapacity(const ::csi::v1::GetCapacityRequest& request,
                                                              const std::vector<std::string>& nodes);
+  // Our objects in the cache, not being deleted.
+  std::vector<api::types::CSIStorageCapacity> OurObjects() const;
   // Our live objects for `key`, the one to keep first: the cache's, plus
   // the last one we wrote while the cache has not caught up with it.
-  std::vector<nlohmann::json> ObjectsFor(const std::string& key) ABSL_LOCKS_EXCLUDED(mu_);
+  std::vector<api::types::CSIStorageCapacity> ObjectsFor(const std::string& key) ABSL_LOCKS_EXCLUDED(mu_);
   // `capacity` and `maximum` (nullopt: unset) in bytes.
   absl::Status CreateObject(const std::string& key, const Item& item, int64_t capacity, std::optional<int64_t> maximum);
   // Updates `existing` when a value differs (or our owner is missing).
-  absl::Status UpdateObject(const std::string& key, const Item& item, const nlohmann::json& existing, int64_t capacity,
-                            std::optional<int64_t> maximum);
-  absl::Status DeleteObject(const nlohmann::json& capacity, const std::string& why);
-  void Remember(const std::string& key, const nlohmann::json& written) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status UpdateObject(const std::string& key, const Item& item, const api::types::CSIStorageCapacity& existing,
+                            int64_t capacity, std::optional<int64_t> maximum);
+  absl::Status DeleteObject(const api::types::CSIStorageCapacity& capacity, const std::string& why);
+  void Remember(const std::string& key, const api::types::CSIStorageCapacity& written) ABSL_LOCKS_EXCLUDED(mu_);
   void ForgetName(const std::string& name) ABSL_LOCKS_EXCLUDED(mu_);
   void ForgetNameLocked(const std::string& name) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool Desired(const std::string& key) const ABSL_LOCKS_EXCLUDED(mu_);
@@ -183,6 +190,7 @@ class CapacityTracker {
   DriverDirectory& drivers_;
   CapacityInformers informers_;
   const Options options_;
+  const std::optional<api::types::OwnerReference> owner_;  // options_.owner
   EventRecorder events_;
   WorkQueue queue_;
   std::vector<std::thread> workers_;
@@ -193,7 +201,7 @@ class CapacityTracker {
   std::map<TopologySegment, std::vector<std::string>> segments_ ABSL_GUARDED_BY(mu_);
   // The last object written per item key (and name → key), until the
   // capacities cache shows it; entries go when the object is deleted.
-  std::map<std::string, nlohmann::json> written_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, api::types::CSIStorageCapacity> written_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::string> written_names_ ABSL_GUARDED_BY(mu_);
   std::optional<bool> get_capacity_ ABSL_GUARDED_BY(mu_);
 };

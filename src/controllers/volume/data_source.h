@@ -30,33 +30,35 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "api/types/core.h"
+#include "api/types/storage.h"
 #include "apiserver/registry.h"
 #include "csi/v1/csi.pb.h"
-#include "nlohmann/json.hpp"
 
 namespace berth::controllers {
 
 struct DataSourceRef {
   std::string kind;  // "VolumeSnapshot" or "PersistentVolumeClaim"
   std::string name;
+  std::string api_group;   // "" for the core group
+  std::string namespace_;  // dataSourceRef's namespace ("": the claim's)
 };
 
 // The claim's data source: spec.dataSourceRef, else spec.dataSource; nullopt
 // when it has none.
-std::optional<DataSourceRef> ClaimDataSource(const nlohmann::json& claim);
+std::optional<DataSourceRef> ClaimDataSource(const api::types::PersistentVolumeClaim& claim);
 
 // The CreateVolume content source for `claim` of `storage_class` (nullopt:
 // no data source). `provisioning_started`: the claim already holds the
 // provisioner's finalizer, so a source being deleted was protected for it
 // (its snapshot or claim waits for this restore) and may still be used.
-absl::StatusOr<std::optional<::csi::v1::VolumeContentSource>> ResolveDataSource(apiserver::Registry& registry,
-                                                                                const nlohmann::json& claim,
-                                                                                const nlohmann::json& storage_class,
-                                                                                bool provisioning_started);
+absl::StatusOr<std::optional<::csi::v1::VolumeContentSource>> ResolveDataSource(
+    apiserver::Registry& registry, const api::types::PersistentVolumeClaim& claim,
+    const api::types::StorageClass& storage_class, bool provisioning_started);
 
 // Whether `claim` is still being provisioned from `source_name` (a
 // PersistentVolumeClaim in its namespace): it clones it and is not yet
 // bound (phase Pending or not set yet).
-bool ClonesFrom(const nlohmann::json& claim, const std::string& ns, const std::string& source_name);
+bool ClonesFrom(const api::types::PersistentVolumeClaim& claim, const std::string& ns, const std::string& source_name);
 
 }  // namespace berth::controllers

@@ -5,9 +5,13 @@
 #include <set>
 
 #include "api/quantity.h"
+#include "api/types/core.h"
+#include "api/types/core_node.h"
+#include "api/types/storage.h"
 #include "client/capability.h"
 #include "client/object.h"
 #include "client/secrets.h"
+#include "client/typed.h"
 #include "client/writes.h"
 #include "common/status.h"
 #include "common/strings.h"
@@ -25,23 +29,33 @@ using namespace ::berth::client;  // the controllers' own client library
 namespace {
 
 using nlohmann::json;
+using types::PersistentVolume;
+using types::PersistentVolumeClaim;
+using types::StorageClass;
 
 // ${pvc.name}, ${pvc.namespace}, ${pv.name} in secret references
 // (`pv_name` "": the name a provisioned volume gets, pvc-<uid>).
-std::string Expand(std::string text, const json& claim, const std::string& pv_name = "") {
+std::string Expand(std::string text, const types::ObjectMeta& claim, const std::string& pv_name = "") {
   auto replace = [&](const std::string& from, const std::string& to) {
     for (size_t pos; (pos = text.find(from)) != std::string::npos;) text.replace(pos, from.size(), to);
   };
-  replace("${pvc.name}", Name(claim));
-  replace("${pvc.namespace}", Ns(claim));
-  replace("${pv.name}", pv_name.empty() ? StrCat("pvc-", Uid(claim)) : pv_name);
+  replace("${pvc.name}", claim.name);
+  replace("${pvc.namespace}", claim.namespace_);
+  replace("${pv.name}", pv_name.empty() ? StrCat("pvc-", claim.uid) : pv_name);
   return text;
 }
 
 // The driver a claim was handed to (the binder's annotation).
-std::string ClaimProvisioner(const json& claim) {
-  std::string p = Annotation(claim, kAnnStorageProvisioner);
-  return p.empty() ? Annotation(claim, kAnnBetaStorageProvisioner) : p;
+std::string ClaimProvisioner(const PersistentVolumeClaim& claim) {
+  std::string p = claim.metadata.Annotation(kAnnStorageProvisioner);
+  return p.empty() ? claim.metadata.Annotation(kAnnBetaStorageProvisioner) : p;
+}
+
+// A class parameter reserved for the sidecars ("fstype" for
+// csi.storage.k8s.io/fstype), "" when unset.
+std::string ReservedParameter(const StorageClass& sc, const std::string& key) {
+  auto it = sc.parameters.find(StrCat(kReservedPrefix, key));
+  return it == sc.parameters.end() ? "" : it->second;
 }
 
 const api::KindInfo& Claims() { return K("persistentvolumeclaims"); }
@@ -72,21 +86,25 @@ Provisioner::Provisioner(apiserver::Registry& registry, DriverDirectory& drivers
 
 Provisioner::~Provisioner() { Stop(); }
 
-absl::Status Provisioner::ClearSelectedNode(const json& claim, const std::string& node) {
-  return MutateObject(registry_, K("persistentvolumeclaims"), claim, apiserver::Subresource::kMain, [&](json& obj) {
-    if (Annotation(obj, kAnnSelectedNode) != node) return false;
-    obj["metadata"]["annotations"].erase(kAnnSelectedNode);
-    return true;
-  });
+absl::Status Provisioner::ClearSelectedNode(const PersistentVolumeClaim& claim, const std::string& node) {
+  return MutateTyped<PersistentVolumeClaim>(registry_, Claims(), claim.metadata.namespace_, claim.metadata.name,
+                                            claim.metadata.uid, apiserver::Subresource::kMain,
+                                            [&](PersistentVolumeClaim& obj) {
+                                              if (obj.metadata.Annotation(kAnnSelectedNode) != node) return false;
+                                              obj.metadata.annotations.erase(kAnnSelectedNode);
+                                              return true;
+                                            });
 }
 
 void Provisioner::RegisterHandlers() {
   // A claim that clones another: when it leaves Pending (or goes), its
   // source may lose cloning-protection.
   auto source_of = [this](const json& o) {
-    std::optional<DataSourceRef> ds = ClaimDataSource(o);
-    if (ds && ds->kind == "PersistentVolumeClaim") source_queue_.Add(StrCat(Ns(o), "/", ds->name));
-    if (HasFinalizer(o, kCloningProtectionFinalizer)) source_queue_.Add(ObjectKey(o));
+    absl::StatusOr<PersistentVolumeClaim> claim = DecodeAs<PersistentVolumeClaim>(o);
+    if (!claim.ok()) return;  // its own sync reports it
+    std::optional<DataSourceRef> ds = ClaimDataSource(*claim);
+    if (ds && ds->kind == "PersistentVolumeClaim") source_queue_.Add(StrCat(claim->metadata.namespace_, "/", ds->name));
+    if (claim->metadata.HasFinalizer(kCloningProtectionFinalizer)) source_queue_.Add(KeyOf(claim->metadata));
   };
   informers_.claims.AddHandlers({
       .on_add =
@@ -167,95 +185,99 @@ void Provisioner::Stop() {
   monitor_.Unpark(volume_queue_);
 }
 
-bool Provisioner::ClassOf(const json& claim, json* storage_class) const {
-  const std::string cls = ClaimClass(claim);
-  if (cls.empty()) return false;
+absl::StatusOr<std::optional<StorageClass>> Provisioner::ClassOf(const PersistentVolumeClaim& claim) const {
+  const std::string cls = types::ClaimClass(claim);
+  if (cls.empty()) return std::nullopt;
   std::shared_ptr<const json> sc = informers_.classes.GetSharedByKey(cls);
-  if (!sc || Str(*sc, {"provisioner"}) != options_.driver) return false;
-  *storage_class = *sc;
-  return true;
+  if (!sc) return std::nullopt;
+  BERTH_ASSIGN_OR_RETURN(StorageClass typed, DecodeAs<StorageClass>(*sc));
+  if (typed.provisioner != options_.driver) return std::nullopt;
+  return typed;
 }
 
-bool Provisioner::OwnsVolume(const json& pv) const {
-  if (const std::string by = Annotation(pv, kAnnProvisionedBy); !by.empty()) return by == options_.driver;
+bool Provisioner::OwnsVolume(const PersistentVolume& pv) const {
+  if (const std::string& by = pv.metadata.Annotation(kAnnProvisionedBy); !by.empty()) return by == options_.driver;
   // Statically provisioned: a CSI volume of our driver (upstream's
   // isProvisionerForVolume).
-  return Str(pv, {"spec", "csi", "driver"}) == options_.driver;
+  return pv.spec.csi && pv.spec.csi->driver == options_.driver;
 }
 
-std::map<std::string, std::string> Provisioner::Segment(const std::string& node) const {
+absl::StatusOr<std::map<std::string, std::string>> Provisioner::Segment(const std::string& node) const {
   std::map<std::string, std::string> out;
-  std::optional<json> csinode = informers_.csinodes.Get("", node);
-  std::optional<json> n = informers_.nodes.Get("", node);
-  if (!csinode || !n) return out;
-  const json& drivers = Field(Field(*csinode, "spec"), "drivers");
-  if (!drivers.is_array()) return out;
-  for (const auto& d : drivers) {
-    if (Str(d, {"name"}) != options_.driver) continue;
-    const json& keys = Field(d, "topologyKeys");
-    if (!keys.is_array()) continue;
-    for (const auto& k : keys) {
-      if (!k.is_string()) continue;
-      std::string v = Str(*n, {"metadata", "labels", k.get<std::string>()});
+  std::shared_ptr<const json> csinode_json = informers_.csinodes.GetSharedByKey(node);
+  std::shared_ptr<const json> node_json = informers_.nodes.GetSharedByKey(node);
+  if (!csinode_json || !node_json) return out;
+  BERTH_ASSIGN_OR_RETURN(const types::CSINode csinode, DecodeAs<types::CSINode>(*csinode_json));
+  BERTH_ASSIGN_OR_RETURN(const types::Node n, DecodeAs<types::Node>(*node_json));
+  for (const auto& d : csinode.spec.drivers) {
+    if (d.name != options_.driver) continue;
+    for (const auto& k : d.topology_keys) {
+      auto v = n.metadata.labels.find(k);
       // A node without a value for every key is not (yet) a usable segment.
-      if (v.empty()) return {};
-      out[k.get<std::string>()] = v;
+      if (v == n.metadata.labels.end() || v->second.empty()) return std::map<std::string, std::string>{};
+      out[k] = v->second;
     }
   }
   return out;
 }
 
-std::string Provisioner::NodeForClaim(const json& claim) const {
-  if (std::string recorded = Annotation(claim, kAnnProvisioningNode); !recorded.empty()) return recorded;
-  std::string selected = Annotation(claim, kAnnSelectedNode);
+std::string Provisioner::NodeForClaim(const PersistentVolumeClaim& claim) const {
+  if (std::string recorded = claim.metadata.Annotation(kAnnProvisioningNode); !recorded.empty()) return recorded;
+  std::string selected = claim.metadata.Annotation(kAnnSelectedNode);
   if (!selected.empty()) return selected;
   std::vector<std::string> nodes = drivers_.Nodes(options_.driver);
   if (nodes.empty() || std::find(nodes.begin(), nodes.end(), "") != nodes.end()) return "";
   // A node-local driver without a chosen node: spread claims by their uid.
-  return nodes[std::hash<std::string>{}(Uid(claim)) % nodes.size()];
+  return nodes[std::hash<std::string>{}(claim.metadata.uid) % nodes.size()];
 }
 
-absl::StatusOr<::csi::v1::CreateVolumeRequest> Provisioner::BuildRequest(const json& claim, const json& sc,
+absl::StatusOr<::csi::v1::CreateVolumeRequest> Provisioner::BuildRequest(const json& claim, const json& storage_class,
+                                                                         const std::string& node) {
+  BERTH_ASSIGN_OR_RETURN(const PersistentVolumeClaim typed_claim, DecodeAs<PersistentVolumeClaim>(claim));
+  BERTH_ASSIGN_OR_RETURN(const StorageClass typed_class, DecodeAs<StorageClass>(storage_class));
+  return BuildRequest(typed_claim, typed_class, node);
+}
+
+absl::StatusOr<::csi::v1::CreateVolumeRequest> Provisioner::BuildRequest(const PersistentVolumeClaim& claim,
+                                                                         const StorageClass& sc,
                                                                          const std::string& node) {
   ::csi::v1::CreateVolumeRequest req;
-  req.set_name(StrCat("pvc-", Uid(claim)));
-  const json& spec = Field(claim, "spec");
-  auto request = api::Quantity::Parse(Str(spec, {"resources", "requests", "storage"}));
-  if (!request.ok()) return absl::InvalidArgumentError("the claim has no valid resources.requests.storage");
-  req.mutable_capacity_range()->set_required_bytes(request->Value());
-  if (auto limit = api::Quantity::Parse(Str(spec, {"resources", "limits", "storage"})); limit.ok()) {
-    req.mutable_capacity_range()->set_limit_bytes(limit->Value());
+  req.set_name(StrCat("pvc-", claim.metadata.uid));
+  const types::PersistentVolumeClaimSpec& spec = claim.spec;
+  auto request = spec.resources.requests.find("storage");
+  if (request == spec.resources.requests.end()) {
+    return absl::InvalidArgumentError("the claim has no valid resources.requests.storage");
+  }
+  req.mutable_capacity_range()->set_required_bytes(request->second.Value());
+  if (auto limit = spec.resources.limits.find("storage"); limit != spec.resources.limits.end()) {
+    req.mutable_capacity_range()->set_limit_bytes(limit->second.Value());
   }
   std::map<std::string, std::string> reserved;
-  SplitClassParameters(Field(sc, "parameters"), req.mutable_parameters(), &reserved);
+  SplitClassParameters(sc.parameters, req.mutable_parameters(), &reserved);
   const std::string fstype = reserved["fstype"];
-  const bool block = Str(spec, {"volumeMode"}) == "Block";
-  const json& modes = Field(spec, "accessModes");
-  if (!modes.is_array() || modes.empty()) return absl::InvalidArgumentError("the claim has no accessModes");
+  const bool block = types::VolumeModeOf(spec.volume_mode) == "Block";
+  if (spec.access_modes.empty()) return absl::InvalidArgumentError("the claim has no accessModes");
   BERTH_ASSIGN_OR_RETURN(const SingleNodeModes single_node, monitor_.ControllerSingleNodeModes(options_.driver, node));
-  for (const auto& m : modes) {
-    *req.add_volume_capabilities() = MakeVolumeCapability(m.is_string() ? m.get<std::string>() : "", single_node, block,
-                                                          fstype, Field(sc, "mountOptions"));
+  for (const auto& m : spec.access_modes) {
+    *req.add_volume_capabilities() = MakeVolumeCapability(m, single_node, block, fstype, sc.mount_options);
   }
   // Provisioner secrets.
-  const std::string secret_name = Expand(reserved["provisioner-secret-name"], claim);
-  const std::string secret_ns = Expand(reserved["provisioner-secret-namespace"], claim);
+  const std::string secret_name = Expand(reserved["provisioner-secret-name"], claim.metadata);
+  const std::string secret_ns = Expand(reserved["provisioner-secret-namespace"], claim.metadata);
   BERTH_ASSIGN_OR_RETURN(const SecretData secrets, CsiSecret(registry_, secret_ns, secret_name, "provisioner secret"));
   for (const auto& [k, v] : secrets) (*req.mutable_secrets())[k] = v;
   // Topology.
   std::vector<std::map<std::string, std::string>> requisite;
-  const json& allowed = Field(sc, "allowedTopologies");
-  if (allowed.is_array() && !allowed.empty()) {
-    for (const auto& term : allowed) {
+  const bool restricted = !sc.allowed_topologies.empty();
+  if (restricted) {
+    for (const auto& term : sc.allowed_topologies) {
       std::vector<std::map<std::string, std::string>> segments = {{}};
-      const json& exprs = Field(term, "matchLabelExpressions");
-      if (!exprs.is_array()) continue;
-      for (const auto& e : exprs) {
+      for (const auto& e : term.match_label_expressions) {
         std::vector<std::map<std::string, std::string>> next;
         for (const auto& seg : segments) {
-          for (const auto& v : Field(e, "values")) {
+          for (const auto& v : e.values) {
             auto s = seg;
-            s[Str(e, {"key"})] = v.is_string() ? v.get<std::string>() : "";
+            s[e.key] = v;
             next.push_back(std::move(s));
           }
         }
@@ -266,14 +288,14 @@ absl::StatusOr<::csi::v1::CreateVolumeRequest> Provisioner::BuildRequest(const j
   } else {
     std::set<std::map<std::string, std::string>> all;
     for (const auto& csinode : informers_.csinodes.List()) {
-      auto seg = Segment(Name(csinode));
+      BERTH_ASSIGN_OR_RETURN(auto seg, Segment(Name(csinode)));
       if (!seg.empty()) all.insert(seg);
     }
     requisite.assign(all.begin(), all.end());
   }
   std::vector<std::map<std::string, std::string>> preferred = requisite;
   if (!node.empty()) {
-    auto mine = Segment(node);
+    BERTH_ASSIGN_OR_RETURN(auto mine, Segment(node));
     if (mine.empty() && !requisite.empty()) {
       // The driver is topology-aware but the node has not registered it (or
       // lacks its labels): retried until it has.
@@ -289,7 +311,6 @@ absl::StatusOr<::csi::v1::CreateVolumeRequest> Provisioner::BuildRequest(const j
           return it != mine.end() && it->second == kv.second;
         });
       };
-      const bool restricted = allowed.is_array() && !allowed.empty();
       if (restricted) {
         if (std::none_of(requisite.begin(), requisite.end(), within)) {
           return absl::FailedPreconditionError(StrCat("node ", node, " is not in the class's allowedTopologies"));
@@ -308,7 +329,7 @@ absl::StatusOr<::csi::v1::CreateVolumeRequest> Provisioner::BuildRequest(const j
     // claims "<template>-<set>-<ordinal>" start at hash(prefix) + ordinal,
     // so consecutive replicas land on consecutive segments.
     std::sort(preferred.begin(), preferred.end());
-    const std::string claim_name = Name(claim);
+    const std::string& claim_name = claim.metadata.name;
     std::string prefix = claim_name;
     uint64_t ordinal = 0;
     if (size_t dash = claim_name.rfind('-');
@@ -335,7 +356,7 @@ absl::StatusOr<::csi::v1::CreateVolumeRequest> Provisioner::BuildRequest(const j
     }
   }
   // Content source: checked (data_source.h) before anything is created.
-  auto source = ResolveDataSource(registry_, claim, sc, HasFinalizer(claim, kProvisioningFinalizer));
+  auto source = ResolveDataSource(registry_, claim, sc, claim.metadata.HasFinalizer(kProvisioningFinalizer));
   if (!source.ok()) return source.status();
   if (*source) *req.mutable_volume_content_source() = **source;
   return req;
@@ -367,111 +388,100 @@ absl::Status Provisioner::DeleteVolume(const std::string& handle, const std::str
   return st;
 }
 
-absl::Status Provisioner::SetFinalizer(const json& claim, bool present, const std::string& node) {
+absl::Status Provisioner::SetFinalizer(const PersistentVolumeClaim& claim, bool present, const std::string& node) {
+  const types::ObjectMeta& meta = claim.metadata;
   if (present) {
     // CreateVolume may only run under the finalizer: a claim already being
     // deleted (or replaced) is not provisioned.
-    auto current = registry_.Get(K("persistentvolumeclaims"), Ns(claim), Name(claim));
-    if (!current.ok()) return current.status();
-    if (Uid(*current) != Uid(claim) || Deleting(*current)) {
-      return absl::FailedPreconditionError(StrCat("claim ", Ns(claim), "/", Name(claim), " is being deleted"));
+    BERTH_ASSIGN_OR_RETURN(const PersistentVolumeClaim current,
+                           GetTyped<PersistentVolumeClaim>(registry_, Claims(), meta.namespace_, meta.name));
+    if (current.metadata.uid != meta.uid || current.metadata.Deleting()) {
+      return absl::FailedPreconditionError(StrCat("claim ", meta.namespace_, "/", meta.name, " is being deleted"));
     }
   }
   // The node goes with the finalizer: a retry after a crash, or the clean-up
   // of a claim deleted mid-flight, must ask the same node's driver.
-  return MutateObject(registry_, K("persistentvolumeclaims"), claim, apiserver::Subresource::kMain, [&](json& obj) {
-    bool changed = false;
-    if (present && !Deleting(obj)) {
-      if (!HasFinalizer(obj, kProvisioningFinalizer)) {
-        obj["metadata"]["finalizers"].push_back(kProvisioningFinalizer);
-        changed = true;
-      }
-      if (Annotation(obj, kAnnProvisioningNode) != node) {
-        if (node.empty()) {
-          obj["metadata"]["annotations"].erase(kAnnProvisioningNode);
-        } else {
-          obj["metadata"]["annotations"][kAnnProvisioningNode] = node;
-        }
-        changed = true;
-      }
-    } else if (!present) {
-      if (HasFinalizer(obj, kProvisioningFinalizer)) {
-        json& f = obj["metadata"]["finalizers"];
-        f.erase(std::remove(f.begin(), f.end(), json(kProvisioningFinalizer)), f.end());
-        changed = true;
-      }
-      if (!Annotation(obj, kAnnProvisioningNode).empty()) {
-        obj["metadata"]["annotations"].erase(kAnnProvisioningNode);
-        changed = true;
-      }
-    }
-    return changed;
-  });
+  return MutateTyped<PersistentVolumeClaim>(registry_, Claims(), meta.namespace_, meta.name, meta.uid,
+                                            apiserver::Subresource::kMain, [&](PersistentVolumeClaim& obj) {
+                                              if (present && obj.metadata.Deleting()) return false;
+                                              bool changed = obj.metadata.SetFinalizer(kProvisioningFinalizer, present);
+                                              const std::string want_node = present ? node : "";
+                                              if (obj.metadata.Annotation(kAnnProvisioningNode) != want_node) {
+                                                if (want_node.empty()) {
+                                                  obj.metadata.annotations.erase(kAnnProvisioningNode);
+                                                } else {
+                                                  obj.metadata.annotations[kAnnProvisioningNode] = want_node;
+                                                }
+                                                changed = true;
+                                              }
+                                              return changed;
+                                            });
 }
 
-absl::Status Provisioner::CreatePersistentVolume(const json& claim, const json& sc,
+absl::Status Provisioner::CreatePersistentVolume(const PersistentVolumeClaim& claim, const StorageClass& sc,
                                                  const ::csi::v1::CreateVolumeRequest& request,
                                                  const ::csi::v1::CreateVolumeResponse& response) {
   const auto& vol = response.volume();
   int64_t bytes = vol.capacity_bytes() > 0 ? vol.capacity_bytes() : request.capacity_range().required_bytes();
-  const json& spec = Field(claim, "spec");
-  json pv = {
-      {"apiVersion", "v1"},
-      {"kind", "PersistentVolume"},
-      {"metadata", {{"name", request.name()}, {"annotations", {{kAnnProvisionedBy, options_.driver}}}}},
-      {"spec",
-       {{"capacity", {{"storage", api::Quantity::FromBytes(bytes).ToString()}}},
-        {"accessModes", Field(spec, "accessModes")},
-        {"persistentVolumeReclaimPolicy", Str(sc, {"reclaimPolicy"}).empty() ? "Delete" : Str(sc, {"reclaimPolicy"})},
-        {"storageClassName", Name(sc)},
-        {"volumeMode", Str(spec, {"volumeMode"}).empty() ? "Filesystem" : Str(spec, {"volumeMode"})},
-        {"claimRef",
-         {{"kind", "PersistentVolumeClaim"},
-          {"apiVersion", "v1"},
-          {"namespace", Ns(claim)},
-          {"name", Name(claim)},
-          {"uid", Uid(claim)},
-          {"resourceVersion", Str(claim, {"metadata", "resourceVersion"})}}},
-        {"csi", {{"driver", options_.driver}, {"volumeHandle", vol.volume_id()}}}}}};
-  if (!Field(sc, "mountOptions").is_null()) pv["spec"]["mountOptions"] = Field(sc, "mountOptions");
-  json& csi = pv["spec"]["csi"];
-  if (!vol.volume_context().empty()) {
-    for (const auto& [k, v] : vol.volume_context()) csi["volumeAttributes"][k] = v;
-  }
-  const json& params = Field(sc, "parameters");
-  auto param = [&](const std::string& key) { return Expand(Str(params, {StrCat(kReservedPrefix, key)}), claim); };
-  if (Str(spec, {"volumeMode"}) != "Block") {
-    if (std::string fs = param("fstype"); !fs.empty()) csi["fsType"] = fs;
-  }
-  static constexpr std::pair<const char*, const char*> kSecretRefs[] = {
-      {"controller-publish", "controllerPublishSecretRef"},
-      {"node-stage", "nodeStageSecretRef"},
-      {"node-publish", "nodePublishSecretRef"},
-      {"controller-expand", "controllerExpandSecretRef"},
-      {"node-expand", "nodeExpandSecretRef"}};
+  PersistentVolume pv;
+  pv.api_version = "v1";
+  pv.kind = "PersistentVolume";
+  pv.metadata.name = request.name();
+  pv.metadata.annotations[kAnnProvisionedBy] = options_.driver;
+  types::PersistentVolumeSpec& spec = pv.spec;
+  spec.capacity["storage"] = api::Quantity::FromBytes(bytes);
+  spec.access_modes = claim.spec.access_modes;
+  spec.persistent_volume_reclaim_policy = sc.reclaim_policy.value_or("").empty() ? "Delete" : *sc.reclaim_policy;
+  spec.storage_class_name = sc.metadata.name;
+  spec.volume_mode = types::VolumeModeOf(claim.spec.volume_mode);
+  types::ObjectReference& ref = spec.claim_ref.emplace();
+  ref.kind = "PersistentVolumeClaim";
+  ref.api_version = "v1";
+  ref.namespace_ = claim.metadata.namespace_;
+  ref.name = claim.metadata.name;
+  ref.uid = claim.metadata.uid;
+  ref.resource_version = claim.metadata.resource_version;
+  spec.mount_options = sc.mount_options;
+  types::CSIPersistentVolumeSource& csi = spec.csi.emplace();
+  csi.driver = options_.driver;
+  csi.volume_handle = vol.volume_id();
+  for (const auto& [k, v] : vol.volume_context()) csi.volume_attributes[k] = v;
+  auto param = [&](const std::string& key) { return Expand(ReservedParameter(sc, key), claim.metadata); };
+  if (types::VolumeModeOf(claim.spec.volume_mode) != "Block") csi.fs_type = param("fstype");
+  using SecretRef = std::optional<types::SecretReference> types::CSIPersistentVolumeSource::*;
+  static constexpr std::pair<const char*, SecretRef> kSecretRefs[] = {
+      {"controller-publish", &types::CSIPersistentVolumeSource::controller_publish_secret_ref},
+      {"node-stage", &types::CSIPersistentVolumeSource::node_stage_secret_ref},
+      {"node-publish", &types::CSIPersistentVolumeSource::node_publish_secret_ref},
+      {"controller-expand", &types::CSIPersistentVolumeSource::controller_expand_secret_ref},
+      {"node-expand", &types::CSIPersistentVolumeSource::node_expand_secret_ref}};
   for (const auto& [prefix, field] : kSecretRefs) {
     std::string name = param(StrCat(prefix, "-secret-name"));
-    if (!name.empty()) csi[field] = {{"name", name}, {"namespace", param(StrCat(prefix, "-secret-namespace"))}};
+    if (name.empty()) continue;
+    types::SecretReference& secret = (csi.*field).emplace();
+    secret.name = std::move(name);
+    secret.namespace_ = param(StrCat(prefix, "-secret-namespace"));
   }
   if (std::string name = param("provisioner-secret-name"); !name.empty()) {
-    pv["metadata"]["annotations"]["volume.kubernetes.io/provisioner-deletion-secret-name"] = name;
-    pv["metadata"]["annotations"]["volume.kubernetes.io/provisioner-deletion-secret-namespace"] =
+    pv.metadata.annotations["volume.kubernetes.io/provisioner-deletion-secret-name"] = name;
+    pv.metadata.annotations["volume.kubernetes.io/provisioner-deletion-secret-namespace"] =
         param("provisioner-secret-namespace");
   }
   if (vol.accessible_topology_size() > 0) {
-    json terms = json::array();
+    types::NodeSelector& required = spec.node_affinity.emplace().required.emplace();
     for (const auto& topo : vol.accessible_topology()) {
-      json exprs = json::array();
+      types::NodeSelectorTerm& term = required.node_selector_terms.emplace_back();
       std::map<std::string, std::string> sorted(topo.segments().begin(), topo.segments().end());
-      for (const auto& [k, v] : sorted) exprs.push_back({{"key", k}, {"operator", "In"}, {"values", {v}}});
-      terms.push_back({{"matchExpressions", exprs}});
+      for (const auto& [k, v] : sorted) {
+        types::NodeSelectorRequirement& e = term.match_expressions.emplace_back();
+        e.key = k;
+        e.operator_ = "In";
+        e.values = {v};
+      }
     }
-    pv["spec"]["nodeAffinity"] = {{"required", {{"nodeSelectorTerms", terms}}}};
   }
-  if (Str(pv, {"spec", "persistentVolumeReclaimPolicy"}) == "Delete") {
-    pv["metadata"]["finalizers"] = {kProvisionerFinalizer};
-  }
-  auto created = registry_.Create(K("persistentvolumes"), "", pv);
+  if (spec.persistent_volume_reclaim_policy == "Delete") pv.metadata.finalizers = {kProvisionerFinalizer};
+  auto created = registry_.Create(K("persistentvolumes"), "", types::Encode(pv));
   if (!created.ok() && created.status().code() != absl::StatusCode::kAlreadyExists) return created.status();
   return absl::OkStatus();
 }
@@ -487,39 +497,40 @@ absl::Status Provisioner::SyncClaim(const std::string& key) {
   return st;
 }
 
-absl::Status Provisioner::SyncDeletedClaim(const json& claim, const std::string& key, bool have_class, const json& sc,
-                                           bool pv_exists) {
-  if (!HasFinalizer(claim, kProvisioningFinalizer)) return absl::OkStatus();
+absl::Status Provisioner::SyncDeletedClaim(const PersistentVolumeClaim& claim, const std::string& key,
+                                           const std::optional<StorageClass>& sc, bool pv_exists) {
+  if (!claim.metadata.HasFinalizer(kProvisioningFinalizer)) return absl::OkStatus();
   if (pv_exists) return SetFinalizer(claim, false);  // the PV is released and reclaimed as usual
-  const std::string pv_name = StrCat("pvc-", Uid(claim));
-  if (!have_class) {
+  const std::string pv_name = StrCat("pvc-", claim.metadata.uid);
+  const json claim_ref = IdentityOf(claim);  // names the claim in events
+  if (!sc) {
     // The request cannot be rebuilt (the class is gone or changed), so
     // whether a volume exists is unknown: keep the claim rather than leak.
     absl::Status blocked = absl::FailedPreconditionError(
-        StrCat("the claim was deleted while its volume was being created and StorageClass \"", ClaimClass(claim),
+        StrCat("the claim was deleted while its volume was being created and StorageClass \"", types::ClaimClass(claim),
                "\" of provisioner ", options_.driver,
                " is gone: recreate the class so the volume can be cleaned up, or remove finalizer ",
                kProvisioningFinalizer, " if no volume ", pv_name, " exists"));
-    events_.Record(claim, "Warning", "ProvisioningCleanupBlocked", std::string(blocked.message()));
+    events_.Record(claim_ref, "Warning", "ProvisioningCleanupBlocked", std::string(blocked.message()));
     return blocked;
   }
   // CreateVolume may have succeeded before we lost track: ask again
   // (idempotent by name, on the same node) and delete what exists.
   const std::string node = NodeForClaim(claim);
-  auto req = BuildRequest(claim, sc, node);
+  auto req = BuildRequest(claim, *sc, node);
   if (!req.ok() && IsNotAFailure(req.status())) {
     monitor_.Park(options_.driver, node, claim_queue_, key);
     return req.status();
   }
   if (!req.ok()) {
-    events_.Record(claim, "Warning", "ProvisioningCleanupBlocked",
+    events_.Record(claim_ref, "Warning", "ProvisioningCleanupBlocked",
                    StrCat("cannot rebuild the request to clean up volume ", pv_name, ": ", req.status().message()));
     return req.status();  // e.g. a secret is missing: retried, the finalizer stays
   }
   auto resp = CreateVolume(*req, node, claim_queue_, key);
   if (resp.ok()) {
     BERTH_RETURN_IF_ERROR(DeleteVolume(resp->volume().volume_id(), node, req->secrets(), claim_queue_, key));
-    events_.Record(claim, "Normal", "ProvisioningCancelled",
+    events_.Record(claim_ref, "Normal", "ProvisioningCancelled",
                    StrCat("the claim was deleted while volume ", pv_name, " was being created; deleted it"));
   } else if (!FinalError(resp.status())) {
     return resp.status();  // outcome unknown (or the driver is down): keep the finalizer
@@ -528,37 +539,39 @@ absl::Status Provisioner::SyncDeletedClaim(const json& claim, const std::string&
 }
 
 absl::Status Provisioner::SyncClaimOnce(const std::string& key) {
-  std::shared_ptr<const json> claim = informers_.claims.GetSharedByKey(key);
+  std::shared_ptr<const json> claim_json = informers_.claims.GetSharedByKey(key);
+  if (!claim_json) return absl::OkStatus();
+  BERTH_ASSIGN_OR_RETURN(const PersistentVolumeClaim claim, DecodeAs<PersistentVolumeClaim>(*claim_json));
   // Another driver's claim (or nobody's yet): never touched, finalizers
   // included.
-  if (!claim || ClaimProvisioner(*claim) != options_.driver) return absl::OkStatus();
-  json sc;
-  const bool have_class = ClassOf(*claim, &sc);
-  const bool pending_finalizer = HasFinalizer(*claim, kProvisioningFinalizer);
-  const std::string pv_name = StrCat("pvc-", Uid(*claim));
+  if (ClaimProvisioner(claim) != options_.driver) return absl::OkStatus();
+  BERTH_ASSIGN_OR_RETURN(const std::optional<StorageClass> sc, ClassOf(claim));
+  const bool pending_finalizer = claim.metadata.HasFinalizer(kProvisioningFinalizer);
+  const std::string pv_name = StrCat("pvc-", claim.metadata.uid);
   const bool pv_exists =
       informers_.volumes.GetSharedByKey(pv_name) != nullptr || registry_.Get(K("persistentvolumes"), "", pv_name).ok();
-  if (Deleting(*claim)) return SyncDeletedClaim(*claim, key, have_class, sc, pv_exists);
-  if (!Str(*claim, {"spec", "volumeName"}).empty()) {
-    return pending_finalizer ? SetFinalizer(*claim, false) : absl::OkStatus();
+  if (claim.metadata.Deleting()) return SyncDeletedClaim(claim, key, sc, pv_exists);
+  if (!claim.spec.volume_name.empty()) {
+    return pending_finalizer ? SetFinalizer(claim, false) : absl::OkStatus();
   }
   // The PV holds the claim: the binder drops the finalizer as it binds.
   if (pv_exists) return absl::OkStatus();
-  if (!have_class) {
+  const json claim_ref = IdentityOf(claim);  // names the claim in events
+  if (!sc) {
     // Handed to us, but its class is gone or names another driver now.
     // With a CreateVolume outcome pending the finalizer stays (a deletion
     // then reports what blocks it); otherwise there is nothing to do until
     // the class is back.
     if (!pending_finalizer) return absl::OkStatus();
-    absl::Status st = absl::FailedPreconditionError(StrCat("storageclass.storage.k8s.io \"", ClaimClass(*claim),
+    absl::Status st = absl::FailedPreconditionError(StrCat("storageclass.storage.k8s.io \"", types::ClaimClass(claim),
                                                            "\" of provisioner ", options_.driver,
                                                            " not found while volume ", pv_name, " was being created"));
-    events_.Record(*claim, "Warning", "ProvisioningFailed", std::string(st.message()));
+    events_.Record(claim_ref, "Warning", "ProvisioningFailed", std::string(st.message()));
     return st;
   }
-  const bool wait_for_consumer = Str(sc, {"volumeBindingMode"}) == "WaitForFirstConsumer";
-  const std::string selected = Annotation(*claim, kAnnSelectedNode);
-  if (wait_for_consumer && selected.empty() && Annotation(*claim, kAnnProvisioningNode).empty()) {
+  const bool wait_for_consumer = sc->WaitForFirstConsumer();
+  const std::string selected = claim.metadata.Annotation(kAnnSelectedNode);
+  if (wait_for_consumer && selected.empty() && claim.metadata.Annotation(kAnnProvisioningNode).empty()) {
     return absl::OkStatus();
   }
   if (wait_for_consumer && !selected.empty() && !pending_finalizer) {
@@ -566,107 +579,129 @@ absl::Status Provisioner::SyncClaimOnce(const std::string& key) {
     // not Ready (berth also does: the pod could not start there): let the
     // scheduler choose again. Not while a request may be in flight
     // (pending_finalizer): its outcome decides.
-    std::optional<json> node = informers_.nodes.Get("", selected);
-    if (!node) {
-      if (auto stored = registry_.Get(K("nodes"), "", selected); stored.ok()) node = *stored;
+    std::optional<types::Node> node;
+    if (std::shared_ptr<const json> cached = informers_.nodes.GetSharedByKey(selected)) {
+      BERTH_ASSIGN_OR_RETURN(node, DecodeAs<types::Node>(*cached));
+    } else if (auto stored = GetTyped<types::Node>(registry_, K("nodes"), "", selected); stored.ok()) {
+      node = *std::move(stored);
+    } else if (stored.status().code() != absl::StatusCode::kNotFound) {
+      return stored.status();
     }
-    const std::string ready = node ? NodeReadyStatus(*node) : "";
+    const types::NodeCondition* ready_condition = node ? node->Condition("Ready") : nullptr;
+    const std::string ready = ready_condition != nullptr ? ready_condition->status : "";
     if (!node || (!ready.empty() && ready != "True")) {
-      events_.Record(*claim, "Warning", "ProvisioningFailed",
+      events_.Record(claim_ref, "Warning", "ProvisioningFailed",
                      node
                          ? StrCat("the selected node \"", selected, "\" is not ready (Ready=", ready, "); rescheduling")
                          : StrCat("the selected node \"", selected, "\" does not exist; rescheduling"));
-      return ClearSelectedNode(*claim, selected);
+      return ClearSelectedNode(claim, selected);
     }
   }
-  const std::string node = NodeForClaim(*claim);
-  auto req = BuildRequest(*claim, sc, node);
+  const std::string node = NodeForClaim(claim);
+  auto req = BuildRequest(claim, *sc, node);
   if (!req.ok() && IsNotAFailure(req.status())) {
     monitor_.Park(options_.driver, node, claim_queue_, key);  // the driver is down: waits for it
     return req.status();
   }
+  const std::string& class_name = sc->metadata.name;
   if (!req.ok()) {
-    events_.Record(*claim, "Warning", "ProvisioningFailed",
-                   StrCat("failed to provision volume with StorageClass \"", Name(sc), "\": ", req.status().message()));
+    events_.Record(
+        claim_ref, "Warning", "ProvisioningFailed",
+        StrCat("failed to provision volume with StorageClass \"", class_name, "\": ", req.status().message()));
     return req.status();
   }
   // A cloned claim's source may not go while we copy it.
-  if (std::optional<DataSourceRef> ds = ClaimDataSource(*claim); ds && ds->kind == "PersistentVolumeClaim") {
-    auto source = registry_.Get(Claims(), Ns(*claim), ds->name);
-    if (!source.ok()) return source.status();
-    absl::Status protected_source = EditFinalizer(registry_, Claims(), *source, kCloningProtectionFinalizer, true);
+  if (std::optional<DataSourceRef> ds = ClaimDataSource(claim); ds && ds->kind == "PersistentVolumeClaim") {
+    BERTH_ASSIGN_OR_RETURN(const PersistentVolumeClaim source,
+                           GetTyped<PersistentVolumeClaim>(registry_, Claims(), claim.metadata.namespace_, ds->name));
+    absl::Status protected_source =
+        EditFinalizer(registry_, Claims(), IdentityOf(source), kCloningProtectionFinalizer, true);
     if (!protected_source.ok()) {
       events_.Record(
-          *claim, "Warning", "ProvisioningFailed",
-          StrCat("failed to provision volume with StorageClass \"", Name(sc), "\": ", protected_source.message()));
+          claim_ref, "Warning", "ProvisioningFailed",
+          StrCat("failed to provision volume with StorageClass \"", class_name, "\": ", protected_source.message()));
       return protected_source;
     }
   }
-  if (!pending_finalizer || Annotation(*claim, kAnnProvisioningNode) != node) {
-    BERTH_RETURN_IF_ERROR(SetFinalizer(*claim, true, node));
+  if (!pending_finalizer || claim.metadata.Annotation(kAnnProvisioningNode) != node) {
+    BERTH_RETURN_IF_ERROR(SetFinalizer(claim, true, node));
   }
-  events_.Record(*claim, "Normal", "Provisioning",
+  events_.Record(claim_ref, "Normal", "Provisioning",
                  StrCat("External provisioner is provisioning volume for claim \"", key, "\""));
   auto resp = CreateVolume(*req, node, claim_queue_, key);
   if (!resp.ok()) {
     if (IsNotAFailure(resp.status())) return resp.status();  // waits for the driver (SyncClaim reports it)
     events_.Record(
-        *claim, "Warning", "ProvisioningFailed",
-        StrCat("failed to provision volume with StorageClass \"", Name(sc), "\": ", resp.status().message()));
+        claim_ref, "Warning", "ProvisioningFailed",
+        StrCat("failed to provision volume with StorageClass \"", class_name, "\": ", resp.status().message()));
     // A final error (RESOURCE_EXHAUSTED as external-provisioner, and any
     // other: nothing exists for this attempt) on a request tied to the
     // node's topology: let the scheduler choose another node.
     if (FinalError(resp.status()) && wait_for_consumer && req->has_accessibility_requirements() && !selected.empty()) {
-      absl::Status cleared = ClearSelectedNode(*claim, selected);
+      absl::Status cleared = ClearSelectedNode(claim, selected);
       if (!cleared.ok()) spdlog::warn("provisioner: clearing selected-node of {}: {}", key, cleared.ToString());
     }
     if (FinalError(resp.status())) {
       // Nothing exists for this attempt: the claim is free to go (or to be
       // tried again elsewhere).
-      absl::Status released = SetFinalizer(*claim, false);
+      absl::Status released = SetFinalizer(claim, false);
       if (!released.ok()) spdlog::warn("provisioner: releasing {}: {}", key, released.ToString());
     }
     return resp.status();
   }
-  BERTH_RETURN_IF_ERROR(CreatePersistentVolume(*claim, sc, *req, *resp));
-  events_.Record(*claim, "Normal", "ProvisioningSucceeded", StrCat("Successfully provisioned volume ", pv_name));
+  BERTH_RETURN_IF_ERROR(CreatePersistentVolume(claim, *sc, *req, *resp));
+  events_.Record(claim_ref, "Normal", "ProvisioningSucceeded", StrCat("Successfully provisioned volume ", pv_name));
   // The finalizer stays until the binder binds the claim to the PV (one
   // write fewer); a claim deleted meanwhile has it dropped above.
   return absl::OkStatus();
 }
 
 absl::Status Provisioner::SyncCloneSource(const std::string& key) {
-  std::shared_ptr<const json> source = informers_.claims.GetSharedByKey(key);
-  if (!source || !HasFinalizer(*source, kCloningProtectionFinalizer)) return absl::OkStatus();
+  std::shared_ptr<const json> source_json = informers_.claims.GetSharedByKey(key);
+  if (!source_json) return absl::OkStatus();
+  BERTH_ASSIGN_OR_RETURN(const PersistentVolumeClaim source, DecodeAs<PersistentVolumeClaim>(*source_json));
+  if (!source.metadata.HasFinalizer(kCloningProtectionFinalizer)) return absl::OkStatus();
   // Only the provisioner of the source's driver (the one that protected it,
   // since a clone is of the same driver) looks after it.
-  const std::string pv_name = Str(*source, {"spec", "volumeName"});
-  std::shared_ptr<const json> pv = pv_name.empty() ? nullptr : informers_.volumes.GetSharedByKey(pv_name);
-  const std::string driver = pv ? Str(*pv, {"spec", "csi", "driver"}) : ClaimProvisioner(*source);
+  const std::string& pv_name = source.spec.volume_name;
+  std::shared_ptr<const json> pv_json = pv_name.empty() ? nullptr : informers_.volumes.GetSharedByKey(pv_name);
+  std::string driver = ClaimProvisioner(source);
+  if (pv_json) {
+    BERTH_ASSIGN_OR_RETURN(const PersistentVolume pv, DecodeAs<PersistentVolume>(*pv_json));
+    driver = pv.spec.csi ? pv.spec.csi->driver : "";
+  }
   if (driver != options_.driver) return absl::OkStatus();
-  auto cloning = [&](const json& c) { return ClonesFrom(c, Ns(*source), Name(*source)); };
+  const std::string& ns = source.metadata.namespace_;
+  auto cloning = [&](const json& c) {
+    if (Ns(c) != ns) return false;
+    absl::StatusOr<PersistentVolumeClaim> claim = DecodeAs<PersistentVolumeClaim>(c);
+    // One that does not decode may be a clone: keep the protection.
+    return !claim.ok() || ClonesFrom(*claim, ns, source.metadata.name);
+  };
   if (!informers_.claims.Select(cloning).empty()) return absl::OkStatus();  // re-queued when they bind or go
   // The cache may not have a clone created a moment ago: confirm with the
   // store before the source loses its protection.
-  auto live = registry_.List(Claims(), Ns(*source), {});
+  auto live = registry_.List(Claims(), ns, {});
   if (!live.ok()) return live.status();
   if (std::any_of(live->items.begin(), live->items.end(), cloning)) return absl::OkStatus();
-  return EditFinalizer(registry_, Claims(), *source, kCloningProtectionFinalizer, false);
+  return EditFinalizer(registry_, Claims(), IdentityOf(source), kCloningProtectionFinalizer, false);
 }
 
-absl::StatusOr<google::protobuf::Map<std::string, std::string>> Provisioner::DeletionSecrets(const json& pv) {
+absl::StatusOr<google::protobuf::Map<std::string, std::string>> Provisioner::DeletionSecrets(
+    const PersistentVolume& pv) {
   google::protobuf::Map<std::string, std::string> secrets;
-  std::string name = Annotation(pv, "volume.kubernetes.io/provisioner-deletion-secret-name");
-  std::string ns = Annotation(pv, "volume.kubernetes.io/provisioner-deletion-secret-namespace");
-  if (name.empty() && Annotation(pv, kAnnProvisionedBy).empty()) {
+  std::string name = pv.metadata.Annotation("volume.kubernetes.io/provisioner-deletion-secret-name");
+  std::string ns = pv.metadata.Annotation("volume.kubernetes.io/provisioner-deletion-secret-namespace");
+  if (name.empty() && pv.metadata.Annotation(kAnnProvisionedBy).empty()) {
     // A static volume: the class's provisioner secret, for its claim.
-    const json& ref = Field(Field(pv, "spec"), "claimRef");
-    std::shared_ptr<const json> sc = informers_.classes.GetSharedByKey(Str(pv, {"spec", "storageClassName"}));
-    if (sc && !ref.is_null()) {
-      const json claim = {{"metadata", {{"name", Str(ref, {"name"})}, {"namespace", Str(ref, {"namespace"})}}}};
-      const json& params = Field(*sc, "parameters");
-      name = Expand(Str(params, {StrCat(kReservedPrefix, "provisioner-secret-name")}), claim, Name(pv));
-      ns = Expand(Str(params, {StrCat(kReservedPrefix, "provisioner-secret-namespace")}), claim, Name(pv));
+    std::shared_ptr<const json> sc_json = informers_.classes.GetSharedByKey(pv.spec.storage_class_name);
+    if (sc_json && pv.spec.claim_ref) {
+      BERTH_ASSIGN_OR_RETURN(const StorageClass sc, DecodeAs<StorageClass>(*sc_json));
+      types::ObjectMeta claim;
+      claim.name = pv.spec.claim_ref->name;
+      claim.namespace_ = pv.spec.claim_ref->namespace_;
+      name = Expand(ReservedParameter(sc, "provisioner-secret-name"), claim, pv.metadata.name);
+      ns = Expand(ReservedParameter(sc, "provisioner-secret-namespace"), claim, pv.metadata.name);
     }
   }
   BERTH_ASSIGN_OR_RETURN(const SecretData data, CsiSecret(registry_, ns, name, "provisioner deletion secret"));
@@ -674,41 +709,45 @@ absl::StatusOr<google::protobuf::Map<std::string, std::string>> Provisioner::Del
   return secrets;
 }
 
-absl::Status Provisioner::CheckNotAttached(const json& pv) {
-  BERTH_ASSIGN_OR_RETURN(auto selector,
-                         apiserver::FieldSelector::Parse(StrCat("spec.source.persistentVolumeName=", Name(pv))));
+absl::Status Provisioner::CheckNotAttached(const PersistentVolume& pv) {
+  BERTH_ASSIGN_OR_RETURN(
+      auto selector, apiserver::FieldSelector::Parse(StrCat("spec.source.persistentVolumeName=", pv.metadata.name)));
   apiserver::ListOptions options;
   options.fields = selector;
   BERTH_ASSIGN_OR_RETURN(apiserver::ListPage page,
                          registry_.List(K("volumeattachments", "storage.k8s.io"), "", options));
   if (page.items.empty()) return absl::OkStatus();
-  return absl::FailedPreconditionError(StrCat("persistentvolume ", Name(pv), " is still attached to node ",
-                                              Str(page.items.front(), {"spec", "nodeName"})));
+  BERTH_ASSIGN_OR_RETURN(const types::VolumeAttachment va, DecodeAs<types::VolumeAttachment>(page.items.front()));
+  return absl::FailedPreconditionError(
+      StrCat("persistentvolume ", pv.metadata.name, " is still attached to node ", va.spec.node_name));
 }
 
 absl::Status Provisioner::SyncVolume(const std::string& name) {
-  std::optional<json> cached = informers_.volumes.Get("", name);
-  if (!cached || !OwnsVolume(*cached)) return absl::OkStatus();
+  std::shared_ptr<const json> cached = informers_.volumes.GetSharedByKey(name);
+  if (!cached) return absl::OkStatus();
+  BERTH_ASSIGN_OR_RETURN(const PersistentVolume cached_pv, DecodeAs<PersistentVolume>(*cached));
+  if (!OwnsVolume(cached_pv)) return absl::OkStatus();
   // Decide on the stored object: deleting storage on a stale view loses data.
-  auto fresh = registry_.Get(K("persistentvolumes"), "", name);
+  absl::StatusOr<PersistentVolume> fresh = GetTyped<PersistentVolume>(registry_, K("persistentvolumes"), "", name);
   if (!fresh.ok()) return fresh.status().code() == absl::StatusCode::kNotFound ? absl::OkStatus() : fresh.status();
-  const json pv = *fresh;
+  const PersistentVolume& pv = *fresh;
   if (!OwnsVolume(pv)) return absl::OkStatus();
-  const bool provisioned = !Annotation(pv, kAnnProvisionedBy).empty();
-  const bool deleting = Deleting(pv);
-  const bool finalizer = HasFinalizer(pv, kProvisionerFinalizer);
-  const std::string phase = Str(pv, {"status", "phase"});
-  const json& ref = Field(Field(pv, "spec"), "claimRef");
-  if (Str(pv, {"spec", "persistentVolumeReclaimPolicy"}) != "Delete") {
+  const json pv_ref = IdentityOf(pv);  // names the PV to finalizer edits and events
+  const bool provisioned = !pv.metadata.Annotation(kAnnProvisionedBy).empty();
+  const bool deleting = pv.metadata.Deleting();
+  const bool finalizer = pv.metadata.HasFinalizer(kProvisionerFinalizer);
+  const std::string& phase = pv.status.phase;
+  const std::string claim_uid = pv.spec.claim_ref ? pv.spec.claim_ref->uid : "";
+  if (pv.spec.persistent_volume_reclaim_policy != "Delete") {
     // Retain (possibly changed after provisioning): the storage stays.
-    return finalizer ? EditFinalizer(registry_, K("persistentvolumes"), pv, kProvisionerFinalizer, false)
+    return finalizer ? EditFinalizer(registry_, K("persistentvolumes"), pv_ref, kProvisionerFinalizer, false)
                      : absl::OkStatus();
   }
   if (!deleting && !finalizer) {
     // Provisioned ones are created with it (or it was removed by hand);
     // static ones get it once Bound, as upstream.
     if (phase == "Bound" || (provisioned && phase != "Released")) {
-      return EditFinalizer(registry_, K("persistentvolumes"), pv, kProvisionerFinalizer, true);
+      return EditFinalizer(registry_, K("persistentvolumes"), pv_ref, kProvisionerFinalizer, true);
     }
   }
   // Deleted without our finalizer: the storage was never ours to delete
@@ -718,10 +757,10 @@ absl::Status Provisioner::SyncVolume(const std::string& name) {
   if (deleting && phase != "Bound" && phase != "Released") {
     if (provisioned) {
       reclaim = true;  // made for a claim: deleted before it was ever bound
-    } else if (Str(ref, {"uid"}).empty()) {
+    } else if (claim_uid.empty()) {
       // A static volume deleted while unbound: its storage is the
       // administrator's; only our finalizer goes.
-      return EditFinalizer(registry_, K("persistentvolumes"), pv, kProvisionerFinalizer, false);
+      return EditFinalizer(registry_, K("persistentvolumes"), pv_ref, kProvisionerFinalizer, false);
     } else {
       reclaim = true;  // bound before, its claim gone (confirmed below)
     }
@@ -729,30 +768,30 @@ absl::Status Provisioner::SyncVolume(const std::string& name) {
   if (!reclaim) return absl::OkStatus();
   // Released means its claim is gone: make sure against the store (a claim
   // with the referenced uid still holding it means the phase is stale).
-  if (!Str(ref, {"uid"}).empty()) {
-    auto claim = registry_.Get(Claims(), Str(ref, {"namespace"}), Str(ref, {"name"}));
-    if (claim.ok() && Uid(*claim) == Str(ref, {"uid"})) return absl::OkStatus();
+  if (!claim_uid.empty()) {
+    auto claim = registry_.Get(Claims(), pv.spec.claim_ref->namespace_, pv.spec.claim_ref->name);
+    if (claim.ok() && Uid(*claim) == claim_uid) return absl::OkStatus();
     if (!claim.ok() && claim.status().code() != absl::StatusCode::kNotFound) return claim.status();
   }
   auto fail = [&](absl::Status st) {
-    events_.Record(pv, "Warning", "VolumeFailedDelete", std::string(st.message()));
+    events_.Record(pv_ref, "Warning", "VolumeFailedDelete", std::string(st.message()));
     return st;
   };
   if (absl::Status attached = CheckNotAttached(pv); !attached.ok()) return fail(attached);
   auto secrets = DeletionSecrets(pv);
   if (!secrets.ok()) return fail(secrets.status());
   // A node-local volume is deleted where it lives.
-  absl::Status st =
-      DeleteVolume(Str(pv, {"spec", "csi", "volumeHandle"}), VolumeNode(registry_, pv), *secrets, volume_queue_, name);
+  absl::Status st = DeleteVolume(pv.spec.csi ? pv.spec.csi->volume_handle : "", VolumeNode(registry_, pv), *secrets,
+                                 volume_queue_, name);
   if (!st.ok()) return fail(st);
   if (!deleting) {
     auto deleted = registry_.Delete(K("persistentvolumes"), "", name,
-                                    {.uid = Uid(pv),
-                                     .resource_version = Str(pv, {"metadata", "resourceVersion"}),
+                                    {.uid = pv.metadata.uid,
+                                     .resource_version = pv.metadata.resource_version,
                                      .grace_period_seconds = std::nullopt});
     if (!deleted.ok() && deleted.status().code() != absl::StatusCode::kNotFound) return deleted.status();
   }
-  return EditFinalizer(registry_, K("persistentvolumes"), pv, kProvisionerFinalizer, false);
+  return EditFinalizer(registry_, K("persistentvolumes"), pv_ref, kProvisionerFinalizer, false);
 }
 
 }  // namespace berth::controllers

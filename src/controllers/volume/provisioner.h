@@ -51,12 +51,16 @@
 // Thread-safety: thread-safe; Start/Stop from one thread.
 #pragma once
 
+#include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "api/types/core.h"
+#include "api/types/storage.h"
 #include "apiserver/registry.h"
 #include "client/driver_monitor.h"
 #include "client/drivers.h"
@@ -121,9 +125,15 @@ class Provisioner {
                                                               const std::string& node);
 
  private:
+  using Claim = api::types::PersistentVolumeClaim;
+  using Class = api::types::StorageClass;
+  using Volume = api::types::PersistentVolume;
+
+  absl::StatusOr<::csi::v1::CreateVolumeRequest> BuildRequest(const Claim& claim, const Class& storage_class,
+                                                              const std::string& node);
   // The claim's class when it exists and names our driver.
-  bool ClassOf(const nlohmann::json& claim, nlohmann::json* storage_class) const;
-  bool OwnsVolume(const nlohmann::json& pv) const;
+  absl::StatusOr<std::optional<Class>> ClassOf(const Claim& claim) const;
+  bool OwnsVolume(const Volume& pv) const;
   // The driver calls; a key waiting for the driver is parked on `queue`.
   absl::StatusOr<::csi::v1::CreateVolumeResponse> CreateVolume(const ::csi::v1::CreateVolumeRequest& request,
                                                                const std::string& node, WorkQueue& queue,
@@ -133,21 +143,22 @@ class Provisioner {
                             const std::string& key);
   // DeleteVolume's secrets: the PV's deletion-secret annotations, else the
   // class's provisioner secret (as upstream).
-  absl::StatusOr<google::protobuf::Map<std::string, std::string>> DeletionSecrets(const nlohmann::json& pv);
+  absl::StatusOr<google::protobuf::Map<std::string, std::string>> DeletionSecrets(const Volume& pv);
   // FAILED_PRECONDITION while a VolumeAttachment names the PV.
-  absl::Status CheckNotAttached(const nlohmann::json& pv);
+  absl::Status CheckNotAttached(const Volume& pv);
   absl::Status SyncClaimOnce(const std::string& key);
-  absl::Status SyncDeletedClaim(const nlohmann::json& claim, const std::string& key, bool have_class,
-                                const nlohmann::json& storage_class, bool pv_exists);
-  absl::Status CreatePersistentVolume(const nlohmann::json& claim, const nlohmann::json& storage_class,
+  // `storage_class`: the claim's, when it exists and names our driver.
+  absl::Status SyncDeletedClaim(const Claim& claim, const std::string& key, const std::optional<Class>& storage_class,
+                                bool pv_exists);
+  absl::Status CreatePersistentVolume(const Claim& claim, const Class& storage_class,
                                       const ::csi::v1::CreateVolumeRequest& request,
                                       const ::csi::v1::CreateVolumeResponse& response);
-  absl::Status SetFinalizer(const nlohmann::json& claim, bool present, const std::string& node = "");
+  absl::Status SetFinalizer(const Claim& claim, bool present, const std::string& node = "");
   // The topology segment of `node` for our driver ({} if none).
-  std::map<std::string, std::string> Segment(const std::string& node) const;
-  std::string NodeForClaim(const nlohmann::json& claim) const;
+  absl::StatusOr<std::map<std::string, std::string>> Segment(const std::string& node) const;
+  std::string NodeForClaim(const Claim& claim) const;
   // Removes volume.kubernetes.io/selected-node if it still names `node`.
-  absl::Status ClearSelectedNode(const nlohmann::json& claim, const std::string& node);
+  absl::Status ClearSelectedNode(const Claim& claim, const std::string& node);
 
   apiserver::Registry& registry_;
   DriverDirectory& drivers_;

@@ -3,9 +3,11 @@
 #include <algorithm>
 
 #include "api/quantity.h"
+#include "api/types/core.h"
 #include "client/capability.h"
 #include "client/object.h"
 #include "client/secrets.h"
+#include "client/typed.h"
 #include "client/writes.h"
 #include "common/status.h"
 #include "common/strings.h"
@@ -20,68 +22,80 @@ using namespace ::berth::client;  // the controllers' own client library
 namespace {
 
 using nlohmann::json;
+using types::PersistentVolume;
+using types::PersistentVolumeClaim;
+using types::PersistentVolumeClaimStatus;
 
-std::optional<api::Quantity> Size(const std::string& text) {
-  auto q = api::Quantity::Parse(text);
-  if (!q.ok()) return std::nullopt;
-  return *q;
+// The "storage" entry of a resource list.
+std::optional<api::Quantity> Storage(const types::ResourceList& resources) {
+  auto it = resources.find("storage");
+  if (it == resources.end()) return std::nullopt;
+  return it->second;
 }
 
 // Sets (or with status "" removes) a claim condition of `type`.
-void SetCondition(json& status, const std::string& type, const std::string& value, const std::string& message = "") {
-  json conditions = json::array();
-  if (status.contains("conditions") && status["conditions"].is_array()) {
-    for (const auto& c : status["conditions"]) {
-      if (Str(c, {"type"}) != type) conditions.push_back(c);
+void SetCondition(PersistentVolumeClaimStatus& status, const std::string& type, const std::string& value,
+                  const std::string& message = "") {
+  std::vector<types::PersistentVolumeClaimCondition> conditions;
+  std::optional<types::PersistentVolumeClaimCondition> same;  // of `type` with status `value`
+  for (const auto& c : status.conditions) {
+    if (c.type != type) {
+      conditions.push_back(c);
+    } else if (c.status == value) {
+      same = c;
     }
   }
   if (!value.empty()) {
     // An unchanged condition keeps its timestamps: rewriting them would turn
     // every retry into a write and a watch event (a hot loop).
-    json c = {{"type", type}, {"status", value}, {"lastTransitionTime", NowRfc3339()}, {"lastProbeTime", nullptr}};
-    if (status.contains("conditions") && status["conditions"].is_array()) {
-      for (const auto& old : status["conditions"]) {
-        if (Str(old, {"type"}) == type && Str(old, {"status"}) == value) c = old;
-      }
+    types::PersistentVolumeClaimCondition c;
+    if (same) {
+      c = *same;
+    } else {
+      c.type = type;
+      c.status = value;
+      c.last_transition_time = NowRfc3339();
     }
-    if (!message.empty()) c["message"] = message;
-    conditions.push_back(c);
+    if (!message.empty()) c.message = message;
+    conditions.push_back(std::move(c));
   }
-  if (conditions.empty()) {
-    status.erase("conditions");
-  } else {
-    status["conditions"] = conditions;
-  }
+  status.conditions = std::move(conditions);
 }
 
-bool HasCondition(const json& claim, const std::string& type) {
-  const json& conditions = Field(Field(claim, "status"), "conditions");
-  if (!conditions.is_array()) return false;
-  for (const auto& c : conditions) {
-    if (Str(c, {"type"}) == type && Str(c, {"status"}) == "True") return true;
-  }
-  return false;
+bool HasCondition(const PersistentVolumeClaim& claim, const std::string& type) {
+  return std::any_of(
+      claim.status.conditions.begin(), claim.status.conditions.end(),
+      [&](const types::PersistentVolumeClaimCondition& c) { return c.type == type && c.status == "True"; });
 }
 
 constexpr char kResizePendingMessage[] =
     "Waiting for user to (re-)start a pod to finish file system resize of volume on node.";
 
 // The claim's resize conditions, for a new step: `keep` keeps the others.
-void ClearResizeConditions(json& status) {
+void ClearResizeConditions(PersistentVolumeClaimStatus& status) {
   for (const char* type : {"Resizing", "FileSystemResizePending", "ControllerResizeError", "NodeResizeError"}) {
     SetCondition(status, type, "");
   }
 }
 
-void SetResizeStatus(json& status, const std::string& value) {
+void SetResizeStatus(PersistentVolumeClaimStatus& status, const std::string& value) {
   if (value.empty()) {
-    if (status.contains("allocatedResourceStatuses")) status["allocatedResourceStatuses"].erase("storage");
-    if (status.contains("allocatedResourceStatuses") && status["allocatedResourceStatuses"].empty()) {
-      status.erase("allocatedResourceStatuses");
-    }
+    status.allocated_resource_statuses.erase("storage");
   } else {
-    status["allocatedResourceStatuses"]["storage"] = value;
+    status.allocated_resource_statuses["storage"] = value;
   }
+}
+
+// Writes the claim's status through `edit` when it changes it.
+absl::Status EditClaimStatus(apiserver::Registry& registry, const PersistentVolumeClaim& claim,
+                             const std::function<void(PersistentVolumeClaimStatus&)>& edit) {
+  return MutateTyped<PersistentVolumeClaim>(registry, K("persistentvolumeclaims"), claim.metadata.namespace_,
+                                            claim.metadata.name, claim.metadata.uid, apiserver::Subresource::kStatus,
+                                            [&](PersistentVolumeClaim& fresh) {
+                                              const PersistentVolumeClaimStatus before = fresh.status;
+                                              edit(fresh.status);
+                                              return !(fresh.status == before);
+                                            });
 }
 
 }  // namespace
@@ -126,7 +140,7 @@ void Resizer::Stop() {
   monitor_.Unpark(queue_);
 }
 
-absl::Status Resizer::Expand(const json& pv, const std::string& key, int64_t bytes, int64_t* new_bytes,
+absl::Status Resizer::Expand(const PersistentVolume& pv, const std::string& key, int64_t bytes, int64_t* new_bytes,
                              bool* node_expansion) {
   const std::string node = VolumeNode(registry_, pv);
   *new_bytes = bytes;
@@ -139,7 +153,7 @@ absl::Status Resizer::Expand(const json& pv, const std::string& key, int64_t byt
   }
   if (!*can_expand) return absl::OkStatus();  // the node grows it
   ::csi::v1::ControllerExpandVolumeRequest req;
-  req.set_volume_id(Str(pv, {"spec", "csi", "volumeHandle"}));
+  req.set_volume_id(pv.spec.csi->volume_handle);
   req.mutable_capacity_range()->set_required_bytes(bytes);
   auto modes = monitor_.ControllerSingleNodeModes(options_.driver, node);
   if (!modes.ok()) {
@@ -149,7 +163,8 @@ absl::Status Resizer::Expand(const json& pv, const std::string& key, int64_t byt
   *req.mutable_volume_capability() = PvVolumeCapability(pv, *modes);
   // A secret the PV names but that cannot be read stops the call (it was
   // once skipped, and the driver called without its credentials).
-  BERTH_ASSIGN_OR_RETURN(SecretData secrets, PvSecret(registry_, pv, "controllerExpandSecretRef"));
+  BERTH_ASSIGN_OR_RETURN(SecretData secrets,
+                         PvSecret(registry_, pv.spec.csi->controller_expand_secret_ref, "controllerExpandSecretRef"));
   ::csi::v1::ControllerExpandVolumeResponse resp;
   absl::Status st = monitor_.Call(options_.driver, node, [&](const csi::DriverClient& csi) {
     auto expanded = csi.ControllerExpandVolume(req, {.timeout = options_.rpc_timeout, .secrets = secrets});
@@ -164,28 +179,31 @@ absl::Status Resizer::Expand(const json& pv, const std::string& key, int64_t byt
 }
 
 absl::Status Resizer::SyncClaim(const std::string& key) {
-  std::optional<json> cached = claims_.GetByKey(key);
+  std::shared_ptr<const json> cached = claims_.GetSharedByKey(key);
   if (!cached || Str(*cached, {"status", "phase"}) != "Bound") return absl::OkStatus();
   // Decide on fresh copies: the claim and volume caches may lag each other
   // (a volume already grown next to a claim not yet marked pending).
   auto [ns, name] = SplitKey(key);
-  auto fresh_claim = registry_.Get(K("persistentvolumeclaims"), ns, name);
+  absl::StatusOr<PersistentVolumeClaim> fresh_claim =
+      GetTyped<PersistentVolumeClaim>(registry_, K("persistentvolumeclaims"), ns, name);
   if (!fresh_claim.ok()) {
     return fresh_claim.status().code() == absl::StatusCode::kNotFound ? absl::OkStatus() : fresh_claim.status();
   }
-  const json claim = *fresh_claim;
-  const std::string pv_name = Str(claim, {"spec", "volumeName"});
-  if (pv_name.empty() || !volumes_.Get("", pv_name)) return absl::OkStatus();
-  auto fresh_pv = registry_.Get(K("persistentvolumes"), "", pv_name);
-  if (!fresh_pv.ok()) return absl::OkStatus();
-  const json pv = *fresh_pv;
-  if (Str(pv, {"spec", "csi", "driver"}) != options_.driver) return absl::OkStatus();
+  const PersistentVolumeClaim& claim = *fresh_claim;
+  const std::string& pv_name = claim.spec.volume_name;
+  if (pv_name.empty() || !volumes_.GetSharedByKey(pv_name)) return absl::OkStatus();
+  absl::StatusOr<PersistentVolume> fresh_pv =
+      GetTyped<PersistentVolume>(registry_, K("persistentvolumes"), "", pv_name);
+  if (fresh_pv.status().code() == absl::StatusCode::kNotFound) return absl::OkStatus();
+  if (!fresh_pv.ok()) return fresh_pv.status();
+  const PersistentVolume& pv = *fresh_pv;
+  if (!pv.spec.csi || pv.spec.csi->driver != options_.driver) return absl::OkStatus();
   // Only the volume that is really this claim's (not one that names it by
   // name only, or an older claim of the same name).
-  if (Str(pv, {"spec", "claimRef", "uid"}) != Uid(claim)) return absl::OkStatus();
-  auto spec_size = Size(Str(claim, {"spec", "resources", "requests", "storage"}));
-  auto status_size = Size(Str(claim, {"status", "capacity", "storage"}));
-  auto pv_size = Size(Str(pv, {"spec", "capacity", "storage"}));
+  if (!pv.spec.claim_ref || pv.spec.claim_ref->uid != claim.metadata.uid) return absl::OkStatus();
+  const std::optional<api::Quantity> spec_size = Storage(claim.spec.resources.requests);
+  const std::optional<api::Quantity> status_size = Storage(claim.status.capacity);
+  const std::optional<api::Quantity> pv_size = Storage(pv.spec.capacity);
   if (!spec_size || !pv_size) return absl::OkStatus();
   if (status_size && *status_size >= *spec_size) {
     // Nothing asked (or no more: an infeasible request the user took back).
@@ -196,8 +214,10 @@ absl::Status Resizer::SyncClaim(const std::string& key) {
     }
     return absl::OkStatus();
   }
-  const std::string resize_status = Str(claim, {"status", "allocatedResourceStatuses", "storage"});
-  const std::optional<api::Quantity> allocated = Size(Str(claim, {"status", "allocatedResources", "storage"}));
+  auto resize_it = claim.status.allocated_resource_statuses.find("storage");
+  const std::string resize_status =
+      resize_it == claim.status.allocated_resource_statuses.end() ? "" : resize_it->second;
+  const std::optional<api::Quantity> allocated = Storage(claim.status.allocated_resources);
   bool had_final_error, in_slow_set;
   absl::Duration slow_remaining = absl::ZeroDuration();
   {
@@ -244,20 +264,21 @@ absl::Status Resizer::SyncClaim(const std::string& key) {
     queue_.AddAfter(key, slow_remaining);
     return absl::OkStatus();
   }
-  BERTH_RETURN_IF_ERROR(EditStatus(registry_, K("persistentvolumeclaims"), claim, [&](json& s) {
+  BERTH_RETURN_IF_ERROR(EditClaimStatus(registry_, claim, [&](PersistentVolumeClaimStatus& s) {
     if (!same_size) ClearResizeConditions(s);  // a new size: earlier errors are over
     SetCondition(s, "Resizing", "True");
-    s["allocatedResources"]["storage"] = new_size.ToString();
+    s.allocated_resources["storage"] = new_size;
     SetResizeStatus(s, "ControllerResizeInProgress");
   }));
-  events_.Record(claim, "Normal", "Resizing", StrCat("External resizer is resizing volume ", pv_name));
+  const json claim_ref = IdentityOf(claim);  // names the claim in events
+  events_.Record(claim_ref, "Normal", "Resizing", StrCat("External resizer is resizing volume ", pv_name));
   int64_t new_bytes = 0;
   bool node_expansion = true;
   absl::Status st = Expand(pv, key, new_size.Value(), &new_bytes, &node_expansion);
   if (IsNotAFailure(st)) return st;  // waits for the driver; the status says in progress
   if (!st.ok()) {
     events_.Record(
-        claim, "Warning", "VolumeResizeFailed",
+        claim_ref, "Warning", "VolumeResizeFailed",
         StrCat("resize volume \"", pv_name, "\" by resizer \"", options_.driver, "\" failed: ", st.message()));
     const bool infeasible = csi::IsInfeasibleError(st);
     {
@@ -271,7 +292,7 @@ absl::Status Resizer::SyncClaim(const std::string& key) {
       }
     }
     if (csi::IsFinalError(st) || infeasible) {
-      absl::Status written = EditStatus(registry_, K("persistentvolumeclaims"), claim, [&](json& s) {
+      absl::Status written = EditClaimStatus(registry_, claim, [&](PersistentVolumeClaimStatus& s) {
         SetCondition(s, "Resizing", "");
         SetCondition(s, "ControllerResizeError", "True", StrCat("failed to expand pvc with ", st.message()));
         if (infeasible) SetResizeStatus(s, "ControllerResizeInfeasible");
@@ -291,26 +312,26 @@ absl::Status Resizer::SyncClaim(const std::string& key) {
     final_error_.erase(key);
     infeasible_since_.erase(key);
   }
-  const std::string grown = api::Quantity::FromBytes(new_bytes).ToString();
-  BERTH_RETURN_IF_ERROR(
-      MutateObject(registry_, K("persistentvolumes"), pv, apiserver::Subresource::kMain, [&](json& o) {
-        auto have = Size(Str(o, {"spec", "capacity", "storage"}));
-        if (have && *have >= api::Quantity::FromBytes(new_bytes)) return false;
-        o["spec"]["capacity"]["storage"] = grown;
-        return true;
-      }));
+  const api::Quantity grown = api::Quantity::FromBytes(new_bytes);
+  BERTH_RETURN_IF_ERROR(MutateTyped<PersistentVolume>(registry_, K("persistentvolumes"), "", pv_name, pv.metadata.uid,
+                                                      apiserver::Subresource::kMain, [&](PersistentVolume& o) {
+                                                        auto have = Storage(o.spec.capacity);
+                                                        if (have && *have >= grown) return false;
+                                                        o.spec.capacity["storage"] = grown;
+                                                        return true;
+                                                      }));
   if (node_expansion) {
-    events_.Record(claim, "Normal", "FileSystemResizeRequired", "Require file system resize of volume on node");
-    return EditStatus(registry_, K("persistentvolumeclaims"), claim, [&](json& s) {
+    events_.Record(claim_ref, "Normal", "FileSystemResizeRequired", "Require file system resize of volume on node");
+    return EditClaimStatus(registry_, claim, [&](PersistentVolumeClaimStatus& s) {
       ClearResizeConditions(s);
       SetCondition(s, "FileSystemResizePending", "True", kResizePendingMessage);
       SetResizeStatus(s, "NodeResizePending");
     });
   }
-  events_.Record(claim, "Normal", "VolumeResizeSuccessful", "Resize volume succeeded");
-  return EditStatus(registry_, K("persistentvolumeclaims"), claim, [&](json& s) {
+  events_.Record(claim_ref, "Normal", "VolumeResizeSuccessful", "Resize volume succeeded");
+  return EditClaimStatus(registry_, claim, [&](PersistentVolumeClaimStatus& s) {
     ClearResizeConditions(s);
-    s["capacity"]["storage"] = grown;
+    s.capacity["storage"] = grown;
     SetResizeStatus(s, "");
   });
 }

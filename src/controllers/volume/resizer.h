@@ -38,6 +38,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "api/types/core.h"
 #include "apiserver/registry.h"
 #include "client/driver_monitor.h"
 #include "client/drivers.h"
@@ -78,7 +79,7 @@ class Resizer {
  private:
   // The ControllerExpandVolume call (or its absence); returns the new size
   // and whether the node must finish.
-  absl::Status Expand(const nlohmann::json& pv, const std::string& key, int64_t bytes, int64_t* new_bytes,
+  absl::Status Expand(const api::types::PersistentVolume& pv, const std::string& key, int64_t bytes, int64_t* new_bytes,
                       bool* node_expansion);
 
   apiserver::Registry& registry_;

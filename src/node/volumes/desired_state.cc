@@ -38,51 +38,61 @@ std::vector<VolumeManager::Wanted> VolumeManager::Desired(std::map<std::string, 
       } else {
         continue;
       }
-      auto claim = claims.Get(Ns(pod), claim_name);
-      if (!claim) {
+      std::shared_ptr<const json> claim_json = claims.GetSharedByKey(StrCat(Ns(pod), "/", claim_name));
+      if (!claim_json) {
         wait(StrCat("persistentvolumeclaim \"", claim_name, "\" not found"));
         continue;
       }
+      absl::StatusOr<types::PersistentVolumeClaim> claim = client::DecodeAs<types::PersistentVolumeClaim>(*claim_json);
+      if (!claim.ok()) {
+        wait(std::string(claim.status().message()));
+        continue;
+      }
       if (ephemeral) {
-        bool owned = false;
-        for (const auto& ref : Field(Field(*claim, "metadata"), "ownerReferences")) owned |= Str(ref, {"uid"}) == uid;
-        if (!owned) {
+        const auto& refs = claim->metadata.owner_references;
+        if (std::none_of(refs.begin(), refs.end(), [&](const types::OwnerReference& r) { return r.uid == uid; })) {
           wait(StrCat("persistentvolumeclaim \"", claim_name, "\" was not created for this pod"));
           continue;
         }
       }
-      const std::string pv_name = Str(*claim, {"spec", "volumeName"});
-      if (Str(*claim, {"status", "phase"}) != "Bound" || pv_name.empty()) {
+      const std::string pv_name = claim->spec.volume_name;
+      if (claim->status.phase != "Bound" || pv_name.empty()) {
         wait(StrCat("persistentvolumeclaim \"", claim_name, "\" is not bound"));
         continue;
       }
-      auto pv = volumes.Get("", pv_name);
-      if (!pv) {
+      std::shared_ptr<const json> pv_json = volumes.GetSharedByKey(pv_name);
+      if (!pv_json) {
         wait(StrCat("persistentvolume \"", pv_name, "\" not found"));
         continue;
       }
-      const json& csi = Field(Field(*pv, "spec"), "csi");
-      if (!csi.is_object()) {
+      absl::StatusOr<types::PersistentVolume> pv = client::DecodeAs<types::PersistentVolume>(*pv_json);
+      if (!pv.ok()) {
+        wait(std::string(pv.status().message()));
+        continue;
+      }
+      if (!pv->spec.csi) {
         wait(StrCat("persistentvolume \"", pv_name, "\" is not a CSI volume; berth mounts CSI volumes only"));
         continue;
       }
-      Volume v{.driver = Str(csi, {"driver"}),
-               .handle = Str(csi, {"volumeHandle"}),
+      const types::CSIPersistentVolumeSource& csi = *pv->spec.csi;
+      Volume v{.driver = csi.driver,
+               .handle = csi.volume_handle,
                .pv = pv_name,
-               .block = Str(*pv, {"spec", "volumeMode"}) == "Block",
+               .block = types::VolumeModeOf(pv->spec.volume_mode) == "Block",
                .unique = ""};
       if (!csi::CheckDriverName(v.driver).ok() || v.handle.empty() || !CheckComponent("pv", v.pv).ok()) {
         wait(StrCat("persistentvolume \"", pv_name, "\" has an unusable driver or volume handle"));
         continue;
       }
       v.unique = client::UniqueVolumeName(v.driver, v.handle);
+      const bool volume_read_only = read_only || csi.read_only;
       out.push_back(Wanted{.pod = pod,
-                           .claim = *claim,
-                           .pv = *pv,
+                           .claim = *std::move(claim),
+                           .pv = *std::move(pv),
                            .volume = v,
                            .pod_uid = uid,
                            .volume_name = Str(vol, {"name"}),
-                           .read_only = read_only || Field(csi, "readOnly") == true});
+                           .read_only = volume_read_only});
     }
     pods->active[uid] = std::move(pod);
   }

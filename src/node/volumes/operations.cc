@@ -27,15 +27,8 @@ absl::StatusOr<std::map<std::string, std::string>> VolumeManager::PublishContext
   return out;
 }
 
-absl::StatusOr<std::map<std::string, std::string>> VolumeManager::SecretsOf(const json& pv, const char* ref) {
-  return client::PvSecret(registry_, pv, ref);
-}
-
 std::map<std::string, std::string> VolumeManager::VolumeContext(const Wanted& w) {
-  std::map<std::string, std::string> out;
-  for (const auto& [k, v] : Field(Field(Field(w.pv, "spec"), "csi"), "volumeAttributes").items()) {
-    if (v.is_string()) out[k] = v.get<std::string>();
-  }
+  std::map<std::string, std::string> out = w.pv.spec.csi->volume_attributes;
   auto driver_obj = informers_.at("csidrivers")->Get("", w.volume.driver);
   if (driver_obj && Field(Field(*driver_obj, "spec"), "podInfoOnMount") == true) {
     out["csi.storage.k8s.io/pod.name"] = Name(w.pod);
@@ -64,23 +57,21 @@ std::map<std::string, std::string> VolumeManager::VolumeContext(const Wanted& w)
 void VolumeManager::RecordNodeResizeFailure(const Wanted& w, const absl::Status& failure) {
   if (client::IsNotAFailure(failure)) return;  // waiting for the driver: nothing failed
   const bool infeasible = csi::IsInfeasibleError(failure);
-  absl::Status st = client::EditStatus(registry_, K("persistentvolumeclaims"), w.claim, [&](json& status) {
-    if (infeasible) status["allocatedResourceStatuses"]["storage"] = "NodeResizeInfeasible";
-    json& conditions = status["conditions"];
-    if (!conditions.is_array()) conditions = json::array();
-    json c = {{"type", "NodeResizeError"},
-              {"status", "True"},
-              {"lastProbeTime", nullptr},
-              {"lastTransitionTime", client::NowRfc3339()},
-              {"message", StrCat("resize of volume \"", w.volume.pv, "\" on node failed: ", failure.message())}};
-    for (json& existing : conditions) {
-      if (Str(existing, {"type"}) == "NodeResizeError") {
-        c["lastTransitionTime"] = existing.value("lastTransitionTime", Str(c, {"lastTransitionTime"}));
-        existing = c;
+  absl::Status st = EditClaimStatus(registry_, w.claim, [&](types::PersistentVolumeClaimStatus& status) {
+    if (infeasible) status.allocated_resource_statuses["storage"] = "NodeResizeInfeasible";
+    types::PersistentVolumeClaimCondition c;
+    c.type = "NodeResizeError";
+    c.status = "True";
+    c.last_transition_time = client::NowRfc3339();
+    c.message = StrCat("resize of volume \"", w.volume.pv, "\" on node failed: ", failure.message());
+    for (auto& existing : status.conditions) {
+      if (existing.type == "NodeResizeError") {
+        if (!existing.last_transition_time.empty()) c.last_transition_time = existing.last_transition_time;
+        existing = std::move(c);
         return;
       }
     }
-    conditions.push_back(c);
+    status.conditions.push_back(std::move(c));
   });
   if (!st.ok())
     spdlog::warn("node {}: recording the failed resize of {}: {}", options_.node_name, w.volume.pv, st.ToString());
@@ -93,7 +84,8 @@ absl::Status VolumeManager::Stage(const Wanted& w) {
   const std::string path = StagingPath(v.driver, v.handle, v.pv, v.block);
   BERTH_RETURN_IF_ERROR(CheckInsideRoot(path));
   BERTH_ASSIGN_OR_RETURN(auto publish_context, PublishContext(v));
-  BERTH_ASSIGN_OR_RETURN(auto secrets, SecretsOf(w.pv, "nodeStageSecretRef"));
+  BERTH_ASSIGN_OR_RETURN(auto secrets,
+                         client::PvSecret(registry_, w.pv.spec.csi->node_stage_secret_ref, "nodeStageSecretRef"));
   const std::string record = StagedRecord(options_.root, path, v.pv, v.block);
   BERTH_RETURN_IF_ERROR(MakeDirs(Parent(record), 0750));
   // The CO creates the staging directory itself (kubelet's MkdirAll; the
@@ -164,7 +156,8 @@ absl::Status VolumeManager::Publish(const Wanted& w, const std::string& staging)
   const std::string target = TargetPath(w.pod_uid, v.pv, v.block);
   BERTH_RETURN_IF_ERROR(CheckInsideRoot(target));
   BERTH_ASSIGN_OR_RETURN(auto publish_context, PublishContext(v));
-  BERTH_ASSIGN_OR_RETURN(auto secrets, SecretsOf(w.pv, "nodePublishSecretRef"));
+  BERTH_ASSIGN_OR_RETURN(auto secrets,
+                         client::PvSecret(registry_, w.pv.spec.csi->node_publish_secret_ref, "nodePublishSecretRef"));
   const std::string record = PublishedRecord(target, v.block);
   BERTH_RETURN_IF_ERROR(MakeDirs(Parent(target), 0750));
   json data = {{"driverName", v.driver}, {"volumeHandle", v.handle},
@@ -250,12 +243,14 @@ absl::Status VolumeManager::Unpublish(const Published& p) {
 
 absl::Status VolumeManager::Expand(const Wanted& w, const std::string& target, const std::string& staging) {
   const Volume& v = w.volume;
-  const json& capacity = Field(Field(Field(w.pv, "spec"), "capacity"), "storage");
-  const int64_t size = Bytes(capacity);
+  const int64_t size = StorageBytes(w.pv.spec.capacity);
+  auto storage = w.pv.spec.capacity.find("storage");
+  const json capacity = storage == w.pv.spec.capacity.end() ? json() : types::EncodeValue(storage->second);
   auto driver = plugins_.Get(v.driver);
   if (!driver) return DriverNotRegistered(v.driver);
   if (driver->Has(NodeCap::EXPAND_VOLUME)) {
-    BERTH_ASSIGN_OR_RETURN(auto secrets, SecretsOf(w.pv, "nodeExpandSecretRef"));
+    BERTH_ASSIGN_OR_RETURN(auto secrets,
+                           client::PvSecret(registry_, w.pv.spec.csi->node_expand_secret_ref, "nodeExpandSecretRef"));
     ::csi::v1::NodeExpandVolumeRequest req;
     req.set_volume_id(v.handle);
     req.set_volume_path(target);
@@ -271,26 +266,12 @@ absl::Status VolumeManager::Expand(const Wanted& w, const std::string& target, c
     }
   }
   // The node's part is done: the claim shows the new size.
-  BERTH_RETURN_IF_ERROR(client::EditStatus(registry_, K("persistentvolumeclaims"), w.claim, [&](json& status) {
-    status["capacity"]["storage"] = capacity;
-    if (json& conditions = status["conditions"]; conditions.is_array()) {
-      conditions.erase(std::remove_if(conditions.begin(), conditions.end(),
-                                      [](const json& c) {
-                                        const std::string t = Str(c, {"type"});
-                                        return t == "FileSystemResizePending" || t == "Resizing" ||
-                                               t == "NodeResizeError";
-                                      }),
-                       conditions.end());
-      if (conditions.empty()) status.erase("conditions");
-    } else {
-      status.erase("conditions");
-    }
-    if (json& allocated = status["allocatedResourceStatuses"]; allocated.is_object()) {
-      allocated.erase("storage");
-      if (allocated.empty()) status.erase("allocatedResourceStatuses");
-    } else {
-      status.erase("allocatedResourceStatuses");
-    }
+  BERTH_RETURN_IF_ERROR(EditClaimStatus(registry_, w.claim, [&](types::PersistentVolumeClaimStatus& status) {
+    if (storage != w.pv.spec.capacity.end()) status.capacity["storage"] = storage->second;
+    std::erase_if(status.conditions, [](const types::PersistentVolumeClaimCondition& c) {
+      return c.type == "FileSystemResizePending" || c.type == "Resizing" || c.type == "NodeResizeError";
+    });
+    status.allocated_resource_statuses.erase("storage");
   }));
   spdlog::info("node {}: expanded {} to {}", options_.node_name, v.pv, capacity.dump());
   absl::MutexLock lock(&mu_);

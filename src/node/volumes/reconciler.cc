@@ -115,7 +115,7 @@ void VolumeManager::Reconcile() {
     const std::string staging =
         stages ? StagingPath(w.volume.driver, w.volume.handle, w.volume.pv, w.volume.block) : "";
     if (is_published) {
-      const int64_t pv_size = Bytes(Field(Field(Field(w.pv, "spec"), "capacity"), "storage"));
+      const int64_t pv_size = StorageBytes(w.pv.spec.capacity);
       auto done = expanded.find(w.volume.unique);
       const bool already = done != expanded.end() && done->second >= pv_size;
       if (ResizePending(w.claim) && pv_size > 0 && !already) {

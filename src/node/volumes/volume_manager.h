@@ -63,6 +63,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "api/types/core.h"
 #include "apiserver/api.h"
 #include "client/drivers.h"
 #include "client/events.h"
@@ -186,8 +187,8 @@ class VolumeManager {
   // One pod volume this node should have.
   struct Wanted {
     nlohmann::json pod;
-    nlohmann::json claim;
-    nlohmann::json pv;
+    api::types::PersistentVolumeClaim claim;
+    api::types::PersistentVolume pv;  // a CSI volume: spec.csi is set
     Volume volume;
     std::string pod_uid;
     std::string volume_name;  // in the pod spec
@@ -235,7 +236,6 @@ class VolumeManager {
   void PollSoon() ABSL_LOCKS_EXCLUDED(mu_);
   ::csi::v1::VolumeCapability NodeVolumeCapability(const Wanted& w);
   void RecordNodeResizeFailure(const Wanted& w, const absl::Status& failure);
-  absl::StatusOr<std::map<std::string, std::string>> SecretsOf(const nlohmann::json& pv, const char* ref);
   std::map<std::string, std::string> VolumeContext(const Wanted& w);
   absl::Status CheckInsideRoot(const std::string& path) const;
 

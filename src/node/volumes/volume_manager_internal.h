@@ -14,10 +14,12 @@
 
 #include "absl/strings/match.h"
 #include "api/quantity.h"
+#include "api/types/core.h"
 #include "client/capability.h"
 #include "client/object.h"
 #include "client/quiescence.h"
 #include "client/secrets.h"
+#include "client/typed.h"
 #include "client/volume_names.h"
 #include "client/workqueue.h"
 #include "client/writes.h"
@@ -46,6 +48,7 @@ using nlohmann::json;
 using NodeCap = ::csi::v1::NodeServiceCapability::RPC;
 
 using client::K;
+namespace types = ::berth::api::types;
 
 inline constexpr char kCsiPluginDir[] = "/plugins/kubernetes.io/csi";
 inline constexpr char kVolData[] = "vol_data.json";
@@ -68,19 +71,35 @@ inline void RemoveIfEmpty(const std::string& path) {
   if (::rmdir(path.c_str()) != 0 && errno == ENOTDIR) ::unlink(path.c_str());
 }
 
-inline bool ResizePending(const json& claim) {
-  const json& status = Field(claim, "status");
-  if (Str(status, {"allocatedResourceStatuses", "storage"}) == "NodeResizePending") return true;
-  for (const auto& c : Field(status, "conditions")) {
-    if (Str(c, {"type"}) == "FileSystemResizePending" && Str(c, {"status"}) == "True") return true;
+inline bool ResizePending(const types::PersistentVolumeClaim& claim) {
+  const types::PersistentVolumeClaimStatus& status = claim.status;
+  if (auto it = status.allocated_resource_statuses.find("storage");
+      it != status.allocated_resource_statuses.end() && it->second == "NodeResizePending") {
+    return true;
+  }
+  for (const auto& c : status.conditions) {
+    if (c.type == "FileSystemResizePending" && c.status == "True") return true;
   }
   return false;
 }
 
-inline int64_t Bytes(const json& q) {
-  if (!q.is_string()) return 0;
-  auto parsed = api::Quantity::Parse(q.get<std::string>());
-  return parsed.ok() ? parsed->Value() : 0;
+// The "storage" entry of a capacity in bytes, 0 when absent.
+inline int64_t StorageBytes(const api::types::ResourceList& capacity) {
+  auto it = capacity.find("storage");
+  return it == capacity.end() ? 0 : it->second.Value();
+}
+
+// Writes the claim's status through `edit` when it changes it.
+inline absl::Status EditClaimStatus(apiserver::Api& registry, const types::PersistentVolumeClaim& claim,
+                                    const std::function<void(types::PersistentVolumeClaimStatus&)>& edit) {
+  const types::ObjectMeta& meta = claim.metadata;
+  return client::MutateTyped<types::PersistentVolumeClaim>(
+      registry, K("persistentvolumeclaims"), meta.namespace_, meta.name, meta.uid, apiserver::Subresource::kStatus,
+      [&](types::PersistentVolumeClaim& fresh) {
+        const types::PersistentVolumeClaimStatus before = fresh.status;
+        edit(fresh.status);
+        return !(fresh.status == before);
+      });
 }
 
 inline void SetMap(google::protobuf::Map<std::string, std::string>* out, const std::map<std::string, std::string>& in) {
