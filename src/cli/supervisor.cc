@@ -6,7 +6,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/eventfd.h>
-#include <sys/pidfd.h>
+#include <sys/syscall.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -115,7 +115,8 @@ void Supervisor::Spawn(State& s) {
   s.pid = pid;
   // Readable when the child exits, so the monitor sleeps until something
   // happens (-1 on kernels before 5.3: the monitor polls then).
-  s.pidfd = ::pidfd_open(pid, 0);
+  // (glibc 2.36's pidfd_open lacks C linkage for C++: the syscall.)
+  s.pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
   WriteFileAtomic(s.child.pid_file, StrCat(pid, "\n"), 0644).IgnoreError();
   spdlog::info("started {} (pid {}), log {}", s.child.name, pid, s.child.log_file);
 }
