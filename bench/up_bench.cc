@@ -9,7 +9,9 @@
 // runs. It also prints the cold start (berth up started → ready), the RSS
 // of berth up with containerd and of the shims and pods, and the idle RSS
 // and CPU of berth up + containerd (its tree: berth-csi too) over 30 s once
-// everything runs, by process name, and the CPU of the shims meanwhile.
+// everything runs, by process name, and the CPU of the shims meanwhile;
+// then each process's RSS, PSS and anonymous memory (0 pairs: the idle
+// footprint of an empty berth up).
 //
 //   build/release/bench/up_bench [pairs] [nodes] [none|containerd]
 #include <dirent.h>
@@ -55,14 +57,24 @@ std::vector<pid_t> PidsWith(const std::vector<std::string>& words) {
 // descendants, by pid.
 std::map<pid_t, long> TreeCpuTicks(pid_t root);
 
-// VmRSS of `pid` in KiB (0 if gone).
-long ProcessRssKiB(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+// Rss, Pss and Anonymous of `pid` in KiB from /proc/PID/smaps_rollup (Pss
+// counts a page shared by n processes — the shared libraries, the berth
+// binary of berth up and its node agents — as 1/n: the sum over processes is
+// what they take together, where the sum of RSS counts shared pages again
+// in each).
+struct Memory {
+  long rss = 0, pss = 0, anon = 0;
+};
+Memory ProcessMemory(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/smaps_rollup");
   std::string line;
+  Memory m;
   while (std::getline(in, line)) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::atol(line.c_str() + 6);
+    if (line.rfind("Rss:", 0) == 0) m.rss = std::atol(line.c_str() + 4);
+    if (line.rfind("Pss:", 0) == 0) m.pss = std::atol(line.c_str() + 4);
+    if (line.rfind("Anonymous:", 0) == 0) m.anon = std::atol(line.c_str() + 10);
   }
-  return 0;
+  return m;
 }
 
 // The command name of `pid` (/proc/PID/comm).
@@ -270,11 +282,31 @@ int main(int argc, char** argv) {
     std::printf("idle: berth up + containerd %.1f MiB RSS, %.2f %% of a core (", TreeRssKiB(up) / 1024.0,
                 percent(total));
     for (const auto& [name, ticks] : by_name) std::printf("%s %.2f %%; ", name.c_str(), percent(ticks));
-    std::map<std::string, long> rss_by_name;
-    for (const auto& [pid, t] : TreeCpuTicks(up)) rss_by_name[Comm(pid)] += ProcessRssKiB(pid);
-    std::printf("RSS:");
-    for (const auto& [name, kib] : rss_by_name) std::printf(" %s %.1f MiB", name.c_str(), kib / 1024.0);
-    std::printf("); the shims %.2f %% of a core\n", percent(shim_ticks));
+    std::printf("the shims %.2f %% of a core)\n", percent(shim_ticks));
+    // Memory by process: berth up's own (API server, controllers) and its
+    // node agents share the name "berth"; the command line tells them apart.
+    std::map<std::string, Memory> by_process;
+    Memory sum;
+    for (const auto& [pid, t] : TreeCpuTicks(up)) {
+      std::string name = Comm(pid);
+      if (name == "berth") {
+        std::ifstream in("/proc/" + std::to_string(pid) + "/cmdline");
+        std::string cmd((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+        name = cmd.find("node-agent") != std::string::npos ? "node-agent" : "berth-up";
+      }
+      const Memory m = ProcessMemory(pid);
+      by_process[name].rss += m.rss;
+      by_process[name].pss += m.pss;
+      by_process[name].anon += m.anon;
+      sum.rss += m.rss;
+      sum.pss += m.pss;
+      sum.anon += m.anon;
+    }
+    std::printf("idle memory (MiB, RSS / PSS / anonymous):");
+    for (const auto& [name, m] : by_process) {
+      std::printf(" %s %.1f / %.1f / %.1f;", name.c_str(), m.rss / 1024.0, m.pss / 1024.0, m.anon / 1024.0);
+    }
+    std::printf(" total %.1f / %.1f / %.1f\n", sum.rss / 1024.0, sum.pss / 1024.0, sum.anon / 1024.0);
   }
   // Tear down: delete everything, wait for the volumes to go.
   for (int i = 0; i < pairs; ++i) {

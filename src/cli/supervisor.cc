@@ -3,13 +3,18 @@
 #include <sys/stat.h>
 
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/eventfd.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <fstream>
+#include <vector>
 
 #include "common/exec.h"
 #include "common/fs.h"
@@ -31,7 +36,16 @@ pid_t LivePid(const std::string& pid_file, const std::string& binary) {
 
 }  // namespace
 
-Supervisor::~Supervisor() { Stop(absl::ZeroDuration()); }
+Supervisor::~Supervisor() {
+  Stop(absl::ZeroDuration());
+  if (wake_fd_ >= 0) ::close(wake_fd_);
+}
+
+void Supervisor::Reaped(State& s) {
+  s.pid = -1;
+  if (s.pidfd >= 0) ::close(s.pidfd);
+  s.pidfd = -1;
+}
 
 void Supervisor::Add(Child child) {
   absl::MutexLock lock(&mu_);
@@ -58,6 +72,7 @@ void Supervisor::Start(absl::Duration grace) {
     if (ProcessAlive(old)) ::kill(old, SIGKILL);
     while (ProcessAlive(old)) absl::SleepFor(absl::Milliseconds(20));
   }
+  if (wake_fd_ < 0) wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   // Spawned from the monitor thread: PR_SET_PDEATHSIG fires when the
   // thread that forked exits, so that must be the long-lived one.
   monitor_ = std::thread([this] { Monitor(); });
@@ -98,33 +113,58 @@ void Supervisor::Spawn(State& s) {
     return;
   }
   s.pid = pid;
+  // Readable when the child exits, so the monitor sleeps until something
+  // happens (-1 on kernels before 5.3: the monitor polls then).
+  // (glibc 2.36's pidfd_open lacks C linkage for C++: the syscall.)
+  s.pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
   WriteFileAtomic(s.child.pid_file, StrCat(pid, "\n"), 0644).IgnoreError();
   spdlog::info("started {} (pid {}), log {}", s.child.name, pid, s.child.log_file);
 }
 
 void Supervisor::Monitor() {
   for (;;) {
-    absl::MutexLock lock(&mu_);
-    if (stop_) return;
-    const absl::Time now = absl::Now();
-    for (auto& s : children_) {
-      if (s.pid > 0) {
-        int status = 0;
-        pid_t r = ::waitpid(s.pid, &status, WNOHANG);
-        if (r != s.pid) continue;
-        const bool ran_long = now - s.started > absl::Minutes(1);
-        s.failures = ran_long ? 1 : s.failures + 1;
-        const absl::Duration delay = std::min(absl::Seconds(1) * (1 << std::min(s.failures - 1, 5)), absl::Seconds(30));
-        spdlog::warn("{} (pid {}) {} {}; restarting in {}", s.child.name, s.pid,
-                     WIFEXITED(status) ? "exited with" : "was killed by signal",
-                     WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status), absl::FormatDuration(delay));
-        s.pid = -1;
-        s.next_start = now + delay;
+    // What to sleep on: Stop()'s wake-up, each child's exit, and the time of
+    // the next restart. Nothing else happens while every child runs.
+    std::vector<pollfd> fds = {{.fd = wake_fd_, .events = POLLIN, .revents = 0}};
+    absl::Duration wait = absl::InfiniteDuration();
+    {
+      absl::MutexLock lock(&mu_);
+      if (stop_) return;
+      const absl::Time now = absl::Now();
+      for (auto& s : children_) {
+        if (s.pid > 0) {
+          int status = 0;
+          if (::waitpid(s.pid, &status, WNOHANG) == s.pid) {
+            const bool ran_long = now - s.started > absl::Minutes(1);
+            s.failures = ran_long ? 1 : s.failures + 1;
+            const absl::Duration delay =
+                std::min(absl::Seconds(1) * (1 << std::min(s.failures - 1, 5)), absl::Seconds(30));
+            spdlog::warn("{} (pid {}) {} {}; restarting in {}", s.child.name, s.pid,
+                         WIFEXITED(status) ? "exited with" : "was killed by signal",
+                         WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status), absl::FormatDuration(delay));
+            Reaped(s);
+            s.next_start = now + delay;
+          }
+        }
+        if (s.pid <= 0 && now >= s.next_start) Spawn(s);
+        if (s.pid > 0 && s.pidfd >= 0) {
+          fds.push_back({.fd = s.pidfd, .events = POLLIN, .revents = 0});
+        } else if (s.pid > 0) {
+          wait = std::min(wait, absl::Milliseconds(100));  // no pidfd: poll
+        } else {
+          wait = std::min(wait, s.next_start - now);
+        }
       }
-      if (s.pid <= 0 && now >= s.next_start) Spawn(s);
+      if (wake_fd_ < 0) wait = std::min(wait, absl::Milliseconds(100));
     }
-    auto stopping = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stop_; };
-    mu_.AwaitWithTimeout(absl::Condition(&stopping), absl::Milliseconds(100));
+    const int timeout_ms = wait == absl::InfiniteDuration()
+                               ? -1
+                               : static_cast<int>(std::clamp<int64_t>(absl::ToInt64Milliseconds(wait) + 1, 0, 60000));
+    ::poll(fds.data(), fds.size(), timeout_ms);
+    uint64_t drained;
+    if (wake_fd_ >= 0 && ::read(wake_fd_, &drained, sizeof drained) < 0) {
+      // EAGAIN: not woken by Stop().
+    }
   }
 }
 
@@ -133,6 +173,10 @@ void Supervisor::Stop(absl::Duration grace) {
     absl::MutexLock lock(&mu_);
     if (stop_ && !monitor_.joinable()) return;
     stop_ = true;
+  }
+  const uint64_t one = 1;
+  if (wake_fd_ >= 0 && ::write(wake_fd_, &one, sizeof one) < 0) {
+    // Only a counter at its maximum fails, and that is already readable.
   }
   if (monitor_.joinable()) monitor_.join();
   absl::MutexLock lock(&mu_);
@@ -145,7 +189,7 @@ void Supervisor::Stop(absl::Duration grace) {
       int status = 0;
       pid_t r = ::waitpid(s.pid, &status, WNOHANG);
       if (r == s.pid || (r < 0 && errno == ECHILD)) {
-        s.pid = -1;
+        Reaped(s);
         ::unlink(s.child.pid_file.c_str());
         break;
       }
@@ -153,7 +197,7 @@ void Supervisor::Stop(absl::Duration grace) {
         spdlog::warn("{} (pid {}) did not stop in time; killing it", s.child.name, s.pid);
         ::kill(s.pid, SIGKILL);
         ::waitpid(s.pid, &status, 0);
-        s.pid = -1;
+        Reaped(s);
         ::unlink(s.child.pid_file.c_str());
         break;
       }

@@ -3,7 +3,8 @@
 // once it has run for a minute). Children get SIGTERM if berth up dies
 // (PR_SET_PDEATHSIG), so a killed berth up leaves no driver behind; each
 // child's PID is kept in a file so the next start can wait for a previous
-// child that is still shutting down.
+// child that is still shutting down. The monitor thread sleeps on the
+// children's pidfds until one exits or a restart is due (no polling).
 //
 //   Supervisor sup;
 //   sup.Add({.name = "berth-csi/node-1", .argv = {...}, .log_file = ..., .pid_file = ...});
@@ -53,6 +54,7 @@ class Supervisor {
   struct State {
     Child child;
     pid_t pid = -1;
+    int pidfd = -1;  // readable once the child exited
     int starts = 0;
     int failures = 0;
     absl::Time started;
@@ -60,8 +62,12 @@ class Supervisor {
   };
   void Monitor();
   void Spawn(State& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The child was waited for: forget its pid and close its pidfd.
+  static void Reaped(State& s);
 
   std::thread monitor_;
+  // Written by Stop() to wake the monitor from its poll (eventfd).
+  int wake_fd_ = -1;
   mutable absl::Mutex mu_;
   std::vector<State> children_ ABSL_GUARDED_BY(mu_);
   bool stop_ ABSL_GUARDED_BY(mu_) = false;

@@ -8,6 +8,7 @@
 #include "client/quiescence.h"
 #include "client/writes.h"
 #include "common/hash.h"
+#include "common/memory.h"
 #include "common/strings.h"
 #include "spdlog/spdlog.h"
 
@@ -111,7 +112,7 @@ void EventRecorder::WriterLoop() {
     {
       absl::MutexLock lock(&mu_);
       auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_ || !queue_.empty(); };
-      mu_.Await(absl::Condition(&ready));
+      AwaitReleasingWhenIdle(mu_, absl::Condition(&ready));
       if (queue_.empty()) return;  // stopping, and everything is written
       while (!queue_.empty() && batch.size() < kMaxBatch) {
         batch.push_back(std::move(queue_.front()));

@@ -4,6 +4,7 @@
 #include <random>
 
 #include "client/quiescence.h"
+#include "common/memory.h"
 #include "common/strings.h"
 #include "spdlog/spdlog.h"
 
@@ -71,6 +72,8 @@ void Informer::Stop() {
   {
     absl::MutexLock lock(&mu_);
     stop_ = true;
+    // Run waits on its watch without a timeout: wake it.
+    if (watch_ != nullptr) watch_->Interrupt();
   }
   if (thread_.joinable()) thread_.join();
 }
@@ -254,7 +257,8 @@ void Informer::Run() {
     if (backoff > absl::ZeroDuration()) {
       std::uniform_real_distribution<double> jitter(0.5, 1.5);
       const absl::Time until = absl::Now() + backoff * jitter(rng);
-      while (!stopping() && absl::Now() < until) absl::SleepFor(absl::Milliseconds(20));
+      absl::MutexLock lock(&mu_);
+      mu_.AwaitWithDeadline(absl::Condition(&stop_), until);
     }
     backoff = std::min(std::max(backoff * 2, absl::Milliseconds(100)), absl::Seconds(5));
     SetDelivering(true, nullptr);
@@ -272,8 +276,18 @@ void Informer::Run() {
     SetDelivering(false, stream->watcher.get());
     const absl::Time watch_start = absl::Now();
     absl::Time next_resync = absl::Now() + resync_;
+    bool released = false;  // this thread's memory given back since its last event
     while (!stopping()) {
-      if (stream->watcher->WaitReady(absl::Milliseconds(200))) {
+      // Sleeps until an event, the watch's end, Stop() (which interrupts
+      // the watch: watch_ is set before this loop checks stopping()) or the
+      // next resync, waking once on the way to give memory back
+      // (common/memory.h); an idle informer does not wake otherwise.
+      const absl::Duration to_resync = next_resync - absl::Now();
+      if (!stream->watcher->WaitReady(released ? to_resync : std::min(to_resync, kIdleMemoryRelease))) {
+        if (!released && absl::Now() < next_resync) ReleaseThreadMemory();
+        released = true;
+      } else {
+        released = false;
         // Marked before anything is taken: Delivered() never sees a
         // bookmark past an event that is on its way to the handlers.
         SetDelivering(true, stream->watcher.get());

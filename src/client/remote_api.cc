@@ -98,8 +98,13 @@ class RemoteWatch final : public store::EventSource {
   }
   bool WaitReady(absl::Duration timeout) override ABSL_LOCKS_EXCLUDED(mu_) {
     absl::MutexLock lock(&mu_);
-    auto ready = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return !queue_.empty() || ended_; };
-    return mu_.AwaitWithTimeout(absl::Condition(&ready), timeout);
+    auto ready = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return !queue_.empty() || ended_ || interrupted_; };
+    mu_.AwaitWithTimeout(absl::Condition(&ready), timeout);
+    return !queue_.empty() || ended_;
+  }
+  void Interrupt() override ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    interrupted_ = true;
   }
   bool ended() const override ABSL_LOCKS_EXCLUDED(mu_) {
     absl::MutexLock lock(&mu_);
@@ -152,6 +157,7 @@ class RemoteWatch final : public store::EventSource {
   mutable absl::Mutex mu_;
   std::deque<store::Event> queue_ ABSL_GUARDED_BY(mu_);
   bool ended_ ABSL_GUARDED_BY(mu_) = false;
+  bool interrupted_ ABSL_GUARDED_BY(mu_) = false;
   int64_t taken_rv_ ABSL_GUARDED_BY(mu_) = 0;
   std::thread thread_;
 };

@@ -5,6 +5,7 @@
 
 #include "absl/strings/cord.h"
 #include "client/quiescence.h"
+#include "common/memory.h"
 #include "spdlog/spdlog.h"
 
 namespace berth::client {
@@ -107,7 +108,7 @@ std::optional<std::string> WorkQueue::Get() {
   // only until a key can be taken or shutdown (waking on any other change
   // woke every idle worker for every key: a herd of futile wake-ups).
   auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return shutdown_ || !queue_.empty(); };
-  mu_.Await(absl::Condition(&ready));
+  AwaitReleasingWhenIdle(mu_, absl::Condition(&ready));  // an idle worker gives its memory back
   if (shutdown_) return std::nullopt;
   std::string key = std::move(queue_.front());
   queue_.pop_front();

@@ -27,9 +27,10 @@ absl::StatusOr<std::unique_ptr<CsiServer>> CsiServer::Start(const ServerOptions&
   factories.push_back(NewCallLoggerFactory(in_flight, options.observer));
   builder.experimental().SetInterceptorCreators(std::move(factories));
   // The sync server's polling threads notice shutdown only when their
-  // completion-queue wait times out (gRPC's default is seconds); keep the wait
-  // short so SIGTERM ends the process promptly once calls have drained.
-  builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::CQ_TIMEOUT_MSEC, 100);
+  // completion-queue wait times out (gRPC's default is 10 s); a second keeps
+  // a stop prompt while an idle driver's pollers wake once a second each,
+  // not ten times (measured: 0.28 % of a core at 100 ms, idle).
+  builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::CQ_TIMEOUT_MSEC, 1000);
 
   // gRPC creates the socket with the process umask; narrow it for the bind so
   // the socket is never more open than `socket_mode`, then set the exact mode.

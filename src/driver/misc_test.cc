@@ -1,6 +1,11 @@
 // Small pieces of berth-csi: operation locks, freezing, mount parsing.
 #include <sys/mount.h>
+#include <unistd.h>
 
+#include <cstring>
+#include <filesystem>
+
+#include "common/testing/temp_dir.h"
 #include "driver/context.h"
 #include "driver/mount/mounter.h"
 #include "driver/operation_locks.h"
@@ -97,6 +102,32 @@ TEST(MountInfoTest, ParsesFieldsAndEscapes) {
   EXPECT_EQ((*m)[1].root, "/sub");
   EXPECT_TRUE((*m)[1].read_only());
   EXPECT_EQ(ParseMountInfo("garbage line\n").status().code(), absl::StatusCode::kDataLoss);
+}
+
+// IsMountPoint answers from statx what Find answers from the mount table.
+TEST(LinuxMounterTest, IsMountPointAgreesWithTheMountTable) {
+  if (::geteuid() != 0) GTEST_SKIP() << "mounts need root";
+  berth::testing::TempDir dir;
+  const std::string target = dir.Join("mnt");
+  std::filesystem::create_directory(target);
+  ASSERT_EQ(::mount("berth-test", target.c_str(), "tmpfs", 0, "size=1m"), 0) << std::strerror(errno);
+  struct Unmount {
+    std::string path;
+    ~Unmount() { ::umount2(path.c_str(), MNT_DETACH); }
+  } unmount{target};
+  std::filesystem::create_directory(target + "/sub");
+  LinuxMounter mounter;
+  for (const std::string& path : {target, target + "/sub", dir.path(), dir.Join("missing"), target + "/sub/x/y"}) {
+    auto fast = mounter.IsMountPoint(path);
+    auto found = mounter.Find(path);
+    ASSERT_TRUE(fast.ok()) << fast.status();
+    ASSERT_TRUE(found.ok()) << found.status();
+    EXPECT_EQ(*fast, found->has_value()) << path;
+  }
+  EXPECT_TRUE(*mounter.IsMountPoint(target));
+  EXPECT_FALSE(*mounter.IsMountPoint(target + "/sub"));
+  ASSERT_EQ(::umount2(target.c_str(), 0), 0);
+  EXPECT_FALSE(*mounter.IsMountPoint(target));
 }
 
 }  // namespace

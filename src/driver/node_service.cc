@@ -442,7 +442,9 @@ absl::Status NodeService::DoStats(const ::csi::v1::NodeGetVolumeStatsRequest& re
     u->set_total(*size);
     return absl::OkStatus();
   }
-  BERTH_ASSIGN_OR_RETURN(auto mounted, ctx_.mounter->Find(path));
+  // kubelet asks every minute for every volume: a statx, not the mount
+  // table (read below only for a read-only filesystem).
+  BERTH_ASSIGN_OR_RETURN(bool mounted, ctx_.mounter->IsMountPoint(path));
   if (!mounted) {
     cond->set_abnormal(true);
     cond->set_message(StrCat(path, " is not mounted"));
@@ -461,9 +463,14 @@ absl::Status NodeService::DoStats(const ::csi::v1::NodeGetVolumeStatsRequest& re
   inodes->set_total(static_cast<int64_t>(vfs.f_files));
   inodes->set_available(static_cast<int64_t>(vfs.f_favail));
   inodes->set_used(static_cast<int64_t>(vfs.f_files - vfs.f_ffree));
-  if ((vfs.f_flag & ST_RDONLY) && !mounted->read_only()) {
-    cond->set_abnormal(true);
-    cond->set_message(StrCat(path, " turned read-only (filesystem errors?)"));
+  if (vfs.f_flag & ST_RDONLY) {
+    // Read-only: as mounted (the mount's own flag), or turned so by the
+    // filesystem (errors=remount-ro)?
+    BERTH_ASSIGN_OR_RETURN(auto entry, ctx_.mounter->Find(path));
+    if (!entry || !entry->read_only()) {
+      cond->set_abnormal(true);
+      cond->set_message(StrCat(path, entry ? " turned read-only (filesystem errors?)" : " is not mounted"));
+    }
   }
   return absl::OkStatus();
 }

@@ -20,6 +20,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "common/memory.h"
 #include "common/strings.h"
 #include "http/request.h"
 #include "http/server.h"
@@ -72,9 +73,13 @@ class HandlerPool {
       std::function<void()> task;
       {
         absl::MutexLock lock(&mu_);
-        mu_.Await(absl::Condition(
-            +[](HandlerPool* p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(p->mu_) { return !p->queue_.empty() || p->stopping_; },
-            this));
+        // Handlers parse what the store keeps and other threads free: an idle
+        // handler thread gives that memory back (common/memory.h).
+        AwaitReleasingWhenIdle(mu_, absl::Condition(
+                                        +[](HandlerPool* p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(p->mu_) {
+                                          return !p->queue_.empty() || p->stopping_;
+                                        },
+                                        this));
         if (queue_.empty()) return;
         task = std::move(queue_.front());
         queue_.pop_front();

@@ -114,6 +114,11 @@ class EventSource {
   // taking nothing; true if so. (A consumer that must know when it holds a
   // taken event, the informer, marks itself before Next.)
   virtual bool WaitReady(absl::Duration timeout) = 0;
+  // Makes a WaitReady in progress, and every later one, return at once
+  // (false unless an event is queued or the watch ended): a consumer that
+  // stops wakes its reader this way, so the reader can wait without a
+  // polling timeout. Thread-safe; does not end the watch.
+  virtual void Interrupt() = 0;
 };
 
 class Watcher final : public EventSource {
@@ -132,6 +137,7 @@ class Watcher final : public EventSource {
   // that resourceVersion (for a watch bookmark); 0 while events are queued.
   int64_t BookmarkVersion() const override;
   bool WaitReady(absl::Duration timeout) override;
+  void Interrupt() override ABSL_LOCKS_EXCLUDED(mu_);
   // `notify` runs after each event is queued and when the watch ends, on
   // the thread that published the change with the store's watch lock held:
   // it must be quick and must not call into the store (it is meant to wake
@@ -156,6 +162,7 @@ class Watcher final : public EventSource {
   mutable absl::Mutex mu_;
   std::deque<Event> queue_ ABSL_GUARDED_BY(mu_);
   bool ended_ ABSL_GUARDED_BY(mu_) = false;
+  bool interrupted_ ABSL_GUARDED_BY(mu_) = false;
   int64_t progress_rv_ ABSL_GUARDED_BY(mu_) = 0;  // all events up to this were offered
   std::function<void()> notify_ ABSL_GUARDED_BY(mu_);
 };

@@ -25,8 +25,14 @@ std::optional<Event> Watcher::Next(absl::Duration timeout) {
 
 bool Watcher::WaitReady(absl::Duration timeout) {
   absl::MutexLock lock(&mu_);
-  auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !queue_.empty() || ended_; };
-  return mu_.AwaitWithTimeout(absl::Condition(&ready), timeout);
+  auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !queue_.empty() || ended_ || interrupted_; };
+  mu_.AwaitWithTimeout(absl::Condition(&ready), timeout);
+  return !queue_.empty() || ended_;
+}
+
+void Watcher::Interrupt() {
+  absl::MutexLock lock(&mu_);
+  interrupted_ = true;
 }
 
 int64_t Watcher::BookmarkVersion() const {

@@ -1,6 +1,8 @@
 #include "driver/mount/mounter.h"
 
+#include <fcntl.h>
 #include <sys/mount.h>
+#include <sys/stat.h>
 
 #include <cerrno>
 #include <map>
@@ -66,6 +68,22 @@ absl::StatusOr<std::optional<MountEntry>> Mounter::Find(const std::string& targe
     if (e.target == target) found = e;  // later lines are mounted on top
   }
   return found;
+}
+
+absl::StatusOr<bool> Mounter::IsMountPoint(const std::string& target) {
+  BERTH_ASSIGN_OR_RETURN(auto found, Find(target));
+  return found.has_value();
+}
+
+absl::StatusOr<bool> LinuxMounter::IsMountPoint(const std::string& target) {
+  struct statx stx {};
+  if (::statx(AT_FDCWD, target.c_str(), AT_SYMLINK_NOFOLLOW | AT_NO_AUTOMOUNT, STATX_BASIC_STATS, &stx) != 0) {
+    if (errno == ENOENT || errno == ENOTDIR) return false;
+    return Mounter::IsMountPoint(target);  // e.g. EIO: the mount table still answers
+  }
+  // Linux 5.8+ reports STATX_ATTR_MOUNT_ROOT; the mount table otherwise.
+  if ((stx.stx_attributes_mask & STATX_ATTR_MOUNT_ROOT) == 0) return Mounter::IsMountPoint(target);
+  return (stx.stx_attributes & STATX_ATTR_MOUNT_ROOT) != 0;
 }
 
 absl::Status ParseMountFlags(const std::vector<std::string>& flags, unsigned long* ms_flags, std::string* data) {

@@ -41,6 +41,12 @@ class Mounter {
 
   // The topmost mount at `target`, if any.
   absl::StatusOr<std::optional<MountEntry>> Find(const std::string& target);
+
+  // Whether something is mounted at `target` (false if it does not exist).
+  // By default Find; LinuxMounter asks statx(2) whether `target` is the root
+  // of a mount instead of reading the whole mount table, which with a
+  // hundred containers' overlay mounts costs milliseconds a call.
+  virtual absl::StatusOr<bool> IsMountPoint(const std::string& target);
 };
 
 // Thread-safety: thread-safe.
@@ -52,6 +58,7 @@ class LinuxMounter final : public Mounter {
                      const std::vector<std::string>& flags) override;
   absl::Status BindMount(const std::string& source, const std::string& target, bool read_only) override;
   absl::Status Unmount(const std::string& target) override;
+  absl::StatusOr<bool> IsMountPoint(const std::string& target) override;
 };
 
 // Splits mount flags into MS_* bits and a data string. Each flag may itself

@@ -1,0 +1,40 @@
+// Giving memory back when a thread goes idle.
+//
+// berth links mimalloc, which keeps per-thread heaps: a block freed by
+// another thread (an object a handler thread parsed, dropped by the store's
+// writer) returns to its owner's page only when the owner allocates again,
+// and an emptied page is decommitted only on the owner's later calls. A
+// worker that goes idle after a burst never makes those calls, so what the
+// burst freed stays resident (measured on berth up with 100 pods: 7.5 MiB
+// of the API server's and 4 MiB of a node agent's anonymous memory).
+//
+//   absl::MutexLock lock(&mu_);
+//   AwaitReleasingWhenIdle(mu_, absl::Condition(&ready));  // instead of mu_.Await
+//
+// Thread-safety: thread-safe; each call concerns the calling thread's heap.
+#pragma once
+
+#include <cstdint>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+
+namespace berth {
+
+// How long a thread waits before it gives its freed memory back: longer
+// than the gaps inside a burst of work, so a busy worker never pays for it.
+inline constexpr absl::Duration kIdleMemoryRelease = absl::Seconds(1);
+
+// Returns the calling thread's free memory to the allocator and the system
+// (mimalloc's mi_collect(true)); nothing without mimalloc (tests, berth-csi).
+void ReleaseThreadMemory();
+
+// How many times ReleaseThreadMemory ran in this process (tests).
+int64_t ThreadMemoryReleases();
+
+// mu.Await(cond), which after kIdleMemoryRelease without `cond` releases
+// the thread's memory (mu released meanwhile) once and waits on. A thread
+// that stays idle therefore wakes once, not periodically.
+void AwaitReleasingWhenIdle(absl::Mutex& mu, const absl::Condition& cond) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+
+}  // namespace berth
