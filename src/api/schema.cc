@@ -43,15 +43,6 @@ const char* GoType(Schema::Type t) {
   }
 }
 
-const char* JsonTypeName(const nlohmann::json& v) {
-  if (v.is_string()) return "string";
-  if (v.is_boolean()) return "bool";
-  if (v.is_number()) return "number";
-  if (v.is_array()) return "array";
-  if (v.is_object()) return "object";
-  return "null";
-}
-
 absl::Status TypeError(const nlohmann::json& v, Schema::Type want, const std::string& path) {
   return BadRequest(StrCat("json: cannot unmarshal ", JsonTypeName(v), " into Go value of type ", GoType(want),
                            " (field \"", path, "\")"));
@@ -150,6 +141,15 @@ absl::Status Check(const nlohmann::json& v, const Schema& s, const std::string& 
 }
 
 }  // namespace
+
+const char* JsonTypeName(const nlohmann::json& v) {
+  if (v.is_string()) return "string";
+  if (v.is_boolean()) return "bool";
+  if (v.is_number()) return "number";
+  if (v.is_array()) return "array";
+  if (v.is_object()) return "object";
+  return "null";
+}
 
 SchemaPtr AnyValue() { return Leaf(Schema::Type::kAny); }
 SchemaPtr Str() { return Leaf(Schema::Type::kString); }

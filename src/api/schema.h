@@ -88,4 +88,8 @@ const Schema& SchemaFor(const KindInfo& kind);
 //   json: cannot unmarshal string into Go value of type int: spec.replicas
 absl::Status CheckSchema(const nlohmann::json& object, const Schema& schema);
 
+// A JSON value's type as Go's decoder names it in errors: string, bool,
+// number, array, object or null.
+const char* JsonTypeName(const nlohmann::json& v);
+
 }  // namespace berth::api

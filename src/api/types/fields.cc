@@ -4,6 +4,7 @@
 #include <limits>
 #include <vector>
 
+#include "api/schema.h"
 #include "common/status.h"
 #include "common/strings.h"
 
@@ -29,15 +30,6 @@ std::string Path::ToString() const {
 
 namespace internal {
 namespace {
-
-const char* JsonType(const Json& v) {
-  if (v.is_string()) return "string";
-  if (v.is_boolean()) return "bool";
-  if (v.is_number()) return "number";
-  if (v.is_array()) return "array";
-  if (v.is_object()) return "object";
-  return "null";
-}
 
 // A short rendering of a bad value for the message.
 std::string Shown(const Json& v) {
@@ -74,7 +66,7 @@ absl::Status DecodeInt(const Json& j, int64_t lo, int64_t hi, std::string_view w
 }  // namespace
 
 absl::Status TypeError(const Json& v, std::string_view want, const Path& path) {
-  return Invalid(v, StrCat("expected ", want, ", got ", JsonType(v)), path);
+  return Invalid(v, StrCat("expected ", want, ", got ", JsonTypeName(v)), path);
 }
 
 absl::Status DecodeScalar(const Json& j, std::string& out, const Path& path) {
