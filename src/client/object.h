@@ -13,7 +13,7 @@
 
 #include "absl/strings/escaping.h"
 #include "api/kinds.h"
-#include "api/types/core.h"
+#include "api/types/storage_class_rule.h"
 #include "nlohmann/json.hpp"
 
 namespace berth::client {
@@ -53,7 +53,6 @@ inline bool HasFinalizer(const nlohmann::json& o, const std::string& f) {
   return list.is_array() && std::find(list.begin(), list.end(), f) != list.end();
 }
 
-// A claim's class: spec.storageClassName, else the beta annotation.
 // The claim a pod volume uses ("" for other volume types): the claim it
 // names, or for a generic ephemeral volume `<pod>-<volume>` (which must be
 // controlled by the pod: see ControlledByPod). `ephemeral` says which.
@@ -78,23 +77,10 @@ inline bool ControlledByPod(const nlohmann::json& claim, const nlohmann::json& p
   return false;
 }
 
-// A claim's or volume's class, by api::types::StorageClassOf's rule.
+// A claim's or volume's class, by api::types::StorageClassOf's rule
+// (the beta annotation, else spec.storageClassName).
 inline std::string ClaimClass(const nlohmann::json& claim) { return api::types::StorageClassOf(claim); }
 inline std::string VolumeClass(const nlohmann::json& volume) { return api::types::StorageClassOf(volume); }
-
-// The node a node-local volume lives on: the kubernetes.io/hostname value
-// of its nodeAffinity's first term ("" if none).
-inline std::string NodeOfVolume(const nlohmann::json& pv) {
-  const auto& terms = Field(Field(Field(Field(pv, "spec"), "nodeAffinity"), "required"), "nodeSelectorTerms");
-  if (!terms.is_array() || terms.empty()) return "";
-  for (const auto& e : Field(terms[0], "matchExpressions")) {
-    const auto& values = Field(e, "values");
-    if (Str(e, {"key"}) == "kubernetes.io/hostname" && values.is_array() && !values.empty() && values[0].is_string()) {
-      return values[0].get<std::string>();
-    }
-  }
-  return "";
-}
 
 // A Secret's data, base64-decoded (undecodable entries are skipped).
 inline std::map<std::string, std::string> DecodedSecretData(const nlohmann::json& secret) {

@@ -17,6 +17,7 @@
 #include "api/quantity.h"
 #include "api/types/fields.h"
 #include "api/types/meta.h"
+#include "api/types/storage_class_rule.h"
 
 namespace berth::api::types {
 
@@ -302,14 +303,12 @@ struct PersistentVolumeClaim {
   bool operator==(const PersistentVolumeClaim&) const = default;
 };
 
-// Classes as upstream's GetPersistentVolume{,Claim}Class read them (and
-// client/object.h's JSON forms): the beta annotation
-// volume.beta.kubernetes.io/storage-class when present, else the spec's
-// field.
+// Classes as upstream's GetPersistentVolume{,Claim}Class read them: the beta
+// annotation volume.beta.kubernetes.io/storage-class when present, else the
+// spec's field. StorageClassOf (storage_class_rule.h) is the same rule on
+// JSON.
 std::string ClaimClass(const PersistentVolumeClaim& claim);
 std::string VolumeClass(const PersistentVolume& volume);
-// The same rule on a claim's or volume's JSON.
-std::string StorageClassOf(const Json& claim_or_volume);
 // spec.volumeMode with the default "Filesystem".
 std::string VolumeModeOf(const std::optional<std::string>& mode);
 

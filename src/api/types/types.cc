@@ -6,36 +6,20 @@
 #include "api/types/core_pod.h"
 #include "api/types/snapshot.h"
 #include "api/types/storage.h"
+#include "api/types/storage_class_rule.h"
 
 namespace berth::api::types {
 
-namespace {
-constexpr char kBetaStorageClass[] = "volume.beta.kubernetes.io/storage-class";
-}  // namespace
-
 std::string ClaimClass(const PersistentVolumeClaim& claim) {
-  if (claim.metadata.annotations.contains(kBetaStorageClass)) return claim.metadata.annotations.at(kBetaStorageClass);
+  const auto& annotations = claim.metadata.annotations;
+  if (auto beta = annotations.find(kBetaStorageClassAnnotation); beta != annotations.end()) return beta->second;
   return claim.spec.storage_class_name.value_or("");
 }
 
 std::string VolumeClass(const PersistentVolume& volume) {
-  if (volume.metadata.annotations.contains(kBetaStorageClass)) return volume.metadata.annotations.at(kBetaStorageClass);
+  const auto& annotations = volume.metadata.annotations;
+  if (auto beta = annotations.find(kBetaStorageClassAnnotation); beta != annotations.end()) return beta->second;
   return volume.spec.storage_class_name;
-}
-
-std::string StorageClassOf(const Json& object) {
-  const auto metadata = object.find("metadata");
-  if (metadata != object.end() && metadata->is_object()) {
-    const auto annotations = metadata->find("annotations");
-    if (annotations != metadata->end() && annotations->is_object()) {
-      const auto beta = annotations->find(kBetaStorageClass);
-      if (beta != annotations->end() && beta->is_string()) return beta->get<std::string>();
-    }
-  }
-  const auto spec = object.find("spec");
-  if (spec == object.end() || !spec->is_object()) return "";
-  const auto name = spec->find("storageClassName");
-  return name != spec->end() && name->is_string() ? name->get<std::string>() : "";
 }
 
 std::string VolumeModeOf(const std::optional<std::string>& mode) {
