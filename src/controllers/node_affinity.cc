@@ -82,10 +82,6 @@ bool NodeSelectorMatchesLabels(const json& selector, const std::map<std::string,
   return NodeSelectorMatchesLabels(typed, labels, node_name);
 }
 
-namespace {
-// client::NodeOfVolume's rule (the kubernetes.io/hostname value of the first
-// term) on a typed PV; that one still serves the scheduler's scores, which
-// read JSON.
 std::string HostnameOfVolume(const api::types::PersistentVolume& pv) {
   const auto& affinity = pv.spec.node_affinity;
   if (!affinity || !affinity->required || affinity->required->node_selector_terms.empty()) return "";
@@ -94,7 +90,6 @@ std::string HostnameOfVolume(const api::types::PersistentVolume& pv) {
   }
   return "";
 }
-}  // namespace
 
 std::string VolumeNode(apiserver::Registry& registry, const api::types::PersistentVolume& pv) {
   if (std::string node = HostnameOfVolume(pv); !node.empty()) return node;

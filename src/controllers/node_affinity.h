@@ -38,6 +38,10 @@ bool NodeSelectorMatchesLabels(const nlohmann::json& selector, const std::map<st
 // lookup). "" when the PV has no affinity or several/no nodes match — then
 // the driver's cluster-wide endpoint serves it.
 std::string VolumeNode(apiserver::Registry& registry, const api::types::PersistentVolume& pv);
+// The node a node-local volume names without a lookup: the
+// kubernetes.io/hostname value of its required nodeAffinity's first term
+// ("" if none).
+std::string HostnameOfVolume(const api::types::PersistentVolume& pv);
 
 bool ContainsString(const std::vector<std::string>& values, const std::string& v);
 

@@ -44,14 +44,17 @@ std::optional<int64_t> Bytes(const json& q) {
   return parsed->Value();
 }
 
-int64_t ClaimRequest(const json& claim) {
-  return Bytes(Field(Field(Field(Field(claim, "spec"), "resources"), "requests"), "storage")).value_or(0);
+int64_t StorageOf(const types::ResourceList& resources) {
+  auto it = resources.find("storage");
+  return it == resources.end() ? 0 : it->second.Value();
 }
 
 bool Terminal(const json& pod) {
   const std::string phase = Str(pod, {"status", "phase"});
   return phase == "Succeeded" || phase == "Failed";
 }
+
+bool Terminal(const types::Pod& pod) { return pod.status.phase == "Succeeded" || pod.status.phase == "Failed"; }
 
 json PodScheduledCondition(const json& pod) {
   const json& conditions = Field(Field(pod, "status"), "conditions");
@@ -340,9 +343,7 @@ std::string Scheduler::CollectClaims(const json& pod, std::vector<ClaimRef>& cla
       if (!claim.ok()) return std::string(claim.status().message());
       if (claim->metadata.Deleting()) return StrCat("persistentvolumeclaim \"", claim_name, "\" is being deleted");
       ClaimRef ref;
-      if (auto it = claim->spec.resources.requests.find("storage"); it != claim->spec.resources.requests.end()) {
-        ref.request = it->second.Value();
-      }
+      ref.request = StorageOf(claim->spec.resources.requests);
       ref.selected_node = claim->metadata.Annotation(kAnnSelectedNode);
       const std::string cls = types::ClaimClass(*claim), volume_name = claim->spec.volume_name;
       if (std::shared_ptr<const json> sc = cls.empty() ? nullptr : informers_.classes.GetSharedByKey(cls)) {

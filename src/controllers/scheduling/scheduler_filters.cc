@@ -90,6 +90,12 @@ bool CapacityReaches(const json& capacity, const std::map<std::string, std::stri
   return selector.ok() && selector->Matches(labels);
 }
 
+bool CapacityReaches(const types::CSIStorageCapacity& capacity, const std::map<std::string, std::string>& labels) {
+  if (!capacity.node_topology) return false;
+  auto selector = api::LabelSelector::FromJson(types::EncodeValue(*capacity.node_topology));
+  return selector.ok() && selector->Matches(labels);
+}
+
 }  // namespace scheduler_internal
 
 bool PodFitsNodeAffinity(const json& pod, const json& node) { return PodFitsLabels(pod, NodeLabels(node), Name(node)); }

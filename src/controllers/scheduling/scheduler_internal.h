@@ -16,6 +16,7 @@
 
 #include "absl/status/statusor.h"
 #include "api/types/core.h"
+#include "api/types/core_pod.h"
 #include "api/types/storage.h"
 #include "client/typed.h"
 #include "controllers/scheduling/scheduler.h"
@@ -45,12 +46,16 @@ inline constexpr char kRequeueAll[] = "\x01requeue-all";
 
 int64_t ResourceVersion(const json& o);
 std::optional<int64_t> Bytes(const json& q);
-int64_t ClaimRequest(const json& claim);
+// The "storage" quantity of a claim's requests or a volume's capacity, in
+// bytes (0 when absent).
+int64_t StorageOf(const api::types::ResourceList& resources);
 bool Terminal(const json& pod);
+bool Terminal(const api::types::Pod& pod);
 json PodScheduledCondition(const json& pod);
 std::map<std::string, json> ByName(std::vector<json> objects);
 
-// Defined with the filters (scheduler_filters.cc); the scores use the first two.
+// Defined with the filters (scheduler_filters.cc); the scores use the typed
+// VolumeFitsNode and CapacityReaches.
 // A PV's required nodeAffinity against a node (no affinity: any node).
 bool VolumeFitsNode(const json& pv, const std::map<std::string, std::string>& labels, const std::string& node_name);
 bool VolumeFitsNode(const api::types::PersistentVolume& pv, const std::map<std::string, std::string>& labels,
@@ -58,6 +63,7 @@ bool VolumeFitsNode(const api::types::PersistentVolume& pv, const std::map<std::
 // Does a CSIStorageCapacity apply to a node? Only label selection is
 // supported, and an object without nodeTopology applies nowhere (upstream).
 bool CapacityReaches(const json& capacity, const std::map<std::string, std::string>& labels);
+bool CapacityReaches(const api::types::CSIStorageCapacity& capacity, const std::map<std::string, std::string>& labels);
 bool PodFitsLabels(const json& pod, const std::map<std::string, std::string>& labels, const std::string& node_name);
 
 // Defined with the binding (scheduler_binding.cc).

@@ -5,11 +5,17 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <random>
+#include <set>
 #include <utility>
 
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "api/types/core_pod.h"
+#include "api/types/storage.h"
 #include "client/object.h"
+#include "client/typed.h"
 #include "common/strings.h"
 #include "controllers/node_affinity.h"
 #include "controllers/scheduling/scheduler_internal.h"
@@ -72,6 +78,27 @@ std::string ChooseNode(const std::vector<NodeCandidate>& candidates, NodeWeighti
 
 // ---- Score: one node of those that fit ----
 
+namespace {
+
+// Scoring reads every volume (or pod) in the cache. One that does not decode
+// is left out of the counts, with a warning, instead of failing the attempt:
+// the counts only weigh the choice among nodes that all fit, so one bad
+// object skews it at most by one, while failing would let a single
+// malformed object (which the API server's validation refuses anyway) stop
+// every pod from being scheduled. The filters, which decide whether a pod
+// fits, fail on the pod's own objects instead (CollectClaims).
+template <typename T>
+std::optional<T> DecodeForScore(const json& object) {
+  absl::StatusOr<T> typed = DecodeAs<T>(object);
+  if (!typed.ok()) {
+    spdlog::warn("scheduler: scoring skips an object that does not decode: {}", typed.status().ToString());
+    return std::nullopt;
+  }
+  return std::move(*typed);
+}
+
+}  // namespace
+
 const Scheduler::NodeFit& Scheduler::PickNode(const std::vector<ClaimRef>& claims, const std::vector<NodeFit>& fits,
                                               const Snapshot& snap) {
   // A node the pod's claims were already sent to wins while it fits (a
@@ -116,32 +143,47 @@ const Scheduler::NodeFit& Scheduler::PickNode(const std::vector<ClaimRef>& claim
       }
     }
     // Free space: the roomiest CSIStorageCapacity of the class the node reaches.
+    std::vector<types::CSIStorageCapacity> capacities;
+    for (const auto& object : snap.capacities) {
+      std::optional<types::CSIStorageCapacity> cap = DecodeForScore<types::CSIStorageCapacity>(object);
+      if (cap && cap->storage_class_name == cls && cap->capacity) capacities.push_back(std::move(*cap));
+    }
     for (const NodeInfo* n : infos) {
       NodeCandidate& c = *by_name[n->name];
-      for (const auto& cap : snap.capacities) {
-        if (Str(cap, {"storageClassName"}) != cls || !CapacityReaches(cap, n->labels)) continue;
-        if (auto bytes = Bytes(Field(cap, "capacity"))) c.free_bytes = std::max(c.free_bytes, *bytes);
+      for (const auto& cap : capacities) {
+        if (CapacityReaches(cap, n->labels)) c.free_bytes = std::max(c.free_bytes, cap.capacity->Value());
       }
     }
     // Claims already sent to a node whose volumes do not exist yet count
     // there too, so a burst of pods spreads.
+    std::set<std::string> driver_classes;  // the classes `driver` provisions
+    for (const auto& [name, object] : snap.classes) {
+      std::optional<types::StorageClass> sc = DecodeForScore<types::StorageClass>(object);
+      if (sc && sc->provisioner == driver) driver_classes.insert(name);
+    }
+    auto in_flight = [&](const types::PersistentVolumeClaim& claim) {
+      return !claim.metadata.Annotation(kAnnSelectedNode).empty() && claim.spec.volume_name.empty() &&
+             !claim.metadata.Deleting() && driver_classes.contains(types::ClaimClass(claim));
+    };
     std::map<std::string, std::pair<std::string, int64_t>> inflight;  // uid → (node, request)
-    for (const auto& claim : SelectCurrent(informers_.claims, "persistentvolumeclaims", [&](const json& c) {
-           if (Annotation(c, kAnnSelectedNode).empty() || !Str(c, {"spec", "volumeName"}).empty() || Deleting(c)) {
-             return false;
-           }
-           auto sc = snap.classes.find(ClaimClass(c));
-           return sc != snap.classes.end() && Str(sc->second, {"provisioner"}) == driver;
+    for (const auto& object : SelectCurrent(informers_.claims, "persistentvolumeclaims", [&](const json& c) {
+           std::optional<types::PersistentVolumeClaim> claim = DecodeForScore<types::PersistentVolumeClaim>(c);
+           return claim && in_flight(*claim);
          })) {
-      inflight[Uid(claim)] = {Annotation(claim, kAnnSelectedNode), ClaimRequest(claim)};
+      // Decoded again: only the few claims in flight come back.
+      std::optional<types::PersistentVolumeClaim> claim = DecodeForScore<types::PersistentVolumeClaim>(object);
+      if (!claim) continue;
+      inflight[claim->metadata.uid] = {claim->metadata.Annotation(kAnnSelectedNode),
+                                       StorageOf(claim->spec.resources.requests)};
     }
     // The driver's volumes on each node, counted in place (no copies: there
     // may be thousands).
-    (void)informers_.volumes.Select([&](const json& pv) {
-      if (Str(pv, {"spec", "csi", "driver"}) != driver || Deleting(pv)) return false;
-      inflight.erase(Str(pv, {"spec", "claimRef", "uid"}));  // provisioned: counted as a volume
-      const int64_t size = Bytes(Field(Field(Field(pv, "spec"), "capacity"), "storage")).value_or(0);
-      const std::string on = NodeOfVolume(pv);
+    (void)informers_.volumes.Select([&](const json& object) {
+      std::optional<types::PersistentVolume> pv = DecodeForScore<types::PersistentVolume>(object);
+      if (!pv || !pv->spec.csi || pv->spec.csi->driver != driver || pv->metadata.Deleting()) return false;
+      if (pv->spec.claim_ref) inflight.erase(pv->spec.claim_ref->uid);  // provisioned: counted as a volume
+      const int64_t size = StorageOf(pv->spec.capacity);
+      const std::string on = HostnameOfVolume(*pv);
       if (!on.empty()) {
         if (auto it = by_name.find(on); it != by_name.end()) {
           ++it->second->volumes;
@@ -149,9 +191,9 @@ const Scheduler::NodeFit& Scheduler::PickNode(const std::vector<ClaimRef>& claim
         }
         return false;
       }
-      if (Field(Field(Field(pv, "spec"), "nodeAffinity"), "required").is_null()) return false;  // not node-local
+      if (!pv->spec.node_affinity || !pv->spec.node_affinity->required) return false;  // not node-local
       for (const NodeInfo* n : infos) {
-        if (!VolumeFitsNode(pv, n->labels, n->name)) continue;
+        if (!VolumeFitsNode(*pv, n->labels, n->name)) continue;
         ++by_name[n->name]->volumes;
         by_name[n->name]->allocated_bytes += size;
       }
@@ -170,9 +212,10 @@ const Scheduler::NodeFit& Scheduler::PickNode(const std::vector<ClaimRef>& claim
     weighting = NodeWeighting::kVolumeWeighted;
     std::map<std::string, NodeCandidate*> by_name;
     for (auto& c : candidates) by_name[c.name] = &c;
-    auto count = [&](const json& p, int delta) {
-      if (Terminal(p)) return;
-      if (auto it = by_name.find(Str(p, {"spec", "nodeName"})); it != by_name.end()) it->second->volumes += delta;
+    auto count = [&](const json& object, int delta) {
+      std::optional<types::Pod> p = DecodeForScore<types::Pod>(object);
+      if (!p || Terminal(*p)) return;
+      if (auto it = by_name.find(p->spec.node_name); it != by_name.end()) it->second->volumes += delta;
     };
     (void)informers_.pods.Select([&](const json& p) {
       count(p, 1);

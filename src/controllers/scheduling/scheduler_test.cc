@@ -5,6 +5,7 @@
 
 #include "client/object.h"
 #include "common/testing/eventually.h"
+#include "controllers/node_affinity.h"
 #include "controllers/testing/controller_fixture.h"
 #include "controllers/testing/fake_csi.h"
 #include "controllers/testing/helpers.h"
@@ -495,6 +496,44 @@ TEST_F(SchedulerTest, VolumeWeightedCountsClaimsAlreadySentToANode) {
   ASSERT_TRUE(Eventually([&] { return SelectedNode("data2") == "node-a"; }));
 }
 
+TEST_F(SchedulerTest, VolumeWeightedCountsAClaimInFlightByItsBetaAnnotationClass) {
+  ThreeNodes();
+  Create(Class("local", "WaitForFirstConsumer", {{kNodeWeightingParameter, "VolumeWeighted"}}));
+  Create(Class("other"));
+  Create(Volume("va1", "other", "1Gi", "node-a"));
+  Create(Volume("vc1", "other", "1Gi", "node-c"));
+  // Sent to node-b, no volume yet; its class only in the beta annotation
+  // (upstream's GetPersistentVolumeClaimClass reads it first).
+  json early = Claim("early", "");
+  early["spec"].erase("storageClassName");
+  early["metadata"]["annotations"] = {{"volume.beta.kubernetes.io/storage-class", "local"},
+                                      {kAnnSelectedNode, "node-b"}};
+  Create(early);
+  Start();
+  Create(Claim("data", "local"));
+  Create(Pod("db", {"data"}));
+  // One volume on every node: the tie goes to the first name, not to node-b.
+  ASSERT_TRUE(Eventually([&] { return SelectedNode("data") == "node-a"; }));
+}
+
+TEST_F(SchedulerTest, ScoringSkipsAVolumeThatDoesNotDecode) {
+  ThreeNodes();
+  Create(Class("local", "WaitForFirstConsumer", {{kNodeWeightingParameter, "VolumeWeighted"}}));
+  Create(Class("other"));
+  Create(Volume("va1", "other", "1Gi", "node-a"));
+  Create(Volume("vb1", "other", "1Gi", "node-b"));
+  // On node-c, of the same driver, with a field of the wrong type (the API
+  // server's validation would refuse it: written to the store directly).
+  json bad = Volume("vc-bad", "other", "1Gi", "node-c");
+  bad["spec"]["csi"]["readOnly"] = "yes";
+  ASSERT_TRUE(store_->Create("persistentvolumes", bad).ok());
+  Start();
+  Create(Claim("data", "local"));
+  Create(Pod("db", {"data"}));
+  // Left out of node-c's count (node-c holds none), not failing the pod.
+  ASSERT_TRUE(Eventually([&] { return SelectedNode("data") == "node-c"; }));
+}
+
 TEST_F(SchedulerTest, CapacityWeightedPicksTheLeastAllocatedNode) {
   ThreeNodes();
   Create(Class("local", "WaitForFirstConsumer", {{kNodeWeightingParameter, "CapacityWeighted"}}));
@@ -736,7 +775,9 @@ TEST_F(SchedulerTest, ProvisioningFailureOnTheNodeReschedulesThePod) {
   // The provisioned volume lives where the pod runs.
   json claim = Get("persistentvolumeclaims", "data");
   json pv = Get("persistentvolumes", claim["spec"]["volumeName"].get<std::string>());
-  EXPECT_EQ(NodeOfVolume(pv), "node-b");
+  absl::StatusOr<api::types::PersistentVolume> typed = api::types::Decode<api::types::PersistentVolume>(pv);
+  ASSERT_TRUE(typed.ok()) << typed.status();
+  EXPECT_EQ(HostnameOfVolume(*typed), "node-b");
   EXPECT_TRUE(Eventually([&] { return Condition("db").value("status", "") == "True"; }));
 }
 
