@@ -13,11 +13,22 @@ std::vector<VolumeManager::Wanted> VolumeManager::Desired(std::map<std::string, 
   auto on_node = informers_.at("pods")->ByIndex(kPodsByNode, node);
   auto& claims = *informers_.at("persistentvolumeclaims");
   auto& volumes = *informers_.at("persistentvolumes");
-  for (auto& pod : on_node) {
-    const std::string uid = Uid(pod);
+  for (const json& pod_json : on_node) {
+    absl::StatusOr<types::Pod> decoded = client::DecodeAs<types::Pod>(pod_json);
+    if (!decoded.ok()) {
+      // Nothing is mounted for a pod that does not decode, and what is
+      // mounted for it stays: its containers may use it, and tearing down
+      // on a read error would pull volumes from under a running pod.
+      const std::string uid = Uid(pod_json);
+      spdlog::warn("node {}: pod {}: {}", node, uid, decoded.status().ToString());
+      if (CheckComponent("pod uid", uid).ok()) pods->holding.insert(uid);
+      continue;
+    }
+    types::Pod& pod = *decoded;
+    const std::string uid = pod.metadata.uid;
     if (!CheckComponent("pod uid", uid).ok()) continue;
-    const std::string phase = Str(pod, {"status", "phase"});
-    const bool deleting = client::Deleting(pod);
+    const std::string& phase = pod.status.phase;
+    const bool deleting = pod.metadata.Deleting();
     if (deleting) pods->deleting[uid] = pod;
     if (deleting || phase == "Succeeded" || phase == "Failed") {
       // Nothing new is mounted for it; what is mounted stays while its
@@ -26,19 +37,12 @@ std::vector<VolumeManager::Wanted> VolumeManager::Desired(std::map<std::string, 
       continue;
     }
     auto wait = [&](const std::string& why) { waiting->emplace(uid, why); };
-    for (const auto& vol : Field(Field(pod, "spec"), "volumes")) {
-      std::string claim_name;
-      bool read_only = false, ephemeral = false;
-      if (const json& pvc = Field(vol, "persistentVolumeClaim"); pvc.is_object()) {
-        claim_name = Str(pvc, {"claimName"});
-        read_only = Field(pvc, "readOnly") == true;
-      } else if (Field(vol, "ephemeral").is_object()) {
-        claim_name = Name(pod) + "-" + Str(vol, {"name"});
-        ephemeral = true;
-      } else {
-        continue;
-      }
-      std::shared_ptr<const json> claim_json = claims.GetSharedByKey(StrCat(Ns(pod), "/", claim_name));
+    for (const types::Volume& vol : pod.spec.volumes) {
+      bool ephemeral = false;
+      const std::string claim_name = pod.VolumeClaim(vol, &ephemeral);
+      if (claim_name.empty()) continue;
+      const bool read_only = vol.persistent_volume_claim && vol.persistent_volume_claim->read_only;
+      std::shared_ptr<const json> claim_json = claims.GetSharedByKey(StrCat(pod.metadata.namespace_, "/", claim_name));
       if (!claim_json) {
         wait(StrCat("persistentvolumeclaim \"", claim_name, "\" not found"));
         continue;
@@ -91,7 +95,7 @@ std::vector<VolumeManager::Wanted> VolumeManager::Desired(std::map<std::string, 
                            .pv = *std::move(pv),
                            .volume = v,
                            .pod_uid = uid,
-                           .volume_name = Str(vol, {"name"}),
+                           .volume_name = vol.name,
                            .read_only = volume_read_only});
     }
     pods->active[uid] = std::move(pod);

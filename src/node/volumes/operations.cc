@@ -31,10 +31,10 @@ std::map<std::string, std::string> VolumeManager::VolumeContext(const Wanted& w)
   std::map<std::string, std::string> out = w.pv.spec.csi->volume_attributes;
   auto driver_obj = informers_.at("csidrivers")->Get("", w.volume.driver);
   if (driver_obj && Field(Field(*driver_obj, "spec"), "podInfoOnMount") == true) {
-    out["csi.storage.k8s.io/pod.name"] = Name(w.pod);
-    out["csi.storage.k8s.io/pod.namespace"] = Ns(w.pod);
+    out["csi.storage.k8s.io/pod.name"] = w.pod.metadata.name;
+    out["csi.storage.k8s.io/pod.namespace"] = w.pod.metadata.namespace_;
     out["csi.storage.k8s.io/pod.uid"] = w.pod_uid;
-    const std::string sa = Str(w.pod, {"spec", "serviceAccountName"});
+    const std::string& sa = w.pod.spec.service_account_name;
     out["csi.storage.k8s.io/serviceAccount.name"] = sa.empty() ? "default" : sa;
     out["csi.storage.k8s.io/ephemeral"] = "false";
   }
@@ -177,13 +177,15 @@ absl::Status VolumeManager::Publish(const Wanted& w, const std::string& staging)
     return csi.NodePublishVolume(req, {.timeout = options_.call_timeout, .secrets = secrets});
   });
   if (call.ok()) {
-    spdlog::info("node {}: published {} for pod {}/{} at {}", options_.node_name, v.pv, Ns(w.pod), Name(w.pod), target);
+    spdlog::info("node {}: published {} for pod {}/{} at {}", options_.node_name, v.pv, w.pod.metadata.namespace_,
+                 w.pod.metadata.name, target);
   } else if (csi::IsFinalError(call)) {
     absl::Status removed = RemoveFileDurably(record);
     if (!removed.ok() && removed.code() != absl::StatusCode::kNotFound) return removed;
   } else {
     spdlog::warn("node {}: publishing {} for pod {}/{} may or may not have happened ({}): the volume is uncertain",
-                 options_.node_name, v.pv, Ns(w.pod), Name(w.pod), std::string(call.message()));
+                 options_.node_name, v.pv, w.pod.metadata.namespace_,
+                 w.pod.metadata.name, std::string(call.message()));
   }
   absl::MutexLock lock(&mu_);
   if (call.ok() || !csi::IsFinalError(call)) {

@@ -122,7 +122,8 @@ void VolumeManager::Reconcile() {
         Dispatch(Op{.lock_key = w.volume.unique,
                     .id = StrCat("expand/", w.volume.unique),
                     .run = [this, w, target = pub->second.target, staging] { return Expand(w, target, staging); },
-                    .pod = w.pod,
+                    .pod = client::IdentityOf(w.pod),
+                    .pod_uid = w.pod_uid,
                     .what = StrCat("MountVolume.NodeExpandVolume failed for volume \"", w.volume.pv, "\"")});
       }
       continue;
@@ -137,14 +138,16 @@ void VolumeManager::Reconcile() {
       Dispatch(Op{.lock_key = w.volume.unique,
                   .id = StrCat("stage/", w.volume.unique),
                   .run = [this, w] { return Stage(w); },
-                  .pod = w.pod,
+                  .pod = client::IdentityOf(w.pod),
+                  .pod_uid = w.pod_uid,
                   .what = StrCat("MountVolume.MountDevice failed for volume \"", w.volume.pv, "\"")});
       continue;
     }
     Dispatch(Op{.lock_key = w.volume.unique,
                 .id = StrCat("publish/", w.pod_uid, "/", w.volume.pv),
                 .run = [this, w, staging] { return Publish(w, staging); },
-                .pod = w.pod,
+                .pod = client::IdentityOf(w.pod),
+                .pod_uid = w.pod_uid,
                 .what = StrCat("MountVolume.SetUp failed for volume \"", w.volume.pv, "\"")});
   }
   // What the pod workers read: which pods have every volume, and where.
@@ -176,7 +179,7 @@ void VolumeManager::Reconcile() {
   }
 }
 
-void VolumeManager::FinishDeletedPods(const std::map<std::string, json>& deleting) {
+void VolumeManager::FinishDeletedPods(const std::map<std::string, types::Pod>& deleting) {
   for (const auto& [uid, pod] : deleting) {
     if (ContainersMayRun(uid)) continue;
     {
@@ -188,12 +191,13 @@ void VolumeManager::FinishDeletedPods(const std::map<std::string, json>& deletin
     apiserver::DeleteOptions opts;
     opts.uid = uid;
     opts.grace_period_seconds = 0;
-    auto st = registry_.Delete(K("pods"), Ns(pod), Name(pod), opts);
+    const std::string& ns = pod.metadata.namespace_;
+    const std::string& name = pod.metadata.name;
+    auto st = registry_.Delete(K("pods"), ns, name, opts);
     if (st.ok()) {
-      spdlog::info("node {}: pod {}/{} stopped and its volumes torn down: deleted", options_.node_name, Ns(pod),
-                   Name(pod));
+      spdlog::info("node {}: pod {}/{} stopped and its volumes torn down: deleted", options_.node_name, ns, name);
     } else if (st.status().code() != absl::StatusCode::kNotFound && st.status().code() != absl::StatusCode::kAborted) {
-      spdlog::warn("node {}: deleting pod {}/{}: {}", options_.node_name, Ns(pod), Name(pod), st.status().ToString());
+      spdlog::warn("node {}: deleting pod {}/{}: {}", options_.node_name, ns, name, st.status().ToString());
       Wake();
     }
   }
@@ -202,7 +206,7 @@ void VolumeManager::FinishDeletedPods(const std::map<std::string, json>& deletin
 // The pod condition of volume-only mode.
 constexpr char kNoContainerRuntime[] = "berth.io/NoContainerRuntime";
 
-void VolumeManager::UpdatePodStatus(const json& pod, bool ready, const std::string& reason,
+void VolumeManager::UpdatePodStatus(const types::Pod& pod, bool ready, const std::string& reason,
                                     const std::string& message) {
   const std::string now = client::NowRfc3339();
   auto edit = [&](json& status) {
@@ -246,14 +250,17 @@ void VolumeManager::UpdatePodStatus(const json& pod, bool ready, const std::stri
                              "volumes are mounted, its containers do not run"}});
     }
   };
-  // Compare on the cached copy first: most passes change nothing.
-  json status = pod.value("status", json::object());
+  // Compare on the cached copy first: most passes change nothing. The status
+  // is edited as JSON (the write keeps every field as the stored object has
+  // it); the typed pod encodes back to the status it was decoded from.
+  json status = types::EncodeValue(pod.status);
+  if (!status.is_object()) status = json::object();
   const json before = status;
   edit(status);
   if (status == before) return;
-  absl::Status st = client::EditStatus(registry_, K("pods"), pod, edit);
+  absl::Status st = client::EditStatus(registry_, K("pods"), client::IdentityOf(pod), edit);
   if (!st.ok() && st.code() != absl::StatusCode::kAborted) {
-    spdlog::warn("pod {}/{} status: {}", Ns(pod), Name(pod), st.ToString());
+    spdlog::warn("pod {}/{} status: {}", pod.metadata.namespace_, pod.metadata.name, st.ToString());
   }
   if (!st.ok()) Wake();
 }
@@ -272,7 +279,7 @@ void VolumeManager::Dispatch(Op op) {
   if (auto r = retry_at_.find(op.id); r != retry_at_.end() && r->second > clock_.Now()) return;
   if (auto w = waiting_until_.find(op.id); w != waiting_until_.end() && w->second > clock_.Now()) return;
   locked_.insert(op.lock_key);
-  if (!op.pod.is_null()) ++pod_ops_[Uid(op.pod)];
+  if (!op.pod_uid.empty()) ++pod_ops_[op.pod_uid];
   queue_.push_back(std::move(op));
 }
 
@@ -288,7 +295,7 @@ void VolumeManager::WorkerLoop() {
       queue_.pop_front();
     }
     absl::Status st = op.run();
-    const std::string uid = op.pod.is_null() ? "" : Uid(op.pod);
+    const std::string uid = op.pod_uid;
     if (!st.ok()) {
       spdlog::warn("node {}: {}: {}", options_.node_name, op.what, std::string(st.message()));
       if (!op.pod.is_null()) events_.Record(op.pod, "Warning", "FailedMount", StrCat(op.what, " : ", st.message()));

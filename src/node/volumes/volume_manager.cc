@@ -71,6 +71,10 @@ absl::Status VolumeManager::Start() {
     auto informer = std::make_unique<client::Informer>(registry_, K(resource, group));
     if (std::string_view(resource) == "pods") {
       // Pods of other nodes neither wake the reconciler nor get looked at.
+      // These run on every pod event of the cluster and read one key of the
+      // raw object, the informer's index key: decoding every pod of every
+      // node here would cost more than the filter saves. The pods of this
+      // node are decoded in the desired-state pass (desired_state.cc).
       const std::string node = options_.node_name;
       auto here = [node](const json& pod) { return Str(pod, {"spec", "nodeName"}) == node; };
       informer->AddIndex(kPodsByNode, [](const json& pod) {

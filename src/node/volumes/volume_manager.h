@@ -64,6 +64,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "api/types/core.h"
+#include "api/types/core_pod.h"
 #include "apiserver/api.h"
 #include "client/drivers.h"
 #include "client/events.h"
@@ -186,7 +187,7 @@ class VolumeManager {
   };
   // One pod volume this node should have.
   struct Wanted {
-    nlohmann::json pod;
+    api::types::Pod pod;  // decoded once, in the desired-state pass
     api::types::PersistentVolumeClaim claim;
     api::types::PersistentVolume pv;  // a CSI volume: spec.csi is set
     Volume volume;
@@ -196,16 +197,17 @@ class VolumeManager {
   };
   // What the desired-state pass found besides the wanted volumes.
   struct PodsSeen {
-    std::map<std::string, nlohmann::json> active;    // uid → pod that runs or may start
-    std::set<std::string> holding;                   // deleting/finished, containers may run: keep volumes
-    std::map<std::string, nlohmann::json> deleting;  // uid → pod with deletionTimestamp on this node
+    std::map<std::string, api::types::Pod> active;    // uid → pod that runs or may start
+    std::set<std::string> holding;                    // deleting/finished/undecodable: keep volumes
+    std::map<std::string, api::types::Pod> deleting;  // uid → pod with deletionTimestamp on this node
   };
   struct Op {
     std::string lock_key;  // the volume: ops on it never overlap
     std::string id;        // "stage/<unique>", "publish/<uid>/<pv>", ...: backoff per id
     std::function<absl::Status()> run;
-    nlohmann::json pod;  // FailedMount events go to the pod (null: none)
-    std::string what;    // "MountVolume.MountDevice failed for volume \"pv\""
+    nlohmann::json pod;    // FailedMount events go to the pod: its client::IdentityOf (null: none)
+    std::string pod_uid;   // "" when `pod` is null
+    std::string what;      // "MountVolume.MountDevice failed for volume \"pv\""
   };
 
   void ReconcileLoop();
@@ -218,9 +220,9 @@ class VolumeManager {
   std::vector<Wanted> Desired(std::map<std::string, std::string>* waiting, PodsSeen* pods);
   bool ContainersMayRun(const std::string& pod_uid) const;
   // Deletes (grace 0) the deleting pods that have nothing left mounted.
-  void FinishDeletedPods(const std::map<std::string, nlohmann::json>& deleting) ABSL_LOCKS_EXCLUDED(mu_);
+  void FinishDeletedPods(const std::map<std::string, api::types::Pod>& deleting) ABSL_LOCKS_EXCLUDED(mu_);
   void Dispatch(Op op) ABSL_LOCKS_EXCLUDED(mu_);
-  void UpdatePodStatus(const nlohmann::json& pod, bool ready, const std::string& reason, const std::string& message);
+  void UpdatePodStatus(const api::types::Pod& pod, bool ready, const std::string& reason, const std::string& message);
 
   // The operations (run on workers).
   absl::Status Stage(const Wanted& w);

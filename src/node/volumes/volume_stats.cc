@@ -24,10 +24,17 @@ void VolumeManager::CollectStats() {
     const Target& t = entry.second;  // (named: a [&] lambda below reads it; clang 14 cannot capture a binding)
     auto driver = plugins_.Get(t.volume.driver);
     if (!driver || !driver->Has(NodeCap::GET_VOLUME_STATS)) continue;
-    auto pv = registry_.Get(K("persistentvolumes"), "", t.volume.pv);
-    if (!pv.ok()) continue;
-    const json ref = Field(Field(*pv, "spec"), "claimRef");
-    if (Str(ref, {"name"}).empty()) continue;
+    auto pv = client::GetTyped<types::PersistentVolume>(registry_, K("persistentvolumes"), "", t.volume.pv);
+    if (!pv.ok()) {
+      // Gone (NOT_FOUND) needs no word; a volume that does not decode has no
+      // claim to label its figures with.
+      if (pv.status().code() != absl::StatusCode::kNotFound) {
+        spdlog::warn("node {}: volume stats of {}: {}", options_.node_name, t.volume.pv, pv.status().ToString());
+      }
+      continue;
+    }
+    if (!pv->spec.claim_ref || pv->spec.claim_ref->name.empty()) continue;
+    const types::ObjectReference ref = *pv->spec.claim_ref;
     ::csi::v1::NodeGetVolumeStatsRequest req;
     req.set_volume_id(t.volume.handle);
     req.set_volume_path(t.path);
@@ -44,8 +51,8 @@ void VolumeManager::CollectStats() {
       continue;
     }
     VolumeStat v;
-    v.ns = Str(ref, {"namespace"});
-    v.claim = Str(ref, {"name"});
+    v.ns = ref.namespace_;
+    v.claim = ref.name;
     v.pv = t.volume.pv;
     for (const auto& u : resp.usage()) {
       if (u.unit() == ::csi::v1::VolumeUsage::BYTES) {
