@@ -71,6 +71,36 @@ TEST_F(NodeAgentFaultTest, ADeletedPodStaysTerminatingUntilItsVolumesAreTornDown
   EXPECT_FALSE(fs::exists(root_ + "/pods/" + uid));
 }
 
+TEST_F(NodeAgentFaultTest, APodThatNoLongerDecodesKeepsItsVolumes) {
+  AttachNotRequired();
+  CreateVolume("data", "pv-1", kHandle);
+  StartAgent();
+  ServeDriver();
+  CreatePod("app", "data");
+  ASSERT_TRUE(Eventually([&] { return PodPhase("app") == "Running"; }));
+  // A field of the wrong type (the API server's validation would refuse it:
+  // written to the store directly).
+  json pod = Get("pods", "default", "app");
+  pod["spec"]["restartPolicy"] = 5;
+  ASSERT_TRUE(store_->Update("pods", pod).ok());
+  fake_clock_.Advance(absl::Seconds(20));  // resyncs
+  ASSERT_TRUE(Settle(*store_));
+  // Not torn down from under its containers.
+  EXPECT_EQ(driver_->Calls("unpublish"), 0);
+  EXPECT_EQ(driver_->Published().size(), 1u);
+  // Readable again: deleting it tears its volumes down as usual.
+  pod = Get("pods", "default", "app");
+  pod["spec"]["restartPolicy"] = "Always";
+  ASSERT_TRUE(store_->Update("pods", pod).ok());
+  DeletePod("app");
+  ASSERT_TRUE(Eventually([&] {
+    fake_clock_.Advance(absl::Milliseconds(100));
+    return PodGone("app");
+  }));
+  EXPECT_EQ(driver_->Calls("unpublish"), 1);
+  EXPECT_TRUE(Eventually([&] { return driver_->Staged().empty(); }));
+}
+
 TEST_F(NodeAgentFaultTest, AnUnscheduledPodIsDeletedAtOnce) {
   Create("pods", "default",
          {{"apiVersion", "v1"},
