@@ -85,6 +85,7 @@ void VolumeManager::Reconcile() {
                 .id = StrCat("unpublish/", key.first, "/", key.second),
                 .run = [this, pub] { return Unpublish(pub); },
                 .pod = json(),
+                .pod_uid = "",
                 .what = StrCat("UnmountVolume.TearDown failed for volume \"", p.volume.pv, "\"")});
   }
   for (const auto& [unique, s] : staged) {
@@ -94,6 +95,7 @@ void VolumeManager::Reconcile() {
                 .id = StrCat("unstage/", unique),
                 .run = [this, stg] { return Unstage(stg); },
                 .pod = json(),
+                .pod_uid = "",
                 .what = StrCat("UnmountDevice failed for volume \"", s.volume.pv, "\"")});
   }
   // Set up what is wanted.
