@@ -213,6 +213,16 @@ class NodeAgentFaultTest : public NodeAgentTest {
     ASSERT_TRUE(deleted.ok()) << deleted.status();
   }
   std::string Unique(const std::string& handle) { return client::UniqueVolumeName(kDriver, handle); }
+  // Until the pod is Running, moving the clock on meanwhile: a pass that ran
+  // before the driver registered, or before the node took volumesInUse,
+  // looks again after Options::poll on the clock.
+  bool RunningOnTheFakeClock(const std::string& pod) {
+    return Eventually([&] {
+      if (PodPhase(pod) == "Running") return true;
+      fake_clock_.Advance(absl::Milliseconds(100));
+      return false;
+    });
+  }
 
   FakeClock fake_clock_;
 };

@@ -168,7 +168,7 @@ TEST_F(NodeAgentFaultTest, EveryReconcilePassIsCountedAndReportedWhenItEnds) {
   StartAgent();
   ServeDriver();
   CreatePod("app", "data");
-  ASSERT_TRUE(Eventually([&] { return PodPhase("app") == "Running"; }));
+  ASSERT_TRUE(RunningOnTheFakeClock("app"));
   ASSERT_TRUE(Settle(*store_));
   VolumeManager& vm = agent_->volumes();
   const VolumeManager::ReconcileProgress settled = vm.Progress();
@@ -208,7 +208,7 @@ TEST_F(NodeAgentFaultTest, ARestartedAgentCountsAfreshAndFindsNothingToRemount) 
   StartAgent();
   ServeDriver();
   CreatePod("app", "data");
-  ASSERT_TRUE(Eventually([&] { return PodPhase("app") == "Running"; }));
+  ASSERT_TRUE(RunningOnTheFakeClock("app"));
   ASSERT_TRUE(Settle(*store_));
   ASSERT_GE(agent_->volumes().Progress().passes, 2u);
   StopAgent();
