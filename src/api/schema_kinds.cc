@@ -21,17 +21,19 @@
 // and so are node taints and pod tolerations (node failure handling reads
 // them).
 
+#include <array>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
-#include <initializer_list>
 #include <map>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
 #include "api/kinds.h"
 #include "api/schema.h"
+#include "api/volume_sources.h"
 
 namespace berth::api {
 namespace {
@@ -39,8 +41,9 @@ namespace {
 using Fields = std::vector<std::pair<std::string, SchemaPtr>>;
 
 // Adds `names` to `fields` as free-form values.
-void AddAny(Fields& fields, std::initializer_list<const char*> names) {
-  for (const char* name : names) fields.emplace_back(name, AnyValue());
+template <size_t N>
+void AddAny(Fields& fields, const std::array<std::string_view, N>& names) {
+  for (std::string_view name : names) fields.emplace_back(std::string(name), AnyValue());
 }
 
 SchemaPtr StrList() { return Arr(Str()); }
@@ -180,9 +183,7 @@ SchemaPtr PvSpecSchema() {
       {"local", Obj({{"path", Str()}, {"fsType", Str()}})},
       {"nfs", NfsSchema()},
   };
-  AddAny(fields, {"gcePersistentDisk", "awsElasticBlockStore", "glusterfs", "rbd", "iscsi", "cinder", "cephfs", "fc",
-                  "flocker", "flexVolume", "azureFile", "vsphereVolume", "quobyte", "azureDisk", "photonPersistentDisk",
-                  "portworxVolume", "scaleIO", "storageos"});
+  AddAny(fields, kInTreeVolumeSources);
   return Obj(std::move(fields));
 }
 
@@ -238,30 +239,8 @@ SchemaPtr PodVolumeSchema() {
       {"nfs", NfsSchema()},
       {"emptyDir", Obj({{"medium", Str()}, {"sizeLimit", Qty()}, {"mode", Int()}})},
   };
-  AddAny(fields, {"configMap",
-                  "secret",
-                  "projected",
-                  "downwardAPI",
-                  "image",
-                  "gcePersistentDisk",
-                  "awsElasticBlockStore",
-                  "gitRepo",
-                  "iscsi",
-                  "glusterfs",
-                  "rbd",
-                  "flexVolume",
-                  "cinder",
-                  "cephfs",
-                  "flocker",
-                  "fc",
-                  "azureFile",
-                  "vsphereVolume",
-                  "quobyte",
-                  "azureDisk",
-                  "photonPersistentDisk",
-                  "portworxVolume",
-                  "scaleIO",
-                  "storageos"});
+  AddAny(fields, kPodOnlyVolumeSources);
+  AddAny(fields, kInTreeVolumeSources);
   return Obj(std::move(fields));
 }
 

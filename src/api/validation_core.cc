@@ -11,6 +11,7 @@
 #include "api/quantity.h"
 
 #include "api/validation_internal.h"
+#include "api/volume_sources.h"
 
 namespace berth::api::validation_internal {
 
@@ -88,36 +89,13 @@ void ValidateClaim(const json& obj, const json* old, Errors& errs) {
 
 // ---- PersistentVolume ----
 
-constexpr std::string_view kPvSources[] = {"csi",
-                                           "hostPath",
-                                           "local",
-                                           "nfs",
-                                           "gcePersistentDisk",
-                                           "awsElasticBlockStore",
-                                           "glusterfs",
-                                           "rbd",
-                                           "iscsi",
-                                           "cinder",
-                                           "cephfs",
-                                           "fc",
-                                           "flocker",
-                                           "flexVolume",
-                                           "azureFile",
-                                           "vsphereVolume",
-                                           "quobyte",
-                                           "azureDisk",
-                                           "photonPersistentDisk",
-                                           "portworxVolume",
-                                           "scaleIO",
-                                           "storageos"};
-
 json PvSource(const json& spec) {
   json out = json::object();
-  for (auto k : kPvSources) {
+  ForEachPvSource([&](std::string_view k) {
     if (spec.is_object() && spec.contains(k) && !spec[std::string(k)].is_null()) {
       out[std::string(k)] = spec[std::string(k)];
     }
-  }
+  });
   return out;
 }
 
@@ -199,37 +177,6 @@ void ValidateVolume(const json& obj, const json* old, Errors& errs) {
 }
 
 // ---- core ----
-
-constexpr std::string_view kPodVolumeSources[] = {"persistentVolumeClaim",
-                                                  "csi",
-                                                  "ephemeral",
-                                                  "emptyDir",
-                                                  "hostPath",
-                                                  "configMap",
-                                                  "secret",
-                                                  "projected",
-                                                  "downwardAPI",
-                                                  "nfs",
-                                                  "iscsi",
-                                                  "gitRepo",
-                                                  "gcePersistentDisk",
-                                                  "awsElasticBlockStore",
-                                                  "glusterfs",
-                                                  "rbd",
-                                                  "flexVolume",
-                                                  "cinder",
-                                                  "cephfs",
-                                                  "flocker",
-                                                  "fc",
-                                                  "azureFile",
-                                                  "vsphereVolume",
-                                                  "quobyte",
-                                                  "azureDisk",
-                                                  "photonPersistentDisk",
-                                                  "portworxVolume",
-                                                  "scaleIO",
-                                                  "storageos",
-                                                  "image"};
 
 // core/v1 taints and tolerations (Kubernetes' validateNodeTaints and
 // ValidateTolerations, the rules the node lifecycle controller, the
@@ -327,7 +274,7 @@ void ValidatePod(const json& obj, const json* old, Errors& errs) {
         errs.FromStatus(ValidateDns1123Label(StrCat(f, ".name"), String(name)));
       }
       int sources = 0;
-      for (auto k : kPodVolumeSources) sources += !Get(vols[i], k).is_null();
+      ForEachPodVolumeSource([&](std::string_view k) { sources += !Get(vols[i], k).is_null(); });
       if (sources == 0) errs.Required(f, "must specify a volume type");
       if (sources > 1) errs.Forbidden(f, "may not specify more than 1 volume type");
       const json& claim = Get(vols[i], "persistentVolumeClaim");

@@ -133,6 +133,32 @@ absl::StatusOr<Step> ParseBracket(std::string_view in) {
   return st;
 }
 
+// The index of the first `close` at or after `from` that is outside quoted
+// text (backslash escapes inside) and outside parentheses, as in
+// [?(@.name=="a]b")] and {.items[?(@.x=="}")]}; npos when there is none.
+size_t FindClosing(std::string_view text, size_t from, char close) {
+  char quote = 0;
+  int depth = 0;
+  for (size_t i = from; i < text.size(); ++i) {
+    const char c = text[i];
+    if (quote) {
+      if (c == '\\')
+        ++i;
+      else if (c == quote)
+        quote = 0;
+    } else if (c == '"' || c == '\'') {
+      quote = c;
+    } else if (c == '(') {
+      ++depth;
+    } else if (c == ')') {
+      --depth;
+    } else if (c == close && depth == 0) {
+      return i;
+    }
+  }
+  return std::string_view::npos;
+}
+
 absl::StatusOr<std::vector<Step>> ParsePath(std::string_view expr) {
   std::vector<Step> steps;
   std::string_view p = TrimSpace(expr);
@@ -141,28 +167,8 @@ absl::StatusOr<std::vector<Step>> ParsePath(std::string_view expr) {
   bool need_dot = false;
   while (!p.empty()) {
     if (p.front() == '[') {
-      // The closing bracket, past any quoted text.
-      size_t i = 1;
-      char quote = 0;
-      int depth = 0;
-      for (; i < p.size(); ++i) {
-        char c = p[i];
-        if (quote) {
-          if (c == '\\')
-            ++i;
-          else if (c == quote)
-            quote = 0;
-        } else if (c == '"' || c == '\'') {
-          quote = c;
-        } else if (c == '(') {
-          ++depth;
-        } else if (c == ')') {
-          --depth;
-        } else if (c == ']' && depth == 0) {
-          break;
-        }
-      }
-      if (i >= p.size()) return absl::InvalidArgumentError("unclosed [");
+      const size_t i = FindClosing(p, 1, ']');
+      if (i == std::string_view::npos) return absl::InvalidArgumentError("unclosed [");
       BERTH_ASSIGN_OR_RETURN(Step st, ParseBracket(p.substr(1, i - 1)));
       steps.push_back(std::move(st));
       p.remove_prefix(i + 1);
@@ -301,21 +307,10 @@ std::vector<const json*> Apply(const std::vector<Step>& steps, const json& root)
 
 // The text inside one {...} starting at text[at] == '{'; advances `at`.
 absl::StatusOr<std::string_view> Braced(std::string_view text, size_t& at) {
-  char quote = 0;
-  for (size_t i = at + 1; i < text.size(); ++i) {
-    char c = text[i];
-    if (quote) {
-      if (c == '\\')
-        ++i;
-      else if (c == quote)
-        quote = 0;
-    } else if (c == '"' || c == '\'') {
-      quote = c;
-    } else if (c == '}') {
-      std::string_view inner = text.substr(at + 1, i - at - 1);
-      at = i + 1;
-      return inner;
-    }
+  if (const size_t i = FindClosing(text, at + 1, '}'); i != std::string_view::npos) {
+    std::string_view inner = text.substr(at + 1, i - at - 1);
+    at = i + 1;
+    return inner;
   }
   return absl::InvalidArgumentError("unclosed action");
 }

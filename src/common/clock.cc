@@ -36,6 +36,50 @@ void Clock::SleepUntil(absl::Time deadline) {
   AwaitWithDeadline(mu, absl::Condition(&never), deadline);
 }
 
+namespace clock_internal {
+
+Clock::TimerId TimerSet::Add(absl::Time when, std::function<void()> fn) {
+  const Clock::TimerId id = next_id_++;
+  timers_.emplace(std::make_pair(when, id), std::move(fn));
+  when_[id] = when;
+  return id;
+}
+
+bool TimerSet::Cancel(absl::Mutex& mu, Clock::TimerId id) {
+  auto it = when_.find(id);
+  if (it != when_.end()) {
+    timers_.erase({it->second, id});
+    when_.erase(it);
+    return true;
+  }
+  // Running now (or run already): wait until it has returned.
+  struct NotRunning {
+    const TimerSet* set;
+    Clock::TimerId id;
+    bool operator()() const { return set->running_ != id; }
+  } not_running{this, id};
+  mu.Await(absl::Condition(&not_running));
+  return false;
+}
+
+bool TimerSet::RunEarliest(absl::Mutex& mu, absl::Time limit) {
+  if (timers_.empty() || timers_.begin()->first.first > limit) return false;
+  auto it = timers_.begin();
+  const Clock::TimerId id = it->first.second;
+  std::function<void()> fn = std::move(it->second);
+  timers_.erase(it);
+  when_.erase(id);
+  running_ = id;
+  mu.Unlock();
+  fn();
+  fn = nullptr;  // its captures go before Cancel may return
+  mu.Lock();
+  running_ = 0;
+  return true;
+}
+
+}  // namespace clock_internal
+
 namespace {
 
 // Timers on one thread, started on first use and never stopped (the real
@@ -50,61 +94,34 @@ class RealClockImpl : public Clock {
       started_ = true;
       std::thread([this] { Loop(); }).detach();
     }
-    const TimerId id = next_id_++;
-    timers_.emplace(std::make_pair(when, id), std::move(fn));
-    when_[id] = when;
-    return id;
+    return timers_.Add(when, std::move(fn));
   }
 
   bool Cancel(TimerId id) override {
     absl::MutexLock l(&mu_);
-    auto it = when_.find(id);
-    if (it != when_.end()) {
-      timers_.erase({it->second, id});
-      when_.erase(it);
-      return true;
-    }
-    // Running now: wait until it has returned.
-    auto not_running = [this, id]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return running_ != id; };
-    mu_.Await(absl::Condition(&not_running));
-    return false;
+    return timers_.Cancel(mu_, id);
   }
 
  private:
   void Loop() {
     absl::MutexLock l(&mu_);
     for (;;) {
-      const absl::Time next = timers_.empty() ? absl::InfiniteFuture() : timers_.begin()->first.first;
-      const absl::Time now = absl::Now();
-      if (next > now) {
+      const absl::Time next = timers_.Next();
+      if (next > absl::Now()) {
         const size_t before = timers_.size();
-        const absl::Time earliest = next;
-        auto changed = [this, before, earliest]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-          return timers_.size() != before || (!timers_.empty() && timers_.begin()->first.first < earliest);
+        auto changed = [this, before, next]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+          return timers_.size() != before || timers_.Next() < next;
         };
         mu_.AwaitWithDeadline(absl::Condition(&changed), next);
         continue;
       }
-      auto it = timers_.begin();
-      const TimerId id = it->first.second;
-      std::function<void()> fn = std::move(it->second);
-      timers_.erase(it);
-      when_.erase(id);
-      running_ = id;
-      mu_.Unlock();
-      fn();
-      fn = nullptr;
-      mu_.Lock();
-      running_ = 0;
+      timers_.RunEarliest(mu_, absl::InfiniteFuture());
     }
   }
 
   absl::Mutex mu_;
   bool started_ ABSL_GUARDED_BY(mu_) = false;
-  TimerId next_id_ ABSL_GUARDED_BY(mu_) = 1;
-  std::map<std::pair<absl::Time, TimerId>, std::function<void()>> timers_ ABSL_GUARDED_BY(mu_);
-  std::map<TimerId, absl::Time> when_ ABSL_GUARDED_BY(mu_);
-  TimerId running_ ABSL_GUARDED_BY(mu_) = 0;
+  clock_internal::TimerSet timers_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace
@@ -125,43 +142,20 @@ absl::Time FakeClock::Now() {
 
 Clock::TimerId FakeClock::AfterFunc(absl::Time when, std::function<void()> fn) {
   absl::MutexLock l(&mu_);
-  const TimerId id = next_id_++;
-  timers_.emplace(std::make_pair(when, id), std::move(fn));
-  when_[id] = when;
-  return id;
+  return timers_.Add(when, std::move(fn));
 }
 
 bool FakeClock::Cancel(TimerId id) {
   absl::MutexLock l(&mu_);
-  auto it = when_.find(id);
-  if (it != when_.end()) {
-    timers_.erase({it->second, id});
-    when_.erase(it);
-    return true;
-  }
-  auto not_running = [this, id]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return running_ != id; };
-  mu_.Await(absl::Condition(&not_running));
-  return false;
+  return timers_.Cancel(mu_, id);
 }
 
 bool FakeClock::RunOneDue(absl::Time limit) {
-  std::function<void()> fn;
-  {
-    absl::MutexLock l(&mu_);
-    if (timers_.empty() || timers_.begin()->first.first > limit) return false;
-    auto it = timers_.begin();
-    const auto [when, id] = it->first;
-    fn = std::move(it->second);
-    timers_.erase(it);
-    when_.erase(id);
-    if (when > now_) now_ = when;
-    running_ = id;
-  }
-  fn();
-  fn = nullptr;
   absl::MutexLock l(&mu_);
-  running_ = 0;
-  return true;
+  const absl::Time when = timers_.Next();
+  if (when > limit) return false;
+  if (when > now_) now_ = when;  // Now() inside the callback is its deadline
+  return timers_.RunEarliest(mu_, limit);
 }
 
 void FakeClock::Advance(absl::Duration d) {
@@ -195,7 +189,7 @@ bool FakeClock::BlockUntilTimers(int n, absl::Duration timeout) {
 
 absl::Time FakeClock::NextTimer() {
   absl::MutexLock l(&mu_);
-  return timers_.empty() ? absl::InfiniteFuture() : timers_.begin()->first.first;
+  return timers_.Next();
 }
 
 }  // namespace berth

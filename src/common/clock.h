@@ -98,6 +98,35 @@ class ScopedTimer {
   Clock::TimerId id_ = 0;
 };
 
+namespace clock_internal {
+
+// The timers of one clock: pending callbacks in deadline order (ties in the
+// order they were set) and the one running. Not locked itself: the owning
+// clock's mutex guards it, and the methods that wait or run a callback take
+// that mutex as an argument.
+class TimerSet {
+ public:
+  Clock::TimerId Add(absl::Time when, std::function<void()> fn);
+  // Removes a pending timer and returns true; when it is running, waits on
+  // `mu` (released meanwhile) until its callback has returned, and returns
+  // false.
+  bool Cancel(absl::Mutex& mu, Clock::TimerId id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // Runs the earliest timer if it is due at `limit`, with `mu` released
+  // while its callback runs; returns whether one ran.
+  bool RunEarliest(absl::Mutex& mu, absl::Time limit) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // The earliest deadline, or InfiniteFuture.
+  absl::Time Next() const { return timers_.empty() ? absl::InfiniteFuture() : timers_.begin()->first.first; }
+  size_t size() const { return timers_.size(); }
+
+ private:
+  Clock::TimerId next_id_ = 1;
+  std::map<std::pair<absl::Time, Clock::TimerId>, std::function<void()>> timers_;
+  std::map<Clock::TimerId, absl::Time> when_;
+  Clock::TimerId running_ = 0;  // the callback running now, 0: none
+};
+
+}  // namespace clock_internal
+
 // A clock that moves only when told. Starts at 2026-01-01T00:00:00Z unless
 // given a time.
 class FakeClock : public Clock {
@@ -127,19 +156,11 @@ class FakeClock : public Clock {
   absl::Time NextTimer() ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
-  struct Timer {
-    absl::Time when;
-    std::function<void()> fn;
-  };
   bool RunOneDue(absl::Time limit) ABSL_LOCKS_EXCLUDED(mu_);
 
   absl::Mutex mu_;
   absl::Time now_ ABSL_GUARDED_BY(mu_);
-  TimerId next_id_ ABSL_GUARDED_BY(mu_) = 1;
-  // Ordered by (when, id): ties run in the order they were set.
-  std::map<std::pair<absl::Time, TimerId>, std::function<void()>> timers_ ABSL_GUARDED_BY(mu_);
-  std::map<TimerId, absl::Time> when_ ABSL_GUARDED_BY(mu_);
-  TimerId running_ ABSL_GUARDED_BY(mu_) = 0;  // the callback Advance is running, 0: none
+  clock_internal::TimerSet timers_ ABSL_GUARDED_BY(mu_);
   // Serializes Advance calls (so time never moves backwards under a callback).
   absl::Mutex advance_mu_;
 };
