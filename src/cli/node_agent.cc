@@ -16,6 +16,7 @@
 #include "common/strings.h"
 #include "csi/call_metrics.h"
 #include "csi/endpoint.h"
+#include "metrics/prometheus.h"
 #include "node/agent.h"
 #include "spdlog/spdlog.h"
 
@@ -47,7 +48,65 @@ void WriteMetrics(node::NodeAgent& agent, const std::string& data_dir, const std
   WriteAtomically(CsiCallsFile(data_dir, node), calls);
 }
 
+// The agent's own families (berth's names). Each agent writes its samples
+// to AgentMetricsFile; berth up adds the headers (WriteAgentMetrics).
+struct AgentFamily {
+  const char* name;
+  metrics::MetricType type;
+  const char* help;
+};
+constexpr AgentFamily kAgentFamilies[] = {
+    {"berth_node_agent_start_time_seconds", metrics::MetricType::kGauge,
+     "Start time of the node agent process since unix epoch in seconds."},
+    {"berth_volume_manager_reconciles_total", metrics::MetricType::kCounter,
+     "Reconcile passes the node's volume manager completed since its agent started (all after the "
+     "reconstruction of its state from disk)."},
+    {"berth_volume_manager_operations", metrics::MetricType::kGauge,
+     "Volume operations (stage, publish, expand, unpublish, unstage) queued or running at the end of the volume "
+     "manager's last reconcile pass."},
+};
+
+// Writes the agent's samples: at start (no pass yet, before reconstruction,
+// so the file never shows a previous agent's count beside this one's start
+// time) and after every reconcile pass, so a reader sees a pass as soon as
+// it ends.
+void WriteAgentSamples(const std::string& data_dir, const std::string& node, absl::Time start,
+                       const node::VolumeManager::ReconcileProgress& progress) {
+  const metrics::Labels labels = {{"node", node}};
+  std::string out;
+  metrics::WriteSample(&out, kAgentFamilies[0].name, labels, absl::ToDoubleSeconds(start - absl::UnixEpoch()));
+  metrics::WriteSample(&out, kAgentFamilies[1].name, labels, static_cast<double>(progress.passes));
+  metrics::WriteSample(&out, kAgentFamilies[2].name, labels, static_cast<double>(progress.operations));
+  WriteAtomically(AgentMetricsFile(data_dir, node), out);
+}
+
 }  // namespace
+
+std::string AgentMetricsFile(const std::string& data_dir, const std::string& node) {
+  return NodeDir(data_dir, node) + "/agent.prom";
+}
+
+void WriteAgentMetrics(std::string* out, const std::vector<std::string>& node_samples) {
+  for (const auto& family : kAgentFamilies) {
+    const std::string_view name = family.name;
+    std::string lines;
+    for (const auto& text : node_samples) {
+      for (std::string_view rest = text; !rest.empty();) {
+        const size_t nl = rest.find('\n');
+        const std::string_view line = rest.substr(0, nl == std::string_view::npos ? rest.size() : nl + 1);
+        rest.remove_prefix(line.size());
+        if (line.size() > name.size() && line.substr(0, name.size()) == name &&
+            (line[name.size()] == '{' || line[name.size()] == ' ')) {
+          lines.append(line);
+          if (line.back() != '\n') lines.push_back('\n');
+        }
+      }
+    }
+    if (lines.empty()) continue;
+    metrics::WriteFamily(out, family.name, family.type, family.help);
+    out->append(lines);
+  }
+}
 
 std::string NodeDir(const std::string& data_dir, const std::string& node) { return StrCat(data_dir, "/nodes/", node); }
 
@@ -83,10 +142,13 @@ absl::Status ValidateNodeAgentOptions(const NodeAgentOptions& o) {
 }
 
 absl::Status RunNodeAgent(const NodeAgentOptions& o) {
+  const absl::Time start = absl::Now();
   BERTH_RETURN_IF_ERROR(ValidateNodeAgentOptions(o));
   const std::string dir = NodeDir(o.data_dir, o.node_name);
   const std::string root = dir + "/kubelet";
   BERTH_RETURN_IF_ERROR(MakeDirs(root, 0750));
+  // This agent's numbers replace a predecessor's at once (no pass yet).
+  WriteAgentSamples(o.data_dir, o.node_name, start, {});
   const std::string pod_logs = o.data_dir + "/pods";
   BERTH_RETURN_IF_ERROR(MakeDirs(pod_logs, 0700));
 
@@ -115,7 +177,11 @@ absl::Status RunNodeAgent(const NodeAgentOptions& o) {
                                                  .mount_table = ReadMountTable,
                                                  .runtime_endpoint = o.runtime_endpoint,
                                                  .pod_log_root = pod_logs,
-                                                 .host_ip = o.host_ip});
+                                                 .host_ip = o.host_ip,
+                                                 .on_volume_pass =
+                                                     [&](const node::VolumeManager::ReconcileProgress& progress) {
+                                                       WriteAgentSamples(o.data_dir, o.node_name, start, progress);
+                                                     }});
   for (const auto& d : o.static_drivers) {
     const size_t eq = d.find('=');
     agent.AddStaticDriver(d.substr(0, eq), d.substr(eq + 1));

@@ -5,7 +5,8 @@
 // the control plane's death leaves the node's mounts and containers alone.
 //
 // The agent also writes its volume statistics (kubelet_volume_stats_*) to
-// <data>/nodes/<node>/volume-stats.prom for berth up's /metrics.
+// <data>/nodes/<node>/volume-stats.prom, its CSI calls to csi-calls.prom and
+// its volume manager's progress to agent.prom, for berth up's /metrics.
 //
 // Thread-safety: RunNodeAgent is called once, from main.
 #pragma once
@@ -39,6 +40,16 @@ std::string VolumeStatsFile(const std::string& data_dir, const std::string& node
 // with the node, without HELP/TYPE: berth up writes the family header once
 // for all nodes).
 std::string CsiCallsFile(const std::string& data_dir, const std::string& node);
+// The agent's own samples (berth_node_agent_start_time_seconds,
+// berth_volume_manager_reconciles_total, berth_volume_manager_operations,
+// labelled with the node), rewritten at start and after every reconcile
+// pass of its volume manager; a reader tells a restarted agent's numbers
+// from its predecessor's by the start time.
+std::string AgentMetricsFile(const std::string& data_dir, const std::string& node);
+// berth up's /metrics: those families, each with its HELP/TYPE once and then
+// the samples of every node (`node_samples`: the nodes' AgentMetricsFile
+// texts). Lines of other names are ignored.
+void WriteAgentMetrics(std::string* out, const std::vector<std::string>& node_samples);
 
 absl::Status ValidateNodeAgentOptions(const NodeAgentOptions& options);
 

@@ -405,6 +405,13 @@ absl::Status RunUp(UpOptions options) {
       csi::CallMetrics::Kubelet().WriteHeader(out);
       out->append(node_calls);
     }
+    // The agents' own: when each started, its volume manager's passes.
+    std::vector<std::string> agents;
+    for (const auto& name : node_names) {
+      auto text = ReadFile(AgentMetricsFile(data_dir, name));
+      if (text.ok()) agents.push_back(std::move(*text));
+    }
+    WriteAgentMetrics(out, agents);
   });
   supervisor.Start();
   absl::Status st = runtimes->WaitReady(absl::Minutes(2));

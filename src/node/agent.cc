@@ -76,6 +76,7 @@ absl::Status NodeAgent::Start() {
   vm.clock = options_.clock;
   vm.containers_may_run = options_.containers_may_run;
   vm.runtime_owns_pod_status = options_.runtime_owns_pod_status;
+  vm.on_pass = options_.on_volume_pass;
   if (!options_.runtime_endpoint.empty()) {
     // The pod workers run the pods; the volume manager asks them whether a
     // pod's containers may still run and leaves pod status to them.

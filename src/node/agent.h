@@ -65,6 +65,9 @@ class NodeAgent {
     std::string pod_log_root{};
     std::string host_ip{};
     int pod_workers = 8;
+    // After every reconcile pass of the volume manager (see
+    // VolumeManager::Options::on_pass).
+    std::function<void(const VolumeManager::ReconcileProgress&)> on_volume_pass = nullptr;
   };
   NodeAgent(apiserver::Api& registry, client::DriverDirectory& directory, Options options);
   ~NodeAgent();  // Stop()

@@ -61,6 +61,23 @@ class BerthUpTest : public BerthUpFixture {
     return n;
   }
   std::string Example(const std::string& name) { return std::string(BERTH_SOURCE_DIR) + "/examples/" + name; }
+  // Whether the node agent that started after `since` has had its volume
+  // manager end at least two reconcile passes, the last with no operation
+  // queued or running (berth up's /metrics: the agent's start time tells it
+  // from an agent killed before, whose file outlives it). Every pass decides
+  // on the state reconstructed from disk; an operation a pass dispatched
+  // ends before the pass that follows it, so nothing it did is missed.
+  bool AgentReconciledSince(absl::Time since, const std::string& node = "testnode") {
+    auto r = client_->Call("GET", "/metrics");
+    if (!r.ok() || r->code != 200) return false;
+    auto samples = metrics::testing::ParseExposition(r->body);
+    if (!samples.ok()) return false;
+    auto value = [&](const char* name) {
+      return metrics::testing::FindSample(*samples, name, {{"node", node}}).value_or(-1);
+    };
+    return value("berth_node_agent_start_time_seconds") > absl::ToDoubleSeconds(since - absl::UnixEpoch()) &&
+           value("berth_volume_manager_reconciles_total") >= 2 && value("berth_volume_manager_operations") == 0;
+  }
   // Successful NodeStageVolume calls in the node's berth-csi log.
   size_t NodeStages(const std::string& node = "testnode") {
     return CountOf(ReadWholeFile(data_ + "/nodes/" + node + "/berth-csi.log"), "NodeStageVolume code=OK");
@@ -250,14 +267,16 @@ TEST_F(BerthUpTest, KillNineAndRestartKeepsPodsRunning) {
   ASSERT_EQ(StopUp(SIGKILL), 128 + SIGKILL);
   EXPECT_TRUE(Mounted(mount));  // the mounts outlive the agent
 
+  const absl::Time restarted = absl::Now();
   StartUp();
   EXPECT_TRUE(Running("app"));
   EXPECT_EQ(Claim("data")["spec"]["volumeName"], pv);
   EXPECT_EQ(ReadWholeFile(mount + "/hello"), "still here");
-  // Nothing is staged or published twice: the driver's log shows one stage.
-  // A fixed wait on purpose: the absence of a second stage has no event to
-  // wait for.
-  absl::SleepFor(absl::Seconds(3));
+  // Nothing is staged or published twice: once the restarted agent's volume
+  // manager has reconciled what it reconstructed (the second pass comes at
+  // the latest with its 10 s resync), the driver's log shows one stage.
+  ASSERT_TRUE(Eventually([&] { return AgentReconciledSince(restarted); }, absl::Seconds(60)))
+      << client_->Call("GET", "/metrics")->body;
   EXPECT_TRUE(Mounted(mount));
   EXPECT_EQ(NodeStages(), 1u) << ReadWholeFile(data_ + "/nodes/testnode/berth-csi.log");
   Berth({"delete", "-f", Example("claim-and-pod.yaml")});

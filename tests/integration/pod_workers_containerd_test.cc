@@ -5,10 +5,12 @@
 // and releases its sandbox, a graceful deletion runs the container's SIGTERM
 // trap before the workers report that nothing runs, and a restarted agent
 // adopts the running sandboxes (never a second one) and removes those of
-// pods deleted while it was down.
+// pods deleted while it was down; a container log over the limit is
+// rotated, its path asked of the runtime once.
 #include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 
 #include "absl/strings/match.h"
 #include "apiserver/registry.h"
@@ -41,6 +43,72 @@ class FakeVolumes : public PodVolumes {
   std::atomic<int> wakes{0};
 };
 
+// The real runtime, with the ContainerStatus calls counted per container
+// (the log rotation check should ask once in a container's life).
+class CountingRuntime : public cri::Runtime {
+ public:
+  explicit CountingRuntime(cri::Runtime& real) : real_(real) {}
+  int StatusCalls(const std::string& id) {
+    absl::MutexLock lock(&mu_);
+    auto it = status_calls_.find(id);
+    return it == status_calls_.end() ? 0 : it->second;
+  }
+
+  // cri::Runtime
+  absl::StatusOr<cri::v1::ContainerStatus> ContainerStatus(const std::string& id) override {
+    {
+      absl::MutexLock lock(&mu_);
+      ++status_calls_[id];
+    }
+    return real_.ContainerStatus(id);
+  }
+  absl::StatusOr<cri::v1::VersionResponse> Version() override { return real_.Version(); }
+  absl::StatusOr<cri::v1::RuntimeStatus> Status() override { return real_.Status(); }
+  absl::StatusOr<std::string> RunPodSandbox(const cri::v1::PodSandboxConfig& config,
+                                            const std::string& handler) override {
+    return real_.RunPodSandbox(config, handler);
+  }
+  absl::Status StopPodSandbox(const std::string& id) override { return real_.StopPodSandbox(id); }
+  absl::Status RemovePodSandbox(const std::string& id) override { return real_.RemovePodSandbox(id); }
+  absl::StatusOr<cri::v1::PodSandboxStatus> PodSandboxStatus(const std::string& id) override {
+    return real_.PodSandboxStatus(id);
+  }
+  absl::StatusOr<std::vector<cri::v1::PodSandbox>> ListPodSandbox(const cri::v1::PodSandboxFilter& f) override {
+    return real_.ListPodSandbox(f);
+  }
+  absl::StatusOr<std::string> CreateContainer(const std::string& sandbox_id, const cri::v1::ContainerConfig& config,
+                                              const cri::v1::PodSandboxConfig& sandbox_config) override {
+    return real_.CreateContainer(sandbox_id, config, sandbox_config);
+  }
+  absl::Status StartContainer(const std::string& id) override { return real_.StartContainer(id); }
+  absl::Status StopContainer(const std::string& id, absl::Duration grace) override {
+    return real_.StopContainer(id, grace);
+  }
+  absl::Status RemoveContainer(const std::string& id) override { return real_.RemoveContainer(id); }
+  absl::StatusOr<std::vector<cri::v1::Container>> ListContainers(const cri::v1::ContainerFilter& f) override {
+    return real_.ListContainers(f);
+  }
+  absl::Status ReopenContainerLog(const std::string& id) override { return real_.ReopenContainerLog(id); }
+  absl::StatusOr<cri::v1::ExecSyncResponse> ExecSync(const std::string& id, const std::vector<std::string>& cmd,
+                                                     absl::Duration timeout) override {
+    return real_.ExecSync(id, cmd, timeout);
+  }
+  absl::StatusOr<std::string> Exec(const cri::v1::ExecRequest& r) override { return real_.Exec(r); }
+  absl::StatusOr<std::string> Attach(const cri::v1::AttachRequest& r) override { return real_.Attach(r); }
+  absl::StatusOr<std::vector<cri::v1::Image>> ListImages() override { return real_.ListImages(); }
+  absl::StatusOr<cri::v1::Image> ImageStatus(const std::string& image) override { return real_.ImageStatus(image); }
+  absl::StatusOr<std::string> PullImage(const std::string& image,
+                                        const cri::v1::PodSandboxConfig& sandbox_config) override {
+    return real_.PullImage(image, sandbox_config);
+  }
+  absl::Status RemoveImage(const std::string& image) override { return real_.RemoveImage(image); }
+
+ private:
+  cri::Runtime& real_;
+  absl::Mutex mu_;
+  std::map<std::string, int> status_calls_ ABSL_GUARDED_BY(mu_);
+};
+
 class PodWorkersContainerdTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -64,8 +132,10 @@ class PodWorkersContainerdTest : public ::testing::Test {
     o.log_root = dir_.Join("logs");
     o.workers = 2;
     o.clock = &clock_;
+    o.log_max_bytes = log_max_bytes_;
+    o.resync = resync_;
     o.after_sync_for_test = [this](const std::string&) { syncs_.fetch_add(1); };
-    workers_ = std::make_unique<PodWorkers>(*registry_, ctd_->runtime(), volumes_, o);
+    workers_ = std::make_unique<PodWorkers>(*registry_, runtime_ != nullptr ? *runtime_ : ctd_->runtime(), volumes_, o);
     ASSERT_TRUE(workers_->Start().ok());
   }
   // Eventually, with the fake clock moving a relist period at a time (the
@@ -148,6 +218,11 @@ class PodWorkersContainerdTest : public ::testing::Test {
   FakeVolumes volumes_;
   std::atomic<int> syncs_{0};
   std::unique_ptr<PodWorkers> workers_;
+  // Options a test may change before StartWorkers.
+  cri::Runtime* runtime_ = nullptr;  // null: containerd's
+  std::unique_ptr<CountingRuntime> counting_;
+  int64_t log_max_bytes_ = int64_t{10} << 20;
+  absl::Duration resync_ = absl::Minutes(1);
 };
 
 TEST_F(PodWorkersContainerdTest, OnFailureRestartsWithAGrowingBackoffOnTheClock) {
@@ -311,6 +386,61 @@ TEST_F(PodWorkersContainerdTest, ARestartedAgentAdoptsItsSandboxesAndRemovesThos
   EXPECT_EQ(container_after[0].state(), cri::v1::CONTAINER_RUNNING);
   EXPECT_EQ(Main("kept")["restartCount"], 0);
   ASSERT_TRUE(EventuallyTicking([&] { return Main("kept").value("ready", false); })) << Pod("kept").dump();
+}
+
+// kubelet's container log manager: a running container's log over
+// --container-log-max-size is renamed with a timestamp and the runtime
+// reopens it (ReopenContainerLog). The check runs every log_rotation_period
+// on the clock and asks the runtime for a container's log path once in its
+// life; a container that no longer runs is forgotten.
+TEST_F(PodWorkersContainerdTest, ALogOverTheLimitIsRotatedAskingForItsPathOnce) {
+  counting_ = std::make_unique<CountingRuntime>(ctd_->runtime());
+  runtime_ = counting_.get();
+  log_max_bytes_ = 4096;
+  resync_ = absl::Hours(1);  // no periodic syncs: ContainerStatus calls are the rotation check's
+  StartWorkers();
+  // About 14 KiB in the CRI log, then quiet.
+  const std::string uid = CreatePod(
+      "chatty", "Always",
+      "i=0; while [ $i -lt 100 ]; do echo line-$i-0123456789012345678901234567890123456789012345678901234567890123456789; "
+      "i=$((i+1)); done; trap 'exit 0' TERM; while true; do sleep 1; done");
+  ASSERT_TRUE(EventuallyTicking([&] { return Main("chatty").value("state", json::object()).contains("running"); }))
+      << Pod("chatty").dump();
+  const std::string dir = dir_.Join("logs/default_chatty_" + uid + "/main");
+  auto rotated = [&] {
+    std::vector<std::string> out;
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+      if (absl::StartsWith(e.path().filename().string(), "0.log.")) out.push_back(e.path().string());
+    }
+    return out;
+  };
+  ASSERT_TRUE(EventuallyTicking([&] { return !rotated().empty(); }));
+  ASSERT_EQ(rotated().size(), 1u);
+  EXPECT_GT(std::filesystem::file_size(rotated()[0]), 4096u);
+  std::ifstream old(rotated()[0]);
+  EXPECT_THAT(std::string(std::istreambuf_iterator<char>(old), {}), HasSubstr("line-99-0123"));
+  // The runtime writes a new 0.log (nothing yet: the container is quiet).
+  ASSERT_TRUE(std::filesystem::exists(dir + "/0.log"));
+  EXPECT_LT(std::filesystem::file_size(dir + "/0.log"), 4096u);
+  EXPECT_EQ(workers_->cached_log_paths(), 1u);
+
+  // Three more checks: the kept path is used, the runtime is not asked
+  // again (a sync of the pod, if one happens, asks once itself).
+  std::vector<cri::v1::Container> running = Instances(uid);
+  ASSERT_EQ(running.size(), 1u);
+  const int calls = counting_->StatusCalls(running[0].id()), syncs = syncs_.load();
+  for (int i = 0; i < 30; ++i) {
+    const int64_t relists = workers_->relists();
+    clock_.Advance(absl::Seconds(1));
+    ASSERT_TRUE(Eventually([&] { return workers_->relists() > relists; }, absl::Seconds(15)));
+  }
+  EXPECT_LE(counting_->StatusCalls(running[0].id()) - calls, syncs_.load() - syncs);
+  EXPECT_EQ(rotated().size(), 1u);  // under the limit: not rotated again
+
+  // The pod goes: its container stops and the next check forgets it.
+  ASSERT_TRUE(registry_->Delete(K("pods"), "default", "chatty").ok());
+  EXPECT_TRUE(EventuallyTicking([&] { return workers_->cached_log_paths() == 0; }));
 }
 
 }  // namespace

@@ -433,10 +433,22 @@ void PodWorkers::RotateLogs() {
   filter.mutable_state()->set_state(cri::v1::CONTAINER_RUNNING);
   auto containers = runtime_.ListContainers(filter);
   if (!containers.ok()) return;
+  std::map<std::string, std::string> log_paths;
   for (const auto& c : *containers) {
-    auto status = runtime_.ContainerStatus(c.id());
-    if (!status.ok() || status->log_path().empty()) continue;
-    const std::string path = status->log_path();
+    if (auto known = log_paths_.find(c.id()); known != log_paths_.end()) {
+      log_paths.insert(log_paths_.extract(known));
+    } else {
+      auto status = runtime_.ContainerStatus(c.id());
+      if (!status.ok()) continue;
+      log_paths[c.id()] = status->log_path();
+    }
+  }
+  log_paths_ = std::move(log_paths);  // containers no longer running are forgotten
+  log_paths_size_.store(log_paths_.size());
+  for (const auto& c : *containers) {
+    auto known = log_paths_.find(c.id());
+    if (known == log_paths_.end() || known->second.empty()) continue;
+    const std::string path = known->second;
     std::error_code ec;
     const auto size = fs::file_size(path, ec);
     if (ec || static_cast<int64_t>(size) <= options_.log_max_bytes) continue;

@@ -125,6 +125,9 @@ class PodWorkers {
   void Enqueue(const std::string& pod_uid);
 
   cri::Runtime& runtime() { return runtime_; }
+  // How many running containers' log paths the log rotation check keeps
+  // (as of its last run; tests).
+  size_t cached_log_paths() const { return log_paths_size_.load(); }
   // The runtime's name ("containerd") once known.
   std::string runtime_name() const ABSL_LOCKS_EXCLUDED(mu_);
   // How many relists of the runtime have finished: a test that moves the
@@ -214,6 +217,11 @@ class PodWorkers {
   std::map<std::string, Clock::TimerId> timers_ ABSL_GUARDED_BY(mu_);  // uid → its delayed sync
   absl::Time next_resync_ ABSL_GUARDED_BY(mu_);
   absl::Time next_rotation_ ABSL_GUARDED_BY(mu_);
+  // Each running container's log path (fixed for its life), so a rotation
+  // check asks the runtime for the status of new containers only. Used by
+  // RotateLogs, on the relist thread only.
+  std::map<std::string, std::string> log_paths_;
+  std::atomic<size_t> log_paths_size_{0};  // log_paths_.size(), for cached_log_paths()
 };
 
 }  // namespace berth::node::pods

@@ -67,7 +67,8 @@ class NodeAgentTest : public ::testing::Test {
                                                             .mount_table = [this] { return driver_->MountTable(); },
                                                             .clock = clock_,
                                                             .containers_may_run = containers_may_run_,
-                                                            .runtime_owns_pod_status = false});
+                                                            .runtime_owns_pod_status = false,
+                                                            .on_volume_pass = on_volume_pass_});
     ASSERT_TRUE(agent_->Start().ok());
   }
   void StopAgent() {
@@ -183,6 +184,7 @@ class NodeAgentTest : public ::testing::Test {
   absl::Duration stats_period_ = absl::ZeroDuration();  // tests collect by hand
   Clock* clock_ = nullptr;                              // real unless a test sets one
   std::function<bool(const std::string&)> containers_may_run_;
+  std::function<void(const VolumeManager::ReconcileProgress&)> on_volume_pass_;
 };
 
 // Tests of failures: the volume manager's backoffs and resyncs run on a
@@ -211,6 +213,16 @@ class NodeAgentFaultTest : public NodeAgentTest {
     ASSERT_TRUE(deleted.ok()) << deleted.status();
   }
   std::string Unique(const std::string& handle) { return client::UniqueVolumeName(kDriver, handle); }
+  // Until the pod is Running, moving the clock on meanwhile: a pass that ran
+  // before the driver registered, or before the node took volumesInUse,
+  // looks again after Options::poll on the clock.
+  bool RunningOnTheFakeClock(const std::string& pod) {
+    return Eventually([&] {
+      if (PodPhase(pod) == "Running") return true;
+      fake_clock_.Advance(absl::Milliseconds(100));
+      return false;
+    });
+  }
 
   FakeClock fake_clock_;
 };

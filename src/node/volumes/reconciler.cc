@@ -37,8 +37,13 @@ void VolumeManager::ReconcileLoop() {
       last_pass_ = clock_.Now();
     }
     Reconcile();
-    absl::MutexLock lock(&mu_);
-    reconciling_ = false;
+    ReconcileProgress progress;
+    {
+      absl::MutexLock lock(&mu_);
+      reconciling_ = false;
+      progress = {.passes = ++passes_, .operations = locked_.size()};
+    }
+    if (options_.on_pass) options_.on_pass(progress);
   }
 }
 

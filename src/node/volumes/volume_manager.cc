@@ -111,6 +111,7 @@ absl::Status VolumeManager::Start() {
     absl::MutexLock lock(&mu_);
     stop_ = false;
     started_ = true;
+    passes_ = 0;
   }
   for (int i = 0; i < std::max(1, options_.workers); ++i) workers_.emplace_back([this] { WorkerLoop(); });
   reconciler_ = std::thread([this] { ReconcileLoop(); });
@@ -183,6 +184,11 @@ std::set<std::string> VolumeManager::UncertainPublishedVolumes() const {
     if (!p.certain) out.insert(key.first + "/" + key.second);
   }
   return out;
+}
+
+VolumeManager::ReconcileProgress VolumeManager::Progress() const {
+  absl::MutexLock lock(&mu_);
+  return {.passes = passes_, .operations = locked_.size()};
 }
 
 bool VolumeManager::PodVolumesReady(const std::string& pod_uid) const {

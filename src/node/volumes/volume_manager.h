@@ -79,6 +79,17 @@ namespace berth::node {
 
 class VolumeManager {
  public:
+  // The reconciler's progress since Start(). Reconstruction (the actual
+  // state rebuilt from disk) finishes before the first pass, so every pass
+  // counted here decided on the reconstructed state. `operations` are the
+  // volume operations (stage, publish, expand, unpublish, unstage) queued or
+  // running: one that ends marks the state dirty, so another pass follows
+  // it. A pass that ends with no operation queued or running found nothing
+  // to do (beyond retries waiting for their backoff).
+  struct ReconcileProgress {
+    uint64_t passes = 0;
+    size_t operations = 0;
+  };
   struct Options {
     std::string node_name;
     std::string root;  // kubelet root: canonical, absolute
@@ -109,6 +120,10 @@ class VolumeManager {
     // A container runtime reports pod phases and conditions: the volume
     // manager then leaves pod status alone (see PodVolumesReady).
     bool runtime_owns_pod_status = false;
+    // Called by the reconciler thread after every completed pass, never
+    // under the manager's lock (the node agent publishes the progress for
+    // berth up's /metrics). Keep it short: the next pass waits for it.
+    std::function<void(const ReconcileProgress&)> on_pass = nullptr;
   };
   VolumeManager(apiserver::Api& registry, CsiPlugins& plugins, client::DriverDirectory& directory,
                 NodeStatus& node_status, Options options);
@@ -127,6 +142,9 @@ class VolumeManager {
   // The same for the uncertain ones (may be mounted; see above).
   std::set<std::string> UncertainStagedVolumes() const ABSL_LOCKS_EXCLUDED(mu_);
   std::set<std::string> UncertainPublishedVolumes() const ABSL_LOCKS_EXCLUDED(mu_);
+
+  // As of the last completed pass (passes) and now (operations).
+  ReconcileProgress Progress() const ABSL_LOCKS_EXCLUDED(mu_);
 
   // Whether every volume of the pod that this manager mounts is published
   // (as of the last reconcile pass): its containers may start.
@@ -261,6 +279,7 @@ class VolumeManager {
   bool dirty_ ABSL_GUARDED_BY(mu_) = true;
   bool reconciling_ ABSL_GUARDED_BY(mu_) = false;                     // a pass is running
   absl::Time last_pass_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();  // when the last pass began (clock_)
+  uint64_t passes_ ABSL_GUARDED_BY(mu_) = 0;                          // completed passes since Start()
   // The next reconcile for work without an event of its own (Options::poll).
   absl::Time poll_at_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
   std::map<std::string, Staged> staged_ ABSL_GUARDED_BY(mu_);                                // unique →

@@ -145,6 +145,95 @@ TEST_F(NodeAgentTest, RestartRebuildsStateWithoutRemounting) {
   EXPECT_EQ(PodPhase("app"), "Running");
 }
 
+// The reconciler counts its passes and reports each when it ends (the node
+// agent publishes that as berth_volume_manager_reconciles_total), on the
+// fake clock: a pass runs for a change, an ended operation or the resync.
+TEST_F(NodeAgentFaultTest, EveryReconcilePassIsCountedAndReportedWhenItEnds) {
+  // Shared with the reconciler thread, which outlives the test body.
+  struct Reports {
+    absl::Mutex mu;
+    std::vector<VolumeManager::ReconcileProgress> seen ABSL_GUARDED_BY(mu);
+  };
+  auto reported = std::make_shared<Reports>();
+  on_volume_pass_ = [reported](const VolumeManager::ReconcileProgress& p) {
+    absl::MutexLock lock(&reported->mu);
+    reported->seen.push_back(p);
+  };
+  auto reports = [reported] {
+    absl::MutexLock lock(&reported->mu);
+    return reported->seen;
+  };
+  AttachNotRequired();
+  CreateVolume("data", "pv-1", kHandle);
+  StartAgent();
+  ServeDriver();
+  CreatePod("app", "data");
+  ASSERT_TRUE(RunningOnTheFakeClock("app"));
+  ASSERT_TRUE(Settle(*store_));
+  VolumeManager& vm = agent_->volumes();
+  const VolumeManager::ReconcileProgress settled = vm.Progress();
+  // The stage and the publish were each dispatched by one pass and followed
+  // by another; nothing is left to do.
+  EXPECT_GE(settled.passes, 3u);
+  EXPECT_EQ(settled.operations, 0u);
+  // Each pass reported once, in order, the count so far (the report of the
+  // last pass may lag the count by the callback's call).
+  ASSERT_TRUE(Eventually([&] { return reports().size() == settled.passes; }));
+  const auto seen = reports();
+  for (size_t i = 0; i < seen.size(); ++i) EXPECT_EQ(seen[i].passes, i + 1);
+  EXPECT_TRUE(std::any_of(seen.begin(), seen.end(), [](const auto& p) { return p.operations > 0; }));
+  EXPECT_EQ(seen.back().operations, 0u);
+
+  // A wake is one pass, and only one.
+  vm.Wake();
+  ASSERT_TRUE(Eventually([&] { return vm.Progress().passes == settled.passes + 1; }));
+  ASSERT_TRUE(Settle(*store_));
+  EXPECT_EQ(vm.Progress().passes, settled.passes + 1);
+  // With nothing changing, the next pass is the resync, on the clock.
+  ASSERT_TRUE(Eventually([&] {
+    fake_clock_.Advance(absl::Seconds(10));
+    return vm.Progress().passes >= settled.passes + 2;
+  }));
+  ASSERT_TRUE(Eventually([&] { return reports().size() == vm.Progress().passes; }));
+  EXPECT_EQ(reports().back().passes, vm.Progress().passes);
+}
+
+// What berth_up_test's kill -9 test waits for, at the unit level: a
+// restarted agent's count starts again from zero, and once two passes
+// have ended with no operation queued or running, the reconstructed
+// volume was found staged and published: nothing was mounted twice.
+TEST_F(NodeAgentFaultTest, ARestartedAgentCountsAfreshAndFindsNothingToRemount) {
+  AttachNotRequired();
+  CreateVolume("data", "pv-1", kHandle);
+  StartAgent();
+  ServeDriver();
+  CreatePod("app", "data");
+  ASSERT_TRUE(RunningOnTheFakeClock("app"));
+  ASSERT_TRUE(Settle(*store_));
+  ASSERT_GE(agent_->volumes().Progress().passes, 2u);
+  StopAgent();
+  // The first count the new agent reports (shared with its reconciler
+  // thread, which outlives the test body).
+  auto first = std::make_shared<std::atomic<uint64_t>>(0);
+  on_volume_pass_ = [first](const VolumeManager::ReconcileProgress& p) {
+    uint64_t none = 0;
+    first->compare_exchange_strong(none, p.passes);
+  };
+  StartAgent();
+  // The second pass comes with the resync (nothing else changes).
+  ASSERT_TRUE(Eventually([&] {
+    const auto p = agent_->volumes().Progress();
+    if (p.passes >= 2 && p.operations == 0) return true;
+    fake_clock_.Advance(absl::Seconds(10));
+    return false;
+  }));
+  EXPECT_EQ(first->load(), 1u);
+  EXPECT_EQ(driver_->Calls("stage"), 1);
+  EXPECT_EQ(driver_->Calls("publish"), 1);
+  EXPECT_EQ(agent_->volumes().StagedVolumes().size(), 1u);
+  EXPECT_EQ(agent_->volumes().PublishedVolumes().size(), 1u);
+}
+
 TEST_F(NodeAgentTest, AfterARebootWantedVolumesAreMountedAgain) {
   AttachNotRequired();
   CreateVolume("data", "pv-1", kHandle);
