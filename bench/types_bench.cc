@@ -25,33 +25,38 @@ using Clock = std::chrono::steady_clock;
 // A bound, node-local CSI volume as the provisioner writes it.
 json Volume(int i) {
   const std::string name = "pvc-" + std::to_string(100000 + i) + "-5d1c-4f7e-9a1b-0c6f3e2d8a47";
-  return json::parse(R"({"apiVersion":"v1","kind":"PersistentVolume","metadata":{"name":")" + name +
-                     R"(","uid":"0b7c7f9e-3f7d-4a7e-9d5e-)" + std::to_string(100000000000 + i) +
-                     R"(","resourceVersion":"12345","creationTimestamp":"2026-11-26T10:00:00Z",
+  return json::parse(
+      R"({"apiVersion":"v1","kind":"PersistentVolume","metadata":{"name":")" + name +
+      R"(","uid":"0b7c7f9e-3f7d-4a7e-9d5e-)" + std::to_string(100000000000 + i) +
+      R"(","resourceVersion":"12345","creationTimestamp":"2026-11-26T10:00:00Z",
       "annotations":{"pv.kubernetes.io/provisioned-by":"berth.csi.io","volume.kubernetes.io/provisioner-deletion-secret-name":""},
       "finalizers":["kubernetes.io/pv-protection","external-provisioner.volume.kubernetes.io/finalizer"]},
     "spec":{"capacity":{"storage":"10Gi"},"accessModes":["ReadWriteOnce"],"persistentVolumeReclaimPolicy":"Delete",
       "storageClassName":"local","volumeMode":"Filesystem",
       "claimRef":{"kind":"PersistentVolumeClaim","namespace":"default","name":"data-)" +
-                     std::to_string(i) + R"(","uid":"c-)" + std::to_string(i) + R"(","apiVersion":"v1","resourceVersion":"999"},
-      "csi":{"driver":"berth.csi.io","volumeHandle":")" + name +
-                     R"(","fsType":"ext4","volumeAttributes":{"storage.kubernetes.io/csiProvisionerIdentity":"1700000000000-berth"}},
+      std::to_string(i) + R"(","uid":"c-)" + std::to_string(i) + R"(","apiVersion":"v1","resourceVersion":"999"},
+      "csi":{"driver":"berth.csi.io","volumeHandle":")" +
+      name +
+      R"(","fsType":"ext4","volumeAttributes":{"storage.kubernetes.io/csiProvisionerIdentity":"1700000000000-berth"}},
       "nodeAffinity":{"required":{"nodeSelectorTerms":[{"matchExpressions":[{"key":"kubernetes.io/hostname","operator":"In","values":["node-)" +
-                     std::to_string(i % 3) + R"("]}]}]}}},
+      std::to_string(i % 3) + R"("]}]}]}}},
     "status":{"phase":"Bound","lastPhaseTransitionTime":"2026-11-26T10:00:01Z"}})");
 }
 
 json Pod(int i) {
-  return json::parse(R"({"apiVersion":"v1","kind":"Pod","metadata":{"name":"app-)" + std::to_string(i) +
-                     R"(","namespace":"default","uid":"p-)" + std::to_string(i) +
-                     R"(","resourceVersion":"4242","labels":{"app":"web"}},
-    "spec":{"nodeName":"node-)" + std::to_string(i % 3) +
-                     R"(","restartPolicy":"Always","serviceAccountName":"default",
+  return json::parse(
+      R"({"apiVersion":"v1","kind":"Pod","metadata":{"name":"app-)" + std::to_string(i) +
+      R"(","namespace":"default","uid":"p-)" + std::to_string(i) +
+      R"(","resourceVersion":"4242","labels":{"app":"web"}},
+    "spec":{"nodeName":"node-)" +
+      std::to_string(i % 3) +
+      R"(","restartPolicy":"Always","serviceAccountName":"default",
       "containers":[{"name":"app","image":"nginx:1.27","ports":[{"containerPort":80}],
         "resources":{"requests":{"cpu":"100m","memory":"64Mi"}},
         "volumeMounts":[{"name":"data","mountPath":"/data"},{"name":"kube-api-access","mountPath":"/var/run/secrets/kubernetes.io/serviceaccount","readOnly":true}]}],
       "volumes":[{"name":"data","persistentVolumeClaim":{"claimName":"data-)" +
-                     std::to_string(i) + R"("}},{"name":"kube-api-access","projected":{"sources":[{"serviceAccountToken":{"path":"token"}}]}}],
+      std::to_string(i) +
+      R"("}},{"name":"kube-api-access","projected":{"sources":[{"serviceAccountToken":{"path":"token"}}]}}],
       "tolerations":[{"key":"node.kubernetes.io/not-ready","operator":"Exists","effect":"NoExecute","tolerationSeconds":300}]},
     "status":{"phase":"Running","podIP":"10.0.0.1","startTime":"2026-11-26T10:00:00Z",
       "conditions":[{"type":"Ready","status":"True","lastProbeTime":null,"lastTransitionTime":"2026-11-26T10:00:02Z"}],
@@ -107,8 +112,9 @@ int main(int argc, char** argv) {
     sink = sink + typed->spec.node_name.size() + typed->status.phase.size();
   });
   std::printf("objects=%d rounds=%d (best round)\n", n, rounds);
-  std::printf("PersistentVolume: JSON path reads %.2f us, Decode + reads %.2f us (x%.1f); %d volumes: %.1f ms per pass\n",
-              pv_json, pv_typed, pv_typed / pv_json, n, pv_typed * n / 1000);
+  std::printf(
+      "PersistentVolume: JSON path reads %.2f us, Decode + reads %.2f us (x%.1f); %d volumes: %.1f ms per pass\n",
+      pv_json, pv_typed, pv_typed / pv_json, n, pv_typed * n / 1000);
   std::printf("Pod:              JSON path reads %.2f us, Decode + reads %.2f us (x%.1f); %d pods: %.1f ms per pass\n",
               pod_json, pod_typed, pod_typed / pod_json, n, pod_typed * n / 1000);
   return sink == 42 ? 1 : 0;

@@ -167,21 +167,21 @@ absl::Status RunNodeAgent(const NodeAgentOptions& o) {
   }
 
   client::DriverDirectory directory;
-  node::NodeAgent agent(*api, directory,
-                        node::NodeAgent::Options{.node_name = o.node_name,
-                                                 .root = root,
-                                                 .labels = {},
-                                                 .heartbeat = o.heartbeat,
-                                                 .workers = 4,
-                                                 .volume_stats_period = absl::Seconds(o.volume_stats_period_seconds),
-                                                 .mount_table = ReadMountTable,
-                                                 .runtime_endpoint = o.runtime_endpoint,
-                                                 .pod_log_root = pod_logs,
-                                                 .host_ip = o.host_ip,
-                                                 .on_volume_pass =
-                                                     [&](const node::VolumeManager::ReconcileProgress& progress) {
-                                                       WriteAgentSamples(o.data_dir, o.node_name, start, progress);
-                                                     }});
+  node::NodeAgent agent(
+      *api, directory,
+      node::NodeAgent::Options{.node_name = o.node_name,
+                               .root = root,
+                               .labels = {},
+                               .heartbeat = o.heartbeat,
+                               .workers = 4,
+                               .volume_stats_period = absl::Seconds(o.volume_stats_period_seconds),
+                               .mount_table = ReadMountTable,
+                               .runtime_endpoint = o.runtime_endpoint,
+                               .pod_log_root = pod_logs,
+                               .host_ip = o.host_ip,
+                               .on_volume_pass = [&](const node::VolumeManager::ReconcileProgress& progress) {
+                                 WriteAgentSamples(o.data_dir, o.node_name, start, progress);
+                               }});
   for (const auto& d : o.static_drivers) {
     const size_t eq = d.find('=');
     agent.AddStaticDriver(d.substr(0, eq), d.substr(eq + 1));

@@ -400,10 +400,10 @@ TEST_F(PodWorkersContainerdTest, ALogOverTheLimitIsRotatedAskingForItsPathOnce) 
   resync_ = absl::Hours(1);  // no periodic syncs: ContainerStatus calls are the rotation check's
   StartWorkers();
   // About 14 KiB in the CRI log, then quiet.
-  const std::string uid = CreatePod(
-      "chatty", "Always",
-      "i=0; while [ $i -lt 100 ]; do echo line-$i-0123456789012345678901234567890123456789012345678901234567890123456789; "
-      "i=$((i+1)); done; trap 'exit 0' TERM; while true; do sleep 1; done");
+  const std::string uid = CreatePod("chatty", "Always",
+                                    "i=0; while [ $i -lt 100 ]; do echo "
+                                    "line-$i-0123456789012345678901234567890123456789012345678901234567890123456789; "
+                                    "i=$((i+1)); done; trap 'exit 0' TERM; while true; do sleep 1; done");
   ASSERT_TRUE(EventuallyTicking([&] { return Main("chatty").value("state", json::object()).contains("running"); }))
       << Pod("chatty").dump();
   const std::string dir = dir_.Join("logs/default_chatty_" + uid + "/main");

@@ -184,8 +184,7 @@ absl::Status VolumeManager::Publish(const Wanted& w, const std::string& staging)
     if (!removed.ok() && removed.code() != absl::StatusCode::kNotFound) return removed;
   } else {
     spdlog::warn("node {}: publishing {} for pod {}/{} may or may not have happened ({}): the volume is uncertain",
-                 options_.node_name, v.pv, w.pod.metadata.namespace_,
-                 w.pod.metadata.name, std::string(call.message()));
+                 options_.node_name, v.pv, w.pod.metadata.namespace_, w.pod.metadata.name, std::string(call.message()));
   }
   absl::MutexLock lock(&mu_);
   if (call.ok() || !csi::IsFinalError(call)) {

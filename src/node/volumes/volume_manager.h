@@ -223,9 +223,9 @@ class VolumeManager {
     std::string lock_key;  // the volume: ops on it never overlap
     std::string id;        // "stage/<unique>", "publish/<uid>/<pv>", ...: backoff per id
     std::function<absl::Status()> run;
-    nlohmann::json pod;    // FailedMount events go to the pod: its client::IdentityOf (null: none)
-    std::string pod_uid;   // "" when `pod` is null
-    std::string what;      // "MountVolume.MountDevice failed for volume \"pv\""
+    nlohmann::json pod;   // FailedMount events go to the pod: its client::IdentityOf (null: none)
+    std::string pod_uid;  // "" when `pod` is null
+    std::string what;     // "MountVolume.MountDevice failed for volume \"pv\""
   };
 
   void ReconcileLoop();
