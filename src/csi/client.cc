@@ -68,17 +68,4 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> ConnectUnix(std::string_view endp
   return channel;
 }
 
-grpc::Status CallWithRetry(const std::function<grpc::Status()>& call, absl::Duration timeout,
-                           Backoff::Options backoff_options) {
-  const absl::Time deadline = absl::Now() + timeout;
-  Backoff backoff(backoff_options);
-  while (true) {
-    grpc::Status status = call();
-    if (status.error_code() != grpc::StatusCode::UNAVAILABLE) return status;
-    const absl::Duration wait = backoff.Next();
-    if (absl::Now() + wait >= deadline) return status;
-    absl::SleepFor(wait);
-  }
-}
-
 }  // namespace berth::csi

@@ -2,8 +2,10 @@
 //
 // ConnectUnix returns a channel once the driver's socket accepts a
 // connection, retrying with jittered exponential backoff while the socket is
-// missing or refusing (a driver that is still starting). CallWithRetry
-// repeats one RPC while it fails with UNAVAILABLE (the driver restarting).
+// missing or refusing (a driver that is still starting). A driver that restarts
+// under a connected channel is the caller's to retry (csi::DriverClient
+// classifies UNAVAILABLE as "driver unavailable"; the controllers' and the
+// volume manager's work queues retry it on their clock).
 //
 //   auto channel = ConnectUnix("unix:///var/lib/kubelet/plugins/x/csi.sock", {});
 //   if (!channel.ok()) return channel.status();
@@ -12,7 +14,6 @@
 // Thread-safety: the functions are thread-safe; a channel may be shared.
 #pragma once
 
-#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -22,7 +23,6 @@
 #include "absl/time/time.h"
 #include "common/backoff.h"
 #include "grpcpp/channel.h"
-#include "grpcpp/support/status.h"
 
 namespace berth::csi {
 
@@ -42,11 +42,5 @@ std::shared_ptr<grpc::Channel> UnixChannel(const std::string& path, const Backof
 // (unix:///abs/path or /abs/path). INVALID_ARGUMENT for a bad endpoint,
 // DEADLINE_EXCEEDED when nothing answered within `options.timeout`.
 absl::StatusOr<std::shared_ptr<grpc::Channel>> ConnectUnix(std::string_view endpoint, const ConnectOptions& options);
-
-// Calls `call` until it returns something other than UNAVAILABLE or until
-// `timeout` has passed, sleeping `backoff` between attempts. Returns the last
-// status. `call` must set its own per-attempt deadline.
-grpc::Status CallWithRetry(const std::function<grpc::Status()>& call, absl::Duration timeout,
-                           Backoff::Options backoff = {.initial = absl::Milliseconds(50), .max = absl::Seconds(2)});
 
 }  // namespace berth::csi
