@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <fstream>
+#include <utility>
 #include <vector>
 
 #include "common/exec.h"
@@ -36,6 +37,11 @@ pid_t LivePid(const std::string& pid_file, const std::string& binary) {
 
 }  // namespace
 
+Supervisor::Supervisor() : Supervisor(Options{}) {}
+
+Supervisor::Supervisor(Options options)
+    : options_(std::move(options)), clock_(options_.clock != nullptr ? *options_.clock : RealClock()) {}
+
 Supervisor::~Supervisor() {
   Stop(absl::ZeroDuration());
   if (wake_fd_ >= 0) ::close(wake_fd_);
@@ -52,7 +58,7 @@ void Supervisor::Add(Child child) {
   children_.push_back(State{.child = std::move(child),
                             .pid = -1,
                             .starts = 0,
-                            .failures = 0,
+                            .restarts = Backoff(options_.restart_backoff),
                             .started = absl::InfinitePast(),
                             .next_start = absl::InfinitePast()});
 }
@@ -104,12 +110,12 @@ void Supervisor::Spawn(State& s) {
     ::_exit(127);
   }
   if (log >= 0) ::close(log);
-  s.started = absl::Now();
+  s.started = clock_.Now();
   ++s.starts;
   if (pid < 0) {
     spdlog::error("cannot start {}: {}", s.child.name, std::strerror(errno));
     s.pid = -1;
-    s.next_start = absl::Now() + absl::Seconds(1);
+    s.next_start = s.started + s.restarts.Next();
     return;
   }
   s.pid = pid;
@@ -121,24 +127,30 @@ void Supervisor::Spawn(State& s) {
   spdlog::info("started {} (pid {}), log {}", s.child.name, pid, s.child.log_file);
 }
 
+void Supervisor::WakeMonitor() {
+  const uint64_t one = 1;
+  if (wake_fd_ >= 0 && ::write(wake_fd_, &one, sizeof one) < 0) {
+    // Only a counter at its maximum fails, and that is already readable.
+  }
+}
+
 void Supervisor::Monitor() {
   for (;;) {
-    // What to sleep on: Stop()'s wake-up, each child's exit, and the time of
-    // the next restart. Nothing else happens while every child runs.
+    // What to sleep on: a wake-up (Stop, or the timer of the next restart)
+    // and each child's exit. Nothing else happens while every child runs.
     std::vector<pollfd> fds = {{.fd = wake_fd_, .events = POLLIN, .revents = 0}};
     absl::Duration wait = absl::InfiniteDuration();
     {
       absl::MutexLock lock(&mu_);
       if (stop_) return;
-      const absl::Time now = absl::Now();
+      const absl::Time now = clock_.Now();
+      absl::Time next_restart = absl::InfiniteFuture();
       for (auto& s : children_) {
         if (s.pid > 0) {
           int status = 0;
           if (::waitpid(s.pid, &status, WNOHANG) == s.pid) {
-            const bool ran_long = now - s.started > absl::Minutes(1);
-            s.failures = ran_long ? 1 : s.failures + 1;
-            const absl::Duration delay =
-                std::min(absl::Seconds(1) * (1 << std::min(s.failures - 1, 5)), absl::Seconds(30));
+            if (now - s.started >= options_.reset_after) s.restarts.Reset();
+            const absl::Duration delay = s.restarts.Next();
             spdlog::warn("{} (pid {}) {} {}; restarting in {}", s.child.name, s.pid,
                          WIFEXITED(status) ? "exited with" : "was killed by signal",
                          WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status), absl::FormatDuration(delay));
@@ -152,8 +164,15 @@ void Supervisor::Monitor() {
         } else if (s.pid > 0) {
           wait = std::min(wait, absl::Milliseconds(100));  // no pidfd: poll
         } else {
-          wait = std::min(wait, s.next_start - now);
+          next_restart = std::min(next_restart, s.next_start);
         }
+      }
+      // The callback only writes the eventfd (no lock), so setting the
+      // timer here, which may wait for a running callback, cannot deadlock.
+      if (next_restart == absl::InfiniteFuture()) {
+        restart_timer_.Reset();
+      } else {
+        restart_timer_.Set(clock_, next_restart, [this] { WakeMonitor(); });
       }
       if (wake_fd_ < 0) wait = std::min(wait, absl::Milliseconds(100));
     }
@@ -163,7 +182,7 @@ void Supervisor::Monitor() {
     ::poll(fds.data(), fds.size(), timeout_ms);
     uint64_t drained;
     if (wake_fd_ >= 0 && ::read(wake_fd_, &drained, sizeof drained) < 0) {
-      // EAGAIN: not woken by Stop().
+      // EAGAIN: not woken by Stop() or the timer.
     }
   }
 }
@@ -174,11 +193,9 @@ void Supervisor::Stop(absl::Duration grace) {
     if (stop_ && !monitor_.joinable()) return;
     stop_ = true;
   }
-  const uint64_t one = 1;
-  if (wake_fd_ >= 0 && ::write(wake_fd_, &one, sizeof one) < 0) {
-    // Only a counter at its maximum fails, and that is already readable.
-  }
+  WakeMonitor();
   if (monitor_.joinable()) monitor_.join();
+  restart_timer_.Reset();
   absl::MutexLock lock(&mu_);
   for (auto& s : children_) {
     if (s.pid > 0) ::kill(s.pid, SIGTERM);
