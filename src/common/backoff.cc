@@ -7,17 +7,16 @@
 namespace berth {
 
 Backoff::Backoff(Options options, std::function<double()> uniform01)
-    : options_(options), uniform01_(std::move(uniform01)), current_(options.initial) {
-  if (!uniform01_) {
-    uniform01_ = [this] { return absl::Uniform<double>(gen_, 0.0, 1.0); };
-  }
-}
+    : options_(options), uniform01_(std::move(uniform01)), current_(options.initial) {}
 
 absl::Duration Backoff::Next() {
   const absl::Duration nominal = current_;
   current_ = std::min(options_.max, current_ * options_.multiplier);
   // Spread uniformly over [1 - jitter, 1 + jitter] of the nominal delay.
-  const double factor = 1.0 + options_.jitter * (2.0 * uniform01_() - 1.0);
+  // The generator is read here, not captured in a default `uniform01_`, so
+  // a moved Backoff does not read its old self's.
+  const double u = uniform01_ ? uniform01_() : absl::Uniform<double>(gen_, 0.0, 1.0);
+  const double factor = 1.0 + options_.jitter * (2.0 * u - 1.0);
   return std::min(options_.max, nominal * factor);
 }
 

@@ -44,6 +44,21 @@ TEST(BackoffTest, RandomJitterStaysInBounds) {
   }
 }
 
+// A Backoff kept by value in a container is moved; its random jitter must
+// read the moved-to object's generator (under ASan, reading the old one's
+// is a use after scope).
+TEST(BackoffTest, AMovedBackoffStillJitters) {
+  std::vector<Backoff> moved;
+  {
+    Backoff b({.initial = absl::Milliseconds(100), .max = absl::Seconds(1), .jitter = 0.2});
+    moved.push_back(std::move(b));
+  }
+  for (int i = 0; i < 20; ++i) moved.push_back(Backoff({.initial = absl::Milliseconds(100), .jitter = 0.2}));
+  const absl::Duration d = moved.front().Next();
+  EXPECT_GE(d, absl::Milliseconds(80));
+  EXPECT_LE(d, absl::Milliseconds(120));
+}
+
 }  // namespace
 }  // namespace berth
 
