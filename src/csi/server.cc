@@ -33,14 +33,18 @@ absl::StatusOr<std::unique_ptr<CsiServer>> CsiServer::Start(const ServerOptions&
   builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::CQ_TIMEOUT_MSEC, 1000);
 
   // gRPC creates the socket with the process umask; narrow it for the bind so
-  // the socket is never more open than `socket_mode`, then set the exact mode.
+  // the socket is never more open than `socket_mode`, then set the exact mode
+  // if the umask did not (a chmod that changes nothing still moves the
+  // socket's change time, which a plugin watcher reads as a new socket).
   const mode_t old_umask = ::umask(0777 & ~options.socket_mode);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   ::umask(old_umask);
   if (server == nullptr) {
     return absl::UnavailableError(StrCat("cannot listen on unix socket ", path));
   }
-  if (::chmod(path.c_str(), options.socket_mode) != 0) {
+  struct stat made {};
+  const bool exact = ::lstat(path.c_str(), &made) == 0 && (made.st_mode & 07777) == options.socket_mode;
+  if (!exact && ::chmod(path.c_str(), options.socket_mode) != 0) {
     absl::Status st = ErrnoStatus(errno, StrCat("chmod ", path));
     server->Shutdown();
     RemoveSocketFile(path);

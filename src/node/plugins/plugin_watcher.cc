@@ -61,7 +61,10 @@ absl::Status CheckCsiVersions(const std::vector<std::string>& versions) {
 }
 
 PluginWatcher::PluginWatcher(std::string dir, PluginHandler& handler, Options options)
-    : dir_(std::move(dir)), handler_(handler), options_(options) {}
+    : dir_(std::move(dir)),
+      handler_(handler),
+      options_(options),
+      retry_backoff_({.base = absl::Milliseconds(500), .max = options_.max_retry, .jitter = 0}) {}
 
 PluginWatcher::~PluginWatcher() { Stop(); }
 
@@ -141,8 +144,8 @@ void PluginWatcher::ReadEvents() {
   }
 }
 
-std::map<std::string, ino_t> PluginWatcher::Sockets() const {
-  std::map<std::string, ino_t> out;
+std::map<std::string, PluginWatcher::FileId> PluginWatcher::Sockets() const {
+  std::map<std::string, FileId> out;
   std::error_code ec;
   fs::recursive_directory_iterator it(dir_, fs::directory_options::skip_permission_denied, ec), end;
   for (; !ec && it != end; it.increment(ec)) {
@@ -152,13 +155,20 @@ std::map<std::string, ino_t> PluginWatcher::Sockets() const {
       continue;
     }
     struct stat st {};
-    if (::lstat(it->path().c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) out[it->path().string()] = st.st_ino;
+    if (::lstat(it->path().c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) {
+      out[it->path().string()] = {.inode = st.st_ino,
+                                  .ctime_ns = int64_t{st.st_ctim.tv_sec} * 1'000'000'000 + st.st_ctim.tv_nsec};
+    }
   }
   return out;
 }
 
 void PluginWatcher::Rescan() {
-  const std::map<std::string, ino_t> sockets = Sockets();
+  // Creations queued before this scan are read first, so a rescan that a
+  // retry or the period woke (not an event) leaves fewer create events of
+  // sockets it registers to be read after it.
+  ReadEvents();
+  const std::map<std::string, FileId> sockets = Sockets();
   // Gone or replaced sockets: deregister.
   std::map<std::string, Plugin> current;
   {
@@ -167,8 +177,8 @@ void PluginWatcher::Rescan() {
   }
   for (const auto& [socket, plugin] : current) {
     auto it = sockets.find(socket);
-    const bool recreated = created_.count(socket) > 0;
-    if (it != sockets.end() && it->second == plugin.inode && !recreated) continue;
+    const bool recreated = created_.count(socket) > 0 && it != sockets.end() && it->second != plugin.file;
+    if (it != sockets.end() && it->second.inode == plugin.file.inode && !recreated) continue;
     spdlog::info("plugin {} at {} {}; deregistering", plugin.name, socket,
                  it == sockets.end() ? "went away" : "was replaced");
     handler_.DeregisterPlugin(plugin.name);
@@ -178,13 +188,18 @@ void PluginWatcher::Rescan() {
   // A socket created anew is tried at once.
   for (auto it = retries_.begin(); it != retries_.end();) {
     auto s = sockets.find(it->first);
-    const bool fresh = s == sockets.end() || s->second != it->second.inode || created_.count(it->first) > 0;
-    it = fresh ? retries_.erase(it) : std::next(it);
+    const bool fresh = s == sockets.end() || s->second != it->second.file || created_.count(it->first) > 0;
+    if (!fresh) {
+      ++it;
+      continue;
+    }
+    retry_backoff_.Forget(it->first);
+    it = retries_.erase(it);
   }
   created_.clear();
   // New sockets: register.
   const absl::Time now = absl::Now();
-  for (const auto& [socket, inode] : sockets) {
+  for (const auto& [socket, file] : sockets) {
     {
       absl::MutexLock lock(&mu_);
       if (plugins_.count(socket)) continue;
@@ -194,15 +209,14 @@ void PluginWatcher::Rescan() {
     auto name = Register(socket);
     if (name.ok()) {
       retries_.erase(socket);
+      retry_backoff_.Forget(socket);
       absl::MutexLock lock(&mu_);
-      plugins_[socket] = Plugin{.name = *name, .inode = inode};
+      plugins_[socket] = Plugin{.name = *name, .file = file};
       continue;
     }
     Retry& r = retries_[socket];
-    r.inode = inode;
-    ++r.failures;
-    const absl::Duration delay =
-        std::min(absl::Milliseconds(500) * (1 << std::min(r.failures - 1, 10)), options_.max_retry);
+    r.file = file;
+    const absl::Duration delay = retry_backoff_.When(socket);
     r.next = absl::Now() + delay;
     spdlog::warn("registering the plugin at {} failed ({}); retrying in {}", socket,
                  std::string(name.status().message()), absl::FormatDuration(delay));

@@ -3,9 +3,12 @@
 // pluginregistration v1 (GetInfo), hands it to the PluginHandler, and tells
 // the plugin the verdict (NotifyRegistrationStatus). A socket that goes away
 // deregisters its plugin; one that is created again (the plugin restarted:
-// a create event for its name, as kubelet goes by, or a new inode) registers
-// again — node-driver-registrar removes its stale socket and binds a new one
-// at once, and the file system may hand the new socket the old inode. Names
+// a new inode, or a create event for its name, as kubelet goes by, on a file
+// whose change time differs from the one registered) registers again —
+// node-driver-registrar removes its stale socket and binds a new one at
+// once, and the file system may hand the new socket the old inode. (The
+// change time tells the socket a scan registered apart from one created
+// after it: a scan may see a new socket before its create event is read.) Names
 // starting with "." are ignored, as are files that are not sockets. Failed
 // registrations are retried with backoff.
 //
@@ -33,6 +36,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/backoff.h"
 
 namespace berth::node {
 
@@ -72,13 +76,19 @@ class PluginWatcher {
   int64_t Scans() const { return scans_.load(); }
 
  private:
+  // Which file a path names: its inode and change time (a file created at
+  // the path later has a later change time, even on the same inode).
+  struct FileId {
+    ino_t inode = 0;
+    int64_t ctime_ns = 0;
+    bool operator==(const FileId&) const = default;
+  };
   struct Plugin {
     std::string name;
-    ino_t inode = 0;
+    FileId file;
   };
   struct Retry {
-    ino_t inode = 0;
-    int failures = 0;
+    FileId file;
     absl::Time next;
   };
   void Run();
@@ -86,8 +96,8 @@ class PluginWatcher {
   // created_.
   void ReadEvents();
   void Rescan();
-  // Sockets under dir_ (recursively, skipping "." names): path → inode.
-  std::map<std::string, ino_t> Sockets() const;
+  // Sockets under dir_ (recursively, skipping "." names): path → file.
+  std::map<std::string, FileId> Sockets() const;
   // GetInfo + handler + NotifyRegistrationStatus. The plugin's name on
   // success.
   absl::StatusOr<std::string> Register(const std::string& socket);
@@ -99,8 +109,11 @@ class PluginWatcher {
   int wake_fd_ = -1;  // eventfd to stop the thread
   std::thread thread_;
   std::map<std::string, Retry> retries_;  // watcher thread only
+  // 0.5 s doubling to options_.max_retry per socket, no jitter.
+  ItemBackoff retry_backoff_;
   // Paths created since the last rescan (watcher thread only): a registered
-  // plugin's socket among them was replaced, whatever its inode.
+  // plugin's socket among them was replaced, whatever its inode, unless it
+  // is the very file registered (the same change time).
   std::set<std::string> created_;
 
   std::atomic<int64_t> scans_{0};
