@@ -85,6 +85,33 @@ const types::CSIPersistentVolumeSource& CsiOf(const PersistentVolume& pv) {
   return pv.spec.csi ? *pv.spec.csi : *kNone;
 }
 
+// external-attacher's shouldEnqueueVAChange: an update that changed
+// nothing but the attach or detach error (and the resourceVersion and
+// managedFields that come with any write) is this controller's own error
+// write; syncing it again would call the driver again at once and defeat
+// the retry backoff. A resync (same resourceVersion) and any other change
+// are synced.
+bool OwnErrorWrite(const json& before, const json& after) {
+  if (Str(before, {"metadata", "resourceVersion"}) == Str(after, {"metadata", "resourceVersion"})) return false;
+  auto has_error = [](const json& va) {
+    const json& status = Field(va, "status");
+    return !Field(status, "attachError").is_null() || !Field(status, "detachError").is_null();
+  };
+  if (!has_error(before) && !has_error(after)) return false;
+  auto sanitized = [](json va) {
+    if (va.is_object() && va.contains("metadata") && va["metadata"].is_object()) {
+      va["metadata"].erase("resourceVersion");
+      va["metadata"].erase("managedFields");
+    }
+    if (va.is_object() && va.contains("status") && va["status"].is_object()) {
+      va["status"].erase("attachError");
+      va["status"].erase("detachError");
+    }
+    return va;
+  };
+  return sanitized(before) == sanitized(after);
+}
+
 }  // namespace
 
 std::string AttacherFinalizer(const std::string& driver) {
@@ -443,8 +470,8 @@ void Attacher::RegisterHandlers() {
             if (ours(va)) attachment_queue_.Add(Name(va));
           },
       .on_update =
-          [this, ours](const json&, const json& va) {
-            if (ours(va)) attachment_queue_.Add(Name(va));
+          [this, ours](const json& before, const json& va) {
+            if (ours(va) && !OwnErrorWrite(before, va)) attachment_queue_.Add(Name(va));
           },
       .on_delete =
           [this, ours](const json& va) {

@@ -377,9 +377,12 @@ TEST_F(AttacherTest, RepeatedFailureWritesNothingNewAndBacksOff) {
   ASSERT_TRUE(Settle(*store_));
   const std::string first = Attachment()["status"]["attachError"]["time"];
   const std::string rv = Attachment()["metadata"]["resourceVersion"];
-  // The call, and at most one more for the attachment's own status write.
+  // Before the backoff holds, the first sync's own writes (the finalizers
+  // and the node-ID annotation: changes other than the error, synced as
+  // external-attacher syncs them) may wake it again; measured: 1 to 3 calls
+  // in all. Its error write wakes nothing (shouldEnqueueVAChange's rule).
   const int after_first = driver_->publish_calls();
-  EXPECT_LE(after_first, 2);
+  EXPECT_LE(after_first, 3);
   // Nothing more until the clock moves: a retry waits for its backoff.
   ASSERT_TRUE(Settle(*store_));
   EXPECT_EQ(driver_->publish_calls(), after_first);
