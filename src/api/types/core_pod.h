@@ -177,6 +177,9 @@ struct PodSpec {
   bool operator==(const PodSpec&) const = default;
 };
 
+// The fields of PersistentVolumeClaimCondition (core.h) again: Kubernetes
+// keeps them as two API types that may diverge, and so does berth. Each
+// struct's Fields() is its declaration, not logic.
 struct PodCondition {
   std::string type;
   std::string status;
