@@ -64,6 +64,7 @@ PluginWatcher::PluginWatcher(std::string dir, PluginHandler& handler, Options op
     : dir_(std::move(dir)),
       handler_(handler),
       options_(options),
+      clock_(options_.clock != nullptr ? *options_.clock : RealClock()),
       retry_backoff_({.base = absl::Milliseconds(500), .max = options_.max_retry, .jitter = 0}) {}
 
 PluginWatcher::~PluginWatcher() { Stop(); }
@@ -86,15 +87,18 @@ absl::Status PluginWatcher::Start() {
     inotify_fd_ = -1;
     return st;
   }
+  stopping_.store(false);
   thread_ = std::thread([this] { Run(); });
   return absl::OkStatus();
 }
 
 void PluginWatcher::Stop() {
   if (!thread_.joinable()) return;
+  stopping_.store(true);
   uint64_t one = 1;
   (void)!::write(wake_fd_, &one, sizeof(one));
   thread_.join();
+  timer_.Reset();
   ::close(inotify_fd_);
   ::close(wake_fd_);
   inotify_fd_ = wake_fd_ = -1;
@@ -112,14 +116,21 @@ void PluginWatcher::Run() {
     Rescan();
     scans_.fetch_add(1);
     // Sleep until something changes in the directory, a retry is due, or
-    // the periodic rescan.
-    absl::Duration wait = options_.rescan;
-    const absl::Time now = absl::Now();
-    for (const auto& [socket, r] : retries_) wait = std::min(wait, std::max(r.next - now, absl::ZeroDuration()));
+    // the periodic rescan (a timer on the clock writes the eventfd).
+    absl::Time next = clock_.Now() + options_.rescan;
+    for (const auto& [socket, r] : retries_) next = std::min(next, r.next);
+    timer_.Set(clock_, next, [this] {
+      const uint64_t one = 1;
+      (void)!::write(wake_fd_, &one, sizeof(one));
+    });
     pollfd fds[2] = {{.fd = inotify_fd_, .events = POLLIN, .revents = 0},
                      {.fd = wake_fd_, .events = POLLIN, .revents = 0}};
-    int rc = ::poll(fds, 2, static_cast<int>(absl::ToInt64Milliseconds(wait)) + 1);
-    if (rc > 0 && (fds[1].revents & POLLIN)) return;
+    const int rc = ::poll(fds, 2, -1);
+    if (stopping_.load()) return;
+    if (rc > 0 && (fds[1].revents & POLLIN)) {
+      uint64_t drained;
+      (void)!::read(wake_fd_, &drained, sizeof(drained));
+    }
     if (rc > 0 && (fds[0].revents & POLLIN)) {
       // A socket appears a moment before it listens; give it that moment
       // (and let a remove + create pair of a restarting plugin arrive).
@@ -198,7 +209,7 @@ void PluginWatcher::Rescan() {
   }
   created_.clear();
   // New sockets: register.
-  const absl::Time now = absl::Now();
+  const absl::Time now = clock_.Now();
   for (const auto& [socket, file] : sockets) {
     {
       absl::MutexLock lock(&mu_);
@@ -217,7 +228,7 @@ void PluginWatcher::Rescan() {
     Retry& r = retries_[socket];
     r.file = file;
     const absl::Duration delay = retry_backoff_.When(socket);
-    r.next = absl::Now() + delay;
+    r.next = clock_.Now() + delay;
     spdlog::warn("registering the plugin at {} failed ({}); retrying in {}", socket,
                  std::string(name.status().message()), absl::FormatDuration(delay));
   }

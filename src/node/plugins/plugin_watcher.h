@@ -37,6 +37,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/backoff.h"
+#include "common/clock.h"
 
 namespace berth::node {
 
@@ -58,6 +59,10 @@ class PluginWatcher {
     // Tell each plugin the verdict (kubelet does). Off for an observer that
     // only follows what the node's own agent registers.
     bool notify = true;
+    // Times the rescans and the retries (nullptr: RealClock()). The grace a
+    // new socket gets to start listening, and the calls' deadlines, are real
+    // time: a real process binds and answers.
+    Clock* clock = nullptr;
   };
   PluginWatcher(std::string dir, PluginHandler& handler) : PluginWatcher(std::move(dir), handler, Options{}) {}
   PluginWatcher(std::string dir, PluginHandler& handler, Options options);
@@ -106,8 +111,13 @@ class PluginWatcher {
   PluginHandler& handler_;
   const Options options_;
   int inotify_fd_ = -1;
-  int wake_fd_ = -1;  // eventfd to stop the thread
+  Clock& clock_;
+  int wake_fd_ = -1;  // eventfd: Stop, or the next rescan or retry falling due
+  std::atomic<bool> stopping_{false};
   std::thread thread_;
+  // Wakes the thread for the next rescan or retry (watcher thread only, and
+  // Stop once it has joined).
+  ScopedTimer timer_;
   std::map<std::string, Retry> retries_;  // watcher thread only
   // 0.5 s doubling to options_.max_retry per socket, no jitter.
   ItemBackoff retry_backoff_;
