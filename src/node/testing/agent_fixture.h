@@ -96,6 +96,16 @@ class NodeAgentTest : public ::testing::Test {
       ASSERT_TRUE(st.ok()) << st.status();
     }
   }
+  // The start most volume tests share: a driver that needs no attach, the
+  // volume pv-1 bound to claim "data", the agent and its driver serving, and
+  // pod "app" using the claim. Returns the pod's uid.
+  std::string StartWithAppUsingData() {
+    AttachNotRequired();
+    CreateVolume("data", "pv-1", kHandle);
+    StartAgent();
+    ServeDriver();
+    return CreatePod("app", "data");
+  }
   void AttachNotRequired() {
     Create("csidrivers", "",
            {{"apiVersion", "storage.k8s.io/v1"},

@@ -7,11 +7,7 @@ namespace berth::node::testing {
 namespace {
 
 TEST_F(NodeAgentFaultTest, AnInfeasibleNodeExpansionIsRecordedOnTheClaimAndClearedWhenItSucceeds) {
-  AttachNotRequired();
-  CreateVolume("data", "pv-1", kHandle);
-  StartAgent();
-  ServeDriver();
-  CreatePod("app", "data");
+  StartWithAppUsingData();
   ASSERT_TRUE(Eventually([&] { return PodPhase("app") == "Running"; }));
   driver_->Fail("expand", 1, grpc::StatusCode::OUT_OF_RANGE);
   GrowPvTo2GiForTheNode();
@@ -37,11 +33,7 @@ TEST_F(NodeAgentFaultTest, AnInfeasibleNodeExpansionIsRecordedOnTheClaimAndClear
 }
 
 TEST_F(NodeAgentFaultTest, ADeletedPodStaysTerminatingUntilItsVolumesAreTornDown) {
-  AttachNotRequired();
-  CreateVolume("data", "pv-1", kHandle);
-  StartAgent();
-  ServeDriver();
-  const std::string uid = CreatePod("app", "data");
+  const std::string uid = StartWithAppUsingData();
   ASSERT_TRUE(Eventually([&] { return PodPhase("app") == "Running"; }));
   driver_->Fail("unpublish", 2, grpc::StatusCode::INTERNAL, "busy");
   DeletePod("app");
@@ -72,11 +64,7 @@ TEST_F(NodeAgentFaultTest, ADeletedPodStaysTerminatingUntilItsVolumesAreTornDown
 }
 
 TEST_F(NodeAgentFaultTest, APodThatNoLongerDecodesKeepsItsVolumes) {
-  AttachNotRequired();
-  CreateVolume("data", "pv-1", kHandle);
-  StartAgent();
-  ServeDriver();
-  CreatePod("app", "data");
+  StartWithAppUsingData();
   ASSERT_TRUE(Eventually([&] { return PodPhase("app") == "Running"; }));
   // A field of the wrong type (the API server's validation would refuse it:
   // written to the store directly).
@@ -112,11 +100,7 @@ TEST_F(NodeAgentFaultTest, AnUnscheduledPodIsDeletedAtOnce) {
 }
 
 TEST_F(NodeAgentFaultTest, ForceDeletionWithGracePeriodZeroRemovesThePodAtOnce) {
-  AttachNotRequired();
-  CreateVolume("data", "pv-1", kHandle);
-  StartAgent();
-  ServeDriver();
-  CreatePod("app", "data");
+  StartWithAppUsingData();
   ASSERT_TRUE(Eventually([&] { return PodPhase("app") == "Running"; }));
   apiserver::DeleteOptions force;
   force.grace_period_seconds = 0;
@@ -216,11 +200,7 @@ TEST_F(NodeAgentFaultTest, APublishThatTimesOutIsUnpublishedBeforeThePodGoes) {
 TEST_F(NodeAgentFaultTest, ContainersThatMayStillRunKeepTheVolumesOfADeletingPod) {
   std::atomic<bool> running{true};
   containers_may_run_ = [&running](const std::string&) { return running.load(); };
-  AttachNotRequired();
-  CreateVolume("data", "pv-1", kHandle);
-  StartAgent();
-  ServeDriver();
-  CreatePod("app", "data");
+  StartWithAppUsingData();
   ASSERT_TRUE(Eventually([&] { return PodPhase("app") == "Running"; }));
   DeletePod("app");
   fake_clock_.Advance(absl::Seconds(5));  // resyncs: nothing changes while containers may run

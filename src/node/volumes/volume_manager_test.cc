@@ -7,11 +7,7 @@ namespace berth::node::testing {
 namespace {
 
 TEST_F(NodeAgentTest, StagesAndPublishesThenTearsDown) {
-  AttachNotRequired();
-  CreateVolume("data", "pv-1", kHandle);
-  StartAgent();
-  ServeDriver();
-  const std::string uid = CreatePod("app", "data");
+  const std::string uid = StartWithAppUsingData();
   ASSERT_TRUE(Eventually([&] { return PodPhase("app") == "Running"; }));
   EXPECT_EQ(driver_->Staged(), (std::map<std::string, std::string>{{kHandle, Staging(kHandle)}}));
   EXPECT_EQ(driver_->Published(), (std::map<std::string, std::string>{{Target(uid, "pv-1"), kHandle}}));
@@ -39,11 +35,7 @@ TEST_F(NodeAgentTest, StagesAndPublishesThenTearsDown) {
 }
 
 TEST_F(NodeAgentTest, VolumeTheDriverNoLongerKnowsCountsAsTornDown) {
-  AttachNotRequired();
-  CreateVolume("data", "pv-1", kHandle);
-  StartAgent();
-  ServeDriver();
-  CreatePod("app", "data");
+  StartWithAppUsingData();
   ASSERT_TRUE(Eventually([&] { return PodPhase("app") == "Running"; }));
   driver_->Fail("unstage", 100, grpc::StatusCode::NOT_FOUND, "volume vol-1 not found");
   ASSERT_TRUE(registry_->Delete(K("pods"), "default", "app").ok());
@@ -163,11 +155,7 @@ TEST_F(NodeAgentFaultTest, EveryReconcilePassIsCountedAndReportedWhenItEnds) {
     absl::MutexLock lock(&reported->mu);
     return reported->seen;
   };
-  AttachNotRequired();
-  CreateVolume("data", "pv-1", kHandle);
-  StartAgent();
-  ServeDriver();
-  CreatePod("app", "data");
+  StartWithAppUsingData();
   ASSERT_TRUE(RunningOnTheFakeClock("app"));
   ASSERT_TRUE(Settle(*store_));
   VolumeManager& vm = agent_->volumes();
@@ -203,11 +191,7 @@ TEST_F(NodeAgentFaultTest, EveryReconcilePassIsCountedAndReportedWhenItEnds) {
 // have ended with no operation queued or running, the reconstructed
 // volume was found staged and published: nothing was mounted twice.
 TEST_F(NodeAgentFaultTest, ARestartedAgentCountsAfreshAndFindsNothingToRemount) {
-  AttachNotRequired();
-  CreateVolume("data", "pv-1", kHandle);
-  StartAgent();
-  ServeDriver();
-  CreatePod("app", "data");
+  StartWithAppUsingData();
   ASSERT_TRUE(RunningOnTheFakeClock("app"));
   ASSERT_TRUE(Settle(*store_));
   ASSERT_GE(agent_->volumes().Progress().passes, 2u);
@@ -235,11 +219,7 @@ TEST_F(NodeAgentFaultTest, ARestartedAgentCountsAfreshAndFindsNothingToRemount) 
 }
 
 TEST_F(NodeAgentTest, AfterARebootWantedVolumesAreMountedAgain) {
-  AttachNotRequired();
-  CreateVolume("data", "pv-1", kHandle);
-  StartAgent();
-  ServeDriver();
-  const std::string uid = CreatePod("app", "data");
+  const std::string uid = StartWithAppUsingData();
   ASSERT_TRUE(Eventually([&] { return PodPhase("app") == "Running"; }));
   StopAgent();
   driver_->Reboot();
@@ -315,11 +295,7 @@ TEST_F(NodeAgentTest, VolumeStatsAreCollectedOncePerVolumeAndExportedLikeKubelet
 }
 
 TEST_F(NodeAgentTest, ADriverWithoutVolumeStatsIsNeverAsked) {
-  AttachNotRequired();
-  CreateVolume("data", "pv-1", kHandle);
-  StartAgent();
-  ServeDriver();
-  CreatePod("app", "data");
+  StartWithAppUsingData();
   ASSERT_TRUE(Eventually([&] { return PodPhase("app") == "Running"; }));
   agent_->volumes().CollectStats();
   EXPECT_EQ(driver_->Calls("stats"), 0);
@@ -341,11 +317,7 @@ TEST_F(NodeAgentTest, VolumeStatsAreCollectedPeriodically) {
 }
 
 TEST_F(NodeAgentTest, ExpandsOnTheNodeAndFinishesTheClaim) {
-  AttachNotRequired();
-  CreateVolume("data", "pv-1", kHandle);
-  StartAgent();
-  ServeDriver();
-  CreatePod("app", "data");
+  StartWithAppUsingData();
   ASSERT_TRUE(Eventually([&] { return PodPhase("app") == "Running"; }));
   GrowPvTo2GiForTheNode();
   ASSERT_TRUE(Eventually([&] {
