@@ -57,17 +57,19 @@ absl::StatusOr<std::unique_ptr<Driver>> Driver::Open(DriverOptions options, Deps
       std::vector<PluginCapability>{ServiceCapability(PluginCapability::Service::CONTROLLER_SERVICE),
                                     ServiceCapability(PluginCapability::Service::VOLUME_ACCESSIBILITY_CONSTRAINTS),
                                     ServiceCapability(PluginCapability::Service::GROUP_CONTROLLER_SERVICE),
+                                    ServiceCapability(PluginCapability::Service::SNAPSHOT_METADATA_SERVICE),
                                     ExpansionCapability(PluginCapability::VolumeExpansion::ONLINE),
                                     ExpansionCapability(PluginCapability::VolumeExpansion::OFFLINE)},
       [raw = d.get()] { return raw->Ready(); });
   d->controller_ = std::make_unique<ControllerService>(d->ctx_);
   d->node_ = std::make_unique<NodeService>(d->ctx_);
   d->group_ = std::make_unique<GroupControllerService>(d->ctx_);
+  d->snapshot_metadata_ = std::make_unique<SnapshotMetadataService>(d->ctx_);
   return d;
 }
 
 std::vector<grpc::Service*> Driver::services() {
-  return {identity_.get(), controller_.get(), node_.get(), group_.get()};
+  return {identity_.get(), controller_.get(), node_.get(), group_.get(), snapshot_metadata_.get()};
 }
 
 absl::StatusOr<bool> Driver::Ready() {

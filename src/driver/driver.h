@@ -1,4 +1,4 @@
-// berth-csi assembled: the pool, the kernel interfaces and the four CSI
+// berth-csi assembled: the pool, the kernel interfaces and the five CSI
 // services, plus the repair pass that runs at every start.
 //
 //   LinuxLoopDevices loops; LinuxMounter mounter; ...
@@ -17,6 +17,7 @@
 #include "driver/group_controller_service.h"
 #include "driver/identity_service.h"
 #include "driver/node_service.h"
+#include "driver/snapshot_metadata_service.h"
 #include "grpcpp/impl/service_type.h"
 
 namespace berth::driver {
@@ -42,6 +43,7 @@ class Driver {
   ControllerService& controller() { return *controller_; }
   NodeService& node() { return *node_; }
   GroupControllerService& group_controller() { return *group_; }
+  SnapshotMetadataService& snapshot_metadata() { return *snapshot_metadata_; }
 
   // Probe: ready while the pool is mounted (if it is an image) and writable.
   absl::StatusOr<bool> Ready();
@@ -56,6 +58,7 @@ class Driver {
   std::unique_ptr<ControllerService> controller_;
   std::unique_ptr<NodeService> node_;
   std::unique_ptr<GroupControllerService> group_;
+  std::unique_ptr<SnapshotMetadataService> snapshot_metadata_;
 };
 
 }  // namespace berth::driver

@@ -54,8 +54,8 @@ TEST_F(DriverConformanceTest, IdentityAdvertisesWhatIsServed) {
   }
   using S = ::csi::v1::PluginCapability::Service;
   using E = ::csi::v1::PluginCapability::VolumeExpansion;
-  EXPECT_EQ(services,
-            (std::set<int>{S::CONTROLLER_SERVICE, S::VOLUME_ACCESSIBILITY_CONSTRAINTS, S::GROUP_CONTROLLER_SERVICE}));
+  EXPECT_EQ(services, (std::set<int>{S::CONTROLLER_SERVICE, S::VOLUME_ACCESSIBILITY_CONSTRAINTS,
+                                     S::GROUP_CONTROLLER_SERVICE, S::SNAPSHOT_METADATA_SERVICE}));
   EXPECT_EQ(expansion, (std::set<int>{E::ONLINE, E::OFFLINE}));
   ::csi::v1::ProbeResponse probe;
   ASSERT_TRUE(driver_->identity().Probe(Ctx().get(), {}, &probe).ok());
