@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <functional>
 #include <set>
+#include <tuple>
 #include <utility>
 
 #include "absl/strings/numbers.h"
@@ -216,6 +217,143 @@ std::vector<json> Scheduler::SelectCurrent(Informer& informer, const std::string
   return out;
 }
 
+// ---- Placements ----
+
+void Scheduler::AssumePlacement(const std::string& uid, Placement placement) {
+  absl::MutexLock lock(&mu_);
+  placements_[uid] = std::move(placement);
+}
+
+void Scheduler::ForgetPlacement(const std::string& uid) {
+  absl::MutexLock lock(&mu_);
+  placements_.erase(uid);
+}
+
+void Scheduler::ForgetPlacements(const std::string& pod_key) {
+  absl::MutexLock lock(&mu_);
+  std::erase_if(placements_, [&](const auto& entry) { return entry.second.pod == pod_key; });
+}
+
+void Scheduler::CountPlacements(Snapshot& snap) {
+  const absl::Time now = (options_.clock != nullptr ? *options_.clock : RealClock()).Now();
+  std::map<std::string, const NodeInfo*> nodes;
+  for (const auto& n : snap.nodes) nodes.emplace(n.name, &n);
+  // Each capacity object's class, version and node selector, parsed once.
+  struct CapacityView {
+    std::string storage_class;
+    int64_t version = 0;
+    std::optional<api::LabelSelector> selector;  // none: reaches no node
+    bool Reaches(const NodeInfo* node) const { return node != nullptr && selector && selector->Matches(node->labels); }
+  };
+  std::vector<CapacityView> capacities;
+  for (const auto& cap : snap.capacities) {
+    CapacityView view;
+    view.storage_class = Str(cap, {"storageClassName"});
+    view.version = ResourceVersion(cap);
+    if (const json& topology = Field(cap, "nodeTopology"); !topology.is_null()) {
+      if (auto selector = api::LabelSelector::FromJson(topology); selector.ok()) view.selector = std::move(*selector);
+    }
+    capacities.push_back(std::move(view));
+  }
+  auto node_of = [&](const std::string& name) -> const NodeInfo* {
+    auto it = nodes.find(name);
+    return it == nodes.end() ? nullptr : it->second;
+  };
+
+  // Claims that name a node and have no volume yet but that we did not
+  // place: sent there before a restart (or by someone else). Their space is
+  // as much in flight as ours. Not those whose PV exists: the binder is
+  // about to bind them, and the PV counts already.
+  std::map<std::string, Placement> adopted;
+  for (const auto& c : informers_.claims.Select([](const json& c) {
+         return !Annotation(c, kAnnSelectedNode).empty() && Str(c, {"spec", "volumeName"}).empty() && !Deleting(c);
+       })) {
+    const std::string uid = Uid(c);
+    if (informers_.volumes.GetSharedByKey(StrCat("pvc-", uid)) != nullptr) continue;
+    const std::string cls = ClaimClass(c);
+    auto sc = snap.classes.find(cls);
+    Placement p;
+    p.claim = ObjectKey(c);
+    p.node = Annotation(c, kAnnSelectedNode);
+    p.storage_class = cls;
+    p.driver = sc == snap.classes.end() ? "" : Str(sc->second, {"provisioner"});
+    p.bytes = Bytes(Field(Field(Field(Field(c, "spec"), "resources"), "requests"), "storage")).value_or(0);
+    p.claim_version = ResourceVersion(c);
+    adopted.emplace(uid, std::move(p));
+  }
+  std::map<std::string, Placement> placements;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& [uid, p] : adopted) placements_.try_emplace(uid, std::move(p));
+    placements = placements_;
+  }
+
+  std::vector<std::string> forget;
+  std::map<std::string, std::pair<int64_t, absl::Time>> volumes_seen;  // uid → the PV's version, when
+  for (auto& [uid, p] : placements) {
+    std::shared_ptr<const json> claim = informers_.claims.GetSharedByKey(p.claim);
+    if (claim == nullptr) {  // deleted (the cache held it when we placed it)
+      forget.push_back(uid);
+      continue;
+    }
+    std::string volume_name;
+    if (ResourceVersion(*claim) >= p.claim_version) {  // else the cache has not seen our write yet
+      if (Uid(*claim) != uid || Deleting(*claim) || Annotation(*claim, kAnnSelectedNode) != p.node) {
+        forget.push_back(uid);  // gone, or the provisioner gave up on the node
+        continue;
+      }
+      volume_name = Str(*claim, {"spec", "volumeName"});
+    }
+    if (p.volume_version == 0) {
+      std::shared_ptr<const json> pv =
+          informers_.volumes.GetSharedByKey(volume_name.empty() ? StrCat("pvc-", uid) : volume_name);
+      if (pv != nullptr && Str(*pv, {"spec", "claimRef", "uid"}) == uid) {
+        p.volume_version = ResourceVersion(*pv);
+        p.volume_seen = now;
+        volumes_seen[uid] = {p.volume_version, now};
+      }
+    }
+    if (p.volume_version != 0) {
+      // Provisioned: counted against capacity only while some object of
+      // its class on its node predates the volume.
+      const NodeInfo* node = node_of(p.node);
+      const bool lagging =
+          now - p.volume_seen < options_.capacity_catch_up &&
+          std::any_of(capacities.begin(), capacities.end(), [&](const CapacityView& cap) {
+            return cap.storage_class == p.storage_class && cap.version <= p.volume_version && cap.Reaches(node);
+          });
+      if (!lagging) {
+        forget.push_back(uid);
+        continue;
+      }
+    }
+    snap.in_flight[uid] = {.node = p.node,
+                           .storage_class = p.storage_class,
+                           .driver = p.driver,
+                           .bytes = p.bytes,
+                           .provisioned = p.volume_version != 0,
+                           .volume_version = p.volume_version};
+  }
+  if (!forget.empty() || !volumes_seen.empty()) {
+    absl::MutexLock lock(&mu_);
+    for (const auto& uid : forget) placements_.erase(uid);
+    for (const auto& [uid, seen] : volumes_seen) {
+      if (auto it = placements_.find(uid); it != placements_.end() && it->second.volume_version == 0) {
+        std::tie(it->second.volume_version, it->second.volume_seen) = seen;
+      }
+    }
+  }
+
+  snap.capacity_in_flight.assign(snap.capacities.size(), 0);
+  for (size_t i = 0; i < capacities.size(); ++i) {
+    for (const auto& [uid, f] : snap.in_flight) {
+      if (f.storage_class != capacities[i].storage_class) continue;
+      if (f.provisioned && capacities[i].version > f.volume_version) continue;  // written since: reflects it
+      if (capacities[i].Reaches(node_of(f.node))) snap.capacity_in_flight[i] += f.bytes;
+    }
+  }
+}
+
 // ---- One attempt ----
 
 absl::Status Scheduler::SyncPod(const std::string& key) {
@@ -271,6 +409,7 @@ absl::Status Scheduler::SyncPod(const std::string& key) {
             absl::MutexLock lock(&mu_);
             binding_.erase(key);
           }
+          ForgetPlacements(key);  // upstream's RevertAssumedPodVolumes; claims still sent count again as adopted
           return Unschedulable(pod, "SchedulerError",
                                StrCat("running PreBind plugin \"VolumeBinding\": binding volumes: provisioning "
                                       "failed for PVC \"",
@@ -380,6 +519,7 @@ void Scheduler::FillSnapshot(const std::string& key, const json& pod, const std:
   snap.classes = ByName(informers_.classes.List());
   snap.csidrivers = ByName(informers_.csidrivers.List());
   snap.capacities = informers_.capacities.List();
+  if (!claims.empty()) CountPlacements(snap);
   std::set<std::string> delayed_classes, delayed_claims;
   for (const auto& c : claims) {
     if (c.state != ClaimRef::State::kDelayed) continue;

@@ -36,6 +36,30 @@
 // NodeWeighting); pods without claims go to the node with the fewest pods.
 // Ties are broken by name or by an injected random source.
 //
+// Placements (upstream's assume cache, for volumes): every claim the
+// scheduler sends to a node to be provisioned counts there — its bytes and
+// one volume — from the moment of the decision, so a burst of pods spreads
+// instead of piling onto the node the informers still show as emptiest. A
+// placement counts
+//   - for VolumeWeighted and CapacityWeighted until its PV is in the
+//     informer's cache (from then on the PV itself is counted, not both);
+//   - against CSIStorageCapacity (SpaceWeighted's free space, and the
+//     capacity filter, so a burst does not over-commit a node whose
+//     capacity object lags) until the object has been written after the PV
+//     appeared: resourceVersions come from one counter, so an object with a
+//     greater one than the PV as first seen was computed after the volume
+//     was created. The capacity tracker only polls (and writes only
+//     changed values), so this bounds the count to Options::
+//     capacity_catch_up after the PV appeared, in case no write ever comes;
+//     a GetCapacity that started before CreateVolume returned and was
+//     written after the PV may still miss the volume (the driver then
+//     refuses the CreateVolume that does not fit, and the pod is retried).
+// A placement is forgotten when its claim is deleted or loses or changes
+// selected-node (the provisioner gave up: the pod is retried after a
+// backoff), or when writing selected-node fails. Claims that name a node
+// but have no volume yet when the scheduler starts (a restart) count as
+// placements too.
+//
 // Binding (upstream's AssumePodVolumes/BindPodVolumes, level-triggered):
 // static matches get the PV's claimRef (the PV binder completes them), and
 // every unbound WaitForFirstConsumer claim — static matches too, since
@@ -77,6 +101,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "apiserver/registry.h"
 #include "client/events.h"
 #include "client/informer.h"
@@ -152,6 +177,10 @@ class Scheduler {
     absl::Duration max_backoff = absl::Minutes(5);
     // The clock the retry backoff runs on (null: RealClock()).
     Clock* clock = nullptr;
+    // How long after its PV appeared a placement still counts against
+    // CSIStorageCapacity objects not written since (longer than the
+    // capacity tracker's poll interval, 1 min by default).
+    absl::Duration capacity_catch_up = absl::Minutes(3);
   };
   Scheduler(apiserver::Registry& registry, SchedulerInformers informers, Options options);
   ~Scheduler();  // Stop()
@@ -173,6 +202,22 @@ class Scheduler {
   struct ClaimRef;  // one claim of the pod, classified
   struct NodeFit;   // one node's verdict and volume plan
 
+  // A claim sent to a node to be provisioned there, until the informers
+  // count its volume (see the header comment).
+  struct Placement {
+    std::string claim;  // "ns/name"
+    std::string pod;    // "ns/name" of the pod placed; "" when adopted at a restart
+    std::string node, storage_class, driver;
+    int64_t bytes = 0;
+    // The claim's resourceVersion as we wrote it (or first saw it): an older
+    // one in the informer is lag, not a rollback.
+    int64_t claim_version = 0;
+    // The PV's resourceVersion when the scheduler first saw it, and when
+    // (0: no volume yet).
+    int64_t volume_version = 0;
+    absl::Time volume_seen;
+  };
+
   bool Pending(const nlohmann::json& pod) const;
   void RequeuePending();
   void RequeuePodsUsing(const nlohmann::json& claim);
@@ -185,6 +230,14 @@ class Scheduler {
   std::vector<nlohmann::json> SelectCurrent(Informer& informer, const std::string& kind,
                                             const std::function<bool(const nlohmann::json&)>& pred)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // Placements: the decision recorded before its write (and forgotten if
+  // the write fails), every placement of a pod forgotten (its provisioning
+  // failed), and what they add to one attempt's snapshot (forgetting those
+  // the informers have caught up with).
+  void AssumePlacement(const std::string& uid, Placement placement) ABSL_LOCKS_EXCLUDED(mu_);
+  void ForgetPlacement(const std::string& uid) ABSL_LOCKS_EXCLUDED(mu_);
+  void ForgetPlacements(const std::string& pod_key) ABSL_LOCKS_EXCLUDED(mu_);
+  void CountPlacements(Snapshot& snap) ABSL_LOCKS_EXCLUDED(mu_);
 
   // The pod's claims, classified; a message for the pod's condition when
   // one is missing, not its own, or being deleted ("" otherwise).
@@ -218,6 +271,8 @@ class Scheduler {
   // Pods whose claims we sent to a node ("ns/name" → node): a claim that
   // loses selected-node afterwards means its provisioning failed.
   std::map<std::string, std::string> binding_ ABSL_GUARDED_BY(mu_);
+  // Claim uid → where we sent it, until the informers count it.
+  std::map<std::string, Placement> placements_ ABSL_GUARDED_BY(mu_);
   std::mt19937_64 rng_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -79,6 +79,21 @@ absl::Status Scheduler::AssumeVolumes(const json& pod, const std::vector<ClaimRe
   for (size_t i : to_annotate) {
     const types::ObjectMeta& claim = claims[i].claim.metadata;
     if (claims[i].selected_node == fit.node) continue;
+    // A claim to provision counts on the node from now on (upstream's
+    // AssumePodVolumes before BindPodVolumes), so the next pod's attempt
+    // sees it whatever the informers show.
+    const bool provision = std::find(fit.provisions.begin(), fit.provisions.end(), i) != fit.provisions.end();
+    if (provision) {
+      const std::optional<types::StorageClass>& sc = claims[i].storage_class;
+      Placement placement;
+      placement.claim = KeyOf(claim);
+      placement.pod = key;
+      placement.node = fit.node;
+      placement.storage_class = sc ? sc->metadata.name : "";
+      placement.driver = sc ? sc->provisioner : "";
+      placement.bytes = claims[i].request;
+      AssumePlacement(claim.uid, std::move(placement));
+    }
     auto written = Mutate(registry_, K("persistentvolumeclaims"), claim.namespace_, claim.name,
                           apiserver::Subresource::kMain, [&](json& o) {
                             if (Uid(o) != claim.uid || Deleting(o)) return false;
@@ -86,8 +101,19 @@ absl::Status Scheduler::AssumeVolumes(const json& pod, const std::vector<ClaimRe
                             o["metadata"]["annotations"][kAnnSelectedNode] = fit.node;
                             return true;
                           });
-    if (!written.ok()) return written.status();
-    if (*written) Assume("persistentvolumeclaims", **written);
+    if (!written.ok()) {
+      // Not sent: forgotten, and the pod is retried (claims written before
+      // this one name the node and stay counted).
+      if (provision) ForgetPlacement(claim.uid);
+      return written.status();
+    }
+    if (*written) {
+      Assume("persistentvolumeclaims", **written);
+      absl::MutexLock lock(&mu_);
+      if (auto it = placements_.find(claim.uid); it != placements_.end()) {
+        it->second.claim_version = ResourceVersion(**written);
+      }
+    }
   }
   absl::MutexLock lock(&mu_);
   binding_[key] = fit.node;

@@ -4,6 +4,8 @@
 #include "controllers/scheduling/scheduler.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <map>
 #include <set>
 
 #include "api/selector.h"
@@ -189,6 +191,7 @@ void Scheduler::FilterVolumes(const std::vector<ClaimRef>& claims, const NodeInf
                    [&](size_t a, size_t b) { return claims[a].request < claims[b].request; });
   std::set<std::string> chosen;
   std::vector<size_t> to_provision;
+  std::map<std::string, int64_t> planned;  // class → bytes of this pod's claims provisioned here so far
   for (size_t i : to_place) {
     std::vector<types::PersistentVolume> candidates;
     for (const auto& pv : snap.static_candidates) {
@@ -227,13 +230,20 @@ void Scheduler::FilterVolumes(const std::vector<ClaimRef>& claims, const NodeInf
           driver == snap.csidrivers.end() ? json() : Field(Field(driver->second, "spec"), "storageCapacity");
       const bool required = tracked.is_boolean() && tracked.get<bool>();
       bool reported = false, enough = false;
-      for (const auto& cap : snap.capacities) {
-        if (Str(cap, {"storageClassName"}) != c.storage_class->metadata.name || !CapacityReaches(cap, node.labels)) {
-          continue;
-        }
+      const std::string& cls = c.storage_class->metadata.name;
+      for (size_t k = 0; k < snap.capacities.size(); ++k) {
+        const json& cap = snap.capacities[k];
+        if (Str(cap, {"storageClassName"}) != cls || !CapacityReaches(cap, node.labels)) continue;
         reported = true;
         const json& max_size = Field(cap, "maximumVolumeSize");
         std::optional<int64_t> limit = Bytes(max_size.is_null() ? Field(cap, "capacity") : max_size);
+        // Placements the object does not reflect yet, and this pod's own
+        // claims before this one, take from what it offers: a burst must
+        // not over-commit a node whose object lags.
+        const int64_t taken = (k < snap.capacity_in_flight.size() ? snap.capacity_in_flight[k] : 0) + planned[cls];
+        if (std::optional<int64_t> room = Bytes(Field(cap, "capacity")); taken > 0 && room) {
+          limit = std::min(limit.value_or(INT64_MAX), *room - taken);
+        }
         if (limit && *limit >= c.request) {
           enough = true;
           break;
@@ -244,6 +254,7 @@ void Scheduler::FilterVolumes(const std::vector<ClaimRef>& claims, const NodeInf
         break;
       }
     }
+    if (c.selected_node != node.name) planned[c.storage_class->metadata.name] += c.request;
     fit.provisions.push_back(i);
   }
   finish();

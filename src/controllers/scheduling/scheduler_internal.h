@@ -112,6 +112,18 @@ struct Scheduler::Snapshot {
   // The same for the pods already on each node, for nodes whose CSINode
   // limits one of those drivers.
   std::map<std::string, std::map<std::string, std::set<std::string>>> used;
+  // Claims sent to a node that the informers do not count in full yet, by
+  // claim uid (Scheduler::Placement, as of this attempt).
+  struct InFlight {
+    std::string node, storage_class, driver;
+    int64_t bytes = 0;
+    bool provisioned = false;    // its PV is in the cache: counted as a volume
+    int64_t volume_version = 0;  // the PV's resourceVersion when first seen
+  };
+  std::map<std::string, InFlight> in_flight;
+  // Per entry of `capacities`: the bytes of placements it does not reflect
+  // yet, to subtract from what it offers.
+  std::vector<int64_t> capacity_in_flight;
 };
 
 struct Scheduler::NodeFit {

@@ -142,39 +142,24 @@ const Scheduler::NodeFit& Scheduler::PickNode(const std::vector<ClaimRef>& claim
         if (n.name == c.name) infos.push_back(&n);
       }
     }
-    // Free space: the roomiest CSIStorageCapacity of the class the node reaches.
-    std::vector<types::CSIStorageCapacity> capacities;
-    for (const auto& object : snap.capacities) {
-      std::optional<types::CSIStorageCapacity> cap = DecodeForScore<types::CSIStorageCapacity>(object);
-      if (cap && cap->storage_class_name == cls && cap->capacity) capacities.push_back(std::move(*cap));
-    }
-    for (const NodeInfo* n : infos) {
-      NodeCandidate& c = *by_name[n->name];
-      for (const auto& cap : capacities) {
-        if (CapacityReaches(cap, n->labels)) c.free_bytes = std::max(c.free_bytes, cap.capacity->Value());
+    // Free space: the roomiest CSIStorageCapacity of the class the node
+    // reaches, less the placements it does not reflect yet (so a burst
+    // spreads instead of going where the objects still show most room).
+    for (size_t i = 0; i < snap.capacities.size(); ++i) {
+      std::optional<types::CSIStorageCapacity> cap = DecodeForScore<types::CSIStorageCapacity>(snap.capacities[i]);
+      if (!cap || cap->storage_class_name != cls || !cap->capacity) continue;
+      const int64_t free = std::max<int64_t>(
+          0, cap->capacity->Value() - (i < snap.capacity_in_flight.size() ? snap.capacity_in_flight[i] : 0));
+      for (const NodeInfo* n : infos) {
+        NodeCandidate& c = *by_name[n->name];
+        if (CapacityReaches(*cap, n->labels)) c.free_bytes = std::max(c.free_bytes, free);
       }
     }
-    // Claims already sent to a node whose volumes do not exist yet count
-    // there too, so a burst of pods spreads.
-    std::set<std::string> driver_classes;  // the classes `driver` provisions
-    for (const auto& [name, object] : snap.classes) {
-      std::optional<types::StorageClass> sc = DecodeForScore<types::StorageClass>(object);
-      if (sc && sc->provisioner == driver) driver_classes.insert(name);
-    }
-    auto in_flight = [&](const types::PersistentVolumeClaim& claim) {
-      return !claim.metadata.Annotation(kAnnSelectedNode).empty() && claim.spec.volume_name.empty() &&
-             !claim.metadata.Deleting() && driver_classes.contains(types::ClaimClass(claim));
-    };
+    // Claims of the driver sent to a node whose volumes are not in the cache
+    // yet count there too (the placements), so a burst of pods spreads.
     std::map<std::string, std::pair<std::string, int64_t>> inflight;  // uid → (node, request)
-    for (const auto& object : SelectCurrent(informers_.claims, "persistentvolumeclaims", [&](const json& c) {
-           std::optional<types::PersistentVolumeClaim> claim = DecodeForScore<types::PersistentVolumeClaim>(c);
-           return claim && in_flight(*claim);
-         })) {
-      // Decoded again: only the few claims in flight come back.
-      std::optional<types::PersistentVolumeClaim> claim = DecodeForScore<types::PersistentVolumeClaim>(object);
-      if (!claim) continue;
-      inflight[claim->metadata.uid] = {claim->metadata.Annotation(kAnnSelectedNode),
-                                       StorageOf(claim->spec.resources.requests)};
+    for (const auto& [uid, f] : snap.in_flight) {
+      if (!f.provisioned && f.driver == driver) inflight[uid] = {f.node, f.bytes};
     }
     // The driver's volumes on each node, counted in place (no copies: there
     // may be thousands).
