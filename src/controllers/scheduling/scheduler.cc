@@ -519,7 +519,13 @@ void Scheduler::FillSnapshot(const std::string& key, const json& pod, const std:
   snap.classes = ByName(informers_.classes.List());
   snap.csidrivers = ByName(informers_.csidrivers.List());
   snap.capacities = informers_.capacities.List();
-  if (!claims.empty()) CountPlacements(snap);
+  // Placements weigh only where a claim is still to place: a pod whose
+  // claims are sent already goes where they name (three attempts of four in
+  // a burst).
+  if (std::any_of(claims.begin(), claims.end(),
+                  [](const ClaimRef& c) { return c.state == ClaimRef::State::kDelayed && c.selected_node.empty(); })) {
+    CountPlacements(snap);
+  }
   std::set<std::string> delayed_classes, delayed_claims;
   for (const auto& c : claims) {
     if (c.state != ClaimRef::State::kDelayed) continue;
