@@ -1,5 +1,7 @@
 #include "common/units.h"
 
+#include <cstdio>
+
 #include <limits>
 
 #include <charconv>
@@ -63,6 +65,22 @@ std::string FormatByteSize(int64_t bytes) {
     factor /= kKi;
   }
   return StrCat(bytes);
+}
+
+std::string FormatByteSizeApprox(int64_t bytes) {
+  std::string exact = FormatByteSize(bytes);
+  if (exact.size() <= 6) return exact;
+  static constexpr const char* kUnits[] = {"Ki", "Mi", "Gi", "Ti", "Pi", "Ei"};
+  double value = static_cast<double>(bytes < 0 ? -bytes : bytes);
+  int unit = -1;
+  while (value >= 1024 && unit < 5) {
+    value /= 1024;
+    ++unit;
+  }
+  if (unit < 0) return exact;
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%s%.1f%s", bytes < 0 ? "-" : "", value, kUnits[unit]);
+  return buf;
 }
 
 }  // namespace berth

@@ -18,4 +18,8 @@ absl::StatusOr<int64_t> ParseByteSize(std::string_view text);
 // The shortest exact binary form: 10737418240 -> "10Gi", 1000 -> "1000".
 std::string FormatByteSize(int64_t bytes);
 
+// For messages about space: exact when FormatByteSize is short, else one
+// decimal of the largest binary unit: 973078528 -> "928.0Mi", 2Gi -> "2Gi".
+std::string FormatByteSizeApprox(int64_t bytes);
+
 }  // namespace berth

@@ -29,5 +29,14 @@ TEST(FormatByteSizeTest, ShortestExactBinaryForm) {
   EXPECT_EQ(FormatByteSize(0), "0");
 }
 
+TEST(FormatByteSizeApproxTest, ExactWhenShortElseOneDecimal) {
+  EXPECT_EQ(FormatByteSizeApprox(int64_t{2} << 30), "2Gi");
+  EXPECT_EQ(FormatByteSizeApprox(int64_t{512} << 20), "512Mi");
+  EXPECT_EQ(FormatByteSizeApprox(973078528 + 12345), "928.0Mi");
+  EXPECT_EQ(FormatByteSizeApprox((int64_t{19} << 30) + (int64_t{512} << 20) + 12345), "19.5Gi");
+  EXPECT_EQ(FormatByteSizeApprox(1000), "1000");
+  EXPECT_EQ(FormatByteSizeApprox(-973078528 - 12345), "-928.0Mi");
+}
+
 }  // namespace
 }  // namespace berth

@@ -15,6 +15,45 @@ using ::csi::v1::VolumeCapability;
   return t;
 }
 
+std::string DriverContext::PoolFault() const {
+  if (!options.pool_image.empty()) {
+    auto m = mounter->Find(options.pool);
+    if (!m.ok() || !m->has_value()) return StrCat("pool image ", options.pool_image, " is not mounted at ", options.pool);
+    if (health != nullptr) {
+      if (auto id = IdentifyFile(options.pool_image); id.ok()) {
+        if (auto fault = health->FaultOf(*id)) return StrCat("pool image ", options.pool_image, ": ", *fault);
+      }
+    }
+  }
+  Pool::Health h = pool->CheckHealth();
+  return h.healthy ? "" : h.message;
+}
+
+std::string DriverContext::VolumeFault(const VolumeRecord& r) const {
+  if (std::string pool_fault = PoolFault(); !pool_fault.empty()) return StrCat("the volume's pool is unhealthy: ", pool_fault);
+  auto id = IdentifyFile(pool->VolumeImagePath(r.id));
+  if (!id.ok()) return StrCat("image of volume ", r.id, " is missing");
+  if (health != nullptr) {
+    if (auto fault = health->FaultOf(*id)) return StrCat("its loop device reported ", *fault);
+  }
+  std::string device = r.block_device;
+  if (!r.staging_path.empty() && r.access_type == AccessType::kMount) {
+    auto m = mounter->Find(r.staging_path);
+    if (m.ok() && m->has_value()) {
+      device = (*m)->source;
+      if (int64_t errors = Ext4ErrorCount(device); errors > 0) {
+        return StrCat("its ext4 filesystem (", device, ") recorded ", errors,
+                      " error(s); unmount it and run fsck.ext4");
+      }
+      if (std::string failure = FsyncFailure(r.staging_path); !failure.empty()) {
+        return StrCat("its filesystem (", device, ") refuses writes (", failure,
+                      "): it shut down or turned read-only after an error");
+      }
+    }
+  }
+  return "";
+}
+
 Quiesce DriverContext::QuiesceFor(const VolumeRecord& source) {
   if (source.access_type != AccessType::kMount || source.staging_path.empty()) return {};
   auto mounted = mounter->Find(source.staging_path);

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "csi/v1/csi.pb.h"
+#include "driver/health.h"
 #include "driver/mount/filesystem.h"
 #include "driver/mount/loop.h"
 #include "driver/mount/mounter.h"
@@ -27,7 +28,18 @@ struct DriverContext {
   Mounter* mounter = nullptr;
   Formatter* formatter = nullptr;
   Freezer* freezer = nullptr;
+  HealthRegistry* health = nullptr;  // may be null: no kernel log faults
   OperationLocks locks;
+
+  // Why the pool cannot be trusted with writes, or "" (pool not mounted
+  // where an image is configured, not writable, fsync failing, kernel
+  // errors on the pool image's loop device).
+  std::string PoolFault() const;
+
+  // Why the volume is abnormal, or "": the pool's fault, a missing image,
+  // kernel errors on its loop device, ext4's recorded errors, a staged
+  // filesystem that refuses an fsync (shut down, journal aborted).
+  std::string VolumeFault(const VolumeRecord& r) const;
 
   // {topology.berth.io/node: <node id>}
   ::csi::v1::Topology NodeTopology() const;

@@ -386,7 +386,10 @@ absl::Status ControllerService::DoValidate(const ::csi::v1::ValidateVolumeCapabi
 ::csi::v1::VolumeCondition ControllerService::Condition(const VolumeRecord& r) const {
   ::csi::v1::VolumeCondition c;
   struct stat st {};
-  if (::stat(ctx_.pool->VolumeImagePath(r.id).c_str(), &st) != 0) {
+  if (std::string fault = ctx_.VolumeFault(r); !fault.empty()) {
+    c.set_abnormal(true);
+    c.set_message(fault);
+  } else if (::stat(ctx_.pool->VolumeImagePath(r.id).c_str(), &st) != 0) {
     c.set_abnormal(true);
     c.set_message(StrCat("image ", ctx_.pool->VolumeImagePath(r.id), " is missing"));
   } else if (st.st_size < r.capacity_bytes) {

@@ -36,19 +36,22 @@ absl::StatusOr<std::unique_ptr<Driver>> Driver::Open(DriverOptions options, Deps
       image = real;
       ::free(real);
     }
-    BERTH_RETURN_IF_ERROR(
-        EnsurePoolImage(image, options.pool_size_bytes, pool, *deps.loops, *deps.mounter, *deps.formatter));
+    BERTH_RETURN_IF_ERROR(EnsurePoolImage(image, options.pool_size_bytes, pool, *deps.loops, *deps.mounter,
+                                          *deps.formatter, options.pool_sparse));
     options.pool_image = image;
   }
   BERTH_ASSIGN_OR_RETURN(options.pool, Canonical(options.pool));
-  BERTH_ASSIGN_OR_RETURN(d->pool_,
-                         Pool::Open({.dir = options.pool, .overprovision_ratio = options.overprovision_ratio}));
+  BERTH_ASSIGN_OR_RETURN(d->pool_, Pool::Open({.dir = options.pool,
+                                               .overprovision_ratio = options.overprovision_ratio,
+                                               .image = options.pool_image,
+                                               .high_watermark = options.high_watermark}));
   d->ctx_.options = options;
   d->ctx_.pool = d->pool_.get();
   d->ctx_.loops = deps.loops;
   d->ctx_.mounter = deps.mounter;
   d->ctx_.formatter = deps.formatter;
   d->ctx_.freezer = deps.freezer;
+  d->ctx_.health = &d->health_;
   BERTH_RETURN_IF_ERROR(d->Repair());
 
   using ::csi::v1::PluginCapability;
@@ -73,11 +76,17 @@ std::vector<grpc::Service*> Driver::services() {
 }
 
 absl::StatusOr<bool> Driver::Ready() {
-  if (!ctx_.options.pool_image.empty()) {
-    auto m = ctx_.mounter->Find(ctx_.options.pool);
-    if (!m.ok() || !m->has_value()) return false;
+  if (std::string fault = ctx_.PoolFault(); !fault.empty()) {
+    spdlog::warn("not ready: {}", fault);
+    return false;
   }
-  return pool_->Writable();
+  return true;
+}
+
+void Driver::WatchKernelLog() {
+  if (kernel_log_) return;
+  kernel_log_ = std::make_unique<KernelLogWatcher>(health_, *ctx_.loops);
+  kernel_log_->Start();
 }
 
 absl::Status Driver::Repair() {

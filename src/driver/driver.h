@@ -15,6 +15,7 @@
 #include "driver/context.h"
 #include "driver/controller_service.h"
 #include "driver/group_controller_service.h"
+#include "driver/health.h"
 #include "driver/identity_service.h"
 #include "driver/node_service.h"
 #include "driver/snapshot_metadata_service.h"
@@ -45,15 +46,25 @@ class Driver {
   GroupControllerService& group_controller() { return *group_; }
   SnapshotMetadataService& snapshot_metadata() { return *snapshot_metadata_; }
 
-  // Probe: ready while the pool is mounted (if it is an image) and writable.
+  // Probe: ready while the pool is healthy (DriverContext::PoolFault): mounted
+  // if it is an image, writable, fsync working, no kernel errors on its
+  // loop device.
   absl::StatusOr<bool> Ready();
+
+  // Follows the kernel log for I/O errors on loop devices (health.h) until
+  // the driver is destroyed.
+  void WatchKernelLog();
+  HealthRegistry& health() { return health_; }
+  const DriverContext& context() const { return ctx_; }
 
  private:
   Driver() = default;
   absl::Status Repair();
 
   std::unique_ptr<Pool> pool_;
+  HealthRegistry health_;
   DriverContext ctx_;
+  std::unique_ptr<KernelLogWatcher> kernel_log_;
   std::unique_ptr<IdentityService> identity_;
   std::unique_ptr<ControllerService> controller_;
   std::unique_ptr<NodeService> node_;

@@ -208,7 +208,11 @@ TEST_F(HttpEndpointTest, MetricsCountCallsByMethodAndCodeAndShowThePool) {
   EXPECT_EQ(*FindSample(samples, "berth_pool_ready"), 1);
   EXPECT_EQ(*FindSample(samples, "berth_pool_provisioned_bytes"), 64 << 20);
   EXPECT_GT(*FindSample(samples, "berth_pool_size_bytes"), 0);
-  EXPECT_GE(*FindSample(samples, "berth_pool_limit_bytes"), *FindSample(samples, "berth_pool_size_bytes"));
+  // Ratio 1: the limit is what the filesystem holds for data.
+  EXPECT_GT(*FindSample(samples, "berth_pool_reserved_bytes"), 0);
+  EXPECT_EQ(*FindSample(samples, "berth_pool_limit_bytes"),
+            *FindSample(samples, "berth_pool_size_bytes") - *FindSample(samples, "berth_pool_reserved_bytes"));
+  EXPECT_EQ(*FindSample(samples, "berth_pool_pressure"), 0);
   EXPECT_EQ(*FindSample(samples, "berth_build_info", {{"driver", "local.csi.berth.io"}, {"node", "node-a"}}), 1);
 }
 

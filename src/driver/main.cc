@@ -48,6 +48,7 @@ int Run(const berth::driver::DriverOptions& options, const std::string& registra
     spdlog::error("cannot open the pool: {}", driver.status().ToString());
     return kExitFailure;
   }
+  (*driver)->WatchKernelLog();
   berth::driver::DriverMetrics metrics(**driver);
   berth::csi::ServerOptions server_options;
   server_options.endpoint = options.endpoint;
@@ -149,7 +150,14 @@ int main(int argc, char** argv) {
       ->envname("NODE_ID");
   app.add_option("--pool", options.pool, "pool directory holding volume images")->required();
   app.add_option("--pool-image", options.pool_image, "XFS image file to create (if missing) and mount at --pool");
-  app.add_option("--pool-size", pool_size, "size of a new --pool-image, e.g. 20Gi");
+  app.add_option("--pool-size", pool_size, "size of a new --pool-image, e.g. 20Gi (allocated on the host)");
+  app.add_flag("--pool-sparse", options.pool_sparse,
+               "leave the --pool-image sparse: it takes host space only as it is written, and the pool's "
+               "capacity stays within what the host filesystem has free (default: fully allocated)");
+  app.add_option("--high-watermark", options.high_watermark,
+                 "fraction of a filesystem past which it is nearly full: provisioning stops there for a sparse "
+                 "pool's host and for an overprovisioned or directory pool")
+      ->capture_default_str();
   app.add_option("--driver-name", options.driver_name, "CSI driver name")->capture_default_str();
   app.add_option("--kubelet-root", options.kubelet_root, "kubelet's root directory")->capture_default_str();
   app.add_option("--overprovision-ratio", options.overprovision_ratio,

@@ -51,7 +51,8 @@ std::string DriverMetrics::Render() {
 
   absl::StatusOr<bool> ready = driver_.Ready();
   Gauge(&out, "berth_pool_ready",
-        "1 while the pool is mounted (if it is an image) and writable, as Probe reports; else 0.",
+        "1 while the pool is healthy (mounted if it is an image, writable, no kernel errors on its device), as Probe "
+        "reports; else 0.",
         ready.ok() && *ready ? 1 : 0);
   Pool& pool = driver_.pool();
   if (absl::StatusOr<Pool::Capacity> c = pool.GetCapacity(); c.ok()) {
@@ -61,8 +62,30 @@ std::string DriverMetrics::Render() {
     Gauge(&out, "berth_pool_provisioned_bytes",
           "Sum of the provisioned sizes of volumes, snapshots and creations in progress.",
           static_cast<double>(c->provisioned_bytes));
-    Gauge(&out, "berth_pool_limit_bytes", "Provisioning limit: pool size times the overprovision ratio.",
+    Gauge(&out, "berth_pool_limit_bytes",
+          "Provisioning limit: pool size less its metadata reserve, times the overprovision ratio.",
           static_cast<double>(c->limit_bytes));
+    Gauge(&out, "berth_pool_reserved_bytes", "Pool filesystem bytes kept for its own metadata.",
+          static_cast<double>(c->reserved_bytes));
+    Gauge(&out, "berth_pool_available_bytes",
+          "What a new volume or snapshot may take now (GetCapacity): 0 under pressure.",
+          static_cast<double>(c->available_bytes));
+    Gauge(&out, "berth_pool_pressure",
+          "1 while provisioning has stopped short of the limit (pool or host past its high watermark, or the host "
+          "over-committed); else 0.",
+          c->pressure_reason.empty() ? 0 : 1);
+    if (c->has_host) {
+      Gauge(&out, "berth_pool_host_free_bytes", "Free bytes of the host filesystem holding the pool image.",
+            static_cast<double>(c->host_free_bytes));
+      Gauge(&out, "berth_pool_host_size_bytes", "Size of the host filesystem holding the pool image.",
+            static_cast<double>(c->host_total_bytes));
+      Gauge(&out, "berth_pool_image_allocated_bytes",
+            "Bytes of the pool image allocated on the host (its apparent size when fully allocated).",
+            static_cast<double>(c->image_allocated_bytes));
+      Gauge(&out, "berth_pool_host_owed_bytes",
+            "Host bytes the pool image may still take for what is provisioned (0 when fully allocated).",
+            static_cast<double>(c->host_owed_bytes));
+    }
   }
   Gauge(&out, "berth_pool_reflink",
         "1 when the pool filesystem clones by reflink (constant-time snapshots and clones).", pool.reflink() ? 1 : 0);

@@ -425,10 +425,9 @@ absl::Status NodeService::DoStats(const ::csi::v1::NodeGetVolumeStatsRequest& re
   const std::string& path = req.volume_path();
   auto* cond = resp->mutable_volume_condition();
   cond->set_message("volume is healthy");
-  struct stat img {};
-  if (::stat(ctx_.pool->VolumeImagePath(r.id).c_str(), &img) != 0) {
+  if (std::string fault = ctx_.VolumeFault(r); !fault.empty()) {
     cond->set_abnormal(true);
-    cond->set_message(StrCat("image of volume ", r.id, " is missing"));
+    cond->set_message(fault);
   }
   if (r.access_type == AccessType::kBlock) {
     auto size = ctx_.loops->Size(r.block_device);

@@ -31,6 +31,9 @@ absl::Status ValidateDriverName(const std::string& name) {
 absl::Status ValidateDriverOptions(const DriverOptions& o) {
   if (absl::Status s = ValidateDriverName(o.driver_name); !s.ok()) return s;
   if (o.node_id.empty()) return absl::InvalidArgumentError("--node-id must not be empty");
+  if (!(o.high_watermark >= 0.5 && o.high_watermark <= 1)) {
+    return absl::InvalidArgumentError("--high-watermark must be between 0.5 and 1 (a fraction of a filesystem's size)");
+  }
   if (o.node_id.size() > 256) {
     return absl::InvalidArgumentError("--node-id is longer than 256 bytes (the CSI limit)");
   }

@@ -17,6 +17,13 @@ struct DriverOptions {
   std::string pool;             // pool directory (absolute)
   std::string pool_image;       // optional self-contained pool image file
   int64_t pool_size_bytes = 0;  // size of a new pool image
+  // Leave the pool image sparse: it takes host space only as it is written,
+  // and the pool's capacity is bounded by what the host has free.
+  bool pool_sparse = false;
+  // Fraction of the pool's (overprovisioned or directory pools) or the
+  // host's (sparse pool image) filesystem past which it is nearly full:
+  // provisioning stops and the pool reports pressure.
+  double high_watermark = 0.9;
   std::string driver_name = kDefaultDriverName;
   std::string kubelet_root = kDefaultKubeletRoot;
   double overprovision_ratio = 1.0;  // thin provisioning factor

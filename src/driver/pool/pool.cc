@@ -5,6 +5,8 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstring>
+#include <filesystem>
 #include <utility>
 
 #include "absl/time/clock.h"
@@ -13,6 +15,7 @@
 #include "common/strings.h"
 #include "common/units.h"
 #include "driver/fault.h"
+#include "driver/health.h"
 #include "driver/pool/image.h"
 #include "spdlog/spdlog.h"
 
@@ -60,7 +63,11 @@ absl::StatusOr<std::unique_ptr<Pool>> Pool::Open(const Options& options) {
   for (const char* sub : {"volumes", "snapshots", "groups", "tmp"}) {
     BERTH_RETURN_IF_ERROR(MakeDirs(pool->Path(sub), 0700));
   }
+  if (!(options.high_watermark > 0 && options.high_watermark <= 1)) {
+    return absl::InvalidArgumentError("high watermark must be in (0, 1]");
+  }
   BERTH_RETURN_IF_ERROR(pool->Load());
+  BERTH_RETURN_IF_ERROR(pool->MeasureMetadataReserve());
   BERTH_ASSIGN_OR_RETURN(pool->reflink_, ProbeReflink(pool->Path("tmp")));
   spdlog::info(
       "pool {}: reflink {} ({})", options.dir, pool->reflink_ ? "supported" : "not supported",
@@ -155,6 +162,35 @@ bool Pool::Writable() const {
   return ::access(Path("tmp").c_str(), W_OK) == 0;
 }
 
+absl::Status Pool::MeasureMetadataReserve() {
+  struct statvfs vfs {};
+  if (::statvfs(options_.dir.c_str(), &vfs) != 0) return ErrnoStatus(errno, StrCat("statvfs ", options_.dir));
+  const int64_t total = static_cast<int64_t>(vfs.f_blocks) * static_cast<int64_t>(vfs.f_frsize);
+  const int64_t used = static_cast<int64_t>(vfs.f_blocks - vfs.f_bfree) * static_cast<int64_t>(vfs.f_frsize);
+  int64_t images = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [id, v] : volumes_) images += AllocatedBytes(VolumeImagePath(id)).value_or(0);
+    for (const auto& [id, s] : snapshots_) images += AllocatedBytes(SnapshotImagePath(id)).value_or(0);
+  }
+  // What the filesystem uses besides the images: XFS's per-group headers
+  // and the space it sets aside for its btrees (2.4 % of a 2 GiB pool, 0.9 %
+  // of 20 GiB), or, for a directory pool, everything else on it. Shared
+  // (reflinked) blocks count once in `used` but in every image, so the
+  // measure can come out low; the floor covers a fresh XFS pool.
+  const int64_t measured = std::max<int64_t>(0, used - images) + total / 100;
+  const int64_t floor = std::min<int64_t>(total / 40, 64 * kMiB + total / 100);
+  metadata_reserve_ = std::min(total, std::max(measured, floor));
+  return absl::OkStatus();
+}
+
+int64_t Pool::ProvisionedLocked() const {
+  int64_t provisioned = reserved_bytes_;
+  for (const auto& [id, v] : volumes_) provisioned += v.capacity_bytes;
+  for (const auto& [id, s] : snapshots_) provisioned += s.size_bytes;
+  return provisioned;
+}
+
 absl::StatusOr<Pool::Capacity> Pool::GetCapacity() const {
   struct statvfs vfs {};
   if (::statvfs(options_.dir.c_str(), &vfs) != 0) {
@@ -163,28 +199,98 @@ absl::StatusOr<Pool::Capacity> Pool::GetCapacity() const {
   Capacity c;
   c.total_bytes = static_cast<int64_t>(vfs.f_blocks) * static_cast<int64_t>(vfs.f_frsize);
   c.used_bytes = static_cast<int64_t>(vfs.f_blocks - vfs.f_bfree) * static_cast<int64_t>(vfs.f_frsize);
-  c.limit_bytes = static_cast<int64_t>(std::floor(static_cast<double>(c.total_bytes) * options_.overprovision_ratio));
+  c.reserved_bytes = metadata_reserve_;
+  c.limit_bytes = static_cast<int64_t>(
+      std::floor(static_cast<double>(c.total_bytes - c.reserved_bytes) * options_.overprovision_ratio));
+  if (!options_.image.empty()) {
+    const std::string host_dir = std::filesystem::path(options_.image).parent_path().string();
+    BERTH_ASSIGN_OR_RETURN(HostSpace host, StatHost(host_dir));
+    BERTH_ASSIGN_OR_RETURN(c.image_bytes, ImageSize(options_.image));
+    BERTH_ASSIGN_OR_RETURN(c.image_allocated_bytes, AllocatedBytes(options_.image));
+    c.has_host = true;
+    c.host_total_bytes = host.total_bytes;
+    c.host_free_bytes = host.free_bytes;
+  }
   absl::MutexLock lock(&mu_);
-  c.provisioned_bytes = reserved_bytes_;
-  for (const auto& [id, v] : volumes_) c.provisioned_bytes += v.capacity_bytes;
-  for (const auto& [id, s] : snapshots_) c.provisioned_bytes += s.size_bytes;
+  c.provisioned_bytes = ProvisionedLocked();
   c.available_bytes = std::max<int64_t>(0, c.limit_bytes - c.provisioned_bytes);
+  const double mark = options_.high_watermark;
+  if (c.has_host && c.image_allocated_bytes < c.image_bytes) {
+    // Every block the pool filesystem takes beyond those it holds now may
+    // land in a hole of the image, and what is provisioned may take up to
+    // provisioned + reserve in all.
+    const int64_t holes = c.image_bytes - c.image_allocated_bytes;
+    const int64_t growth = std::max<int64_t>(0, c.provisioned_bytes + c.reserved_bytes - c.used_bytes);
+    c.host_owed_bytes = std::min(holes, growth);
+    const int64_t margin = static_cast<int64_t>(static_cast<double>(c.host_total_bytes) * (1 - mark));
+    const int64_t room = c.host_free_bytes - c.host_owed_bytes - margin;
+    const std::string host_dir = std::filesystem::path(options_.image).parent_path().string();
+    if (c.host_free_bytes < c.host_owed_bytes) {
+      c.pressure_reason = "HostOvercommitted";
+      c.pressure_message = StrCat("the pool image ", options_.image, " may still need ",
+                                  FormatByteSizeApprox(c.host_owed_bytes), " for what is provisioned, but ", host_dir,
+                                  " has only ", FormatByteSizeApprox(c.host_free_bytes),
+                                  " free: writes to volumes can fail; free space on the host");
+    } else if (room < c.available_bytes) {
+      c.available_bytes = std::max<int64_t>(0, room);
+      if (room <= 0) {
+        c.pressure_reason = "HostNearlyFull";
+        c.pressure_message = StrCat(
+            "the sparse pool image ", options_.image, " is on ", host_dir, ", which has ",
+            FormatByteSizeApprox(c.host_free_bytes), " free of ", FormatByteSizeApprox(c.host_total_bytes), "; ",
+            FormatByteSizeApprox(c.host_owed_bytes), " of it are promised to what is provisioned and ",
+            FormatByteSizeApprox(margin), " are kept free (high watermark ", static_cast<int>(mark * 100), "%)");
+      }
+    }
+  }
+  const bool shared_or_over = options_.image.empty() || options_.overprovision_ratio > 1;
+  if (c.pressure_reason.empty() && shared_or_over &&
+      static_cast<double>(c.used_bytes) >= static_cast<double>(c.total_bytes) * mark) {
+    c.pressure_reason = "PoolNearlyFull";
+    c.pressure_message =
+        StrCat("pool ", options_.dir, " has ", FormatByteSizeApprox(c.used_bytes), " of ", FormatByteSizeApprox(c.total_bytes),
+               " in use, past its high watermark of ", static_cast<int>(mark * 100), "%",
+               options_.overprovision_ratio > 1 ? " (overprovisioned: its volumes may not all fit)" : "");
+  }
+  if (!c.pressure_reason.empty()) c.available_bytes = 0;
   return c;
+}
+
+Pool::Health Pool::CheckHealth() const {
+  if (!Writable()) return {false, StrCat("pool ", options_.dir, " is not a writable directory")};
+  if (std::string failure = FsyncFailure(Path("tmp")); !failure.empty()) {
+    return {false, StrCat("pool filesystem at ", options_.dir, " fails writes (", failure,
+                          "): it may have shut down after an I/O error")};
+  }
+  return {true, "pool is healthy"};
 }
 
 absl::Status Pool::Reserve(int64_t bytes, std::string_view what) {
   BERTH_ASSIGN_OR_RETURN(Capacity c, GetCapacity());
+  if (!c.pressure_reason.empty()) {
+    return absl::ResourceExhaustedError(
+        StrCat("pool ", options_.dir, " cannot provision ", FormatByteSizeApprox(bytes), " for ", what, ": ",
+               c.pressure_message));
+  }
   absl::MutexLock lock(&mu_);
   // GetCapacity's figures may be stale by now; recompute under the lock.
-  int64_t provisioned = reserved_bytes_;
-  for (const auto& [id, v] : volumes_) provisioned += v.capacity_bytes;
-  for (const auto& [id, s] : snapshots_) provisioned += s.size_bytes;
+  const int64_t provisioned = ProvisionedLocked();
+  // The host's room is what it can back beyond what was provisioned then.
+  const int64_t host_room = c.available_bytes + c.provisioned_bytes - provisioned;
+  if (c.has_host && c.host_owed_bytes > 0 && bytes > host_room) {
+    return absl::ResourceExhaustedError(
+        StrCat("pool ", options_.dir, " cannot provision ", FormatByteSizeApprox(bytes), " for ", what, ": its sparse image ",
+               options_.image, " is on a host filesystem with ", FormatByteSizeApprox(c.host_free_bytes), " free of ",
+               FormatByteSizeApprox(c.host_total_bytes), ", which can back only ", FormatByteSizeApprox(std::max<int64_t>(0, host_room)),
+               " more"));
+  }
   if (provisioned + bytes > c.limit_bytes) {
     return absl::ResourceExhaustedError(
-        StrCat("pool ", options_.dir, " cannot provision ", FormatByteSize(bytes), " for ", what, ": ",
-               FormatByteSize(provisioned), " of ", FormatByteSize(c.limit_bytes), " (pool size ",
-               FormatByteSize(c.total_bytes), " x overprovision ratio ", options_.overprovision_ratio,
-               ") already provisioned, ", FormatByteSize(std::max<int64_t>(0, c.limit_bytes - provisioned)), " left"));
+        StrCat("pool ", options_.dir, " cannot provision ", FormatByteSizeApprox(bytes), " for ", what, ": ",
+               FormatByteSizeApprox(provisioned), " of ", FormatByteSizeApprox(c.limit_bytes), " (pool size ",
+               FormatByteSizeApprox(c.total_bytes), " less ", FormatByteSizeApprox(c.reserved_bytes),
+               " for filesystem metadata, x overprovision ratio ", options_.overprovision_ratio,
+               ") already provisioned, ", FormatByteSizeApprox(std::max<int64_t>(0, c.limit_bytes - provisioned)), " left"));
   }
   reserved_bytes_ += bytes;
   return absl::OkStatus();

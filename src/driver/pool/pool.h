@@ -13,9 +13,16 @@
 // then the record: a `deleting` record found at start is finished. The exact
 // format is in docs/on-disk-format.md.
 //
-// Capacity is thin: images are sparse, and the sum of provisioned sizes
-// (volumes + snapshots + creations in progress) may not exceed the pool
-// filesystem's size × overprovision ratio.
+// Capacity is thick by default: images are sparse, but the sum of
+// provisioned sizes (volumes + snapshots + creations in progress) may not
+// exceed what the pool filesystem can hold for data — its size less a
+// reserve for its own metadata — × the overprovision ratio (1: every volume
+// and snapshot can be written in full). Below that limit, provisioning also
+// stops (available 0, with a reason) where the space under the pool could
+// run out: a pool image with holes on a host filesystem whose free space
+// cannot cover what the image may still take, or, for an overprovisioned or
+// directory pool, a pool filesystem past its high watermark. The rules are
+// in docs/failure-semantics.md.
 //
 // Thread-safety: thread-safe. The pool serializes its own bookkeeping;
 // callers serialize operations on the same ID (see OperationLocks) so that,
@@ -45,14 +52,43 @@ class Pool {
   struct Options {
     std::string dir;  // canonical absolute path
     double overprovision_ratio = 1.0;
+    // The pool image whose filesystem `dir` is (canonical), or empty for a
+    // directory pool. Its holes are what the pool may still take from the
+    // host filesystem holding it.
+    std::string image{};
+    // Fraction of a filesystem's size past which it counts as nearly full
+    // (Ceph's nearfull, Longhorn's minimal available space).
+    double high_watermark = 0.9;
   };
 
   struct Capacity {
     int64_t total_bytes = 0;        // size of the pool filesystem
-    int64_t limit_bytes = 0;        // total × overprovision ratio
+    int64_t reserved_bytes = 0;     // of it, kept for the filesystem's own metadata
+    int64_t limit_bytes = 0;        // (total - reserved) × overprovision ratio
     int64_t provisioned_bytes = 0;  // volumes + snapshots + reservations
-    int64_t available_bytes = 0;    // limit - provisioned (>= 0)
-    int64_t used_bytes = 0;         // blocks actually used on the pool filesystem
+    // What a new volume or snapshot may take now: limit - provisioned, no
+    // more than the host can back, 0 under pressure (>= 0).
+    int64_t available_bytes = 0;
+    int64_t used_bytes = 0;  // blocks actually used on the pool filesystem
+    // The host filesystem under the pool image (image pools only).
+    bool has_host = false;
+    int64_t host_total_bytes = 0;
+    int64_t host_free_bytes = 0;
+    int64_t image_bytes = 0;            // the image's apparent size
+    int64_t image_allocated_bytes = 0;  // of it, allocated on the host
+    // What the image may still take from the host to hold what is
+    // provisioned: 0 for a fully allocated image.
+    int64_t host_owed_bytes = 0;
+    // Why provisioning stopped short of the limit (empty when it did not):
+    // PoolNearlyFull, HostNearlyFull or HostOvercommitted, and a sentence
+    // naming the sizes.
+    std::string pressure_reason;
+    std::string pressure_message;
+  };
+
+  struct Health {
+    bool healthy = true;
+    std::string message;  // why not
   };
 
   struct NewVolume {
@@ -78,6 +114,11 @@ class Pool {
   bool Writable() const;
 
   absl::StatusOr<Capacity> GetCapacity() const;
+
+  // Whether the pool filesystem still takes writes: writable, and an fsync
+  // of its scratch directory succeeds (a filesystem that shut down after an
+  // I/O error, or remounted read-only, fails it).
+  Health CheckHealth() const;
 
   std::string VolumeImagePath(const std::string& id) const;
   std::string SnapshotImagePath(const std::string& id) const;
@@ -121,9 +162,15 @@ class Pool {
   absl::Status Reserve(int64_t bytes, std::string_view what);
   void Unreserve(int64_t bytes);
   std::string Path(std::string_view sub) const;
+  // Provisioned bytes, reservations included.
+  int64_t ProvisionedLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The pool filesystem's own use (what its blocks in use exceed its
+  // images' by), plus room for the metadata that writes and reflinks add.
+  absl::Status MeasureMetadataReserve();
 
   const Options options_;
   bool reflink_ = false;
+  int64_t metadata_reserve_ = 0;  // set by Open
 
   mutable absl::Mutex mu_;
   std::map<std::string, VolumeRecord> volumes_ ABSL_GUARDED_BY(mu_);

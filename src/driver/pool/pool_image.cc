@@ -1,10 +1,13 @@
 #include "driver/pool/pool_image.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <sys/sysmacros.h>
 
 #include <filesystem>
 
+#include "common/fd.h"
 #include "common/fs.h"
 #include "common/status.h"
 #include "common/strings.h"
@@ -29,10 +32,47 @@ std::string DescribeMountedSource(LoopDevices& loops, const std::string& source)
   return "which is not one of this image's loop devices";
 }
 
+// Refuses to take `bytes` more of the filesystem holding `image` when it
+// has not that much free, with every size named.
+absl::Status CheckHostRoom(const std::string& image, int64_t bytes, std::string_view what) {
+  const std::string dir = std::filesystem::path(image).parent_path().string();
+  BERTH_ASSIGN_OR_RETURN(HostSpace host, StatHost(dir));
+  if (bytes <= host.free_bytes) return absl::OkStatus();
+  return absl::ResourceExhaustedError(StrCat(
+      what, " needs ", FormatByteSizeApprox(bytes), " but the filesystem holding it (", dir, ") has only ",
+      FormatByteSizeApprox(host.free_bytes), " free of ", FormatByteSizeApprox(host.total_bytes),
+      ". Free space there, choose a smaller --pool-size, or pass --pool-sparse to take the space only as it is "
+      "written (capacity then stays within what that filesystem has free)"));
+}
+
+absl::Status WriteSysfs(const std::string& path, std::string_view value) {
+  Fd fd(::open(path.c_str(), O_WRONLY | O_CLOEXEC));
+  if (!fd.ok()) return ErrnoStatus(errno, StrCat("open ", path));
+  if (::write(fd.get(), value.data(), value.size()) != static_cast<ssize_t>(value.size())) {
+    return ErrnoStatus(errno, StrCat("write ", path));
+  }
+  return absl::OkStatus();
+}
+
+// Turns discards off on the loop device of an allocated pool image: the
+// loop driver serves a discard (mkfs.xfs sends one over the whole device,
+// fstrim and the discard mount option more) by punching a hole in the
+// image, which would make it sparse again. A device that refuses is logged:
+// the holes are then allocated again at the next start and by the pool's
+// health checks.
+void KeepAllocated(const std::string& device) {
+  const std::string name = std::filesystem::path(device).filename().string();
+  const std::string knob = StrCat("/sys/block/", name, "/queue/discard_max_bytes");
+  if (absl::Status st = WriteSysfs(knob, "0"); !st.ok()) {
+    spdlog::warn("cannot turn discards off on {} ({}): a discard would punch holes in the pool image", device,
+                 std::string(st.message()));
+  }
+}
+
 }  // namespace
 
 absl::Status EnsurePoolImage(const std::string& image, int64_t size, const std::string& pool_dir, LoopDevices& loops,
-                             Mounter& mounter, Formatter& formatter) {
+                             Mounter& mounter, Formatter& formatter, bool sparse) {
   BERTH_RETURN_IF_ERROR(MakeDirs(pool_dir, 0700));
   BERTH_ASSIGN_OR_RETURN(auto mounted, mounter.Find(pool_dir));
   BERTH_ASSIGN_OR_RETURN(std::string dev, loops.Find(image));
@@ -56,16 +96,49 @@ absl::Status EnsurePoolImage(const std::string& image, int64_t size, const std::
           StrCat("pool image ", image, " does not exist; --pool-size is needed to create it"));
     }
     BERTH_RETURN_IF_ERROR(MakeDirs(std::filesystem::path(image).parent_path().string(), 0700));
-    BERTH_RETURN_IF_ERROR(CreateSparseImage(image, size));
-    spdlog::info("created pool image {} ({})", image, FormatByteSize(size));
+    if (sparse) {
+      if (absl::Status room = CheckHostRoom(image, size, StrCat("pool image ", image)); !room.ok()) {
+        spdlog::warn("{} (sparse by request: the pool's capacity stays within what the host has free)",
+                     std::string(room.message()));
+      }
+      BERTH_RETURN_IF_ERROR(CreateSparseImage(image, size));
+    } else {
+      BERTH_RETURN_IF_ERROR(CheckHostRoom(image, size, StrCat("pool image ", image)));
+      if (absl::Status made = CreateAllocatedImage(image, size); !made.ok()) {
+        return absl::Status(made.code(),
+                            StrCat(made.message(), " (--pool-sparse takes the space only as it is written)"));
+      }
+    }
+    spdlog::info("created pool image {} ({}, {})", image, FormatByteSizeApprox(size), sparse ? "sparse" : "allocated");
     created = true;
   }
   const bool grow = !created && size > 0 && static_cast<int64_t>(st.st_size) < size;
   if (grow) {
-    BERTH_RETURN_IF_ERROR(GrowImage(image, size));
-    spdlog::info("grew pool image {} to {}", image, FormatByteSize(size));
+    if (!sparse) {
+      BERTH_RETURN_IF_ERROR(CheckHostRoom(image, size - static_cast<int64_t>(st.st_size),
+                                          StrCat("growing pool image ", image, " to ", FormatByteSizeApprox(size))));
+    }
+    BERTH_RETURN_IF_ERROR(GrowImage(image, size, /*allocate=*/!sparse));
+    spdlog::info("grew pool image {} to {}", image, FormatByteSizeApprox(size));
+  }
+  if (!created && !sparse) {
+    // Holes: made sparse by an earlier start, or punched by a discard that
+    // reached the loop device. Each is a write that may fail later.
+    BERTH_ASSIGN_OR_RETURN(int64_t allocated, AllocatedBytes(image));
+    BERTH_ASSIGN_OR_RETURN(int64_t apparent, ImageSize(image));
+    if (allocated < apparent) {
+      if (absl::Status filled = AllocateImage(image); filled.ok()) {
+        spdlog::info("allocated the holes of pool image {} ({} were not allocated)", image,
+                     FormatByteSizeApprox(apparent - allocated));
+      } else {
+        spdlog::warn("pool image {}: {} of {} are not allocated and cannot be now ({}); the pool serves its data, "
+                     "and its capacity counts what the image may still need from the host",
+                     image, FormatByteSizeApprox(apparent - allocated), FormatByteSizeApprox(apparent), std::string(filled.message()));
+      }
+    }
   }
   if (mounted) {
+    if (!sparse) KeepAllocated(dev);
     if (grow) {
       BERTH_RETURN_IF_ERROR(loops.RefreshCapacity(dev));
       BERTH_RETURN_IF_ERROR(formatter.Grow(dev, pool_dir, mounted->fs_type));
@@ -74,6 +147,7 @@ absl::Status EnsurePoolImage(const std::string& image, int64_t size, const std::
   }
 
   BERTH_ASSIGN_OR_RETURN(auto loop, loops.Attach(image, /*autoclear=*/true));
+  if (!sparse) KeepAllocated(loop->device());
   if (grow) BERTH_RETURN_IF_ERROR(loops.RefreshCapacity(loop->device()));
   BERTH_ASSIGN_OR_RETURN(std::string fs, formatter.Detect(loop->device()));
   if (fs.empty()) {

@@ -172,7 +172,12 @@ class VolumeManager {
   // Asks every published volume whose driver offers GET_VOLUME_STATS (one
   // call per volume, however many pods use it) and replaces the kept
   // answers: a volume no longer published, or whose call failed, is dropped.
+  // An abnormal volume is a Warning VolumeConditionAbnormal event on each
+  // pod using it, "Volume <its name in the pod>: <the driver's message>", at
+  // every collection while it lasts (kubelet's CSIVolumeHealth).
   void CollectStats() ABSL_LOCKS_EXCLUDED(mu_, stats_mu_);
+  // Waits until the events recorded so far are written (tests).
+  void FlushEvents() { events_.Flush(); }
   std::vector<VolumeStat> Stats() const ABSL_LOCKS_EXCLUDED(stats_mu_);
   // kubelet's kubelet_volume_stats_* families (labels namespace,
   // persistentvolumeclaim) for `stats` (of every node in this process).
@@ -197,6 +202,7 @@ class VolumeManager {
     std::string path;
     bool certain = true;  // false: found on disk but not mounted; stage again or clean up
   };
+  void ReportAbnormal(const std::vector<std::string>& pod_uids, const std::string& pv, const std::string& message);
   struct Published {
     Volume volume;
     std::string pod_uid;

@@ -294,6 +294,37 @@ TEST_F(NodeAgentTest, VolumeStatsAreCollectedOncePerVolumeAndExportedLikeKubelet
   (void)a;
 }
 
+TEST_F(NodeAgentTest, AnAbnormalVolumeIsAWarningOnEveryPodUsingIt) {
+  AttachNotRequired();
+  driver_->SetStats(true, 1 << 30, 100 << 20, 65536, 11);
+  CreateVolume("data", "pv-1", kHandle);
+  StartAgent();
+  ServeDriver();
+  CreatePod("a", "data");
+  CreatePod("b", "data", /*read_only=*/true);
+  ASSERT_TRUE(Eventually([&] { return PodPhase("a") == "Running" && PodPhase("b") == "Running"; }));
+  auto abnormal_events = [&] {
+    std::map<std::string, std::string> out;  // pod → message
+    auto events = registry_->List(K("events"), "default", {});
+    if (!events.ok()) return out;
+    for (const auto& e : events->items) {
+      if (Str(e, {"reason"}) == "VolumeConditionAbnormal" && Str(e, {"type"}) == "Warning") {
+        out[Str(e, {"involvedObject", "name"})] = Str(e, {"message"});
+      }
+    }
+    return out;
+  };
+  agent_->volumes().CollectStats();
+  agent_->volumes().FlushEvents();
+  EXPECT_TRUE(abnormal_events().empty());
+  // kubelet's message: the volume's name in the pod, then the driver's.
+  driver_->SetStats(true, 1 << 30, 100 << 20, 65536, 11, /*abnormal=*/true);
+  agent_->volumes().CollectStats();
+  agent_->volumes().FlushEvents();
+  EXPECT_EQ(abnormal_events(), (std::map<std::string, std::string>{{"a", "Volume data: the disk is failing"},
+                                                                   {"b", "Volume data: the disk is failing"}}));
+}
+
 TEST_F(NodeAgentTest, ADriverWithoutVolumeStatsIsNeverAsked) {
   StartWithAppUsingData();
   ASSERT_TRUE(Eventually([&] { return PodPhase("app") == "Running"; }));

@@ -9,14 +9,20 @@ void VolumeManager::CollectStats() {
   struct Target {
     Volume volume;
     std::string path, staging;
+    std::vector<std::string> pod_uids;  // every pod it is published to
   };
   std::map<std::string, Target> targets;  // unique → one publish path
   {
     absl::MutexLock lock(&mu_);
     for (const auto& [key, p] : published_) {
-      if (!p.certain || targets.contains(p.volume.unique)) continue;
+      if (!p.certain) continue;
+      if (auto it = targets.find(p.volume.unique); it != targets.end()) {
+        it->second.pod_uids.push_back(p.pod_uid);
+        continue;
+      }
       auto st = staged_.find(p.volume.unique);
-      targets[p.volume.unique] = {p.volume, p.target, st != staged_.end() && st->second.certain ? st->second.path : ""};
+      targets[p.volume.unique] = {p.volume, p.target,
+                                  st != staged_.end() && st->second.certain ? st->second.path : "", {p.pod_uid}};
     }
   }
   std::vector<VolumeStat> out;
@@ -71,11 +77,34 @@ void VolumeManager::CollectStats() {
       v.has_condition = true;
       v.abnormal = resp.volume_condition().abnormal();
       v.condition_message = resp.volume_condition().message();
+      if (v.abnormal) ReportAbnormal(t.pod_uids, t.volume.pv, v.condition_message);
     }
     out.push_back(std::move(v));
   }
   absl::MutexLock lock(&stats_mu_);
   stats_ = std::move(out);
+}
+
+// kubelet's volume health (CSIVolumeHealth): a Warning VolumeConditionAbnormal
+// on every pod using the volume, "Volume <name in the pod>: <message>", at
+// every stats period while it lasts (the recorder counts repeats).
+void VolumeManager::ReportAbnormal(const std::vector<std::string>& pod_uids, const std::string& pv,
+                                   const std::string& message) {
+  spdlog::warn("node {}: volume {} is abnormal: {}", options_.node_name, pv, message);
+  for (const auto& pod_json : informers_.at("pods")->ByIndex(kPodsByNode, options_.node_name)) {
+    auto pod = client::DecodeAs<types::Pod>(pod_json);
+    if (!pod.ok() || std::find(pod_uids.begin(), pod_uids.end(), pod->metadata.uid) == pod_uids.end()) continue;
+    std::string name = pv;
+    for (const auto& vol : pod->spec.volumes) {
+      std::string claim_name;
+      if (vol.persistent_volume_claim) claim_name = vol.persistent_volume_claim->claim_name;
+      if (vol.ephemeral) claim_name = StrCat(pod->metadata.name, "-", vol.name);  // the generic ephemeral claim
+      if (claim_name.empty()) continue;
+      auto claim = informers_.at("persistentvolumeclaims")->Get(pod->metadata.namespace_, claim_name);
+      if (claim && client::Str(*claim, {"spec", "volumeName"}) == pv) name = vol.name;
+    }
+    events_.Record(client::IdentityOf(*pod), "Warning", "VolumeConditionAbnormal", StrCat("Volume ", name, ": ", message));
+  }
 }
 
 std::vector<VolumeManager::VolumeStat> VolumeManager::Stats() const {
