@@ -19,13 +19,18 @@ using ::csi::v1::ControllerServiceCapability;
 
 constexpr std::string_view kReservedPrefix = "csi.storage.k8s.io/";
 
+// berth's scheduler reads this class parameter (seed 001's node weighting);
+// the provisioner passes every class parameter on, so it reaches us too.
+constexpr char kNodeWeightingParameter[] = "berth.io/node-weighting";
+
 // Class parameters berth-csi understands. Keys under csi.storage.k8s.io/ are
-// added by Kubernetes' provisioner (PVC/PV names) and are accepted and kept.
+// added by Kubernetes' provisioner (PVC/PV names) and are accepted and kept;
+// the node weighting is the scheduler's and says nothing about the volume.
 absl::Status CheckParameters(const google::protobuf::Map<std::string, std::string>& params) {
   for (const auto& [k, v] : params) {
-    if (k == "fsType" || std::string_view(k).starts_with(kReservedPrefix)) continue;
-    return absl::InvalidArgumentError(
-        StrCat("unknown parameter \"", k, "\" (berth-csi knows: fsType, csi.storage.k8s.io/*)"));
+    if (k == "fsType" || k == kNodeWeightingParameter || std::string_view(k).starts_with(kReservedPrefix)) continue;
+    return absl::InvalidArgumentError(StrCat("unknown parameter \"", k, "\" (berth-csi knows: fsType, ",
+                                             kNodeWeightingParameter, ", csi.storage.k8s.io/*)"));
   }
   return absl::OkStatus();
 }

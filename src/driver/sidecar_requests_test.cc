@@ -135,6 +135,11 @@ TEST_F(SidecarRequestsTest, CapabilitiesConstrainOnlyWhatTheyName) {
   ::csi::v1::GetCapacityRequest unknown = ProvisionerRequest(true);
   (*unknown.mutable_parameters())["replicas"] = "3";
   EXPECT_EQ(Capacity(unknown), 0);
+  // The scheduler's node weighting (seed 001) is no volume property: a class
+  // with it offers the whole pool, and its volumes are made.
+  ::csi::v1::GetCapacityRequest weighted = ProvisionerRequest(true);
+  (*weighted.mutable_parameters())["berth.io/node-weighting"] = "VolumeWeighted";
+  EXPECT_EQ(Capacity(weighted), available);
 }
 
 TEST_F(SidecarRequestsTest, TopologyIsTheNodesOwnSegmentEverywhere) {
