@@ -135,7 +135,12 @@ int main(int argc, char** argv) {
   auto* up = app.add_subcommand("up", "run the whole stack on this machine: API, controllers, node agents, berth-csi");
   berth::cli::UpOptions up_options;
   up->add_option("--pool", up_options.pool, "use this existing directory as the pool (one node)");
-  up->add_option("--pool-size", up_options.pool_size, "size of each node's sparse pool image")->capture_default_str();
+  up->add_option("--pool-size", up_options.pool_size,
+                 "size of each node's pool image, allocated on the host filesystem of --data-dir when made")
+      ->capture_default_str();
+  up->add_flag("--pool-sparse", up_options.pool_sparse,
+               "leave new pool images sparse: host space is taken as volumes are written, and each pool's "
+               "capacity stays within what the host has free");
   up->add_option("--nodes", up_options.nodes, "simulated nodes, each with its own pool, agent and berth-csi")
       ->capture_default_str();
   up->add_option("--node-name", up_options.node_name, "node name (default: the host name; -1..-N with --nodes N)");

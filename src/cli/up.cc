@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -244,6 +245,36 @@ absl::Status ValidateUpOptions(const UpOptions& o) {
   return ValidateRuntimeOptions(o.runtime, o.nodes);
 }
 
+namespace {
+
+// berth-csi refuses a pool image its host cannot hold, but under the
+// supervisor that is a restart loop and a log line; the sum for all new
+// pools is checked here, before anything starts, with the sizes named.
+absl::Status CheckRoomForNewPools(const UpOptions& options, const std::vector<std::string>& node_names) {
+  if (!options.pool.empty() || options.pool_sparse) return absl::OkStatus();
+  BERTH_ASSIGN_OR_RETURN(int64_t size, ParseByteSize(options.pool_size));
+  int64_t needed = 0;
+  int fresh = 0;
+  for (const auto& name : node_names) {
+    std::error_code ec;
+    if (fs::exists(NodeDir(options.data_dir, name) + "/pool.img", ec)) continue;
+    needed += size;
+    ++fresh;
+  }
+  if (fresh == 0) return absl::OkStatus();
+  struct statvfs vfs {};
+  if (::statvfs(options.data_dir.c_str(), &vfs) != 0) return ErrnoStatus(errno, StrCat("statvfs ", options.data_dir));
+  const int64_t free_bytes = static_cast<int64_t>(vfs.f_bavail) * static_cast<int64_t>(vfs.f_frsize);
+  if (needed <= free_bytes) return absl::OkStatus();
+  return absl::ResourceExhaustedError(StrCat(
+      fresh, fresh == 1 ? " new pool image" : " new pool images", " of ", options.pool_size, " need ",
+      FormatByteSizeApprox(needed), " but ", options.data_dir, " has only ", FormatByteSizeApprox(free_bytes),
+      " free. Free space there, give a smaller --pool-size, or pass --pool-sparse to take the space only as "
+      "volumes are written (each pool's capacity then stays within what the host has free)"));
+}
+
+}  // namespace
+
 absl::Status RunUp(UpOptions options) {
   BERTH_RETURN_IF_ERROR(ValidateUpOptions(options));
   if (options.csi_binary.empty()) options.csi_binary = ExecutableDir() + "/berth-csi";
@@ -337,6 +368,7 @@ absl::Status RunUp(UpOptions options) {
   if (self_ec) return absl::InternalError(StrCat("cannot find berth's own binary: ", self_ec.message()));
   std::vector<std::unique_ptr<RegistrationFollower>> followers;
   std::vector<std::string> node_names = UpNodeNames(options);
+  BERTH_RETURN_IF_ERROR(CheckRoomForNewPools(options, node_names));
   for (const std::string& name : node_names) {
     const std::string dir = NodeDir(options.data_dir, name);
     const std::string root = dir + "/kubelet";
@@ -373,10 +405,11 @@ absl::Status RunUp(UpOptions options) {
       Say(fs::exists(dir + "/pool.img", image_ec)
               ? StrCat("node ", name, ": starting its node agent and berth-csi (pool image ", dir, "/pool.img)")
               : StrCat("node ", name, ": starting its node agent and berth-csi, which makes its ", options.pool_size,
-                       " sparse XFS pool image ", dir, "/pool.img (first start)"));
+                       options.pool_sparse ? " sparse" : "", " XFS pool image ", dir, "/pool.img (first start)"));
       argv.push_back("--pool=" + dir + "/pool");
       argv.push_back("--pool-image=" + dir + "/pool.img");
       argv.push_back("--pool-size=" + options.pool_size);
+      if (options.pool_sparse) argv.push_back("--pool-sparse");
     }
     supervisor.Add({.name = "berth-csi/" + name,
                     .argv = argv,

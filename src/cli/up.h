@@ -30,6 +30,10 @@ struct UpOptions {
   std::string data_dir = "/var/lib/berth";
   std::string pool;  // an existing pool directory (one node) instead of images
   std::string pool_size = "20Gi";
+  // Leave new pool images sparse (berth-csi --pool-sparse): they take host
+  // space as it is written and each pool's capacity stays within what the
+  // host has free. By default they are allocated in full when made.
+  bool pool_sparse = false;
   int nodes = 1;
   std::string node_name;                      // default: the host name; with --nodes N, <name>-1 ... <name>-N
   std::vector<std::string> external_drivers;  // NAME=unix:///path/csi.sock

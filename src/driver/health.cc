@@ -74,6 +74,11 @@ std::string_view KmsgText(std::string_view record) {
 std::string LoopDeviceWithError(std::string_view message) {
   std::string device = FirstLoopDevice(message);
   if (device.empty()) return "";
+  // "operation not supported error, dev loop3, ... op 0x9:(WRITE_ZEROES)":
+  // the block layer's notice that the device cannot zero by fallocate
+  // (recent kernels, a backing filesystem without FALLOC_FL_WRITE_ZEROES);
+  // it then writes the zeros itself. No data is lost.
+  if (message.starts_with("operation not supported error")) return "";
   // Mount messages echo options such as errors=remount-ro; those are not
   // errors.
   bool error = false;

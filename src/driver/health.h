@@ -59,7 +59,9 @@ class HealthRegistry {
 };
 
 // The loop device a kernel log message reports an error on ("loop3"), or
-// "" when it reports none. Exposed for tests.
+// "" when it reports none (also for the block layer's "operation not
+// supported error" notices, after which it falls back and nothing is lost).
+// Exposed for tests.
 std::string LoopDeviceWithError(std::string_view message);
 
 // The text of one /dev/kmsg record ("6,1234,5678,-;text\n...") without

@@ -21,6 +21,7 @@
 #include "driver/http_endpoint.h"
 #include "driver/metrics.h"
 #include "driver/options.h"
+#include "driver/pool_monitor.h"
 #include "driver/snapshot_adopter.h"
 #include "http/server.h"
 #include "spdlog/spdlog.h"
@@ -37,7 +38,8 @@ std::string Hostname() {
 }
 
 int Run(const berth::driver::DriverOptions& options, const std::string& registration_dir,
-        const std::string& http_endpoint, absl::Duration grace, bool adopt_snapshot_contents) {
+        const std::string& http_endpoint, absl::Duration grace, bool adopt_snapshot_contents, bool node_conditions,
+        const std::string& api_data_dir) {
   berth::LinuxCommandRunner runner;
   berth::driver::LinuxLoopDevices loops;
   berth::driver::LinuxMounter mounter;
@@ -49,6 +51,16 @@ int Run(const berth::driver::DriverOptions& options, const std::string& registra
     return kExitFailure;
   }
   (*driver)->WatchKernelLog();
+  berth::driver::PoolMonitor::ClientFactory conditions_client;
+  if (node_conditions) {
+    if (!api_data_dir.empty()) {
+      conditions_client = [api_data_dir] { return berth::http::ApiClient::ForDataDir(api_data_dir); };
+    } else {
+      conditions_client = [] { return berth::driver::InClusterApiClient(); };
+    }
+  }
+  berth::driver::PoolMonitor monitor((*driver)->context(), {.node_name = options.node_id}, conditions_client);
+  monitor.Start();
   berth::driver::DriverMetrics metrics(**driver);
   berth::csi::ServerOptions server_options;
   server_options.endpoint = options.endpoint;
@@ -117,6 +129,7 @@ int Run(const berth::driver::DriverOptions& options, const std::string& registra
   spdlog::info("signal {} received; draining calls for up to {}", sig, absl::FormatDuration(grace));
   // Deregister first, so the node agent stops sending calls, then drain.
   if (adopter) adopter->Stop();
+  monitor.Stop();
   if (registration_server) registration_server->Shutdown(absl::ZeroDuration());
   (*server)->Shutdown(grace);
   if (http) http->Shutdown();
@@ -137,6 +150,8 @@ int main(int argc, char** argv) {
   bool node_expansion_only = false;
   bool adopt_snapshot_contents = false;
   std::string registration_dir;
+  bool node_conditions = false;
+  std::string api_data_dir;
 
   CLI::App app{"berth-csi: a CSI driver serving volumes from a local pool of sparse images", "berth-csi"};
   app.set_version_flag("--version", std::string("berth-csi ") + berth::kVersion);
@@ -179,6 +194,11 @@ int main(int argc, char** argv) {
                "VolumeSnapshotContents whose snapshot this pool holds "
                "snapshot.storage.kubernetes.io/managed-by=<node id>, so this node's "
                "csi-snapshotter handles them (the node id must be the Node's name)");
+  app.add_flag("--node-conditions", node_conditions,
+               "report the pool's pressure and health as the condition BerthPoolPressure on this node's Node, "
+               "with events (in a pod: its service account; else --api-data-dir)");
+  app.add_option("--api-data-dir", api_data_dir,
+                 "with --node-conditions: reach berth's API over <dir>/api.sock (berth up) instead of in-cluster");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off")->capture_default_str();
   app.add_option("--shutdown-grace", grace_seconds, "seconds in-flight calls may take to finish on SIGTERM/SIGINT")
       ->capture_default_str()
@@ -216,5 +236,6 @@ int main(int argc, char** argv) {
     std::cerr << "berth-csi: --registration-dir must be a canonical absolute path\n";
     return kExitUsage;
   }
-  return Run(options, registration_dir, http_endpoint, absl::Seconds(grace_seconds), adopt_snapshot_contents);
+  return Run(options, registration_dir, http_endpoint, absl::Seconds(grace_seconds), adopt_snapshot_contents,
+             node_conditions, api_data_dir);
 }

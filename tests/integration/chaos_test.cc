@@ -355,8 +355,8 @@ TEST_F(ChaosTest, KillNineOfStackDriverAndAgentLosesAndLeaksNothing) {
     absl::SleepFor(absl::Milliseconds(std::uniform_int_distribution<int>(0, max_ms)(rng)));
   };
 
-  pool_size_ = "24Gi";  // sparse; room for every claim ever created
-  StartUp({"--runtime", "none", "--node-monitor-grace-period", kGrace});
+  pool_size_ = "24Gi";  // sparse by request; room for every claim ever created
+  StartUp({"--runtime", "none", "--node-monitor-grace-period", kGrace, "--pool-sparse"});
   if (HasFatalFailure()) return;
   WaitForDriverRegistered("local.csi.berth.io");
   if (HasFatalFailure()) return;

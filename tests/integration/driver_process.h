@@ -34,6 +34,13 @@ class DriverProcess {
     pool_image_ = std::move(pool_image);
   }
 
+  // The size of a new pool image, and whether it is sparse (by default a
+  // sparse 64Gi, so that tests of other things never take the space).
+  void SetPoolSize(std::string size, bool sparse) {
+    pool_size_ = std::move(size);
+    pool_sparse_ = sparse;
+  }
+
   // From the next Start() on, runs `wrapper... /bin/sh -c '<setup> && exec
   // berth-csi ...'` (e.g. wrapper = unshare -m: a mount namespace of its
   // own, set up by `setup`). berth-csi keeps the PID the test signals.
@@ -61,9 +68,13 @@ class DriverProcess {
 
   // Starts berth-csi without waiting for it to serve.
   void Launch(const std::vector<std::string>& env = {}) {
-    std::vector<std::string> argv = {
-        BERTH_CSI_BINARY, "--endpoint", "unix://" + socket(), "--node-id", "node-a",         "--pool", pool(),
-        "--pool-image",   pool_image(), "--pool-size",        "64Gi",      "--kubelet-root", kubelet()};
+    std::vector<std::string> argv = {BERTH_CSI_BINARY, "--endpoint",   "unix://" + socket(), "--node-id",
+                                     "node-a",         "--pool",       pool(),               "--pool-image",
+                                     pool_image(),     "--pool-size",  pool_size_,           "--kubelet-root",
+                                     kubelet()};
+    // Tests of other things than space take a big pool without taking the
+    // space: sparse, by request.
+    if (pool_sparse_) argv.push_back("--pool-sparse");
     argv.insert(argv.end(), extra_.begin(), extra_.end());
     if (!wrapper_.empty()) {
       std::string command = setup_.empty() ? "exec" : setup_ + " && exec";
@@ -121,6 +132,8 @@ class DriverProcess {
   std::vector<std::string> extra_;
   std::string pool_;
   std::string pool_image_;
+  std::string pool_size_ = "64Gi";
+  bool pool_sparse_ = true;
   std::vector<std::string> wrapper_;
   std::string setup_;
   std::unique_ptr<Subprocess> process_;

@@ -1,13 +1,10 @@
 #include "driver/pool/pool_image.h"
 
-#include <fcntl.h>
 #include <sys/stat.h>
-#include <unistd.h>
 #include <sys/sysmacros.h>
 
 #include <filesystem>
 
-#include "common/fd.h"
 #include "common/fs.h"
 #include "common/status.h"
 #include "common/strings.h"
@@ -43,30 +40,6 @@ absl::Status CheckHostRoom(const std::string& image, int64_t bytes, std::string_
       FormatByteSizeApprox(host.free_bytes), " free of ", FormatByteSizeApprox(host.total_bytes),
       ". Free space there, choose a smaller --pool-size, or pass --pool-sparse to take the space only as it is "
       "written (capacity then stays within what that filesystem has free)"));
-}
-
-absl::Status WriteSysfs(const std::string& path, std::string_view value) {
-  Fd fd(::open(path.c_str(), O_WRONLY | O_CLOEXEC));
-  if (!fd.ok()) return ErrnoStatus(errno, StrCat("open ", path));
-  if (::write(fd.get(), value.data(), value.size()) != static_cast<ssize_t>(value.size())) {
-    return ErrnoStatus(errno, StrCat("write ", path));
-  }
-  return absl::OkStatus();
-}
-
-// Turns discards off on the loop device of an allocated pool image: the
-// loop driver serves a discard (mkfs.xfs sends one over the whole device,
-// fstrim and the discard mount option more) by punching a hole in the
-// image, which would make it sparse again. A device that refuses is logged:
-// the holes are then allocated again at the next start and by the pool's
-// health checks.
-void KeepAllocated(const std::string& device) {
-  const std::string name = std::filesystem::path(device).filename().string();
-  const std::string knob = StrCat("/sys/block/", name, "/queue/discard_max_bytes");
-  if (absl::Status st = WriteSysfs(knob, "0"); !st.ok()) {
-    spdlog::warn("cannot turn discards off on {} ({}): a discard would punch holes in the pool image", device,
-                 std::string(st.message()));
-  }
 }
 
 }  // namespace
@@ -138,7 +111,6 @@ absl::Status EnsurePoolImage(const std::string& image, int64_t size, const std::
     }
   }
   if (mounted) {
-    if (!sparse) KeepAllocated(dev);
     if (grow) {
       BERTH_RETURN_IF_ERROR(loops.RefreshCapacity(dev));
       BERTH_RETURN_IF_ERROR(formatter.Grow(dev, pool_dir, mounted->fs_type));
@@ -147,13 +119,17 @@ absl::Status EnsurePoolImage(const std::string& image, int64_t size, const std::
   }
 
   BERTH_ASSIGN_OR_RETURN(auto loop, loops.Attach(image, /*autoclear=*/true));
-  if (!sparse) KeepAllocated(loop->device());
   if (grow) BERTH_RETURN_IF_ERROR(loops.RefreshCapacity(loop->device()));
   BERTH_ASSIGN_OR_RETURN(std::string fs, formatter.Detect(loop->device()));
   if (fs.empty()) {
     spdlog::info("formatting pool image {} as XFS (reflink)", image);
     BERTH_RETURN_IF_ERROR(formatter.Mkfs(loop->device(), "xfs"));
     fs = "xfs";
+    // mkfs discards the whole device first, and the loop driver serves a
+    // discard by punching holes in the image: allocate them again. (Turning
+    // discards off on the device would also refuse the write-zeroes the
+    // filesystems send, with an error in the kernel log.)
+    if (!sparse) BERTH_RETURN_IF_ERROR(AllocateImage(image));
   }
   if (fs != "xfs" && fs != "ext4" && fs != "btrfs") {
     return absl::FailedPreconditionError(

@@ -28,7 +28,8 @@ namespace berth::driver {
 //  - `size` larger than the image: the image and its filesystem are grown
 //    (the added range allocated unless `sparse`; RESOURCE_EXHAUSTED when the
 //    host cannot hold it);
-//  - an existing image with holes (made sparse, or punched by a discard)
+//  - an existing image with holes (made sparse, or punched by a discard:
+//    the loop driver serves one, from mkfs or fstrim, by punching the image)
 //    and not `sparse`: its holes are allocated; if the host has no room for
 //    that, the pool starts anyway (its data stays readable) with a warning,
 //    and the pool's capacity counts what the image may still take
