@@ -18,6 +18,7 @@
 #include "cli/commands.h"
 #include "cli/node_agent.h"
 #include "cli/runtime_commands.h"
+#include "cli/snapshot_commands.h"
 #include "cli/up.h"
 #include "common/logging.h"
 #include "common/signals.h"
@@ -217,6 +218,21 @@ int main(int argc, char** argv) {
   exec->add_option("command", exec_command, "-- COMMAND [ARGS...]")->required();
   add_ns(exec, false);
 
+  // snapshot allocated | diff
+  auto* snapshot =
+      app.add_subcommand("snapshot", "changed-block tracking: a volume snapshot's blocks (CSI SnapshotMetadata)");
+  snapshot->require_subcommand(1);
+  std::string snapshot_output, base_snapshot, target_snapshot;
+  auto* allocated = snapshot->add_subcommand("allocated", "the byte ranges the snapshot holds");
+  allocated->add_option("snapshot", target_snapshot, "volume snapshot name")->required();
+  auto* diff = snapshot->add_subcommand("diff", "the byte ranges that changed from BASE to TARGET (one volume's)");
+  diff->add_option("base", base_snapshot, "the earlier volume snapshot")->required();
+  diff->add_option("target", target_snapshot, "the later volume snapshot")->required();
+  for (auto* cmd : {allocated, diff}) {
+    add_ns(cmd, false);
+    cmd->add_option("-o,--output", snapshot_output, "json (default: a table)");
+  }
+
   // image
   auto* image = app.add_subcommand("image", "the images of the nodes' container runtimes (offline)");
   image->require_subcommand(1);
@@ -328,7 +344,11 @@ int main(int argc, char** argv) {
   auto connected = connect();
   if (!connected.ok()) return Fail(connected.status());
   absl::Status st;
-  if (logs->parsed()) {
+  if (allocated->parsed()) {
+    st = berth::cli::SnapshotAllocated(**connected, target_snapshot, target, snapshot_output, std::cout);
+  } else if (diff->parsed()) {
+    st = berth::cli::SnapshotDiff(**connected, base_snapshot, target_snapshot, target, snapshot_output, std::cout);
+  } else if (logs->parsed()) {
     st = berth::cli::Logs(**connected, pod, target, logs_options, std::cout);
   } else if (exec->parsed()) {
     auto exec_timeout = ParseTimeout(timeout_text);

@@ -17,6 +17,7 @@
 
 #include "apiserver/control_plane.h"
 #include "cli/node_agent.h"
+#include "cli/snapshot_commands.h"
 #include "cli/supervisor.h"
 #include "client/drivers.h"
 #include "common/exec.h"
@@ -358,6 +359,11 @@ absl::Status RunUp(UpOptions options) {
         },
         {"GET", "POST"});
   }
+  // volumesnapshots/allocated and /delta: changed-block tracking answered by
+  // the snapshot's CSI driver (cli/snapshot_commands.h). Declared after the
+  // directory, so they are switched off before it goes.
+  std::unique_ptr<SnapshotMetadataEndpoints> snapshot_metadata =
+      ServeSnapshotMetadata(cp->handler(), registry, directory);
   const std::string host_ip = HostIp();
   // Each node's agent is a process of its own (berth node-agent, over the
   // API socket), supervised with its berth-csi: a dead or hung agent never
