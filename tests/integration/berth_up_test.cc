@@ -2,7 +2,8 @@
 // examples applied with the berth CLI, pods Running with volumes mounted in
 // their pod directories, data through snapshot and restore, online
 // expansion, clean deletion, SIGTERM; kill -9 and restart; --nodes 3 with
-// SpaceWeighted placement; a node whose agent hangs tainted and avoided;
+// SpaceWeighted placement, and bursts that spread; a node whose agent hangs
+// tainted and avoided;
 // a private data directory.
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -14,6 +15,7 @@
 #include <functional>
 #include <iostream>
 #include <iterator>
+#include <map>
 
 #include "absl/strings/match.h"
 #include "api/quantity.h"
@@ -370,6 +372,99 @@ TEST_F(BerthUpTest, ThreeNodesClaimLandsOnTheEmptiestNode) {
   Berth({"delete", "-f", Example("claim-and-pod.yaml")});
   Berth({"delete", "-f", sandbox_.Join("fill.yaml")});
   EXPECT_TRUE(Eventually([&] { return Get("/api/v1/persistentvolumes")["items"].empty(); }, absl::Seconds(90)));
+  EXPECT_EQ(StopUp(SIGTERM), 0);
+}
+
+// Issue 32 acceptance: bursts of claim + pod pairs applied in one file
+// spread over three equal nodes, though CSIStorageCapacity (polled every
+// 10 s) and the informers lag behind the scheduler's decisions: 30 with the
+// default class (SpaceWeighted), then 30 with a VolumeWeighted class. The
+// first burst (3000Mi) is bigger than one node's pool, and nothing fails to
+// provision on a node that filled up.
+TEST_F(BerthUpTest, ThreeNodesBurstsSpreadBySpaceAndVolumeCount) {
+  pool_size_ = "2560Mi";
+  StartUp({"--nodes", "3"});
+  ASSERT_TRUE(Eventually([&] { return Get("/apis/storage.k8s.io/v1/csistoragecapacities")["items"].size() >= 3; },
+                         absl::Seconds(90)));
+  auto pairs = [&](const std::string& prefix, const std::string& cls) {
+    std::string manifests;
+    for (int i = 0; i < 30; ++i) {
+      const std::string name = prefix + std::to_string(i);
+      manifests += "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {name: " + name + "}\nspec: {" +
+                   (cls.empty() ? "" : "storageClassName: " + cls + ", ") +
+                   "accessModes: [ReadWriteOnce], resources: {requests: {storage: 100Mi}}}\n---\n"
+                   "apiVersion: v1\nkind: Pod\nmetadata: {name: " +
+                   name +
+                   "}\nspec:\n  containers: [{name: c, image: busybox}]\n  volumes: [{name: d, "
+                   "persistentVolumeClaim: {claimName: " +
+                   name + "}}]\n---\n";
+    }
+    return WriteFile(prefix + "pairs.yaml", manifests);
+  };
+  // Where each claim of a burst was provisioned, once all are bound.
+  auto placed = [&](const std::string& prefix) {
+    std::map<std::string, int> per_node;
+    bool all = Eventually(
+        [&] {
+          per_node.clear();
+          for (int i = 0; i < 30; ++i) {
+            const json claim = Claim(prefix + std::to_string(i));
+            if (claim.value("status", json::object()).value("phase", "") != "Bound") return false;
+            ++per_node[claim["metadata"]["annotations"].value("volume.kubernetes.io/selected-node", "")];
+          }
+          return true;
+        },
+        absl::Seconds(300));
+    EXPECT_TRUE(all) << "claims of " << prefix << " not all bound";
+    std::cout << prefix << ":";
+    for (const auto& [node, n] : per_node) std::cout << " " << node << "=" << n;
+    std::cout << "\n";
+    return per_node;
+  };
+  auto expect_between = [](const std::map<std::string, int>& per_node, int low, int high) {
+    EXPECT_EQ(per_node.size(), 3u);
+    for (const char* node : {"testnode-1", "testnode-2", "testnode-3"}) {
+      auto it = per_node.find(node);
+      const int n = it == per_node.end() ? 0 : it->second;
+      EXPECT_GE(n, low) << node;
+      EXPECT_LE(n, high) << node;
+    }
+  };
+
+  const std::string space = pairs("space-", "");
+  Berth({"apply", "-f", space});
+  expect_between(placed("space-"), 8, 12);
+
+  const std::string cls = WriteFile("spread.yaml",
+                                    "apiVersion: storage.k8s.io/v1\nkind: StorageClass\nmetadata: {name: spread}\n"
+                                    "provisioner: local.csi.berth.io\nvolumeBindingMode: WaitForFirstConsumer\n"
+                                    "reclaimPolicy: Delete\nparameters: {berth.io/node-weighting: VolumeWeighted}\n");
+  Berth({"apply", "-f", cls});
+  const absl::Time class_added = absl::Now();
+  ASSERT_TRUE(Eventually(
+      [&] {
+        int n = 0;
+        for (const auto& c : Get("/apis/storage.k8s.io/v1/csistoragecapacities")["items"]) {
+          n += c.value("storageClassName", "") == "spread";
+        }
+        return n == 3;
+      },
+      absl::Seconds(180)))
+      << Get("/apis/storage.k8s.io/v1/storageclasses/spread").dump() << "\n"
+      << Get("/apis/storage.k8s.io/v1/csistoragecapacities").dump() << "\n"
+      << Get("/api/v1/events").dump();
+  std::cout << "capacity objects of the new class after " << absl::FormatDuration(absl::Now() - class_added) << "\n";
+  const std::string volume = pairs("volume-", "spread");
+  Berth({"apply", "-f", volume});
+  expect_between(placed("volume-"), 9, 11);
+
+  // No volume was refused for want of room on a node that filled up.
+  for (const auto& e : Get("/api/v1/namespaces/default/events")["items"]) {
+    EXPECT_NE(e.value("reason", ""), "ProvisioningFailed") << e.dump();
+  }
+  Berth({"delete", "-f", volume});
+  Berth({"delete", "-f", space});
+  EXPECT_TRUE(Eventually([&] { return Get("/api/v1/persistentvolumes")["items"].empty(); }, absl::Seconds(180)));
   EXPECT_EQ(StopUp(SIGTERM), 0);
 }
 
