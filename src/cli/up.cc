@@ -402,6 +402,10 @@ absl::Status RunUp(UpOptions options) {
                                      "--node-id=" + name,
                                      "--kubelet-root=" + root,
                                      "--registration-dir=" + registration_dir,
+                                     // The pool's pressure on the Node (kubectl describe node), as a
+                                     // node problem detector reports it.
+                                     "--node-conditions",
+                                     "--api-data-dir=" + options.data_dir,
                                      "--log-level=" + options.log_level};
     if (!options.pool.empty()) {
       argv.push_back("--pool=" + options.pool);

@@ -18,7 +18,8 @@ using ::csi::v1::VolumeCapability;
 std::string DriverContext::PoolFault() const {
   if (!options.pool_image.empty()) {
     auto m = mounter->Find(options.pool);
-    if (!m.ok() || !m->has_value()) return StrCat("pool image ", options.pool_image, " is not mounted at ", options.pool);
+    if (!m.ok() || !m->has_value())
+      return StrCat("pool image ", options.pool_image, " is not mounted at ", options.pool);
     if (health != nullptr) {
       if (auto id = IdentifyFile(options.pool_image); id.ok()) {
         if (auto fault = health->FaultOf(*id)) return StrCat("pool image ", options.pool_image, ": ", *fault);
@@ -30,11 +31,12 @@ std::string DriverContext::PoolFault() const {
 }
 
 std::string DriverContext::VolumeFault(const VolumeRecord& r) const {
-  if (std::string pool_fault = PoolFault(); !pool_fault.empty()) return StrCat("the volume's pool is unhealthy: ", pool_fault);
+  if (std::string pool_fault = PoolFault(); !pool_fault.empty())
+    return StrCat("the volume's pool is unhealthy: ", pool_fault);
   auto id = IdentifyFile(pool->VolumeImagePath(r.id));
   if (!id.ok()) return StrCat("image of volume ", r.id, " is missing");
   if (health != nullptr) {
-    if (auto fault = health->FaultOf(*id)) return StrCat("its loop device reported ", *fault);
+    if (auto fault = health->FaultOf(*id)) return *fault;
   }
   std::string device = r.block_device;
   if (!r.staging_path.empty() && r.access_type == AccessType::kMount) {

@@ -55,7 +55,7 @@ std::optional<std::string> HealthRegistry::FaultOf(const FileId& image) const {
   absl::MutexLock lock(&mu_);
   auto it = faults_.find(image);
   if (it == faults_.end()) return std::nullopt;
-  return StrCat(it->second.count, " kernel error(s), the first: ", it->second.first);
+  return StrCat("the kernel logged ", it->second.count, " error(s) on its device, the first: ", it->second.first);
 }
 
 void HealthRegistry::Clear(const FileId& image) {

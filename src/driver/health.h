@@ -43,7 +43,8 @@ class HealthRegistry {
   // Records `message` against `image` (the first fault and the count are
   // kept; later lines only count).
   void Record(const FileId& image, std::string message) ABSL_LOCKS_EXCLUDED(mu_);
-  // "N kernel error(s) since <first message>", or nothing.
+  // "the kernel logged N error(s) on its device, the first: <line>", or
+  // nothing.
   std::optional<std::string> FaultOf(const FileId& image) const ABSL_LOCKS_EXCLUDED(mu_);
   // Forgets `image`'s faults (a new device was attached to it after its
   // filesystem was checked).

@@ -88,8 +88,9 @@ TEST_P(ManifestsTest, RendersEveryObjectOnce) {
   std::multiset<std::string> kinds;
   for (const auto& d : *all_) kinds.insert(Str(d["kind"]));
   EXPECT_EQ(kinds, (std::multiset<std::string>{"Namespace", "ServiceAccount", "ClusterRole", "ClusterRole",
-                                               "ClusterRole", "ClusterRoleBinding", "ClusterRoleBinding",
-                                               "ClusterRoleBinding", "Role", "Role", "RoleBinding", "RoleBinding",
+                                               "ClusterRole", "ClusterRole", "ClusterRoleBinding", "ClusterRoleBinding",
+                                               "ClusterRoleBinding", "ClusterRoleBinding", "Role", "Role", "RoleBinding",
+                                               "RoleBinding",
                                                "CSIDriver", "DaemonSet", "StorageClass", "VolumeSnapshotClass"}));
   // Namespaced objects live in berth-system; cluster-scoped ones name none.
   const std::set<std::string> cluster_scoped = {"Namespace", "ClusterRole",  "ClusterRoleBinding",
@@ -161,6 +162,12 @@ TEST_P(ManifestsTest, KubeletPathsAndMountPropagation) {
         << flag << " " << pool->host_path;
     EXPECT_EQ(Str(pool->mount["mountPropagation"]), "Bidirectional") << flag;
   }
+  // The pool image is allocated in full (no --pool-sparse), and the pool's
+  // pressure reaches the Node (--node-conditions, granted below).
+  std::set<std::string> args;
+  for (const auto& a : driver_["args"]) args.insert(Str(a));
+  EXPECT_FALSE(args.contains("--pool-sparse"));
+  EXPECT_TRUE(args.contains("--node-conditions"));
   // Loop devices appear under the host's /dev.
   auto dev = Resolve(pod_, driver_, "/dev/loop-control");
   ASSERT_TRUE(dev);
@@ -487,8 +494,12 @@ const std::map<std::string, std::vector<SidecarRule>>& RequiredRules() {
         {"coordination.k8s.io", "leases", {"get", "watch", "list", "delete", "update", "create"}, "namespace"}}},
       {"node-driver-registrar", {}},
       {"liveness-probe", {}},
-      // --adopt-snapshot-contents: pre-provisioned contents it labels.
-      {"berth-csi", {{"snapshot.storage.k8s.io", "volumesnapshotcontents", {"list", "patch"}, "cluster"}}},
+      // --adopt-snapshot-contents: pre-provisioned contents it labels;
+      // --node-conditions: its pool's condition on the Node, and events.
+      {"berth-csi",
+       {{"snapshot.storage.k8s.io", "volumesnapshotcontents", {"list", "patch"}, "cluster"},
+        {"", "nodes/status", {"patch"}, "cluster"},
+        {"", "events", {"create"}, "cluster"}}},
   };
   return *rules;
 }
