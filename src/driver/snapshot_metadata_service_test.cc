@@ -571,6 +571,8 @@ TEST_F(SnapshotMetadataRootTest, FilesystemVolumeDeltaHoldsTheFilesChangedBlocks
   ASSERT_TRUE(d.status.ok()) << d.status;
   for (const auto& [o, e] : changed) EXPECT_TRUE(Covers(d.ranges, o, e)) << "changed file data at " << o;
   // The MiB plus the filesystem's own writes (journal, inode, bitmaps).
+  RecordProperty("delta_bytes", std::to_string(Total(d.ranges)));
+  RecordProperty("allocated_bytes", std::to_string(Total(a.ranges)));
   EXPECT_LE(Total(d.ranges), 3 * kMiB) << "delta of " << Total(d.ranges) << " bytes";
   EXPECT_LT(Total(d.ranges), Total(a.ranges) / 4);
 }
