@@ -68,7 +68,9 @@ class ControllersSafetyTest : public ::testing::Test {
 
   // Starts berth-csi as `name`, registers it as the node agent would
   // (directory entry, CSINode entry), and adds a Delete class `cls` for it.
-  Driver& AddDriver(const std::string& name, const std::string& cls) {
+  // `fs_type` xfs rounds every volume up to 300Mi (mkfs.xfs's minimum);
+  // many claims take ext4, so that their sparse pool's host can back them.
+  Driver& AddDriver(const std::string& name, const std::string& cls, const std::string& fs_type = "xfs") {
     drivers_.push_back(std::make_unique<Driver>(name));
     Driver& d = *drivers_.back();
     EXPECT_TRUE(d.process.Start());
@@ -87,7 +89,7 @@ class ControllersSafetyTest : public ::testing::Test {
             {"provisioner", name},
             {"volumeBindingMode", "Immediate"},
             {"reclaimPolicy", "Delete"},
-            {"parameters", {{"csi.storage.k8s.io/fstype", "xfs"}}}});
+            {"parameters", {{"csi.storage.k8s.io/fstype", fs_type}}}});
     return d;
   }
 
@@ -267,7 +269,7 @@ TEST_F(ControllersSafetyTest, StaticVolumeWithReclaimDeleteIsDeletedThroughItsDr
 }
 
 TEST_F(ControllersSafetyTest, DriverKilledThreeTimesDuringCreationAndDeletionStallsNothing) {
-  Driver& d = AddDriver(kDriverA, "class-a");
+  Driver& d = AddDriver(kDriverA, "class-a", "ext4");
   StartManager();
   client::DriverMonitor& monitor = manager_->monitor();
   constexpr int kClaims = 200;

@@ -165,6 +165,7 @@ class DriverProcessTest : public ::testing::Test {
   void SetUp() override {
     BERTH_REQUIRE_ROOT();
     driver_ = std::make_unique<DriverProcess>(sandbox_);
+    driver_->SetPoolSize(pool_size_, pool_sparse_);
     ASSERT_TRUE(driver_->Start());
   }
   void TearDown() override {
@@ -175,6 +176,10 @@ class DriverProcessTest : public ::testing::Test {
 
   MountSandbox sandbox_;
   std::unique_ptr<DriverProcess> driver_;
+  // The pool image, set before SetUp (a fixture's constructor): by default
+  // sparse, so that tests of other things take no space.
+  std::string pool_size_ = "64Gi";
+  bool pool_sparse_ = true;
 };
 
 // A context with a generous deadline for one call.
