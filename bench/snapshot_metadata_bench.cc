@@ -2,6 +2,7 @@
 // pool image under /tmp): a 4 GiB block volume, written in full, snapshot
 // s1; 1 % of its 4 KiB blocks rewritten at random, snapshot s2. Then:
 //   - GetMetadataDelta(s1, s2) from the extent maps (first call and p50);
+//   - the same delta over berth-csi's socket (gRPC stream, call logging);
 //   - GetMetadataAllocated(s2);
 //   - what it replaces: reading both images and hashing every 4 KiB block
 //     (SHA-256), caches dropped for the two images first;
@@ -26,6 +27,8 @@
 #include "common/exec.h"
 #include "common/fd.h"
 #include "common/hash.h"
+#include "csi/client.h"
+#include "csi/server.h"
 #include "driver/driver.h"
 #include "driver/pool/extents.h"
 #include "driver/testing/sandbox.h"
@@ -215,6 +218,40 @@ int main(int argc, char** argv) {
               static_cast<long long>(f.bytes), f.bytes == rewrites * kBlock ? "exactly" : "NOT exactly");
   std::printf("GetMetadataDelta, extent maps       %10.2f ms first call, p50 %.2f ms (n=%zu)\n", first.ms, delta_ms,
               runs.size());
+
+  // The same over the socket, as the external-snapshot-metadata sidecar or
+  // berth's API server calls it: the stream, protobuf on the wire, and the
+  // server's call logging.
+  {
+    const std::string socket = "unix://" + sandbox.Join("csi.sock");
+    auto server = berth::csi::CsiServer::Start({.endpoint = socket}, d.services());
+    Check(server.status(), "serve");
+    auto channel = berth::csi::ConnectUnix(socket, {.timeout = absl::Seconds(10)});
+    Check(channel.status(), "connect");
+    auto stub = ::csi::v1::SnapshotMetadata::NewStub(*channel);
+    std::vector<double> rpc;
+    int64_t tuples = 0;
+    for (int i = 0; i < 9; ++i) {
+      grpc::ClientContext ctx;
+      ::csi::v1::GetMetadataDeltaRequest req;
+      req.set_base_snapshot_id(s1);
+      req.set_target_snapshot_id(s2);
+      const auto t0 = Clock::now();
+      auto reader = stub->GetMetadataDelta(&ctx, req);
+      ::csi::v1::GetMetadataDeltaResponse msg;
+      tuples = 0;
+      while (reader->Read(&msg)) tuples += msg.block_metadata_size();
+      grpc::Status st = reader->Finish();
+      if (!st.ok()) {
+        std::fprintf(stderr, "GetMetadataDelta over the socket: %s\n", st.error_message().c_str());
+        std::exit(1);
+      }
+      rpc.push_back(Ms(Clock::now() - t0));
+    }
+    std::printf("GetMetadataDelta over the socket    %10.2f ms p50 (n=%zu, %lld tuples)\n", P50(rpc), rpc.size(),
+                static_cast<long long>(tuples));
+    (*server)->Shutdown(absl::Seconds(5));
+  }
 
   {
     ::csi::v1::GetMetadataAllocatedRequest req;
