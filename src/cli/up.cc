@@ -267,11 +267,11 @@ absl::Status CheckRoomForNewPools(const UpOptions& options, const std::vector<st
   if (::statvfs(options.data_dir.c_str(), &vfs) != 0) return ErrnoStatus(errno, StrCat("statvfs ", options.data_dir));
   const int64_t free_bytes = static_cast<int64_t>(vfs.f_bavail) * static_cast<int64_t>(vfs.f_frsize);
   if (needed <= free_bytes) return absl::OkStatus();
-  return absl::ResourceExhaustedError(StrCat(
-      fresh, fresh == 1 ? " new pool image" : " new pool images", " of ", options.pool_size, " need ",
-      FormatByteSizeApprox(needed), " but ", options.data_dir, " has only ", FormatByteSizeApprox(free_bytes),
-      " free. Free space there, give a smaller --pool-size, or pass --pool-sparse to take the space only as "
-      "volumes are written (each pool's capacity then stays within what the host has free)"));
+  return absl::ResourceExhaustedError(
+      StrCat(fresh, fresh == 1 ? " new pool image" : " new pool images", " of ", options.pool_size, " need ",
+             FormatByteSizeApprox(needed), " but ", options.data_dir, " has only ", FormatByteSizeApprox(free_bytes),
+             " free. Free space there, give a smaller --pool-size, or pass --pool-sparse to take the space only as "
+             "volumes are written (each pool's capacity then stays within what the host has free)"));
 }
 
 }  // namespace
@@ -397,16 +397,12 @@ absl::Status RunUp(UpOptions options) {
                     .argv = agent_argv,
                     .log_file = dir + "/agent.log",
                     .pid_file = dir + "/agent.pid"});
-    std::vector<std::string> argv = {options.csi_binary,
-                                     "--endpoint=unix://" + root + "/plugins/" + kBerthDriver + "/csi.sock",
-                                     "--node-id=" + name,
-                                     "--kubelet-root=" + root,
-                                     "--registration-dir=" + registration_dir,
-                                     // The pool's pressure on the Node (kubectl describe node), as a
-                                     // node problem detector reports it.
-                                     "--node-conditions",
-                                     "--api-data-dir=" + options.data_dir,
-                                     "--log-level=" + options.log_level};
+    std::vector<std::string> argv = {
+        options.csi_binary, "--endpoint=unix://" + root + "/plugins/" + kBerthDriver + "/csi.sock", "--node-id=" + name,
+        "--kubelet-root=" + root, "--registration-dir=" + registration_dir,
+        // The pool's pressure on the Node (kubectl describe node), as a
+        // node problem detector reports it.
+        "--node-conditions", "--api-data-dir=" + options.data_dir, "--log-level=" + options.log_level};
     if (!options.pool.empty()) {
       argv.push_back("--pool=" + options.pool);
       Say(StrCat("node ", name, ": starting its node agent and berth-csi on the pool ", options.pool));

@@ -87,11 +87,11 @@ class ManifestsTest : public ::testing::TestWithParam<std::string> {
 TEST_P(ManifestsTest, RendersEveryObjectOnce) {
   std::multiset<std::string> kinds;
   for (const auto& d : *all_) kinds.insert(Str(d["kind"]));
-  EXPECT_EQ(kinds, (std::multiset<std::string>{"Namespace", "ServiceAccount", "ClusterRole", "ClusterRole",
-                                               "ClusterRole", "ClusterRole", "ClusterRoleBinding", "ClusterRoleBinding",
-                                               "ClusterRoleBinding", "ClusterRoleBinding", "Role", "Role", "RoleBinding",
-                                               "RoleBinding",
-                                               "CSIDriver", "DaemonSet", "StorageClass", "VolumeSnapshotClass"}));
+  EXPECT_EQ(kinds,
+            (std::multiset<std::string>{"Namespace", "ServiceAccount", "ClusterRole", "ClusterRole", "ClusterRole",
+                                        "ClusterRole", "ClusterRoleBinding", "ClusterRoleBinding", "ClusterRoleBinding",
+                                        "ClusterRoleBinding", "Role", "Role", "RoleBinding", "RoleBinding", "CSIDriver",
+                                        "DaemonSet", "StorageClass", "VolumeSnapshotClass"}));
   // Namespaced objects live in berth-system; cluster-scoped ones name none.
   const std::set<std::string> cluster_scoped = {"Namespace", "ClusterRole",  "ClusterRoleBinding",
                                                 "CSIDriver", "StorageClass", "VolumeSnapshotClass"};

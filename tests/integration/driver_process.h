@@ -68,10 +68,9 @@ class DriverProcess {
 
   // Starts berth-csi without waiting for it to serve.
   void Launch(const std::vector<std::string>& env = {}) {
-    std::vector<std::string> argv = {BERTH_CSI_BINARY, "--endpoint",   "unix://" + socket(), "--node-id",
-                                     "node-a",         "--pool",       pool(),               "--pool-image",
-                                     pool_image(),     "--pool-size",  pool_size_,           "--kubelet-root",
-                                     kubelet()};
+    std::vector<std::string> argv = {
+        BERTH_CSI_BINARY, "--endpoint", "unix://" + socket(), "--node-id", "node-a",         "--pool", pool(),
+        "--pool-image",   pool_image(), "--pool-size",        pool_size_,  "--kubelet-root", kubelet()};
     // Tests of other things than space take a big pool without taking the
     // space: sparse, by request.
     if (pool_sparse_) argv.push_back("--pool-sparse");

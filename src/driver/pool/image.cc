@@ -47,8 +47,8 @@ absl::Status SparseCopy(int in, int out, int64_t size, const std::string& src) {
 // fallocate's failures, as the statuses CreateAllocatedImage promises.
 absl::Status AllocateError(int err, const std::string& path, int64_t bytes) {
   if (err == ENOSPC || err == EDQUOT) {
-    return absl::ResourceExhaustedError(
-        StrCat("cannot allocate ", FormatByteSizeApprox(bytes), " for ", path, ": its filesystem has not enough free space"));
+    return absl::ResourceExhaustedError(StrCat("cannot allocate ", FormatByteSizeApprox(bytes), " for ", path,
+                                               ": its filesystem has not enough free space"));
   }
   if (err == EOPNOTSUPP) {
     return absl::FailedPreconditionError(
@@ -95,7 +95,8 @@ absl::Status AllocateImage(const std::string& path) {
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0) return ErrnoStatus(errno, StrCat("stat ", path));
   const int64_t missing = st.st_size - static_cast<int64_t>(st.st_blocks) * 512;
-  if (int err = Fallocate(fd.get(), 0, st.st_size); err != 0) return AllocateError(err, path, std::max<int64_t>(missing, 0));
+  if (int err = Fallocate(fd.get(), 0, st.st_size); err != 0)
+    return AllocateError(err, path, std::max<int64_t>(missing, 0));
   if (::fsync(fd.get()) != 0) return ErrnoStatus(errno, StrCat("fsync ", path));
   return absl::OkStatus();
 }

@@ -227,19 +227,19 @@ absl::StatusOr<Pool::Capacity> Pool::GetCapacity() const {
     const std::string host_dir = std::filesystem::path(options_.image).parent_path().string();
     if (c.host_free_bytes < c.host_owed_bytes) {
       c.pressure_reason = "HostOvercommitted";
-      c.pressure_message = StrCat("the pool image ", options_.image, " may still need ",
-                                  FormatByteSizeApprox(c.host_owed_bytes), " for what is provisioned, but ", host_dir,
-                                  " has only ", FormatByteSizeApprox(c.host_free_bytes),
-                                  " free: writes to volumes can fail; free space on the host");
+      c.pressure_message =
+          StrCat("the pool image ", options_.image, " may still need ", FormatByteSizeApprox(c.host_owed_bytes),
+                 " for what is provisioned, but ", host_dir, " has only ", FormatByteSizeApprox(c.host_free_bytes),
+                 " free: writes to volumes can fail; free space on the host");
     } else if (room < c.available_bytes) {
       c.available_bytes = std::max<int64_t>(0, room);
       if (room <= 0) {
         c.pressure_reason = "HostNearlyFull";
-        c.pressure_message = StrCat(
-            "the sparse pool image ", options_.image, " is on ", host_dir, ", which has ",
-            FormatByteSizeApprox(c.host_free_bytes), " free of ", FormatByteSizeApprox(c.host_total_bytes), "; ",
-            FormatByteSizeApprox(c.host_owed_bytes), " of it are promised to what is provisioned and ",
-            FormatByteSizeApprox(margin), " are kept free (high watermark ", static_cast<int>(mark * 100), "%)");
+        c.pressure_message =
+            StrCat("the sparse pool image ", options_.image, " is on ", host_dir, ", which has ",
+                   FormatByteSizeApprox(c.host_free_bytes), " free of ", FormatByteSizeApprox(c.host_total_bytes), "; ",
+                   FormatByteSizeApprox(c.host_owed_bytes), " of it are promised to what is provisioned and ",
+                   FormatByteSizeApprox(margin), " are kept free (high watermark ", static_cast<int>(mark * 100), "%)");
       }
     }
   }
@@ -247,10 +247,10 @@ absl::StatusOr<Pool::Capacity> Pool::GetCapacity() const {
   if (c.pressure_reason.empty() && shared_or_over &&
       static_cast<double>(c.used_bytes) >= static_cast<double>(c.total_bytes) * mark) {
     c.pressure_reason = "PoolNearlyFull";
-    c.pressure_message =
-        StrCat("pool ", options_.dir, " has ", FormatByteSizeApprox(c.used_bytes), " of ", FormatByteSizeApprox(c.total_bytes),
-               " in use, past its high watermark of ", static_cast<int>(mark * 100), "%",
-               options_.overprovision_ratio > 1 ? " (overprovisioned: its volumes may not all fit)" : "");
+    c.pressure_message = StrCat(
+        "pool ", options_.dir, " has ", FormatByteSizeApprox(c.used_bytes), " of ", FormatByteSizeApprox(c.total_bytes),
+        " in use, past its high watermark of ", static_cast<int>(mark * 100), "%",
+        options_.overprovision_ratio > 1 ? " (overprovisioned: its volumes may not all fit)" : "");
   }
   if (!c.pressure_reason.empty()) c.available_bytes = 0;
   return c;
@@ -268,9 +268,8 @@ Pool::Health Pool::CheckHealth() const {
 absl::Status Pool::Reserve(int64_t bytes, std::string_view what) {
   BERTH_ASSIGN_OR_RETURN(Capacity c, GetCapacity());
   if (!c.pressure_reason.empty()) {
-    return absl::ResourceExhaustedError(
-        StrCat("pool ", options_.dir, " cannot provision ", FormatByteSizeApprox(bytes), " for ", what, ": ",
-               c.pressure_message));
+    return absl::ResourceExhaustedError(StrCat("pool ", options_.dir, " cannot provision ", FormatByteSizeApprox(bytes),
+                                               " for ", what, ": ", c.pressure_message));
   }
   absl::MutexLock lock(&mu_);
   // GetCapacity's figures may be stale by now; recompute under the lock.
@@ -279,18 +278,18 @@ absl::Status Pool::Reserve(int64_t bytes, std::string_view what) {
   const int64_t host_room = c.available_bytes + c.provisioned_bytes - provisioned;
   if (c.has_host && c.host_owed_bytes > 0 && bytes > host_room) {
     return absl::ResourceExhaustedError(
-        StrCat("pool ", options_.dir, " cannot provision ", FormatByteSizeApprox(bytes), " for ", what, ": its sparse image ",
-               options_.image, " is on a host filesystem with ", FormatByteSizeApprox(c.host_free_bytes), " free of ",
-               FormatByteSizeApprox(c.host_total_bytes), ", which can back only ", FormatByteSizeApprox(std::max<int64_t>(0, host_room)),
-               " more"));
+        StrCat("pool ", options_.dir, " cannot provision ", FormatByteSizeApprox(bytes), " for ", what,
+               ": its sparse image ", options_.image, " is on a host filesystem with ",
+               FormatByteSizeApprox(c.host_free_bytes), " free of ", FormatByteSizeApprox(c.host_total_bytes),
+               ", which can back only ", FormatByteSizeApprox(std::max<int64_t>(0, host_room)), " more"));
   }
   if (provisioned + bytes > c.limit_bytes) {
-    return absl::ResourceExhaustedError(
-        StrCat("pool ", options_.dir, " cannot provision ", FormatByteSizeApprox(bytes), " for ", what, ": ",
-               FormatByteSizeApprox(provisioned), " of ", FormatByteSizeApprox(c.limit_bytes), " (pool size ",
-               FormatByteSizeApprox(c.total_bytes), " less ", FormatByteSizeApprox(c.reserved_bytes),
-               " for filesystem metadata, x overprovision ratio ", options_.overprovision_ratio,
-               ") already provisioned, ", FormatByteSizeApprox(std::max<int64_t>(0, c.limit_bytes - provisioned)), " left"));
+    return absl::ResourceExhaustedError(StrCat(
+        "pool ", options_.dir, " cannot provision ", FormatByteSizeApprox(bytes), " for ", what, ": ",
+        FormatByteSizeApprox(provisioned), " of ", FormatByteSizeApprox(c.limit_bytes), " (pool size ",
+        FormatByteSizeApprox(c.total_bytes), " less ", FormatByteSizeApprox(c.reserved_bytes),
+        " for filesystem metadata, x overprovision ratio ", options_.overprovision_ratio, ") already provisioned, ",
+        FormatByteSizeApprox(std::max<int64_t>(0, c.limit_bytes - provisioned)), " left"));
   }
   reserved_bytes_ += bytes;
   return absl::OkStatus();

@@ -35,11 +35,11 @@ absl::Status CheckHostRoom(const std::string& image, int64_t bytes, std::string_
   const std::string dir = std::filesystem::path(image).parent_path().string();
   BERTH_ASSIGN_OR_RETURN(HostSpace host, StatHost(dir));
   if (bytes <= host.free_bytes) return absl::OkStatus();
-  return absl::ResourceExhaustedError(StrCat(
-      what, " needs ", FormatByteSizeApprox(bytes), " but the filesystem holding it (", dir, ") has only ",
-      FormatByteSizeApprox(host.free_bytes), " free of ", FormatByteSizeApprox(host.total_bytes),
-      ". Free space there, choose a smaller --pool-size, or pass --pool-sparse to take the space only as it is "
-      "written (capacity then stays within what that filesystem has free)"));
+  return absl::ResourceExhaustedError(
+      StrCat(what, " needs ", FormatByteSizeApprox(bytes), " but the filesystem holding it (", dir, ") has only ",
+             FormatByteSizeApprox(host.free_bytes), " free of ", FormatByteSizeApprox(host.total_bytes),
+             ". Free space there, choose a smaller --pool-size, or pass --pool-sparse to take the space only as it is "
+             "written (capacity then stays within what that filesystem has free)"));
 }
 
 }  // namespace
@@ -104,9 +104,11 @@ absl::Status EnsurePoolImage(const std::string& image, int64_t size, const std::
         spdlog::info("allocated the holes of pool image {} ({} were not allocated)", image,
                      FormatByteSizeApprox(apparent - allocated));
       } else {
-        spdlog::warn("pool image {}: {} of {} are not allocated and cannot be now ({}); the pool serves its data, "
-                     "and its capacity counts what the image may still need from the host",
-                     image, FormatByteSizeApprox(apparent - allocated), FormatByteSizeApprox(apparent), std::string(filled.message()));
+        spdlog::warn(
+            "pool image {}: {} of {} are not allocated and cannot be now ({}); the pool serves its data, "
+            "and its capacity counts what the image may still need from the host",
+            image, FormatByteSizeApprox(apparent - allocated), FormatByteSizeApprox(apparent),
+            std::string(filled.message()));
       }
     }
   }

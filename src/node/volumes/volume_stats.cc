@@ -21,8 +21,8 @@ void VolumeManager::CollectStats() {
         continue;
       }
       auto st = staged_.find(p.volume.unique);
-      targets[p.volume.unique] = {p.volume, p.target,
-                                  st != staged_.end() && st->second.certain ? st->second.path : "", {p.pod_uid}};
+      targets[p.volume.unique] = {
+          p.volume, p.target, st != staged_.end() && st->second.certain ? st->second.path : "", {p.pod_uid}};
     }
   }
   std::vector<VolumeStat> out;
@@ -103,7 +103,8 @@ void VolumeManager::ReportAbnormal(const std::vector<std::string>& pod_uids, con
       auto claim = informers_.at("persistentvolumeclaims")->Get(pod->metadata.namespace_, claim_name);
       if (claim && client::Str(*claim, {"spec", "volumeName"}) == pv) name = vol.name;
     }
-    events_.Record(client::IdentityOf(*pod), "Warning", "VolumeConditionAbnormal", StrCat("Volume ", name, ": ", message));
+    events_.Record(client::IdentityOf(*pod), "Warning", "VolumeConditionAbnormal",
+                   StrCat("Volume ", name, ": ", message));
   }
 }
 
