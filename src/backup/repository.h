@@ -107,7 +107,8 @@ class Repository;
 // Writes one backup: chunks as volumes are added, the manifest at Commit().
 // Destroying it without Commit() abandons the backup: no manifest is written,
 // its new chunks stay unreferenced until Gc(). Holds the repository's shared
-// lock from StartBackup until Commit or destruction. Not thread-safe.
+// lock from StartBackup until Commit or destruction. The Repository must
+// outlive it. Not thread-safe.
 class BackupWriter {
  public:
   ~BackupWriter();
