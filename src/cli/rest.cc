@@ -12,6 +12,10 @@ using http::ApiClient;
 using http::ApiResponse;
 using nlohmann::json;
 
+std::string NamespaceOf(const http::ApiClient& client, const Target& t) {
+  return t.namespace_.empty() ? client.default_namespace() : t.namespace_;
+}
+
 std::string_view TrimSpace(std::string_view s) {
   while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
   while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);

@@ -22,6 +22,9 @@ struct Target {
   bool all_namespaces = false;  // -A
 };
 
+// The namespace `t` names, or the client's default (the kubeconfig's).
+std::string NamespaceOf(const http::ApiClient& client, const Target& t);
+
 // `s` without leading and trailing ASCII whitespace.
 std::string_view TrimSpace(std::string_view s);
 // Percent-encodes all but RFC 3986's unreserved characters.

@@ -37,10 +37,6 @@ namespace fs = std::filesystem;
 constexpr char kUidLabel[] = "io.kubernetes.pod.uid";
 constexpr char kContainerLabel[] = "io.kubernetes.container.name";
 
-std::string NamespaceOf(const ApiClient& client, const Target& t) {
-  return t.namespace_.empty() ? client.default_namespace() : t.namespace_;
-}
-
 std::string Escape(const std::string& s) {
   std::string out;
   for (unsigned char c : s) {

@@ -17,10 +17,6 @@ using nlohmann::json;
 
 constexpr char kSnapshots[] = "/apis/snapshot.storage.k8s.io/v1/namespaces/";
 
-std::string NamespaceOf(const http::ApiClient& client, const Target& t) {
-  return t.namespace_.empty() ? client.default_namespace() : t.namespace_;
-}
-
 absl::Status CheckOutput(const std::string& output) {
   if (output.empty() || output == "json") return absl::OkStatus();
   return absl::InvalidArgumentError(
