@@ -360,6 +360,71 @@ absl::StatusOr<std::vector<json>> DecodeManifests(std::string_view text) {
   return out;
 }
 
+absl::StatusOr<std::optional<ManifestReader::Document>> ManifestReader::Next() {
+  if (done_) return std::nullopt;
+  Document doc{.line = carry_line_, .objects = {}};
+  std::string text = std::move(carry_);
+  carry_.clear();
+  for (std::string l; !done_;) {
+    if (!std::getline(in_, l)) {
+      done_ = true;
+      break;
+    }
+    if (size_t bad = InvalidUtf8At(l); bad != std::string_view::npos) {
+      return absl::InvalidArgumentError(StrCat("input is not valid UTF-8 (byte ", bytes_ + bad, ")"));
+    }
+    for (size_t i = 0; i < l.size(); ++i) {
+      const auto c = static_cast<unsigned char>(l[i]);
+      if ((c < 0x20 && c != '\t' && c != '\r') || c == 0x7f) {
+        return absl::InvalidArgumentError(
+            StrCat("input contains control character 0x", fmt::format("{:02x}", c), " at byte ", bytes_ + i));
+      }
+    }
+    bytes_ += l.size() + 1;
+    const int number = line_++;
+    if (l == "---" || l.starts_with("--- ") || l == "---\r") {
+      carry_line_ = number + 1;
+      // Content after "--- " on the same line belongs to the next document.
+      if (l.size() > 4) carry_.append(l.substr(4)).push_back('\n');
+      break;
+    }
+    text.append(l).push_back('\n');
+  }
+  ++index_;
+  try {
+    std::istringstream in(text);
+    YAML::Parser parser(in);
+    NullHandler events;
+    if (parser.HandleNextDocument(events) && parser.HandleNextDocument(events)) {
+      return absl::InvalidArgumentError(StrCat("invalid YAML in the document starting at line ", doc.line,
+                                               ": content the parser cannot place (a stray ',' or ']'?)"));
+    }
+    auto value = ToJson(YAML::Load(text));
+    if (!value.ok()) return absl::InvalidArgumentError(StrCat("document ", index_, ": ", value.status().message()));
+    if (value->is_null()) return doc;
+    if (!value->is_object()) return absl::InvalidArgumentError(StrCat("document ", index_, " is not a mapping"));
+    std::string kind;
+    if (auto it = value->find("kind"); it != value->end() && it->is_string()) kind = it->get<std::string>();
+    if (kind.size() >= 4 && kind.ends_with("List") && value->contains("items")) {
+      if (!(*value)["items"].is_array()) {
+        return absl::InvalidArgumentError(StrCat("document ", index_, ": items must be a list"));
+      }
+      for (auto& item : (*value)["items"]) {
+        if (!item.is_object()) {
+          return absl::InvalidArgumentError(StrCat("document ", index_, ": list items must be mappings"));
+        }
+        doc.objects.push_back(std::move(item));
+      }
+      return doc;
+    }
+    doc.objects.push_back(std::move(*value));
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(
+        StrCat("invalid YAML at line ", doc.line + e.mark.line, ", column ", e.mark.column + 1, ": ", e.msg));
+  }
+  return doc;
+}
+
 std::string EncodeYaml(const json& value) {
   YAML::Emitter out;
   out.SetIndent(2);

@@ -75,32 +75,6 @@ class ErrorList {
   std::string text_;
 };
 
-// apply's progress on a terminal: one object's turn. The status line at
-// the bottom ("[37/5000] applying, 120/s") is erased before the object's
-// own line and redrawn after it; nothing is left once the last is done.
-class ProgressTurn {
- public:
-  ProgressTurn(std::ostream& out, bool enabled, size_t done, size_t total, absl::Time start)
-      : out_(out), enabled_(enabled), done_(done), total_(total), start_(start) {
-    if (enabled_ && done_ > 0) out_ << "\r\033[K";
-  }
-  ~ProgressTurn() {
-    if (!enabled_ || done_ + 1 >= total_) return;
-    const double seconds = absl::ToDoubleSeconds(absl::Now() - start_);
-    out_ << "[" << done_ + 1 << "/" << total_ << "] applying";
-    if (seconds > 0.5) out_ << ", " << static_cast<int64_t>(static_cast<double>(done_ + 1) / seconds) << "/s";
-    out_ << std::flush;
-  }
-  ProgressTurn(const ProgressTurn&) = delete;
-  ProgressTurn& operator=(const ProgressTurn&) = delete;
-
- private:
-  std::ostream& out_;
-  const bool enabled_;
-  const size_t done_, total_;
-  const absl::Time start_;
-};
-
 // An RFC 3339 time of an event, if it has one.
 std::optional<absl::Time> EventTime(const json& e, std::initializer_list<const char*> fields) {
   for (const char* f : fields) {
@@ -200,78 +174,6 @@ absl::StatusOr<std::vector<json>> ReadManifests(const std::vector<std::string>& 
     }
   }
   return out;
-}
-
-absl::Status Apply(ApiClient& client, const std::vector<std::string>& files, const Target& target, std::ostream& out,
-                   bool progress) {
-  if (files.empty()) return absl::InvalidArgumentError("must specify -f FILE|DIR|-");
-  BERTH_ASSIGN_OR_RETURN(std::vector<json> manifests, ReadManifests(files));
-  ErrorList errors;
-  const absl::Time start = absl::Now();
-  for (size_t i = 0; i < manifests.size(); ++i) {
-    ProgressTurn turn(out, progress, i, manifests.size(), start);
-    json& m = manifests[i];
-    const std::string api_version = m.value("apiVersion", ""), kind_name = m.value("kind", "");
-    const api::KindInfo* kind = api::FindKind(api_version, kind_name);
-    if (kind == nullptr) {
-      return absl::NotFoundError(StrCat("no matches for kind \"", kind_name, "\" in version \"", api_version, "\""));
-    }
-    if (!m.contains("metadata") || !m["metadata"].is_object()) m["metadata"] = json::object();
-    json& md = m["metadata"];
-    std::string ns;
-    if (kind->namespaced) {
-      ns = md.value("namespace", "");
-      if (!target.namespace_.empty() && !ns.empty() && ns != target.namespace_) {
-        return absl::InvalidArgumentError(
-            StrCat("the namespace from the provided object \"", ns, "\" does not match the namespace \"",
-                   target.namespace_, "\". You must pass '--namespace=", ns, "' to perform this operation."));
-      }
-      if (ns.empty()) ns = NamespaceFor(client, target);
-    }
-    const std::string name = md.value("name", "");
-    if (name.empty()) return absl::InvalidArgumentError("apply needs metadata.name in every object");
-    json applied = m;
-    if (applied["metadata"].contains("annotations") && applied["metadata"]["annotations"].is_object()) {
-      applied["metadata"]["annotations"].erase(kLastApplied);
-      if (applied["metadata"]["annotations"].empty()) applied["metadata"].erase("annotations");
-    }
-    const std::string applied_text = applied.dump();
-    m["metadata"]["annotations"][kLastApplied] = applied_text;
-    BERTH_ASSIGN_OR_RETURN(ApiResponse got, client.Call("GET", ObjectPath(*kind, ns, name)));
-    absl::Status st;
-    if (got.code == 404) {
-      BERTH_ASSIGN_OR_RETURN(ApiResponse r, client.Call("POST", CollectionPath(*kind, ns), m.dump()));
-      if (r.code == 201 || r.code == 200) {
-        out << TypedName(*kind, name) << " created\n";
-      } else {
-        st = ServerError(r);
-      }
-    } else if (got.code == 200) {
-      BERTH_ASSIGN_OR_RETURN(json current, ParseBody(got));
-      json original = json::object();
-      std::string previous = current["metadata"].value("annotations", json::object()).value(kLastApplied, "");
-      if (!previous.empty()) {
-        original = json::parse(previous, nullptr, false);
-        if (original.is_discarded()) original = json::object();
-      }
-      json patch = ThreeWayMergePatch(original, m, current);
-      if (patch.empty()) {
-        out << TypedName(*kind, name) << " unchanged\n";
-        continue;
-      }
-      BERTH_ASSIGN_OR_RETURN(ApiResponse r,
-                             client.Call("PATCH", ObjectPath(*kind, ns, name), patch.dump(), kMergePatch));
-      if (r.code == 200) {
-        out << TypedName(*kind, name) << " configured\n";
-      } else {
-        st = ServerError(r);
-      }
-    } else {
-      st = ServerError(got);
-    }
-    if (!st.ok()) errors.Add(st);
-  }
-  return errors.status();
 }
 
 namespace {

@@ -56,6 +56,17 @@ std::unique_ptr<ApiClient> ApiClient::ForTcp(const std::string& host, int port, 
   return c;
 }
 
+std::unique_ptr<ApiClient> ApiClient::Clone() const {
+  std::unique_ptr<ApiClient> c(new ApiClient());
+  c->socket_path_ = socket_path_;
+  c->host_ = host_;
+  c->port_ = port_;
+  c->ca_pem_ = ca_pem_;
+  c->token_ = token_;
+  c->namespace_ = namespace_;
+  return c;
+}
+
 absl::StatusOr<std::unique_ptr<ApiClient>> ApiClient::ForDataDir(const std::string& data_dir) {
   return ForUnixSocket(StrCat(data_dir, "/api.sock"));
 }

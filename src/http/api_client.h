@@ -4,8 +4,9 @@
 //   auto client = ApiClient::ForDataDir("/var/lib/berth");
 //   auto resp = (*client)->Call("GET", "/api/v1/namespaces/default/pods");
 //
-// Thread-safety: not thread-safe; one client per thread (each call opens a
-// connection, so calls are independent).
+// Thread-safety: not thread-safe; one client per thread (Clone() gives
+// another with the same server and credentials). Successive Call()s share
+// one kept-alive connection; a stream has its own.
 #pragma once
 
 #include <functional>
@@ -37,6 +38,10 @@ class ApiClient {
                                            const std::string& token);
 
   ~ApiClient();
+
+  // A client for the same server, credentials and default namespace, with
+  // a connection of its own (for another thread).
+  std::unique_ptr<ApiClient> Clone() const;
 
   // One request. UNAVAILABLE when the server cannot be reached; any HTTP
   // answer (also 4xx/5xx) is returned as a response.
