@@ -4,10 +4,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <map>
+#include <thread>
 
+#include "absl/synchronization/mutex.h"
 #include "backup/repository.h"
 #include "common/fs.h"
 #include "common/status.h"
@@ -136,33 +139,87 @@ absl::StatusOr<VolumeStats> BackupWriter::AddVolume(const VolumeSource& source, 
     total += std::min(source.size_bytes, (last + 1) * cs) - first * cs;
   }
   ::posix_fadvise(source.fd, 0, 0, POSIX_FADV_SEQUENTIAL);
-  std::string buf(static_cast<size_t>(cs), '\0');
-  std::set<std::string> dirs;
+  std::vector<int64_t> indices;
   for (const auto& [first, last] : all) {
-    for (int64_t index = first; index <= last; ++index) {
-      const int64_t offset = index * cs;
+    for (int64_t index = first; index <= last; ++index) indices.push_back(index);
+  }
+
+  // Chunks are independent: workers (the calling thread and up to three
+  // more) take the next index, read, hash, compress and store it. A chunk is
+  // CPU (SHA-256, zstd) then I/O (write, fsync), so even two workers overlap
+  // one's fsync with the other's compression.
+  struct Result {
+    bool zero = false;
+    ChunkStore::PutResult put;
+  };
+  std::vector<Result> results(indices.size());
+  std::atomic<size_t> next{0};
+  std::atomic<bool> failed{false};
+  absl::Mutex mu;  // serializes `progress` and guards the two below
+  absl::Status first_error;
+  int64_t done = 0;
+  auto work = [&] {
+    std::string buf(static_cast<size_t>(cs), '\0');
+    while (!failed.load()) {
+      const size_t i = next.fetch_add(1);
+      if (i >= indices.size()) return;
+      const int64_t offset = indices[i] * cs;
       const int64_t length = std::min(cs, source.size_bytes - offset);
-      BERTH_RETURN_IF_ERROR(PreadFull(source.fd, buf.data(), length, offset, source.name));
+      absl::Status st = PreadFull(source.fd, buf.data(), length, offset, source.name);
       const std::string_view content(buf.data(), static_cast<size_t>(length));
-      stats.bytes_read += length;
-      ++stats.chunks_read;
-      if (AllZero(content)) {
-        ++stats.zero_chunks;
-      } else {
-        BERTH_ASSIGN_OR_RETURN(ChunkStore::PutResult put, repo_.chunks_.Put(content));
-        if (put.added) {
-          ++stats.chunks_added;
-          stats.bytes_added += put.stored_bytes;
-        } else {
-          ++stats.chunks_deduped;
+      if (st.ok()) {
+        results[i].zero = AllZero(content);
+        if (!results[i].zero) {
+          absl::StatusOr<ChunkStore::PutResult> put = repo_.chunks_.Put(content);
+          if (put.ok()) {
+            results[i].put = std::move(*put);
+          } else {
+            st = put.status();
+          }
         }
-        // Also for a deduplicated chunk: its writer may not have fsynced its
-        // directory yet.
-        dirs.insert(repo_.chunks_.DirOf(put.hash));
-        extents[offset] = Extent{offset, length, std::move(put.hash)};
       }
-      if (progress) progress(stats.bytes_read, total);
+      absl::MutexLock lock(&mu);
+      if (!st.ok()) {
+        if (first_error.ok()) first_error = st;
+        failed.store(true);
+        return;
+      }
+      done += length;
+      if (progress) progress(done, total);
     }
+  };
+  const size_t helpers =
+      std::min<size_t>({3, std::max(1u, std::thread::hardware_concurrency()) - 1, indices.size() / 2});
+  std::vector<std::thread> threads;
+  for (size_t t = 0; t < helpers; ++t) threads.emplace_back(work);
+  work();
+  for (std::thread& t : threads) t.join();
+  {
+    absl::MutexLock lock(&mu);
+    if (!first_error.ok()) return first_error;
+  }
+
+  std::set<std::string> dirs;
+  for (size_t i = 0; i < indices.size(); ++i) {
+    const int64_t offset = indices[i] * cs;
+    const int64_t length = std::min(cs, source.size_bytes - offset);
+    stats.bytes_read += length;
+    ++stats.chunks_read;
+    Result& r = results[i];
+    if (r.zero) {
+      ++stats.zero_chunks;
+      continue;
+    }
+    if (r.put.added) {
+      ++stats.chunks_added;
+      stats.bytes_added += r.put.stored_bytes;
+    } else {
+      ++stats.chunks_deduped;
+    }
+    // Also for a deduplicated chunk: its writer may not have fsynced its
+    // directory yet.
+    dirs.insert(repo_.chunks_.DirOf(r.put.hash));
+    extents[offset] = Extent{offset, length, std::move(r.put.hash)};
   }
   volume.extents.reserve(extents.size());
   for (auto& [offset, e] : extents) volume.extents.push_back(std::move(e));

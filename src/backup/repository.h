@@ -75,7 +75,8 @@ struct ByteRange {
   int64_t length = 0;
 };
 
-// Called with the bytes processed so far and the total to process.
+// Called with the bytes processed so far and the total to process; one call
+// at a time, possibly from a worker thread of the call it reports on.
 using ProgressFn = std::function<void(int64_t done, int64_t total)>;
 
 // A volume to back up.
@@ -118,13 +119,14 @@ class BackupWriter {
   // Adds an API object (any JSON document) to the manifest.
   void AddObject(nlohmann::json object);
 
-  // Reads and stores the chunks `source.ranges` touch, verifying nothing
-  // yet: a volume's extents enter the manifest only when all its chunks are
-  // stored. On error the volume is left out (its chunks become orphans) and
-  // the writer stays usable. INVALID_ARGUMENT for a bad name, size, range or
-  // base; FAILED_PRECONDITION when a chunk the base names is missing
-  // (the base was garbage-collected: take a full backup); OUT_OF_RANGE when
-  // the source ends before size_bytes; I/O errors as ErrnoStatus.
+  // Reads and stores the chunks `source.ranges` touch (on the calling
+  // thread and up to three workers, joined before it returns). A volume's
+  // extents enter the manifest only when all its chunks are stored. On error
+  // the volume is left out (its chunks become orphans) and the writer stays
+  // usable. INVALID_ARGUMENT for a bad name, size, range or base;
+  // FAILED_PRECONDITION when a chunk the base names is missing (the base was
+  // garbage-collected: take a full backup); OUT_OF_RANGE when the source ends
+  // before size_bytes; I/O errors as ErrnoStatus.
   absl::StatusOr<VolumeStats> AddVolume(const VolumeSource& source, const ProgressFn& progress = nullptr);
 
   // Makes every chunk durable, then writes the manifest atomically.

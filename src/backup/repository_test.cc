@@ -51,6 +51,14 @@ std::string Contents(const std::string& path) {
   return s.ok() ? *s : "<" + s.status().ToString() + ">";
 }
 
+int CountTempFiles(const std::string& root) {
+  int n = 0;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(root)) {
+    if (e.path().filename().string().find(".tmp-") != std::string::npos) ++n;
+  }
+  return n;
+}
+
 int CountChunks(const std::string& root) {
   int n = 0;
   for (const auto& e : std::filesystem::recursive_directory_iterator(root + "/chunks")) {
@@ -358,7 +366,12 @@ TEST_F(RepositoryTest, WriterKilledBetweenChunkWritesLeavesEarlierBackupsIntact)
   WriteAt(root_ + "/chunks/cc/." + hash + ".zst.tmp-0123456789abcdef", 0, "partial");
   WriteAt(root_ + "/backups/.killed2.json.tmp-0123456789abcdef", 0, "{\"format\": 1, \"na");
 
-  EXPECT_EQ(CountChunks(root_), 8 + 3);
+  // At least the three chunks reported; a worker may have stored one more.
+  const int orphans = CountChunks(root_) - 8;
+  EXPECT_GE(orphans, 3);
+  // The two planted, and one more if the kill fell inside a worker's Put.
+  const int temps = CountTempFiles(root_);
+  EXPECT_GE(temps, 2);
   EXPECT_THAT(*repo_->ListBackups(), ElementsAre("good"));
   absl::StatusOr<VerifyReport> report = repo_->Verify();
   ASSERT_TRUE(report.ok());
@@ -367,9 +380,10 @@ TEST_F(RepositoryTest, WriterKilledBetweenChunkWritesLeavesEarlierBackupsIntact)
 
   absl::StatusOr<GcReport> gc = repo_->Gc();
   ASSERT_TRUE(gc.ok()) << gc.status();
-  EXPECT_EQ(gc->chunks_removed, 3);
+  EXPECT_EQ(gc->chunks_removed, orphans);
   EXPECT_EQ(gc->chunks_kept, 8);
-  EXPECT_EQ(gc->temp_files_removed, 2);
+  EXPECT_EQ(gc->temp_files_removed, temps);
+  EXPECT_EQ(CountTempFiles(root_), 0);
   EXPECT_EQ(CountChunks(root_), 8);
   EXPECT_TRUE(repo_->Verify()->ok());
   EXPECT_EQ(Restored("good"), good);
