@@ -15,7 +15,24 @@ using ::csi::v1::VolumeCapability;
   return t;
 }
 
-std::string DriverContext::PoolFault() const {
+std::string DriverContext::PoolFault() const { return LookForPoolFault(); }
+
+std::string DriverContext::RecentPoolFault() const {
+  // One look a second is enough when NodeGetVolumeStats asks for every
+  // volume in turn.
+  const absl::Time now = absl::Now();
+  {
+    absl::MutexLock lock(&pool_fault_mu_);
+    if (now - pool_fault_at_ < absl::Seconds(1)) return pool_fault_;
+  }
+  std::string fault = LookForPoolFault();
+  absl::MutexLock lock(&pool_fault_mu_);
+  pool_fault_ = fault;
+  pool_fault_at_ = now;
+  return fault;
+}
+
+std::string DriverContext::LookForPoolFault() const {
   if (!options.pool_image.empty()) {
     auto m = mounter->Find(options.pool);
     if (!m.ok() || !m->has_value())
@@ -31,19 +48,19 @@ std::string DriverContext::PoolFault() const {
 }
 
 std::string DriverContext::VolumeFault(const VolumeRecord& r) const {
-  if (std::string pool_fault = PoolFault(); !pool_fault.empty())
+  if (std::string pool_fault = RecentPoolFault(); !pool_fault.empty())
     return StrCat("the volume's pool is unhealthy: ", pool_fault);
   auto id = IdentifyFile(pool->VolumeImagePath(r.id));
   if (!id.ok()) return StrCat("image of volume ", r.id, " is missing");
   if (health != nullptr) {
     if (auto fault = health->FaultOf(*id)) return *fault;
   }
-  std::string device = r.block_device;
   if (!r.staging_path.empty() && r.access_type == AccessType::kMount) {
-    auto m = mounter->Find(r.staging_path);
-    if (m.ok() && m->has_value()) {
-      device = (*m)->source;
-      if (int64_t errors = Ext4ErrorCount(device); errors > 0) {
+    // kubelet asks every minute for every volume: statx, not the mount table.
+    auto mounted = mounter->IsMountPoint(r.staging_path);
+    if (mounted.ok() && *mounted) {
+      const std::string device = BlockDeviceOf(r.staging_path);
+      if (int64_t errors = device.empty() ? 0 : Ext4ErrorCount(device); errors > 0) {
         return StrCat("its ext4 filesystem (", device, ") recorded ", errors,
                       " error(s); unmount it and run fsck.ext4");
       }

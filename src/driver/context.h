@@ -5,6 +5,8 @@
 #include <map>
 #include <string>
 
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "csi/v1/csi.pb.h"
 #include "driver/health.h"
 #include "driver/mount/filesystem.h"
@@ -41,6 +43,14 @@ struct DriverContext {
   // filesystem that refuses an fsync (shut down, journal aborted).
   std::string VolumeFault(const VolumeRecord& r) const;
 
+ private:
+  std::string LookForPoolFault() const;
+  std::string RecentPoolFault() const;  // PoolFault, at most a second old
+  mutable absl::Mutex pool_fault_mu_;
+  mutable std::string pool_fault_ ABSL_GUARDED_BY(pool_fault_mu_);
+  mutable absl::Time pool_fault_at_ ABSL_GUARDED_BY(pool_fault_mu_) = absl::InfinitePast();
+
+ public:
   // {topology.berth.io/node: <node id>}
   ::csi::v1::Topology NodeTopology() const;
 

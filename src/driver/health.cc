@@ -1,7 +1,10 @@
 #include "driver/health.h"
 
 #include <fcntl.h>
+#include <limits.h>
 #include <poll.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <cctype>
@@ -154,6 +157,17 @@ int64_t Ext4ErrorCount(const std::string& device) {
   auto text = ReadFile(StrCat("/sys/fs/ext4/", name, "/errors_count"));
   if (!text.ok()) return 0;
   return std::atoll(text->c_str());
+}
+
+std::string BlockDeviceOf(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return "";
+  const std::string link = StrCat("/sys/dev/block/", major(st.st_dev), ":", minor(st.st_dev));
+  char target[PATH_MAX];
+  ssize_t n = ::readlink(link.c_str(), target, sizeof(target) - 1);
+  if (n <= 0) return "";
+  std::string_view t(target, static_cast<size_t>(n));
+  return StrCat("/dev/", t.substr(t.rfind('/') + 1));
 }
 
 std::string FsyncFailure(const std::string& dir) {

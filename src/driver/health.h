@@ -99,6 +99,10 @@ class KernelLogWatcher {
 // errors_count), 0 when it is not a mounted ext4.
 int64_t Ext4ErrorCount(const std::string& device);
 
+// The block device holding the filesystem `path` is on ("/dev/loop3"),
+// from stat(2)'s st_dev and /sys/dev/block; "" when there is none.
+std::string BlockDeviceOf(const std::string& path);
+
 // "" when an fsync of `dir` succeeds, else why not.
 std::string FsyncFailure(const std::string& dir);
 
