@@ -272,7 +272,9 @@ TEST_F(HostpathSnapshotMetadataTest, HostpathAndBerthCsiCoverTheSameChangedRange
   // A delta across drivers is refused by berth's API before any driver is
   // asked; an unknown snapshot is NotFound.
   auto [rc, across] = RunBerth({"snapshot", "diff", "own-s1", "hp-s2"});
-  EXPECT_NE(rc, 0) << across;
+  EXPECT_EQ(rc, 1) << across;
+  EXPECT_NE(across.find("of hostpath.csi.k8s.io: a delta is between two snapshots of one volume"), std::string::npos)
+      << across;
   auto [rc2, missing] = RunBerth({"snapshot", "allocated", "hp-nope"});
   EXPECT_EQ(rc2, 1);
   EXPECT_NE(missing.find("NotFound"), std::string::npos) << missing;
