@@ -411,7 +411,8 @@ absl::Status RunUp(UpOptions options) {
       Say(fs::exists(dir + "/pool.img", image_ec)
               ? StrCat("node ", name, ": starting its node agent and berth-csi (pool image ", dir, "/pool.img)")
               : StrCat("node ", name, ": starting its node agent and berth-csi, which makes its ", options.pool_size,
-                       options.pool_sparse ? " sparse" : "", " XFS pool image ", dir, "/pool.img (first start)"));
+                       options.pool_sparse ? " sparse" : " allocated", " XFS pool image ", dir,
+                       "/pool.img (first start)"));
       argv.push_back("--pool=" + dir + "/pool");
       argv.push_back("--pool-image=" + dir + "/pool.img");
       argv.push_back("--pool-size=" + options.pool_size);

@@ -67,7 +67,8 @@ TEST_F(BerthCliTest, UpReportsProgressAndGlobalFlagsGoAnywhere) {
   const std::string up = up_->Output();
   EXPECT_THAT(up, HasSubstr("berth up: first start in " + data_));
   EXPECT_THAT(
-      up, HasSubstr("node testnode: starting its node agent and berth-csi, which makes its 1Gi sparse XFS pool image"));
+      up,
+      HasSubstr("node testnode: starting its node agent and berth-csi, which makes its 1Gi allocated XFS pool image"));
   EXPECT_THAT(up, HasSubstr("berth up: node testnode: berth-csi registered, its pool is ready"));
   EXPECT_THAT(up, HasSubstr("export KUBECONFIG=" + data_ + "/kubeconfig"));
   // Registration is reported before "berth is up".
