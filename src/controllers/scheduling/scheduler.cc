@@ -290,7 +290,10 @@ void Scheduler::CountPlacements(Snapshot& snap) {
 
   std::vector<std::string> forget;
   std::map<std::string, std::pair<int64_t, absl::Time>> volumes_seen;  // uid → the PV's version, when
-  for (auto& [uid, p] : placements) {
+  for (auto& entry : placements) {
+    // (named: a [&] lambda below reads them; clang 14 cannot capture a binding)
+    const std::string& uid = entry.first;
+    Placement& p = entry.second;
     std::shared_ptr<const json> claim = informers_.claims.GetSharedByKey(p.claim);
     if (claim == nullptr) {  // deleted (the cache held it when we placed it)
       forget.push_back(uid);
