@@ -61,8 +61,11 @@ class ProvisionerTest : public FakeCsiTest {
                                          PvBinder::Options{});
     provisioner_ = std::make_unique<Provisioner>(
         *registry_, directory_, ProvisionerInformers{*claims_, *volumes_, *classes_, *nodes_, *csinodes_, nullptr},
-        Provisioner::Options{
-            .driver = kDriver, .workers = 2, .rpc_timeout = absl::Seconds(10), .monitor = monitor_.get()});
+        Provisioner::Options{.driver = kDriver,
+                             .workers = 2,
+                             .rpc_timeout = absl::Seconds(10),
+                             .monitor = monitor_.get(),
+                             .populator = populator_});
     resizer_ = std::make_unique<Resizer>(*registry_, directory_, *claims_, *volumes_,
                                          Resizer::Options{.driver = kDriver,
                                                           .workers = 1,
@@ -110,6 +113,7 @@ class ProvisionerTest : public FakeCsiTest {
     return o.is_null() ? "<gone>" : o.value("status", json::object()).value("phase", "");
   }
 
+  VolumePopulator* populator_ = nullptr;    // set before Start(); outlives the controllers
   std::unique_ptr<DriverMonitor> monitor_;  // outlives the controllers
   FakeClock resize_clock_;                  // the resizer's slow retry
   std::unique_ptr<Informer> claims_, volumes_, classes_, pods_, nodes_, csinodes_;

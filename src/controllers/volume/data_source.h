@@ -17,7 +17,8 @@
 //
 // A source in another namespace (dataSourceRef.namespace) would need a
 // ReferenceGrant, which berth does not implement: refused. Other kinds are
-// not supported (there are no volume populators).
+// not supported here: a volume populator's kind (populator.h) never reaches
+// ResolveDataSource, the provisioner hands it to the populator.
 //
 // Errors are FAILED_PRECONDITION (INVALID_ARGUMENT for an unsupported kind)
 // with a message for the claim's ProvisioningFailed event; they are

@@ -355,6 +355,16 @@ absl::StatusOr<::csi::v1::CreateVolumeRequest> Provisioner::BuildRequest(const P
       for (const auto& [k, v] : seg) (*t->mutable_segments())[k] = v;
     }
   }
+  // A populated claim's content source is what its populator filled
+  // (SyncClaimOnce); a request rebuilt after that names the volume recorded
+  // on the claim, so a retry or a clean-up repeats the same request.
+  if (Populated(claim)) {
+    for (const auto& [k, v] : options_.populator->Parameters()) (*req.mutable_parameters())[k] = v;
+    if (std::string populated = claim.metadata.Annotation(kAnnPopulatedVolume); !populated.empty()) {
+      req.mutable_volume_content_source()->mutable_volume()->set_volume_id(populated);
+    }
+    return req;
+  }
   // Content source: checked (data_source.h) before anything is created.
   auto source = ResolveDataSource(registry_, claim, sc, claim.metadata.HasFinalizer(kProvisioningFinalizer));
   if (!source.ok()) return source.status();
@@ -416,6 +426,52 @@ absl::Status Provisioner::SetFinalizer(const PersistentVolumeClaim& claim, bool 
                                               }
                                               return changed;
                                             });
+}
+
+bool Provisioner::Populated(const PersistentVolumeClaim& claim) const {
+  if (options_.populator == nullptr || !claim.spec.data_source_ref) return false;
+  std::optional<DataSourceRef> ds = ClaimDataSource(claim);
+  return ds && options_.populator->Serves(*ds);
+}
+
+PopulationRequest Provisioner::MakePopulationRequest(const PersistentVolumeClaim& claim, const StorageClass& sc,
+                                                     const std::string& node) const {
+  auto request = claim.spec.resources.requests.find("storage");
+  return PopulationRequest{
+      .claim = claim,
+      .storage_class = sc,
+      .driver = options_.driver,
+      .node = node,
+      .size_bytes = request == claim.spec.resources.requests.end() ? 0 : request->second.Value(),
+  };
+}
+
+absl::Status Provisioner::RecordPopulatedVolume(const PersistentVolumeClaim& claim, const std::string& volume_id) {
+  return MutateTyped<PersistentVolumeClaim>(registry_, Claims(), claim.metadata.namespace_, claim.metadata.name,
+                                            claim.metadata.uid, apiserver::Subresource::kMain,
+                                            [&](PersistentVolumeClaim& obj) {
+                                              if (obj.metadata.Annotation(kAnnPopulatedVolume) == volume_id) {
+                                                return false;
+                                              }
+                                              if (volume_id.empty()) {
+                                                obj.metadata.annotations.erase(kAnnPopulatedVolume);
+                                              } else {
+                                                obj.metadata.annotations[kAnnPopulatedVolume] = volume_id;
+                                              }
+                                              return true;
+                                            });
+}
+
+absl::Status Provisioner::ReleasePopulation(const PersistentVolumeClaim& claim, const StorageClass* sc,
+                                            const std::string& node) {
+  const StorageClass none;
+  absl::Status released = options_.populator->Release(MakePopulationRequest(claim, sc ? *sc : none, node));
+  if (!released.ok()) {
+    events_.Record(IdentityOf(claim), "Warning", "PopulationCleanupFailed",
+                   StrCat("removing the volume populated for the claim: ", released.message()));
+    return released;
+  }
+  return RecordPopulatedVolume(claim, "");
 }
 
 absl::Status Provisioner::CreatePersistentVolume(const PersistentVolumeClaim& claim, const StorageClass& sc,
@@ -517,6 +573,13 @@ absl::Status Provisioner::SyncDeletedClaim(const PersistentVolumeClaim& claim, c
   // CreateVolume may have succeeded before we lost track: ask again
   // (idempotent by name, on the same node) and delete what exists.
   const std::string node = NodeForClaim(claim);
+  const bool populated = Populated(claim);
+  if (populated && claim.metadata.Annotation(kAnnPopulatedVolume).empty()) {
+    // The populated source is recorded before the driver is asked for the
+    // claim's volume: nothing was asked, only what population left goes.
+    BERTH_RETURN_IF_ERROR(ReleasePopulation(claim, &*sc, node));
+    return SetFinalizer(claim, false);
+  }
   auto req = BuildRequest(claim, *sc, node);
   if (!req.ok() && IsNotAFailure(req.status())) {
     monitor_.Park(options_.driver, node, claim_queue_, key);
@@ -535,6 +598,7 @@ absl::Status Provisioner::SyncDeletedClaim(const PersistentVolumeClaim& claim, c
   } else if (!FinalError(resp.status())) {
     return resp.status();  // outcome unknown (or the driver is down): keep the finalizer
   }
+  if (populated) BERTH_RETURN_IF_ERROR(ReleasePopulation(claim, &*sc, node));
   return SetFinalizer(claim, false);
 }
 
@@ -551,6 +615,18 @@ absl::Status Provisioner::SyncClaimOnce(const std::string& key) {
   const bool pv_exists =
       informers_.volumes.GetSharedByKey(pv_name) != nullptr || registry_.Get(K("persistentvolumes"), "", pv_name).ok();
   if (claim.metadata.Deleting()) return SyncDeletedClaim(claim, key, sc, pv_exists);
+  if ((!claim.spec.volume_name.empty() || pv_exists) && Populated(claim) &&
+      !claim.metadata.Annotation(kAnnPopulatedVolume).empty()) {
+    // The claim's volume exists: the volume it was cloned from has served
+    // (a crash came between the PV and the release, or the release failed).
+    std::string node;
+    const std::string name = claim.spec.volume_name.empty() ? pv_name : claim.spec.volume_name;
+    if (auto pv = GetTyped<PersistentVolume>(registry_, K("persistentvolumes"), "", name); pv.ok()) {
+      node = VolumeNode(registry_, *pv);
+    }
+    if (node.empty()) node = NodeForClaim(claim);
+    BERTH_RETURN_IF_ERROR(ReleasePopulation(claim, sc ? &*sc : nullptr, node));
+  }
   if (!claim.spec.volume_name.empty()) {
     return pending_finalizer ? SetFinalizer(claim, false) : absl::OkStatus();
   }
@@ -610,6 +686,15 @@ absl::Status Provisioner::SyncClaimOnce(const std::string& key) {
         StrCat("failed to provision volume with StorageClass \"", class_name, "\": ", req.status().message()));
     return req.status();
   }
+  // A populated claim's source must be there before anything is made.
+  const bool populated = Populated(claim);
+  if (populated && claim.metadata.Annotation(kAnnPopulatedVolume).empty()) {
+    if (absl::Status checked = options_.populator->Check(MakePopulationRequest(claim, *sc, node)); !checked.ok()) {
+      events_.Record(claim_ref, "Warning", "ProvisioningFailed",
+                     StrCat("failed to provision volume with StorageClass \"", class_name, "\": ", checked.message()));
+      return checked;
+    }
+  }
   // A cloned claim's source may not go while we copy it.
   if (std::optional<DataSourceRef> ds = ClaimDataSource(claim); ds && ds->kind == "PersistentVolumeClaim") {
     BERTH_ASSIGN_OR_RETURN(const PersistentVolumeClaim source,
@@ -625,6 +710,27 @@ absl::Status Provisioner::SyncClaimOnce(const std::string& key) {
   }
   if (!pending_finalizer || claim.metadata.Annotation(kAnnProvisioningNode) != node) {
     BERTH_RETURN_IF_ERROR(SetFinalizer(claim, true, node));
+  }
+  if (populated && claim.metadata.Annotation(kAnnPopulatedVolume).empty()) {
+    // Under the finalizer: a claim deleted while being filled has what was
+    // made released (SyncDeletedClaim). A worker waits for the copy.
+    const DataSourceRef ds = *ClaimDataSource(claim);
+    events_.Record(claim_ref, "Normal", "Populating",
+                   StrCat("Filling the volume for claim \"", key, "\" from ", ds.kind, " ", ds.name));
+    auto source = options_.populator->Populate(MakePopulationRequest(claim, *sc, node));
+    if (source.ok() && !source->has_volume()) {
+      source = absl::InternalError("the volume populator returned a content source that is not a volume");
+    }
+    if (!source.ok()) {
+      events_.Record(claim_ref, "Warning", "ProvisioningFailed",
+                     StrCat("failed to populate volume with StorageClass \"", class_name, "\" from ", ds.kind, " ",
+                            ds.name, ": ", source.status().message()));
+      return source.status();
+    }
+    // Recorded before the driver clones it: a retry, or the clean-up of a
+    // claim deleted meanwhile, repeats this very request.
+    BERTH_RETURN_IF_ERROR(RecordPopulatedVolume(claim, source->volume().volume_id()));
+    *req->mutable_volume_content_source() = *source;
   }
   events_.Record(claim_ref, "Normal", "Provisioning",
                  StrCat("External provisioner is provisioning volume for claim \"", key, "\""));
@@ -643,7 +749,13 @@ absl::Status Provisioner::SyncClaimOnce(const std::string& key) {
     }
     if (FinalError(resp.status())) {
       // Nothing exists for this attempt: the claim is free to go (or to be
-      // tried again elsewhere).
+      // tried again elsewhere), and a populated volume is filled afresh
+      // (e.g. it was lost: the clone's source is NOT_FOUND).
+      if (populated) {
+        absl::Status released = ReleasePopulation(claim, &*sc, node);
+        if (!released.ok())
+          spdlog::warn("provisioner: releasing the populated volume of {}: {}", key, released.ToString());
+      }
       absl::Status released = SetFinalizer(claim, false);
       if (!released.ok()) spdlog::warn("provisioner: releasing {}: {}", key, released.ToString());
     }
@@ -651,6 +763,7 @@ absl::Status Provisioner::SyncClaimOnce(const std::string& key) {
   }
   BERTH_RETURN_IF_ERROR(CreatePersistentVolume(claim, *sc, *req, *resp));
   events_.Record(claim_ref, "Normal", "ProvisioningSucceeded", StrCat("Successfully provisioned volume ", pv_name));
+  if (populated) BERTH_RETURN_IF_ERROR(ReleasePopulation(claim, &*sc, node));
   // The finalizer stays until the binder binds the claim to the PV (one
   // write fewer); a claim deleted meanwhile has it dropped above.
   return absl::OkStatus();

@@ -26,6 +26,10 @@
 //      binding), nodeAffinity from accessible_topology, secrets refs,
 //      pv.kubernetes.io/provisioned-by,
 //   5. the finalizer comes off (in the binder's bind write).
+// A claim whose dataSourceRef names a volume populator's kind (populator.h,
+// e.g. a Backup) is filled by the injected VolumePopulator between 2 and 3,
+// and created as a clone of what it filled; the PV only comes once the data
+// is in.
 // The finalizer carries the node the request went to
 // (volume.berth.io/provisioning-node), so a retry after a crash asks the same
 // node. A claim deleted while CreateVolume is in flight keeps its finalizer
@@ -67,6 +71,7 @@
 #include "client/events.h"
 #include "client/informer.h"
 #include "client/workqueue.h"
+#include "controllers/volume/populator.h"
 #include "controllers/volume/pv_binder.h"  // kProvisioningFinalizer, kAnnProvisioningNode
 #include "csi/v1/csi.grpc.pb.h"
 
@@ -103,6 +108,10 @@ class Provisioner {
     absl::Duration rpc_timeout = absl::ZeroDuration();
     // Shared with the other controllers (the manager's); null: one of our own.
     DriverMonitor* monitor = nullptr;
+    // Fills claims whose dataSourceRef is its kind (populator.h); null:
+    // such claims are refused as an unsupported data source. Not owned;
+    // outlives the provisioner.
+    VolumePopulator* populator = nullptr;
   };
   Provisioner(apiserver::Registry& registry, DriverDirectory& drivers, ProvisionerInformers informers, Options options);
   ~Provisioner();
@@ -154,6 +163,17 @@ class Provisioner {
                                       const ::csi::v1::CreateVolumeRequest& request,
                                       const ::csi::v1::CreateVolumeResponse& response);
   absl::Status SetFinalizer(const Claim& claim, bool present, const std::string& node = "");
+  // Whether the populator fills `claim` (its dataSourceRef is the
+  // populator's kind).
+  bool Populated(const Claim& claim) const;
+  PopulationRequest MakePopulationRequest(const Claim& claim, const Class& storage_class,
+                                          const std::string& node) const;
+  // Sets (`volume_id` non-empty) or removes kAnnPopulatedVolume.
+  absl::Status RecordPopulatedVolume(const Claim& claim, const std::string& volume_id);
+  // The populated volume goes (Release), then kAnnPopulatedVolume: once the
+  // claim's own volume exists, or nothing was made of it. `storage_class`
+  // null: the claim's class is gone.
+  absl::Status ReleasePopulation(const Claim& claim, const Class* storage_class, const std::string& node);
   // The topology segment of `node` for our driver ({} if none).
   absl::StatusOr<std::map<std::string, std::string>> Segment(const std::string& node) const;
   std::string NodeForClaim(const Claim& claim) const;
