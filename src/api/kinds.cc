@@ -49,6 +49,17 @@ const std::vector<KindInfo>& AllKinds() {
        "volumesnapshotcontent",
        false,
        {"vsc", "vscs"}},
+      // berth's own, shaped like Velero's velero.io/v1 kinds (types/backup.h).
+      {"backup.berth.io",
+       "v1",
+       "BackupStorageLocation",
+       "backupstoragelocations",
+       "backupstoragelocation",
+       false,
+       {"bsl"}},
+      {"backup.berth.io", "v1", "Backup", "backups", "backup", false, {}},
+      {"backup.berth.io", "v1", "Restore", "restores", "restore", false, {}},
+      {"backup.berth.io", "v1", "Schedule", "schedules", "schedule", false, {}},
   };
   return *kinds;
 }

@@ -29,6 +29,11 @@ TEST(KindsTest, UserNamesAndShortNames) {
   EXPECT_EQ(FindByUserName("vsc")->kind, "VolumeSnapshotContent");
   EXPECT_EQ(FindByUserName("vsclass")->kind, "VolumeSnapshotClass");
   EXPECT_EQ(FindByUserName("va")->kind, "VolumeAttachment");
+  EXPECT_EQ(FindByUserName("bsl")->kind, "BackupStorageLocation");
+  EXPECT_EQ(FindByUserName("backups")->kind, "Backup");
+  EXPECT_EQ(FindByUserName("restore")->kind, "Restore");
+  EXPECT_EQ(FindByUserName("schedules.backup.berth.io")->kind, "Schedule");
+  EXPECT_FALSE(FindByUserName("backup")->namespaced);
   EXPECT_EQ(FindByUserName("storageclasses.storage.k8s.io")->kind, "StorageClass");
   EXPECT_EQ(FindByUserName("storageclasses.example.com"), nullptr);
   EXPECT_EQ(FindByUserName("deployments"), nullptr);

@@ -1,7 +1,8 @@
 // The schemas of the kinds in AllKinds(), transcribed from Kubernetes' Go
 // types (k8s.io/api core/v1 and storage/v1, ObjectMeta and LabelSelector of
 // k8s.io/apimachinery meta/v1) and from the snapshot.storage.k8s.io/v1 types
-// of kubernetes-csi/external-snapshotter. Field names, JSON types and patch
+// of kubernetes-csi/external-snapshotter; berth's backup.berth.io/v1 kinds
+// take Velero's velero.io/v1 names. Field names, JSON types and patch
 // merge keys (the `patchMergeKey` / `patchStrategy` tags) follow those
 // sources; status fields are listed too, so that any manifest written for a
 // real cluster passes CheckSchema.
@@ -583,6 +584,95 @@ SchemaPtr VolumeSnapshotContentStatusSchema() {
 }
 
 // ---------------------------------------------------------------------------
+// backup.berth.io/v1: berth's own kinds with Velero's field names
+// (velero.io/v1); only the fields berth implements, so a Velero manifest
+// asking for something berth does not do is refused, not ignored.
+
+SchemaPtr BackupStorageLocationSpecSchema() {
+  return Obj({
+      {"provider", Str()},
+      {"config", StrMap()},
+      {"default", Bool()},
+      {"accessMode", Str()},
+  });
+}
+
+SchemaPtr BackupStorageLocationStatusSchema() {
+  return Obj({{"phase", Str()}, {"lastValidationTime", Time()}, {"message", Str()}});
+}
+
+SchemaPtr BackupSpecSchema() {
+  return Obj({
+      {"includedNamespaces", StrList()},
+      {"excludedNamespaces", StrList()},
+      {"labelSelector", LabelSelectorSchema()},
+      {"ttl", Str()},  // a Go duration
+      {"storageLocation", Str()},
+  });
+}
+
+SchemaPtr BackupStatusSchema() {
+  return Obj({
+      {"phase", Str()},
+      {"validationErrors", StrList()},
+      {"startTimestamp", Time()},
+      {"completionTimestamp", Time()},
+      {"expiration", Time()},
+      {"progress", Obj({{"totalItems", Int()}, {"itemsBackedUp", Int()}, {"totalBytes", Int()}, {"bytesDone", Int()}})},
+      {"errors", Int()},
+      {"warnings", Int()},
+      {"failureReason", Str()},
+      {"volumes", Arr(Obj({
+                      {"namespace", Str()},
+                      {"persistentVolumeClaim", Str()},
+                      {"persistentVolume", Str()},
+                      {"driver", Str()},
+                      {"node", Str()},
+                      {"volumeHandle", Str()},
+                      {"snapshotName", Str()},
+                      {"snapshotHandle", Str()},
+                      {"sizeBytes", Int()},
+                      {"phase", Str()},
+                      {"bytesRead", Int()},
+                      {"bytesAdded", Int()},
+                      {"baseBackup", Str()},
+                      {"message", Str()},
+                  }))},
+  });
+}
+
+SchemaPtr RestoreSpecSchema() {
+  return Obj({
+      {"backupName", Str()},
+      {"scheduleName", Str()},
+      {"includedNamespaces", StrList()},
+      {"namespaceMapping", StrMap()},
+      {"targetNode", Str()},
+  });
+}
+
+SchemaPtr RestoreStatusSchema() {
+  return Obj({
+      {"phase", Str()},
+      {"validationErrors", StrList()},
+      {"startTimestamp", Time()},
+      {"completionTimestamp", Time()},
+      {"progress", Obj({{"totalItems", Int()}, {"itemsRestored", Int()}, {"totalBytes", Int()}, {"bytesDone", Int()}})},
+      {"errors", Int()},
+      {"warnings", Int()},
+      {"failureReason", Str()},
+  });
+}
+
+SchemaPtr ScheduleSpecSchema() {
+  return Obj({{"schedule", Str()}, {"template", BackupSpecSchema()}, {"paused", Bool()}});
+}
+
+SchemaPtr ScheduleStatusSchema() {
+  return Obj({{"phase", Str()}, {"validationErrors", StrList()}, {"lastBackup", Time()}});
+}
+
+// ---------------------------------------------------------------------------
 // coordination.k8s.io/v1.
 
 SchemaPtr LeaseSpecSchema() {
@@ -640,6 +730,10 @@ SchemaMap BuildSchemas() {
   m["VolumeSnapshotClass"] = TopLevel(VolumeSnapshotClassFields());
   m["VolumeSnapshot"] = SpecAndStatus(VolumeSnapshotSpecSchema(), VolumeSnapshotStatusSchema());
   m["VolumeSnapshotContent"] = SpecAndStatus(VolumeSnapshotContentSpecSchema(), VolumeSnapshotContentStatusSchema());
+  m["BackupStorageLocation"] = SpecAndStatus(BackupStorageLocationSpecSchema(), BackupStorageLocationStatusSchema());
+  m["Backup"] = SpecAndStatus(BackupSpecSchema(), BackupStatusSchema());
+  m["Restore"] = SpecAndStatus(RestoreSpecSchema(), RestoreStatusSchema());
+  m["Schedule"] = SpecAndStatus(ScheduleSpecSchema(), ScheduleStatusSchema());
   return m;
 }
 

@@ -216,6 +216,76 @@ INSTANTIATE_TEST_SUITE_P(
                     "when `tolerationSeconds` is set, spec.tolerations[2].operator: Unsupported value: "
                     "\"In\": supported values: \"Equal\", \"Exists\"]"}));
 
+TEST(ValidationTest, BackupKindsDefaultsAndRules) {
+  auto backup = Admit(json::parse(R"({"apiVersion":"backup.berth.io/v1","kind":"Backup","metadata":{"name":"b"}})"));
+  ASSERT_TRUE(backup.ok()) << backup.status();
+  EXPECT_EQ((*backup)["spec"]["ttl"], "720h0m0s");
+  auto location = Admit(json::parse(R"({"apiVersion":"backup.berth.io/v1","kind":"BackupStorageLocation",
+      "metadata":{"name":"l"},"spec":{"provider":"filesystem","config":{"path":"/"}}})"));
+  ASSERT_TRUE(location.ok()) << location.status();
+  EXPECT_EQ((*location)["spec"]["accessMode"], "ReadWrite");
+
+  struct Case {
+    const char* manifest;
+    const char* message;
+  };
+  const Case cases[] = {
+      {R"({"apiVersion":"backup.berth.io/v1","kind":"BackupStorageLocation","metadata":{"name":"l"},
+           "spec":{"provider":"aws","config":{"region":"eu"},"accessMode":"WriteOnly"}})",
+       "BackupStorageLocation \"l\" is invalid: [spec.provider: Unsupported value: \"aws\": supported values: "
+       "\"filesystem\", spec.config[path]: Required value: the directory of the repository, spec.config[region]: "
+       "Forbidden: the filesystem provider takes only path, spec.accessMode: Unsupported value: \"WriteOnly\": "
+       "supported values: \"ReadWrite\", \"ReadOnly\"]"},
+      {R"({"apiVersion":"backup.berth.io/v1","kind":"BackupStorageLocation","metadata":{"name":"l"},
+           "spec":{"config":{"path":"/srv/../backups/"}}})",
+       "BackupStorageLocation \"l\" is invalid: [spec.provider: Required value, spec.config[path]: Invalid value: "
+       "\"/srv/../backups/\": must be an absolute path without trailing '/', '//', '.' or '..' components]"},
+      {R"({"apiVersion":"backup.berth.io/v1","kind":"BackupStorageLocation","metadata":{"name":"l"},
+           "spec":{"provider":"filesystem","config":{"path":"backups"}}})",
+       "BackupStorageLocation \"l\" is invalid: spec.config[path]: Invalid value: \"backups\": must be an "
+       "absolute path without trailing '/', '//', '.' or '..' components"},
+      {R"({"apiVersion":"backup.berth.io/v1","kind":"Backup","metadata":{"name":"b"},
+           "spec":{"includedNamespaces":["shop","*","Shop"],"ttl":"1d","storageLocation":"Main",
+                   "labelSelector":{"matchExpressions":[{"key":"app","operator":"Near"}]}}})",
+       "Backup \"b\" is invalid: [spec.includedNamespaces[2]: Invalid value: \"Shop\": a lowercase RFC 1123 "
+       "label must consist of lower case alphanumeric characters or '-', and must start and end with an "
+       "alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is "
+       "'[a-z0-9]([-a-z0-9]*[a-z0-9])?'), spec.labelSelector: Invalid value: matchExpressions operator \"Near\" is "
+       "not In, NotIn, Exists or DoesNotExist, spec.ttl: Invalid value: \"1d\": must be a duration such as 720h0m0s or "
+       "30s (time: "
+       "unknown unit \"d\" in duration \"1d\"), spec.storageLocation: Invalid value: \"Main\": a lowercase RFC "
+       "1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end "
+       "with an alphanumeric character (e.g. 'example.com', regex used for validation is "
+       "'[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')]"},
+      {R"({"apiVersion":"backup.berth.io/v1","kind":"Backup","metadata":{"name":"b"},"spec":{"ttl":"-1h"},
+           "status":{"phase":"Done"}})",
+       "Backup \"b\" is invalid: [spec.ttl: Invalid value: \"-1h\": must not be negative, status.phase: "
+       "Unsupported value: \"Done\": supported values: \"New\", \"FailedValidation\", \"InProgress\", "
+       "\"Completed\", \"PartiallyFailed\", \"Failed\", \"Deleting\"]"},
+      {R"({"apiVersion":"backup.berth.io/v1","kind":"Restore","metadata":{"name":"r"},
+           "spec":{"namespaceMapping":{"shop":"shop_2"}}})",
+       "Restore \"r\" is invalid: [spec: Invalid value: \"object\": exactly one of backupName and scheduleName "
+       "must be set, spec.namespaceMapping[shop]: Invalid value: \"shop_2\": a lowercase RFC 1123 label must "
+       "consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric "
+       "character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')]"},
+      {R"({"apiVersion":"backup.berth.io/v1","kind":"Schedule","metadata":{"name":"s"},
+           "spec":{"template":{"ttl":"soon"}}})",
+       "Schedule \"s\" is invalid: [spec.schedule: Required value: a cron expression such as \"0 2 * * *\", or "
+       "\"@every 6h\", spec.template.ttl: Invalid value: \"soon\": must be a duration such as 720h0m0s or 30s "
+       "(time: invalid duration \"soon\")]"},
+      {R"({"apiVersion":"backup.berth.io/v1","kind":"Schedule","metadata":{"name":"s"},
+           "spec":{"schedule":"0 25 * * *"}})",
+       "Schedule \"s\" is invalid: spec.schedule: Invalid value: \"0 25 * * *\": cron hour field \"25\": 25 is out "
+       "of range 0-23"},
+  };
+  for (const Case& c : cases) {
+    auto got = Admit(json::parse(c.manifest));
+    ASSERT_FALSE(got.ok()) << c.manifest;
+    EXPECT_EQ(ToHttpError(got.status()).code, 422);
+    EXPECT_EQ(got.status().message(), c.message);
+  }
+}
+
 TEST(ValidationTest, ImmutableFieldsAreNamed) {
   auto pvc = Admit(Fixture("persistentvolumeclaim.yaml"));
   ASSERT_TRUE(pvc.ok()) << pvc.status();

@@ -22,6 +22,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "api/table.h"
+#include "common/strings.h"
+#include "common/units.h"
 
 namespace berth::api::table_internal {
 
@@ -512,6 +514,58 @@ Cells VolumeSnapshotContentCells(const Json& o, absl::Time now) {
           CrdCell("string", At(o, {"spec", "volumeSnapshotRef", "name"}), now),
           CrdCell("string", At(o, {"spec", "volumeSnapshotRef", "namespace"}), now),
           CrdCell("date", At(o, {"metadata", "creationTimestamp"}), now)};
+}
+
+// ---- backup.berth.io ------------------------------------------------------------
+
+Cells BackupStorageLocationCells(const Json& o, absl::Time now) {
+  return {Name(o), CrdCell("string", At(o, {"status", "phase"}), now),
+          CrdCell("date", At(o, {"status", "lastValidationTime"}), now), Age(o, now),
+          Bool(o, {"spec", "default"}, false)};
+}
+
+// "1.2Gi/4Gi" from bytesDone/totalBytes; null (<none>) before the total is
+// known.
+Json BytesProgress(const Json& o) {
+  const Json& total = At(o, {"status", "progress", "totalBytes"});
+  if (!total.is_number()) return nullptr;
+  return StrCat(FormatByteSizeApprox(AsInt(At(o, {"status", "progress", "bytesDone"}))), "/",
+                FormatByteSizeApprox(AsInt(total)));
+}
+
+Cells BackupCells(const Json& o, absl::Time now) {
+  Json expires = nullptr;
+  if (std::optional<absl::Time> t = ParseTimestamp(At(o, {"status", "expiration"}))) {
+    expires = *t > now ? HumanDuration(*t - now) : "expired";
+  }
+  return {Name(o),
+          CrdCell("string", At(o, {"status", "phase"}), now),
+          AsInt(At(o, {"status", "errors"})),
+          AsInt(At(o, {"status", "warnings"})),
+          BytesProgress(o),
+          CrdCell("string", At(o, {"spec", "storageLocation"}), now),
+          expires,
+          Age(o, now)};
+}
+
+Cells RestoreCells(const Json& o, absl::Time now) {
+  return {Name(o),
+          CrdCell("string", At(o, {"spec", "backupName"}), now),
+          CrdCell("string", At(o, {"status", "phase"}), now),
+          CrdCell("date", At(o, {"status", "startTimestamp"}), now),
+          CrdCell("date", At(o, {"status", "completionTimestamp"}), now),
+          AsInt(At(o, {"status", "errors"})),
+          AsInt(At(o, {"status", "warnings"})),
+          Age(o, now)};
+}
+
+Cells ScheduleCells(const Json& o, absl::Time now) {
+  return {Name(o),
+          CrdCell("string", At(o, {"status", "phase"}), now),
+          CrdCell("string", At(o, {"spec", "schedule"}), now),
+          CrdCell("date", At(o, {"status", "lastBackup"}), now),
+          Age(o, now),
+          Bool(o, {"spec", "paused"}, false)};
 }
 
 // The apiserver's default table for kinds without a printer.

@@ -45,6 +45,10 @@ Cells CSIStorageCapacityCells(const Json& o, absl::Time now);
 Cells VolumeSnapshotClassCells(const Json& o, absl::Time now);
 Cells VolumeSnapshotCells(const Json& o, absl::Time now);
 Cells VolumeSnapshotContentCells(const Json& o, absl::Time now);
+Cells BackupStorageLocationCells(const Json& o, absl::Time now);
+Cells BackupCells(const Json& o, absl::Time now);
+Cells RestoreCells(const Json& o, absl::Time now);
+Cells ScheduleCells(const Json& o, absl::Time now);
 Cells DefaultCells(const Json& o, absl::Time now);
 
 }  // namespace berth::api::table_internal

@@ -207,6 +207,57 @@ TEST(TableTest, VolumeSnapshotContentAndClass) {
   EXPECT_THAT(ColumnNames(Kind("VolumeSnapshotClass"), 0), ElementsAre("Name", "Driver", "DeletionPolicy", "Age"));
 }
 
+TEST(TableTest, BackupKindsShowPhaseProgressAndExpiry) {
+  EXPECT_THAT(ColumnNames(Kind("Backup"), 0),
+              ElementsAre("Name", "Phase", "Errors", "Warnings", "Progress", "Storage Location", "Expires", "Age"));
+  Json running = Cells("Backup", R"({
+    "metadata": {"name": "nightly-20240501115500", "creationTimestamp": "2024-05-01T11:55:00Z"},
+    "spec": {"storageLocation": "default", "ttl": "720h0m0s"},
+    "status": {"phase": "InProgress", "expiration": "2024-05-31T11:55:00Z", "warnings": 2,
+               "progress": {"totalBytes": 4294967296, "bytesDone": 1288490189}}
+  })");
+  EXPECT_EQ(running, Json::array({"nightly-20240501115500", "InProgress", 0, 2, "1.2Gi/4Gi", "default", "29d", "5m"}));
+  EXPECT_TRUE(running[2].is_number_integer());
+  // Before its controller has looked at it, and after it expired.
+  EXPECT_EQ(Cells("Backup", R"({"metadata": {"name": "b", "creationTimestamp": "2024-05-01T11:55:00Z"}})"),
+            Json::array({"b", nullptr, 0, 0, nullptr, nullptr, nullptr, "5m"}));
+  EXPECT_EQ(Cells("Backup", R"({"metadata": {"name": "b", "creationTimestamp": "2024-04-01T11:55:00Z"},
+                               "status": {"phase": "Completed", "expiration": "2024-05-01T11:00:00Z",
+                                          "progress": {"totalBytes": 0}}})")[6],
+            "expired");
+
+  EXPECT_THAT(ColumnNames(Kind("Restore"), 0),
+              ElementsAre("Name", "Backup", "Phase", "Started", "Completed", "Errors", "Warnings", "Age"));
+  EXPECT_EQ(Cells("Restore", R"({
+    "metadata": {"name": "r", "creationTimestamp": "2024-05-01T11:55:00Z"},
+    "spec": {"backupName": "nightly"},
+    "status": {"phase": "Completed", "startTimestamp": "2024-05-01T11:55:00Z",
+               "completionTimestamp": "2024-05-01T11:58:00Z", "errors": 1}
+  })"),
+            Json::array({"r", "nightly", "Completed", "5m", "2m", 1, 0, "5m"}));
+
+  EXPECT_THAT(ColumnNames(Kind("Schedule"), 0),
+              ElementsAre("Name", "Status", "Schedule", "LastBackup", "Age", "Paused"));
+  EXPECT_EQ(Cells("Schedule", R"({
+    "metadata": {"name": "nightly", "creationTimestamp": "2024-04-01T12:00:00Z"},
+    "spec": {"schedule": "0 2 * * *", "paused": true},
+    "status": {"phase": "Enabled", "lastBackup": "2024-05-01T02:00:00Z"}
+  })"),
+            Json::array({"nightly", "Enabled", "0 2 * * *", "10h", "30d", true}));
+
+  EXPECT_THAT(ColumnNames(Kind("BackupStorageLocation"), 0),
+              ElementsAre("Name", "Phase", "Last Validated", "Age", "Default"));
+  const Json location = Json::parse(R"({
+    "apiVersion": "backup.berth.io/v1", "kind": "BackupStorageLocation",
+    "metadata": {"name": "default", "creationTimestamp": "2024-05-01T11:00:00Z"},
+    "spec": {"provider": "filesystem", "config": {"path": "/backups"}, "default": true},
+    "status": {"phase": "Available", "lastValidationTime": "2024-05-01T11:59:30Z"}
+  })");
+  EXPECT_EQ(RenderTable(BuildTable(Kind("BackupStorageLocation"), {location}, Now(), "1"), false, false),
+            "NAME      PHASE       LAST VALIDATED   AGE   DEFAULT\n"
+            "default   Available   30s              60m   true\n");
+}
+
 TEST(TableTest, SecretShowsKeyCountAndNeverValues) {
   const KindInfo& secret = Kind("Secret");
   EXPECT_THAT(ColumnNames(secret, 0), ElementsAre("Name", "Type", "Data", "Age"));

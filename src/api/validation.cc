@@ -277,6 +277,12 @@ void ApplyDefaults(const KindInfo& kind, json& o) {
     }
   } else if (k == "Event") {
     Default(o, {"type"}, "Normal");
+  } else if (k == "BackupStorageLocation") {
+    Default(o, {"spec", "accessMode"}, "ReadWrite");
+  } else if (k == "Backup") {
+    // Velero's default time to live. Only a Backup's: a Schedule's template
+    // stays as written, and each backup it creates gets the default here.
+    Default(o, {"spec", "ttl"}, "720h0m0s");
   }
 }
 
@@ -314,6 +320,14 @@ absl::Status Validate(const KindInfo& kind, const json& object, const json* old)
     ValidateSnapshot(object, old, errs);
   } else if (k == "VolumeSnapshotContent") {
     ValidateSnapshotContent(object, old, errs);
+  } else if (k == "BackupStorageLocation") {
+    ValidateBackupStorageLocation(object, errs);
+  } else if (k == "Backup") {
+    ValidateBackup(object, errs);
+  } else if (k == "Restore") {
+    ValidateRestore(object, errs);
+  } else if (k == "Schedule") {
+    ValidateSchedule(object, errs);
   }
   if (errs.empty()) return absl::OkStatus();
   return Invalid(kind.kind, String(Path(object, {"metadata", "name"})), errs.list());

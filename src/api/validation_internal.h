@@ -101,6 +101,12 @@ void ValidateSnapshotClass(const json& obj, Errors& errs);
 void ValidateSnapshot(const json& obj, const json* old, Errors& errs);
 void ValidateSnapshotContent(const json& obj, const json* old, Errors& errs);
 
+// backup.berth.io (validation_backup.cc).
+void ValidateBackupStorageLocation(const json& obj, Errors& errs);
+void ValidateBackup(const json& obj, Errors& errs);
+void ValidateRestore(const json& obj, Errors& errs);
+void ValidateSchedule(const json& obj, Errors& errs);
+
 }  // namespace berth::api::validation_internal
 
 #endif  // BERTH_API_VALIDATION_INTERNAL_H_

@@ -69,7 +69,7 @@ TEST_F(HandlerTest, DiscoveryDescribesEveryKind) {
   std::vector<std::string> names;
   for (const auto& g : groups["groups"]) names.push_back(g["name"]);
   EXPECT_THAT(names, ::testing::UnorderedElementsAre("storage.k8s.io", "snapshot.storage.k8s.io", "coordination.k8s.io",
-                                                     "events.k8s.io"));
+                                                     "events.k8s.io", "backup.berth.io"));
   EXPECT_EQ(Do("GET", "/apis/events.k8s.io/v1").Json()["resources"][0]["name"], "events");
   EXPECT_EQ(Do("GET", "/apis/events.k8s.io").Json()["preferredVersion"]["groupVersion"], "events.k8s.io/v1");
   EXPECT_EQ(Do("GET", "/apis/coordination.k8s.io/v1").Json()["resources"][0]["name"], "leases");
@@ -87,6 +87,11 @@ TEST_F(HandlerTest, DiscoveryDescribesEveryKind) {
   EXPECT_TRUE(found_pvc);
   EXPECT_TRUE(found_status);
   EXPECT_EQ(Do("GET", "/apis/snapshot.storage.k8s.io/v1").Json()["groupVersion"], "snapshot.storage.k8s.io/v1");
+  json backups = Do("GET", "/apis/backup.berth.io/v1").Json();
+  std::vector<std::string> resources;
+  for (const auto& r : backups["resources"]) resources.push_back(r["name"]);
+  EXPECT_THAT(resources, ::testing::IsSupersetOf({"backupstoragelocations", "backups", "backups/status", "restores",
+                                                  "schedules", "schedules/status"}));
   EXPECT_EQ(Do("GET", "/version").Json()["major"], "1");
   EXPECT_EQ(Do("GET", "/apis/nosuch.io/v1").code, 404);
   EXPECT_EQ(Do("GET", "/openapi/v2", "", "", "application/com.github.proto-openapi.spec.v2@v1.0+protobuf").body, "");

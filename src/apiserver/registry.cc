@@ -97,9 +97,18 @@ absl::StatusOr<std::pair<std::string, std::string>> DecodeContinue(const std::st
 }  // namespace
 
 bool HasStatusSubresource(const api::KindInfo& kind) {
-  static constexpr std::string_view kWithStatus[] = {
-      "PersistentVolume", "PersistentVolumeClaim", "Pod", "Node", "Namespace", "VolumeAttachment",
-      "VolumeSnapshot",   "VolumeSnapshotContent"};
+  static constexpr std::string_view kWithStatus[] = {"PersistentVolume",
+                                                     "PersistentVolumeClaim",
+                                                     "Pod",
+                                                     "Node",
+                                                     "Namespace",
+                                                     "VolumeAttachment",
+                                                     "VolumeSnapshot",
+                                                     "VolumeSnapshotContent",
+                                                     "BackupStorageLocation",
+                                                     "Backup",
+                                                     "Restore",
+                                                     "Schedule"};
   for (auto k : kWithStatus) {
     if (kind.kind == k) return true;
   }
@@ -237,6 +246,29 @@ absl::Status Registry::CheckClaimResize(const json& old, const json& updated) {
   return absl::OkStatus();
 }
 
+// At most one default BackupStorageLocation: a backup naming no location
+// must not depend on which of two defaults a controller happens to read.
+// Refused rather than "the newest wins" (DefaultStorageClass's rule), so the
+// user sees at once that the old default stays one until they unset it.
+absl::Status Registry::CheckDefaultLocation(const json& location) {
+  const json& spec = location.value("spec", json::object());
+  if (!spec.is_object() || spec.value("default", false) != true) return absl::OkStatus();
+  auto locations = store_.List("backupstoragelocations", "");
+  if (!locations.ok()) return locations.status();
+  const std::string name = NameOf(location);
+  for (const auto& other : locations->items) {
+    const std::string other_name = NameOf(other);
+    if (other_name == name) continue;
+    const json& other_spec = other.value("spec", json::object());
+    if (other_spec.is_object() && other_spec.value("default", false) == true) {
+      return api::Invalid("BackupStorageLocation", name,
+                          {{"spec.default", StrCat("Forbidden: BackupStorageLocation \"", other_name,
+                                                   "\" is the default already; set its spec.default to false first")}});
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Registry::CheckNamespace(const api::KindInfo& kind, const std::string& ns) {
   if (!kind.namespaced) return absl::OkStatus();
   if (ns.empty()) return api::BadRequest(StrCat(kind.kind, " is namespaced: a namespace is required"));
@@ -360,6 +392,7 @@ absl::Status Registry::PrepareCreate(const api::KindInfo& kind, const std::strin
   if (kind.kind == "Pod") AddDefaultTolerations(obj);
   if (storage_protection_admission_) AddProtectionFinalizer(kind, obj);
   BERTH_RETURN_IF_ERROR(api::Validate(kind, obj, nullptr));
+  if (kind.kind == "BackupStorageLocation") BERTH_RETURN_IF_ERROR(CheckDefaultLocation(obj));
   return CheckNamespace(kind, ns);
 }
 
@@ -490,6 +523,9 @@ absl::StatusOr<json> Registry::UpdateOnce(const api::KindInfo& kind, const std::
   if (obj == old) return old;  // nothing changes: no write, no event (as Kubernetes)
   if (kind.kind == "PersistentVolumeClaim" && sub != Subresource::kStatus) {
     BERTH_RETURN_IF_ERROR(CheckClaimResize(old, obj));
+  }
+  if (kind.kind == "BackupStorageLocation" && sub != Subresource::kStatus) {
+    BERTH_RETURN_IF_ERROR(CheckDefaultLocation(obj));
   }
   if (dry_run) return obj;
   auto updated = store_.Update(std::string(kind.resource), std::move(obj));

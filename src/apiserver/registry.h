@@ -105,6 +105,9 @@ class Registry : public Api {
                                        absl::StatusOr<json> created);
   absl::Status CheckClaimResize(const json& old, const json& updated);
   void SetDefaultStorageClass(json& claim);
+  // INVALID_ARGUMENT when `location` is a default BackupStorageLocation and
+  // another one is the default already.
+  absl::Status CheckDefaultLocation(const json& location);
 
   store::Store& store_;
   std::atomic<bool> storage_protection_admission_{false};

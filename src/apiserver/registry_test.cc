@@ -193,6 +193,56 @@ TEST_F(RegistryTest, ClaimWithoutAClassGetsTheDefaultOne) {
   EXPECT_EQ((*none)["spec"]["storageClassName"], "");
 }
 
+TEST_F(RegistryTest, AtMostOneDefaultBackupStorageLocation) {
+  const api::KindInfo& bsl = Kind("backupstoragelocations", "backup.berth.io");
+  auto location = [](const std::string& name, bool is_default) {
+    return json{{"metadata", {{"name", name}}},
+                {"spec", {{"provider", "filesystem"}, {"config", {{"path", "/srv/" + name}}}, {"default", is_default}}},
+                {"status", {{"phase", "Available"}}}};
+  };
+  auto first = registry_->Create(bsl, "", location("default", true));
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_FALSE(first->contains("status"));  // the controller's to write
+  ASSERT_TRUE(registry_->Create(bsl, "", location("other", false)).ok());
+
+  auto second = registry_->Create(bsl, "", location("second", true));
+  EXPECT_EQ(api::ToHttpError(second.status()).code, 422);
+  EXPECT_EQ(second.status().message(),
+            "BackupStorageLocation \"second\" is invalid: spec.default: Forbidden: BackupStorageLocation "
+            "\"default\" is the default already; set its spec.default to false first");
+  auto promoted = registry_->Update(bsl, "", "other", location("other", true), Subresource::kMain);
+  EXPECT_EQ(api::ToHttpError(promoted.status()).code, 422);
+
+  // Unset the old default first, then the other may become it; the default
+  // itself may be rewritten as it is.
+  ASSERT_TRUE(registry_->Update(bsl, "", "default", location("default", false), Subresource::kMain).ok());
+  ASSERT_TRUE(registry_->Update(bsl, "", "other", location("other", true), Subresource::kMain).ok());
+  json renamed_path = location("other", true);
+  renamed_path["spec"]["config"]["path"] = "/srv/moved";
+  EXPECT_TRUE(registry_->Update(bsl, "", "other", renamed_path, Subresource::kMain).ok());
+}
+
+TEST_F(RegistryTest, BackupStatusIsItsControllersAndTtlDefaults) {
+  const api::KindInfo& backups = Kind("backups", "backup.berth.io");
+  auto created = registry_->Create(
+      backups, "", {{"metadata", {{"name", "b"}}}, {"spec", json::object()}, {"status", {{"phase", "Completed"}}}});
+  ASSERT_TRUE(created.ok()) << created.status();
+  EXPECT_FALSE(created->contains("status"));
+  EXPECT_EQ((*created)["spec"]["ttl"], "720h0m0s");
+  json in_progress = *created;
+  in_progress["status"] = {{"phase", "InProgress"}, {"progress", {{"totalBytes", 10}, {"bytesDone", 5}}}};
+  auto status = registry_->Update(backups, "", "b", in_progress, Subresource::kStatus);
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_EQ((*status)["status"]["progress"]["bytesDone"], 5);
+  json spec_edit = *status;
+  spec_edit["spec"]["storageLocation"] = "default";
+  spec_edit["status"] = {{"phase", "Completed"}};
+  auto main = registry_->Update(backups, "", "b", spec_edit, Subresource::kMain);
+  ASSERT_TRUE(main.ok()) << main.status();
+  EXPECT_EQ((*main)["spec"]["storageLocation"], "default");
+  EXPECT_EQ((*main)["status"]["phase"], "InProgress");  // a main update keeps the status
+}
+
 TEST_F(RegistryTest, StaleResourceVersionConflictsAndUnconditionalUpdateDoesNot) {
   auto pvc = registry_->Create(Kind("persistentvolumeclaims"), "default", Claim("data"));
   ASSERT_TRUE(pvc.ok());

@@ -83,4 +83,147 @@ std::string FormatByteSizeApprox(int64_t bytes) {
   return buf;
 }
 
+// Go's time.ParseDuration, step for step: the value is accumulated in
+// unsigned nanoseconds so that the overflow checks are Go's too.
+absl::StatusOr<absl::Duration> ParseGoDuration(std::string_view text) {
+  auto invalid = [&](std::string_view why) {
+    return absl::InvalidArgumentError(StrCat("time: ", why, " \"", text, "\""));
+  };
+  constexpr uint64_t kLimit = uint64_t{1} << 63;
+  std::string_view s = text;
+  bool neg = false;
+  if (!s.empty() && (s[0] == '-' || s[0] == '+')) {
+    neg = s[0] == '-';
+    s.remove_prefix(1);
+  }
+  if (s == "0") return absl::ZeroDuration();
+  if (s.empty()) return invalid("invalid duration");
+  auto digit = [](char c) { return c >= '0' && c <= '9'; };
+  uint64_t total = 0;
+  while (!s.empty()) {
+    if (s[0] != '.' && !digit(s[0])) return invalid("invalid duration");
+    uint64_t v = 0;
+    size_t i = 0;
+    for (; i < s.size() && digit(s[i]); ++i) {
+      if (v > (kLimit - 1) / 10) return invalid("invalid duration");
+      v = v * 10 + static_cast<uint64_t>(s[i] - '0');
+      if (v > kLimit) return invalid("invalid duration");
+    }
+    const bool pre = i > 0;
+    s.remove_prefix(i);
+    uint64_t frac = 0;
+    double scale = 1;
+    bool post = false;
+    if (!s.empty() && s[0] == '.') {
+      s.remove_prefix(1);
+      bool overflow = false;
+      size_t j = 0;
+      for (; j < s.size() && digit(s[j]); ++j) {
+        if (overflow) continue;
+        if (frac > (kLimit - 1) / 10) {
+          overflow = true;  // further digits are below a nanosecond anyway
+          continue;
+        }
+        uint64_t next = frac * 10 + static_cast<uint64_t>(s[j] - '0');
+        if (next > kLimit) {
+          overflow = true;
+          continue;
+        }
+        frac = next;
+        scale *= 10;
+      }
+      post = j > 0;
+      s.remove_prefix(j);
+    }
+    if (!pre && !post) return invalid("invalid duration");
+    size_t u = 0;
+    while (u < s.size() && s[u] != '.' && !digit(s[u])) ++u;
+    if (u == 0) return invalid("missing unit in duration");
+    const std::string_view unit_text = s.substr(0, u);
+    s.remove_prefix(u);
+    uint64_t unit = 0;
+    if (unit_text == "ns") {
+      unit = 1;
+    } else if (unit_text == "us" || unit_text == "\u00b5s" || unit_text == "\u03bcs") {
+      unit = 1000;
+    } else if (unit_text == "ms") {
+      unit = 1000'000;
+    } else if (unit_text == "s") {
+      unit = 1000'000'000;
+    } else if (unit_text == "m") {
+      unit = 60 * uint64_t{1000'000'000};
+    } else if (unit_text == "h") {
+      unit = 3600 * uint64_t{1000'000'000};
+    } else {
+      return absl::InvalidArgumentError(StrCat("time: unknown unit \"", unit_text, "\" in duration \"", text, "\""));
+    }
+    if (v > kLimit / unit) return invalid("invalid duration");
+    v *= unit;
+    if (frac > 0) {
+      v += static_cast<uint64_t>(static_cast<double>(frac) * (static_cast<double>(unit) / scale));
+      if (v > kLimit) return invalid("invalid duration");
+    }
+    total += v;
+    if (total > kLimit) return invalid("invalid duration");
+  }
+  if (neg && total > 0) return absl::Nanoseconds(-static_cast<int64_t>(total - 1) - 1);
+  if (total > kLimit - 1) return invalid("invalid duration");
+  return absl::Nanoseconds(static_cast<int64_t>(total));
+}
+
+namespace {
+
+// Go's fmtFrac: the low `prec` digits of `v` as a fraction without trailing
+// zeros (nothing when they are all zero), prepended to `out`; returns v
+// without them.
+uint64_t PrependFraction(std::string& out, uint64_t v, int prec) {
+  std::string digits;
+  bool print = false;
+  for (int i = 0; i < prec; ++i) {
+    const uint64_t digit = v % 10;
+    print = print || digit != 0;
+    if (print) digits.insert(digits.begin(), static_cast<char>('0' + digit));
+    v /= 10;
+  }
+  if (print) out.insert(0, "." + digits);
+  return v;
+}
+
+}  // namespace
+
+std::string FormatGoDuration(absl::Duration d) {
+  const int64_t ns = absl::ToInt64Nanoseconds(d);
+  const bool neg = ns < 0;
+  uint64_t u = neg ? -static_cast<uint64_t>(ns) : static_cast<uint64_t>(ns);
+  std::string out;
+  if (u < 1000'000'000) {
+    if (u == 0) return "0s";
+    int prec;
+    if (u < 1000) {
+      prec = 0;
+      out = "ns";
+    } else if (u < 1000'000) {
+      prec = 3;
+      out = "\u00b5s";
+    } else {
+      prec = 6;
+      out = "ms";
+    }
+    u = PrependFraction(out, u, prec);
+    out.insert(0, std::to_string(u));
+  } else {
+    out = "s";
+    u = PrependFraction(out, u, 9);
+    out.insert(0, std::to_string(u % 60));
+    u /= 60;
+    if (u > 0) {
+      out.insert(0, std::to_string(u % 60) + "m");
+      u /= 60;
+      if (u > 0) out.insert(0, std::to_string(u) + "h");
+    }
+  }
+  if (neg) out.insert(0, "-");
+  return out;
+}
+
 }  // namespace berth

@@ -1,4 +1,4 @@
-// Byte sizes written the way people and Kubernetes write them.
+// Byte sizes and durations written the way people and Kubernetes write them.
 #pragma once
 
 #include <cstdint>
@@ -6,6 +6,7 @@
 #include <string_view>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 
 namespace berth {
 
@@ -21,5 +22,17 @@ std::string FormatByteSize(int64_t bytes);
 // For messages about space: exact when FormatByteSize is short, else one
 // decimal of the largest binary unit: 973078528 -> "928.0Mi", 2Gi -> "2Gi".
 std::string FormatByteSizeApprox(int64_t bytes);
+
+// Parses a Go duration (time.ParseDuration), the form Kubernetes and Velero
+// write durations in: a sign, then one or more decimal numbers with an
+// optional fraction, each followed by its unit (ns, us, µs, ms, s, m, h):
+// "720h0m0s", "1.5h", "30s", "-2m"; a bare "0" too. INVALID_ARGUMENT
+// naming the text for anything else, including a missing unit ("10") and
+// an overflow of ±292 years; never "inf".
+absl::StatusOr<absl::Duration> ParseGoDuration(std::string_view text);
+
+// The duration as Go's Duration.String() writes it: "720h0m0s", "1m30s",
+// "1.5s", "250ms", "0s". Whole nanoseconds (sub-nanosecond parts dropped).
+std::string FormatGoDuration(absl::Duration d);
 
 }  // namespace berth

@@ -1,5 +1,6 @@
 // The decoders and encoders of the top-level kinds, compiled once here
 // (their headers declare them extern).
+#include "api/types/backup.h"
 #include "api/types/coordination.h"
 #include "api/types/core.h"
 #include "api/types/core_node.h"
@@ -43,5 +44,9 @@ BERTH_TYPES_INSTANTIATE(Lease)
 BERTH_TYPES_INSTANTIATE(VolumeSnapshot)
 BERTH_TYPES_INSTANTIATE(VolumeSnapshotContent)
 BERTH_TYPES_INSTANTIATE(VolumeSnapshotClass)
+BERTH_TYPES_INSTANTIATE(BackupStorageLocation)
+BERTH_TYPES_INSTANTIATE(Backup)
+BERTH_TYPES_INSTANTIATE(Restore)
+BERTH_TYPES_INSTANTIATE(Schedule)
 
 }  // namespace berth::api::types

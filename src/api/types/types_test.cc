@@ -8,6 +8,7 @@
 #include "api/codec.h"
 #include "api/kinds.h"
 #include "api/schema.h"
+#include "api/types/backup.h"
 #include "api/types/coordination.h"
 #include "api/types/core.h"
 #include "api/types/core_node.h"
@@ -230,6 +231,10 @@ TEST(TypesTest, EveryModeledKeyIsInTheKindsSchema) {
       SchemaErrors<VolumeSnapshot>("snapshot.storage.k8s.io/v1"),
       SchemaErrors<VolumeSnapshotContent>("snapshot.storage.k8s.io/v1"),
       SchemaErrors<VolumeSnapshotClass>("snapshot.storage.k8s.io/v1"),
+      SchemaErrors<BackupStorageLocation>("backup.berth.io/v1"),
+      SchemaErrors<Backup>("backup.berth.io/v1"),
+      SchemaErrors<Restore>("backup.berth.io/v1"),
+      SchemaErrors<Schedule>("backup.berth.io/v1"),
   };
   for (const auto& errors : all) {
     for (const auto& e : errors) ADD_FAILURE() << e;
@@ -263,6 +268,10 @@ TEST(TypesTest, EveryKindsFixtureRoundTrips) {
       {"VolumeSnapshot", RoundTripper<VolumeSnapshot>()},
       {"VolumeSnapshotContent", RoundTripper<VolumeSnapshotContent>()},
       {"VolumeSnapshotClass", RoundTripper<VolumeSnapshotClass>()},
+      {"BackupStorageLocation", RoundTripper<BackupStorageLocation>()},
+      {"Backup", RoundTripper<Backup>()},
+      {"Restore", RoundTripper<Restore>()},
+      {"Schedule", RoundTripper<Schedule>()},
   };
   int tested = 0;
   for (const auto& entry : std::filesystem::directory_iterator(BERTH_API_TESTDATA)) {
