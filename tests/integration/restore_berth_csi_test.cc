@@ -1,0 +1,302 @@
+// A restored claim filled from a backup repository by the real berth-csi (a
+// process on a sandboxed XFS pool, as root): the provisioner's volume
+// populator hook with BackupPopulator and the data mover — an empty block
+// volume staged and published on the node, the backup written into it, the
+// claim's volume cloned from it — and the PV only once the bytes are in.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <memory>
+#include <random>
+#include <set>
+
+#include "backup/repository.h"
+#include "client/informer.h"
+#include "client/object.h"
+#include "common/fd.h"
+#include "common/testing/eventually.h"
+#include "common/testing/temp_dir.h"
+#include "controllers/backup/backup_populator.h"
+#include "controllers/backup/data_mover.h"
+#include "controllers/volume/provisioner.h"
+#include "controllers/volume/pv_binder.h"
+#include "driver_process.h"
+#include "gmock/gmock.h"
+#include "store/store.h"
+
+namespace berth::testing {
+namespace {
+
+using client::Str;
+using nlohmann::json;
+
+constexpr char kDriver[] = "local.csi.berth.io";
+constexpr char kNode[] = "node-a";
+constexpr char kGroup[] = "backup.berth.io";
+constexpr int64_t kMiB = 1 << 20;
+constexpr int64_t kVolumeBytes = 8 * kMiB;
+
+const api::KindInfo& K(std::string_view resource, std::string_view group = "") {
+  return *api::FindResource(group, resource);
+}
+
+// BackupPopulator, and whether any PV of the claim existed when its volume
+// had been filled (it must not: the claim binds only once the data is in).
+class WatchedPopulator : public controllers::VolumePopulator {
+ public:
+  WatchedPopulator(controllers::VolumePopulator& real, apiserver::Registry& registry)
+      : real_(real), registry_(registry) {}
+  bool Serves(const controllers::DataSourceRef& ref) const override { return real_.Serves(ref); }
+  absl::Status Check(const controllers::PopulationRequest& r) override { return real_.Check(r); }
+  std::map<std::string, std::string> Parameters() const override { return real_.Parameters(); }
+  absl::Status Release(const controllers::PopulationRequest& r) override {
+    ++releases;
+    return real_.Release(r);
+  }
+  absl::StatusOr<::csi::v1::VolumeContentSource> Populate(const controllers::PopulationRequest& r) override {
+    auto out = real_.Populate(r);
+    if (out.ok()) {
+      ++filled;
+      auto pv = registry_.Get(K("persistentvolumes"), "", "pvc-" + r.claim.metadata.uid);
+      if (pv.ok() || !absl::IsNotFound(pv.status())) pv_before_filled = true;
+    }
+    return out;
+  }
+  std::atomic<int> filled{0};
+  std::atomic<int> releases{0};
+  std::atomic<bool> pv_before_filled{false};
+
+ private:
+  controllers::VolumePopulator& real_;
+  apiserver::Registry& registry_;
+};
+
+class RestoreBerthCsiTest : public DriverProcessTest {
+ protected:
+  void SetUp() override {
+    DriverProcessTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
+    store_ = std::move(*store::Store::Open({.path = dir_.path() + "/state.db"}));
+    registry_ = std::make_unique<apiserver::Registry>(*store_);
+    registry_->EnableStorageProtectionAdmission(true);
+    ASSERT_TRUE(registry_->Bootstrap().ok());
+    directory_.Add(kDriver, kNode, "unix://" + driver_->socket());
+    // What the node agent does at plugin registration.
+    ::csi::v1::NodeGetInfoResponse info;
+    ASSERT_TRUE(driver_->node().NodeGetInfo(Ctx().get(), {}, &info).ok());
+    json labels = {{"kubernetes.io/hostname", kNode}};
+    json keys = json::array();
+    for (const auto& [k, v] : info.accessible_topology().segments()) {
+      labels[k] = v;
+      keys.push_back(k);
+    }
+    Create("nodes", "", "", {{"metadata", {{"name", kNode}, {"labels", labels}}}});
+    Create("csinodes", "storage.k8s.io", "",
+           {{"metadata", {{"name", kNode}}},
+            {"spec", {{"drivers", {{{"name", kDriver}, {"nodeID", info.node_id()}, {"topologyKeys", keys}}}}}}});
+    Create("storageclasses", "storage.k8s.io", "",
+           {{"metadata", {{"name", "local"}}},
+            {"provisioner", kDriver},
+            {"volumeBindingMode", "WaitForFirstConsumer"},
+            {"reclaimPolicy", "Delete"}});
+    // The repository, a backup of one volume with known content, and the
+    // objects that name it.
+    repo_path_ = sandbox_.Join("repo");
+    auto repo = backup::Repository::Create(repo_path_);
+    ASSERT_TRUE(repo.ok()) << repo.status();
+    content_ = Content();
+    const std::string file = dir_.Join("volume.img");
+    {
+      Fd fd(::open(file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
+      ASSERT_EQ(::pwrite(fd.get(), content_.data(), content_.size(), 0), static_cast<ssize_t>(content_.size()));
+      auto w = (*repo)->StartBackup("nightly");
+      ASSERT_TRUE(w.ok()) << w.status();
+      auto added = (*w)->AddVolume(
+          {.name = "shop/data", .fd = fd.get(), .size_bytes = kVolumeBytes, .ranges = {{0, kVolumeBytes}}});
+      ASSERT_TRUE(added.ok()) << added.status();
+      ASSERT_TRUE((*w)->Commit().ok());
+    }
+    Create("backupstoragelocations", kGroup, "",
+           {{"metadata", {{"name", "default"}}},
+            {"spec", {{"provider", "filesystem"}, {"config", {{"path", repo_path_}}}, {"default", true}}}});
+    Create("backups", kGroup, "", {{"metadata", {{"name", "nightly"}}}, {"spec", json::object()}});
+    ASSERT_TRUE(registry_
+                    ->Patch(K("backups", kGroup), "", "nightly", R"({"status":{"phase":"Completed"}})",
+                            apiserver::PatchType::kMerge, apiserver::Subresource::kStatus)
+                    .ok());
+    StartControllers();
+  }
+  void TearDown() override {
+    StopControllers();
+    DriverProcessTest::TearDown();
+  }
+
+  void StartControllers() {
+    for (auto [resource, group] : std::vector<std::pair<const char*, const char*>>{{"persistentvolumeclaims", ""},
+                                                                                   {"persistentvolumes", ""},
+                                                                                   {"storageclasses", "storage.k8s.io"},
+                                                                                   {"pods", ""},
+                                                                                   {"nodes", ""},
+                                                                                   {"csinodes", "storage.k8s.io"}}) {
+      informers_[resource] = std::make_unique<client::Informer>(*registry_, K(resource, group));
+    }
+    auto i = [&](const char* r) -> client::Informer& { return *informers_[r]; };
+    mover_ = std::make_unique<controllers::DataMover>(
+        directory_,
+        controllers::DataMover::Options{.work_dir = [this](const std::string&) -> absl::StatusOr<std::string> {
+          return driver_->kubelet() + "/berth-data-mover";
+        }});
+    backup_populator_ = std::make_unique<controllers::BackupPopulator>(*registry_, *mover_, &tracker_);
+    populator_ = std::make_unique<WatchedPopulator>(*backup_populator_, *registry_);
+    binder_ = std::make_unique<controllers::PvBinder>(
+        *registry_,
+        controllers::BinderInformers{i("persistentvolumeclaims"), i("persistentvolumes"), i("storageclasses"),
+                                     i("pods"), i("nodes")},
+        controllers::PvBinder::Options{});
+    provisioner_ = std::make_unique<controllers::Provisioner>(
+        *registry_, directory_,
+        controllers::ProvisionerInformers{i("persistentvolumeclaims"), i("persistentvolumes"), i("storageclasses"),
+                                          i("nodes"), i("csinodes"), nullptr},
+        controllers::Provisioner::Options{
+            .driver = kDriver, .workers = 2, .rpc_timeout = absl::Seconds(60), .populator = populator_.get()});
+    binder_->RegisterHandlers();
+    provisioner_->RegisterHandlers();
+    for (auto& [r, inf] : informers_) inf->Start();
+    for (auto& [r, inf] : informers_) ASSERT_TRUE(inf->WaitForSync(absl::Seconds(10)));
+    binder_->Start();
+    provisioner_->Start();
+  }
+  void StopControllers() {
+    if (provisioner_) provisioner_->Stop();
+    if (binder_) binder_->Stop();
+    for (auto& [r, inf] : informers_) inf->Stop();
+  }
+
+  // 8 MiB: random bytes, a hole, and a few bytes at an odd offset.
+  static std::string Content() {
+    std::string out(kVolumeBytes, '\0');
+    std::mt19937_64 rng(30);
+    for (int64_t i = 0; i < 3 * kMiB; i += 8) {
+      const uint64_t v = rng();
+      std::memcpy(out.data() + i, &v, 8);
+    }
+    const std::string tail = "the end of the restored volume";
+    std::memcpy(out.data() + 6 * kMiB + 4097, tail.data(), tail.size());
+    return out;
+  }
+
+  void Create(std::string_view resource, std::string_view group, const std::string& ns, const json& obj) {
+    auto got = registry_->Create(K(resource, group), ns, obj);
+    ASSERT_TRUE(got.ok()) << resource << ": " << got.status();
+  }
+  json Get(std::string_view resource, std::string_view group, const std::string& ns, const std::string& name) {
+    auto got = registry_->Get(K(resource, group), ns, name);
+    return got.ok() ? *got : json();
+  }
+  std::set<std::string> DriverVolumes() {
+    ::csi::v1::ListVolumesResponse resp;
+    EXPECT_TRUE(driver_->controller().ListVolumes(Ctx().get(), {}, &resp).ok());
+    std::set<std::string> out;
+    for (const auto& e : resp.entries()) out.insert(e.volume().volume_id());
+    return out;
+  }
+  // The bytes of volume `id`, staged and published as a block device.
+  std::string ReadVolume(const std::string& id, int64_t n) {
+    const std::string staging = driver_->kubelet() + "/test/staging";
+    const std::string device = driver_->kubelet() + "/test/device";
+    std::filesystem::create_directories(staging);
+    ::csi::v1::NodeStageVolumeRequest stage;
+    stage.set_volume_id(id);
+    stage.set_staging_target_path(staging);
+    *stage.mutable_volume_capability() = BlockCapability();
+    ::csi::v1::NodeStageVolumeResponse staged;
+    grpc::Status st = driver_->node().NodeStageVolume(Ctx().get(), stage, &staged);
+    EXPECT_TRUE(st.ok()) << st.error_message();
+    ::csi::v1::NodePublishVolumeRequest pub;
+    pub.set_volume_id(id);
+    pub.set_staging_target_path(staging);
+    pub.set_target_path(device);
+    *pub.mutable_volume_capability() = BlockCapability();
+    ::csi::v1::NodePublishVolumeResponse published;
+    st = driver_->node().NodePublishVolume(Ctx().get(), pub, &published);
+    EXPECT_TRUE(st.ok()) << st.error_message();
+    std::string out(static_cast<size_t>(n), '\0');
+    {
+      Fd fd(::open(device.c_str(), O_RDONLY | O_CLOEXEC));
+      EXPECT_TRUE(fd.ok()) << device;
+      EXPECT_EQ(::pread(fd.get(), out.data(), out.size(), 0), static_cast<ssize_t>(n));
+    }
+    ::csi::v1::NodeUnpublishVolumeRequest unpub;
+    unpub.set_volume_id(id);
+    unpub.set_target_path(device);
+    ::csi::v1::NodeUnpublishVolumeResponse unpublished;
+    EXPECT_TRUE(driver_->node().NodeUnpublishVolume(Ctx().get(), unpub, &unpublished).ok());
+    ::csi::v1::NodeUnstageVolumeRequest unstage;
+    unstage.set_volume_id(id);
+    unstage.set_staging_target_path(staging);
+    ::csi::v1::NodeUnstageVolumeResponse unstaged;
+    EXPECT_TRUE(driver_->node().NodeUnstageVolume(Ctx().get(), unstage, &unstaged).ok());
+    return out;
+  }
+  template <class Pred>
+  bool Eventually(Pred pred) {
+    return berth::testing::Eventually(pred, absl::Seconds(90));
+  }
+
+  TempDir dir_;
+  std::string repo_path_;
+  std::string content_;
+  std::unique_ptr<store::Store> store_;
+  std::unique_ptr<apiserver::Registry> registry_;
+  client::DriverDirectory directory_;
+  std::map<std::string, std::unique_ptr<client::Informer>> informers_;
+  controllers::RestoreTracker tracker_;
+  std::unique_ptr<controllers::DataMover> mover_;
+  std::unique_ptr<controllers::BackupPopulator> backup_populator_;
+  std::unique_ptr<WatchedPopulator> populator_;
+  std::unique_ptr<controllers::PvBinder> binder_;
+  std::unique_ptr<controllers::Provisioner> provisioner_;
+};
+
+TEST_F(RestoreBerthCsiTest, AClaimFromABackupHoldsExactlyItsBytesBeforeItBinds) {
+  Create("persistentvolumeclaims", "", "default",
+         {{"metadata",
+           {{"name", "data"},
+            {"annotations",
+             {{controllers::kAnnSourceVolume, "shop/data"}, {"volume.kubernetes.io/selected-node", kNode}}}}},
+          {"spec",
+           {{"accessModes", {"ReadWriteOnce"}},
+            {"storageClassName", "local"},
+            {"volumeMode", "Block"},
+            {"resources", {{"requests", {{"storage", "8Mi"}}}}},
+            {"dataSourceRef", {{"apiGroup", kGroup}, {"kind", "Backup"}, {"name", "nightly"}}}}}});
+  ASSERT_TRUE(Eventually([&] {
+    return Str(Get("persistentvolumeclaims", "", "default", "data"), {"status", "phase"}) == "Bound";
+  })) << driver_->Log();
+  EXPECT_EQ(populator_->filled, 1);
+  EXPECT_FALSE(populator_->pv_before_filled);
+  const json claim = Get("persistentvolumeclaims", "", "default", "data");
+  auto progress = tracker_.Get(Str(claim, {"metadata", "uid"}));
+  ASSERT_TRUE(progress.has_value());
+  EXPECT_EQ(progress->bytes_done, kVolumeBytes);
+
+  // The filled volume goes once the claim's own exists; only that is left.
+  const json pv = Get("persistentvolumes", "", "", Str(claim, {"spec", "volumeName"}));
+  const std::string handle = Str(pv, {"spec", "csi", "volumeHandle"});
+  ASSERT_TRUE(Eventually([&] {
+    return DriverVolumes() == std::set<std::string>{handle} &&
+           client::Annotation(Get("persistentvolumeclaims", "", "default", "data"), controllers::kAnnPopulatedVolume)
+               .empty();
+  })) << driver_->Log();
+  const std::string got = ReadVolume(handle, kVolumeBytes);
+  EXPECT_TRUE(got == content_) << "the restored volume differs from the backed-up one";
+
+  // Deleting the claim deletes the volume; nothing stays in the driver or
+  // the node's mover directory.
+  ASSERT_TRUE(registry_->Delete(K("persistentvolumeclaims"), "default", "data").ok());
+  ASSERT_TRUE(Eventually([&] { return DriverVolumes().empty(); })) << driver_->Log();
+  EXPECT_TRUE(std::filesystem::is_empty(driver_->kubelet() + "/berth-data-mover"));
+}
+
+}  // namespace
+}  // namespace berth::testing
