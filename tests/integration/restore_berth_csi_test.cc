@@ -6,9 +6,13 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <memory>
 #include <random>
 #include <set>
+#include <sstream>
 
 #include "backup/repository.h"
 #include "client/informer.h"
@@ -104,26 +108,10 @@ class RestoreBerthCsiTest : public DriverProcessTest {
     repo_path_ = sandbox_.Join("repo");
     auto repo = backup::Repository::Create(repo_path_);
     ASSERT_TRUE(repo.ok()) << repo.status();
-    content_ = Content();
-    const std::string file = dir_.Join("volume.img");
-    {
-      Fd fd(::open(file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
-      ASSERT_EQ(::pwrite(fd.get(), content_.data(), content_.size(), 0), static_cast<ssize_t>(content_.size()));
-      auto w = (*repo)->StartBackup("nightly");
-      ASSERT_TRUE(w.ok()) << w.status();
-      auto added = (*w)->AddVolume(
-          {.name = "shop/data", .fd = fd.get(), .size_bytes = kVolumeBytes, .ranges = {{0, kVolumeBytes}}});
-      ASSERT_TRUE(added.ok()) << added.status();
-      ASSERT_TRUE((*w)->Commit().ok());
-    }
+    repo_ = std::move(*repo);
     Create("backupstoragelocations", kGroup, "",
            {{"metadata", {{"name", "default"}}},
             {"spec", {{"provider", "filesystem"}, {"config", {{"path", repo_path_}}}, {"default", true}}}});
-    Create("backups", kGroup, "", {{"metadata", {{"name", "nightly"}}}, {"spec", json::object()}});
-    ASSERT_TRUE(registry_
-                    ->Patch(K("backups", kGroup), "", "nightly", R"({"status":{"phase":"Completed"}})",
-                            apiserver::PatchType::kMerge, apiserver::Subresource::kStatus)
-                    .ok());
     StartControllers();
   }
   void TearDown() override {
@@ -172,6 +160,85 @@ class RestoreBerthCsiTest : public DriverProcessTest {
     for (auto& [r, inf] : informers_) inf->Stop();
   }
 
+  // Backup `name` of one volume "shop/data", the content of `file`, and the
+  // Backup object, Completed.
+  void Backup(const std::string& name, const std::string& file) {
+    Fd fd(::open(file.c_str(), O_RDONLY | O_CLOEXEC));
+    ASSERT_TRUE(fd.ok()) << file;
+    const int64_t size = static_cast<int64_t>(std::filesystem::file_size(file));
+    auto w = repo_->StartBackup(name);
+    ASSERT_TRUE(w.ok()) << w.status();
+    auto added = (*w)->AddVolume({.name = "shop/data", .fd = fd.get(), .size_bytes = size, .ranges = {{0, size}}});
+    ASSERT_TRUE(added.ok()) << added.status();
+    ASSERT_TRUE((*w)->Commit().ok());
+    Create("backups", kGroup, "", {{"metadata", {{"name", name}}}, {"spec", json::object()}});
+    ASSERT_TRUE(registry_
+                    ->Patch(K("backups", kGroup), "", name, R"({"status":{"phase":"Completed"}})",
+                            apiserver::PatchType::kMerge, apiserver::Subresource::kStatus)
+                    .ok());
+  }
+  // A claim restored from volume "shop/data" of `backup`, on our node.
+  void RestoredClaim(const std::string& name, const std::string& backup, const std::string& cls,
+                     const std::string& mode, const std::string& size) {
+    Create("persistentvolumeclaims", "", "default",
+           {{"metadata",
+             {{"name", name},
+              {"annotations",
+               {{controllers::kAnnSourceVolume, "shop/data"}, {"volume.kubernetes.io/selected-node", kNode}}}}},
+            {"spec",
+             {{"accessModes", {"ReadWriteOnce"}},
+              {"storageClassName", cls},
+              {"volumeMode", mode},
+              {"resources", {{"requests", {{"storage", size}}}}},
+              {"dataSourceRef", {{"apiGroup", kGroup}, {"kind", "Backup"}, {"name", backup}}}}}});
+  }
+  // Stages and publishes volume `id` (block, or mounted as `fs_type`) under
+  // the kubelet root, runs `use` on the published path, and takes it down.
+  void UseVolume(const std::string& id, const std::string& fs_type,
+                 const std::function<void(const std::string&)>& use) {
+    const std::string staging = driver_->kubelet() + "/test/staging";
+    const std::string target = driver_->kubelet() + "/test/target";
+    std::filesystem::create_directories(staging);
+    const ::csi::v1::VolumeCapability cap = fs_type.empty() ? BlockCapability() : MountCapability(fs_type);
+    ::csi::v1::NodeStageVolumeRequest stage;
+    stage.set_volume_id(id);
+    stage.set_staging_target_path(staging);
+    *stage.mutable_volume_capability() = cap;
+    ::csi::v1::NodeStageVolumeResponse staged;
+    grpc::Status st = driver_->node().NodeStageVolume(Ctx().get(), stage, &staged);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+    ::csi::v1::NodePublishVolumeRequest pub;
+    pub.set_volume_id(id);
+    pub.set_staging_target_path(staging);
+    pub.set_target_path(target);
+    *pub.mutable_volume_capability() = cap;
+    ::csi::v1::NodePublishVolumeResponse published;
+    st = driver_->node().NodePublishVolume(Ctx().get(), pub, &published);
+    EXPECT_TRUE(st.ok()) << st.error_message();
+    if (st.ok()) use(target);
+    ::csi::v1::NodeUnpublishVolumeRequest unpub;
+    unpub.set_volume_id(id);
+    unpub.set_target_path(target);
+    ::csi::v1::NodeUnpublishVolumeResponse unpublished;
+    EXPECT_TRUE(driver_->node().NodeUnpublishVolume(Ctx().get(), unpub, &unpublished).ok());
+    ::csi::v1::NodeUnstageVolumeRequest unstage;
+    unstage.set_volume_id(id);
+    unstage.set_staging_target_path(staging);
+    ::csi::v1::NodeUnstageVolumeResponse unstaged;
+    EXPECT_TRUE(driver_->node().NodeUnstageVolume(Ctx().get(), unstage, &unstaged).ok());
+  }
+  // The volume handle of claim `name` once it is Bound ("" if it never is).
+  std::string BoundVolume(const std::string& name) {
+    if (!Eventually([&] {
+          return Str(Get("persistentvolumeclaims", "", "default", name), {"status", "phase"}) == "Bound";
+        })) {
+      ADD_FAILURE() << "claim " << name << " never bound\n" << driver_->Log();
+      return "";
+    }
+    const json claim = Get("persistentvolumeclaims", "", "default", name);
+    return Str(Get("persistentvolumes", "", "", Str(claim, {"spec", "volumeName"})), {"spec", "csi", "volumeHandle"});
+  }
+
   // 8 MiB: random bytes, a hole, and a few bytes at an odd offset.
   static std::string Content() {
     std::string out(kVolumeBytes, '\0');
@@ -200,44 +267,6 @@ class RestoreBerthCsiTest : public DriverProcessTest {
     for (const auto& e : resp.entries()) out.insert(e.volume().volume_id());
     return out;
   }
-  // The bytes of volume `id`, staged and published as a block device.
-  std::string ReadVolume(const std::string& id, int64_t n) {
-    const std::string staging = driver_->kubelet() + "/test/staging";
-    const std::string device = driver_->kubelet() + "/test/device";
-    std::filesystem::create_directories(staging);
-    ::csi::v1::NodeStageVolumeRequest stage;
-    stage.set_volume_id(id);
-    stage.set_staging_target_path(staging);
-    *stage.mutable_volume_capability() = BlockCapability();
-    ::csi::v1::NodeStageVolumeResponse staged;
-    grpc::Status st = driver_->node().NodeStageVolume(Ctx().get(), stage, &staged);
-    EXPECT_TRUE(st.ok()) << st.error_message();
-    ::csi::v1::NodePublishVolumeRequest pub;
-    pub.set_volume_id(id);
-    pub.set_staging_target_path(staging);
-    pub.set_target_path(device);
-    *pub.mutable_volume_capability() = BlockCapability();
-    ::csi::v1::NodePublishVolumeResponse published;
-    st = driver_->node().NodePublishVolume(Ctx().get(), pub, &published);
-    EXPECT_TRUE(st.ok()) << st.error_message();
-    std::string out(static_cast<size_t>(n), '\0');
-    {
-      Fd fd(::open(device.c_str(), O_RDONLY | O_CLOEXEC));
-      EXPECT_TRUE(fd.ok()) << device;
-      EXPECT_EQ(::pread(fd.get(), out.data(), out.size(), 0), static_cast<ssize_t>(n));
-    }
-    ::csi::v1::NodeUnpublishVolumeRequest unpub;
-    unpub.set_volume_id(id);
-    unpub.set_target_path(device);
-    ::csi::v1::NodeUnpublishVolumeResponse unpublished;
-    EXPECT_TRUE(driver_->node().NodeUnpublishVolume(Ctx().get(), unpub, &unpublished).ok());
-    ::csi::v1::NodeUnstageVolumeRequest unstage;
-    unstage.set_volume_id(id);
-    unstage.set_staging_target_path(staging);
-    ::csi::v1::NodeUnstageVolumeResponse unstaged;
-    EXPECT_TRUE(driver_->node().NodeUnstageVolume(Ctx().get(), unstage, &unstaged).ok());
-    return out;
-  }
   template <class Pred>
   bool Eventually(Pred pred) {
     return berth::testing::Eventually(pred, absl::Seconds(90));
@@ -245,7 +274,7 @@ class RestoreBerthCsiTest : public DriverProcessTest {
 
   TempDir dir_;
   std::string repo_path_;
-  std::string content_;
+  std::unique_ptr<backup::Repository> repo_;
   std::unique_ptr<store::Store> store_;
   std::unique_ptr<apiserver::Registry> registry_;
   client::DriverDirectory directory_;
@@ -258,44 +287,72 @@ class RestoreBerthCsiTest : public DriverProcessTest {
   std::unique_ptr<controllers::Provisioner> provisioner_;
 };
 
-TEST_F(RestoreBerthCsiTest, AClaimFromABackupHoldsExactlyItsBytesBeforeItBinds) {
-  Create("persistentvolumeclaims", "", "default",
-         {{"metadata",
-           {{"name", "data"},
-            {"annotations",
-             {{controllers::kAnnSourceVolume, "shop/data"}, {"volume.kubernetes.io/selected-node", kNode}}}}},
-          {"spec",
-           {{"accessModes", {"ReadWriteOnce"}},
-            {"storageClassName", "local"},
-            {"volumeMode", "Block"},
-            {"resources", {{"requests", {{"storage", "8Mi"}}}}},
-            {"dataSourceRef", {{"apiGroup", kGroup}, {"kind", "Backup"}, {"name", "nightly"}}}}}});
-  ASSERT_TRUE(Eventually([&] {
-    return Str(Get("persistentvolumeclaims", "", "default", "data"), {"status", "phase"}) == "Bound";
-  })) << driver_->Log();
+TEST_F(RestoreBerthCsiTest, ABlockClaimFromABackupHoldsExactlyItsBytesBeforeItBinds) {
+  const std::string content = Content();
+  const std::string file = dir_.Join("volume.img");
+  {
+    Fd fd(::open(file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
+    ASSERT_EQ(::pwrite(fd.get(), content.data(), content.size(), 0), static_cast<ssize_t>(content.size()));
+  }
+  Backup("nightly", file);
+  RestoredClaim("data", "nightly", "local", "Block", "8Mi");
+  const std::string handle = BoundVolume("data");
+  ASSERT_FALSE(handle.empty());
   EXPECT_EQ(populator_->filled, 1);
   EXPECT_FALSE(populator_->pv_before_filled);
-  const json claim = Get("persistentvolumeclaims", "", "default", "data");
-  auto progress = tracker_.Get(Str(claim, {"metadata", "uid"}));
+  auto progress = tracker_.Get(Str(Get("persistentvolumeclaims", "", "default", "data"), {"metadata", "uid"}));
   ASSERT_TRUE(progress.has_value());
   EXPECT_EQ(progress->bytes_done, kVolumeBytes);
 
   // The filled volume goes once the claim's own exists; only that is left.
-  const json pv = Get("persistentvolumes", "", "", Str(claim, {"spec", "volumeName"}));
-  const std::string handle = Str(pv, {"spec", "csi", "volumeHandle"});
   ASSERT_TRUE(Eventually([&] {
     return DriverVolumes() == std::set<std::string>{handle} &&
            client::Annotation(Get("persistentvolumeclaims", "", "default", "data"), controllers::kAnnPopulatedVolume)
                .empty();
   })) << driver_->Log();
-  const std::string got = ReadVolume(handle, kVolumeBytes);
-  EXPECT_TRUE(got == content_) << "the restored volume differs from the backed-up one";
+  UseVolume(handle, "", [&](const std::string& device) {
+    std::string got(static_cast<size_t>(kVolumeBytes), '\0');
+    Fd fd(::open(device.c_str(), O_RDONLY | O_CLOEXEC));
+    ASSERT_TRUE(fd.ok()) << device;
+    ASSERT_EQ(::pread(fd.get(), got.data(), got.size(), 0), static_cast<ssize_t>(got.size()));
+    EXPECT_TRUE(got == content) << "the restored volume differs from the backed-up one";
+  });
 
   // Deleting the claim deletes the volume; nothing stays in the driver or
   // the node's mover directory.
   ASSERT_TRUE(registry_->Delete(K("persistentvolumeclaims"), "default", "data").ok());
   ASSERT_TRUE(Eventually([&] { return DriverVolumes().empty(); })) << driver_->Log();
   EXPECT_TRUE(std::filesystem::is_empty(driver_->kubelet() + "/berth-data-mover"));
+}
+
+TEST_F(RestoreBerthCsiTest, AFilesystemClaimIsTheBackedUpFilesystemMountedAgain) {
+  // The backup of a filesystem volume is its raw device: an ext4 image
+  // holding a file (4 KiB blocks, as berth-csi's loop devices have 4 KiB
+  // sectors; mkfs would pick 1 KiB for so small a filesystem).
+  const std::string tree = dir_.Join("tree");
+  std::filesystem::create_directories(tree);
+  const std::string text = "written before the node was lost\n";
+  { std::ofstream(tree + "/hello.txt") << text; }
+  const std::string image = dir_.Join("fs.img");
+  ASSERT_EQ(std::system(("mkfs.ext4 -q -F -b 4096 -d " + tree + " " + image + " 32M").c_str()), 0);
+  Backup("fs", image);
+  Create("storageclasses", "storage.k8s.io", "",
+         {{"metadata", {{"name", "ext4"}}},
+          {"provisioner", kDriver},
+          {"volumeBindingMode", "WaitForFirstConsumer"},
+          {"reclaimPolicy", "Delete"},
+          {"parameters", {{"csi.storage.k8s.io/fstype", "ext4"}}}});
+  RestoredClaim("files", "fs", "ext4", "Filesystem", "64Mi");
+  const std::string handle = BoundVolume("files");
+  ASSERT_FALSE(handle.empty());
+  UseVolume(handle, "ext4", [&](const std::string& dir) {
+    std::ifstream in(dir + "/hello.txt");
+    std::stringstream got;
+    got << in.rdbuf();
+    EXPECT_EQ(got.str(), text);
+  });
+  ASSERT_TRUE(registry_->Delete(K("persistentvolumeclaims"), "default", "files").ok());
+  ASSERT_TRUE(Eventually([&] { return DriverVolumes().empty(); })) << driver_->Log();
 }
 
 }  // namespace
