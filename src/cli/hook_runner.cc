@@ -8,6 +8,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/status.h"
 #include "common/strings.h"
+#include "common/units.h"
 
 namespace berth::cli {
 namespace {
@@ -113,7 +114,7 @@ absl::Status CriHookRunner::Run(const Pod& pod, const Hook& hook) {
     switch (st.code()) {
       case absl::StatusCode::kDeadlineExceeded:
         return absl::DeadlineExceededError(
-            StrCat(what, " ran past its timeout of ", absl::FormatDuration(hook.timeout), " (", st.message(), ")"));
+            StrCat(what, " ran past its timeout of ", FormatGoDuration(hook.timeout), " (", st.message(), ")"));
       case absl::StatusCode::kNotFound:
         // The pod's status is behind: the container is gone.
         return absl::FailedPreconditionError(

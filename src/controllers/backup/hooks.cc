@@ -6,6 +6,7 @@
 #include "absl/strings/match.h"
 #include "common/status.h"
 #include "common/strings.h"
+#include "common/units.h"
 #include "nlohmann/json.hpp"
 
 namespace berth::controllers {
@@ -115,12 +116,11 @@ absl::StatusOr<std::optional<Hook>> ParseHook(const Pod& pod, HookPhase phase) {
 
   BERTH_ASSIGN_OR_RETURN(std::string timeout, Field(pod, phase, "timeout", &key));
   if (!timeout.empty()) {
-    absl::Duration d;
-    // absl's syntax is Go's (time.ParseDuration) but also takes "inf".
-    if (!absl::ParseDuration(timeout, &d) || d <= absl::ZeroDuration() || d == absl::InfiniteDuration()) {
+    auto d = ParseGoDuration(timeout);
+    if (!d.ok() || *d <= absl::ZeroDuration()) {
       return Invalid(pod, key, StrCat("\"", timeout, "\": want a positive duration such as 30s or 2m"));
     }
-    hook.timeout = d;
+    hook.timeout = *d;
   }
   return hook;
 }

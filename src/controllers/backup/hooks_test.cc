@@ -98,6 +98,17 @@ TEST(ParseHookTest, ReadsAllFourOfEachPhase) {
   EXPECT_EQ((*post)->timeout, absl::Hours(720));
 }
 
+TEST(ParseHookTest, TimeoutsAreGoDurations) {
+  for (const auto& [text, want] : std::vector<std::pair<std::string, absl::Duration>>{
+           {"1.5m", absl::Seconds(90)}, {"500ms", absl::Milliseconds(500)}, {"1h0m0s", absl::Hours(1)}}) {
+    auto hook = ParseHook(
+        MakePod("db", {{"pre.hook.backup.berth.io/command", "sync"}, {"pre.hook.backup.berth.io/timeout", text}}),
+        HookPhase::kPre);
+    ASSERT_TRUE(hook.ok()) << text << ": " << hook.status();
+    EXPECT_EQ((*hook)->timeout, want) << text;
+  }
+}
+
 TEST(ParseHookTest, ReadsVelerosSpellings) {
   auto hook = ParseHook(MakePod("db", {{"pre.hook.backup.velero.io/container", "sidecar"},
                                        {"pre.hook.backup.velero.io/command", R"(["fsfreeze", "--freeze", "/data"])"},
@@ -151,6 +162,7 @@ TEST(ParseHookTest, BadValuesNameTheAnnotationAndThePod) {
       {{{cmd, "sync"}, {"post.hook.backup.berth.io/timeout", "0s"}}, "post.hook.backup.berth.io/timeout", "positive"},
       {{{cmd, "sync"}, {"post.hook.backup.berth.io/timeout", "-5s"}}, "post.hook.backup.berth.io/timeout", "positive"},
       {{{cmd, "sync"}, {"post.hook.backup.berth.io/timeout", "inf"}}, "post.hook.backup.berth.io/timeout", "positive"},
+      {{{cmd, "sync"}, {"post.hook.backup.berth.io/timeout", "1 m"}}, "post.hook.backup.berth.io/timeout", "positive"},
   };
   for (const auto& c : cases) {
     auto hook = ParseHook(MakePod("db", c.annotations), HookPhase::kPost);
