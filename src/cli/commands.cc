@@ -227,28 +227,30 @@ absl::Status DescribeKind(ApiClient& client, const api::KindInfo& kind_info, con
         }
       }
     }
-    // kubectl's selection: the events whose involvedObject is this object.
-    std::string query = StrCat("fieldSelector=", UrlEscape(StrCat("involvedObject.name=", md.value("name", ""),
-                                                                  ",involvedObject.kind=", kind->kind,
-                                                                  ",involvedObject.uid=", md.value("uid", ""))));
-    const std::string object_ns = md.value("namespace", "");
-    auto events = ListAll(
-        client, CollectionPath(*api::FindResource("", "events"), kind->namespaced ? object_ns : "default"), query);
-    if (!kind->namespaced && events.ok()) {
-      // Events about cluster-scoped objects may live in any namespace.
-      auto all = ListAll(client, CollectionPath(*api::FindResource("", "events"), ""), query);
-      if (all.ok()) events = std::move(all);
-    }
-    if (!events.ok() || events->empty()) {
-      out << Pad("Events") << "<none>\n";
-    } else {
-      out << "Events:\n" << Indent(DescribeEvents(*events, absl::Now()), 2);
-    }
+    out << EventsSection(client, *kind, o);
   }
   return absl::OkStatus();
 }
 
 }  // namespace
+
+std::string EventsSection(ApiClient& client, const api::KindInfo& kind, const json& object) {
+  // kubectl's selection: the events whose involvedObject is this object.
+  const json md = object.value("metadata", json::object());
+  std::string query = StrCat("fieldSelector=", UrlEscape(StrCat("involvedObject.name=", md.value("name", ""),
+                                                                ",involvedObject.kind=", kind.kind,
+                                                                ",involvedObject.uid=", md.value("uid", ""))));
+  const std::string object_ns = md.value("namespace", "");
+  auto events =
+      ListAll(client, CollectionPath(*api::FindResource("", "events"), kind.namespaced ? object_ns : "default"), query);
+  if (!kind.namespaced && events.ok()) {
+    // Events about cluster-scoped objects may live in any namespace.
+    auto all = ListAll(client, CollectionPath(*api::FindResource("", "events"), ""), query);
+    if (all.ok()) events = std::move(all);
+  }
+  if (!events.ok() || events->empty()) return StrCat(Pad("Events"), "<none>\n");
+  return StrCat("Events:\n", Indent(DescribeEvents(*events, absl::Now()), 2));
+}
 
 absl::Status Describe(ApiClient& client, const std::vector<std::string>& args, const Target& target,
                       const std::string& label_selector, std::ostream& out) {

@@ -40,6 +40,9 @@ absl::Status Apply(http::ApiClient& client, const std::vector<std::string>& file
 // its events (involvedObject matching its name, namespace, kind and uid).
 absl::Status Describe(http::ApiClient& client, const std::vector<std::string>& args, const Target& target,
                       const std::string& label_selector, std::ostream& out);
+// describe's last section: "Events:" and a table of the events about
+// `object` (of `kind`), oldest first, or "Events:        <none>".
+std::string EventsSection(http::ApiClient& client, const api::KindInfo& kind, const nlohmann::json& object);
 
 struct DeleteOptions {
   std::vector<std::string> args;   // "KIND NAME..." or "KIND/NAME..."

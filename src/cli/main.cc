@@ -14,6 +14,7 @@
 #include "apiserver/control_plane.h"
 #include "apiserver/kubeconfig.h"
 #include "berth/version.h"
+#include "cli/backup_commands.h"
 #include "cli/client_app.h"
 #include "cli/commands.h"
 #include "cli/node_agent.h"
@@ -170,6 +171,8 @@ int main(int argc, char** argv) {
   up->add_option("--node-monitor-grace-period", up_options.node_monitor_grace_period,
                  "a node whose lease is not renewed this long is marked Unknown and tainted (e.g. 40s)")
       ->capture_default_str();
+  up->add_option("--backup-location", up_options.backup_location,
+                 "DIR: keep backups in a repository there (made if missing), the BackupStorageLocation \"default\"");
   ApiLimitFlags up_limits;
   up_limits.Add(up);
 
@@ -232,6 +235,50 @@ int main(int argc, char** argv) {
     add_ns(cmd, false);
     cmd->add_option("-o,--output", snapshot_output, "json (default: a table)");
   }
+
+  // backup create|get|describe|delete|verify, restore create|get|describe
+  auto* backup =
+      app.add_subcommand("backup", "backups of workloads and their volumes (backup.berth.io, Velero's shapes)");
+  backup->require_subcommand(1);
+  berth::cli::BackupCreateOptions backup_options;
+  std::string backup_name, backup_namespaces, backup_location;
+  auto* backup_create = backup->add_subcommand("create", "back up pods, their claims and the claims' data");
+  backup_create->add_option("name", backup_options.name, "backup name")->required();
+  backup_create->add_option("--include-namespaces", backup_namespaces, "namespaces to back up, a,b (default: all)");
+  backup_create->add_option("--selector", backup_options.selector, "only pods with these labels (app=db,tier=primary)");
+  backup_create->add_option("--ttl", backup_options.ttl, "keep the backup this long (Go duration; default 720h)");
+  backup_create->add_option("--storage-location", backup_options.storage_location,
+                            "BackupStorageLocation (default: the default one)");
+  backup_create->add_flag("--wait", backup_options.wait, "follow the backup until it ends; exit 1 unless Completed");
+  auto* backup_get = backup->add_subcommand("get", "list backups (or one) with their phase and progress");
+  backup_get->add_option("name", backup_name, "backup name (default: all)");
+  auto* backup_describe = backup->add_subcommand("describe", "a backup's spec, progress, volumes, errors and events");
+  backup_describe->add_option("name", backup_name, "backup name")->required();
+  auto* backup_delete = backup->add_subcommand("delete", "delete a backup and (by its controller) its data");
+  backup_delete->add_option("name", backup_name, "backup name")->required();
+  auto* backup_verify =
+      backup->add_subcommand("verify",
+                             "re-read and check a backup's chunks (all backups without NAME); exit 1 on "
+                             "problems");
+  backup_verify->add_option("name", backup_name, "backup name (default: every backup in the location)");
+  backup_verify->add_option("--storage-location", backup_location,
+                            "BackupStorageLocation (default: the backup's, else the default one)");
+  auto* restore = app.add_subcommand("restore", "restores of backups (backup.berth.io, Velero's shapes)");
+  restore->require_subcommand(1);
+  berth::cli::RestoreCreateOptions restore_options;
+  std::string restore_name, restore_mappings;
+  auto* restore_create = restore->add_subcommand("create", "restore a backup's pods, claims and data");
+  restore_create->add_option("name", restore_options.name, "restore name")->required();
+  restore_create->add_option("--from-backup", restore_options.from_backup, "the backup to restore")->required();
+  restore_create->add_option("--namespace-mappings", restore_mappings,
+                             "restore namespaces under new names: old:new,...");
+  restore_create->add_option("--target-node", restore_options.target_node,
+                             "put every restored volume on this node (default: the scheduler's choice)");
+  restore_create->add_flag("--wait", restore_options.wait, "follow the restore until it ends; exit 1 unless Completed");
+  auto* restore_get = restore->add_subcommand("get", "list restores (or one) with their phase");
+  restore_get->add_option("name", restore_name, "restore name (default: all)");
+  auto* restore_describe = restore->add_subcommand("describe", "a restore's spec, progress, errors and events");
+  restore_describe->add_option("name", restore_name, "restore name")->required();
 
   // image
   auto* image = app.add_subcommand("image", "the images of the nodes' container runtimes (offline)");
@@ -348,6 +395,31 @@ int main(int argc, char** argv) {
     st = berth::cli::SnapshotAllocated(**connected, target_snapshot, target, snapshot_output, std::cout);
   } else if (diff->parsed()) {
     st = berth::cli::SnapshotDiff(**connected, base_snapshot, target_snapshot, target, snapshot_output, std::cout);
+  } else if (backup->parsed()) {
+    const bool terminal = ::isatty(STDOUT_FILENO) == 1;
+    const auto& kinds = *berth::api::FindResource("backup.berth.io", "backups");
+    if (backup_create->parsed()) {
+      if (!backup_namespaces.empty()) backup_options.include_namespaces = {backup_namespaces};
+      st = berth::cli::BackupCreate(**connected, backup_options, std::cout, terminal);
+    } else if (backup_get->parsed()) {
+      st = berth::cli::BackupKindGet(**connected, kinds, backup_name, std::cout);
+    } else if (backup_describe->parsed()) {
+      st = berth::cli::BackupKindDescribe(**connected, kinds, backup_name, std::cout);
+    } else if (backup_delete->parsed()) {
+      st = berth::cli::BackupDelete(**connected, backup_name, std::cout);
+    } else if (backup_verify->parsed()) {
+      st = berth::cli::BackupVerify(**connected, backup_name, backup_location, std::cout);
+    }
+  } else if (restore->parsed()) {
+    const auto& kinds = *berth::api::FindResource("backup.berth.io", "restores");
+    if (restore_create->parsed()) {
+      if (!restore_mappings.empty()) restore_options.namespace_mappings = {restore_mappings};
+      st = berth::cli::RestoreCreate(**connected, restore_options, std::cout, ::isatty(STDOUT_FILENO) == 1);
+    } else if (restore_get->parsed()) {
+      st = berth::cli::BackupKindGet(**connected, kinds, restore_name, std::cout);
+    } else if (restore_describe->parsed()) {
+      st = berth::cli::BackupKindDescribe(**connected, kinds, restore_name, std::cout);
+    }
   } else if (logs->parsed()) {
     st = berth::cli::Logs(**connected, pod, target, logs_options, std::cout);
   } else if (exec->parsed()) {

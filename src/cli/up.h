@@ -59,6 +59,9 @@ struct UpOptions {
   // Containers: berth's containerd per node (default), an existing CRI
   // runtime, or none (cli/runtime_setup.h).
   RuntimeOptions runtime{};
+  // --backup-location DIR: a backup repository in DIR (made when missing)
+  // and the BackupStorageLocation "default" naming it (cli/backup_location.h).
+  std::string backup_location;
 };
 
 // Checks options; INVALID_ARGUMENT naming the flag.
