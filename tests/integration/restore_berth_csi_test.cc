@@ -22,6 +22,8 @@
 #include "common/testing/temp_dir.h"
 #include "controllers/backup/backup_populator.h"
 #include "controllers/backup/data_mover.h"
+#include "controllers/backup/restore_controller.h"
+#include "controllers/manager.h"
 #include "controllers/volume/provisioner.h"
 #include "controllers/volume/pv_binder.h"
 #include "driver_process.h"
@@ -39,6 +41,7 @@ constexpr char kNode[] = "node-a";
 constexpr char kGroup[] = "backup.berth.io";
 constexpr int64_t kMiB = 1 << 20;
 constexpr int64_t kVolumeBytes = 8 * kMiB;
+constexpr char kText[] = "written before the node was lost\n";
 
 const api::KindInfo& K(std::string_view resource, std::string_view group = "") {
   return *api::FindResource(group, resource);
@@ -112,9 +115,10 @@ class RestoreBerthCsiTest : public DriverProcessTest {
     Create("backupstoragelocations", kGroup, "",
            {{"metadata", {{"name", "default"}}},
             {"spec", {{"provider", "filesystem"}, {"config", {{"path", repo_path_}}}, {"default", true}}}});
-    StartControllers();
+    if (own_controllers_) StartControllers();
   }
   void TearDown() override {
+    manager_.reset();  // before the directory and the registry it uses
     StopControllers();
     DriverProcessTest::TearDown();
   }
@@ -160,14 +164,15 @@ class RestoreBerthCsiTest : public DriverProcessTest {
     for (auto& [r, inf] : informers_) inf->Stop();
   }
 
-  // Backup `name` of one volume "shop/data", the content of `file`, and the
-  // Backup object, Completed.
-  void Backup(const std::string& name, const std::string& file) {
+  // Backup `name` of one volume "shop/data", the content of `file`, with
+  // `objects`, and the Backup object, Completed.
+  void Backup(const std::string& name, const std::string& file, const std::vector<json>& objects = {}) {
     Fd fd(::open(file.c_str(), O_RDONLY | O_CLOEXEC));
     ASSERT_TRUE(fd.ok()) << file;
     const int64_t size = static_cast<int64_t>(std::filesystem::file_size(file));
     auto w = repo_->StartBackup(name);
     ASSERT_TRUE(w.ok()) << w.status();
+    for (const auto& o : objects) (*w)->AddObject(o);
     auto added = (*w)->AddVolume({.name = "shop/data", .fd = fd.get(), .size_bytes = size, .ranges = {{0, size}}});
     ASSERT_TRUE(added.ok()) << added.status();
     ASSERT_TRUE((*w)->Commit().ok());
@@ -239,6 +244,34 @@ class RestoreBerthCsiTest : public DriverProcessTest {
     return Str(Get("persistentvolumes", "", "", Str(claim, {"spec", "volumeName"})), {"spec", "csi", "volumeHandle"});
   }
 
+  // An ext4 image holding hello.txt (kText), and class "ext4" for it. 4 KiB
+  // blocks, as berth-csi's loop devices have 4 KiB sectors (mkfs would pick
+  // 1 KiB for so small a filesystem).
+  std::string Ext4Image() {
+    const std::string tree = dir_.Join("tree");
+    std::filesystem::create_directories(tree);
+    std::ofstream(tree + "/hello.txt") << kText;
+    const std::string image = dir_.Join("fs.img");
+    EXPECT_EQ(std::system(("mkfs.ext4 -q -F -b 4096 -d " + tree + " " + image + " 32M").c_str()), 0);
+    Create("storageclasses", "storage.k8s.io", "",
+           {{"metadata", {{"name", "ext4"}}},
+            {"provisioner", kDriver},
+            {"volumeBindingMode", "WaitForFirstConsumer"},
+            {"reclaimPolicy", "Delete"},
+            {"parameters", {{"csi.storage.k8s.io/fstype", "ext4"}}}});
+    return image;
+  }
+  std::string ReadHello(const std::string& handle) {
+    std::string out;
+    UseVolume(handle, "ext4", [&](const std::string& dir) {
+      std::ifstream in(dir + "/hello.txt");
+      std::stringstream got;
+      got << in.rdbuf();
+      out = got.str();
+    });
+    return out;
+  }
+
   // 8 MiB: random bytes, a hole, and a few bytes at an odd offset.
   static std::string Content() {
     std::string out(kVolumeBytes, '\0');
@@ -272,6 +305,8 @@ class RestoreBerthCsiTest : public DriverProcessTest {
     return berth::testing::Eventually(pred, absl::Seconds(90));
   }
 
+  bool own_controllers_ = true;  // false: the test runs the ControllerManager
+  std::unique_ptr<controllers::ControllerManager> manager_;
   TempDir dir_;
   std::string repo_path_;
   std::unique_ptr<backup::Repository> repo_;
@@ -326,32 +361,80 @@ TEST_F(RestoreBerthCsiTest, ABlockClaimFromABackupHoldsExactlyItsBytesBeforeItBi
 }
 
 TEST_F(RestoreBerthCsiTest, AFilesystemClaimIsTheBackedUpFilesystemMountedAgain) {
-  // The backup of a filesystem volume is its raw device: an ext4 image
-  // holding a file (4 KiB blocks, as berth-csi's loop devices have 4 KiB
-  // sectors; mkfs would pick 1 KiB for so small a filesystem).
-  const std::string tree = dir_.Join("tree");
-  std::filesystem::create_directories(tree);
-  const std::string text = "written before the node was lost\n";
-  { std::ofstream(tree + "/hello.txt") << text; }
-  const std::string image = dir_.Join("fs.img");
-  ASSERT_EQ(std::system(("mkfs.ext4 -q -F -b 4096 -d " + tree + " " + image + " 32M").c_str()), 0);
-  Backup("fs", image);
-  Create("storageclasses", "storage.k8s.io", "",
-         {{"metadata", {{"name", "ext4"}}},
-          {"provisioner", kDriver},
-          {"volumeBindingMode", "WaitForFirstConsumer"},
-          {"reclaimPolicy", "Delete"},
-          {"parameters", {{"csi.storage.k8s.io/fstype", "ext4"}}}});
+  // The backup of a filesystem volume is its raw device.
+  Backup("fs", Ext4Image());
   RestoredClaim("files", "fs", "ext4", "Filesystem", "64Mi");
   const std::string handle = BoundVolume("files");
   ASSERT_FALSE(handle.empty());
-  UseVolume(handle, "ext4", [&](const std::string& dir) {
-    std::ifstream in(dir + "/hello.txt");
-    std::stringstream got;
-    got << in.rdbuf();
-    EXPECT_EQ(got.str(), text);
-  });
+  EXPECT_EQ(ReadHello(handle), kText);
   ASSERT_TRUE(registry_->Delete(K("persistentvolumeclaims"), "default", "files").ok());
+  ASSERT_TRUE(Eventually([&] { return DriverVolumes().empty(); })) << driver_->Log();
+}
+
+// The whole path as berth up runs it: a Restore object, the restore
+// controller creating the namespace, claim and pod, the scheduler choosing
+// the node, the provisioner filling the claim there, the pod bound.
+class RestoreThroughManagerTest : public RestoreBerthCsiTest {
+ protected:
+  RestoreThroughManagerTest() { own_controllers_ = false; }
+};
+
+TEST_F(RestoreThroughManagerTest, ARestoreBringsBackTheClaimWithItsDataAndThePodInAMappedNamespace) {
+  const std::string image = Ext4Image();
+  const json claim = {{"apiVersion", "v1"},
+                      {"kind", "PersistentVolumeClaim"},
+                      {"metadata", {{"name", "data"}, {"namespace", "shop"}, {"uid", "old-claim"}}},
+                      {"spec",
+                       {{"accessModes", {"ReadWriteOnce"}},
+                        {"storageClassName", "ext4"},
+                        {"resources", {{"requests", {{"storage", "64Mi"}}}}},
+                        {"volumeName", "pvc-old-claim"}}},
+                      {"status", {{"phase", "Bound"}}}};
+  const json pod = {{"apiVersion", "v1"},
+                    {"kind", "Pod"},
+                    {"metadata", {{"name", "db"}, {"namespace", "shop"}, {"uid", "old-pod"}}},
+                    {"spec",
+                     {{"nodeName", "node-gone"},
+                      {"containers", {{{"name", "db"}, {"image", "busybox"}}}},
+                      {"volumes", {{{"name", "d"}, {"persistentVolumeClaim", {{"claimName", "data"}}}}}}}}};
+  Backup("nightly", image, {claim, pod});
+  controllers::ControllerManager::Options options;
+  options.drivers = {kDriver};
+  options.rpc_timeout = absl::Seconds(60);
+  options.data_mover_work_dir = [this](const std::string&) -> absl::StatusOr<std::string> {
+    return driver_->kubelet() + "/berth-data-mover";
+  };
+  manager_ = std::make_unique<controllers::ControllerManager>(*registry_, directory_, options);
+  ASSERT_TRUE(manager_->Start().ok());
+  Create("restores", kGroup, "",
+         {{"metadata", {{"name", "r1"}}},
+          {"spec", {{"backupName", "nightly"}, {"namespaceMapping", {{"shop", "staging"}}}}}});
+  ASSERT_TRUE(Eventually([&] {
+    return Str(Get("restores", kGroup, "", "r1"), {"status", "phase"}) == "Completed";
+  })) << Get("restores", kGroup, "", "r1").dump()
+      << driver_->Log();
+  const json status = Get("restores", kGroup, "", "r1")["status"];
+  EXPECT_EQ(status["progress"]["itemsRestored"], 2);
+  EXPECT_EQ(status["progress"]["totalBytes"], 32 * kMiB);
+  EXPECT_EQ(status["progress"]["bytesDone"], status["progress"]["totalBytes"]);
+  ASSERT_TRUE(Eventually([&] { return Str(Get("pods", "", "staging", "db"), {"spec", "nodeName"}) == kNode; }));
+  const json restored = Get("persistentvolumeclaims", "", "staging", "data");
+  EXPECT_EQ(client::Annotation(restored, "volume.kubernetes.io/selected-node"), kNode);  // the scheduler's choice
+  const std::string handle =
+      Str(Get("persistentvolumes", "", "", Str(restored, {"spec", "volumeName"})), {"spec", "csi", "volumeHandle"});
+  ASSERT_TRUE(Eventually([&] { return DriverVolumes() == std::set<std::string>{handle}; })) << driver_->Log();
+
+  // Tear down: the pod goes (as its node agent finally deletes it), then its
+  // attachment; the volume holds the file; the claim and its volume go.
+  apiserver::DeleteOptions gone;
+  gone.grace_period_seconds = 0;
+  ASSERT_TRUE(registry_->Delete(K("pods"), "staging", "db", gone).ok());
+  ASSERT_TRUE(Eventually([&] {
+    auto vas = registry_->List(K("volumeattachments", "storage.k8s.io"), "", {});
+    return vas.ok() && vas->items.empty();
+  }));
+  EXPECT_EQ(ReadHello(handle), kText);
+  ASSERT_TRUE(registry_->Delete(K("persistentvolumeclaims"), "staging", "data").ok());
   ASSERT_TRUE(Eventually([&] { return DriverVolumes().empty(); })) << driver_->Log();
 }
 
