@@ -16,6 +16,8 @@
 #include <set>
 
 #include "apiserver/control_plane.h"
+#include "cli/backup_location.h"
+#include "cli/hook_runner.h"
 #include "cli/node_agent.h"
 #include "cli/snapshot_commands.h"
 #include "cli/supervisor.h"
@@ -305,6 +307,10 @@ absl::Status RunUp(UpOptions options) {
   BERTH_ASSIGN_OR_RETURN(auto cp, apiserver::ControlPlane::Start(cp_options));
   apiserver::Registry& registry = cp->registry();
   BERTH_RETURN_IF_ERROR(CreateDefaults(registry));
+  if (!options.backup_location.empty()) {
+    BERTH_ASSIGN_OR_RETURN(const std::string note, EnsureBackupLocation(registry, options.backup_location));
+    Say(note);
+  }
   Say(StrCat("API server ready on ", cp->socket_path(),
              cp->kubeconfig_path().empty() ? "" : StrCat(" and https://127.0.0.1:", cp->tcp_port())));
 
@@ -471,6 +477,18 @@ absl::Status RunUp(UpOptions options) {
   cm_options.node_monitor_grace_period = grace;
   cm_options.sidecar_drivers = options.sidecar_drivers;
   cm_options.snapshot_controller = options.snapshot_controller;
+  // Backups read and write volumes through each node's berth-csi, staged in
+  // the node's kubelet root (where berth-csi accepts paths).
+  cm_options.data_mover_work_dir = [data_dir = options.data_dir,
+                                    node_names](const std::string& node) -> absl::StatusOr<std::string> {
+    if (std::find(node_names.begin(), node_names.end(), node) == node_names.end()) {
+      return absl::NotFoundError(StrCat("node ", node, " is not one of this berth up's nodes"));
+    }
+    return NodeDir(data_dir, node) + "/kubelet/berth-data-mover";
+  };
+  // Backup hooks run in the pods' containers through their node's runtime.
+  CriHookRunner hook_runner(runtime_for_node);
+  cm_options.hook_runner = &hook_runner;
   controllers::ControllerManager manager(registry, directory, cm_options);
   if (st.ok()) {
     Say("starting the controllers and the scheduler");

@@ -30,6 +30,10 @@ constexpr Watched kWatched[] = {
     {"snapshot.storage.k8s.io", "volumesnapshotcontents"},
     {"snapshot.storage.k8s.io", "volumesnapshotclasses"},
     {"coordination.k8s.io", "leases"},
+    {"backup.berth.io", "backups"},
+    {"backup.berth.io", "backupstoragelocations"},
+    {"backup.berth.io", "schedules"},
+    {"backup.berth.io", "restores"},
 };
 
 }  // namespace
@@ -82,6 +86,22 @@ ControllerManager::ControllerManager(apiserver::Registry& registry, DriverDirect
                                                 TaintEvictionController::Options{.clock = options_.clock});
   pod_gc_ = std::make_unique<PodGarbageCollector>(registry_, PodGcInformers{i("nodes"), i("pods")},
                                                   PodGarbageCollector::Options{.clock = options_.clock});
+  if (options_.data_mover_work_dir) {
+    data_mover_ = std::make_unique<DataMover>(
+        drivers_, DataMover::Options{.work_dir = options_.data_mover_work_dir, .rpc_timeout = options_.rpc_timeout});
+    backup_controller_ = std::make_unique<BackupController>(
+        registry_, i("backups"), i("backupstoragelocations"), i("volumesnapshots"), *data_mover_,
+        options_.hook_runner, BackupController::Options{.clock = options_.clock});
+    // Restores: claims filled from the repository by every berth provisioner
+    // (populator), the Restore objects driven by their controller.
+    backup_populator_ = std::make_unique<BackupPopulator>(registry_, *data_mover_, &restore_tracker_);
+    restore_controller_ = std::make_unique<RestoreController>(
+        registry_, RestoreInformers{i("restores"), i("backups"), i("persistentvolumeclaims")},
+        RestoreController::Options{.tracker = &restore_tracker_, .clock = options_.clock});
+  }
+  // Schedules only create Backups: they run with or without a data mover.
+  schedule_controller_ = std::make_unique<ScheduleController>(registry_, i("schedules"),
+                                                              ScheduleController::Options{.clock = options_.clock});
   absl::MutexLock lock(&mu_);
   for (const auto& driver : options_.drivers) {
     if (!per_driver_.contains(driver) && !IsSidecarDriver(driver)) per_driver_.emplace(driver, MakeDriver(driver));
@@ -103,7 +123,8 @@ ControllerManager::PerDriver ControllerManager::MakeDriver(const std::string& dr
       Provisioner::Options{.driver = driver,
                            .workers = options_.provisioner_workers,
                            .rpc_timeout = options_.rpc_timeout,
-                           .monitor = monitor_.get()});
+                           .monitor = monitor_.get(),
+                           .populator = backup_populator_.get()});
   d.attacher = std::make_unique<Attacher>(
       registry_, drivers_, AttacherInformers{i("volumeattachments"), i("persistentvolumes"), i("csinodes")},
       Attacher::Options{
@@ -187,6 +208,9 @@ absl::Status ControllerManager::Start() {
   node_lifecycle_->RegisterHandlers();
   taint_eviction_->RegisterHandlers();
   pod_gc_->RegisterHandlers();
+  schedule_controller_->RegisterHandlers();
+  if (backup_controller_) backup_controller_->RegisterHandlers();
+  if (restore_controller_) restore_controller_->RegisterHandlers();
   for (auto& [resource, inf] : informers_) inf->Start();
   for (auto& [resource, inf] : informers_) {
     if (!inf->WaitForSync(options_.informer_sync_timeout)) {
@@ -201,6 +225,9 @@ absl::Status ControllerManager::Start() {
   node_lifecycle_->Start();
   taint_eviction_->Start();
   pod_gc_->Start();
+  schedule_controller_->Start();
+  if (backup_controller_) backup_controller_->Start();
+  if (restore_controller_) restore_controller_->Start();
   size_t count;
   {
     absl::MutexLock lock(&mu_);
@@ -227,6 +254,9 @@ void ControllerManager::Stop() {
     d.attacher->Stop();
     d.provisioner->Stop();
   }
+  if (restore_controller_) restore_controller_->Stop();
+  if (backup_controller_) backup_controller_->Stop();
+  schedule_controller_->Stop();
   pod_gc_->Stop();
   taint_eviction_->Stop();
   node_lifecycle_->Stop();

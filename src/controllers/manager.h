@@ -32,6 +32,11 @@
 #include "client/drivers.h"
 #include "client/informer.h"
 #include "common/clock.h"
+#include "controllers/backup/backup_controller.h"
+#include "controllers/backup/backup_populator.h"
+#include "controllers/backup/data_mover.h"
+#include "controllers/backup/restore_controller.h"
+#include "controllers/backup/schedule_controller.h"
 #include "controllers/nodelifecycle/node_lifecycle.h"
 #include "controllers/nodelifecycle/pod_gc.h"
 #include "controllers/nodelifecycle/taint_eviction.h"
@@ -85,6 +90,12 @@ class ControllerManager {
     // Time for the node lifecycle, taint eviction, attach-detach and driver
     // monitor (null: RealClock()).
     Clock* clock = nullptr;
+    // Backups (issue 30): a directory inside `node`'s kubelet root for the
+    // data mover's staging (berth up: <data>/nodes/<node>/kubelet/
+    // berth-data-mover). Null: no backup controllers run.
+    std::function<absl::StatusOr<std::string>(const std::string& node)> data_mover_work_dir = nullptr;
+    // Runs pods' backup hooks (null: a pod with hooks fails its backup).
+    HookRunner* hook_runner = nullptr;
   };
   ControllerManager(apiserver::Registry& registry, DriverDirectory& drivers, Options options);
   ~ControllerManager();  // Stop()
@@ -95,6 +106,8 @@ class ControllerManager {
   void Stop();
 
   Informer& informer(const std::string& resource) const;
+  // The backups' data path (null without Options::data_mover_work_dir).
+  DataMover* data_mover() const { return data_mover_.get(); }
   // The one DriverMonitor every per-driver controller calls through.
   DriverMonitor& monitor() const { return *monitor_; }
 
@@ -130,6 +143,14 @@ class ControllerManager {
   std::unique_ptr<NodeLifecycleController> node_lifecycle_;
   std::unique_ptr<TaintEvictionController> taint_eviction_;
   std::unique_ptr<PodGarbageCollector> pod_gc_;
+  std::unique_ptr<ScheduleController> schedule_controller_;
+  std::unique_ptr<DataMover> data_mover_;
+  std::unique_ptr<BackupController> backup_controller_;
+  // Restores (with the data mover): the populator outlives the provisioners
+  // that call it (per_driver_ below goes first).
+  RestoreTracker restore_tracker_;
+  std::unique_ptr<BackupPopulator> backup_populator_;
+  std::unique_ptr<RestoreController> restore_controller_;
   mutable absl::Mutex mu_;
   std::map<std::string, PerDriver> per_driver_ ABSL_GUARDED_BY(mu_);
   bool started_ ABSL_GUARDED_BY(mu_) = false;

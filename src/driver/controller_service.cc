@@ -23,14 +23,27 @@ constexpr std::string_view kReservedPrefix = "csi.storage.k8s.io/";
 // the provisioner passes every class parameter on, so it reaches us too.
 constexpr char kNodeWeightingParameter[] = "berth.io/node-weighting";
 
+// "true": a volume made from a snapshot or a clone may change between block
+// and filesystem (the raw device of a filesystem volume, or a filesystem
+// written as a device). berth's backup data mover sets it in its own
+// requests (controllers/backup/data_mover.h); Kubernetes guards such changes
+// in the CO (the content's allow-volume-mode-change annotation), berth-csi
+// refuses them unless asked this way.
+constexpr char kAllowModeChangeParameter[] = "csi.berth.io/allow-volume-mode-change";
+
 // Class parameters berth-csi understands. Keys under csi.storage.k8s.io/ are
 // added by Kubernetes' provisioner (PVC/PV names) and are accepted and kept;
 // the node weighting is the scheduler's and says nothing about the volume.
 absl::Status CheckParameters(const google::protobuf::Map<std::string, std::string>& params) {
   for (const auto& [k, v] : params) {
     if (k == "fsType" || k == kNodeWeightingParameter || std::string_view(k).starts_with(kReservedPrefix)) continue;
+    if (k == kAllowModeChangeParameter) {
+      if (v == "true" || v == "false") continue;
+      return absl::InvalidArgumentError(StrCat("parameter ", k, " must be \"true\" or \"false\", not \"", v, "\""));
+    }
     return absl::InvalidArgumentError(StrCat("unknown parameter \"", k, "\" (berth-csi knows: fsType, ",
-                                             kNodeWeightingParameter, ", csi.storage.k8s.io/*)"));
+                                             kNodeWeightingParameter, ", ", kAllowModeChangeParameter,
+                                             ", csi.storage.k8s.io/*)"));
   }
   return absl::OkStatus();
 }
@@ -238,10 +251,14 @@ absl::Status ControllerService::DoCreateVolume(const ::csi::v1::CreateVolumeRequ
   // Source compatibility and size.
   Quiesce quiesce;
   int64_t source_size = 0;
+  const bool mode_change = [&] {
+    auto it = req.parameters().find(kAllowModeChangeParameter);
+    return it != req.parameters().end() && it->second == "true";
+  }();
   if (!source_snapshot.empty()) {
     std::optional<SnapshotRecord> s = ctx_.pool->GetSnapshot(source_snapshot);
     if (!s) return absl::NotFoundError(StrCat("source snapshot ", source_snapshot, " not found"));
-    if (s->access_type != access || (!block && !s->fs_type.empty() && s->fs_type != fs_type)) {
+    if (!mode_change && (s->access_type != access || (!block && !s->fs_type.empty() && s->fs_type != fs_type))) {
       return absl::InvalidArgumentError(StrCat("snapshot ", source_snapshot, " is of a ",
                                                s->access_type == AccessType::kBlock ? "block" : s->fs_type,
                                                " volume and cannot be restored as this one"));
@@ -250,7 +267,7 @@ absl::Status ControllerService::DoCreateVolume(const ::csi::v1::CreateVolumeRequ
   } else if (!source_volume.empty()) {
     std::optional<VolumeRecord> v = ctx_.pool->GetVolume(source_volume);
     if (!v) return absl::NotFoundError(StrCat("source volume ", source_volume, " not found"));
-    if (v->access_type != access || (!block && v->fs_type != fs_type)) {
+    if (!mode_change && (v->access_type != access || (!block && v->fs_type != fs_type))) {
       return absl::InvalidArgumentError(
           StrCat("volume ", source_volume, " is of another kind and cannot be cloned as this one"));
     }
