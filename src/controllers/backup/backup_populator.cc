@@ -15,9 +15,9 @@ using client::K;
 using client::Str;
 using nlohmann::json;
 
-constexpr char kGroup[] = "backup.berth.io";
+constexpr char kBackupGroup[] = "backup.berth.io";
 
-bool Restorable(const json& backup) {
+bool BackupRestorable(const json& backup) {
   const std::string phase = Str(backup, {"status", "phase"});
   return phase == "Completed" || phase == "PartiallyFailed";
 }
@@ -58,7 +58,7 @@ absl::StatusOr<std::string> BackupRepositoryPath(apiserver::Api& registry, const
   const std::string location = Str(backup, {"spec", "storageLocation"});
   json bsl;
   if (location.empty()) {
-    BERTH_ASSIGN_OR_RETURN(apiserver::ListPage page, registry.List(K("backupstoragelocations", kGroup), "", {}));
+    BERTH_ASSIGN_OR_RETURN(apiserver::ListPage page, registry.List(K("backupstoragelocations", kBackupGroup), "", {}));
     for (auto& l : page.items) {
       if (client::Field(client::Field(l, "spec"), "default") == true) bsl = std::move(l);
     }
@@ -67,7 +67,7 @@ absl::StatusOr<std::string> BackupRepositoryPath(apiserver::Api& registry, const
           StrCat("backup ", client::Name(backup), " names no storage location and there is no default one"));
     }
   } else {
-    auto got = registry.Get(K("backupstoragelocations", kGroup), "", location);
+    auto got = registry.Get(K("backupstoragelocations", kBackupGroup), "", location);
     if (!got.ok()) {
       return absl::FailedPreconditionError(
           StrCat("storage location ", location, " of backup ", client::Name(backup), ": ", got.status().message()));
@@ -84,7 +84,9 @@ absl::StatusOr<std::string> BackupRepositoryPath(apiserver::Api& registry, const
 BackupPopulator::BackupPopulator(apiserver::Api& registry, DataMover& mover, RestoreTracker* tracker)
     : registry_(registry), mover_(mover), tracker_(tracker) {}
 
-bool BackupPopulator::Serves(const DataSourceRef& ref) const { return ref.api_group == kGroup && ref.kind == "Backup"; }
+bool BackupPopulator::Serves(const DataSourceRef& ref) const {
+  return ref.api_group == kBackupGroup && ref.kind == "Backup";
+}
 
 std::map<std::string, std::string> BackupPopulator::Parameters() const {
   // The filled volume is a block volume; a filesystem claim is its clone
@@ -102,11 +104,11 @@ absl::StatusOr<BackupPopulator::Source> BackupPopulator::SourceOf(const Populati
     return absl::InvalidArgumentError(
         StrCat("the claim names no volume of backup ", out.backup, " (annotation ", kAnnSourceVolume, ")"));
   }
-  auto backup = registry_.Get(K("backups", kGroup), "", out.backup);
+  auto backup = registry_.Get(K("backups", kBackupGroup), "", out.backup);
   if (!backup.ok()) {
     return absl::FailedPreconditionError(StrCat("backup ", out.backup, ": ", backup.status().message()));
   }
-  if (!Restorable(*backup)) {
+  if (!BackupRestorable(*backup)) {
     return absl::FailedPreconditionError(
         StrCat("backup ", out.backup, " is ",
                Str(*backup, {"status", "phase"}).empty() ? std::string("New") : Str(*backup, {"status", "phase"}),
