@@ -325,7 +325,7 @@ void Store::WriterLoop() {
     }
     const int64_t rv_before = next_rv_;
     std::vector<absl::StatusOr<ObjectPtr>> results;
-    std::vector<std::pair<Event, ObjectPtr>> events;
+    std::vector<Change> events;
     CacheWrites batch_writes;
     absl::Status batch_status = Run(write_db_, "BEGIN IMMEDIATE");
     if (batch_status.ok()) {
@@ -376,19 +376,29 @@ void Store::WriterLoop() {
   }
 }
 
-void Store::Publish(std::vector<std::pair<Event, ObjectPtr>> events) {
+void Store::Publish(std::vector<Change> events) {
   absl::MutexLock lock(&watch_mu_);
-  for (auto& [e, before] : events) {
-    for (Watcher* w : watchers_) w->Offer(e, before.get());
-    committed_rv_ = e.resource_version;
-    history_.emplace_back(std::move(e), std::move(before));
+  for (auto& c : events) {
+    std::optional<std::map<std::string, std::string>> before_labels;
+    if (c.before != nullptr) before_labels = Labels(*c.before);
+    for (Watcher* w : watchers_) w->Offer(c.event, before_labels ? &*before_labels : nullptr);
+    committed_rv_ = c.event.resource_version;
+    if (c.text == nullptr) c.text = std::make_shared<const std::string>(c.event.object->dump());
+    history_.push_back(HistoryEntry{c.event.type, std::move(c.event.resource), c.event.resource_version,
+                                    std::move(c.text), c.event.object, std::move(before_labels)});
   }
   committed_rv_ = std::max(committed_rv_, next_rv_);  // also covers batches without events
   for (Watcher* w : watchers_) w->Progress(committed_rv_);
   while (history_.size() > options_.history) {
-    history_start_rv_ = history_.front().first.resource_version;
+    history_start_rv_ = history_.front().resource_version;
     history_.pop_front();
   }
+}
+
+Event Store::HistoryEntry::ToEvent() const {
+  ObjectPtr shared = object.lock();
+  if (shared == nullptr) shared = std::make_shared<const Object>(Object::parse(*text));
+  return Event{type, resource, std::move(shared), resource_version};
 }
 
 }  // namespace berth::store

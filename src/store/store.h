@@ -152,8 +152,10 @@ class Watcher final : public EventSource {
     api::LabelSelector selector;
   };
   Watcher(Store* store, Filter filter) : store_(store), filter_(std::move(filter)) {}
-  // Called by the store with the event and the object before the change.
-  void Offer(const Event& e, const Object* before) ABSL_LOCKS_EXCLUDED(mu_);
+  // Called by the store with the event and the labels of the object before
+  // the change (null: there was none), which a selector's watch needs to
+  // turn a change of labels into ADDED or DELETED.
+  void Offer(const Event& e, const std::map<std::string, std::string>* before_labels) ABSL_LOCKS_EXCLUDED(mu_);
   void End() ABSL_LOCKS_EXCLUDED(mu_);
   void Progress(int64_t committed_rv) ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -212,6 +214,16 @@ class Store {
   // ns "" lists all namespaces.
   absl::StatusOr<ListResult> List(const std::string& resource, const std::string& ns,
                                   const api::LabelSelector& selector = {}, const ListPage& page = {});
+  // Every object of `resource` in `ns` ("" = all namespaces) as its stored
+  // JSON, in (namespace, name) order, from one snapshot of the database, for
+  // a list too large to hold (the API server streams it): `begin` gets the
+  // snapshot's resourceVersion, then `each` every object's JSON (valid only
+  // during the call) until it returns false. Reads on a connection of its
+  // own, so a slow consumer holds up no other read (SQLite's WAL keeps the
+  // snapshot; a checkpoint cannot pass it meanwhile). An error before
+  // `begin` means nothing was streamed.
+  absl::Status ListStream(const std::string& resource, const std::string& ns, const std::function<void(int64_t)>& begin,
+                          const std::function<bool(std::string_view)>& each);
   // Replaces the stored object (matched by namespace/name). If
   // metadata.resourceVersion is set it must equal the stored one (else
   // ABORTED). uid, creationTimestamp and deletionTimestamp are kept from the
@@ -266,8 +278,33 @@ class Store {
   absl::Status Migrate();
   absl::StatusOr<ObjectPtr> Submit(std::function<absl::StatusOr<ObjectPtr>(Txn&)> fn);
   static std::function<absl::StatusOr<ObjectPtr>(Txn&)> CreateFn(const std::string& resource, Object obj);
+  // A committed change as the watch history keeps it: compact, since the
+  // history holds thousands of changes whose objects are long replaced.
+  // The object as its serialized JSON (what SQLite holds; parsed again only
+  // when a watch replays it) and, while anyone still holds it, the parsed
+  // one (the current object, shared with the cache and the informers); of
+  // the object before the change only its labels (all a watch with a
+  // selector needs).
+  struct HistoryEntry {
+    EventType type;
+    std::string resource;
+    int64_t resource_version = 0;
+    std::shared_ptr<const std::string> text;
+    std::weak_ptr<const Object> object;
+    std::optional<std::map<std::string, std::string>> before_labels;  // nullopt: no object before
+    // The event as Offer takes it (the object shared if still alive, else
+    // parsed from `text`).
+    Event ToEvent() const;
+  };
   void WriterLoop();
-  void Publish(std::vector<std::pair<Event, ObjectPtr>> events);
+  // `events`: each change with the object before it and the new object's
+  // serialized JSON (null: serialized here).
+  struct Change {
+    Event event;
+    ObjectPtr before;
+    std::shared_ptr<const std::string> text;
+  };
+  void Publish(std::vector<Change> events);
   void Unsubscribe(Watcher* w);
   friend class Watcher;
 
@@ -286,7 +323,7 @@ class Store {
   mutable absl::Mutex watch_mu_;
   int64_t committed_rv_ ABSL_GUARDED_BY(watch_mu_) = 0;
   int64_t history_start_rv_ ABSL_GUARDED_BY(watch_mu_) = 0;  // events after this are kept
-  std::deque<std::pair<Event, ObjectPtr>> history_ ABSL_GUARDED_BY(watch_mu_);
+  std::deque<HistoryEntry> history_ ABSL_GUARDED_BY(watch_mu_);
   std::vector<Watcher*> watchers_ ABSL_GUARDED_BY(watch_mu_);
 
   // The object cache: committed objects by CacheKey, most recently used

@@ -98,6 +98,11 @@ class Stmt {
     const auto* p = reinterpret_cast<const char*>(sqlite3_column_text(stmt_, col));
     return p ? std::string(p, static_cast<size_t>(sqlite3_column_bytes(stmt_, col))) : "";
   }
+  // The column's text without a copy, valid until the next Step.
+  std::string_view View(int col) {
+    const auto* p = reinterpret_cast<const char*>(sqlite3_column_text(stmt_, col));
+    return p ? std::string_view(p, static_cast<size_t>(sqlite3_column_bytes(stmt_, col))) : std::string_view();
+  }
   int64_t Int(int col) { return sqlite3_column_int64(stmt_, col); }
 
  private:
@@ -141,7 +146,7 @@ struct Store::Txn {
   int64_t* next_rv;
   const CacheWrites* batch;  // what earlier mutations of this batch wrote
   CacheWrites writes;        // what this mutation wrote (enters the cache after COMMIT)
-  std::vector<std::pair<Event, ObjectPtr>> events;
+  std::vector<Change> events;
 
   // The object as this transaction sees it (null: there is none): its own
   // writes, then the batch's, then the committed state (cache, else SQLite).
@@ -167,7 +172,7 @@ struct Store::Txn {
     const int64_t rv = ++*next_rv;
     obj["metadata"]["resourceVersion"] = std::to_string(rv);
     const std::string ns = Namespace(obj), name = Name(obj);
-    const std::string data = obj.dump();
+    auto data = std::make_shared<const std::string>(obj.dump());
     Stmt s(db, type == EventType::kAdded
                    ? "INSERT INTO objects(resource, namespace, name, uid, rv, data) VALUES(?1, ?2, ?3, ?4, ?5, ?6)"
                    // An upsert rewrites the row in place; REPLACE deleted and
@@ -176,7 +181,7 @@ struct Store::Txn {
                      "ON CONFLICT(resource, namespace, name) DO UPDATE SET uid=excluded.uid, rv=excluded.rv, "
                      "data=excluded.data");
     s.Bind(1, resource).Bind(2, ns).Bind(3, name).Bind(4, Str(obj["metadata"], "uid"));
-    s.Bind(5, rv).Bind(6, data);
+    s.Bind(5, rv).Bind(6, *data);
     if (const int rc = s.Step(); rc != SQLITE_DONE) {
       if (type == EventType::kAdded && (sqlite3_extended_errcode(db) == SQLITE_CONSTRAINT_PRIMARYKEY ||
                                         sqlite3_extended_errcode(db) == SQLITE_CONSTRAINT_UNIQUE)) {
@@ -191,8 +196,9 @@ struct Store::Txn {
       if (absl::Status st = SetOwners(resource, ns, name, owners); !st.ok()) return st;
     }
     auto stored = std::make_shared<const Object>(std::move(obj));
-    writes[CacheKey(resource, ns, name)] = {stored, data.size(), !store->options_.write_only_resources.count(resource)};
-    events.push_back({Event{type, resource, stored, rv}, std::move(before)});
+    writes[CacheKey(resource, ns, name)] = {stored, data->size(),
+                                            !store->options_.write_only_resources.count(resource)};
+    events.push_back({Event{type, resource, stored, rv}, std::move(before), std::move(data)});
     return stored;
   }
 
@@ -221,7 +227,7 @@ struct Store::Txn {
     writes[CacheKey(resource, ns, name)] = {nullptr, 0};
     const std::string uid = Str(obj["metadata"], "uid");
     auto last = std::make_shared<const Object>(std::move(obj));
-    events.push_back({Event{EventType::kDeleted, resource, last, rv}, last});
+    events.push_back({Event{EventType::kDeleted, resource, last, rv}, last, nullptr});
     if (depth > 32) return absl::OkStatus();  // ownership cycles end here
     // Dependents: drop the reference to this owner; delete those left orphaned.
     std::vector<std::tuple<std::string, std::string, std::string>> deps;
@@ -261,7 +267,7 @@ struct Store::Txn {
     }
     const size_t at = events.size();
     if (absl::Status st = Remove(resource, std::move(obj), depth); !st.ok()) return st;
-    return events[at].first.object;  // Remove records this object first, then dependents
+    return events[at].event.object;  // Remove records this object first, then dependents
   }
 };
 

@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/status.h"
 #include "store/store_internal.h"
 
 namespace berth::store {
@@ -97,6 +98,46 @@ absl::StatusOr<ListResult> Store::List(const std::string& resource, const std::s
   }
   (void)Run(read_db_, "COMMIT");
   return out;
+}
+
+absl::Status Store::ListStream(const std::string& resource, const std::string& ns,
+                               const std::function<void(int64_t)>& begin,
+                               const std::function<bool(std::string_view)>& each) {
+  sqlite3* db = nullptr;
+  if (sqlite3_open_v2(options_.path.c_str(), &db, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, nullptr) != SQLITE_OK) {
+    absl::Status st = SqlError(db, "open for a list");
+    sqlite3_close(db);
+    return st;
+  }
+  struct Close {
+    sqlite3* db;
+    ~Close() {
+      StmtPool::Drop(db);
+      sqlite3_close(db);
+    }
+  } close{db};
+  BERTH_RETURN_IF_ERROR(Exec(db, "PRAGMA busy_timeout=10000"));
+  // One read transaction: the rows and the resourceVersion are one snapshot.
+  BERTH_RETURN_IF_ERROR(Run(db, "BEGIN"));
+  int64_t rv = 0;
+  {
+    Stmt q(db, "SELECT value FROM meta WHERE key='rv'");
+    if (q.Step() != SQLITE_ROW) return SqlError(db, "read rv");
+    rv = std::stoll(q.Text(0));
+  }
+  std::string sql = "SELECT data FROM objects WHERE resource=?1";
+  if (!ns.empty()) sql += " AND namespace=?2";
+  sql += " ORDER BY namespace, name";
+  Stmt s(db, sql.c_str());
+  s.Bind(1, resource);
+  if (!ns.empty()) s.Bind(2, ns);
+  begin(rv);
+  int rc;
+  while ((rc = s.Step()) == SQLITE_ROW) {
+    if (!each(s.View(0))) return absl::OkStatus();
+  }
+  if (rc != SQLITE_DONE) return SqlError(db, "list");
+  return absl::OkStatus();
 }
 
 // ---- Object cache ----

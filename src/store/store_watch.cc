@@ -50,13 +50,13 @@ bool Watcher::ended() const {
   return ended_ && queue_.empty();
 }
 
-void Watcher::Offer(const Event& e, const Object* before) {
+void Watcher::Offer(const Event& e, const std::map<std::string, std::string>* before_labels) {
   if (e.resource != filter_.resource) return;
   if (!filter_.ns.empty() && Namespace(*e.object) != filter_.ns) return;
   Event out = e;  // shares the object
   if (!filter_.selector.empty()) {
     const bool now = filter_.selector.Matches(Labels(*e.object));
-    const bool was = before != nullptr && filter_.selector.Matches(Labels(*before));
+    const bool was = before_labels != nullptr && filter_.selector.Matches(*before_labels);
     if (e.type == EventType::kAdded && !now) return;
     if (e.type == EventType::kDeleted && !was && !now) return;
     if (e.type == EventType::kModified) {
@@ -108,8 +108,11 @@ absl::StatusOr<std::unique_ptr<Watcher>> Store::Watch(const std::string& resourc
     if (from_rv < history_start_rv_) {
       return absl::OutOfRangeError(StrCat("too old resource version: ", from_rv, " (", history_start_rv_, ")"));
     }
-    for (const auto& [e, before] : history_) {
-      if (e.resource_version > from_rv) w->Offer(e, before.get());
+    // Only this watch's resource is parsed (a replay is rare: a watch
+    // resumed after a relist or a reconnect).
+    for (const auto& h : history_) {
+      if (h.resource_version <= from_rv || h.resource != resource) continue;
+      w->Offer(h.ToEvent(), h.before_labels ? &*h.before_labels : nullptr);
     }
   }
   w->Progress(committed_rv_);  // everything up to here is offered (or not wanted)

@@ -123,7 +123,7 @@ absl::StatusOr<Object> Store::Update(const std::string& resource, Object obj) {
       // object goes.
       const size_t at = txn.events.size();
       if (absl::Status st = txn.Remove(resource, std::move(obj)); !st.ok()) return st;
-      return txn.events[at].first.object;
+      return txn.events[at].event.object;
     }
     return txn.Put(resource, std::move(obj), EventType::kModified, *loaded);
   }));
@@ -167,7 +167,7 @@ absl::StatusOr<Object> Store::Delete(const std::string& resource, const std::str
       return txn.DeleteOrMark(resource, stored, *loaded);
     }
     if (absl::Status st = txn.Remove(resource, stored); !st.ok()) return st;
-    return txn.events.front().first.object;
+    return txn.events.front().event.object;
   }));
 }
 
