@@ -371,6 +371,51 @@ TEST_F(RestoreBerthCsiTest, AFilesystemClaimIsTheBackedUpFilesystemMountedAgain)
   ASSERT_TRUE(Eventually([&] { return DriverVolumes().empty(); })) << driver_->Log();
 }
 
+TEST_F(RestoreBerthCsiTest, AFlippedByteInTheRepositoryRestoresNothingAndNamesTheChunk) {
+  const std::string content = Content();
+  const std::string file = dir_.Join("volume.img");
+  {
+    Fd fd(::open(file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
+    ASSERT_EQ(::pwrite(fd.get(), content.data(), content.size(), 0), static_cast<ssize_t>(content.size()));
+  }
+  Backup("nightly", file);
+  // One byte of one stored chunk flipped.
+  std::string chunk;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(repo_path_ + "/chunks")) {
+    if (e.is_regular_file()) chunk = e.path().string();
+  }
+  ASSERT_FALSE(chunk.empty());
+  {
+    Fd fd(::open(chunk.c_str(), O_RDWR | O_CLOEXEC));
+    char b = 0;
+    ASSERT_EQ(::pread(fd.get(), &b, 1, 20), 1);
+    b = static_cast<char>(b ^ 0x40);
+    ASSERT_EQ(::pwrite(fd.get(), &b, 1, 20), 1);
+  }
+  RestoredClaim("data", "nightly", "local", "Block", "8Mi");
+  const std::string hash = std::filesystem::path(chunk).stem().string();
+  ASSERT_TRUE(Eventually([&] {
+    auto uid = Str(Get("persistentvolumeclaims", "", "default", "data"), {"metadata", "uid"});
+    auto entry = tracker_.Get(uid);
+    return entry && entry->permanent;
+  }));
+  auto entry = tracker_.Get(Str(Get("persistentvolumeclaims", "", "default", "data"), {"metadata", "uid"}));
+  EXPECT_EQ(entry->error.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(std::string(entry->error.message()), ::testing::HasSubstr(hash.substr(0, 12)));
+  EXPECT_THAT(std::string(entry->error.message()), ::testing::HasSubstr("nightly"));
+  EXPECT_THAT(std::string(entry->error.message()), ::testing::HasSubstr("volume berth-restore-"));
+  // The claim stays unbound, and the volume that was being filled is gone
+  // (it is filled afresh on each retry and removed when a fill fails).
+  EXPECT_NE(Str(Get("persistentvolumeclaims", "", "default", "data"), {"status", "phase"}), "Bound");
+  auto pvs = registry_->List(K("persistentvolumes"), "", {});
+  ASSERT_TRUE(pvs.ok());
+  EXPECT_TRUE(pvs->items.empty());
+  ASSERT_TRUE(registry_->Delete(K("persistentvolumeclaims"), "default", "data").ok());
+  ASSERT_TRUE(Eventually([&] {
+    return Get("persistentvolumeclaims", "", "default", "data").is_null() && DriverVolumes().empty();
+  })) << driver_->Log();
+}
+
 // The whole path as berth up runs it: a Restore object, the restore
 // controller creating the namespace, claim and pod, the scheduler choosing
 // the node, the provisioner filling the claim there, the pod bound.

@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include "absl/strings/str_replace.h"
+
 #include "backup/repository.h"
 #include "client/object.h"
 #include "common/status.h"
@@ -145,11 +147,18 @@ absl::StatusOr<::csi::v1::VolumeContentSource> BackupPopulator::Populate(const P
     // The published device is open in `device`; its path, reopened through
     // the descriptor, is the block device itself.
     const std::string target = StrCat("/proc/self/fd/", device->fd());
-    BERTH_ASSIGN_OR_RETURN(const backup::RestoreStats stats,
-                           repo->RestoreVolume(source.backup, source.volume, target, {.target_is_zeroed = true},
-                                               [&](int64_t done, int64_t total) {
-                                                 if (tracker_ != nullptr) tracker_->Progress(uid, done, total);
-                                               }));
+    auto restored = repo->RestoreVolume(source.backup, source.volume, target, {.target_is_zeroed = true},
+                                        [&](int64_t done, int64_t total) {
+                                          if (tracker_ != nullptr) tracker_->Progress(uid, done, total);
+                                        });
+    if (!restored.ok()) {
+      // The repository names the target; ours is a descriptor's path, which
+      // says nothing to whoever reads the claim's events.
+      std::string message(restored.status().message());
+      absl::StrReplaceAll({{target, StrCat("volume ", RestoreVolumeName(uid))}}, &message);
+      return absl::Status(restored.status().code(), message);
+    }
+    const backup::RestoreStats& stats = *restored;
     device->KeepVolume();
     BERTH_RETURN_IF_ERROR(device->Close());  // fsyncs, unpublishes, unstages
     spdlog::info("restore: filled volume {} ({}) on node {} from {}/{}: {} bytes written", RestoreVolumeName(uid),
