@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <set>
 
 #include "backup/repository.h"
 #include "common/fd.h"
@@ -240,6 +241,90 @@ TEST_F(BackupUpTest, AKilledBerthUpFailsTheBackupAndLeavesNothingBehind) {
   auto report = (*repo)->Verify();
   ASSERT_TRUE(report.ok()) << report.status();
   EXPECT_TRUE(report->ok()) << report->Describe();
+}
+
+// A schedule with a short time to live: old backups expire and go with the
+// chunks only they held, newer ones keep theirs and verify clean. (The
+// timing rules are tested on a fake clock in the controllers' own tests;
+// here the whole chain runs for real for about a minute.)
+TEST_F(BackupUpTest, AScheduleWithAShortTtlKeepsOnlyNewBackupsAndTheirChunks) {
+  StartWithLocation();
+  ASSERT_FALSE(HasFatalFailure());
+  ClaimAndPod("data", "db", "256Mi");
+  ASSERT_FALSE(HasFatalFailure());
+  const std::string file = TargetOf("db", "data") + "/blob";
+  WriteData(file, 0, 8 * kMiB, 1);
+  ASSERT_FALSE(HasFatalFailure());
+  Apply(
+      "apiVersion: backup.berth.io/v1\nkind: Schedule\nmetadata:\n  name: often\nspec:\n  schedule: \"@every 5s\"\n"
+      "  template:\n    includedNamespaces: [default]\n    ttl: 20s\n");
+  // New data before each backup, so each adds chunks of its own.
+  std::set<std::string> seen, deleted;
+  uint32_t seed = 2;
+  ASSERT_TRUE(Eventually(
+      [&] {
+        json list = Get("/apis/backup.berth.io/v1/backups");
+        std::set<std::string> now;
+        for (const auto& b : list.value("items", json::array())) {
+          const std::string name = b["metadata"]["name"];
+          now.insert(name);
+          if (seen.insert(name).second) WriteData(file, 0, 8 * kMiB, seed++);
+          const std::string phase = b.value("status", json::object()).value("phase", "");
+          EXPECT_NE(phase, "Failed") << b.dump(2);
+        }
+        for (const auto& name : seen) {
+          if (!now.count(name)) deleted.insert(name);
+        }
+        return deleted.size() >= 2;
+      },
+      absl::Seconds(150)))
+      << seen.size() << " backups seen, " << deleted.size() << " deleted";
+  Berth({"patch", "schedules.backup.berth.io", "often", "--type", "merge", "-p", R"({"spec":{"paused":true}})"});
+
+  // Once quiet: the repository holds exactly the backups that still exist,
+  // they verify, and no chunk is left that none of them references.
+  auto repo = backup::Repository::Open(repo_);
+  ASSERT_TRUE(repo.ok()) << repo.status();
+  std::string why;
+  ASSERT_TRUE(Eventually(
+      [&] {
+        json list = Get("/apis/backup.berth.io/v1/backups");
+        std::vector<std::string> live;
+        for (const auto& b : list.value("items", json::array())) {
+          if (b["metadata"].contains("deletionTimestamp") ||
+              b.value("status", json::object()).value("phase", "") != "Completed") {
+            why = "a backup is being deleted or taken";
+            return false;
+          }
+          live.push_back(b["metadata"]["name"]);
+        }
+        std::sort(live.begin(), live.end());
+        auto listed = (*repo)->ListBackups();
+        if (!listed.ok() || *listed != live) {
+          why = "the repository's backups differ from the API's";
+          return false;
+        }
+        std::set<std::string> referenced;
+        for (const auto& name : live) {
+          auto m = (*repo)->ReadManifest(name);
+          if (!m.ok()) return false;
+          for (const auto& v : m->volumes) {
+            for (const auto& e : v.extents) referenced.insert(e.hash);
+          }
+        }
+        size_t files = 0;
+        for (const auto& f : fs::recursive_directory_iterator(repo_ + "/chunks")) files += f.is_regular_file();
+        why = std::to_string(files) + " chunk files, " + std::to_string(referenced.size()) + " referenced";
+        return files == referenced.size();
+      },
+      absl::Seconds(60)))
+      << why;
+  auto report = (*repo)->Verify();
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_TRUE(report->ok()) << report->Describe();
+  for (const auto& name : deleted) {
+    EXPECT_FALSE((*repo)->ReadManifest(name).ok()) << name;
+  }
 }
 
 }  // namespace
