@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/clock.h"
 #include "common/testing/eventually.h"
 #include "common/testing/temp_dir.h"
@@ -211,6 +212,35 @@ TEST_F(HandlerTest, ListAsTableAndAcrossNamespaces) {
   auto selected = Do("GET", std::string(kClaims) + "?fieldSelector=metadata.name%3Db").Json();
   ASSERT_EQ(selected["items"].size(), 1u);
   EXPECT_EQ(Do("GET", std::string(kClaims) + "?labelSelector=a%20in%20(").code, 400);
+}
+
+TEST_F(HandlerTest, AWholeListLargerThanAChunkIsStreamedInOrder) {
+  // 150 claims of ~1 KiB: more than one 64 KiB chunk, so the list goes out
+  // as the store reads it, in chunks that together are one list.
+  for (int i = 0; i < 150; ++i) {
+    json claim = json::parse(Claim(absl::StrCat("c-", 1000 + i)));
+    claim["metadata"]["labels"] = {{"half", i % 2 == 0 ? "even" : "odd"}};
+    claim["metadata"]["annotations"] = {{"note", std::string(900, 'x')}};
+    ASSERT_EQ(Do("POST", kClaims, claim.dump()).code, 201);
+  }
+  RecordingWriter all = Do("GET", "/api/v1/persistentvolumeclaims");
+  EXPECT_EQ(all.code, 200);
+  ASSERT_NE(all.stream, nullptr) << "sent whole: " << all.body.size() << " bytes";
+  EXPECT_GE(all.stream->chunks().size(), 2u);
+  const json list = json::parse(all.stream->text());
+  EXPECT_EQ(list["kind"], "PersistentVolumeClaimList");
+  EXPECT_EQ(list["apiVersion"], "v1");
+  EXPECT_EQ(list["metadata"]["resourceVersion"], std::to_string(store_->ResourceVersion()));
+  ASSERT_EQ(list["items"].size(), 150u);
+  for (int i = 0; i < 150; ++i) EXPECT_EQ(list["items"][i]["metadata"]["name"], absl::StrCat("c-", 1000 + i));
+  // Selectors filter the streamed list too.
+  RecordingWriter even = Do("GET", std::string(kClaims) + "?labelSelector=half%3Deven");
+  const json evens = json::parse(even.stream != nullptr ? even.stream->text() : even.body);
+  EXPECT_EQ(evens["items"].size(), 75u);
+  RecordingWriter one = Do("GET", std::string(kClaims) + "?fieldSelector=metadata.name%3Dc-1007");
+  const json named = json::parse(one.stream != nullptr ? one.stream->text() : one.body);
+  ASSERT_EQ(named["items"].size(), 1u);
+  EXPECT_EQ(named["items"][0]["metadata"]["labels"]["half"], "odd");
 }
 
 TEST(ApiHandlerLongRunningTest, WatchesAndFollowedLogsAreLongRunning) {

@@ -173,17 +173,34 @@ std::vector<json> Informer::ByIndex(const std::string& index, const std::string&
 
 std::optional<int64_t> Informer::Relist() {
   while (!stopping()) {
-    auto page = registry_.List(kind_, "", {});
-    if (!page.ok()) {
-      spdlog::warn("informer {}: list failed: {}; retrying", kind_.resource, page.status().ToString());
+    // Page by page (client-go's pager): no list of every object at once, in
+    // the API server or (over HTTP) in one response. The watch resumes from
+    // the first page's version; a change made while later pages were read
+    // comes again on the watch, and the handlers see the newest state last.
+    std::map<std::string, std::shared_ptr<const json>> fresh;
+    int64_t listed_rv = 0;
+    apiserver::ListOptions options;
+    options.limit = kListPageSize;
+    absl::Status failed;
+    do {
+      auto page = registry_.List(kind_, "", options);
+      if (!page.ok()) {
+        failed = page.status();
+        break;
+      }
+      if (listed_rv == 0) listed_rv = page->resource_version;
+      for (auto& item : page->items) {
+        std::string key = ObjectKey(item);
+        fresh.insert_or_assign(std::move(key), std::make_shared<const json>(std::move(item)));
+      }
+      options.continue_token = page->continue_token;
+    } while (!options.continue_token.empty() && !stopping());
+    if (!failed.ok()) {
+      spdlog::warn("informer {}: list failed: {}; retrying", kind_.resource, failed.ToString());
       absl::SleepFor(absl::Seconds(1));
       continue;
     }
-    std::map<std::string, std::shared_ptr<const json>> fresh;
-    for (auto& item : page->items) {
-      std::string key = ObjectKey(item);
-      fresh.emplace(std::move(key), std::make_shared<const json>(std::move(item)));
-    }
+    if (stopping()) break;
     absl::MutexLock handlers_lock(&handlers_mu_);
     std::map<std::string, std::shared_ptr<const json>> before;
     {
@@ -214,7 +231,7 @@ std::optional<int64_t> Informer::Relist() {
     // cleanup) would otherwise act on objects whose add is still on its way.
     absl::MutexLock lock(&mu_);
     synced_ = true;
-    return page->resource_version;
+    return listed_rv;
   }
   return std::nullopt;
 }

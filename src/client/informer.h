@@ -44,6 +44,9 @@ std::pair<std::string, std::string> SplitKey(const std::string& key);
 
 class Informer {
  public:
+  // Objects per page of the informer's list (client-go's pager: 500).
+  static constexpr size_t kListPageSize = 500;
+
   struct Handlers {
     std::function<void(const json&)> on_add;
     std::function<void(const json& before, const json& after)> on_update;
