@@ -333,6 +333,59 @@ TEST_F(ApiCliTest, KubectlWatchShowsAddedModifiedDeletedInOrder) {
   EXPECT_EQ(after.out, "persistentvolumeclaim/marker\n") << after;
 }
 
+// Issue 30's acceptance: kubectl lists backups and restores with their
+// phases (berth serve runs no controller: the test writes the status one
+// would, through /status).
+TEST_F(ApiCliTest, KubectlGetListsBackupsAndRestoresWithTheirPhases) {
+  if (kubectl_.empty()) GTEST_SKIP() << kubectl_missing_;
+  if (curl_.empty()) GTEST_SKIP() << "curl not found on PATH";
+  CommandResult created =
+      Kubectl({"create", "-f",
+               Manifest("backup.yaml",
+                        "apiVersion: backup.berth.io/v1\nkind: Backup\nmetadata: {name: nightly}\n"
+                        "spec: {includedNamespaces: [shop], storageLocation: default}\n---\n"
+                        "apiVersion: backup.berth.io/v1\nkind: Restore\nmetadata: {name: shop-copy}\n"
+                        "spec: {backupName: nightly, namespaceMapping: {shop: shop-copy}}\n")});
+  ASSERT_EQ(created.exit_code, 0) << created;
+  EXPECT_EQ(created.out, "backup.backup.berth.io/nightly created\nrestore.backup.berth.io/shop-copy created\n");
+
+  auto set_status = [&](const std::string& resource, const std::string& name, const json& status) {
+    CommandResult got = Kubectl({"get", resource, name, "-o", "json"});
+    ASSERT_EQ(got.exit_code, 0) << got;
+    json object = json::parse(got.out);
+    object["status"] = status;
+    HttpResult put = Https("PUT", "/apis/backup.berth.io/v1/" + resource + "/" + name + "/status",
+                           {"Authorization: Bearer " + token_}, object.dump());
+    ASSERT_EQ(put.status, 200) << put.body;
+  };
+  const std::string in_a_day =
+      absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", absl::Now() + absl::Hours(24) + absl::Minutes(1), absl::UTCTimeZone());
+  ASSERT_NO_FATAL_FAILURE(set_status("backups", "nightly",
+                                     {{"phase", "Completed"},
+                                      {"warnings", 1},
+                                      {"expiration", in_a_day},
+                                      {"progress", {{"totalBytes", 4294967296}, {"bytesDone", 4294967296}}}}));
+  ASSERT_NO_FATAL_FAILURE(set_status("restores", "shop-copy", {{"phase", "InProgress"}}));
+
+  CommandResult backups = Kubectl({"get", "backups"});
+  ASSERT_EQ(backups.exit_code, 0) << backups;
+  std::vector<std::string> lines = Lines(backups.out);
+  ASSERT_EQ(lines.size(), 2u) << backups;
+  EXPECT_THAT(HeaderColumns(lines[0]),
+              ElementsAre("NAME", "PHASE", "ERRORS", "WARNINGS", "PROGRESS", "STORAGE LOCATION", "EXPIRES", "AGE"));
+  EXPECT_THAT(Fields(lines[1]),
+              ElementsAre("nightly", "Completed", "0", "1", "4Gi/4Gi", "default", "24h", MatchesRegex("[0-9]+s")));
+
+  CommandResult restores = Kubectl({"get", "restores"});
+  ASSERT_EQ(restores.exit_code, 0) << restores;
+  lines = Lines(restores.out);
+  ASSERT_EQ(lines.size(), 2u) << restores;
+  EXPECT_THAT(HeaderColumns(lines[0]),
+              ElementsAre("NAME", "BACKUP", "PHASE", "STARTED", "COMPLETED", "ERRORS", "WARNINGS", "AGE"));
+  // kubectl leaves the unset cells (STARTED, COMPLETED) blank.
+  EXPECT_THAT(Fields(lines[1]), ElementsAre("shop-copy", "nightly", "InProgress", "0", "0", MatchesRegex("[0-9]+s")));
+}
+
 // ---- Helper definitions ----
 
 }  // namespace
