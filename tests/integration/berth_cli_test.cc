@@ -4,6 +4,7 @@
 // events, patch, edit, wait, delete --all, api-resources, version, kubectl's
 // error text and exit codes, apply's progress on a terminal, and berth up's
 // own progress. JSON output is parsed and compared as JSON.
+#include <fstream>
 #include <set>
 
 #include "api/codec.h"
@@ -270,6 +271,53 @@ TEST_F(BerthCliTest, ApplyShowsProgressOnATerminalOnly) {
   EXPECT_THAT(tty.out, HasSubstr("[29/30] applying"));
   EXPECT_THAT(tty.out, HasSubstr("\r\033[Ksecret/s-29 unchanged"));
   EXPECT_EQ(CountOf(tty.out, " unchanged"), 30u);
+}
+
+// berth up --backup-location, the Schedule controller in berth up, and the
+// backup commands end to end (a backup of nothing: no volumes to move).
+TEST_F(BerthCliTest, BackupLocationSchedulesAndBackupCommands) {
+  const std::string repo = sandbox_.Join("backups");
+  ASSERT_NO_FATAL_FAILURE(StartUp({"--runtime", "none", "--backup-location", repo}));
+  EXPECT_THAT(up_->Output(), HasSubstr("berth up: created a backup repository in " + repo +
+                                       " (BackupStorageLocation default, the default location)"));
+  json bsl = OkJson({"--data-dir", data_, "get", "bsl", "default", "-o", "json"});
+  EXPECT_EQ(
+      bsl["spec"],
+      json({{"provider", "filesystem"}, {"config", {{"path", repo}}}, {"default", true}, {"accessMode", "ReadWrite"}}));
+
+  // A schedule is Enabled by the controller berth up runs.
+  const std::string schedule = sandbox_.Join("schedule.yaml");
+  std::ofstream(schedule) << "apiVersion: backup.berth.io/v1\nkind: Schedule\nmetadata: {name: nightly}\n"
+                             "spec: {schedule: '0 2 * * *', template: {includedNamespaces: [shop], ttl: 24h}}\n";
+  Ok({"--data-dir", data_, "apply", "-f", schedule});
+  EXPECT_TRUE(Eventually([&] {
+    return Cli({"--data-dir", data_, "get", "schedules", "nightly", "-o", "jsonpath={.status.phase}"}).out == "Enabled";
+  }));
+  EXPECT_THAT(Ok({"--data-dir", data_, "get", "schedules"}), HasSubstr("nightly   Enabled   0 2 * * *"));
+
+  // A backup of a namespace without pods: nothing to copy, Completed.
+  CliResult created =
+      Cli({"--data-dir", data_, "backup", "create", "empty", "--include-namespaces", "shop", "--ttl", "1h", "--wait"});
+  EXPECT_EQ(created.exit_code, 0) << created;
+  EXPECT_THAT(created.out, HasSubstr("backup.backup.berth.io/empty created\n"));
+  EXPECT_THAT(created.out, HasSubstr("Completed"));
+  EXPECT_THAT(Ok({"--data-dir", data_, "backup", "get"}), HasSubstr("\nempty   Completed   0        0"));
+  EXPECT_THAT(Ok({"--data-dir", data_, "backup", "describe", "empty"}), HasSubstr("  TTL:                  1h0m0s\n"));
+  EXPECT_EQ(Ok({"--data-dir", data_, "backup", "verify"}),
+            "Verified 1 backup in default (" + repo + "): 0 chunks, 0\nOK\n");
+  CliResult missing = Cli({"--data-dir", data_, "backup", "describe", "nope"});
+  EXPECT_EQ(missing.exit_code, 1) << missing;
+  EXPECT_THAT(missing.err, HasSubstr("Error from server (NotFound): backups.backup.berth.io \"nope\" not found"));
+
+  Ok({"--data-dir", data_, "backup", "delete", "empty"});
+  EXPECT_TRUE(Eventually([&] { return Cli({"--data-dir", data_, "backup", "get", "empty"}).exit_code == 1; }));
+  EXPECT_EQ(Ok({"--data-dir", data_, "backup", "verify"}),
+            "Verified 0 backups in default (" + repo + "): 0 chunks, 0\nOK\n");
+
+  // The next start finds both and changes neither.
+  ASSERT_EQ(StopUp(SIGTERM), 0);
+  ASSERT_NO_FATAL_FAILURE(StartUp({"--runtime", "none", "--backup-location", repo}));
+  EXPECT_THAT(up_->Output(), HasSubstr("berth up: backup repository in " + repo + " (BackupStorageLocation default)"));
 }
 
 }  // namespace
