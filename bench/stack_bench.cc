@@ -11,7 +11,22 @@
 //   berth-csi) over the run, the peak (VmHWM) and final RSS of berth up,
 //   and the size of the store (state.db + its WAL).
 //
-//   build/release/bench/stack_bench [N ...]     (default: 1000 10000; root)
+//   list first byte, list s
+//              a GET of every claim (no limit, as kubectl --chunk-size=0
+//              asks) once all are Bound: when its first byte came and when
+//              its last did, over the API socket.
+//   kubectl 1st B s, kubectl s
+//              `kubectl get pvc -A` (its default pages of 500) over the
+//              kubeconfig's TLS address: its first byte of output and its
+//              end (- without kubectl: $BERTH_KUBECTL, the Debian
+//              kubernetes-client berth installs, or /usr/bin/kubectl).
+//
+//   build/release/bench/stack_bench [--plot FILE.svg] [N ...]
+//                                          (default: 1000 10000; root)
+//
+// --plot writes FILE.dat (one line per N) and, with gnuplot installed,
+// FILE.svg: seconds to all Bound and berth up's peak and final RSS against
+// N (docs/performance.md shows it).
 //
 // The fake driver (controllers/testing/fake_csi.h plus a Node service that
 // only answers NodeGetInfo) runs in this process on a real unix socket;
@@ -23,6 +38,7 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -35,6 +51,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -155,7 +172,82 @@ struct Result {
   bool ok = false;
   double apply_s = 0, bound_s = 0, apply_cpu_s = 0, up_cpu_s = 0;
   long peak_kib = 0, final_kib = 0, store_bytes = 0;
+  double list_first_ms = 0, list_s = 0;
+  double kubectl_first_s = -1, kubectl_s = -1;  // -1: no kubectl
 };
+
+std::string FindKubectl() {
+  const char* env = std::getenv("BERTH_KUBECTL");
+  for (const std::string& p :
+       {std::string(env != nullptr ? env : ""), std::string("/usr/local/lib/berth/kubernetes-client/usr/bin/kubectl"),
+        std::string("/usr/bin/kubectl")}) {
+    if (!p.empty() && ::access(p.c_str(), X_OK) == 0) return p;
+  }
+  return "";
+}
+
+// Runs `kubectl get pvc -A --no-headers` with `kubeconfig`: seconds to its
+// first byte of output and to its exit; false if it failed or printed
+// fewer than `n` lines.
+bool TimeKubectl(const std::string& kubectl, const std::string& kubeconfig, int n, double* first_s, double* total_s) {
+  int fds[2];
+  if (::pipe(fds) != 0) return false;
+  const absl::Time start = absl::Now();
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::dup2(fds[1], 1);
+    ::close(fds[0]);
+    ::close(fds[1]);
+    ::setenv("KUBECONFIG", kubeconfig.c_str(), 1);
+    ::execl(kubectl.c_str(), kubectl.c_str(), "get", "pvc", "-A", "--no-headers", static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  ::close(fds[1]);
+  char buf[1 << 16];
+  long lines = 0;
+  bool first = true;
+  for (ssize_t r; (r = ::read(fds[0], buf, sizeof(buf))) > 0;) {
+    if (first) *first_s = absl::ToDoubleSeconds(absl::Now() - start);
+    first = false;
+    for (ssize_t i = 0; i < r; ++i) lines += buf[i] == '\n';
+  }
+  ::close(fds[0]);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  *total_s = absl::ToDoubleSeconds(absl::Now() - start);
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0 && lines >= n;
+}
+
+// GET `target` over the unix socket `path` with a plain HTTP/1.1 request:
+// milliseconds to the response's first byte and seconds to its end (the
+// server closes the connection: "Connection: close").
+bool TimeGet(const std::string& path, const std::string& target, double* first_ms, double* total_s) {
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  std::snprintf(a.sun_path, sizeof(a.sun_path), "%s", path.c_str());
+  if (fd < 0 || ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+    if (fd >= 0) ::close(fd);
+    return false;
+  }
+  const std::string req = "GET " + target + " HTTP/1.1\r\nHost: berth\r\nConnection: close\r\n\r\n";
+  const absl::Time start = absl::Now();
+  bool ok = ::write(fd, req.data(), req.size()) == static_cast<ssize_t>(req.size());
+  char buf[1 << 16];
+  bool first = true;
+  while (ok) {
+    const ssize_t n = ::read(fd, buf, sizeof(buf));
+    if (n <= 0) break;
+    if (first) {
+      *first_ms = absl::ToDoubleMilliseconds(absl::Now() - start);
+      ok = std::string_view(buf, static_cast<size_t>(n)).starts_with("HTTP/1.1 200");
+      first = false;
+    }
+  }
+  *total_s = absl::ToDoubleSeconds(absl::Now() - start);
+  ::close(fd);
+  return ok && !first;
+}
 
 // One run with `n` claims in a fresh berth up.
 Result Run(int n) {
@@ -278,6 +370,16 @@ Result Run(int n) {
   }
   res.bound_s = absl::ToDoubleSeconds(last_bound - start);
   res.up_cpu_s = TreeCpuSeconds(guard.up) - up_cpu_before;
+  if (!TimeGet(data + "/api.sock", "/api/v1/persistentvolumeclaims", &res.list_first_ms, &res.list_s)) {
+    std::fprintf(stderr, "the list of every claim failed\n");
+    return res;
+  }
+  if (const std::string kubectl = FindKubectl(); !kubectl.empty()) {
+    if (!TimeKubectl(kubectl, data + "/kubeconfig", n, &res.kubectl_first_s, &res.kubectl_s)) {
+      std::fprintf(stderr, "kubectl get pvc -A failed or listed fewer than %d claims\n", n);
+      return res;
+    }
+  }
   res.peak_kib = StatusKiB(guard.up, "VmHWM:");
   res.final_kib = StatusKiB(guard.up, "VmRSS:");
   for (const char* f : {"/state.db", "/state.db-wal"}) {
@@ -287,6 +389,38 @@ Result Run(int n) {
   }
   res.ok = true;
   return res;
+}
+
+// FILE.svg -> FILE.dat with `dat`, and FILE.svg drawn by gnuplot (if
+// installed): seconds to all Bound on the left axis, RSS on the right, both
+// against N on log scales.
+void WritePlot(const std::string& svg, const std::string& dat) {
+  const std::string base = svg.size() > 4 && svg.ends_with(".svg") ? svg.substr(0, svg.size() - 4) : svg;
+  {
+    std::ofstream out(base + ".dat");
+    out << dat;
+  }
+  if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) {
+    std::fprintf(stderr, "no gnuplot (apt-get install gnuplot-nox): wrote %s.dat only\n", base.c_str());
+    return;
+  }
+  const std::string script = base + ".gp";
+  {
+    std::ofstream gp(script);
+    gp << "set terminal svg size 720,420 dynamic font 'sans,12'\n"
+       << "set output '" << base << ".svg'\n"
+       << "set title 'stack\\_bench: N claims applied, all Bound (berth up, instant driver)'\n"
+       << "set logscale xyy2\nset xlabel 'claims (N)'\nset key left top\nset grid\n"
+       << "set ylabel 'seconds to all Bound'\nset y2label 'berth up RSS (MiB)'\nset ytics nomirror\n"
+       << "set y2tics\n"
+       << "plot '" << base << ".dat' using 1:2 with linespoints lw 2 title 'seconds to all Bound', "
+       << "'' using 1:3 axes x1y2 with linespoints lw 2 title 'peak RSS MiB', "
+       << "'' using 1:4 axes x1y2 with linespoints dt 2 title 'final RSS MiB'\n";
+  }
+  if (std::system(("gnuplot '" + script + "'").c_str()) != 0) {
+    std::fprintf(stderr, "gnuplot failed on %s\n", script.c_str());
+  }
+  std::remove(script.c_str());
 }
 
 }  // namespace
@@ -299,11 +433,20 @@ int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   spdlog::set_level(spdlog::level::warn);  // the fake driver's per-call log lines
   std::vector<int> sizes;
-  for (int i = 1; i < argc; ++i) sizes.push_back(std::atoi(argv[i]));
+  std::string plot;
+  for (int i = 1; i < argc; ++i) {
+    if (std::string_view(argv[i]) == "--plot" && i + 1 < argc) {
+      plot = argv[++i];
+    } else {
+      sizes.push_back(std::atoi(argv[i]));
+    }
+  }
   if (sizes.empty()) sizes = {1000, 10000};
-  std::printf("%8s %10s %9s %10s %9s %12s %12s %9s %9s %10s\n", "claims", "bound s", "claims/s", "apply s", "apply/s",
-              "apply CPU s", "up CPU s", "peak MiB", "final MiB", "store MiB");
+  std::printf("%8s %10s %9s %10s %9s %12s %12s %9s %9s %10s %14s %7s %16s %10s\n", "claims", "bound s", "claims/s",
+              "apply s", "apply/s", "apply CPU s", "up CPU s", "peak MiB", "final MiB", "store MiB", "list 1st B ms",
+              "list s", "kubectl 1st B s", "kubectl s");
   int failures = 0;
+  std::string dat = "# claims bound_s peak_MiB final_MiB claims_per_s\n";
   for (int n : sizes) {
     Result r = Run(n);
     if (!r.ok) {
@@ -311,9 +454,17 @@ int main(int argc, char** argv) {
       ++failures;
       continue;
     }
-    std::printf("%8d %10.2f %9.0f %10.2f %9.0f %12.2f %12.2f %9.1f %9.1f %10.1f\n", n, r.bound_s, n / r.bound_s,
-                r.apply_s, n / r.apply_s, r.apply_cpu_s, r.up_cpu_s, r.peak_kib / 1024.0, r.final_kib / 1024.0,
-                static_cast<double>(r.store_bytes) / (1 << 20));
+    char kubectl[64] = "               -          -";
+    if (r.kubectl_s >= 0) std::snprintf(kubectl, sizeof(kubectl), "%16.2f %10.2f", r.kubectl_first_s, r.kubectl_s);
+    std::printf("%8d %10.2f %9.0f %10.2f %9.0f %12.2f %12.2f %9.1f %9.1f %10.1f %14.1f %7.2f %s\n", n, r.bound_s,
+                n / r.bound_s, r.apply_s, n / r.apply_s, r.apply_cpu_s, r.up_cpu_s, r.peak_kib / 1024.0,
+                r.final_kib / 1024.0, static_cast<double>(r.store_bytes) / (1 << 20), r.list_first_ms, r.list_s,
+                kubectl);
+    char line[160];
+    std::snprintf(line, sizeof(line), "%d %.2f %.1f %.1f %.0f\n", n, r.bound_s, r.peak_kib / 1024.0,
+                  r.final_kib / 1024.0, n / r.bound_s);
+    dat += line;
   }
+  if (!plot.empty()) WritePlot(plot, dat);
   return failures == 0 ? 0 : 1;
 }
