@@ -636,8 +636,20 @@ SchemaPtr BackupStatusSchema() {
                       {"bytesRead", Int()},
                       {"bytesAdded", Int()},
                       {"baseBackup", Str()},
+                      {"groupSnapshot", Str()},
                       {"message", Str()},
                   }))},
+      {"problems", StrList()},
+      {"snapshotsRemoved", Bool()},
+      {"groupSnapshots",
+       Arr(Obj({
+           {"driver", Str()},
+           {"node", Str()},
+           {"name", Str()},
+           {"groupSnapshotId", Str()},
+           {"deleted", Bool()},
+           {"members", Arr(Obj({{"persistentVolume", Str()}, {"volumeHandle", Str()}, {"snapshotHandle", Str()}}))},
+       }))},
   });
 }
 

@@ -42,6 +42,14 @@ class BackupUpTest : public BerthUpFixture {
     pool_size_ = "3Gi";
   }
 
+  void TearDown() override {
+    if (HasFailure() && up_) {
+      std::string log = up_->Output();
+      if (log.size() > 8000) log = log.substr(log.size() - 8000);
+      std::cout << "---- berth up (tail)\n" << log << "----\n";
+    }
+    BerthUpFixture::TearDown();
+  }
   void StartWithLocation() {
     StartUp({"--runtime", "none"});
     ASSERT_FALSE(HasFatalFailure());
@@ -325,6 +333,58 @@ TEST_F(BackupUpTest, AScheduleWithAShortTtlKeepsOnlyNewBackupsAndTheirChunks) {
   for (const auto& name : deleted) {
     EXPECT_FALSE((*repo)->ReadManifest(name).ok()) << name;
   }
+}
+
+// A pod's claims on one node are cut in one group snapshot (berth-csi
+// freezes every mounted member, clones them all, thaws), and the group is
+// the next backup's base until a newer backup supersedes it whole.
+TEST_F(BackupUpTest, APodsClaimsAreCutTogetherInOneGroupSnapshot) {
+  StartWithLocation();
+  ASSERT_FALSE(HasFatalFailure());
+  std::string yaml;
+  for (const char* c : {"one", "two"}) {
+    yaml += std::string("apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata:\n  name: ") + c +
+            "\n  labels:\n    app: db\nspec:\n  accessModes: [ReadWriteOnce]\n  resources:\n    requests:\n"
+            "      storage: 128Mi\n---\n";
+  }
+  yaml +=
+      "apiVersion: v1\nkind: Pod\nmetadata:\n  name: db\n  labels:\n    app: db\nspec:\n  containers:\n"
+      "    - name: main\n      image: berth.local/toolbox:1\n  volumes:\n    - name: one\n      "
+      "persistentVolumeClaim:\n"
+      "        claimName: one\n    - name: two\n      persistentVolumeClaim:\n        claimName: two\n";
+  Apply(yaml);
+  ASSERT_TRUE(Eventually([&] { return Running("db"); }, absl::Seconds(90))) << Pod("db").dump();
+  WriteData(TargetOf("db", "one") + "/a", 0, 8 * kMiB, 1);
+  WriteData(TargetOf("db", "two") + "/b", 0, 8 * kMiB, 2);
+  ASSERT_FALSE(HasFatalFailure());
+
+  json g1 = TakeBackup("g1");
+  ASSERT_EQ(g1["status"]["phase"], "Completed") << g1.dump(2);
+  ASSERT_EQ(g1["status"]["groupSnapshots"].size(), 1u) << g1.dump(2);
+  const json group = g1["status"]["groupSnapshots"][0];
+  EXPECT_EQ(group["members"].size(), 2u);
+  EXPECT_FALSE(group.value("groupSnapshotId", "").empty());
+  ASSERT_EQ(g1["status"]["volumes"].size(), 2u);
+  for (const auto& v : g1["status"]["volumes"]) {
+    EXPECT_EQ(v["groupSnapshot"], group["name"]) << v.dump();
+    EXPECT_EQ(v["phase"], "Completed") << v.dump();
+    EXPECT_GE(v["bytesAdded"].get<int64_t>(), 7 * kMiB) << v.dump();
+  }
+  EXPECT_THAT(BackupSnapshots(), ::testing::IsEmpty()) << "no VolumeSnapshot for grouped claims";
+
+  WriteData(TargetOf("db", "one") + "/a", 0, kMiB, 3);
+  ASSERT_FALSE(HasFatalFailure());
+  json g2 = TakeBackup("g2");
+  ASSERT_EQ(g2["status"]["phase"], "Completed") << g2.dump(2);
+  for (const auto& v : g2["status"]["volumes"]) {
+    EXPECT_EQ(v.value("baseBackup", ""), "g1") << v.dump();
+    EXPECT_LT(v["bytesRead"].get<int64_t>(), 24 * kMiB) << v.dump();
+  }
+  // g2's group supersedes g1's, which is deleted whole.
+  ASSERT_TRUE(Eventually([&] { return Backup("g1")["status"]["groupSnapshots"][0].value("deleted", false); },
+                         absl::Seconds(30)))
+      << Backup("g1").dump(2);
+  EXPECT_THAT(MoverMounts(), ::testing::IsEmpty());
 }
 
 }  // namespace

@@ -135,8 +135,9 @@ struct BackupVolumeStatus {
   int64_t size_bytes = 0;
   std::string phase;  // New | InProgress | Completed | Failed
   int64_t bytes_read = 0;
-  int64_t bytes_added = 0;  // new chunk bytes written to the repository
-  std::string base_backup;  // the backup an incremental copy started from
+  int64_t bytes_added = 0;     // new chunk bytes written to the repository
+  std::string base_backup;     // the backup an incremental copy started from
+  std::string group_snapshot;  // the group snapshot it was cut in (status.groupSnapshots[].name)
   std::string message;
   Unknown unknown;
   static constexpr auto Fields() {
@@ -154,9 +155,41 @@ struct BackupVolumeStatus {
                       F("bytesRead", &T::bytes_read),
                       F("bytesAdded", &T::bytes_added),
                       F("baseBackup", &T::base_backup),
+                      F("groupSnapshot", &T::group_snapshot),
                       F("message", &T::message)};
   }
   bool operator==(const BackupVolumeStatus&) const = default;
+};
+
+// berth: a CSI group snapshot a backup cut its claims of one node in.
+struct BackupGroupSnapshotMember {
+  std::string persistent_volume;
+  std::string volume_handle;
+  std::string snapshot_handle;
+  Unknown unknown;
+  static constexpr auto Fields() {
+    using T = BackupGroupSnapshotMember;
+    return std::tuple{F("persistentVolume", &T::persistent_volume), F("volumeHandle", &T::volume_handle),
+                      F("snapshotHandle", &T::snapshot_handle)};
+  }
+  bool operator==(const BackupGroupSnapshotMember&) const = default;
+};
+
+struct BackupGroupSnapshot {
+  std::string driver;
+  std::string node;
+  std::string name;               // the CreateVolumeGroupSnapshot name
+  std::string group_snapshot_id;  // "" until the driver answered
+  bool deleted = false;           // superseded or cleaned up
+  std::vector<BackupGroupSnapshotMember> members;
+  Unknown unknown;
+  static constexpr auto Fields() {
+    using T = BackupGroupSnapshot;
+    return std::tuple{F("driver", &T::driver),   F("node", &T::node),
+                      F("name", &T::name),       F("groupSnapshotId", &T::group_snapshot_id),
+                      F("deleted", &T::deleted), F("members", &T::members)};
+  }
+  bool operator==(const BackupGroupSnapshot&) const = default;
 };
 
 struct BackupStatus {
@@ -171,7 +204,10 @@ struct BackupStatus {
   int64_t errors = 0;
   int64_t warnings = 0;
   std::string failure_reason;
-  std::vector<BackupVolumeStatus> volumes;  // berth
+  std::vector<BackupVolumeStatus> volumes;           // berth
+  std::vector<std::string> problems;                 // berth: each error and warning of a PartiallyFailed backup
+  bool snapshots_removed = false;                    // berth: a failed backup's snapshots are gone
+  std::vector<BackupGroupSnapshot> group_snapshots;  // berth
   Unknown unknown;
   static constexpr auto Fields() {
     using T = BackupStatus;
@@ -184,7 +220,10 @@ struct BackupStatus {
                       F("errors", &T::errors),
                       F("warnings", &T::warnings),
                       F("failureReason", &T::failure_reason),
-                      F("volumes", &T::volumes)};
+                      F("volumes", &T::volumes),
+                      F("problems", &T::problems),
+                      F("snapshotsRemoved", &T::snapshots_removed),
+                      F("groupSnapshots", &T::group_snapshots)};
   }
   bool operator==(const BackupStatus&) const = default;
 };

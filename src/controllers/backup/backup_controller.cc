@@ -254,6 +254,9 @@ absl::Status BackupController::SyncBackup(const std::string& name) {
   // The run happens inside this very sync, and a key is never synced twice
   // at once: a backup found InProgress is one a stopped process was taking.
   if (phase == kPhaseInProgress) return Interrupted(*b);
+  // A failed backup keeps no snapshot (idempotent: retries a cleanup that
+  // failed when the backup did).
+  if (phase == kPhaseFailed) BERTH_RETURN_IF_ERROR(CleanUpFailed(*b));
   if (Terminal(phase)) return Expire(*b);
   return absl::OkStatus();
 }
@@ -284,14 +287,20 @@ absl::Status BackupController::Validate(const json& backup, std::vector<std::str
 
 absl::Status BackupController::Interrupted(const json& backup) {
   spdlog::warn("backup {} was in progress when berth up stopped: marking it Failed", Name(backup));
-  BERTH_RETURN_IF_ERROR(RemoveSnapshots(backup, /*keep_completed=*/false));
   events_.Record(backup, "Warning", "BackupFailed", "berth up stopped while the backup was in progress");
-  return EditStatus(registry_, Backups(), backup, [&](json& s) {
+  BERTH_RETURN_IF_ERROR(EditStatus(registry_, Backups(), backup, [&](json& s) {
     s["phase"] = kPhaseFailed;
     s["failureReason"] = "berth up stopped while the backup was in progress";
     s["completionTimestamp"] = Rfc3339(clock_.Now());
     s["errors"] = s.value("errors", int64_t{0}) + 1;
-  });
+  }));
+  return CleanUpFailed(backup);
+}
+
+absl::Status BackupController::CleanUpFailed(const json& backup) {
+  if (Field(Field(backup, "status"), "snapshotsRemoved") == true) return absl::OkStatus();
+  BERTH_RETURN_IF_ERROR(RemoveSnapshots(backup, /*keep_completed=*/false));
+  return EditStatus(registry_, Backups(), backup, [](json& s) { s["snapshotsRemoved"] = true; });
 }
 
 absl::Status BackupController::RemoveSnapshots(const json& backup, bool keep_completed) {
@@ -314,6 +323,11 @@ absl::Status BackupController::RemoveSnapshots(const json& backup, bool keep_com
       }
     }
   }
+  // Group snapshots go whole (their members cannot be deleted one by one).
+  json groups = Field(Field(backup, "status"), "groupSnapshots");
+  if (groups.is_array()) {
+    for (const auto& g : groups) BERTH_RETURN_IF_ERROR(DeleteGroup(g));
+  }
   api::LabelSelector selector;
   BERTH_ASSIGN_OR_RETURN(selector, api::LabelSelector::Parse(StrCat(kLabelBackupUid, "=", Uid(backup))));
   BERTH_ASSIGN_OR_RETURN(auto snaps, registry_.List(Snapshots(), "", LabelsOnly(selector)));
@@ -326,12 +340,33 @@ absl::Status BackupController::RemoveSnapshots(const json& backup, bool keep_com
   return result;
 }
 
+absl::Status BackupController::DeleteGroup(const json& g) {
+  if (g.value("deleted", false)) return absl::OkStatus();
+  const std::string driver = Str(g, {"driver"}), node = Str(g, {"node"});
+  std::string id = Str(g, {"groupSnapshotId"});
+  std::vector<std::string> snapshots, volumes;
+  for (const auto& m : Field(g, "members")) {
+    volumes.push_back(Str(m, {"volumeHandle"}));
+    if (!Str(m, {"snapshotHandle"}).empty()) snapshots.push_back(Str(m, {"snapshotHandle"}));
+  }
+  if (id.empty() || snapshots.size() != volumes.size()) {
+    // Asked for but not recorded (a crash in between): asking again by
+    // name returns it if it was made (and makes it if not, to go at once).
+    auto again = mover_.CreateGroupSnapshot(driver, node, Str(g, {"name"}), volumes);
+    if (!again.ok()) return absl::IsNotFound(again.status()) ? absl::OkStatus() : again.status();
+    id = again->group_snapshot_id;
+    snapshots.clear();
+    for (const auto& [volume, member] : again->members) snapshots.push_back(member.first);
+  }
+  return mover_.DeleteGroupSnapshot(driver, node, id, snapshots);
+}
+
 absl::Status BackupController::DropSuperseded(const json& backup) {
   const json& vols = Field(Field(backup, "status"), "volumes");
   if (!vols.is_array()) return absl::OkStatus();
   std::set<std::string> pvs;
   for (const auto& v : vols) {
-    if (Str(v, {"phase"}) == kPhaseCompleted && !Str(v, {"snapshotName"}).empty())
+    if (Str(v, {"phase"}) == kPhaseCompleted && !Str(v, {"snapshotHandle"}).empty())
       pvs.insert(Str(v, {"persistentVolume"}));
   }
   const auto done = ParseTime(Str(backup, {"status", "completionTimestamp"}));
@@ -354,7 +389,35 @@ absl::Status BackupController::DropSuperseded(const json& backup) {
       ov["snapshotName"] = "";
       changed = true;
     }
-    if (changed) result.Update(EditStatus(registry_, Backups(), other, [&](json& s) { s["volumes"] = updated; }));
+    // A group goes once every member volume has a newer base.
+    json groups = Field(Field(other, "status"), "groupSnapshots");
+    bool groups_changed = false;
+    if (groups.is_array()) {
+      for (auto& g : groups) {
+        if (g.value("deleted", false)) continue;
+        bool all = true;
+        for (const auto& m : Field(g, "members")) all = all && pvs.count(Str(m, {"persistentVolume"})) > 0;
+        if (!all) continue;
+        if (absl::Status st = DeleteGroup(g); !st.ok()) {
+          result.Update(st);
+          continue;
+        }
+        g["deleted"] = true;
+        groups_changed = true;
+        for (auto& ov : updated) {
+          if (Str(ov, {"groupSnapshot"}) == Str(g, {"name"})) {
+            ov["snapshotHandle"] = "";
+            changed = true;
+          }
+        }
+      }
+    }
+    if (changed || groups_changed) {
+      result.Update(EditStatus(registry_, Backups(), other, [&](json& s) {
+        s["volumes"] = updated;
+        if (groups_changed) s["groupSnapshots"] = groups;
+      }));
+    }
   }
   return result;
 }

@@ -107,6 +107,9 @@ class BackupController {
   absl::Status Validate(const nlohmann::json& backup, std::vector<std::string>& errors);
   absl::Status TakeBackup(const nlohmann::json& backup);
   absl::Status Interrupted(const nlohmann::json& backup);
+  // Removes a failed backup's snapshots and mover volumes, once
+  // (status.snapshotsRemoved).
+  absl::Status CleanUpFailed(const nlohmann::json& backup);
   absl::Status Delete(const nlohmann::json& backup);
   absl::Status Expire(const nlohmann::json& backup);
 
@@ -124,6 +127,8 @@ class BackupController {
   // Deletes the kept snapshots of older backups that `backup`'s volumes
   // supersede.
   absl::Status DropSuperseded(const nlohmann::json& backup);
+  // Deletes a group snapshot recorded in a status (idempotent).
+  absl::Status DeleteGroup(const nlohmann::json& group);
   void WriteProgress(Run& run, bool force);
 
   apiserver::Api& registry_;

@@ -88,6 +88,20 @@ inline std::string MoverName(const json& backup, const std::string& pv) {
   return StrCat("berth-backup-", Sha256Hex(StrCat(Uid(backup), "/", pv, "/mover")).substr(0, 16));
 }
 
+// The node a PV's required node affinity pins it to (one term naming one
+// value, as a node-local driver's topology does), or "".
+inline std::string VolumeNode(const json& pv) {
+  const json& terms = Field(Field(Field(Field(pv, "spec"), "nodeAffinity"), "required"), "nodeSelectorTerms");
+  if (!terms.is_array() || terms.size() != 1) return "";
+  const json& exprs = Field(terms[0], "matchExpressions");
+  if (!exprs.is_array() || exprs.size() != 1) return "";
+  const json& values = Field(exprs[0], "values");
+  if (Str(exprs[0], {"operator"}) != "In" || !values.is_array() || values.size() != 1 || !values[0].is_string()) {
+    return "";
+  }
+  return values[0].get<std::string>();
+}
+
 // An object as it goes into a manifest: what was stored, minus what only
 // the server's bookkeeping needs.
 inline json ForManifest(json o) {
@@ -106,7 +120,8 @@ struct BackupController::Volume {
   json pv;
   std::string key;  // "namespace/claim": the volume's name in the manifest
   std::string driver, node, volume_handle;
-  std::string snapshot_name;  // VolumeSnapshot in the claim's namespace
+  std::string snapshot_name;  // VolumeSnapshot in the claim's namespace ("" in a group)
+  std::string group;          // the group snapshot it was cut in ("" alone)
   std::string snapshot_handle;
   int64_t size_bytes = 0;
   std::string base_backup;
@@ -128,6 +143,7 @@ struct BackupController::Volume {
               {"bytesAdded", bytes_added}};
     if (!phase.empty()) v["phase"] = phase;
     if (!base_backup.empty()) v["baseBackup"] = base_backup;
+    if (!group.empty()) v["groupSnapshot"] = group;
     if (!message.empty()) v["message"] = message;
     return v;
   }
@@ -141,6 +157,10 @@ struct BackupController::Run {
   std::vector<json> pods;
   std::vector<json> claims_and_pvs;  // objects for the manifest besides the pods
   std::vector<Volume> volumes;
+  // status.groupSnapshots: {driver, node, name, groupSnapshotId,
+  // members: [{persistentVolume, volumeHandle, snapshotHandle}]}, each
+  // recorded before it is asked for, so a crash leaves its name to clean up.
+  json groups = json::array();
   std::vector<std::string> warnings;
   std::vector<std::string> errors;
   int64_t total_bytes = 0;

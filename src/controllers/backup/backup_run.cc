@@ -100,7 +100,47 @@ absl::Status BackupController::Select(Run& run) {
 }
 
 absl::Status BackupController::Snapshot(Run& run) {
+  // Claims of one driver on one node are cut together when the driver has
+  // group snapshots: one consistency point for all of them (berth-csi
+  // freezes every mounted member, clones them all, thaws).
+  std::map<std::pair<std::string, std::string>, std::vector<Volume*>> places;
   for (auto& v : run.volumes) {
+    const std::string node = VolumeNode(v.pv);
+    if (!node.empty()) places[{v.driver, node}].push_back(&v);
+  }
+  for (auto& [place, members] : places) {
+    if (members.size() < 2) continue;
+    const auto& [driver, node] = place;
+    auto has = mover_.HasGroupSnapshots(driver, node);
+    if (!has.ok() || !*has) continue;
+    json entry = {
+        {"driver", driver},
+        {"node", node},
+        {"name", StrCat("berth-backup-", Sha256Hex(StrCat(Uid(run.backup), "/", driver, "/", node)).substr(0, 16))},
+        {"members", json::array()}};
+    std::vector<std::string> handles;
+    for (Volume* v : members) {
+      entry["members"].push_back({{"persistentVolume", Name(v->pv)}, {"volumeHandle", v->volume_handle}});
+      handles.push_back(v->volume_handle);
+    }
+    run.groups.push_back(entry);
+    WriteProgress(run, true);  // the plan first: an interrupted run's cleanup finds it by name
+    BERTH_ASSIGN_OR_RETURN(auto group, mover_.CreateGroupSnapshot(driver, node, entry["name"], handles));
+    json& recorded = run.groups.back();
+    recorded["groupSnapshotId"] = group.group_snapshot_id;
+    for (size_t i = 0; i < members.size(); ++i) {
+      const auto& [snapshot_id, size] = group.members.at(members[i]->volume_handle);
+      recorded["members"][i]["snapshotHandle"] = snapshot_id;
+      members[i]->snapshot_handle = snapshot_id;
+      members[i]->size_bytes = size;
+      members[i]->node = node;
+      members[i]->group = recorded["name"];
+      members[i]->snapshot_name.clear();
+    }
+    WriteProgress(run, true);
+  }
+  for (auto& v : run.volumes) {
+    if (!v.group.empty()) continue;
     json snap = {{"apiVersion", "snapshot.storage.k8s.io/v1"},
                  {"kind", "VolumeSnapshot"},
                  {"metadata",
@@ -174,6 +214,7 @@ void BackupController::WriteProgress(Run& run, bool force) {
                      {"totalBytes", run.total_bytes},
                      {"bytesDone", run.done_bytes}};
     s["volumes"] = run.VolumesStatus();
+    s["groupSnapshots"] = run.groups;
   });
   if (!st.ok()) spdlog::debug("backup {}: progress: {}", Name(run.backup), st.ToString());
 }
@@ -193,13 +234,16 @@ absl::Status BackupController::MoveVolume(Run& run, Volume& v) {
       if (!vols.is_array()) continue;
       for (const auto& ov : vols) {
         if (Str(ov, {"persistentVolume"}) != Name(v.pv) || Str(ov, {"phase"}) != kPhaseCompleted ||
-            Str(ov, {"snapshotName"}).empty() || Str(ov, {"snapshotHandle"}).empty()) {
+            Str(ov, {"snapshotHandle"}).empty() ||
+            (Str(ov, {"snapshotName"}).empty() && Str(ov, {"groupSnapshot"}).empty())) {
           continue;
         }
         auto done = ParseTime(Str(other, {"status", "completionTimestamp"}));
         if (!done || *done <= newest) continue;
-        auto snap = snapshots_.Get(Str(ov, {"namespace"}), Str(ov, {"snapshotName"}));
-        if (!snap || Field(Field(*snap, "status"), "readyToUse") != true) continue;
+        if (!Str(ov, {"snapshotName"}).empty()) {
+          auto snap = snapshots_.Get(Str(ov, {"namespace"}), Str(ov, {"snapshotName"}));
+          if (!snap || Field(Field(*snap, "status"), "readyToUse") != true) continue;
+        }
         auto manifest = run.repo->ReadManifest(Name(other));
         if (!manifest.ok() || manifest->FindVolume(v.key) == nullptr) continue;
         newest = *done;
@@ -259,9 +303,11 @@ absl::Status BackupController::TakeBackup(const json& backup) {
   // manifest leaves no snapshot and no mover volume behind.
   auto fail = [&](const absl::Status& why) -> absl::Status {
     run.writer.reset();  // abandons the backup: no manifest
-    absl::Status cleaned = RemoveSnapshots(run.backup, /*keep_completed=*/false);
     const std::string reason = std::string(why.message());
     events_.Record(run.backup, "Warning", "BackupFailed", reason);
+    // The outcome first, with what this run made (the last progress write
+    // may not have gone through): a cleanup that fails is retried by the
+    // sync of a Failed backup, which removes the same.
     BERTH_RETURN_IF_ERROR(EditStatus(registry_, Backups(), run.backup, [&](json& s) {
       s["phase"] = kPhaseFailed;
       s["failureReason"] = reason;
@@ -269,8 +315,12 @@ absl::Status BackupController::TakeBackup(const json& backup) {
       s["errors"] = static_cast<int64_t>(run.errors.size()) + 1;
       s["warnings"] = static_cast<int64_t>(run.warnings.size());
       s["volumes"] = run.VolumesStatus();
+      s["groupSnapshots"] = run.groups;
     }));
-    return cleaned;
+    json made = run.backup;
+    made["status"]["volumes"] = run.VolumesStatus();
+    made["status"]["groupSnapshots"] = run.groups;
+    return CleanUpFailed(made);
   };
 
   auto location = Location(Str(backup, {"spec", "storageLocation"}));
@@ -367,6 +417,7 @@ absl::Status BackupController::TakeBackup(const json& backup) {
                      {"totalBytes", run.total_bytes},
                      {"bytesDone", run.total_bytes}};
     s["volumes"] = run.VolumesStatus();
+    s["groupSnapshots"] = run.groups;
   }));
   int64_t added = 0;
   for (const auto& v : run.volumes) added += v.bytes_added;

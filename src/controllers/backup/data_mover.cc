@@ -210,6 +210,73 @@ absl::StatusOr<std::vector<backup::ByteRange>> DataMover::ChangedRanges(const st
   return out;
 }
 
+absl::StatusOr<bool> DataMover::HasGroupSnapshots(const std::string& driver, const std::string& node) {
+  BERTH_ASSIGN_OR_RETURN(auto channel, directory_.Channel(driver, node));
+  auto stub = ::csi::v1::GroupController::NewStub(channel);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
+  ::csi::v1::GroupControllerGetCapabilitiesRequest req;
+  ::csi::v1::GroupControllerGetCapabilitiesResponse resp;
+  grpc::Status st = stub->GroupControllerGetCapabilities(&ctx, req, &resp);
+  if (st.error_code() == grpc::StatusCode::UNIMPLEMENTED) return false;
+  if (!st.ok()) return csi::FromGrpcStatus(st);
+  for (const auto& c : resp.capabilities()) {
+    if (c.rpc().type() == ::csi::v1::GroupControllerServiceCapability::RPC::CREATE_DELETE_GET_VOLUME_GROUP_SNAPSHOT) {
+      return true;
+    }
+  }
+  return false;
+}
+
+absl::StatusOr<DataMover::GroupSnapshot> DataMover::CreateGroupSnapshot(const std::string& driver,
+                                                                        const std::string& node,
+                                                                        const std::string& name,
+                                                                        const std::vector<std::string>& volume_ids) {
+  BERTH_ASSIGN_OR_RETURN(auto channel, directory_.Channel(driver, node));
+  auto stub = ::csi::v1::GroupController::NewStub(channel);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(
+      absl::Now() + (options_.rpc_timeout > absl::ZeroDuration() ? options_.rpc_timeout : absl::Minutes(1))));
+  ::csi::v1::CreateVolumeGroupSnapshotRequest req;
+  req.set_name(name);
+  for (const auto& v : volume_ids) req.add_source_volume_ids(v);
+  ::csi::v1::CreateVolumeGroupSnapshotResponse resp;
+  grpc::Status st = stub->CreateVolumeGroupSnapshot(&ctx, req, &resp);
+  if (!st.ok()) {
+    absl::Status s = csi::FromGrpcStatus(st);
+    return absl::Status(s.code(), StrCat("CSI driver ", driver, ": group snapshot ", name, ": ", s.message()));
+  }
+  GroupSnapshot out;
+  out.group_snapshot_id = resp.group_snapshot().group_snapshot_id();
+  for (const auto& snap : resp.group_snapshot().snapshots()) {
+    out.members[snap.source_volume_id()] = {snap.snapshot_id(), snap.size_bytes()};
+  }
+  for (const auto& v : volume_ids) {
+    if (!out.members.contains(v)) {
+      return absl::InternalError(
+          StrCat("CSI driver ", driver, ": group snapshot ", name, " has no member of volume ", v));
+    }
+  }
+  return out;
+}
+
+absl::Status DataMover::DeleteGroupSnapshot(const std::string& driver, const std::string& node,
+                                            const std::string& group_id, const std::vector<std::string>& snapshot_ids) {
+  BERTH_ASSIGN_OR_RETURN(auto channel, directory_.Channel(driver, node));
+  auto stub = ::csi::v1::GroupController::NewStub(channel);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(
+      absl::Now() + (options_.rpc_timeout > absl::ZeroDuration() ? options_.rpc_timeout : absl::Minutes(1))));
+  ::csi::v1::DeleteVolumeGroupSnapshotRequest req;
+  req.set_group_snapshot_id(group_id);
+  for (const auto& s : snapshot_ids) req.add_snapshot_ids(s);
+  ::csi::v1::DeleteVolumeGroupSnapshotResponse resp;
+  grpc::Status st = stub->DeleteVolumeGroupSnapshot(&ctx, req, &resp);
+  if (st.ok() || st.error_code() == grpc::StatusCode::NOT_FOUND) return absl::OkStatus();
+  absl::Status s = csi::FromGrpcStatus(st);
+  return absl::Status(s.code(), StrCat("CSI driver ", driver, ": delete group snapshot ", group_id, ": ", s.message()));
+}
+
 DataMover::Device::Device(DataMover& mover, MoverVolume target, std::string volume_id, std::string staging,
                           std::string publish, Fd fd, int64_t size_bytes)
     : mover_(mover),

@@ -122,6 +122,23 @@ class DataMover {
   // Deletes a volume the mover kept (after the clone was made).
   absl::Status DeleteVolume(const MoverVolume& target, const std::string& volume_id);
 
+  // Group snapshots (CSI GroupController), for claims one backup takes
+  // together. Whether the driver for `node` offers them:
+  absl::StatusOr<bool> HasGroupSnapshots(const std::string& driver, const std::string& node);
+  struct GroupSnapshot {
+    std::string group_snapshot_id;
+    // source volume id → (snapshot id, size in bytes)
+    std::map<std::string, std::pair<std::string, int64_t>> members;
+  };
+  // CreateVolumeGroupSnapshot `name` of `volume_ids` (idempotent by name:
+  // asking again returns the existing group).
+  absl::StatusOr<GroupSnapshot> CreateGroupSnapshot(const std::string& driver, const std::string& node,
+                                                    const std::string& name,
+                                                    const std::vector<std::string>& volume_ids);
+  // DeleteVolumeGroupSnapshot; NOT_FOUND is success.
+  absl::Status DeleteGroupSnapshot(const std::string& driver, const std::string& node, const std::string& group_id,
+                                   const std::vector<std::string>& snapshot_ids);
+
   // The ranges a changed-block tracking answer names, from the driver's
   // SnapshotMetadata service: the allocated ranges of `snapshot_handle`
   // (base empty) or those changed since `base_handle`. UNIMPLEMENTED when
