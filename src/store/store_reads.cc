@@ -71,7 +71,11 @@ absl::StatusOr<ListResult> Store::List(const std::string& resource, const std::s
     // Rows come in (namespace, name) order so a page ends at a stable key.
     std::string sql = "SELECT data, namespace, name FROM objects WHERE resource=?1";
     if (!ns.empty()) sql += " AND namespace=?2";
-    if (after) sql += " AND (namespace > ?3 OR (namespace = ?3 AND name > ?4))";
+    // A row value: SQLite seeks the primary key to the page's start. The
+    // equivalent OR of two comparisons made it scan the namespace from its
+    // first row (a page near the end of 100,000 claims in one namespace:
+    // 16 ms against 1 ms; a pass over all 200 pages: 2.8 s against 0.36 s).
+    if (after) sql += " AND (namespace, name) > (?3, ?4)";
     sql += " ORDER BY namespace, name";
     Stmt s(read_db_, sql.c_str());
     s.Bind(1, resource);
