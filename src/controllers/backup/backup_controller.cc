@@ -195,17 +195,24 @@ absl::Status BackupController::SyncFromRepository(const json& location, backup::
     }
     const json& created = *live;
     const absl::Time taken = absl::FromUnixNanos(manifest->created_unix_nanos);
-    result.Update(EditStatus(registry_, Backups(), created, [&](json& s) {
-      s["phase"] = kPhaseCompleted;
-      s["startTimestamp"] = Rfc3339(taken);
-      s["completionTimestamp"] = Rfc3339(taken);
-      s["expiration"] = Rfc3339(taken + ttl_or_default(spec));
-      s["progress"] = {{"totalItems", static_cast<int64_t>(manifest->objects.size())},
-                       {"itemsBackedUp", static_cast<int64_t>(manifest->objects.size())},
-                       {"totalBytes", total},
-                       {"bytesDone", total}};
-      s["volumes"] = volumes;
-    }));
+    // The backup worker adds its finalizer meanwhile: a conflict is retried
+    // here, not after the location's backoff.
+    absl::Status written;
+    for (int attempt = 0; attempt < 5; ++attempt) {
+      written = EditStatus(registry_, Backups(), created, [&](json& s) {
+        s["phase"] = kPhaseCompleted;
+        s["startTimestamp"] = Rfc3339(taken);
+        s["completionTimestamp"] = Rfc3339(taken);
+        s["expiration"] = Rfc3339(taken + ttl_or_default(spec));
+        s["progress"] = {{"totalItems", static_cast<int64_t>(manifest->objects.size())},
+                         {"itemsBackedUp", static_cast<int64_t>(manifest->objects.size())},
+                         {"totalBytes", total},
+                         {"bytesDone", total}};
+        s["volumes"] = volumes;
+      });
+      if (!absl::IsAborted(written)) break;
+    }
+    result.Update(written);
     spdlog::info("backup {} found in location {}: added", name, Name(location));
   }
   return result;
@@ -249,11 +256,25 @@ absl::Status BackupController::SyncBackup(const std::string& name) {
     auto fresh = registry_.Get(Backups(), "", name);
     if (!fresh.ok()) return fresh.status();
     events_.Record(*fresh, "Normal", "BackupStarted", StrCat("Backup ", name, " started"));
-    return TakeBackup(*fresh);
+    absl::Status taken = TakeBackup(*fresh);
+    if (!taken.ok()) {
+      // The run ended without writing its outcome (a status write failed):
+      // the retry must say why, not that berth up stopped.
+      absl::MutexLock lock(&mu_);
+      failed_runs_[Uid(*fresh)] = std::string(taken.message());
+    }
+    return taken;
   }
   // The run happens inside this very sync, and a key is never synced twice
   // at once: a backup found InProgress is one a stopped process was taking.
-  if (phase == kPhaseInProgress) return Interrupted(*b);
+  if (phase == kPhaseInProgress) {
+    std::string reason = "berth up stopped while the backup was in progress";
+    {
+      absl::MutexLock lock(&mu_);
+      if (auto it = failed_runs_.find(Uid(*b)); it != failed_runs_.end()) reason = it->second;
+    }
+    return Interrupted(*b, reason);
+  }
   // A failed backup keeps no snapshot (idempotent: retries a cleanup that
   // failed when the backup did).
   if (phase == kPhaseFailed) BERTH_RETURN_IF_ERROR(CleanUpFailed(*b));
@@ -285,15 +306,19 @@ absl::Status BackupController::Validate(const json& backup, std::vector<std::str
   return absl::OkStatus();
 }
 
-absl::Status BackupController::Interrupted(const json& backup) {
-  spdlog::warn("backup {} was in progress when berth up stopped: marking it Failed", Name(backup));
-  events_.Record(backup, "Warning", "BackupFailed", "berth up stopped while the backup was in progress");
+absl::Status BackupController::Interrupted(const json& backup, const std::string& reason) {
+  spdlog::warn("backup {} is InProgress but not running: marking it Failed ({})", Name(backup), reason);
+  events_.Record(backup, "Warning", "BackupFailed", reason);
   BERTH_RETURN_IF_ERROR(EditStatus(registry_, Backups(), backup, [&](json& s) {
     s["phase"] = kPhaseFailed;
-    s["failureReason"] = "berth up stopped while the backup was in progress";
+    s["failureReason"] = reason;
     s["completionTimestamp"] = Rfc3339(clock_.Now());
     s["errors"] = s.value("errors", int64_t{0}) + 1;
   }));
+  {
+    absl::MutexLock lock(&mu_);
+    failed_runs_.erase(Uid(backup));
+  }
   return CleanUpFailed(backup);
 }
 

@@ -106,7 +106,10 @@ class BackupController {
   absl::Status SyncFromRepository(const nlohmann::json& location, backup::Repository& repo);
   absl::Status Validate(const nlohmann::json& backup, std::vector<std::string>& errors);
   absl::Status TakeBackup(const nlohmann::json& backup);
-  absl::Status Interrupted(const nlohmann::json& backup);
+  // Fails an InProgress backup no run of this process is taking: berth up
+  // stopped during it, or this process's run ended without writing its
+  // outcome (then `reason` is that run's error).
+  absl::Status Interrupted(const nlohmann::json& backup, const std::string& reason);
   // Removes a failed backup's snapshots and mover volumes, once
   // (status.snapshotsRemoved).
   absl::Status CleanUpFailed(const nlohmann::json& backup);
@@ -147,6 +150,8 @@ class BackupController {
   absl::Mutex mu_;
   absl::CondVar snapshots_changed_;
   int64_t snapshot_events_ ABSL_GUARDED_BY(mu_) = 0;
+  // uid → error of a run that ended without writing its outcome.
+  std::map<std::string, std::string> failed_runs_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace berth::controllers

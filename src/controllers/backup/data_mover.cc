@@ -77,12 +77,25 @@ absl::StatusOr<std::string> DataMover::CreateVolume(const csi::DriverClient& csi
   req.set_name(target.name);
   req.mutable_capacity_range()->set_required_bytes(size_bytes);
   *req.add_volume_capabilities() = BlockCapability();
-  (*req.mutable_parameters())[kAllowModeChangeParameter] = "true";
-  if (!snapshot_handle.empty()) {
-    req.mutable_volume_content_source()->mutable_snapshot()->set_snapshot_id(snapshot_handle);
+  if (snapshot_handle.empty()) {
+    BERTH_ASSIGN_OR_RETURN(auto created, csi.CreateVolume(req, {.timeout = options_.rpc_timeout}));
+    return created.volume().volume_id();
   }
-  BERTH_ASSIGN_OR_RETURN(auto created, csi.CreateVolume(req, {.timeout = options_.rpc_timeout}));
-  return created.volume().volume_id();
+  req.mutable_volume_content_source()->mutable_snapshot()->set_snapshot_id(snapshot_handle);
+  // A block snapshot needs no mode change, and a driver that is not
+  // berth-csi may refuse the parameter: ask without it first. A filesystem
+  // volume's snapshot is refused as a block volume (INVALID_ARGUMENT), and
+  // one made earlier with the parameter differs from this request
+  // (ALREADY_EXISTS): then ask with it.
+  auto created = csi.CreateVolume(req, {.timeout = options_.rpc_timeout});
+  if (created.ok()) return created->volume().volume_id();
+  if (!absl::IsInvalidArgument(created.status()) && !absl::IsAlreadyExists(created.status())) {
+    return created.status();
+  }
+  (*req.mutable_parameters())[kAllowModeChangeParameter] = "true";
+  auto again = csi.CreateVolume(req, {.timeout = options_.rpc_timeout});
+  BERTH_RETURN_IF_ERROR(again.status());
+  return again->volume().volume_id();
 }
 
 absl::StatusOr<std::unique_ptr<DataMover::Device>> DataMover::Expose(const MoverVolume& target,
@@ -96,7 +109,12 @@ absl::StatusOr<std::unique_ptr<DataMover::Device>> DataMover::Expose(const Mover
   stage.set_volume_id(volume_id);
   stage.set_staging_target_path(staging);
   *stage.mutable_volume_capability() = BlockCapability();
-  BERTH_RETURN_IF_ERROR(csi->NodeStageVolume(stage, {.timeout = options_.rpc_timeout}));
+  if (absl::Status st = csi->NodeStageVolume(stage, {.timeout = options_.rpc_timeout}); !st.ok()) {
+    std::error_code ec;
+    std::filesystem::remove(staging, ec);
+    std::filesystem::remove(std::filesystem::path(staging).parent_path(), ec);
+    return st;
+  }
   ::csi::v1::NodePublishVolumeRequest pub;
   pub.set_volume_id(volume_id);
   pub.set_staging_target_path(staging);
