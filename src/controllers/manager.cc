@@ -89,9 +89,9 @@ ControllerManager::ControllerManager(apiserver::Registry& registry, DriverDirect
   if (options_.data_mover_work_dir) {
     data_mover_ = std::make_unique<DataMover>(
         drivers_, DataMover::Options{.work_dir = options_.data_mover_work_dir, .rpc_timeout = options_.rpc_timeout});
-    backup_controller_ = std::make_unique<BackupController>(
-        registry_, i("backups"), i("backupstoragelocations"), i("volumesnapshots"), *data_mover_,
-        options_.hook_runner, BackupController::Options{.clock = options_.clock});
+    backup_controller_ = std::make_unique<BackupController>(registry_, i("backups"), i("backupstoragelocations"),
+                                                            i("volumesnapshots"), *data_mover_, options_.hook_runner,
+                                                            BackupController::Options{.clock = options_.clock});
     // Restores: claims filled from the repository by every berth provisioner
     // (populator), the Restore objects driven by their controller.
     backup_populator_ = std::make_unique<BackupPopulator>(registry_, *data_mover_, &restore_tracker_);
