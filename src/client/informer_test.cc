@@ -84,6 +84,43 @@ TEST_F(InformerTest, ListsThenFollowsAddsUpdatesAndDeletes) {
   EXPECT_EQ(informer.List("other").size(), 0u);
 }
 
+TEST_F(InformerTest, FirstListComesInPagesAndTheWatchFollowsIt) {
+  // More than two pages of kListPageSize: every object listed once, in
+  // two namespaces, and the watch goes on from the first page's version.
+  Open();
+  auto ns = registry_->Create(*api::FindResource("", "namespaces"), "",
+                              {{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", "other"}}}});
+  ASSERT_TRUE(ns.ok()) << ns.status();
+  const size_t n = 2 * Informer::kListPageSize + 37;
+  std::vector<std::pair<std::string, json>> claims;
+  for (size_t i = 0; i < n; ++i) {
+    claims.emplace_back(i % 3 == 0 ? "other" : "default", Claim("c-" + std::to_string(i)));
+  }
+  for (const auto& r : registry_->CreateAll(Claims(), claims)) ASSERT_TRUE(r.ok()) << r.status();
+  absl::Mutex mu;
+  std::multiset<std::string> added;
+  Informer informer(*registry_, Claims());
+  informer.AddHandlers({.on_add =
+                            [&](const json& o) {
+                              absl::MutexLock l(&mu);
+                              added.insert(ObjectKey(o));
+                            },
+                        .on_update = nullptr,
+                        .on_delete = nullptr});
+  informer.Start();
+  ASSERT_TRUE(informer.WaitForSync(absl::Seconds(30)));
+  {
+    absl::MutexLock l(&mu);
+    EXPECT_EQ(added.size(), n);
+    EXPECT_EQ(std::set<std::string>(added.begin(), added.end()).size(), n) << "each object added once";
+  }
+  EXPECT_EQ(informer.List().size(), n);
+  EXPECT_EQ(informer.List("other").size(), (n + 2) / 3);
+  ASSERT_TRUE(registry_->Create(Claims(), "default", Claim("later")).ok());
+  EXPECT_TRUE(Eventually([&] { return informer.Get("default", "later").has_value(); }));
+  informer.Stop();
+}
+
 TEST_F(InformerTest, NotSyncedUntilEveryHandlerHasSeenTheFirstList) {
   Open();
   ASSERT_TRUE(registry_->Create(Claims(), "default", Claim("one")).ok());
