@@ -123,6 +123,26 @@ class Fields {
   int indent_;
 };
 
+// What a backup's or restore's status says of its outcome: progress (items
+// counted under `done_key`), errors, warnings, the failure reason and the
+// validation errors.
+void DescribeOutcome(Fields& f, std::ostream& out, const json& o, const char* done_key) {
+  const json status = o.value("status", json::object());
+  const json progress = status.value("progress", json::object());
+  std::string items;
+  if (progress.contains("totalItems")) {
+    items = StrCat(progress.value(done_key, 0), " of ", progress.value("totalItems", 0), " items");
+  }
+  f.Add("Progress", Or(StrCat(ProgressText(o), ProgressText(o).empty() || items.empty() ? "" : ", ", items), "<n/a>"));
+  f.Add("Errors", StrCat(status.value("errors", 0)));
+  f.Add("Warnings", StrCat(status.value("warnings", 0)));
+  if (const std::string reason = status.value("failureReason", ""); !reason.empty()) f.Add("Failure reason", reason);
+  if (const json errors = status.value("validationErrors", json::array()); errors.is_array() && !errors.empty()) {
+    out << "Validation errors:\n";
+    for (const auto& e : errors) out << "  " << (e.is_string() ? e.get<std::string>() : e.dump()) << "\n";
+  }
+}
+
 void DescribeBackupBody(const json& o, std::ostream& out) {
   const json spec = o.value("spec", json::object());
   const json status = o.value("status", json::object());
@@ -139,18 +159,10 @@ void DescribeBackupBody(const json& o, std::ostream& out) {
   f.Add("Started", Or(status.value("startTimestamp", ""), "<n/a>"));
   f.Add("Completed", Or(status.value("completionTimestamp", ""), "<n/a>"));
   f.Add("Expiration", Or(status.value("expiration", ""), "<n/a>"));
-  const json progress = status.value("progress", json::object());
-  std::string items;
-  if (progress.contains("totalItems")) {
-    items = StrCat(progress.value("itemsBackedUp", 0), " of ", progress.value("totalItems", 0), " items");
-  }
-  f.Add("Progress", Or(StrCat(ProgressText(o), ProgressText(o).empty() || items.empty() ? "" : ", ", items), "<n/a>"));
-  f.Add("Errors", StrCat(status.value("errors", 0)));
-  f.Add("Warnings", StrCat(status.value("warnings", 0)));
-  if (const std::string reason = status.value("failureReason", ""); !reason.empty()) f.Add("Failure reason", reason);
-  if (const json errors = status.value("validationErrors", json::array()); errors.is_array() && !errors.empty()) {
-    out << "Validation errors:\n";
-    for (const auto& e : errors) out << "  " << (e.is_string() ? e.get<std::string>() : e.dump()) << "\n";
+  DescribeOutcome(f, out, o, "itemsBackedUp");
+  if (const json problems = status.value("problems", json::array()); problems.is_array() && !problems.empty()) {
+    out << "Problems:\n";
+    for (const auto& p : problems) out << "  " << (p.is_string() ? p.get<std::string>() : p.dump()) << "\n";
   }
   const json volumes = status.value("volumes", json::array());
   if (!volumes.is_array() || volumes.empty()) {
@@ -166,7 +178,8 @@ void DescribeBackupBody(const json& o, std::ostream& out) {
     rows.push_back({StrCat(v.value("namespace", ""), "/", v.value("persistentVolumeClaim", "")),
                     Or(v.value("persistentVolume", ""), "-"), Or(v.value("node", ""), "-"),
                     Or(v.value("phase", ""), "-"), bytes("sizeBytes"), bytes("bytesRead"), bytes("bytesAdded"),
-                    Or(v.value("snapshotName", ""), "-"), Or(v.value("baseBackup", ""), "-"), v.value("message", "")});
+                    Or(v.value("snapshotName", ""), Or(v.value("groupSnapshot", ""), "-")),
+                    Or(v.value("baseBackup", ""), "-"), v.value("message", "")});
   }
   out << "Volumes:\n";
   std::string table = api::Tabulate(rows);
@@ -195,19 +208,7 @@ void DescribeRestoreBody(const json& o, std::ostream& out) {
   out << "\n";
   f.Add("Started", Or(status.value("startTimestamp", ""), "<n/a>"));
   f.Add("Completed", Or(status.value("completionTimestamp", ""), "<n/a>"));
-  const json progress = status.value("progress", json::object());
-  std::string items;
-  if (progress.contains("totalItems")) {
-    items = StrCat(progress.value("itemsRestored", 0), " of ", progress.value("totalItems", 0), " items");
-  }
-  f.Add("Progress", Or(StrCat(ProgressText(o), ProgressText(o).empty() || items.empty() ? "" : ", ", items), "<n/a>"));
-  f.Add("Errors", StrCat(status.value("errors", 0)));
-  f.Add("Warnings", StrCat(status.value("warnings", 0)));
-  if (const std::string reason = status.value("failureReason", ""); !reason.empty()) f.Add("Failure reason", reason);
-  if (const json errors = status.value("validationErrors", json::array()); errors.is_array() && !errors.empty()) {
-    out << "Validation errors:\n";
-    for (const auto& e : errors) out << "  " << (e.is_string() ? e.get<std::string>() : e.dump()) << "\n";
-  }
+  DescribeOutcome(f, out, o, "itemsRestored");
 }
 
 }  // namespace
