@@ -220,6 +220,21 @@ std::string ProgressText(const json& object) {
                 FormatByteSizeApprox(progress["totalBytes"].get<int64_t>()));
 }
 
+namespace {
+
+// Creates the backup.berth.io object `name` of `kind` with `spec` and, with
+// `wait`, follows it to its end.
+absl::Status CreateAndFollow(ApiClient& client, const char* resource, std::string_view kind, const std::string& name,
+                             const json& spec, bool wait, std::ostream& out, bool terminal) {
+  const json object = {
+      {"apiVersion", types::kBackupApiVersion}, {"kind", kind}, {"metadata", {{"name", name}}}, {"spec", spec}};
+  BERTH_RETURN_IF_ERROR(CreateObject(client, BackupKind(resource), object, out));
+  if (!wait) return absl::OkStatus();
+  return WaitForBackupKind(client, BackupKind(resource), name, out, terminal);
+}
+
+}  // namespace
+
 absl::Status BackupCreate(ApiClient& client, const BackupCreateOptions& o, std::ostream& out, bool terminal) {
   json spec = json::object();
   if (auto ns = Items(o.include_namespaces); !ns.empty()) spec["includedNamespaces"] = ns;
@@ -236,13 +251,7 @@ absl::Status BackupCreate(ApiClient& client, const BackupCreateOptions& o, std::
     spec["ttl"] = FormatGoDuration(*ttl);
   }
   if (!o.storage_location.empty()) spec["storageLocation"] = o.storage_location;
-  const json backup = {{"apiVersion", types::kBackupApiVersion},
-                       {"kind", types::Backup::kKind},
-                       {"metadata", {{"name", o.name}}},
-                       {"spec", spec}};
-  BERTH_RETURN_IF_ERROR(CreateObject(client, BackupKind("backups"), backup, out));
-  if (!o.wait) return absl::OkStatus();
-  return WaitForBackupKind(client, BackupKind("backups"), o.name, out, terminal);
+  return CreateAndFollow(client, "backups", types::Backup::kKind, o.name, spec, o.wait, out, terminal);
 }
 
 absl::Status RestoreCreate(ApiClient& client, const RestoreCreateOptions& o, std::ostream& out, bool terminal) {
@@ -257,13 +266,7 @@ absl::Status RestoreCreate(ApiClient& client, const RestoreCreateOptions& o, std
     spec["namespaceMapping"][item.substr(0, colon)] = item.substr(colon + 1);
   }
   if (!o.target_node.empty()) spec["targetNode"] = o.target_node;
-  const json restore = {{"apiVersion", types::kBackupApiVersion},
-                        {"kind", types::Restore::kKind},
-                        {"metadata", {{"name", o.name}}},
-                        {"spec", spec}};
-  BERTH_RETURN_IF_ERROR(CreateObject(client, BackupKind("restores"), restore, out));
-  if (!o.wait) return absl::OkStatus();
-  return WaitForBackupKind(client, BackupKind("restores"), o.name, out, terminal);
+  return CreateAndFollow(client, "restores", types::Restore::kKind, o.name, spec, o.wait, out, terminal);
 }
 
 absl::Status BackupKindGet(ApiClient& client, const api::KindInfo& kind, const std::string& name, std::ostream& out) {

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -97,5 +98,12 @@ inline absl::Status EditFinalizer(apiserver::Api& registry, const api::KindInfo&
 // RFC 3339 in UTC with seconds, as Kubernetes writes metav1.Time.
 inline std::string Rfc3339(absl::Time t) { return absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", t, absl::UTCTimeZone()); }
 inline std::string NowRfc3339() { return Rfc3339(absl::Now()); }
+// The reverse: a timestamp as objects carry it; nullopt if empty or malformed.
+inline std::optional<absl::Time> ParseRfc3339(const std::string& text) {
+  absl::Time t;
+  std::string err;
+  if (text.empty() || !absl::ParseTime(absl::RFC3339_full, text, &t, &err)) return std::nullopt;
+  return t;
+}
 
 }  // namespace berth::client

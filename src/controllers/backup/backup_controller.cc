@@ -324,16 +324,14 @@ absl::Status BackupController::Interrupted(const json& backup, const std::string
 
 absl::Status BackupController::CleanUpFailed(const json& backup) {
   if (Field(Field(backup, "status"), "snapshotsRemoved") == true) return absl::OkStatus();
-  BERTH_RETURN_IF_ERROR(RemoveSnapshots(backup, /*keep_completed=*/false));
+  BERTH_RETURN_IF_ERROR(RemoveSnapshots(backup));
   return EditStatus(registry_, Backups(), backup, [](json& s) { s["snapshotsRemoved"] = true; });
 }
 
-absl::Status BackupController::RemoveSnapshots(const json& backup, bool keep_completed) {
-  std::set<std::string> keep;
+absl::Status BackupController::RemoveSnapshots(const json& backup) {
   const json& vols = Field(Field(backup, "status"), "volumes");
   if (vols.is_array()) {
     for (const auto& v : vols) {
-      const std::string snapshot = Str(v, {"snapshotName"});
       // The mover's volume of an interrupted run, if any (Cleanup finds
       // it by asking for it again; nothing there is fine).
       if (!Str(v, {"snapshotHandle"}).empty() && Str(v, {"phase"}).empty()) {
@@ -342,9 +340,6 @@ absl::Status BackupController::RemoveSnapshots(const json& backup, bool keep_com
             mover_.Cleanup({Str(v, {"driver"}), Str(v, {"node"}), MoverName(backup, Str(v, {"persistentVolume"}))},
                            Str(v, {"snapshotHandle"}), size.is_number_integer() ? size.get<int64_t>() : 0);
         if (!st.ok()) return st;
-      }
-      if (keep_completed && Str(v, {"phase"}) == kPhaseCompleted && !snapshot.empty()) {
-        keep.insert(StrCat(Str(v, {"namespace"}), "/", snapshot));
       }
     }
   }
@@ -358,7 +353,7 @@ absl::Status BackupController::RemoveSnapshots(const json& backup, bool keep_com
   BERTH_ASSIGN_OR_RETURN(auto snaps, registry_.List(Snapshots(), "", LabelsOnly(selector)));
   absl::Status result;
   for (const auto& s : snaps.items) {
-    if (keep.count(ObjectKey(s)) > 0 || Deleting(s)) continue;
+    if (Deleting(s)) continue;
     auto del = registry_.Delete(Snapshots(), Ns(s), Name(s));
     if (!del.ok() && !absl::IsNotFound(del.status())) result.Update(del.status());
   }
@@ -394,11 +389,11 @@ absl::Status BackupController::DropSuperseded(const json& backup) {
     if (Str(v, {"phase"}) == kPhaseCompleted && !Str(v, {"snapshotHandle"}).empty())
       pvs.insert(Str(v, {"persistentVolume"}));
   }
-  const auto done = ParseTime(Str(backup, {"status", "completionTimestamp"}));
+  const auto done = ParseRfc3339(Str(backup, {"status", "completionTimestamp"}));
   absl::Status result;
   for (const auto& other : backups_.List()) {
     if (Uid(other) == Uid(backup)) continue;
-    const auto other_done = ParseTime(Str(other, {"status", "completionTimestamp"}));
+    const auto other_done = ParseRfc3339(Str(other, {"status", "completionTimestamp"}));
     if (done && other_done && *other_done > *done) continue;  // newer than this one
     const json& ovols = Field(Field(other, "status"), "volumes");
     if (!ovols.is_array()) continue;
@@ -448,7 +443,7 @@ absl::Status BackupController::DropSuperseded(const json& backup) {
 }
 
 absl::Status BackupController::Expire(const json& backup) {
-  auto expiration = ParseTime(Str(backup, {"status", "expiration"}));
+  auto expiration = ParseRfc3339(Str(backup, {"status", "expiration"}));
   if (!expiration) return absl::OkStatus();
   const absl::Time now = clock_.Now();
   if (now < *expiration) {
@@ -468,7 +463,7 @@ absl::Status BackupController::Delete(const json& backup) {
   if (Str(backup, {"status", "phase"}) != kPhaseDeleting) {
     BERTH_RETURN_IF_ERROR(EditStatus(registry_, Backups(), backup, [](json& s) { s["phase"] = kPhaseDeleting; }));
   }
-  BERTH_RETURN_IF_ERROR(RemoveSnapshots(backup, /*keep_completed=*/false));
+  BERTH_RETURN_IF_ERROR(RemoveSnapshots(backup));
   auto location = Location(Str(backup, {"spec", "storageLocation"}));
   if (location.ok() && Str(*location, {"spec", "accessMode"}) != "ReadOnly") {
     auto repo = OpenRepository(*location, /*create=*/false);

@@ -124,9 +124,9 @@ class BackupController {
   absl::Status Snapshot(Run& run);
   absl::Status MoveVolume(Run& run, Volume& v);
   absl::Status WaitForSnapshots(Run& run);
-  // Removes this backup's snapshots (all, or those not `kept`) and the
+  // Removes every snapshot and group snapshot of this backup and the
   // mover's volumes of it.
-  absl::Status RemoveSnapshots(const nlohmann::json& backup, bool keep_completed);
+  absl::Status RemoveSnapshots(const nlohmann::json& backup);
   // Deletes the kept snapshots of older backups that `backup`'s volumes
   // supersede.
   absl::Status DropSuperseded(const nlohmann::json& backup);

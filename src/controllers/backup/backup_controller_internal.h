@@ -12,6 +12,7 @@
 #include "apiserver/api.h"
 #include "backup/repository.h"
 #include "client/object.h"
+#include "client/writes.h"
 #include "common/hash.h"
 #include "common/strings.h"
 #include "common/units.h"
@@ -61,13 +62,6 @@ inline std::map<std::string, std::string> Labels(const json& o) {
     if (it->is_string()) out[it.key()] = it->get<std::string>();
   }
   return out;
-}
-
-inline std::optional<absl::Time> ParseTime(const std::string& s) {
-  absl::Time t;
-  std::string err;
-  if (s.empty() || !absl::ParseTime(absl::RFC3339_full, s, &t, &err)) return std::nullopt;
-  return t;
 }
 
 inline apiserver::ListOptions LabelsOnly(const api::LabelSelector& selector) {

@@ -143,7 +143,9 @@ TEST_F(BackupControllerTest, ABackupFoundInProgressAtStartWasInterruptedAndFails
 
 TEST_F(BackupControllerTest, BackupsInARepositoryWithoutObjectsAreAddedCompleted) {
   {
-    auto repo = backup::Repository::Create(repo_dir_);
+    // Taken "now" on the controller's clock: a backup from the real clock's
+    // past would have expired on the fake one and be deleted at once.
+    auto repo = backup::Repository::Create(repo_dir_, {}, clock_);
     ASSERT_TRUE(repo.ok()) << repo.status();
     auto w = (*repo)->StartBackup("elsewhere");
     ASSERT_TRUE(w.ok());

@@ -238,7 +238,7 @@ absl::Status BackupController::MoveVolume(Run& run, Volume& v) {
             (Str(ov, {"snapshotName"}).empty() && Str(ov, {"groupSnapshot"}).empty())) {
           continue;
         }
-        auto done = ParseTime(Str(other, {"status", "completionTimestamp"}));
+        auto done = ParseRfc3339(Str(other, {"status", "completionTimestamp"}));
         if (!done || *done <= newest) continue;
         if (!Str(ov, {"snapshotName"}).empty()) {
           auto snap = snapshots_.Get(Str(ov, {"namespace"}), Str(ov, {"snapshotName"}));

@@ -228,6 +228,11 @@ absl::StatusOr<std::vector<backup::ByteRange>> DataMover::ChangedRanges(const st
   return out;
 }
 
+absl::Duration DataMover::GroupCallTimeout() const {
+  // The call layer's default for a snapshot made or removed.
+  return options_.rpc_timeout > absl::ZeroDuration() ? options_.rpc_timeout : csi::DefaultTimeout("CreateSnapshot");
+}
+
 absl::StatusOr<bool> DataMover::HasGroupSnapshots(const std::string& driver, const std::string& node) {
   BERTH_ASSIGN_OR_RETURN(auto channel, directory_.Channel(driver, node));
   auto stub = ::csi::v1::GroupController::NewStub(channel);
@@ -253,8 +258,7 @@ absl::StatusOr<DataMover::GroupSnapshot> DataMover::CreateGroupSnapshot(const st
   BERTH_ASSIGN_OR_RETURN(auto channel, directory_.Channel(driver, node));
   auto stub = ::csi::v1::GroupController::NewStub(channel);
   grpc::ClientContext ctx;
-  ctx.set_deadline(absl::ToChronoTime(
-      absl::Now() + (options_.rpc_timeout > absl::ZeroDuration() ? options_.rpc_timeout : absl::Minutes(1))));
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + GroupCallTimeout()));
   ::csi::v1::CreateVolumeGroupSnapshotRequest req;
   req.set_name(name);
   for (const auto& v : volume_ids) req.add_source_volume_ids(v);
@@ -283,8 +287,7 @@ absl::Status DataMover::DeleteGroupSnapshot(const std::string& driver, const std
   BERTH_ASSIGN_OR_RETURN(auto channel, directory_.Channel(driver, node));
   auto stub = ::csi::v1::GroupController::NewStub(channel);
   grpc::ClientContext ctx;
-  ctx.set_deadline(absl::ToChronoTime(
-      absl::Now() + (options_.rpc_timeout > absl::ZeroDuration() ? options_.rpc_timeout : absl::Minutes(1))));
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + GroupCallTimeout()));
   ::csi::v1::DeleteVolumeGroupSnapshotRequest req;
   req.set_group_snapshot_id(group_id);
   for (const auto& s : snapshot_ids) req.add_snapshot_ids(s);

@@ -155,6 +155,8 @@ class DataMover {
                                                  int64_t size_bytes, bool read_only);
   absl::Status Teardown(const MoverVolume& target, const std::string& volume_id, bool delete_volume);
   absl::StatusOr<std::pair<std::string, std::string>> Paths(const MoverVolume& target);
+  // The deadline of a GroupController call (no call layer wraps them).
+  absl::Duration GroupCallTimeout() const;
 
   client::DriverDirectory& directory_;
   const Options options_;

@@ -23,13 +23,6 @@ namespace types = ::berth::api::types;
 const api::KindInfo& Schedules() { return K("schedules", types::kBackupGroup); }
 const api::KindInfo& Backups() { return K("backups", types::kBackupGroup); }
 
-std::optional<absl::Time> ParseTime(const std::string& text) {
-  absl::Time t;
-  std::string err;
-  if (text.empty() || !absl::ParseTime(absl::RFC3339_full, text, &t, &err)) return std::nullopt;
-  return t;
-}
-
 // What the API server cannot judge from the field alone. The cron
 // expression is checked there too; a stored schedule written before that
 // rule, or by a newer berth, still gets a clear status here.
@@ -103,8 +96,8 @@ absl::Status ScheduleController::SyncSchedule(const std::string& name) {
   if (!errors.empty() || schedule.spec.paused) return absl::OkStatus();
 
   const CronSchedule cron = *CronSchedule::Parse(schedule.spec.schedule);  // validated above
-  std::optional<absl::Time> last = ParseTime(schedule.status.last_backup);
-  if (!last) last = ParseTime(schedule.metadata.creation_timestamp);
+  std::optional<absl::Time> last = client::ParseRfc3339(schedule.status.last_backup);
+  if (!last) last = client::ParseRfc3339(schedule.metadata.creation_timestamp);
   if (!last) {
     return absl::InternalError(StrCat("schedule ", name, " has neither status.lastBackup nor a creationTimestamp"));
   }
@@ -124,7 +117,7 @@ absl::Status ScheduleController::SyncSchedule(const std::string& name) {
                          api::LabelSelector::Parse(StrCat(types::kScheduleNameLabel, "=", schedule.metadata.name)));
   BERTH_ASSIGN_OR_RETURN(apiserver::ListPage page, registry_.List(Backups(), "", mine));
   for (const json& b : page.items) {
-    std::optional<absl::Time> created = ParseTime(client::Str(b, {"metadata", "creationTimestamp"}));
+    std::optional<absl::Time> created = client::ParseRfc3339(client::Str(b, {"metadata", "creationTimestamp"}));
     // Whole seconds: creationTimestamp has no fraction, `due` never has.
     if (created && *created >= due && (backup_name.empty() || *created > made)) {
       made = *created;

@@ -44,13 +44,6 @@ constexpr ConditionTaint kConditionTaints[] = {
     {"PIDPressure", "True", "node.kubernetes.io/pid-pressure"},
 };
 
-std::optional<absl::Time> ParseRfc3339(const std::string& text) {
-  absl::Time t;
-  std::string err;
-  if (text.empty() || !absl::ParseTime(absl::RFC3339_full, text, &t, &err)) return std::nullopt;
-  return t;
-}
-
 // nodetopology.GetZoneKey on the stable labels: "" when neither is set.
 std::string ZoneKey(const types::Node& node) {
   auto label = [&](const char* key) {
@@ -81,7 +74,7 @@ bool HasNodeTaint(const types::Node& node, const std::string& key, const std::st
 std::optional<absl::Time> LeaseRenewTime(const json& lease) {
   absl::StatusOr<types::Lease> typed = client::DecodeAs<types::Lease>(lease);
   if (!typed.ok() || !typed->spec.renew_time) return std::nullopt;
-  return ParseRfc3339(*typed->spec.renew_time);
+  return client::ParseRfc3339(*typed->spec.renew_time);
 }
 
 }  // namespace
@@ -252,7 +245,7 @@ absl::Status NodeLifecycleController::MonitorNodeHealth() {
 absl::StatusOr<NodeLifecycleController::Observed> NodeLifecycleController::UpdateNodeHealth(const types::Node& node) {
   const std::string& name = node.metadata.name;
   const absl::Time now = clock_.Now();
-  const absl::Time created = ParseRfc3339(node.metadata.creation_timestamp).value_or(now);
+  const absl::Time created = client::ParseRfc3339(node.metadata.creation_timestamp).value_or(now);
   const types::NodeCondition* ready = node.Condition("Ready");
   const bool has_ready = ready != nullptr;
   const types::NodeCondition no_condition;
