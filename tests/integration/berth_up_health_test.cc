@@ -26,7 +26,8 @@ class BerthUpHealthTest : public BerthUpFixture {
  protected:
   json NodeCondition(const std::string& type) {
     json node = Get("/api/v1/nodes/" + node_);
-    if (node.is_null()) return nullptr;
+    // A Node just registered may have no status yet.
+    if (!node.is_object() || !node.contains("status") || !node["status"].is_object()) return nullptr;
     for (const auto& c : node["status"].value("conditions", json::array())) {
       if (c.value("type", "") == type) return c;
     }

@@ -330,8 +330,13 @@ TEST_F(ControllersSafetyTest, DriverKilledThreeTimesDuringCreationAndDeletionSta
       absl::Seconds(60)))
       << Leftovers();
   recoveries.push_back(absl::Now() - registered);
-  for (absl::Duration r : recoveries) EXPECT_LE(r, absl::Seconds(10));
+  // Seconds here, 1-4 s on an idle machine; a key left to its backoff would
+  // wait minutes. The bound is loose because CI runs this beside other
+  // sanitized tests on two cores; that the parked keys were resumed at the
+  // registration is what shows nothing waited for its backoff.
+  for (absl::Duration r : recoveries) EXPECT_LE(r, absl::Seconds(30));
   const client::DriverMonitor::Stats s = monitor.stats();
+  EXPECT_GT(s.resumed, 0);
   std::cout << "[ FIGURES  ] 200 claims, 3 outages: done " << absl::FormatDuration(recoveries[0])
             << " after the 2nd re-registration (all Bound) and " << absl::FormatDuration(recoveries[1])
             << " after the 3rd (all deleted); CSI calls attempted while the driver was down: " << down_calls

@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "backup/repository.h"
+#include "client/object.h"
 #include "common/fd.h"
 #include "controllers/testing/controller_fixture.h"
 #include "controllers/volume/pv_binder.h"
@@ -79,10 +80,11 @@ class RestoreControllerTest : public testing::ControllerTest {
     }
   }
   void TearDown() override {
-    controller_.reset();
+    // The informers' threads call the controller's handlers: stop them first.
     for (auto* i : {restores_.get(), backups_.get(), claims_.get()}) {
       if (i) i->Stop();
     }
+    controller_.reset();
   }
 
   // Backup `name` in the repository (the objects, and one volume per claim
@@ -111,7 +113,7 @@ class RestoreControllerTest : public testing::ControllerTest {
                 {{"phase", phase}, {"startTimestamp", "2026-11-26T10:00:0" + std::to_string(++started_) + "Z"}});
     ASSERT_TRUE(Eventually([&] {
       auto b = backups_->GetSharedByKey(name);
-      return b && (*b)["status"].value("phase", "") == phase;
+      return b && client::Str(*b, {"status", "phase"}) == phase;  // no status until the patch lands
     }));
   }
   json Restore(const std::string& name, json spec) {
@@ -123,7 +125,7 @@ class RestoreControllerTest : public testing::ControllerTest {
     PatchStatus("persistentvolumeclaims", "", ns, claim, {{"phase", "Bound"}});
     ASSERT_TRUE(Eventually([&] {
       auto c = claims_->GetSharedByKey(ns + "/" + claim);
-      return c && (*c)["status"].value("phase", "") == "Bound";
+      return c && client::Str(*c, {"status", "phase"}) == "Bound";
     }));
   }
   // Waits until the claims cache has the claim (the restore reads it there).
