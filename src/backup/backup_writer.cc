@@ -1,5 +1,6 @@
-// BackupWriter (repository.h): reading a volume's touched chunks, merging
-// them with a base backup's extents, and committing the manifest.
+// BackupWriter (repository.h): reading a volume's changed ranges (whole
+// chunks, or small changed blocks packed together), cutting a base backup's
+// extents around them, and committing the manifest.
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -8,6 +9,7 @@
 #include <cerrno>
 #include <cstring>
 #include <map>
+#include <set>
 #include <thread>
 
 #include "absl/synchronization/mutex.h"
@@ -44,34 +46,61 @@ absl::Status PreadFull(int fd, char* buf, int64_t length, int64_t offset, std::s
   return absl::OkStatus();
 }
 
-// The chunk indices `ranges` touch within a volume of `size` bytes, as
-// sorted, merged, inclusive [first, last] intervals.
-absl::StatusOr<std::vector<std::pair<int64_t, int64_t>>> TouchedChunks(const std::vector<ByteRange>& ranges,
-                                                                       int64_t size, int64_t chunk_size) {
-  std::vector<std::pair<int64_t, int64_t>> spans;
+constexpr int64_t kBlock = 4096;
+
+// An incremental backup re-reads a chunk-sized window whole when its changed
+// bytes reach 1/kWholeWindowShare of it, or when cutting its base extents
+// around the changes would leave more than kMaxSlicesPerWindow extents in it
+// (which also compacts a window many incremental backups have cut).
+// Otherwise only the changed blocks are read and packed into shared chunks.
+constexpr int64_t kWholeWindowShare = 4;
+constexpr size_t kMaxSlicesPerWindow = 32;
+
+// `ranges` checked against a volume of `size` bytes, widened to 4 KiB
+// blocks (clipped at the end), sorted and merged.
+absl::StatusOr<std::vector<ByteRange>> ChangedBlocks(const std::vector<ByteRange>& ranges, int64_t size) {
+  std::vector<ByteRange> blocks;
   for (const ByteRange& r : ranges) {
     if (r.offset < 0 || r.length < 0 || r.offset > size || r.length > size - r.offset) {
       return absl::InvalidArgumentError(
           StrCat("range (", r.offset, ", ", r.length, ") is outside the volume's ", size, " bytes"));
     }
     if (r.length == 0) continue;
-    spans.emplace_back(r.offset / chunk_size, (r.offset + r.length - 1) / chunk_size);
+    const int64_t begin = r.offset / kBlock * kBlock;
+    const int64_t end = std::min(size, (r.offset + r.length + kBlock - 1) / kBlock * kBlock);
+    blocks.push_back({begin, end - begin});
   }
-  std::sort(spans.begin(), spans.end());
-  std::vector<std::pair<int64_t, int64_t>> merged;
-  for (const auto& s : spans) {
-    if (!merged.empty() && s.first <= merged.back().second + 1) {
-      merged.back().second = std::max(merged.back().second, s.second);
+  std::sort(blocks.begin(), blocks.end(), [](const ByteRange& a, const ByteRange& b) { return a.offset < b.offset; });
+  std::vector<ByteRange> merged;
+  for (const ByteRange& b : blocks) {
+    if (!merged.empty() && b.offset <= merged.back().offset + merged.back().length) {
+      merged.back().length =
+          std::max(merged.back().offset + merged.back().length, b.offset + b.length) - merged.back().offset;
     } else {
-      merged.push_back(s);
+      merged.push_back(b);
     }
   }
   return merged;
 }
 
-bool Touched(const std::vector<std::pair<int64_t, int64_t>>& spans, int64_t index) {
-  auto it = std::upper_bound(spans.begin(), spans.end(), std::make_pair(index, INT64_MAX));
-  return it != spans.begin() && std::prev(it)->second >= index;
+// `extents` minus the sorted, non-overlapping `cut` ranges: the pieces left,
+// each a slice of its extent's chunk.
+std::vector<Extent> CutAround(const std::vector<Extent>& extents, const std::vector<ByteRange>& cut) {
+  std::vector<Extent> out;
+  auto c = cut.begin();
+  for (const Extent& e : extents) {
+    int64_t pos = e.offset;
+    const int64_t end = e.offset + e.length;
+    while (c != cut.end() && c->offset + c->length <= pos) ++c;
+    for (auto k = c; k != cut.end() && k->offset < end && pos < end; ++k) {
+      if (k->offset > pos) {
+        out.push_back({pos, k->offset - pos, e.hash, e.chunk_offset + (pos - e.offset)});
+      }
+      pos = std::max(pos, k->offset + k->length);
+    }
+    if (pos < end) out.push_back({pos, end - pos, e.hash, e.chunk_offset + (pos - e.offset)});
+  }
+  return out;
 }
 
 }  // namespace
@@ -103,51 +132,90 @@ absl::StatusOr<VolumeStats> BackupWriter::AddVolume(const VolumeSource& source, 
       return absl::InvalidArgumentError(
           StrCat("base backup \"", source.base->name, "\" has no volume \"", source.name, "\""));
     }
-    // The base's chunk size, so its extents line up with the chunks re-read.
+    // The base's chunk size, so its extents line up with the windows re-read.
     volume.chunk_size = base->chunk_size;
     volume.base_backup = source.base->name;
   }
   const int64_t cs = volume.chunk_size;
-  BERTH_ASSIGN_OR_RETURN(const auto spans, TouchedChunks(source.ranges, source.size_bytes, cs));
+  const int64_t size = source.size_bytes;
+  BERTH_ASSIGN_OR_RETURN(const std::vector<ByteRange> changed, ChangedBlocks(source.ranges, size));
 
-  VolumeStats stats;
-  std::map<int64_t, Extent> extents;                // by offset
-  std::vector<std::pair<int64_t, int64_t>> reread;  // base chunks the new size cuts, as spans
-  if (base != nullptr) {
+  std::set<int64_t> whole;                            // chunk-sized windows read whole
+  std::map<int64_t, std::vector<ByteRange>> windows;  // an incremental's changed blocks by window
+  if (base == nullptr) {
+    for (const ByteRange& r : changed) {
+      for (int64_t w = r.offset / cs; w * cs < r.offset + r.length; ++w) whole.insert(w);
+    }
+  } else {
+    for (const ByteRange& r : changed) {
+      for (int64_t pos = r.offset; pos < r.offset + r.length;) {
+        const int64_t end = std::min(r.offset + r.length, (pos / cs + 1) * cs);
+        windows[pos / cs].push_back({pos, end - pos});
+        pos = end;
+      }
+    }
+    // A resized volume: the window of the old or new end, whichever is
+    // first, is re-read whole (its last extent's length changes).
+    if (base->size_bytes != size) {
+      const int64_t w = std::min(base->size_bytes, size) / cs;
+      if (w * cs < size) whole.insert(w);
+    }
+    // Base extents by window, to count how cut a window would be.
+    std::map<int64_t, size_t> base_extents;
     for (const Extent& e : base->extents) {
-      if (e.offset >= source.size_bytes || Touched(spans, e.offset / cs)) continue;
-      if (e.length != std::min(cs, source.size_bytes - e.offset)) {
-        // The volume was resized and this was, or now is, its last chunk.
-        reread.emplace_back(e.offset / cs, e.offset / cs);
-        continue;
-      }
-      BERTH_ASSIGN_OR_RETURN(const bool exists, repo_.chunks_.Exists(e.hash));
-      if (!exists) {
-        return absl::FailedPreconditionError(StrCat("chunk ", e.hash, " of base backup \"", source.base->name,
-                                                    "\" is missing (garbage-collected?); take a full backup"));
-      }
-      extents[e.offset] = e;
-      ++stats.chunks_inherited;
+      for (int64_t w = e.offset / cs; w * cs < e.offset + e.length; ++w) ++base_extents[w];
+    }
+    for (const auto& [w, pieces] : windows) {
+      int64_t bytes = 0;
+      for (const ByteRange& p : pieces) bytes += p.length;
+      const auto b = base_extents.find(w);
+      const size_t slices = (b == base_extents.end() ? 0 : b->second) + 2 * pieces.size();
+      if (bytes * kWholeWindowShare >= std::min(cs, size - w * cs) || slices > kMaxSlicesPerWindow) whole.insert(w);
     }
   }
-  std::vector<std::pair<int64_t, int64_t>> all = spans;
-  all.insert(all.end(), reread.begin(), reread.end());
-  std::sort(all.begin(), all.end());
+  std::vector<ByteRange> pieces;  // changed blocks read on their own
+  for (const auto& [w, in_window] : windows) {
+    if (!whole.contains(w)) pieces.insert(pieces.end(), in_window.begin(), in_window.end());
+  }
 
+  VolumeStats stats;
+  std::map<int64_t, Extent> extents;  // by offset
+  if (base != nullptr) {
+    // The base's extents, minus what is read again: whole windows, changed
+    // blocks, anything past the end.
+    std::vector<ByteRange> cut;
+    for (const auto& [w, in_window] : windows) {
+      if (whole.contains(w)) continue;
+      cut.insert(cut.end(), in_window.begin(), in_window.end());
+    }
+    for (int64_t w : whole) cut.push_back({w * cs, cs});
+    cut.push_back({size, INT64_MAX - size});
+    std::sort(cut.begin(), cut.end(), [](const ByteRange& a, const ByteRange& b) { return a.offset < b.offset; });
+    std::set<std::string> checked;
+    for (Extent& e : CutAround(base->extents, cut)) {
+      if (checked.insert(e.hash).second) {
+        BERTH_ASSIGN_OR_RETURN(const bool exists, repo_.chunks_.Exists(e.hash));
+        if (!exists) {
+          return absl::FailedPreconditionError(StrCat("chunk ", e.hash, " of base backup \"", source.base->name,
+                                                      "\" is missing (garbage-collected?); take a full backup"));
+        }
+      }
+      ++stats.chunks_inherited;
+      const int64_t offset = e.offset;
+      extents[offset] = std::move(e);
+    }
+  }
+
+  const std::vector<int64_t> indices(whole.begin(), whole.end());
   int64_t total = 0;
-  for (const auto& [first, last] : all) {
-    total += std::min(source.size_bytes, (last + 1) * cs) - first * cs;
-  }
+  for (int64_t w : indices) total += std::min(cs, size - w * cs);
+  for (const ByteRange& p : pieces) total += p.length;
   ::posix_fadvise(source.fd, 0, 0, POSIX_FADV_SEQUENTIAL);
-  std::vector<int64_t> indices;
-  for (const auto& [first, last] : all) {
-    for (int64_t index = first; index <= last; ++index) indices.push_back(index);
-  }
 
-  // Chunks are independent: workers (the calling thread and up to three
-  // more) take the next index, read, hash, compress and store it. A chunk is
-  // CPU (SHA-256, zstd) then I/O (write, fsync), so even two workers overlap
-  // one's fsync with the other's compression.
+  // Whole windows are independent: workers (the calling thread and up to
+  // three more) take the next index, read, hash, compress and store it. A
+  // chunk is CPU (SHA-256, zstd) then I/O (write, fsync), so even two workers
+  // overlap one's fsync with the other's compression.
   struct Result {
     bool zero = false;
     ChunkStore::PutResult put;
@@ -164,7 +232,7 @@ absl::StatusOr<VolumeStats> BackupWriter::AddVolume(const VolumeSource& source, 
       const size_t i = next.fetch_add(1);
       if (i >= indices.size()) return;
       const int64_t offset = indices[i] * cs;
-      const int64_t length = std::min(cs, source.size_bytes - offset);
+      const int64_t length = std::min(cs, size - offset);
       absl::Status st = PreadFull(source.fd, buf.data(), length, offset, source.name);
       const std::string_view content(buf.data(), static_cast<size_t>(length));
       if (st.ok()) {
@@ -202,7 +270,7 @@ absl::StatusOr<VolumeStats> BackupWriter::AddVolume(const VolumeSource& source, 
   std::set<std::string> dirs;
   for (size_t i = 0; i < indices.size(); ++i) {
     const int64_t offset = indices[i] * cs;
-    const int64_t length = std::min(cs, source.size_bytes - offset);
+    const int64_t length = std::min(cs, size - offset);
     stats.bytes_read += length;
     ++stats.chunks_read;
     Result& r = results[i];
@@ -221,6 +289,57 @@ absl::StatusOr<VolumeStats> BackupWriter::AddVolume(const VolumeSource& source, 
     dirs.insert(repo_.chunks_.DirOf(r.put.hash));
     extents[offset] = Extent{offset, length, std::move(r.put.hash)};
   }
+
+  // The changed blocks outside whole windows, in volume order, packed into
+  // chunks of up to chunk_size bytes; each becomes a slice of its pack. Read
+  // ahead of use: scattered 4 KiB reads one at a time would wait on the disk
+  // for each.
+  if (!pieces.empty()) {
+    ::posix_fadvise(source.fd, 0, 0, POSIX_FADV_RANDOM);
+    constexpr size_t kReadAhead = 512;
+    size_t advised = 0;
+    std::string pack;
+    std::vector<Extent> packed;  // slices of `pack`, hash unset
+    auto flush = [&]() -> absl::Status {
+      if (pack.empty()) return absl::OkStatus();
+      BERTH_ASSIGN_OR_RETURN(ChunkStore::PutResult put, repo_.chunks_.Put(pack));
+      if (put.added) {
+        ++stats.chunks_added;
+        stats.bytes_added += put.stored_bytes;
+      } else {
+        ++stats.chunks_deduped;
+      }
+      dirs.insert(repo_.chunks_.DirOf(put.hash));
+      for (Extent& e : packed) {
+        e.hash = put.hash;
+        const int64_t offset = e.offset;
+        extents[offset] = std::move(e);
+      }
+      pack.clear();
+      packed.clear();
+      return absl::OkStatus();
+    };
+    std::string buf;
+    for (size_t i = 0; i < pieces.size(); ++i) {
+      for (; advised < pieces.size() && advised < i + kReadAhead; ++advised) {
+        ::posix_fadvise(source.fd, pieces[advised].offset, pieces[advised].length, POSIX_FADV_WILLNEED);
+      }
+      const ByteRange& p = pieces[i];
+      buf.resize(static_cast<size_t>(p.length));
+      BERTH_RETURN_IF_ERROR(PreadFull(source.fd, buf.data(), p.length, p.offset, source.name));
+      stats.bytes_read += p.length;
+      ++stats.pieces_read;
+      if (!AllZero(buf)) {  // all zeros: a hole, cut from the base above
+        if (static_cast<int64_t>(pack.size() + buf.size()) > cs) BERTH_RETURN_IF_ERROR(flush());
+        packed.push_back({p.offset, p.length, "", static_cast<int64_t>(pack.size())});
+        pack += buf;
+      }
+      done += p.length;
+      if (progress) progress(done, total);
+    }
+    BERTH_RETURN_IF_ERROR(flush());
+  }
+
   volume.extents.reserve(extents.size());
   for (auto& [offset, e] : extents) volume.extents.push_back(std::move(e));
   BERTH_RETURN_IF_ERROR(ValidateVolume(volume));

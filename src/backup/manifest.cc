@@ -1,5 +1,6 @@
 #include "backup/manifest.h"
 
+#include <algorithm>
 #include <set>
 
 #include "common/strings.h"
@@ -12,6 +13,11 @@ using nlohmann::json;
 bool IsPowerOfTwo(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
 
 }  // namespace
+
+bool Extent::WholeChunk(int64_t chunk_size, int64_t volume_size) const {
+  return chunk_offset == 0 && chunk_size > 0 && offset % chunk_size == 0 &&
+         length == std::min(chunk_size, volume_size - offset);
+}
 
 int64_t VolumeManifest::StoredBytes() const {
   int64_t total = 0;
@@ -68,35 +74,54 @@ absl::Status ValidateVolume(const VolumeManifest& v) {
   int64_t end = 0;
   for (const Extent& e : v.extents) {
     if (e.offset < end) return bad(StrCat("extent at ", e.offset, " overlaps or is out of order"));
-    if (e.offset % v.chunk_size != 0) return bad(StrCat("extent at ", e.offset, " is not chunk-aligned"));
     if (e.offset >= v.size_bytes) return bad(StrCat("extent at ", e.offset, " is beyond the volume's end"));
-    const int64_t want = std::min(v.chunk_size, v.size_bytes - e.offset);
-    if (e.length != want) return bad(StrCat("extent at ", e.offset, " has length ", e.length, ", want ", want));
+    if (e.length <= 0 || e.length > v.size_bytes - e.offset) {
+      return bad(StrCat("extent at ", e.offset, " has length ", e.length, ", past the volume's end or empty"));
+    }
+    if (e.chunk_offset < 0 || e.length > v.chunk_size || e.chunk_offset > v.chunk_size - e.length) {
+      return bad(StrCat("extent at ", e.offset, " names bytes [", e.chunk_offset, ", +", e.length,
+                        ") of its chunk, outside a chunk of ", v.chunk_size));
+    }
     if (!IsChunkHash(e.hash)) return bad(StrCat("extent at ", e.offset, " has a malformed chunk hash"));
     end = e.offset + e.length;
   }
   return absl::OkStatus();
 }
 
+namespace {
+
+// Whether format 1 can say the volume: every extent a whole chunk.
+bool IsWholeChunks(const VolumeManifest& v) {
+  for (const Extent& e : v.extents) {
+    if (!e.WholeChunk(v.chunk_size, v.size_bytes)) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
 std::string ManifestToJson(const Manifest& m) {
+  int format = 1;
   json volumes = json::array();
   for (const VolumeManifest& v : m.volumes) {
-    // Extents as [offset, length, hash] triples: one line each, a third of
-    // the size of objects (a 1 TiB volume has a million of them).
+    // Extents as [offset, length, hash] triples, a slice's with its offset
+    // in the chunk as a fourth: a third of the size of objects (a 1 TiB
+    // volume has a million of them).
     json extents = json::array();
-    for (const Extent& e : v.extents) extents.push_back(json::array({e.offset, e.length, e.hash}));
+    for (const Extent& e : v.extents) {
+      extents.push_back(e.chunk_offset == 0 ? json::array({e.offset, e.length, e.hash})
+                                            : json::array({e.offset, e.length, e.hash, e.chunk_offset}));
+    }
+    if (!IsWholeChunks(v)) format = 2;
     volumes.push_back({{"name", v.name},
                        {"size_bytes", v.size_bytes},
                        {"chunk_size", v.chunk_size},
                        {"base_backup", v.base_backup},
                        {"extents", std::move(extents)}});
   }
-  json j = {{"format", kManifestFormat},
-            {"kind", "backup"},
-            {"name", m.name},
-            {"created_unix_nanos", m.created_unix_nanos},
-            {"objects", m.objects},
-            {"volumes", std::move(volumes)}};
+  json j = {{"format", format},     {"kind", "backup"},
+            {"name", m.name},       {"created_unix_nanos", m.created_unix_nanos},
+            {"objects", m.objects}, {"volumes", std::move(volumes)}};
   return j.dump() + "\n";
 }
 
@@ -123,8 +148,15 @@ absl::StatusOr<Manifest> ManifestFromJson(std::string_view text, std::string_vie
       v.chunk_size = jv.at("chunk_size").get<int64_t>();
       v.base_backup = jv.at("base_backup").get<std::string>();
       for (const json& je : jv.at("extents")) {
-        if (!je.is_array() || je.size() != 3) throw std::invalid_argument("extent is not [offset, length, hash]");
-        v.extents.push_back({je[0].get<int64_t>(), je[1].get<int64_t>(), je[2].get<std::string>()});
+        if (!je.is_array() || je.size() < 3 || je.size() > (format >= 2 ? 4 : 3)) {
+          throw std::invalid_argument(format >= 2 ? "extent is not [offset, length, hash(, chunk offset)]"
+                                                  : "extent is not [offset, length, hash]");
+        }
+        v.extents.push_back({je[0].get<int64_t>(), je[1].get<int64_t>(), je[2].get<std::string>(),
+                             je.size() == 4 ? je[3].get<int64_t>() : 0});
+      }
+      if (format == 1 && !IsWholeChunks(v)) {
+        throw std::invalid_argument(StrCat("volume \"", v.name, "\" has an extent that is not a whole chunk"));
       }
       if (!names.insert(v.name).second) throw std::invalid_argument(StrCat("volume \"", v.name, "\" twice"));
       m.volumes.push_back(std::move(v));

@@ -3,9 +3,12 @@
 //
 // A manifest names the backup, when it was taken, the API objects backed up
 // (opaque JSON documents, kept as given) and, per volume, its size, its chunk
-// size and its extents: (offset, length, chunk hash) for every chunk-aligned
-// piece of the volume that is not all zeros. Whatever no extent covers is a
-// hole and restores as zeros.
+// size and its extents: (offset, length, chunk hash, offset in the chunk) for
+// every stored piece of the volume. A full backup's extents are whole
+// chunk-aligned chunks (format 1); an incremental one also cuts its base's
+// extents around small changed ranges and stores those ranges packed
+// together in shared chunks, an extent naming its slice (format 2).
+// Whatever no extent covers is a hole and restores as zeros.
 //
 //   Manifest m;
 //   m.name = "nightly-1";
@@ -25,8 +28,11 @@
 
 namespace berth::backup {
 
-// Version of the manifest format this code writes and the newest it reads.
-inline constexpr int kManifestFormat = 1;
+// The newest manifest format this code reads and writes. Format 1: every
+// extent a whole chunk at a chunk-aligned offset. Format 2 adds slices
+// (Extent::chunk_offset, any offset and length); a manifest is written as
+// format 1 whenever it has none, so older readers read full backups.
+inline constexpr int kManifestFormat = 2;
 
 // Chunk sizes a volume may use: powers of two in [kMinChunkSize,
 // kMaxChunkSize]. The bound also caps what a reader allocates for one chunk.
@@ -34,11 +40,16 @@ inline constexpr int64_t kMinChunkSize = int64_t{64} << 10;
 inline constexpr int64_t kMaxChunkSize = int64_t{16} << 20;
 
 // One stored piece of a volume: `length` bytes at `offset`, whose content is
-// the chunk named `hash` (lower-case hex SHA-256 of the uncompressed bytes).
+// bytes [chunk_offset, chunk_offset + length) of the chunk named `hash`
+// (lower-case hex SHA-256 of the chunk's uncompressed bytes).
 struct Extent {
   int64_t offset = 0;
   int64_t length = 0;
   std::string hash;
+  int64_t chunk_offset = 0;
+
+  // True if the extent is its chunk whole: format 1's only kind.
+  bool WholeChunk(int64_t chunk_size, int64_t volume_size) const;
 
   friend bool operator==(const Extent&, const Extent&) = default;
 };
@@ -50,8 +61,8 @@ struct VolumeManifest {
   // The backup whose extents this one inherited ("" for a full backup).
   // Informational: the extents below are complete on their own.
   std::string base_backup;
-  // Sorted by offset, non-overlapping; each starts at a multiple of
-  // chunk_size and is chunk_size long, except the volume's last chunk.
+  // Sorted by offset, non-overlapping, inside the volume; each a slice of
+  // at most chunk_size bytes of its chunk.
   std::vector<Extent> extents;
 
   // Bytes the extents cover (the volume's non-hole part).
@@ -84,7 +95,7 @@ bool IsChunkHash(std::string_view hash);
 // broken one.
 absl::Status ValidateVolume(const VolumeManifest& v);
 
-// The manifest as formatted JSON (format kManifestFormat).
+// The manifest as JSON: format 1 when every extent is a whole chunk, else 2.
 std::string ManifestToJson(const Manifest& m);
 
 // Parses and validates a manifest read from the file of backup

@@ -52,7 +52,7 @@ TEST(ManifestTest, BackupNamesThatCouldEscapeAreRejected) {
 
 TEST(ManifestTest, NewerFormatIsRefusedAsPrecondition) {
   std::string text = ManifestToJson(Sample());
-  text.replace(text.find("\"format\":1"), 10, "\"format\":2");
+  text.replace(text.find("\"format\":1"), 10, "\"format\":" + std::to_string(kManifestFormat + 1));
   absl::StatusOr<Manifest> m = ManifestFromJson(text, "nightly-1");
   EXPECT_EQ(m.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(m.status().message(), HasSubstr("newer berth"));
@@ -77,13 +77,44 @@ TEST(ManifestTest, BrokenExtentsAreDataLoss) {
     return ManifestFromJson(ManifestToJson(m), "nightly-1").status();
   };
   EXPECT_EQ(with([](VolumeManifest& v) { v.extents[1].offset = 4096; }).code(), absl::StatusCode::kDataLoss);
-  EXPECT_EQ(with([](VolumeManifest& v) { v.extents[0].length = 4096; }).code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(with([](VolumeManifest& v) { v.extents[0].length = 0; }).code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(with([](VolumeManifest& v) { v.extents[1].length = 8192; }).code(), absl::StatusCode::kDataLoss);
+  // A slice reaching past the end of the largest chunk the volume may have.
+  EXPECT_EQ(with([](VolumeManifest& v) { v.extents[0].chunk_offset = 4096; }).code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(with([](VolumeManifest& v) { v.extents[1].chunk_offset = -4096; }).code(), absl::StatusCode::kDataLoss);
   EXPECT_EQ(with([](VolumeManifest& v) { v.extents[0].hash = "../../x"; }).code(), absl::StatusCode::kDataLoss);
   EXPECT_EQ(with([](VolumeManifest& v) { std::swap(v.extents[0], v.extents[1]); }).code(), absl::StatusCode::kDataLoss);
   EXPECT_EQ(with([](VolumeManifest& v) { v.extents[1].offset = int64_t{6} << 20; }).code(),
             absl::StatusCode::kDataLoss);
   EXPECT_EQ(with([](VolumeManifest& v) { v.chunk_size = 3 << 20; }).code(), absl::StatusCode::kDataLoss);
   EXPECT_TRUE(with([](VolumeManifest&) {}).ok());
+}
+
+TEST(ManifestTest, SlicesNeedFormatTwoAndWholeChunksStayFormatOne) {
+  // Whole chunks only: format 1, readable by a berth that knows no slices.
+  const std::string whole = ManifestToJson(Sample());
+  EXPECT_THAT(whole, HasSubstr("\"format\":1"));
+
+  // An incremental backup's cut: the base chunk's first 8 KiB, a changed 4
+  // KiB block from a packed chunk, the base chunk's rest.
+  Manifest m = Sample();
+  m.volumes[0].extents = {{0, 8192, kHashA},
+                          {8192, 4096, kHashB, 12288},
+                          {12288, (1 << 20) - 12288, kHashA, 12288},
+                          {int64_t{5} << 20, 4096, kHashB}};
+  const std::string sliced = ManifestToJson(m);
+  EXPECT_THAT(sliced, HasSubstr("\"format\":2"));
+  absl::StatusOr<Manifest> back = ManifestFromJson(sliced, "nightly-1");
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->volumes[0].extents, m.volumes[0].extents);
+  EXPECT_EQ(back->volumes[0].StoredBytes(), (1 << 20) + 4096);
+
+  // The same slices claimed as format 1 are malformed, not misread.
+  std::string lying = sliced;
+  lying.replace(lying.find("\"format\":2"), 10, "\"format\":1");
+  absl::StatusOr<Manifest> refused = ManifestFromJson(lying, "nightly-1");
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(refused.status().message(), HasSubstr("extent is not [offset, length, hash]"));
 }
 
 TEST(ManifestTest, DuplicateVolumeIsDataLoss) {

@@ -14,6 +14,8 @@
 #include <cerrno>
 #include <cstring>
 #include <map>
+#include <memory>
+#include <vector>
 
 #include "common/fs.h"
 #include "common/status.h"
@@ -264,32 +266,56 @@ absl::StatusOr<RestoreStats> Repository::RestoreVolume(std::string_view backup, 
   RestoreStats stats;
   const int64_t total = v->size_bytes;
   int64_t pos = 0;  // everything before is restored
+  // The last few chunks read, newest first: an incremental backup's slices
+  // alternate between a window's base chunk and the pack of changed blocks
+  // cut into it, so each is read and verified once.
+  constexpr size_t kCachedChunks = 4;
+  std::vector<std::pair<std::string, std::shared_ptr<const std::string>>> cache;
   for (const Extent& e : v->extents) {
     if (!zeroed) BERTH_RETURN_IF_ERROR(ZeroRange(fd.get(), pos, e.offset - pos, target));
-    absl::StatusOr<std::string> data = chunks_.Get(e.hash, v->chunk_size);
-    if (data.ok() && static_cast<int64_t>(data->size()) != e.length) {
-      data = absl::DataLossError(StrCat("chunk ", e.hash, " holds ", data->size(), " bytes, the extent ", e.length));
+    std::shared_ptr<const std::string> chunk;
+    for (auto it = cache.begin(); it != cache.end(); ++it) {
+      if (it->first == e.hash) {
+        chunk = it->second;
+        std::rotate(cache.begin(), it, it + 1);
+        break;
+      }
     }
-    if (!data.ok()) {
-      return absl::Status(data.status().code(),
-                          StrCat(data.status().message(), " (backup \"", backup, "\", volume \"", volume, "\", offset ",
-                                 e.offset, "); restore stopped, ", target, " is incomplete"));
+    if (chunk == nullptr) {
+      absl::StatusOr<std::string> data = chunks_.Get(e.hash, v->chunk_size);
+      if (data.ok() && static_cast<int64_t>(data->size()) < e.chunk_offset + e.length) {
+        data = absl::DataLossError(
+            StrCat("chunk ", e.hash, " holds ", data->size(), " bytes, the extent needs ", e.chunk_offset + e.length));
+      }
+      if (!data.ok()) {
+        return absl::Status(data.status().code(),
+                            StrCat(data.status().message(), " (backup \"", backup, "\", volume \"", volume,
+                                   "\", offset ", e.offset, "); restore stopped, ", target, " is incomplete"));
+      }
+      ++stats.chunks_read;
+      chunk = std::make_shared<const std::string>(std::move(*data));
+      cache.emplace(cache.begin(), e.hash, chunk);
+      if (cache.size() > kCachedChunks) cache.pop_back();
+    } else if (static_cast<int64_t>(chunk->size()) < e.chunk_offset + e.length) {
+      return absl::DataLossError(StrCat("chunk ", e.hash, " holds ", chunk->size(), " bytes, the extent at ", e.offset,
+                                        " needs ", e.chunk_offset + e.length, " (backup \"", backup, "\", volume \"",
+                                        volume, "\"); restore stopped, ", target, " is incomplete"));
     }
-    ++stats.chunks_read;
+    const char* const data = chunk->data() + e.chunk_offset;
     // Skip zero blocks when the target reads as zeros: keeps files sparse.
     for (int64_t off = 0; off < e.length;) {
       int64_t n = std::min(kBlock, e.length - off);
-      const bool zero = zeroed && std::memcmp(data->data() + off, zero_block.data(), n) == 0;
+      const bool zero = zeroed && std::memcmp(data + off, zero_block.data(), n) == 0;
       if (!zero) {
         // Coalesce the run of non-zero blocks into one write.
         int64_t end = off + n;
         while (end < e.length) {
           const int64_t m2 = std::min(kBlock, e.length - end);
-          if (zeroed && std::memcmp(data->data() + end, zero_block.data(), m2) == 0) break;
+          if (zeroed && std::memcmp(data + end, zero_block.data(), m2) == 0) break;
           end += m2;
         }
         n = end - off;
-        BERTH_RETURN_IF_ERROR(WriteAllAt(fd.get(), data->data() + off, n, e.offset + off, target));
+        BERTH_RETURN_IF_ERROR(WriteAllAt(fd.get(), data + off, n, e.offset + off, target));
         stats.bytes_written += n;
       }
       off += n;
@@ -326,8 +352,12 @@ absl::StatusOr<VerifyReport> Repository::Verify(std::optional<std::string_view> 
     BERTH_ASSIGN_OR_RETURN(names, ListBackups());
   }
   VerifyReport report;
-  // hash -> (max length, backups referencing it)
-  std::map<std::string, std::pair<int64_t, std::set<std::string>>> refs;
+  struct Ref {
+    int64_t max_size = 0;  // the largest chunk size of a volume naming it
+    int64_t needed = 0;    // the furthest byte an extent names
+    std::set<std::string> backups;
+  };
+  std::map<std::string, Ref> refs;
   for (const std::string& name : names) {
     absl::StatusOr<Manifest> m = ReadManifest(name);
     if (!m.ok()) {
@@ -338,14 +368,19 @@ absl::StatusOr<VerifyReport> Repository::Verify(std::optional<std::string_view> 
     ++report.backups_checked;
     for (const VolumeManifest& v : m->volumes) {
       for (const Extent& e : v.extents) {
-        auto& ref = refs[e.hash];
-        ref.first = std::max(ref.first, e.length);
-        ref.second.insert(name);
+        Ref& ref = refs[e.hash];
+        ref.max_size = std::max(ref.max_size, v.chunk_size);
+        ref.needed = std::max(ref.needed, e.chunk_offset + e.length);
+        ref.backups.insert(name);
       }
     }
   }
   for (const auto& [hash, ref] : refs) {
-    absl::StatusOr<std::string> data = chunks_.Get(hash, ref.first);
+    absl::StatusOr<std::string> data = chunks_.Get(hash, ref.max_size);
+    if (data.ok() && static_cast<int64_t>(data->size()) < ref.needed) {
+      data = absl::DataLossError(
+          StrCat("chunk ", hash, " holds ", data->size(), " bytes, an extent needs ", ref.needed, " (truncated?)"));
+    }
     if (data.ok()) {
       ++report.chunks_checked;
       report.bytes_checked += static_cast<int64_t>(data->size());
@@ -355,7 +390,7 @@ absl::StatusOr<VerifyReport> Repository::Verify(std::optional<std::string_view> 
       return data.status();  // an I/O error says nothing about the chunk
     }
     ++report.chunks_checked;
-    report.problems.push_back({hash, data.status(), {ref.second.begin(), ref.second.end()}});
+    report.problems.push_back({hash, data.status(), {ref.backups.begin(), ref.backups.end()}});
   }
   return report;
 }

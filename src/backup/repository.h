@@ -84,9 +84,14 @@ struct VolumeSource {
   std::string name;  // unique within the backup
   int fd = -1;       // the volume's content (a snapshot); read with pread; not owned
   int64_t size_bytes = 0;
-  // The ranges to read (any order, may overlap, need not be aligned). Each
-  // chunk they touch is read whole. Everything else comes from `base` (an
-  // incremental backup) or is a hole (a first backup of allocated ranges).
+  // The ranges to read (any order, may overlap, need not be aligned; widened
+  // to 4 KiB blocks). Without a base each chunk they touch is read whole.
+  // Over a base, a chunk-sized window is read whole when a quarter of it
+  // changed (or its extents would be cut in too many pieces); otherwise just
+  // its changed blocks are read, packed with others into shared chunks, and
+  // the base's extents are cut around them. Everything else comes from
+  // `base` (an incremental backup) or is a hole (a first backup of allocated
+  // ranges).
   std::vector<ByteRange> ranges;
   // The manifest of the backup to inherit untouched chunks from, which must
   // hold a volume of the same name; nullptr for a full backup. Not owned.
@@ -94,13 +99,14 @@ struct VolumeSource {
 };
 
 struct VolumeStats {
-  int64_t bytes_read = 0;        // bytes of the volume read (whole touched chunks)
-  int64_t chunks_read = 0;       // touched chunks
-  int64_t chunks_added = 0;      // new chunk files written
+  int64_t bytes_read = 0;        // bytes of the volume read (whole chunks and changed blocks)
+  int64_t chunks_read = 0;       // chunk-sized windows read whole
+  int64_t pieces_read = 0;       // runs of changed blocks read on their own (incremental only)
+  int64_t chunks_added = 0;      // new chunk files written (whole chunks and packs of changed blocks)
   int64_t bytes_added = 0;       // their size on disk (compressed)
-  int64_t chunks_deduped = 0;    // touched chunks already in the repository
-  int64_t zero_chunks = 0;       // touched chunks all zeros: stored as holes
-  int64_t chunks_inherited = 0;  // extents taken from the base unchanged
+  int64_t chunks_deduped = 0;    // chunks already in the repository
+  int64_t zero_chunks = 0;       // windows read whole that were all zeros: stored as holes
+  int64_t chunks_inherited = 0;  // extents (whole or cut) taken from the base
 };
 
 class Repository;

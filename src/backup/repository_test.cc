@@ -221,23 +221,167 @@ TEST_F(RepositoryTest, DeduplicatesAcrossVolumesAndBackups) {
   EXPECT_EQ(CountChunks(root_), 6);
 }
 
-TEST_F(RepositoryTest, IncrementalAddsOnlyChangedChunks) {
+TEST_F(RepositoryTest, IncrementalAddsOnlyTheChangedBlocksPackedTogether) {
   WriteAt(vol_, 0, Random(16 * kChunk, 7));
   ASSERT_TRUE(Backup("full", vol_).ok());
   const std::string before = Contents(vol_);
-  // One write inside chunk 2, one straddling chunks 9 and 10.
-  WriteAt(vol_, 2 * kChunk + 100, Random(50, 8));
+  // One write inside chunk 2's second block, one straddling chunks 9 and
+  // 10: three 4 KiB blocks, far less than a quarter of any chunk.
+  WriteAt(vol_, 2 * kChunk + 5000, Random(50, 8));
   WriteAt(vol_, 10 * kChunk - 10, Random(20, 9));
-  absl::StatusOr<VolumeStats> inc = Backup("inc", vol_, {{2 * kChunk + 100, 50}, {10 * kChunk - 10, 20}}, "full");
+  absl::StatusOr<VolumeStats> inc = Backup("inc", vol_, {{2 * kChunk + 5000, 50}, {10 * kChunk - 10, 20}}, "full");
   ASSERT_TRUE(inc.ok()) << inc.status();
-  EXPECT_EQ(inc->chunks_read, 3);
-  EXPECT_EQ(inc->chunks_added, 3);
-  EXPECT_EQ(inc->bytes_read, 3 * kChunk);
-  EXPECT_EQ(inc->chunks_inherited, 13);
-  EXPECT_EQ(CountChunks(root_), 16 + 3);
-  EXPECT_EQ(repo_->ReadManifest("inc")->volumes[0].base_backup, "full");
+  EXPECT_EQ(inc->chunks_read, 0);
+  EXPECT_EQ(inc->pieces_read, 3);  // the straddling write is cut at the chunk boundary
+  EXPECT_EQ(inc->bytes_read, 3 * 4096);
+  EXPECT_EQ(inc->chunks_added, 1);  // one pack
+  EXPECT_LT(inc->bytes_added, 4 * 4096);
+  // 13 base chunks whole, chunk 2 in two slices around its block, chunks 9
+  // and 10 each without their changed block.
+  EXPECT_EQ(inc->chunks_inherited, 13 + 2 + 1 + 1);
+  EXPECT_EQ(CountChunks(root_), 16 + 1);
+  const std::string text = Contents(root_ + "/backups/inc.json");
+  EXPECT_THAT(text, HasSubstr("\"format\":2"));
+  EXPECT_THAT(Contents(root_ + "/backups/full.json"), HasSubstr("\"format\":1"));
+  absl::StatusOr<Manifest> m = repo_->ReadManifest("inc");
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->volumes[0].base_backup, "full");
+  EXPECT_EQ(m->volumes[0].StoredBytes(), 16 * kChunk);
   EXPECT_EQ(Restored("inc"), Contents(vol_));
   EXPECT_EQ(Restored("full"), before);
+  absl::StatusOr<VerifyReport> report = repo_->Verify();
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_TRUE(report->ok()) << report->Describe();
+  EXPECT_EQ(report->chunks_checked, 17);
+}
+
+TEST_F(RepositoryTest, AChunkAQuarterChangedIsReadWholeAndDeduplicated) {
+  WriteAt(vol_, 0, Random(4 * kChunk, 20));
+  ASSERT_TRUE(Backup("full", vol_).ok());
+  WriteAt(vol_, kChunk + 8192, Random(kChunk / 4, 21));  // 4 of chunk 1's 16 blocks
+  absl::StatusOr<VolumeStats> inc = Backup("inc", vol_, {{kChunk + 8192, kChunk / 4}}, "full");
+  ASSERT_TRUE(inc.ok()) << inc.status();
+  EXPECT_EQ(inc->chunks_read, 1);
+  EXPECT_EQ(inc->pieces_read, 0);
+  EXPECT_EQ(inc->bytes_read, kChunk);
+  EXPECT_EQ(inc->chunks_inherited, 3);
+  EXPECT_THAT(Contents(root_ + "/backups/inc.json"), HasSubstr("\"format\":1"));  // whole chunks only
+  EXPECT_EQ(Restored("inc"), Contents(vol_));
+}
+
+// Generations of scattered writes, each backed up over the last: blocks
+// rewritten again, blocks zeroed (holes now), one chunk written in so many
+// places that it is read whole again. Every generation restores as it was,
+// also after its bases are deleted and collected.
+TEST_F(RepositoryTest, ChainedIncrementalsOfScatteredBlocksRestoreEveryGeneration) {
+  const int64_t size = 12 * kChunk + 4096 * 3;  // a partial last chunk
+  WriteAt(vol_, 0, Random(size, 30));
+  ASSERT_TRUE(Backup("g0", vol_).ok());
+  std::vector<std::string> states = {Contents(vol_)};
+  std::mt19937_64 gen(31);
+  for (int g = 1; g <= 4; ++g) {
+    std::vector<ByteRange> changed;
+    for (int i = 0; i < 6; ++i) {
+      const int64_t block = static_cast<int64_t>(gen() % (size / 4096));
+      WriteAt(vol_, block * 4096, i == 0 ? std::string(4096, '\0') : Random(4096, gen()));
+      changed.push_back({block * 4096, 4096});
+    }
+    if (g == 3) {
+      // 8 separate blocks of chunk 5: half of it, re-read whole.
+      for (int b = 0; b < 16; b += 2) {
+        WriteAt(vol_, 5 * kChunk + b * 4096, Random(100, gen()));
+        changed.push_back({5 * kChunk + b * 4096, 100});
+      }
+    }
+    WriteAt(vol_, size - 4096, Random(4096, gen()));  // the last block, in the partial chunk
+    changed.push_back({size - 4096, 4096});
+    absl::StatusOr<VolumeStats> inc = Backup("g" + std::to_string(g), vol_, changed, "g" + std::to_string(g - 1));
+    ASSERT_TRUE(inc.ok()) << inc.status();
+    EXPECT_GT(inc->pieces_read, 0);
+    // The partial last chunk (3 blocks, one changed) is read whole each time.
+    EXPECT_EQ(inc->chunks_read, g == 3 ? 2 : 1) << g;
+    states.push_back(Contents(vol_));
+  }
+  for (int g = 0; g <= 4; ++g) EXPECT_EQ(Restored("g" + std::to_string(g)), states[g]) << g;
+  // Only the newest kept: its slices of older chunks and packs survive GC.
+  for (int g = 0; g < 4; ++g) ASSERT_TRUE(repo_->DeleteBackup("g" + std::to_string(g)).ok());
+  absl::StatusOr<GcReport> gc = repo_->Gc();
+  ASSERT_TRUE(gc.ok()) << gc.status();
+  EXPECT_EQ(Restored("g4"), states[4]);
+  absl::StatusOr<VerifyReport> report = repo_->Verify();
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_TRUE(report->ok()) << report->Describe();
+}
+
+TEST_F(RepositoryTest, AChunkCutInTooManySlicesIsReadWhole) {
+  // 1 MiB chunks: 256 blocks, so 20 changed blocks are well under a
+  // quarter, but would cut the chunk into 41 slices.
+  RepositoryOptions options;
+  options.chunk_size = int64_t{1} << 20;
+  auto repo = Repository::Create(dir_.Join("large"), options);
+  ASSERT_TRUE(repo.ok()) << repo.status();
+  repo_ = std::move(*repo);
+  WriteAt(vol_, 0, Random(int64_t{2} << 20, 60));
+  ASSERT_TRUE(Backup("full", vol_).ok());
+  std::vector<ByteRange> changed;
+  for (int b = 0; b < 40; b += 2) {
+    WriteAt(vol_, b * 4096, Random(4096, 61 + b));
+    changed.push_back({b * 4096, 4096});
+  }
+  WriteAt(vol_, (int64_t{1} << 20) + 4096, Random(4096, 200));  // and one block of chunk 1
+  changed.push_back({(int64_t{1} << 20) + 4096, 4096});
+  absl::StatusOr<VolumeStats> inc = Backup("inc", vol_, changed, "full");
+  ASSERT_TRUE(inc.ok()) << inc.status();
+  EXPECT_EQ(inc->chunks_read, 1);
+  EXPECT_EQ(inc->pieces_read, 1);
+  EXPECT_EQ(inc->bytes_read, (int64_t{1} << 20) + 4096);
+  EXPECT_EQ(Restored("inc"), Contents(vol_));
+}
+
+TEST_F(RepositoryTest, IncrementalOfAShrunkVolumeDropsWhatIsPastTheEnd) {
+  WriteAt(vol_, 0, Random(10 * kChunk, 40));
+  ASSERT_TRUE(Backup("full", vol_).ok());
+  Resize(vol_, 6 * kChunk + 8192);
+  WriteAt(vol_, 2 * kChunk, Random(4096, 41));
+  absl::StatusOr<VolumeStats> inc = Backup("inc", vol_, {{2 * kChunk, 4096}}, "full");
+  ASSERT_TRUE(inc.ok()) << inc.status();
+  EXPECT_EQ(inc->chunks_read, 1);  // chunk 6, now the partial last one
+  EXPECT_EQ(inc->pieces_read, 1);
+  absl::StatusOr<Manifest> m = repo_->ReadManifest("inc");
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->volumes[0].StoredBytes(), 6 * kChunk + 8192);
+  EXPECT_EQ(Restored("inc"), Contents(vol_));
+}
+
+TEST_F(RepositoryTest, ACorruptPackIsNamedByRestoreAndVerify) {
+  WriteAt(vol_, 0, Random(4 * kChunk, 50));
+  ASSERT_TRUE(Backup("full", vol_).ok());
+  WriteAt(vol_, kChunk, Random(4096, 51));
+  ASSERT_TRUE(Backup("inc", vol_, {{kChunk, 4096}}, "full").ok());
+  absl::StatusOr<Manifest> m = repo_->ReadManifest("inc");
+  ASSERT_TRUE(m.ok());
+  std::string pack;
+  for (const Extent& e : m->volumes[0].extents) {
+    if (e.offset == kChunk) pack = e.hash;
+  }
+  ASSERT_FALSE(pack.empty());
+  const std::string path = root_ + "/chunks/" + pack.substr(0, 2) + "/" + pack + ".zst";
+  std::string bytes = Contents(path);
+  bytes[bytes.size() / 2] ^= 0x40;
+  {
+    std::filesystem::permissions(path, std::filesystem::perms::owner_write, std::filesystem::perm_options::add);
+    WriteAt(path, 0, bytes);
+  }
+  absl::StatusOr<RestoreStats> r = repo_->RestoreVolume("inc", "vol", dir_.Join("restored.img"));
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(r.status().message(), HasSubstr(pack));
+  EXPECT_THAT(r.status().message(), HasSubstr("backup \"inc\""));
+  absl::StatusOr<VerifyReport> report = repo_->Verify();
+  ASSERT_TRUE(report.ok());
+  ASSERT_EQ(report->problems.size(), 1u);
+  EXPECT_EQ(report->problems[0].hash, pack);
+  EXPECT_THAT(report->problems[0].backups, ElementsAre("inc"));
+  EXPECT_EQ(Restored("full").size(), static_cast<size_t>(4 * kChunk));  // the base is untouched
 }
 
 TEST_F(RepositoryTest, IncrementalOfAGrownVolumeRereadsTheOldLastChunk) {
