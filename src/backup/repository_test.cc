@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/ascii.h"
+#include "common/exec.h"
 #include "common/fd.h"
 #include "common/fs.h"
 #include "common/status.h"
@@ -197,6 +199,36 @@ TEST_F(RepositoryTest, RestoreOverwritesWhatTheTargetHeld) {
   WriteAt(target, 0, Random(6 * kChunk, 5));  // larger, and data where the volume has holes
   ASSERT_TRUE(repo_->RestoreVolume("b1", "vol", target).ok());
   EXPECT_EQ(Contents(target), Contents(vol_));
+}
+
+// A block device holds whatever it held: a new volume of another driver
+// (a thick LVM volume, a reused disk) may be stale data, not zeros. Restored
+// without `target_is_zeroed`, its holes and zero blocks read as zeros.
+TEST_F(RepositoryTest, RestoreOntoABlockDeviceClearsWhatItHeldWhereTheVolumeHasHoles) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root for a loop device";
+  WriteAt(vol_, kChunk, Random(kChunk, 70));
+  WriteAt(vol_, 3 * kChunk + 4096, std::string(4096, '\0'));  // a zero block inside data
+  WriteAt(vol_, 3 * kChunk, Random(4096, 71));
+  Resize(vol_, 6 * kChunk);
+  ASSERT_TRUE(Backup("b1", vol_).ok());
+  const std::string disk = dir_.Join("disk.img");
+  WriteAt(disk, 0, std::string(8 * kChunk, '\xab'));
+  LinuxCommandRunner runner;
+  auto attached = runner.Run({"losetup", "--find", "--show", disk}, absl::Seconds(30));
+  ASSERT_TRUE(attached.ok() && attached->exit_code == 0) << (attached.ok() ? attached->output : "");
+  const std::string device(absl::StripTrailingAsciiWhitespace(attached->output));
+  struct Detach {
+    LinuxCommandRunner& runner;
+    std::string device;
+    ~Detach() { (void)runner.Run({"losetup", "--detach", device}, absl::Seconds(30)); }
+  } detach{runner, device};
+  absl::StatusOr<RestoreStats> r = repo_->RestoreVolume("b1", "vol", device);
+  ASSERT_TRUE(r.ok()) << r.status();
+  const std::string want = Contents(vol_);
+  Fd fd(::open(device.c_str(), O_RDONLY | O_CLOEXEC));
+  std::string got(want.size(), '\0');
+  ASSERT_EQ(::pread(fd.get(), got.data(), got.size(), 0), static_cast<ssize_t>(got.size()));
+  EXPECT_TRUE(got == want) << "stale bytes left in the restored volume's holes";
 }
 
 TEST_F(RepositoryTest, DeduplicatesAcrossVolumesAndBackups) {

@@ -147,7 +147,11 @@ absl::StatusOr<::csi::v1::VolumeContentSource> BackupPopulator::Populate(const P
     // The published device is open in `device`; its path, reopened through
     // the descriptor, is the block device itself.
     const std::string target = StrCat("/proc/self/fd/", device->fd());
-    auto restored = repo->RestoreVolume(source.backup, source.volume, target, {.target_is_zeroed = true},
+    // Not `target_is_zeroed`: CSI does not promise a new volume reads as
+    // zeros (a thick LVM volume holds what the disk held), so the backup's
+    // holes are zeroed too — a hole punched, where the device can, which
+    // costs berth-csi's sparse volumes nothing.
+    auto restored = repo->RestoreVolume(source.backup, source.volume, target, {.target_is_zeroed = false},
                                         [&](int64_t done, int64_t total) {
                                           if (tracker_ != nullptr) tracker_->Progress(uid, done, total);
                                         });
