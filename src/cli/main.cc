@@ -11,6 +11,7 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "apiserver/control_plane.h"
 #include "apiserver/kubeconfig.h"
 #include "berth/version.h"
@@ -110,6 +111,14 @@ void RaiseOpenFileLimit(size_t max_connections) {
 }  // namespace
 
 int main(int argc, char** argv) {
+#ifdef NDEBUG
+  // absl's deadlock detection (on in Debian's absl) updates a graph of the
+  // locks held on every Mutex acquire: ~1.6 % of berth up's CPU at 10,000
+  // claims, 0.5 % of its busiest thread. Optimized builds turn it off; the
+  // sanitized test build keeps it, and clang's -Wthread-safety checks the
+  // lock annotations in CI.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+#endif
   CLI::App app{"berth: a Kubernetes-shaped storage control plane for CSI drivers"};
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string(berth::kVersion));
