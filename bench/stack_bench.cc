@@ -15,6 +15,9 @@
 //              a GET of every claim (no limit, as kubectl --chunk-size=0
 //              asks) once all are Bound: when its first byte came and when
 //              its last did, over the API socket.
+//   berth get 1st B s, berth get s
+//              `berth get pvc -A` (pages of 500, each printed as it
+//              arrives) over the data dir's socket: first byte, exit
 //   kubectl 1st B s, kubectl s
 //              `kubectl get pvc -A` (its default pages of 500) over the
 //              kubeconfig's TLS address: its first byte of output and its
@@ -173,6 +176,7 @@ struct Result {
   double apply_s = 0, bound_s = 0, apply_cpu_s = 0, up_cpu_s = 0;
   long peak_kib = 0, final_kib = 0, store_bytes = 0;
   double list_first_ms = 0, list_s = 0;
+  double berth_get_first_s = 0, berth_get_s = 0;
   double kubectl_first_s = -1, kubectl_s = -1;  // -1: no kubectl
 };
 
@@ -186,20 +190,24 @@ std::string FindKubectl() {
   return "";
 }
 
-// Runs `kubectl get pvc -A --no-headers` with `kubeconfig`: seconds to its
-// first byte of output and to its exit; false if it failed or printed
-// fewer than `n` lines.
-bool TimeKubectl(const std::string& kubectl, const std::string& kubeconfig, int n, double* first_s, double* total_s) {
+// Runs `argv` (`kubectl get pvc -A --no-headers` with KUBECONFIG=
+// `kubeconfig`, or `berth get ...`): seconds to its first byte of output and
+// to its exit; false if it failed or printed fewer than `n` lines.
+bool TimeList(const std::vector<std::string>& argv, const std::string& kubeconfig, int n, double* first_s,
+              double* total_s) {
   int fds[2];
   if (::pipe(fds) != 0) return false;
+  std::vector<char*> args;
+  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
   const absl::Time start = absl::Now();
   const pid_t pid = ::fork();
   if (pid == 0) {
     ::dup2(fds[1], 1);
     ::close(fds[0]);
     ::close(fds[1]);
-    ::setenv("KUBECONFIG", kubeconfig.c_str(), 1);
-    ::execl(kubectl.c_str(), kubectl.c_str(), "get", "pvc", "-A", "--no-headers", static_cast<char*>(nullptr));
+    if (!kubeconfig.empty()) ::setenv("KUBECONFIG", kubeconfig.c_str(), 1);
+    ::execv(args[0], args.data());
     ::_exit(127);
   }
   ::close(fds[1]);
@@ -374,8 +382,14 @@ Result Run(int n) {
     std::fprintf(stderr, "the list of every claim failed\n");
     return res;
   }
+  if (!TimeList({BERTH_BINARY, "get", "pvc", "-A", "--no-headers", "--data-dir", data}, "", n, &res.berth_get_first_s,
+                &res.berth_get_s)) {
+    std::fprintf(stderr, "berth get pvc -A failed or listed fewer than %d claims\n", n);
+    return res;
+  }
   if (const std::string kubectl = FindKubectl(); !kubectl.empty()) {
-    if (!TimeKubectl(kubectl, data + "/kubeconfig", n, &res.kubectl_first_s, &res.kubectl_s)) {
+    if (!TimeList({kubectl, "get", "pvc", "-A", "--no-headers"}, data + "/kubeconfig", n, &res.kubectl_first_s,
+                  &res.kubectl_s)) {
       std::fprintf(stderr, "kubectl get pvc -A failed or listed fewer than %d claims\n", n);
       return res;
     }
@@ -442,9 +456,9 @@ int main(int argc, char** argv) {
     }
   }
   if (sizes.empty()) sizes = {1000, 10000};
-  std::printf("%8s %10s %9s %10s %9s %12s %12s %9s %9s %10s %14s %7s %16s %10s\n", "claims", "bound s", "claims/s",
-              "apply s", "apply/s", "apply CPU s", "up CPU s", "peak MiB", "final MiB", "store MiB", "list 1st B ms",
-              "list s", "kubectl 1st B s", "kubectl s");
+  std::printf("%8s %10s %9s %10s %9s %12s %12s %9s %9s %10s %14s %7s %18s %12s %16s %10s\n", "claims", "bound s",
+              "claims/s", "apply s", "apply/s", "apply CPU s", "up CPU s", "peak MiB", "final MiB", "store MiB",
+              "list 1st B ms", "list s", "berth get 1st B s", "berth get s", "kubectl 1st B s", "kubectl s");
   int failures = 0;
   std::string dat = "# claims bound_s peak_MiB final_MiB claims_per_s\n";
   for (int n : sizes) {
@@ -456,10 +470,10 @@ int main(int argc, char** argv) {
     }
     char kubectl[64] = "               -          -";
     if (r.kubectl_s >= 0) std::snprintf(kubectl, sizeof(kubectl), "%16.2f %10.2f", r.kubectl_first_s, r.kubectl_s);
-    std::printf("%8d %10.2f %9.0f %10.2f %9.0f %12.2f %12.2f %9.1f %9.1f %10.1f %14.1f %7.2f %s\n", n, r.bound_s,
-                n / r.bound_s, r.apply_s, n / r.apply_s, r.apply_cpu_s, r.up_cpu_s, r.peak_kib / 1024.0,
+    std::printf("%8d %10.2f %9.0f %10.2f %9.0f %12.2f %12.2f %9.1f %9.1f %10.1f %14.1f %7.2f %18.3f %12.2f %s\n", n,
+                r.bound_s, n / r.bound_s, r.apply_s, n / r.apply_s, r.apply_cpu_s, r.up_cpu_s, r.peak_kib / 1024.0,
                 r.final_kib / 1024.0, static_cast<double>(r.store_bytes) / (1 << 20), r.list_first_ms, r.list_s,
-                kubectl);
+                r.berth_get_first_s, r.berth_get_s, kubectl);
     char line[160];
     std::snprintf(line, sizeof(line), "%d %.2f %.1f %.1f %.0f\n", n, r.bound_s, r.peak_kib / 1024.0,
                   r.final_kib / 1024.0, n / r.bound_s);

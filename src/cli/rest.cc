@@ -95,9 +95,9 @@ std::string NamespaceFor(const ApiClient& client, const Target& t) {
   return t.namespace_.empty() ? client.default_namespace() : t.namespace_;
 }
 
-absl::StatusOr<std::vector<json>> ListAll(ApiClient& client, const std::string& path, const std::string& query,
-                                          std::string* resource_version) {
-  std::vector<json> items;
+absl::Status ListPages(ApiClient& client, const std::string& path, const std::string& query,
+                       std::string* resource_version,
+                       const std::function<absl::Status(std::vector<json> items)>& page) {
   std::string cont;
   while (true) {
     std::string target = StrCat(path, "?limit=500", query.empty() ? "" : "&", query);
@@ -108,10 +108,23 @@ absl::StatusOr<std::vector<json>> ListAll(ApiClient& client, const std::string& 
     if (resource_version != nullptr && resource_version->empty()) {
       *resource_version = list["metadata"].value("resourceVersion", "");
     }
+    std::vector<json> items;
+    items.reserve(list["items"].size());
     for (auto& item : list["items"]) items.push_back(std::move(item));
+    BERTH_RETURN_IF_ERROR(page(std::move(items)));
     cont = list["metadata"].value("continue", "");
-    if (cont.empty()) return items;
+    if (cont.empty()) return absl::OkStatus();
   }
+}
+
+absl::StatusOr<std::vector<json>> ListAll(ApiClient& client, const std::string& path, const std::string& query,
+                                          std::string* resource_version) {
+  std::vector<json> all;
+  BERTH_RETURN_IF_ERROR(ListPages(client, path, query, resource_version, [&](std::vector<json> items) {
+    for (auto& item : items) all.push_back(std::move(item));
+    return absl::OkStatus();
+  }));
+  return all;
 }
 
 absl::StatusOr<json> GetObject(ApiClient& client, const api::KindInfo& k, const std::string& ns,

@@ -6,6 +6,7 @@
 // the calling thread only.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -53,6 +54,11 @@ std::string NamespaceFor(const http::ApiClient& client, const Target& t);
 // list's version (where a watch should start).
 absl::StatusOr<std::vector<nlohmann::json>> ListAll(http::ApiClient& client, const std::string& path,
                                                     const std::string& query, std::string* resource_version = nullptr);
+// The same pages of 500, each handed to `page` as it arrives (the first even
+// when empty); an error `page` returns stops the listing.
+absl::Status ListPages(http::ApiClient& client, const std::string& path, const std::string& query,
+                       std::string* resource_version,
+                       const std::function<absl::Status(std::vector<nlohmann::json> items)>& page);
 // GET of one object; its ServerError otherwise.
 absl::StatusOr<nlohmann::json> GetObject(http::ApiClient& client, const api::KindInfo& k, const std::string& ns,
                                          const std::string& name);

@@ -7,8 +7,11 @@
 #include <fstream>
 #include <set>
 
+#include "absl/strings/str_split.h"
 #include "api/codec.h"
 #include "commands.h"
+#include "common/fs.h"
+#include "common/strings.h"
 #include "gmock/gmock.h"
 #include "up_fixture.h"
 
@@ -156,6 +159,30 @@ TEST_F(BerthCliTest, GetListsKindsWithSelectorsInEveryOutputFormat) {
   CliResult bad_output = Cli({"get", "pvc", "-o", "xml", "--data-dir", D});
   EXPECT_EQ(bad_output.exit_code, 1);
   EXPECT_THAT(bad_output.err, HasSubstr("error: unable to match a printer suitable for the output format \"xml\""));
+
+  // A list longer than a page (500) is printed page by page as it arrives:
+  // one header, every object once, in order.
+  {
+    std::string many = "apiVersion: v1\nkind: Namespace\nmetadata: {name: many}\n";
+    for (int i = 0; i < 1234; ++i) {
+      many += StrCat("---\napiVersion: v1\nkind: Secret\nmetadata: {name: s-", 10000 + i,
+                     ", namespace: many}\nstringData: {k: v}\n");
+    }
+    const std::string file = sandbox_.Join("many.yaml");
+    ASSERT_TRUE(WriteFileAtomic(file, many).ok());
+    ASSERT_EQ(Cli({"apply", "-f", file, "--data-dir", D}).exit_code, 0);
+  }
+  const std::vector<std::string> rows =
+      absl::StrSplit(Ok({"get", "secrets", "-n", "many", "--data-dir", D}), '\n', absl::SkipEmpty());
+  ASSERT_EQ(rows.size(), 1u + 1234u);
+  EXPECT_THAT(rows[0], ::testing::StartsWith("NAME "));
+  for (int i = 0; i < 1234; ++i) {
+    EXPECT_THAT(rows[1 + i], ::testing::StartsWith(StrCat("s-", 10000 + i, " "))) << i;
+  }
+  const std::vector<std::string> names =
+      absl::StrSplit(Ok({"get", "secrets", "-n", "many", "-o", "name", "--data-dir", D}), '\n', absl::SkipEmpty());
+  ASSERT_EQ(names.size(), 1234u);
+  EXPECT_EQ(names.back(), "secret/s-11233");
 }
 
 TEST_F(BerthCliTest, DescribePatchEditWatchWaitAndDeleteAll) {
