@@ -166,13 +166,20 @@ class NodeAgentTest : public ::testing::Test {
   }
 
   // The resizer's part of an expansion of claim "data" (PV "pv-1"): the PV
-  // grew to 2Gi, the claim waits for the node.
+  // grew to 2Gi, the claim waits for the node. The resizer writes them in
+  // this order; the agent's informers may deliver them in either.
   void GrowPvTo2GiForTheNode() {
+    GrowPvTo2Gi();
+    MarkClaimNodeResizePending();
+  }
+  void GrowPvTo2Gi() {
     ASSERT_TRUE(
         UpdateObject(*registry_, K("persistentvolumes"), "", "pv-1", apiserver::Subresource::kMain, [](json& pv) {
           pv["spec"]["capacity"]["storage"] = "2Gi";
           return true;
         }).ok());
+  }
+  void MarkClaimNodeResizePending() {
     ASSERT_TRUE(
         UpdateObject(
             *registry_, K("persistentvolumeclaims"), "default", "data", apiserver::Subresource::kStatus,

@@ -125,7 +125,14 @@ void VolumeManager::Reconcile() {
       const int64_t pv_size = StorageBytes(w.pv.spec.capacity);
       auto done = expanded.find(w.volume.unique);
       const bool already = done != expanded.end() && done->second >= pv_size;
-      if (ResizePending(w.claim) && pv_size > 0 && !already) {
+      // Only a PV larger than the claim's capacity is a size to grow to
+      // (kubelet's pvcStatusCap < pvSpecCap). The resizer grows the PV
+      // before it marks the claim, but the two come through separate
+      // informers: a mark seen first, with the PV's old size, would finish
+      // the claim at that size and the new one would never be asked for.
+      // The PV's update wakes this pass again.
+      const bool pv_grew = pv_size > StorageBytes(w.claim.status.capacity);
+      if (ResizePending(w.claim) && pv_grew && !already) {
         Dispatch(Op{.lock_key = w.volume.unique,
                     .id = StrCat("expand/", w.volume.unique),
                     .run = [this, w, target = pub->second.target, staging] { return Expand(w, target, staging); },

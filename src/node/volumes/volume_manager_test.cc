@@ -360,6 +360,32 @@ TEST_F(NodeAgentTest, ExpandsOnTheNodeAndFinishesTheClaim) {
   EXPECT_FALSE(status.contains("allocatedResourceStatuses"));
 }
 
+// Regression: the resizer grows the PV before it marks the claim, but the
+// agent sees them through two informers, which may deliver the mark first.
+// The node then expanded to the PV's old size and finished the claim there
+// (capacity 1Gi, no longer pending), so the new size was never asked for.
+// The mark comes first here, as the informers may deliver it.
+TEST_F(NodeAgentTest, AClaimMarkedBeforeItsPvIsSeenToGrowWaitsForThePv) {
+  StartWithAppUsingData();
+  ASSERT_TRUE(Eventually([&] { return PodPhase("app") == "Running"; }));
+  MarkClaimNodeResizePending();
+  ASSERT_TRUE(Settle(*store_));
+  EXPECT_EQ(driver_->Calls("expand"), 0);
+  json status = Get("persistentvolumeclaims", "default", "data")["status"];
+  EXPECT_EQ(Str(status, {"capacity", "storage"}), "1Gi");
+  EXPECT_EQ(Str(status, {"allocatedResourceStatuses", "storage"}), "NodeResizePending");
+
+  GrowPvTo2Gi();
+  ASSERT_TRUE(Eventually([&] {
+    return Str(Get("persistentvolumeclaims", "default", "data"), {"status", "capacity", "storage"}) == "2Gi";
+  }));
+  EXPECT_EQ(driver_->Expanded().at(kHandle), int64_t{2} << 30);
+  EXPECT_EQ(driver_->Calls("expand"), 1);
+  status = Get("persistentvolumeclaims", "default", "data")["status"];
+  EXPECT_FALSE(status.contains("conditions"));
+  EXPECT_FALSE(status.contains("allocatedResourceStatuses"));
+}
+
 TEST_F(NodeAgentTest, BlockVolumesArePublishedUnderVolumeDevices) {
   AttachNotRequired();
   CreateVolume("raw", "pv-b", "vol-b", /*block=*/true);
