@@ -178,6 +178,9 @@ class Store {
     size_t watcher_queue = 100000;  // events a slow watcher may lag before it is ended
     // The object cache's budget, counted in serialized (JSON) bytes; parsed
     // objects take about 4-5 times that in memory. 0 turns the cache off.
+    // Objects someone else also holds (an informer's current objects) are
+    // kept past it, uncounted: evicting them would free nothing, and reading
+    // them back from SQLite costs a read and a parse each time.
     size_t cache_bytes = 8 << 20;
     // Resources whose writes do not enter the cache: written far more than
     // read (events), they would evict the objects controllers read. A read
@@ -191,7 +194,9 @@ class Store {
     int64_t misses = 0;
     int64_t fills_skipped = 0;  // misses whose SQLite read raced a commit
     size_t objects = 0;
-    size_t bytes = 0;
+    size_t bytes = 0;           // counted against the budget
+    size_t shared_objects = 0;  // kept past the budget: also held elsewhere when last looked at
+    size_t shared_bytes = 0;
   };
 
   // Opens (creating if needed, mode 0600) the database. FAILED_PRECONDITION if it was
@@ -264,11 +269,14 @@ class Store {
   struct CacheEntry {
     ObjectPtr object;
     size_t bytes = 0;
-    std::list<std::string>::iterator lru;
+    bool shared = false;                   // in shared_ (uncounted), not in lru_
+    std::list<std::string>::iterator lru;  // in lru_ or shared_
   };
   static std::string CacheKey(std::string_view resource, std::string_view ns, std::string_view name);
   ObjectPtr CacheLookup(const std::string& key) ABSL_LOCKS_EXCLUDED(cache_mu_);
   void CacheInsertLocked(const std::string& key, ObjectPtr object, size_t bytes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(cache_mu_);
+  void CacheEraseLocked(std::unordered_map<std::string, CacheEntry>::iterator it)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(cache_mu_);
   // Applies a committed batch's writes (writer thread).
   void CacheApply(CacheWrites writes) ABSL_LOCKS_EXCLUDED(cache_mu_);
@@ -331,8 +339,10 @@ class Store {
   // dropped if it changed during the read).
   mutable absl::Mutex cache_mu_;
   std::unordered_map<std::string, CacheEntry> cache_ ABSL_GUARDED_BY(cache_mu_);
-  std::list<std::string> lru_ ABSL_GUARDED_BY(cache_mu_);
+  std::list<std::string> lru_ ABSL_GUARDED_BY(cache_mu_);     // counted entries, most recent first
+  std::list<std::string> shared_ ABSL_GUARDED_BY(cache_mu_);  // uncounted ones, next to recheck last
   size_t cache_bytes_ ABSL_GUARDED_BY(cache_mu_) = 0;
+  size_t shared_bytes_ ABSL_GUARDED_BY(cache_mu_) = 0;
   uint64_t epoch_ ABSL_GUARDED_BY(cache_mu_) = 0;
   CacheStats stats_ ABSL_GUARDED_BY(cache_mu_);
 

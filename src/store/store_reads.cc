@@ -27,7 +27,7 @@ absl::StatusOr<std::shared_ptr<const Object>> Store::GetShared(const std::string
   {
     absl::MutexLock lock(&cache_mu_);
     if (auto it = cache_.find(key); it != cache_.end()) {
-      lru_.splice(lru_.begin(), lru_, it->second.lru);
+      if (!it->second.shared) lru_.splice(lru_.begin(), lru_, it->second.lru);
       ++stats_.hits;
       return it->second.object;
     }
@@ -158,22 +158,60 @@ Store::ObjectPtr Store::CacheLookup(const std::string& key) {
     ++stats_.misses;
     return nullptr;
   }
-  lru_.splice(lru_.begin(), lru_, it->second.lru);
+  if (!it->second.shared) lru_.splice(lru_.begin(), lru_, it->second.lru);
   ++stats_.hits;
   return it->second.object;
+}
+
+void Store::CacheEraseLocked(std::unordered_map<std::string, CacheEntry>::iterator it) {
+  cache_mu_.AssertHeld();
+  if (it->second.shared) {
+    shared_bytes_ -= it->second.bytes;
+    shared_.erase(it->second.lru);
+  } else {
+    cache_bytes_ -= it->second.bytes;
+    lru_.erase(it->second.lru);
+  }
+  cache_.erase(it);
 }
 
 void Store::CacheInsertLocked(const std::string& key, ObjectPtr object, size_t bytes) {
   cache_mu_.AssertHeld();
   if (bytes > options_.cache_bytes) return;  // also: the cache is off
   lru_.push_front(key);
-  cache_[key] = CacheEntry{std::move(object), bytes, lru_.begin()};
+  cache_[key] = CacheEntry{std::move(object), bytes, false, lru_.begin()};
   cache_bytes_ += bytes;
+  // Shared entries whose other holders let go count again: two rechecked
+  // per insert, so the uncounted set is looked over every few inserts per
+  // entry and what only the cache holds stays near the budget.
+  for (int i = 0; i < 2 && !shared_.empty(); ++i) {
+    auto it = cache_.find(shared_.back());
+    if (it->second.object.use_count() > 1) {
+      shared_.splice(shared_.begin(), shared_, it->second.lru);
+      continue;
+    }
+    shared_.pop_back();
+    shared_bytes_ -= it->second.bytes;
+    it->second.shared = false;
+    lru_.push_back(it->first);  // as the least recently used
+    it->second.lru = std::prev(lru_.end());
+    cache_bytes_ += it->second.bytes;
+  }
+  // Evict from the least recently used end; an object someone else holds
+  // (use_count > 1: an informer's current object, a reader's) is moved to
+  // the uncounted set instead, as evicting it would free nothing.
   while (cache_bytes_ > options_.cache_bytes) {
     auto victim = cache_.find(lru_.back());
-    cache_bytes_ -= victim->second.bytes;
-    cache_.erase(victim);
     lru_.pop_back();
+    cache_bytes_ -= victim->second.bytes;
+    if (victim->second.object.use_count() > 1) {
+      victim->second.shared = true;
+      shared_.push_front(victim->first);
+      victim->second.lru = shared_.begin();
+      shared_bytes_ += victim->second.bytes;
+    } else {
+      cache_.erase(victim);
+    }
   }
 }
 
@@ -181,11 +219,7 @@ void Store::CacheApply(CacheWrites writes) {
   absl::MutexLock lock(&cache_mu_);
   ++epoch_;
   for (auto& [key, w] : writes) {
-    if (auto it = cache_.find(key); it != cache_.end()) {
-      cache_bytes_ -= it->second.bytes;
-      lru_.erase(it->second.lru);
-      cache_.erase(it);
-    }
+    if (auto it = cache_.find(key); it != cache_.end()) CacheEraseLocked(it);
     if (w.object != nullptr && w.admit) CacheInsertLocked(key, std::move(w.object), w.bytes);
   }
 }
@@ -193,8 +227,10 @@ void Store::CacheApply(CacheWrites writes) {
 Store::CacheStats Store::cache_stats() const {
   absl::MutexLock lock(&cache_mu_);
   CacheStats out = stats_;
-  out.objects = cache_.size();
+  out.objects = cache_.size() - shared_.size();
   out.bytes = cache_bytes_;
+  out.shared_objects = shared_.size();
+  out.shared_bytes = shared_bytes_;
   return out;
 }
 

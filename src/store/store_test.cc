@@ -697,6 +697,50 @@ TEST_F(StoreTest, CacheStaysWithinItsBudget) {
   EXPECT_EQ((*off)->cache_stats().objects, 0u);
 }
 
+// What someone else holds (an informer's objects) stays cached past the
+// budget, uncounted: evicting it would free nothing. Once let go, it counts
+// again and is evicted like anything else.
+TEST_F(StoreTest, CacheKeepsObjectsHeldElsewherePastItsBudget) {
+  auto s = Store::Open({.path = dir_.Join("state.db"), .cache_bytes = 2000});
+  ASSERT_TRUE(s.ok());
+  Store& store = **s;
+  std::vector<std::shared_ptr<const Object>> held;  // as an informer holds its objects
+  for (int i = 0; i < 20; ++i) {
+    ASSERT_TRUE(store.Create("pods", Pvc("held" + std::to_string(i))).ok());
+    auto got = store.GetShared("pods", "default", "held" + std::to_string(i));
+    ASSERT_TRUE(got.ok());
+    held.push_back(*got);
+  }
+  for (int i = 0; i < 50; ++i) ASSERT_TRUE(store.Create("pods", Pvc("p" + std::to_string(i))).ok());
+  Store::CacheStats st = store.cache_stats();
+  EXPECT_LE(st.bytes, 2000u);
+  EXPECT_EQ(st.shared_objects, 20u);
+  EXPECT_GT(st.shared_bytes, 2000u);
+  // Reads of the held objects are hits, and return the very object held.
+  const int64_t misses = st.misses;
+  for (int i = 0; i < 20; ++i) {
+    auto got = store.GetShared("pods", "default", "held" + std::to_string(i));
+    ASSERT_TRUE(got.ok());
+    EXPECT_EQ(got->get(), held[i].get());
+  }
+  EXPECT_EQ(store.cache_stats().misses, misses);
+  // An update replaces a held object: the new version is cached, counted.
+  Object changed = *held[0];
+  changed["spec"]["x"] = 1;
+  ASSERT_TRUE(store.Update("pods", changed).ok());
+  EXPECT_EQ(store.cache_stats().shared_objects, 19u);
+  // Let go, the shared entries count again within a few inserts and the
+  // cache returns to its budget.
+  held.clear();
+  for (int i = 50; i < 80; ++i) ASSERT_TRUE(store.Create("pods", Pvc("p" + std::to_string(i))).ok());
+  st = store.cache_stats();
+  EXPECT_EQ(st.shared_objects, 0u);
+  EXPECT_EQ(st.shared_bytes, 0u);
+  EXPECT_LE(st.bytes, 2000u);
+  // Everything still reads back intact.
+  for (int i = 0; i < 20; ++i) EXPECT_TRUE(store.Get("pods", "default", "held" + std::to_string(i)).ok());
+}
+
 // Readers racing writers never see an object older than one already
 // acknowledged or observed, nor a deleted object once its deletion was
 // acknowledged.
