@@ -1,0 +1,336 @@
+// The store's object cache: coherent with every write, within its budget,
+// never stale under concurrent writers.
+#include <sqlite3.h>
+
+#include <atomic>
+#include <thread>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "store/store.h"
+#include "store/store_test_fixture.h"
+
+namespace berth::store {
+namespace {
+
+using testing::Pvc;
+using testing::Rv;
+using testing::StoreTest;
+
+TEST_F(StoreTest, CacheServesRepeatedGetsAndFollowsEveryWrite) {
+  auto s = Open();
+  auto a = s->Create("persistentvolumeclaims", Pvc("a"));
+  ASSERT_TRUE(a.ok());
+  const Store::CacheStats before = s->cache_stats();
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(*s->Get("persistentvolumeclaims", "default", "a"), *a);
+  EXPECT_EQ(s->cache_stats().hits - before.hits, 3) << "a created object is cached at once";
+  EXPECT_EQ(s->cache_stats().misses, before.misses);
+
+  // Every kind of write replaces or drops the cached object.
+  Object changed = *a;
+  changed["spec"]["x"] = 1;
+  auto b = s->Update("persistentvolumeclaims", changed);
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(*s->Get("persistentvolumeclaims", "default", "a"), *b);
+  auto shared = s->GetShared("persistentvolumeclaims", "default", "a");
+  ASSERT_TRUE(shared.ok());
+  EXPECT_EQ(**shared, *b);
+  Object finalized = *b;
+  finalized["metadata"]["finalizers"] = {"example.com/f"};
+  auto c = s->Update("persistentvolumeclaims", finalized);
+  ASSERT_TRUE(c.ok());
+  auto marked = s->Delete("persistentvolumeclaims", "default", "a");
+  ASSERT_TRUE(marked.ok());
+  auto got = s->Get("persistentvolumeclaims", "default", "a");
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(*got, *marked);
+  EXPECT_TRUE((*got)["metadata"].contains("deletionTimestamp"));
+  EXPECT_EQ(**shared, *b) << "a shared object never changes under its holder";
+  Object last = *got;
+  last["metadata"]["finalizers"] = Object::array();
+  ASSERT_TRUE(s->Update("persistentvolumeclaims", last).ok());
+  EXPECT_EQ(s->Get("persistentvolumeclaims", "default", "a").status().code(), absl::StatusCode::kNotFound);
+  // Recreated under the same name: a new object, not the cached old one.
+  auto again = s->Create("persistentvolumeclaims", Pvc("a"));
+  ASSERT_TRUE(again.ok());
+  EXPECT_NE((*again)["metadata"]["uid"], (*a)["metadata"]["uid"]);
+  EXPECT_EQ(*s->Get("persistentvolumeclaims", "default", "a"), *again);
+  ASSERT_TRUE(s->Delete("persistentvolumeclaims", "default", "a").ok());
+  EXPECT_EQ(s->Get("persistentvolumeclaims", "default", "a").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(s->cache_stats().objects, 0u);
+}
+
+TEST_F(StoreTest, CacheFollowsGarbageCollectionOfDependents) {
+  auto s = Open();
+  auto owner = s->Create("volumesnapshots", Pvc("owner"));
+  auto other = s->Create("volumesnapshots", Pvc("other"));
+  auto ref = [](const Object& o) {
+    return Object{{"apiVersion", "v1"}, {"kind", "X"}, {"name", o["metadata"]["name"]}, {"uid", o["metadata"]["uid"]}};
+  };
+  Object one = Pvc("one");
+  one["metadata"]["ownerReferences"] = {ref(*owner)};
+  Object two = Pvc("two");
+  two["metadata"]["ownerReferences"] = {ref(*owner), ref(*other)};
+  ASSERT_TRUE(s->Create("events", one).ok());
+  ASSERT_TRUE(s->Create("events", two).ok());
+  ASSERT_TRUE(s->Get("events", "default", "one").ok());  // cached
+  ASSERT_TRUE(s->Delete("volumesnapshots", "default", "owner").ok());
+  EXPECT_EQ(s->Get("events", "default", "one").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ((*s->Get("events", "default", "two"))["metadata"]["ownerReferences"].size(), 1u);
+}
+
+// SQLite triggers inject failures the store cannot tell from real ones.
+void Sql(const std::string& path, const char* sql) {
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  char* err = nullptr;
+  EXPECT_EQ(sqlite3_exec(db, sql, nullptr, nullptr, &err), SQLITE_OK) << (err ? err : "");
+  sqlite3_free(err);
+  sqlite3_close(db);
+}
+
+TEST_F(StoreTest, FailedMutationLeavesCacheAsCommitted) {
+  auto s = Open();
+  auto owner = s->Create("volumesnapshots", Pvc("owner"));
+  Object dep = Pvc("boom");
+  dep["metadata"]["ownerReferences"] = {
+      {{"apiVersion", "v1"}, {"kind", "X"}, {"name", "owner"}, {"uid", (*owner)["metadata"]["uid"]}},
+      {{"apiVersion", "v1"}, {"kind", "X"}, {"name", "gone"}, {"uid", "other-uid"}}};
+  ASSERT_TRUE(s->Create("events", dep).ok());
+  ASSERT_TRUE(s->Get("volumesnapshots", "default", "owner").ok());
+  // Deleting the owner removes it, then fails rewriting its dependent: the
+  // whole mutation rolls back, in SQLite and in the cache.
+  Sql(dir_.Join("state.db"),
+      "CREATE TRIGGER fail_boom BEFORE INSERT ON objects WHEN NEW.name='boom' "
+      "BEGIN SELECT RAISE(ABORT, 'injected'); END");
+  EXPECT_EQ(s->Delete("volumesnapshots", "default", "owner").status().code(), absl::StatusCode::kInternal);
+  auto still = s->Get("volumesnapshots", "default", "owner");
+  ASSERT_TRUE(still.ok()) << still.status();
+  EXPECT_EQ(*still, *owner);
+  EXPECT_EQ((*s->Get("events", "default", "boom"))["metadata"]["ownerReferences"].size(), 2u);
+  Sql(dir_.Join("state.db"), "DROP TRIGGER fail_boom");
+  ASSERT_TRUE(s->Delete("volumesnapshots", "default", "owner").ok());
+  EXPECT_EQ(s->Get("volumesnapshots", "default", "owner").status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(StoreTest, FailedCommitLeavesCacheAsCommitted) {
+  auto s = Open();
+  auto a = s->Create("pods", Pvc("a"));
+  ASSERT_TRUE(a.ok());
+  // The batch's last step (recording the resourceVersion) fails: nothing of
+  // the batch is committed, and nothing of it may be served.
+  Sql(dir_.Join("state.db"),
+      "CREATE TABLE fail_commit(x); INSERT INTO fail_commit VALUES(1); "
+      "CREATE TRIGGER fail_rv BEFORE UPDATE ON meta WHEN EXISTS(SELECT 1 FROM fail_commit) "
+      "BEGIN SELECT RAISE(ABORT, 'injected'); END");
+  Object changed = *a;
+  changed["spec"]["x"] = 1;
+  EXPECT_FALSE(s->Update("pods", changed).ok());
+  EXPECT_FALSE(s->Create("pods", Pvc("b")).ok());
+  EXPECT_FALSE(s->Delete("pods", "default", "a").ok());
+  EXPECT_EQ(*s->Get("pods", "default", "a"), *a);
+  EXPECT_EQ(s->Get("pods", "default", "b").status().code(), absl::StatusCode::kNotFound);
+  Sql(dir_.Join("state.db"), "DELETE FROM fail_commit");
+  auto b = s->Update("pods", changed);
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(Rv(*b), Rv(*a) + 1) << "the failed batch's versions were not used";
+  EXPECT_EQ(*s->Get("pods", "default", "a"), *b);
+}
+
+TEST_F(StoreTest, CacheStartsEmptyAfterReopenAndLoadsLazily) {
+  Object a;
+  {
+    auto s = Open();
+    a = *s->Create("pods", Pvc("a"));
+  }
+  // Changed while the store was closed: the reopened store must not know
+  // any older state.
+  Sql(dir_.Join("state.db"), "UPDATE objects SET data=json_set(data, '$.spec.x', 7) WHERE name='a'");
+  auto s = Open();
+  EXPECT_EQ(s->cache_stats().objects, 0u);
+  auto got = s->Get("pods", "default", "a");
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ((*got)["spec"]["x"], 7);
+  EXPECT_EQ(s->cache_stats().objects, 1u) << "filled by the read";
+  EXPECT_EQ(*s->Get("pods", "default", "a"), *got);
+  EXPECT_EQ(s->cache_stats().hits, 1);
+}
+
+TEST_F(StoreTest, WritesOfWriteOnlyResourcesStayOutOfTheCacheUntilRead) {
+  auto s = Open();
+  Object ev = Pvc("e1");
+  ev["kind"] = "Event";
+  ASSERT_TRUE(s->Create("events", ev).ok());
+  ASSERT_TRUE(s->Create("pods", Pvc("p")).ok());
+  EXPECT_EQ(s->cache_stats().objects, 1u) << "only the pod";
+  const Store::CacheStats before = s->cache_stats();
+  ASSERT_TRUE(s->Get("events", "default", "e1").ok());
+  EXPECT_EQ(s->cache_stats().misses - before.misses, 1);
+  EXPECT_EQ(s->cache_stats().objects, 2u) << "a read caches it";
+  // An update of a cached event replaces the entry with nothing (never a
+  // stale copy).
+  Object changed = *s->Get("events", "default", "e1");
+  changed["spec"]["x"] = 1;
+  ASSERT_TRUE(s->Update("events", changed).ok());
+  EXPECT_EQ(s->cache_stats().objects, 1u);
+  EXPECT_EQ((*s->Get("events", "default", "e1"))["spec"]["x"], 1);
+}
+
+TEST_F(StoreTest, CacheStaysWithinItsBudget) {
+  auto s = Store::Open({.path = dir_.Join("state.db"), .cache_bytes = 2000});
+  ASSERT_TRUE(s.ok());
+  for (int i = 0; i < 50; ++i) ASSERT_TRUE((*s)->Create("pods", Pvc("p" + std::to_string(i))).ok());
+  EXPECT_LE((*s)->cache_stats().bytes, 2000u);
+  EXPECT_GT((*s)->cache_stats().objects, 0u);
+  // Evicted objects are read back from SQLite, intact.
+  for (int i = 0; i < 50; ++i) {
+    auto got = (*s)->Get("pods", "default", "p" + std::to_string(i));
+    ASSERT_TRUE(got.ok());
+    EXPECT_EQ((*got)["metadata"]["name"], "p" + std::to_string(i));
+  }
+  auto off = Store::Open({.path = dir_.Join("off.db"), .cache_bytes = 0});
+  ASSERT_TRUE(off.ok());
+  ASSERT_TRUE((*off)->Create("pods", Pvc("a")).ok());
+  ASSERT_TRUE((*off)->Get("pods", "default", "a").ok());
+  EXPECT_EQ((*off)->cache_stats().objects, 0u);
+}
+
+// What someone else holds (an informer's objects) stays cached past the
+// budget, uncounted: evicting it would free nothing. Once let go, it counts
+// again and is evicted like anything else.
+TEST_F(StoreTest, CacheKeepsObjectsHeldElsewherePastItsBudget) {
+  auto s = Store::Open({.path = dir_.Join("state.db"), .cache_bytes = 2000});
+  ASSERT_TRUE(s.ok());
+  Store& store = **s;
+  std::vector<std::shared_ptr<const Object>> held;  // as an informer holds its objects
+  for (int i = 0; i < 20; ++i) {
+    ASSERT_TRUE(store.Create("pods", Pvc("held" + std::to_string(i))).ok());
+    auto got = store.GetShared("pods", "default", "held" + std::to_string(i));
+    ASSERT_TRUE(got.ok());
+    held.push_back(*got);
+  }
+  for (int i = 0; i < 50; ++i) ASSERT_TRUE(store.Create("pods", Pvc("p" + std::to_string(i))).ok());
+  Store::CacheStats st = store.cache_stats();
+  EXPECT_LE(st.bytes, 2000u);
+  EXPECT_EQ(st.shared_objects, 20u);
+  EXPECT_GT(st.shared_bytes, 2000u);
+  // Reads of the held objects are hits, and return the very object held.
+  const int64_t misses = st.misses;
+  for (int i = 0; i < 20; ++i) {
+    auto got = store.GetShared("pods", "default", "held" + std::to_string(i));
+    ASSERT_TRUE(got.ok());
+    EXPECT_EQ(got->get(), held[i].get());
+  }
+  EXPECT_EQ(store.cache_stats().misses, misses);
+  // An update replaces a held object: the new version is cached, counted.
+  Object changed = *held[0];
+  changed["spec"]["x"] = 1;
+  ASSERT_TRUE(store.Update("pods", changed).ok());
+  EXPECT_EQ(store.cache_stats().shared_objects, 19u);
+  // Let go, the shared entries count again within a few inserts and the
+  // cache returns to its budget.
+  held.clear();
+  for (int i = 50; i < 80; ++i) ASSERT_TRUE(store.Create("pods", Pvc("p" + std::to_string(i))).ok());
+  st = store.cache_stats();
+  EXPECT_EQ(st.shared_objects, 0u);
+  EXPECT_EQ(st.shared_bytes, 0u);
+  EXPECT_LE(st.bytes, 2000u);
+  // Everything still reads back intact.
+  for (int i = 0; i < 20; ++i) EXPECT_TRUE(store.Get("pods", "default", "held" + std::to_string(i)).ok());
+}
+
+// Readers racing writers never see an object older than one already
+// acknowledged or observed, nor a deleted object once its deletion was
+// acknowledged.
+TEST_F(StoreTest, CacheReadsAreNeverStaleUnderConcurrentWrites) {
+  auto s = Store::Open({.path = dir_.Join("state.db"), .cache_bytes = 4000});  // evictions too
+  ASSERT_TRUE(s.ok());
+  Store& store = **s;
+  constexpr int kKeys = 8, kRounds = 150;
+  std::atomic<int64_t> acked[kKeys];
+  std::atomic<bool> deleting[kKeys], deleted[kKeys];
+  for (int k = 0; k < kKeys; ++k) {
+    auto c = store.Create("pods", Pvc("k" + std::to_string(k)));
+    ASSERT_TRUE(c.ok());
+    acked[k] = Rv(*c);
+    deleting[k] = false;
+    deleted[k] = false;
+  }
+  std::atomic<bool> done{false};
+  std::atomic<int> violations{0};
+  std::vector<std::thread> threads;
+  for (int k = 0; k < kKeys; ++k) {
+    threads.emplace_back([&, k] {
+      const std::string name = "k" + std::to_string(k);
+      for (int i = 0; i < kRounds; ++i) {
+        auto cur = store.Get("pods", "default", name);
+        if (!cur.ok()) {
+          ++violations;
+          return;
+        }
+        Object next = *cur;
+        next["spec"]["i"] = i;
+        auto u = store.Update("pods", next);
+        if (!u.ok()) {
+          ++violations;
+          return;
+        }
+        acked[k] = Rv(*u);
+      }
+      deleting[k] = true;
+      ASSERT_TRUE(store.Delete("pods", "default", name).ok());
+      deleted[k] = true;
+    });
+  }
+  for (int r = 0; r < 4; ++r) {
+    threads.emplace_back([&] {
+      std::vector<int64_t> seen(kKeys, 0);
+      while (!done) {
+        for (int k = 0; k < kKeys; ++k) {
+          const int64_t floor = acked[k];
+          const bool gone = deleted[k];
+          auto got = store.Get("pods", "default", "k" + std::to_string(k));
+          if (gone) {
+            if (got.ok()) ++violations;
+            continue;
+          }
+          if (!got.ok()) {
+            if (!deleting[k]) ++violations;
+            continue;
+          }
+          const int64_t rv = Rv(*got);
+          if (rv < floor || rv < seen[k]) ++violations;
+          seen[k] = rv;
+        }
+      }
+    });
+  }
+  for (int k = 0; k < kKeys; ++k) threads[k].join();
+  done = true;
+  for (size_t t = kKeys; t < threads.size(); ++t) threads[t].join();
+  EXPECT_EQ(violations, 0);
+  EXPECT_GT(store.cache_stats().hits, 0);
+}
+
+TEST_F(StoreTest, WatchEventsAreUnaffectedByTheCache) {
+  auto s = Open();
+  auto w = s->Watch("pods", "", s->ResourceVersion());
+  ASSERT_TRUE(w.ok());
+  auto a = s->Create("pods", Pvc("a"));
+  ASSERT_TRUE(s->Get("pods", "default", "a").ok());
+  Object changed = *a;
+  changed["spec"]["x"] = 1;
+  auto b = s->Update("pods", changed);
+  ASSERT_TRUE(s->Delete("pods", "default", "a").ok());
+  std::vector<Object> objects;
+  while (auto e = (*w)->Next(absl::Milliseconds(200))) objects.push_back(*e->object);
+  ASSERT_EQ(objects.size(), 3u);
+  EXPECT_EQ(objects[0], *a);
+  EXPECT_EQ(objects[1], *b);
+  EXPECT_EQ(objects[2]["spec"]["x"], 1);
+  EXPECT_GT(Rv(objects[2]), Rv(*b));
+}
+
+}  // namespace
+}  // namespace berth::store
