@@ -1,9 +1,14 @@
 // Shared by the benchmark harnesses.
 #pragma once
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <string>
 
 namespace berth::bench {
 
@@ -16,6 +21,38 @@ inline long CurrentRssKiB() {
     std::fclose(f);
   }
   return resident * (sysconf(_SC_PAGESIZE) / 1024);
+}
+
+// A free loopback TCP port (bound, read, closed); `fallback` if none could
+// be had.
+inline int FreePort(int fallback) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(a);
+  int port = fallback;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
+    port = ntohs(a.sin_port);
+  }
+  ::close(fd);
+  return port;
+}
+
+// berth's pool images are loop-mounted by berth-csi: unmounts what lies
+// below `dir` (deepest first), detaches its loop devices, removes it.
+inline void Cleanup(const std::string& dir) {
+  std::string cmd =
+      "for i in 1 2 3; do awk -v d='" + dir +
+      "' 'index($5, d\"/\")==1 {print length($5), $5}' /proc/self/mountinfo | sort -rn | cut -d' ' -f2- | "
+      "xargs -r -n1 umount -l; done; for f in /sys/block/loop*/loop/backing_file; do "
+      "case \"$(cat $f 2>/dev/null)\" in '" +
+      dir +
+      "'/*) losetup -d /dev/$(basename $(dirname $(dirname $f)));; esac; done; "
+      "rm -rf '" +
+      dir + "'";
+  if (std::system(cmd.c_str()) != 0) std::fprintf(stderr, "cleanup of %s incomplete\n", dir.c_str());
 }
 
 }  // namespace berth::bench

@@ -62,6 +62,7 @@
 
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "bench_util.h"
 
 namespace {
 
@@ -375,33 +376,6 @@ Side Drive(const std::string& kubectl, const std::string& kubeconfig, const std:
   return s;
 }
 
-int FreePort() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(a);
-  int port = 17543;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
-    port = ntohs(a.sin_port);
-  }
-  ::close(fd);
-  return port;
-}
-
-// berth's pool images are loop-mounted by berth-csi: unmount and detach what
-// lies below `dir`, then remove it (as up_bench does).
-void Cleanup(const std::string& dir) {
-  std::string cmd =
-      "for i in 1 2 3; do awk -v d='" + dir +
-      "' 'index($5, d\"/\")==1 {print length($5), $5}' /proc/self/mountinfo | sort -rn | cut -d' ' -f2- | "
-      "xargs -r -n1 umount -l; done; for f in /sys/block/loop*/loop/backing_file; do "
-      "case \"$(cat $f 2>/dev/null)\" in '" +
-      dir + "'/*) losetup -d /dev/$(basename $(dirname $(dirname $f)));; esac; done; rm -rf '" + dir + "'";
-  if (std::system(cmd.c_str()) != 0) std::fprintf(stderr, "cleanup of %s incomplete\n", dir.c_str());
-}
-
 double Sum(const std::map<std::string, double>& cpu, const std::vector<std::string>& groups) {
   double total = 0;
   for (const auto& g : groups) total += cpu.count(g) ? cpu.at(g) : 0;
@@ -422,7 +396,7 @@ Side BerthSide(const std::string& kubectl, const std::string& dir, int n) {
   if (up == 0) {
     const std::string log = dir + "/up.log";
     if (!std::freopen(log.c_str(), "w", stdout) || !std::freopen(log.c_str(), "a", stderr)) ::_exit(126);
-    const std::string api = "127.0.0.1:" + std::to_string(FreePort());
+    const std::string api = "127.0.0.1:" + std::to_string(berth::bench::FreePort(17543));
     ::execl(BERTH_BINARY, BERTH_BINARY, "--data-dir", data.c_str(), "up", "--pool-size", "4Gi", "--api-address",
             api.c_str(), "--csi-binary", BERTH_CSI_BINARY, "--node-name", "bench", "--log-level", "warn", "--runtime",
             "containerd", "--pod-cidr", "10.215.0.0/16", static_cast<char*>(nullptr));
@@ -529,7 +503,7 @@ int main(int argc, char** argv) {
     std::printf("N = %d claim+pod pairs\n", n);
     const Side b = BerthSide(kubectl, dir, n);
     ::sleep(2);
-    Cleanup(dir);
+    berth::bench::Cleanup(dir);
     const double berth_cpu = Sum(b.cpu, kBerthOwn);
     std::printf("  berth up:   all Running %.2f s, all deleted %.2f s, berth's own CPU %.2f s (%.3f s per pod)%s\n",
                 b.running_s, b.deleted_s, berth_cpu, berth_cpu / n, b.ok ? "" : "  FAILED");

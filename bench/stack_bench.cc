@@ -60,6 +60,7 @@
 
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "bench_util.h"
 #include "controllers/testing/fake_csi.h"
 #include "csi/server.h"
 #include "http/api_client.h"
@@ -128,34 +129,6 @@ double TreeCpuSeconds(pid_t root) {
     }
   }
   return static_cast<double>(total) / static_cast<double>(sysconf(_SC_CLK_TCK));
-}
-
-// berth's pool images are loop-mounted by berth-csi: unmount and detach what
-// lies below `dir`, then remove it (as up_bench does).
-void Cleanup(const std::string& dir) {
-  std::string cmd =
-      "for i in 1 2 3; do awk -v d='" + dir +
-      "' 'index($5, d\"/\")==1 {print length($5), $5}' /proc/self/mountinfo | sort -rn | cut -d' ' -f2- | "
-      "xargs -r -n1 umount -l; done; for f in /sys/block/loop*/loop/backing_file; do "
-      "case \"$(cat $f 2>/dev/null)\" in '" +
-      dir + "'/*) losetup -d /dev/$(basename $(dirname $(dirname $f)));; esac; done; rm -rf '" + dir + "'";
-  if (std::system(cmd.c_str()) != 0) std::fprintf(stderr, "cleanup of %s incomplete\n", dir.c_str());
-}
-
-// A free loopback TCP port (bound, read, closed).
-int FreePort() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(a);
-  int port = 17443;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
-    port = ntohs(a.sin_port);
-  }
-  ::close(fd);
-  return port;
 }
 
 pid_t Spawn(const std::vector<std::string>& argv, const std::string& log) {
@@ -280,7 +253,7 @@ Result Run(int n) {
           absl::SleepFor(absl::Milliseconds(20));
         }
       }
-      Cleanup(dir);
+      berth::bench::Cleanup(dir);
     }
   } guard{dir};
 
@@ -294,11 +267,11 @@ Result Run(int n) {
     return res;
   }
 
-  guard.up =
-      Spawn({BERTH_BINARY, "--data-dir", data, "up", "--runtime", "none", "--pool-size", "512Mi", "--api-address",
-             "127.0.0.1:" + std::to_string(FreePort()), "--csi-binary", BERTH_CSI_BINARY, "--node-name", kNode,
-             "--log-level", "warn", "--external-driver", std::string(kDriver) + "=unix://" + socket},
-            dir + "/up.log");
+  guard.up = Spawn(
+      {BERTH_BINARY, "--data-dir", data, "up", "--runtime", "none", "--pool-size", "512Mi", "--api-address",
+       "127.0.0.1:" + std::to_string(berth::bench::FreePort(17443)), "--csi-binary", BERTH_CSI_BINARY, "--node-name",
+       kNode, "--log-level", "warn", "--external-driver", std::string(kDriver) + "=unix://" + socket},
+      dir + "/up.log");
   auto client = berth::http::ApiClient::ForUnixSocket(data + "/api.sock");
   // Ready: the fake driver registered on the node.
   for (const absl::Time start = absl::Now();;) {

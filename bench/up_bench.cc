@@ -29,6 +29,7 @@
 
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "bench_util.h"
 #include "http/api_client.h"
 #include "nlohmann/json.hpp"
 
@@ -144,20 +145,6 @@ std::map<pid_t, long> TreeCpuTicks(pid_t root) {
     }
   }
   return out;
-}
-
-void Cleanup(const std::string& dir) {
-  // Unmount below dir (deepest first), detach its loop devices, remove it.
-  std::string cmd =
-      "for i in 1 2 3; do awk -v d='" + dir +
-      "' 'index($5, d\"/\")==1 {print length($5), $5}' /proc/self/mountinfo | sort -rn | cut -d' ' -f2- | "
-      "xargs -r -n1 umount -l; done; for f in /sys/block/loop*/loop/backing_file; do "
-      "case \"$(cat $f 2>/dev/null)\" in '" +
-      dir +
-      "'/*) losetup -d /dev/$(basename $(dirname $(dirname $f)));; esac; done; "
-      "rm -rf '" +
-      dir + "'";
-  if (std::system(cmd.c_str()) != 0) std::fprintf(stderr, "cleanup of %s incomplete\n", dir.c_str());
 }
 
 }  // namespace
@@ -331,6 +318,6 @@ int main(int argc, char** argv) {
     if (std::system(down.c_str()) != 0) std::fprintf(stderr, "berth down failed\n");
   }
   absl::SleepFor(absl::Seconds(1));
-  Cleanup(dir);
+  berth::bench::Cleanup(dir);
   return running == pairs ? 0 : 1;
 }
