@@ -55,4 +55,16 @@ inline void Cleanup(const std::string& dir) {
   if (std::system(cmd.c_str()) != 0) std::fprintf(stderr, "cleanup of %s incomplete\n", dir.c_str());
 }
 
+// The kubectl to time: $BERTH_KUBECTL, the Debian kubernetes-client berth
+// installs, or /usr/bin/kubectl; "" if none is there.
+inline std::string FindKubectl() {
+  const char* env = std::getenv("BERTH_KUBECTL");
+  for (const std::string& p :
+       {std::string(env != nullptr ? env : ""), std::string("/usr/local/lib/berth/kubernetes-client/usr/bin/kubectl"),
+        std::string("/usr/bin/kubectl")}) {
+    if (!p.empty() && ::access(p.c_str(), X_OK) == 0) return p;
+  }
+  return "";
+}
+
 }  // namespace berth::bench

@@ -152,16 +152,6 @@ std::map<std::string, double> CpuByGroup(const std::map<pid_t, Proc>& before, co
   return out;
 }
 
-std::string FindKubectl() {
-  const char* env = std::getenv("BERTH_KUBECTL");
-  for (const std::string& p :
-       {std::string(env != nullptr ? env : ""), std::string("/usr/local/lib/berth/kubernetes-client/usr/bin/kubectl"),
-        std::string("/usr/bin/kubectl")}) {
-    if (!p.empty() && ::access(p.c_str(), X_OK) == 0) return p;
-  }
-  return "";
-}
-
 // Runs `argv` with KUBECONFIG=`kubeconfig`: whether it exited 0. With
 // `out`, its stdout goes there (its stderr nowhere); without, both are
 // printed when it fails.
@@ -479,7 +469,7 @@ int main(int argc, char** argv) {
     }
   }
   if (sizes.empty()) sizes = {20, 100};
-  const std::string kubectl = FindKubectl();
+  const std::string kubectl = berth::bench::FindKubectl();
   if (kubectl.empty()) {
     std::fprintf(stderr, "no kubectl ($BERTH_KUBECTL, berth's kubernetes-client, /usr/bin/kubectl)\n");
     return 2;

@@ -153,16 +153,6 @@ struct Result {
   double kubectl_first_s = -1, kubectl_s = -1;  // -1: no kubectl
 };
 
-std::string FindKubectl() {
-  const char* env = std::getenv("BERTH_KUBECTL");
-  for (const std::string& p :
-       {std::string(env != nullptr ? env : ""), std::string("/usr/local/lib/berth/kubernetes-client/usr/bin/kubectl"),
-        std::string("/usr/bin/kubectl")}) {
-    if (!p.empty() && ::access(p.c_str(), X_OK) == 0) return p;
-  }
-  return "";
-}
-
 // Runs `argv` (`kubectl get pvc -A --no-headers` with KUBECONFIG=
 // `kubeconfig`, or `berth get ...`): seconds to its first byte of output and
 // to its exit; false if it failed or printed fewer than `n` lines.
@@ -360,7 +350,7 @@ Result Run(int n) {
     std::fprintf(stderr, "berth get pvc -A failed or listed fewer than %d claims\n", n);
     return res;
   }
-  if (const std::string kubectl = FindKubectl(); !kubectl.empty()) {
+  if (const std::string kubectl = berth::bench::FindKubectl(); !kubectl.empty()) {
     if (!TimeList({kubectl, "get", "pvc", "-A", "--no-headers"}, data + "/kubeconfig", n, &res.kubectl_first_s,
                   &res.kubectl_s)) {
       std::fprintf(stderr, "kubectl get pvc -A failed or listed fewer than %d claims\n", n);
