@@ -152,23 +152,29 @@ std::map<std::string, double> CpuByGroup(const std::map<pid_t, Proc>& before, co
   return out;
 }
 
+// argv and an environment with KUBECONFIG=`kubeconfig`, as execve takes
+// them, made before fork (other threads run meanwhile; the child only execs).
+struct ExecArgs {
+  ExecArgs(const std::vector<std::string>& args, const std::string& kubeconfig) : env("KUBECONFIG=" + kubeconfig) {
+    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    for (char** e = environ; *e != nullptr; ++e) {
+      if (!std::string_view(*e).starts_with("KUBECONFIG=")) envp.push_back(*e);
+    }
+    envp.push_back(const_cast<char*>(env.c_str()));
+    envp.push_back(nullptr);
+  }
+  std::string env;
+  std::vector<char*> argv, envp;
+};
+
 // Runs `argv` with KUBECONFIG=`kubeconfig`: whether it exited 0. With
 // `out`, its stdout goes there (its stderr nowhere); without, both are
 // printed when it fails.
 bool Run(const std::vector<std::string>& argv, const std::string& kubeconfig, std::string* out = nullptr) {
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) return false;
-  std::vector<char*> args;
-  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  // The child only execs: the watches' threads run meanwhile.
-  const std::string env = "KUBECONFIG=" + kubeconfig;
-  std::vector<char*> envp;
-  for (char** e = environ; *e != nullptr; ++e) {
-    if (!std::string_view(*e).starts_with("KUBECONFIG=")) envp.push_back(*e);
-  }
-  envp.push_back(const_cast<char*>(env.c_str()));
-  envp.push_back(nullptr);
+  const ExecArgs exec(argv, kubeconfig);
   const pid_t pid = ::fork();
   if (pid == 0) {
     ::dup2(fds[1], 1);
@@ -177,7 +183,7 @@ bool Run(const std::vector<std::string>& argv, const std::string& kubeconfig, st
     } else if (const int null = ::open("/dev/null", O_WRONLY); null >= 0) {
       ::dup2(null, 2);  // a NotFound asked on purpose is not news
     }
-    ::execve(args[0], args.data(), envp.data());
+    ::execve(exec.argv[0], exec.argv.data(), exec.envp.data());
     ::_exit(127);
   }
   ::close(fds[1]);
@@ -240,23 +246,12 @@ class Watch {
           while (!stop_) {
             int fds[2];
             if (::pipe2(fds, O_CLOEXEC) != 0) return;
-            // Everything the child needs is made before fork: other threads
-            // run meanwhile.
-            std::vector<char*> a;
-            for (const std::string& s : argv) a.push_back(const_cast<char*>(s.c_str()));
-            a.push_back(nullptr);
-            const std::string env = "KUBECONFIG=" + kubeconfig;
-            std::vector<char*> envp;
-            for (char** e = environ; *e != nullptr; ++e) {
-              if (!std::string_view(*e).starts_with("KUBECONFIG=")) envp.push_back(*e);
-            }
-            envp.push_back(const_cast<char*>(env.c_str()));
-            envp.push_back(nullptr);
+            const ExecArgs exec(argv, kubeconfig);
             const pid_t pid = ::fork();
             if (pid == 0) {
               ::dup2(fds[1], 1);
               if (const int null = ::open("/dev/null", O_WRONLY); null >= 0) ::dup2(null, 2);
-              ::execve(a[0], a.data(), envp.data());
+              ::execve(exec.argv[0], exec.argv.data(), exec.envp.data());
               ::_exit(127);
             }
             ::close(fds[1]);
