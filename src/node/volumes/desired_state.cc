@@ -13,8 +13,29 @@ std::vector<VolumeManager::Wanted> VolumeManager::Desired(std::map<std::string, 
   auto on_node = informers_.at("pods")->ByIndex(kPodsByNode, node);
   auto& claims = *informers_.at("persistentvolumeclaims");
   auto& volumes = *informers_.at("persistentvolumes");
+  std::vector<absl::StatusOr<types::Pod>> pods_here;
+  pods_here.reserve(on_node.size());
+  // The claims these pods use, published before any claim is read: a claim
+  // event from now on wakes the reconciler, and one before it is already in
+  // the informer's cache read below (see ClaimUsed).
+  std::set<std::string> claims_used, pvs_used;  // "ns/name", name
   for (const json& pod_json : on_node) {
-    absl::StatusOr<types::Pod> decoded = client::DecodeAs<types::Pod>(pod_json);
+    pods_here.push_back(client::DecodeAs<types::Pod>(pod_json));
+    if (!pods_here.back().ok()) continue;
+    const types::Pod& pod = *pods_here.back();
+    for (const types::Volume& vol : pod.spec.volumes) {
+      bool ephemeral = false;
+      const std::string claim_name = pod.VolumeClaim(vol, &ephemeral);
+      if (!claim_name.empty()) claims_used.insert(StrCat(pod.metadata.namespace_, "/", claim_name));
+    }
+  }
+  {
+    absl::MutexLock lock(&used_mu_);
+    claims_used_ = std::move(claims_used);
+  }
+  for (size_t i = 0; i < on_node.size(); ++i) {
+    const json& pod_json = on_node[i];
+    absl::StatusOr<types::Pod>& decoded = pods_here[i];
     if (!decoded.ok()) {
       // Nothing is mounted for a pod that does not decode, and what is
       // mounted for it stays: its containers may use it, and tearing down
@@ -60,6 +81,7 @@ std::vector<VolumeManager::Wanted> VolumeManager::Desired(std::map<std::string, 
         }
       }
       const std::string pv_name = claim->spec.volume_name;
+      if (!pv_name.empty()) pvs_used.insert(pv_name);
       if (claim->status.phase != "Bound" || pv_name.empty()) {
         wait(StrCat("persistentvolumeclaim \"", claim_name, "\" is not bound"));
         continue;
@@ -100,7 +122,25 @@ std::vector<VolumeManager::Wanted> VolumeManager::Desired(std::map<std::string, 
     }
     pods->active[uid] = std::move(pod);
   }
+  {
+    absl::MutexLock lock(&used_mu_);
+    pvs_used_ = std::move(pvs_used);
+  }
   return out;
+}
+
+bool VolumeManager::ClaimUsed(const json& claim) const {
+  const std::string key = client::ObjectKey(claim);
+  absl::MutexLock lock(&used_mu_);
+  return claims_used_.count(key) > 0;
+}
+
+bool VolumeManager::PvUsed(const json& pv) const {
+  const std::string ref =
+      StrCat(Str(pv, {"spec", "claimRef", "namespace"}), "/", Str(pv, {"spec", "claimRef", "name"}));
+  const std::string name = Str(pv, {"metadata", "name"});
+  absl::MutexLock lock(&used_mu_);
+  return pvs_used_.count(name) > 0 || claims_used_.count(ref) > 0;
 }
 
 }  // namespace berth::node

@@ -92,6 +92,23 @@ absl::Status VolumeManager::Start() {
                                  [this, here](const json& p) {
                                    if (here(p)) Wake();
                                  }});
+    } else if (std::string_view(resource) == "persistentvolumeclaims" ||
+               std::string_view(resource) == "persistentvolumes") {
+      // Only what a pod here uses wakes the reconciler (see ClaimUsed).
+      const bool claims = std::string_view(resource) == "persistentvolumeclaims";
+      auto used = [this, claims](const json& o) { return claims ? ClaimUsed(o) : PvUsed(o); };
+      informer->AddHandlers({.on_add =
+                                 [this, used](const json& o) {
+                                   if (used(o)) Wake();
+                                 },
+                             .on_update =
+                                 [this, used](const json& a, const json& b) {
+                                   if (used(a) || used(b)) Wake();
+                                 },
+                             .on_delete =
+                                 [this, used](const json& o) {
+                                   if (used(o)) Wake();
+                                 }});
     } else {
       informer->AddHandlers({.on_add = [this](const json&) { Wake(); },
                              .on_update = [this](const json&, const json&) { Wake(); },

@@ -243,6 +243,13 @@ class VolumeManager {
   // Desired state; `waiting` collects per-pod reasons a volume is not ready.
   std::vector<Wanted> Desired(std::map<std::string, std::string>* waiting, PodsSeen* pods);
   bool ContainersMayRun(const std::string& pod_uid) const;
+  // Whether a pod on this node uses the claim, or the PV (by name, or
+  // through its claimRef), as of the last desired-state pass: only their
+  // events wake the reconciler, as for pods only this node's (the informers
+  // hold every claim and PV of the cluster; at 10,000 claims waking for each
+  // of their events was most of the agent's work).
+  bool ClaimUsed(const nlohmann::json& claim) const ABSL_LOCKS_EXCLUDED(used_mu_);
+  bool PvUsed(const nlohmann::json& pv) const ABSL_LOCKS_EXCLUDED(used_mu_);
   // Deletes (grace 0) the deleting pods that have nothing left mounted.
   void FinishDeletedPods(const std::map<std::string, api::types::Pod>& deleting) ABSL_LOCKS_EXCLUDED(mu_);
   void Dispatch(Op op) ABSL_LOCKS_EXCLUDED(mu_);
@@ -276,6 +283,9 @@ class VolumeManager {
   std::thread reconciler_;
   std::thread stats_thread_;
   std::vector<std::thread> workers_;
+  mutable absl::Mutex used_mu_;
+  std::set<std::string> claims_used_ ABSL_GUARDED_BY(used_mu_);  // "ns/name"
+  std::set<std::string> pvs_used_ ABSL_GUARDED_BY(used_mu_);
   mutable absl::Mutex stats_mu_;
   std::vector<VolumeStat> stats_ ABSL_GUARDED_BY(stats_mu_);
 
