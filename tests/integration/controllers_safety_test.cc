@@ -291,7 +291,9 @@ TEST_F(ControllersSafetyTest, DriverKilledThreeTimesDuringCreationAndDeletionSta
     d.process.Kill();
     const absl::Time killed = absl::Now();
     while_down();
-    EXPECT_TRUE(Eventually([&] { return monitor.stats().outages > before.outages; }, absl::Seconds(30)));
+    EXPECT_TRUE(Eventually([&] { return monitor.stats().outages > before.outages; }, absl::Seconds(60)))
+        << "no call failed in 60 s while the driver was down; outages " << monitor.stats().outages << "\n"
+        << Leftovers();
     EXPECT_TRUE(Eventually([&] { return absl::Now() - killed >= absl::Seconds(1); }, absl::Seconds(5)));
     EXPECT_TRUE(d.process.Start());
     spdlog::info("test: berth-csi restarted; registering it");
@@ -313,7 +315,9 @@ TEST_F(ControllersSafetyTest, DriverKilledThreeTimesDuringCreationAndDeletionSta
   absl::Time registered = outage([&] {
     for (int i = 140; i < kClaims; ++i) NewClaim(name(i), "class-a");
   });
-  ASSERT_TRUE(Eventually([&] { return bound() == kClaims; }, absl::Seconds(60))) << Leftovers();
+  ASSERT_TRUE(Eventually([&] { return bound() == kClaims; }, absl::Seconds(120)))
+      << bound() << " bound; resumed " << monitor.stats().resumed << "\n"
+      << Leftovers();
   recoveries.push_back(absl::Now() - registered);
   EXPECT_EQ(PoolVolumes(d).size(), static_cast<size_t>(kClaims));
   // Once while they are deleted: it dies as the deletions start.
@@ -327,22 +331,23 @@ TEST_F(ControllersSafetyTest, DriverKilledThreeTimesDuringCreationAndDeletionSta
   EXPECT_GT(pvs_at_kill, 0u);
   ASSERT_TRUE(Eventually(
       [&] { return Count("persistentvolumeclaims") == 0 && Count("persistentvolumes") == 0 && PoolVolumes(d).empty(); },
-      absl::Seconds(60)))
+      absl::Seconds(120)))
+      << "resumed " << monitor.stats().resumed << "\n"
       << Leftovers();
   recoveries.push_back(absl::Now() - registered);
-  // Seconds here, 1-4 s on an idle machine; a key left to its backoff would
-  // wait minutes. The bound is loose because CI runs this beside other
-  // sanitized tests on two cores; that the parked keys were resumed at the
-  // registration is what shows nothing waited for its backoff.
-  for (absl::Duration r : recoveries) EXPECT_LE(r, absl::Seconds(30));
   const client::DriverMonitor::Stats s = monitor.stats();
-  EXPECT_GT(s.resumed, 0);
   std::cout << "[ FIGURES  ] 200 claims, 3 outages: done " << absl::FormatDuration(recoveries[0])
             << " after the 2nd re-registration (all Bound) and " << absl::FormatDuration(recoveries[1])
             << " after the 3rd (all deleted); CSI calls attempted while the driver was down: " << down_calls
             << " (of them probes: " << s.failed_probes << "); calls not made because it was down: " << skipped
             << "; outages seen: " << s.outages << "; keys resumed: " << s.resumed
             << "; PVs left when the 3rd outage was noticed: " << pvs_at_kill << "\n";
+  // Seconds here, 1-4 s on an idle machine; a key left to its backoff would
+  // wait minutes. The bound is loose because CI runs this beside other
+  // sanitized tests on two cores; that the parked keys were resumed at the
+  // registration is what shows nothing waited for its backoff.
+  for (absl::Duration r : recoveries) EXPECT_LE(r, absl::Seconds(60));
+  EXPECT_GT(s.resumed, 0);
 }
 
 }  // namespace
