@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <filesystem>
+#include <functional>
 
 #include "apiserver/registry.h"
 #include "client/object.h"
@@ -211,6 +212,15 @@ class NodeAgentFaultTest : public NodeAgentTest {
   void SetUp() override {
     NodeAgentTest::SetUp();
     clock_ = &fake_clock_;
+  }
+  // `pred`, advancing the fake clock by the volume manager's resync (10 s)
+  // between looks: what only a pass that reads the API again notices.
+  bool EventuallyOnTheResync(const std::function<bool()>& pred) {
+    return Eventually([&] {
+      if (pred()) return true;
+      fake_clock_.Advance(absl::Seconds(10));
+      return false;
+    });
   }
   bool PodGone(const std::string& name) {
     return registry_->Get(K("pods"), "default", name).status().code() == absl::StatusCode::kNotFound;

@@ -11,31 +11,11 @@ std::vector<VolumeManager::Wanted> VolumeManager::Desired(std::map<std::string, 
   std::vector<Wanted> out;
   const std::string node = options_.node_name;
   auto on_node = informers_.at("pods")->ByIndex(kPodsByNode, node);
-  auto& claims = *informers_.at("persistentvolumeclaims");
-  auto& volumes = *informers_.at("persistentvolumes");
-  std::vector<absl::StatusOr<types::Pod>> pods_here;
-  pods_here.reserve(on_node.size());
-  // The claims these pods use, published before any claim is read: a claim
-  // event from now on wakes the reconciler, and one before it is already in
-  // the informer's cache read below (see ClaimUsed).
-  std::set<std::string> claims_used, pvs_used;  // "ns/name", name
+  // A pod waiting for its claim or PV (missing, unbound, unreadable) is
+  // looked at again within Options::poll: no watch tells of the change.
+  bool poll = false;
   for (const json& pod_json : on_node) {
-    pods_here.push_back(client::DecodeAs<types::Pod>(pod_json));
-    if (!pods_here.back().ok()) continue;
-    const types::Pod& pod = *pods_here.back();
-    for (const types::Volume& vol : pod.spec.volumes) {
-      bool ephemeral = false;
-      const std::string claim_name = pod.VolumeClaim(vol, &ephemeral);
-      if (!claim_name.empty()) claims_used.insert(StrCat(pod.metadata.namespace_, "/", claim_name));
-    }
-  }
-  {
-    absl::MutexLock lock(&used_mu_);
-    claims_used_ = std::move(claims_used);
-  }
-  for (size_t i = 0; i < on_node.size(); ++i) {
-    const json& pod_json = on_node[i];
-    absl::StatusOr<types::Pod>& decoded = pods_here[i];
+    absl::StatusOr<types::Pod> decoded = client::DecodeAs<types::Pod>(pod_json);
     if (!decoded.ok()) {
       // Nothing is mounted for a pod that does not decode, and what is
       // mounted for it stays: its containers may use it, and tearing down
@@ -63,11 +43,15 @@ std::vector<VolumeManager::Wanted> VolumeManager::Desired(std::map<std::string, 
       const std::string claim_name = pod.VolumeClaim(vol, &ephemeral);
       if (claim_name.empty()) continue;
       const bool read_only = vol.persistent_volume_claim && vol.persistent_volume_claim->read_only;
-      std::shared_ptr<const json> claim_json = claims.GetSharedByKey(StrCat(pod.metadata.namespace_, "/", claim_name));
-      if (!claim_json) {
-        wait(StrCat("persistentvolumeclaim \"", claim_name, "\" not found"));
+      absl::StatusOr<std::shared_ptr<const json>> claim_read =
+          Read(/*claim=*/true, StrCat(pod.metadata.namespace_, "/", claim_name));
+      if (!claim_read.ok() || !*claim_read) {
+        wait(claim_read.ok() ? StrCat("persistentvolumeclaim \"", claim_name, "\" not found")
+                             : StrCat("persistentvolumeclaim \"", claim_name, "\": ", claim_read.status().message()));
+        poll = true;
         continue;
       }
+      const std::shared_ptr<const json>& claim_json = *claim_read;
       absl::StatusOr<types::PersistentVolumeClaim> claim = client::DecodeAs<types::PersistentVolumeClaim>(*claim_json);
       if (!claim.ok()) {
         wait(std::string(claim.status().message()));
@@ -81,16 +65,19 @@ std::vector<VolumeManager::Wanted> VolumeManager::Desired(std::map<std::string, 
         }
       }
       const std::string pv_name = claim->spec.volume_name;
-      if (!pv_name.empty()) pvs_used.insert(pv_name);
       if (claim->status.phase != "Bound" || pv_name.empty()) {
         wait(StrCat("persistentvolumeclaim \"", claim_name, "\" is not bound"));
+        poll = true;
         continue;
       }
-      std::shared_ptr<const json> pv_json = volumes.GetSharedByKey(pv_name);
-      if (!pv_json) {
-        wait(StrCat("persistentvolume \"", pv_name, "\" not found"));
+      absl::StatusOr<std::shared_ptr<const json>> pv_read = Read(/*claim=*/false, pv_name);
+      if (!pv_read.ok() || !*pv_read) {
+        wait(pv_read.ok() ? StrCat("persistentvolume \"", pv_name, "\" not found")
+                          : StrCat("persistentvolume \"", pv_name, "\": ", pv_read.status().message()));
+        poll = true;
         continue;
       }
+      const std::shared_ptr<const json>& pv_json = *pv_read;
       absl::StatusOr<types::PersistentVolume> pv = client::DecodeAs<types::PersistentVolume>(*pv_json);
       if (!pv.ok()) {
         wait(std::string(pv.status().message()));
@@ -122,25 +109,54 @@ std::vector<VolumeManager::Wanted> VolumeManager::Desired(std::map<std::string, 
     }
     pods->active[uid] = std::move(pod);
   }
-  {
-    absl::MutexLock lock(&used_mu_);
-    pvs_used_ = std::move(pvs_used);
-  }
+  ForgetUnread();
+  if (poll) PollSoon();
   return out;
 }
 
-bool VolumeManager::ClaimUsed(const json& claim) const {
-  const std::string key = client::ObjectKey(claim);
-  absl::MutexLock lock(&used_mu_);
-  return claims_used_.count(key) > 0;
+absl::StatusOr<std::shared_ptr<const json>> VolumeManager::Read(bool claim, const std::string& key) {
+  const std::string id = StrCat(claim ? "c/" : "v/", key);
+  const absl::Time now = clock_.Now();
+  {
+    absl::MutexLock lock(&read_mu_);
+    if (auto it = read_.find(id); it != read_.end() && now - it->second.at < options_.poll) {
+      it->second.used = true;
+      return it->second.object;
+    }
+  }
+  auto [ns, name] = client::SplitKey(key);
+  absl::StatusOr<json> got =
+      registry_.Get(claim ? K("persistentvolumeclaims") : K("persistentvolumes"), claim ? ns : "", name);
+  std::shared_ptr<const json> object;
+  if (got.ok()) {
+    object = std::make_shared<const json>(*std::move(got));
+  } else if (got.status().code() != absl::StatusCode::kNotFound) {
+    // Unreadable now: what was read before stays (for the stats' names).
+    absl::MutexLock lock(&read_mu_);
+    if (auto it = read_.find(id); it != read_.end()) it->second.used = true;
+    return got.status();
+  }
+  absl::MutexLock lock(&read_mu_);
+  read_[id] = ReadObject{.object = object, .at = now, .used = true};
+  return object;
 }
 
-bool VolumeManager::PvUsed(const json& pv) const {
-  const std::string ref =
-      StrCat(Str(pv, {"spec", "claimRef", "namespace"}), "/", Str(pv, {"spec", "claimRef", "name"}));
-  const std::string name = Str(pv, {"metadata", "name"});
-  absl::MutexLock lock(&used_mu_);
-  return pvs_used_.count(name) > 0 || claims_used_.count(ref) > 0;
+std::shared_ptr<const json> VolumeManager::LastRead(bool claim, const std::string& key) const {
+  absl::MutexLock lock(&read_mu_);
+  auto it = read_.find(StrCat(claim ? "c/" : "v/", key));
+  return it == read_.end() ? nullptr : it->second.object;
+}
+
+void VolumeManager::ForgetUnread() {
+  absl::MutexLock lock(&read_mu_);
+  for (auto it = read_.begin(); it != read_.end();) {
+    if (!it->second.used) {
+      it = read_.erase(it);
+    } else {
+      it->second.used = false;
+      ++it;
+    }
+  }
 }
 
 }  // namespace berth::node

@@ -12,7 +12,8 @@ TEST_F(NodeAgentFaultTest, AnInfeasibleNodeExpansionIsRecordedOnTheClaimAndClear
   driver_->Fail("expand", 1, grpc::StatusCode::OUT_OF_RANGE);
   GrowPvTo2GiForTheNode();
   auto claim_status = [&] { return Get("persistentvolumeclaims", "default", "data")["status"]; };
-  ASSERT_TRUE(Eventually([&] {
+  // Seen by the next pass that reads the PV (the agent does not watch it).
+  ASSERT_TRUE(EventuallyOnTheResync([&] {
     return Str(claim_status(), {"allocatedResourceStatuses", "storage"}) == "NodeResizeInfeasible";
   })) << claim_status().dump();
   bool has_error = false;

@@ -62,12 +62,8 @@ absl::Status VolumeManager::Start() {
   BERTH_RETURN_IF_ERROR(MakeDirs(options_.root + "/pods", 0750));
   BERTH_RETURN_IF_ERROR(MakeDirs(options_.root + kCsiPluginDir, 0750));
   BERTH_RETURN_IF_ERROR(Reconstruct());
-  for (auto [resource, group] :
-       std::vector<std::pair<const char*, const char*>>{{"pods", ""},
-                                                        {"persistentvolumeclaims", ""},
-                                                        {"persistentvolumes", ""},
-                                                        {"volumeattachments", "storage.k8s.io"},
-                                                        {"csidrivers", "storage.k8s.io"}}) {
+  for (auto [resource, group] : std::vector<std::pair<const char*, const char*>>{
+           {"pods", ""}, {"volumeattachments", "storage.k8s.io"}, {"csidrivers", "storage.k8s.io"}}) {
     auto informer = std::make_unique<client::Informer>(registry_, K(resource, group));
     if (std::string_view(resource) == "pods") {
       // Pods of other nodes neither wake the reconciler nor get looked at.
@@ -91,23 +87,6 @@ absl::Status VolumeManager::Start() {
                              .on_delete =
                                  [this, here](const json& p) {
                                    if (here(p)) Wake();
-                                 }});
-    } else if (std::string_view(resource) == "persistentvolumeclaims" ||
-               std::string_view(resource) == "persistentvolumes") {
-      // Only what a pod here uses wakes the reconciler (see ClaimUsed).
-      const bool claims = std::string_view(resource) == "persistentvolumeclaims";
-      auto used = [this, claims](const json& o) { return claims ? ClaimUsed(o) : PvUsed(o); };
-      informer->AddHandlers({.on_add =
-                                 [this, used](const json& o) {
-                                   if (used(o)) Wake();
-                                 },
-                             .on_update =
-                                 [this, used](const json& a, const json& b) {
-                                   if (used(a) || used(b)) Wake();
-                                 },
-                             .on_delete =
-                                 [this, used](const json& o) {
-                                   if (used(o)) Wake();
                                  }});
     } else {
       informer->AddHandlers({.on_add = [this](const json&) { Wake(); },

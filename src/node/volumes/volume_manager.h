@@ -243,13 +243,20 @@ class VolumeManager {
   // Desired state; `waiting` collects per-pod reasons a volume is not ready.
   std::vector<Wanted> Desired(std::map<std::string, std::string>* waiting, PodsSeen* pods);
   bool ContainersMayRun(const std::string& pod_uid) const;
-  // Whether a pod on this node uses the claim, or the PV (by name, or
-  // through its claimRef), as of the last desired-state pass: only their
-  // events wake the reconciler, as for pods only this node's (the informers
-  // hold every claim and PV of the cluster; at 10,000 claims waking for each
-  // of their events was most of the agent's work).
-  bool ClaimUsed(const nlohmann::json& claim) const ABSL_LOCKS_EXCLUDED(used_mu_);
-  bool PvUsed(const nlohmann::json& pv) const ABSL_LOCKS_EXCLUDED(used_mu_);
+  // The claim ("ns/name") or PV ("name") a pass needs, read from the API
+  // unless read within Options::poll (null when there is none). The node
+  // agent watches no claim or PV, as kubelet: it reads those of its own
+  // pods when a pass needs them (a pod changed, an operation ended, a poll
+  // while a pod waits for its claim, the resync), so it holds and hears
+  // nothing of the cluster's others.
+  absl::StatusOr<std::shared_ptr<const nlohmann::json>> Read(bool claim, const std::string& key)
+      ABSL_LOCKS_EXCLUDED(read_mu_);
+  // The last read of a claim, without reading it again (null if none).
+  std::shared_ptr<const nlohmann::json> LastRead(bool claim, const std::string& key) const
+      ABSL_LOCKS_EXCLUDED(read_mu_);
+  // Forgets what the last pass did not read (pods gone, or moved to other
+  // claims).
+  void ForgetUnread() ABSL_LOCKS_EXCLUDED(read_mu_);
   // Deletes (grace 0) the deleting pods that have nothing left mounted.
   void FinishDeletedPods(const std::map<std::string, api::types::Pod>& deleting) ABSL_LOCKS_EXCLUDED(mu_);
   void Dispatch(Op op) ABSL_LOCKS_EXCLUDED(mu_);
@@ -283,9 +290,13 @@ class VolumeManager {
   std::thread reconciler_;
   std::thread stats_thread_;
   std::vector<std::thread> workers_;
-  mutable absl::Mutex used_mu_;
-  std::set<std::string> claims_used_ ABSL_GUARDED_BY(used_mu_);  // "ns/name"
-  std::set<std::string> pvs_used_ ABSL_GUARDED_BY(used_mu_);
+  struct ReadObject {
+    std::shared_ptr<const nlohmann::json> object;  // null: not found
+    absl::Time at;                                 // clock_
+    bool used = true;                              // read or looked at by the current pass
+  };
+  mutable absl::Mutex read_mu_;
+  std::map<std::string, ReadObject> read_ ABSL_GUARDED_BY(read_mu_);  // "c/ns/name", "v/name"
   mutable absl::Mutex stats_mu_;
   std::vector<VolumeStat> stats_ ABSL_GUARDED_BY(stats_mu_);
 

@@ -186,10 +186,11 @@ TEST_F(NodeAgentFaultTest, EveryReconcilePassIsCountedAndReportedWhenItEnds) {
   EXPECT_EQ(reports().back().passes, vm.Progress().passes);
 }
 
-// Claims and PVs no pod here uses start no pass (the informers hold the
-// whole cluster's; at 10,000 claims a pass per event was most of the
-// agent's work); a change of the claim or PV a pod here uses starts one.
-TEST_F(NodeAgentFaultTest, OnlyTheClaimsAndVolumesOfThisNodesPodsWakeTheReconciler) {
+// The agent watches no claim or PV (as kubelet): the cluster's other
+// claims and PVs start no pass and are not held; a pod's own are read when a
+// pass needs them, so a change of them is seen at the next pass (here the
+// resync) and not before.
+TEST_F(NodeAgentFaultTest, ClaimsAndVolumesAreReadByPassesNotWatched) {
   StartWithAppUsingData();
   ASSERT_TRUE(RunningOnTheFakeClock("app"));
   ASSERT_TRUE(Settle(*store_));
@@ -201,18 +202,17 @@ TEST_F(NodeAgentFaultTest, OnlyTheClaimsAndVolumesOfThisNodesPodsWakeTheReconcil
   }
   ASSERT_TRUE(Settle(*store_));
   EXPECT_EQ(vm.Progress().passes, settled);
-  for (const auto& [resource, name] : std::vector<std::pair<std::string, std::string>>{
-           {"persistentvolumeclaims", "data"}, {"persistentvolumes", "pv-1"}}) {
-    const uint64_t before = vm.Progress().passes;
-    const std::string ns = resource == "persistentvolumes" ? "" : "default";
-    ASSERT_TRUE(UpdateObject(*registry_, K(resource), ns, name, apiserver::Subresource::kMain, [](json& o) {
-                  o["metadata"]["labels"]["touched"] = "yes";
-                  return true;
-                }).ok());
-    EXPECT_TRUE(Eventually([&] { return vm.Progress().passes > before; })) << resource;
-    ASSERT_TRUE(Settle(*store_));
-  }
+  // The pod's claim gone: nothing notices until a pass reads it; the
+  // volume stays published for the running pod all the same.
+  ASSERT_TRUE(registry_->Delete(K("persistentvolumeclaims"), "default", "data").ok());
+  ASSERT_TRUE(Settle(*store_));
+  EXPECT_EQ(vm.Progress().passes, settled);
+  const uint64_t before = vm.Progress().passes;
+  ASSERT_TRUE(EventuallyOnTheResync([&] { return vm.Progress().passes > before; }));
+  ASSERT_TRUE(Settle(*store_));
+  EXPECT_EQ(vm.PublishedVolumes().size(), 1u);
   EXPECT_EQ(driver_->Calls("stage"), 1);
+  EXPECT_EQ(driver_->Calls("unpublish"), 0);
 }
 
 // What berth_up_test's kill -9 test waits for, at the unit level: a
@@ -376,11 +376,13 @@ TEST_F(NodeAgentTest, VolumeStatsAreCollectedPeriodically) {
   EXPECT_TRUE(Eventually([&] { return driver_->Calls("stats") >= 3; }));
 }
 
-TEST_F(NodeAgentTest, ExpandsOnTheNodeAndFinishesTheClaim) {
+// The agent reads its pods' claims and PVs, it does not watch them (as
+// kubelet): a grown PV is seen at the next pass, here the resync.
+TEST_F(NodeAgentFaultTest, ExpandsOnTheNodeAndFinishesTheClaim) {
   StartWithAppUsingData();
-  ASSERT_TRUE(Eventually([&] { return PodPhase("app") == "Running"; }));
+  ASSERT_TRUE(RunningOnTheFakeClock("app"));
   GrowPvTo2GiForTheNode();
-  ASSERT_TRUE(Eventually([&] {
+  ASSERT_TRUE(EventuallyOnTheResync([&] {
     return Str(Get("persistentvolumeclaims", "default", "data"), {"status", "capacity", "storage"}) == "2Gi";
   }));
   EXPECT_EQ(driver_->Expanded().at(kHandle), int64_t{2} << 30);
@@ -394,10 +396,15 @@ TEST_F(NodeAgentTest, ExpandsOnTheNodeAndFinishesTheClaim) {
 // The node then expanded to the PV's old size and finished the claim there
 // (capacity 1Gi, no longer pending), so the new size was never asked for.
 // The mark comes first here, as the informers may deliver it.
-TEST_F(NodeAgentTest, AClaimMarkedBeforeItsPvIsSeenToGrowWaitsForThePv) {
+TEST_F(NodeAgentFaultTest, AClaimMarkedBeforeItsPvIsSeenToGrowWaitsForThePv) {
   StartWithAppUsingData();
-  ASSERT_TRUE(Eventually([&] { return PodPhase("app") == "Running"; }));
+  ASSERT_TRUE(RunningOnTheFakeClock("app"));
   MarkClaimNodeResizePending();
+  // Passes that read the marked claim (two resyncs) expand nothing.
+  for (int i = 0; i < 2; ++i) {
+    const uint64_t before = agent_->volumes().Progress().passes;
+    ASSERT_TRUE(EventuallyOnTheResync([&] { return agent_->volumes().Progress().passes > before; }));
+  }
   ASSERT_TRUE(Settle(*store_));
   EXPECT_EQ(driver_->Calls("expand"), 0);
   json status = Get("persistentvolumeclaims", "default", "data")["status"];
@@ -405,7 +412,7 @@ TEST_F(NodeAgentTest, AClaimMarkedBeforeItsPvIsSeenToGrowWaitsForThePv) {
   EXPECT_EQ(Str(status, {"allocatedResourceStatuses", "storage"}), "NodeResizePending");
 
   GrowPvTo2Gi();
-  ASSERT_TRUE(Eventually([&] {
+  ASSERT_TRUE(EventuallyOnTheResync([&] {
     return Str(Get("persistentvolumeclaims", "default", "data"), {"status", "capacity", "storage"}) == "2Gi";
   }));
   EXPECT_EQ(driver_->Expanded().at(kHandle), int64_t{2} << 30);

@@ -100,7 +100,7 @@ void VolumeManager::ReportAbnormal(const std::vector<std::string>& pod_uids, con
       if (vol.persistent_volume_claim) claim_name = vol.persistent_volume_claim->claim_name;
       if (vol.ephemeral) claim_name = StrCat(pod->metadata.name, "-", vol.name);  // the generic ephemeral claim
       if (claim_name.empty()) continue;
-      auto claim = informers_.at("persistentvolumeclaims")->Get(pod->metadata.namespace_, claim_name);
+      auto claim = LastRead(/*claim=*/true, StrCat(pod->metadata.namespace_, "/", claim_name));
       if (claim && client::Str(*claim, {"spec", "volumeName"}) == pv) name = vol.name;
     }
     events_.Record(client::IdentityOf(*pod), "Warning", "VolumeConditionAbnormal",
