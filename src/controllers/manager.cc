@@ -116,6 +116,12 @@ bool ControllerManager::IsSidecarDriver(const std::string& driver) const {
 ControllerManager::PerDriver ControllerManager::MakeDriver(const std::string& driver) {
   auto i = [this](const char* r) -> Informer& { return informer(r); };
   PerDriver d;
+  CapacityTracker::Options cap;
+  cap.driver = driver;
+  cap.poll_interval = options_.capacity_poll_interval;
+  d.capacity = std::make_unique<CapacityTracker>(
+      registry_, drivers_, CapacityInformers{i("storageclasses"), i("nodes"), i("csinodes"), i("csistoragecapacities")},
+      cap);
   d.provisioner = std::make_unique<Provisioner>(
       registry_, drivers_,
       ProvisionerInformers{i("persistentvolumeclaims"), i("persistentvolumes"), i("storageclasses"), i("nodes"),
@@ -124,7 +130,18 @@ ControllerManager::PerDriver ControllerManager::MakeDriver(const std::string& dr
                            .workers = options_.provisioner_workers,
                            .rpc_timeout = options_.rpc_timeout,
                            .monitor = monitor_.get(),
-                           .populator = backup_populator_.get()});
+                           .populator = backup_populator_.get(),
+                           // What it creates or deletes changes that node's
+                           // capacity: asked again at once, not at the next
+                           // poll. (The tracker stops first; its queue then
+                           // takes nothing.)
+                           .on_capacity_change = [capacity = d.capacity.get()](const std::string& node) {
+                             if (node.empty()) {
+                               capacity->Refresh();
+                             } else {
+                               capacity->RefreshNode(node);
+                             }
+                           }});
   d.attacher = std::make_unique<Attacher>(
       registry_, drivers_, AttacherInformers{i("volumeattachments"), i("persistentvolumes"), i("csinodes")},
       Attacher::Options{
@@ -141,12 +158,6 @@ ControllerManager::PerDriver ControllerManager::MakeDriver(const std::string& dr
   snap.monitor = monitor_.get();
   d.snapshotter =
       std::make_unique<Snapshotter>(registry_, drivers_, i("volumesnapshotcontents"), i("volumesnapshotclasses"), snap);
-  CapacityTracker::Options cap;
-  cap.driver = driver;
-  cap.poll_interval = options_.capacity_poll_interval;
-  d.capacity = std::make_unique<CapacityTracker>(
-      registry_, drivers_, CapacityInformers{i("storageclasses"), i("nodes"), i("csinodes"), i("csistoragecapacities")},
-      cap);
   d.provisioner->RegisterHandlers();
   d.attacher->RegisterHandlers();
   d.resizer->RegisterHandlers();

@@ -5,6 +5,9 @@
 
 #include <memory>
 #include <string>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
 
 #include "apiserver/registry.h"
 #include "client/informer.h"
@@ -65,7 +68,11 @@ class ProvisionerTest : public FakeCsiTest {
                              .workers = 2,
                              .rpc_timeout = absl::Seconds(10),
                              .monitor = monitor_.get(),
-                             .populator = populator_});
+                             .populator = populator_,
+                             .on_capacity_change = [this](const std::string& node) {
+                               absl::MutexLock lock(&capacity_mu_);
+                               capacity_changes_.push_back(node);
+                             }});
     resizer_ = std::make_unique<Resizer>(*registry_, directory_, *claims_, *volumes_,
                                          Resizer::Options{.driver = kDriver,
                                                           .workers = 1,
@@ -82,6 +89,11 @@ class ProvisionerTest : public FakeCsiTest {
     binder_->Start();
     provisioner_->Start();
     resizer_->Start();
+  }
+  // The nodes the provisioner named after each volume it created or deleted.
+  std::vector<std::string> CapacityChanges() {
+    absl::MutexLock lock(&capacity_mu_);
+    return capacity_changes_;
   }
   void Class(const std::string& name, const std::string& binding = "Immediate", json params = json::object()) {
     Create("storageclasses", "storage.k8s.io", "",
@@ -119,6 +131,8 @@ class ProvisionerTest : public FakeCsiTest {
   std::unique_ptr<Informer> claims_, volumes_, classes_, pods_, nodes_, csinodes_;
   std::unique_ptr<PvBinder> binder_;
   std::unique_ptr<Provisioner> provisioner_;
+  absl::Mutex capacity_mu_;
+  std::vector<std::string> capacity_changes_ ABSL_GUARDED_BY(capacity_mu_);
   std::unique_ptr<Resizer> resizer_;
 };
 

@@ -203,6 +203,7 @@ absl::StatusOr<::csi::v1::CreateVolumeResponse> Provisioner::CreateVolume(const 
   });
   if (IsNotAFailure(st)) monitor_.Park(options_.driver, node, queue, key);
   if (!st.ok()) return st;
+  if (options_.on_capacity_change) options_.on_capacity_change(node);
   return response;
 }
 
@@ -215,6 +216,7 @@ absl::Status Provisioner::DeleteVolume(const std::string& handle, const std::str
     return csi.DeleteVolume(req, {.timeout = options_.rpc_timeout, .secrets = {secrets.begin(), secrets.end()}});
   });
   if (IsNotAFailure(st)) monitor_.Park(options_.driver, node, queue, key);
+  if (st.ok() && options_.on_capacity_change) options_.on_capacity_change(node);
   return st;
 }
 

@@ -55,6 +55,7 @@
 // Thread-safety: thread-safe; Start/Stop from one thread.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -112,6 +113,12 @@ class Provisioner {
     // such claims are refused as an unsupported data source. Not owned;
     // outlives the provisioner.
     VolumePopulator* populator = nullptr;
+    // Called after the driver created or deleted a volume, with the node
+    // whose driver was asked ("" for a controller without topology): the
+    // manager has that node's CSIStorageCapacity asked again
+    // (CapacityTracker::RefreshNode) instead of at the next poll. Null:
+    // nothing. Runs on a provisioner worker; keep it quick.
+    std::function<void(const std::string& node)> on_capacity_change = nullptr;
   };
   Provisioner(apiserver::Registry& registry, DriverDirectory& drivers, ProvisionerInformers informers, Options options);
   ~Provisioner();

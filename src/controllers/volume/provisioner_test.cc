@@ -38,6 +38,11 @@ TEST_F(ProvisionerTest, ProvisionsBindsAndDeletesWithTheReclaimPolicy) {
   Start();
   Create("persistentvolumeclaims", "", "default", Claim("data", "fast", "1500Mi"));
   ASSERT_TRUE(Eventually([&] { return ClaimPhase("data") == "Bound"; }));
+  // The created volume took space: the capacity of the driver's node (none
+  // here: a controller without topology) is asked again.
+  EXPECT_FALSE(CapacityChanges().empty());
+  EXPECT_THAT(CapacityChanges(), ::testing::Each(""));
+  const size_t after_create = CapacityChanges().size();
   json claim = Get("persistentvolumeclaims", "default", "data");
   const std::string pv_name = "pvc-" + claim["metadata"]["uid"].get<std::string>();
   EXPECT_EQ(claim["spec"]["volumeName"], pv_name);
@@ -66,6 +71,10 @@ TEST_F(ProvisionerTest, ProvisionsBindsAndDeletesWithTheReclaimPolicy) {
   ASSERT_TRUE(registry_->Delete(K("persistentvolumeclaims"), "default", "data").ok());
   ASSERT_TRUE(Eventually([&] { return Get("persistentvolumes", "", pv_name).is_null(); }));
   EXPECT_TRUE(driver_->volumes().empty());
+  // And again after the delete (a DeleteVolume repeated by a second sync
+  // of the released PV counts again).
+  EXPECT_GT(CapacityChanges().size(), after_create);
+  EXPECT_THAT(CapacityChanges(), ::testing::Each(""));
 }
 
 TEST_F(ProvisionerTest, WaitForFirstConsumerUsesTheSelectedNodesTopology) {
@@ -93,6 +102,8 @@ TEST_F(ProvisionerTest, WaitForFirstConsumerUsesTheSelectedNodesTopology) {
   json pv = Get("persistentvolumes", "", Get("persistentvolumeclaims", "default", "data")["spec"]["volumeName"]);
   EXPECT_EQ(pv["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"][0]["matchExpressions"][0]["values"][0],
             "node-b");
+  EXPECT_FALSE(CapacityChanges().empty());
+  EXPECT_THAT(CapacityChanges(), ::testing::Each("node-b")) << "the selected node's capacity changed";
 }
 
 TEST_F(ProvisionerTest, ALostAnswerIsRetriedWithoutASecondVolume) {
