@@ -132,14 +132,16 @@ ControllerManager::PerDriver ControllerManager::MakeDriver(const std::string& dr
                            .monitor = monitor_.get(),
                            .populator = backup_populator_.get(),
                            // What it creates or deletes changes that node's
-                           // capacity: asked again at once, not at the next
-                           // poll. (The tracker stops first; its queue then
-                           // takes nothing.)
+                           // capacity: asked again within a second (a burst
+                           // of creates shares one GetCapacity per object),
+                           // not at the next poll. (The tracker stops first;
+                           // its queue then takes nothing.)
                            .on_capacity_change = [capacity = d.capacity.get()](const std::string& node) {
+                             constexpr absl::Duration kWithin = absl::Seconds(1);
                              if (node.empty()) {
-                               capacity->Refresh();
+                               capacity->Refresh(kWithin);
                              } else {
-                               capacity->RefreshNode(node);
+                               capacity->RefreshNode(node, kWithin);
                              }
                            }});
   d.attacher = std::make_unique<Attacher>(

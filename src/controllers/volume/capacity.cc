@@ -170,17 +170,17 @@ void CapacityTracker::Stop() {
   workers_.clear();
 }
 
-void CapacityTracker::Refresh() {
+void CapacityTracker::Refresh(absl::Duration within) {
   std::vector<std::string> keys;
   {
     absl::MutexLock lock(&mu_);
     for (const auto& [key, item] : desired_) keys.push_back(key);
   }
-  queue_.Add(kTopologyKey);
-  for (const auto& key : keys) queue_.Add(key);
+  queue_.AddAfter(kTopologyKey, within);
+  for (const auto& key : keys) queue_.AddAfter(key, within);
 }
 
-void CapacityTracker::RefreshNode(const std::string& node) {
+void CapacityTracker::RefreshNode(const std::string& node, absl::Duration within) {
   std::vector<std::string> keys;
   {
     absl::MutexLock lock(&mu_);
@@ -191,7 +191,7 @@ void CapacityTracker::RefreshNode(const std::string& node) {
       }
     }
   }
-  for (const auto& key : keys) queue_.Add(key);
+  for (const auto& key : keys) queue_.AddAfter(key, within);
 }
 
 ::csi::v1::GetCapacityRequest CapacityTracker::BuildRequest(const json& storage_class, const TopologySegment& segment) {

@@ -130,10 +130,13 @@ class CapacityTracker {
   void Start();
   void Stop();
 
-  // Asks the driver again for every tracked (segment, class), now.
-  void Refresh();
+  // Asks the driver again for every tracked (segment, class), now, or
+  // within `within`: the requests of a burst (one per volume the
+  // provisioner creates) then share one GetCapacity per object, at the
+  // earliest time asked for.
+  void Refresh(absl::Duration within = absl::ZeroDuration());
   // The same for the segments `node` belongs to.
-  void RefreshNode(const std::string& node);
+  void RefreshNode(const std::string& node, absl::Duration within = absl::ZeroDuration());
 
   // The GetCapacity request for `storage_class` in `segment` (public for
   // tests).

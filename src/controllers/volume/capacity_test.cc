@@ -341,6 +341,30 @@ TEST_F(CapacityTest, RefreshNodeAsksOnlyAboutThatNodesSegments) {
   EXPECT_EQ(CapacityOf("local", "node-b"), "20Gi");
 }
 
+// The provisioner's refreshes (one per volume created or deleted) within
+// a second: one GetCapacity per object, a second after the first ask.
+TEST_F(CapacityTest, RefreshesAskedWithinASecondShareOneCall) {
+  AddNode("node-a", 10 * kGi);
+  Class("local");
+  CapacityTracker::Options options;
+  options.clock = &fake_clock_;
+  StartTracker(options);
+  ASSERT_TRUE(Eventually([&] { return CapacityOf("local", "node-a") == "10Gi"; }));
+  ASSERT_TRUE(Settle(*store_));
+  const int calls = fakes_["node-a"]->capacity_calls();
+  fakes_["node-a"]->SetCapacity(kHostname, "node-a", 7 * kGi);
+  for (int i = 0; i < 50; ++i) {
+    tracker_->RefreshNode("node-a", absl::Seconds(1));
+    if (i == 25) fake_clock_.Advance(absl::Milliseconds(500));
+  }
+  ASSERT_TRUE(Settle(*store_));
+  EXPECT_EQ(fakes_["node-a"]->capacity_calls(), calls) << "nothing before the second is up";
+  fake_clock_.Advance(absl::Milliseconds(500));
+  ASSERT_TRUE(Eventually([&] { return CapacityOf("local", "node-a") == "7Gi"; }));
+  ASSERT_TRUE(Settle(*store_));
+  EXPECT_EQ(fakes_["node-a"]->capacity_calls(), calls + 1);
+}
+
 TEST_F(CapacityTest, PollingPublishesACapacityChange) {
   AddNode("node-a", 10 * kGi);
   Class("local");
