@@ -102,8 +102,7 @@ class BerthUpPodsTest : public BerthUpFixture {
     for (const auto& e : fs::directory_iterator("/proc", ec)) {
       const pid_t pid = static_cast<pid_t>(std::atoi(e.path().filename().c_str()));
       if (pid <= 0) continue;
-      std::ifstream f(e.path() / "cmdline");
-      std::string cmd((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+      std::string cmd = ReadWholeFile(e.path() / "cmdline");  // "" for a process gone meanwhile
       std::replace(cmd.begin(), cmd.end(), '\0', ' ');
       if (absl::StrContains(cmd, "containerd-shim") && absl::StrContains(cmd, setup.Socket())) out.push_back(pid);
     }

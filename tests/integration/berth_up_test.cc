@@ -503,10 +503,7 @@ TEST_F(BerthUpTest, AHungNodeAgentIsTaintedAndAvoidedThenRecovers) {
   if (std::ifstream in(victim_dir + "/agent.pid"); in) in >> agent;
   ASSERT_GT(agent, 0) << "no agent.pid for " << victim;
   // The pid is a running `berth node-agent` of that node.
-  std::string cmdline;
-  if (std::ifstream in("/proc/" + std::to_string(agent) + "/cmdline"); in) {
-    cmdline.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-  }
+  std::string cmdline = ReadWholeFile("/proc/" + std::to_string(agent) + "/cmdline");
   std::replace(cmdline.begin(), cmdline.end(), '\0', ' ');
   ASSERT_THAT(cmdline, ::testing::HasSubstr("node-agent"));
   ASSERT_THAT(cmdline, ::testing::HasSubstr("--node=" + victim));

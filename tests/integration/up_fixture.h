@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/fs.h"
 #include "common/testing/eventually.h"
 #include "common/testing/subprocess.h"
 #include "driver/testing/sandbox.h"
@@ -29,9 +30,12 @@
 
 namespace berth::testing {
 
+// The file's bytes, "" when it cannot be read. With read(2), not a stream:
+// libstdc++'s filebuf throws when a read fails, as reading
+// /proc/<pid>/cmdline does (ESRCH) when the process exits meanwhile.
 inline std::string ReadWholeFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
+  absl::StatusOr<std::string> text = ::berth::ReadFile(path);
+  return text.ok() ? *std::move(text) : std::string();
 }
 
 // How often `needle` occurs in `haystack`.
