@@ -2,6 +2,7 @@
 #pragma once
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -65,6 +66,19 @@ inline std::string FindKubectl() {
     if (!p.empty() && ::access(p.c_str(), X_OK) == 0) return p;
   }
   return "";
+}
+
+// A file's bytes, "" when it cannot be read. With read(2), not a stream:
+// libstdc++'s filebuf throws when a read fails, as reading
+// /proc/<pid>/cmdline does (ESRCH) for a process that exits meanwhile.
+inline std::string ReadWhole(const std::string& path) {
+  std::string out;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return out;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(fd, buf, sizeof(buf))) > 0;) out.append(buf, static_cast<size_t>(n));
+  ::close(fd);
+  return out;
 }
 
 }  // namespace berth::bench

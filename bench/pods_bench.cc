@@ -99,8 +99,9 @@ std::map<pid_t, Proc> Processes() {
     fields >> utime >> stime >> cutime >> cstime >> priority >> nice >> threads >> itreal >> p.start;
     p.ppid = static_cast<pid_t>(ppid);
     p.ticks = utime + stime + cutime + cstime;
-    std::ifstream cl(e.path() / "cmdline");
-    p.cmdline.assign((std::istreambuf_iterator<char>(cl)), std::istreambuf_iterator<char>());
+    // read(2), not a stream: libstdc++'s filebuf throws when the process
+    // exits between open and read (ESRCH).
+    p.cmdline = berth::bench::ReadWhole(e.path() / "cmdline");
     for (char& c : p.cmdline) c = c == '\0' ? ' ' : c;
     out[pid] = std::move(p);
   }

@@ -44,8 +44,9 @@ std::vector<pid_t> PidsWith(const std::vector<std::string>& words) {
   while (dirent* e = d ? ::readdir(d) : nullptr) {
     const pid_t pid = std::atoi(e->d_name);
     if (pid <= 0) continue;
-    std::ifstream in(std::string("/proc/") + e->d_name + "/cmdline");
-    std::string cmd((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    // read(2), not a stream: libstdc++'s filebuf throws when the process
+    // exits between open and read (ESRCH).
+    std::string cmd = berth::bench::ReadWhole(std::string("/proc/") + e->d_name + "/cmdline");
     bool all = !cmd.empty();
     for (const auto& w : words) all = all && cmd.find(w) != std::string::npos;
     if (all) out.push_back(pid);
