@@ -14,6 +14,7 @@
 namespace berth::store {
 namespace {
 
+using testing::OwnerRef;
 using testing::Pvc;
 using testing::Rv;
 using testing::StoreTest;
@@ -65,13 +66,10 @@ TEST_F(StoreTest, CacheFollowsGarbageCollectionOfDependents) {
   auto s = Open();
   auto owner = s->Create("volumesnapshots", Pvc("owner"));
   auto other = s->Create("volumesnapshots", Pvc("other"));
-  auto ref = [](const Object& o) {
-    return Object{{"apiVersion", "v1"}, {"kind", "X"}, {"name", o["metadata"]["name"]}, {"uid", o["metadata"]["uid"]}};
-  };
   Object one = Pvc("one");
-  one["metadata"]["ownerReferences"] = {ref(*owner)};
+  one["metadata"]["ownerReferences"] = {OwnerRef(*owner)};
   Object two = Pvc("two");
-  two["metadata"]["ownerReferences"] = {ref(*owner), ref(*other)};
+  two["metadata"]["ownerReferences"] = {OwnerRef(*owner), OwnerRef(*other)};
   ASSERT_TRUE(s->Create("events", one).ok());
   ASSERT_TRUE(s->Create("events", two).ok());
   ASSERT_TRUE(s->Get("events", "default", "one").ok());  // cached

@@ -16,6 +16,7 @@ namespace berth::store {
 namespace {
 
 using ::testing::HasSubstr;
+using testing::OwnerRef;
 using testing::Pvc;
 using testing::Rv;
 using testing::StoreTest;
@@ -129,15 +130,12 @@ TEST_F(StoreTest, OwnerReferencesGarbageCollectDependents) {
   auto s = Open();
   auto owner = s->Create("volumesnapshots", Pvc("owner"));
   auto other = s->Create("volumesnapshots", Pvc("other"));
-  auto ref = [](const Object& o) {
-    return Object{{"apiVersion", "v1"}, {"kind", "X"}, {"name", o["metadata"]["name"]}, {"uid", o["metadata"]["uid"]}};
-  };
   Object one = Pvc("one-owner");
-  one["metadata"]["ownerReferences"] = {ref(*owner)};
+  one["metadata"]["ownerReferences"] = {OwnerRef(*owner)};
   Object two = Pvc("two-owners");
-  two["metadata"]["ownerReferences"] = {ref(*owner), ref(*other)};
+  two["metadata"]["ownerReferences"] = {OwnerRef(*owner), OwnerRef(*other)};
   Object guarded = Pvc("guarded");
-  guarded["metadata"]["ownerReferences"] = {ref(*owner)};
+  guarded["metadata"]["ownerReferences"] = {OwnerRef(*owner)};
   guarded["metadata"]["finalizers"] = {"example.com/keep"};
   ASSERT_TRUE(s->Create("events", one).ok());
   ASSERT_TRUE(s->Create("events", two).ok());

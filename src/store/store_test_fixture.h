@@ -22,6 +22,11 @@ inline Object Pvc(const std::string& name, const std::string& ns = "default",
   return o;
 }
 
+// An ownerReference to `o` (what the store's garbage collector follows).
+inline Object OwnerRef(const Object& o) {
+  return Object{{"apiVersion", "v1"}, {"kind", "X"}, {"name", o["metadata"]["name"]}, {"uid", o["metadata"]["uid"]}};
+}
+
 inline int64_t Rv(const Object& o) { return std::stoll(o["metadata"]["resourceVersion"].get<std::string>()); }
 
 class StoreTest : public ::testing::Test {
