@@ -11,9 +11,7 @@ std::vector<VolumeManager::Wanted> VolumeManager::Desired(std::map<std::string, 
   std::vector<Wanted> out;
   const std::string node = options_.node_name;
   auto on_node = informers_.at("pods")->ByIndex(kPodsByNode, node);
-  // A pod waiting for its claim or PV (missing, unbound, unreadable) is
-  // looked at again within Options::poll: no watch tells of the change.
-  bool poll = false;
+  bool poll = false;  // a pod waits for its claim or PV
   for (const json& pod_json : on_node) {
     absl::StatusOr<types::Pod> decoded = client::DecodeAs<types::Pod>(pod_json);
     if (!decoded.ok()) {
@@ -37,7 +35,12 @@ std::vector<VolumeManager::Wanted> VolumeManager::Desired(std::map<std::string, 
       if (ContainersMayRun(uid)) pods->holding.insert(uid);
       continue;
     }
-    auto wait = [&](const std::string& why) { waiting->emplace(uid, why); };
+    // Whatever a volume waits for here is in its claim or PV, which no watch
+    // reports: looked at again within Options::poll.
+    auto wait = [&](const std::string& why) {
+      waiting->emplace(uid, why);
+      poll = true;
+    };
     for (const types::Volume& vol : pod.spec.volumes) {
       bool ephemeral = false;
       const std::string claim_name = pod.VolumeClaim(vol, &ephemeral);
@@ -48,7 +51,6 @@ std::vector<VolumeManager::Wanted> VolumeManager::Desired(std::map<std::string, 
       if (!claim_read.ok() || !*claim_read) {
         wait(claim_read.ok() ? StrCat("persistentvolumeclaim \"", claim_name, "\" not found")
                              : StrCat("persistentvolumeclaim \"", claim_name, "\": ", claim_read.status().message()));
-        poll = true;
         continue;
       }
       const std::shared_ptr<const json>& claim_json = *claim_read;
@@ -67,14 +69,12 @@ std::vector<VolumeManager::Wanted> VolumeManager::Desired(std::map<std::string, 
       const std::string pv_name = claim->spec.volume_name;
       if (claim->status.phase != "Bound" || pv_name.empty()) {
         wait(StrCat("persistentvolumeclaim \"", claim_name, "\" is not bound"));
-        poll = true;
         continue;
       }
       absl::StatusOr<std::shared_ptr<const json>> pv_read = Read(/*claim=*/false, pv_name);
       if (!pv_read.ok() || !*pv_read) {
         wait(pv_read.ok() ? StrCat("persistentvolume \"", pv_name, "\" not found")
                           : StrCat("persistentvolume \"", pv_name, "\": ", pv_read.status().message()));
-        poll = true;
         continue;
       }
       const std::shared_ptr<const json>& pv_json = *pv_read;
