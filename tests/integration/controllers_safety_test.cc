@@ -10,6 +10,7 @@
 //     and next to no calls are made while it is down.
 #include <functional>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <set>
 
@@ -70,9 +71,13 @@ class ControllersSafetyTest : public ::testing::Test {
   // (directory entry, CSINode entry), and adds a Delete class `cls` for it.
   // `fs_type` xfs rounds every volume up to 300Mi (mkfs.xfs's minimum);
   // many claims take ext4, so that their sparse pool's host can back them.
-  Driver& AddDriver(const std::string& name, const std::string& cls, const std::string& fs_type = "xfs") {
+  // `thick_pool_size`, when given, makes the pool image fully allocated at
+  // that size instead of the default sparse 64Gi.
+  Driver& AddDriver(const std::string& name, const std::string& cls, const std::string& fs_type = "xfs",
+                    const std::string& thick_pool_size = "") {
     drivers_.push_back(std::make_unique<Driver>(name));
     Driver& d = *drivers_.back();
+    if (!thick_pool_size.empty()) d.process.SetPoolSize(thick_pool_size, /*sparse=*/false);
     EXPECT_TRUE(d.process.Start());
     directory_.Add(name, kNode, "unix://" + d.process.socket());
     json entry = {{"name", name}, {"nodeID", kNode}, {"topologyKeys", {"topology.berth.io/node"}}};
@@ -111,12 +116,13 @@ class ControllersSafetyTest : public ::testing::Test {
     return got.ok() ? *got : json();
   }
   json Claim(const std::string& name) { return Get("persistentvolumeclaims", "", "default", name); }
-  void NewClaim(const std::string& name, const std::string& cls, const std::string& volume = "") {
+  void NewClaim(const std::string& name, const std::string& cls, const std::string& volume = "",
+                const std::string& size = "64Mi") {
     json c = {{"metadata", {{"name", name}}},
               {"spec",
                {{"accessModes", {"ReadWriteOnce"}},
                 {"storageClassName", cls},
-                {"resources", {{"requests", {{"storage", "64Mi"}}}}}}}};
+                {"resources", {{"requests", {{"storage", size}}}}}}}};
     if (!volume.empty()) c["spec"]["volumeName"] = volume;
     Create("persistentvolumeclaims", "", "default", c);
   }
@@ -139,19 +145,42 @@ class ControllersSafetyTest : public ::testing::Test {
     for (const auto& e : resp.entries()) out.insert(e.volume().volume_id());
     return out;
   }
-  // Every stuck object, for the failure message.
+  // Every stuck object, for the failure message, in a few lines: counts by
+  // kind, phase and finalizers with up to 3 names each, each pool's volume
+  // count and free capacity, and the distinct Warning events' messages
+  // (why provisioning or deletion failed).
   std::string Leftovers() {
-    std::string out;
+    std::map<std::string, std::vector<std::string>> groups;
     for (const char* r : {"persistentvolumeclaims", "persistentvolumes"}) {
       auto list = registry_->List(K(r), "", {});
       if (!list.ok()) continue;
       for (const auto& o : list->items) {
-        out += std::string(r) + " " + Str(o, {"metadata", "name"}) +
-               " finalizers=" + Field(Field(o, "metadata"), "finalizers").dump() +
-               " phase=" + Str(o, {"status", "phase"}) + "\n";
+        groups[std::string(r) + " phase=" + Str(o, {"status", "phase"}) +
+               " finalizers=" + Field(Field(o, "metadata"), "finalizers").dump()]
+            .push_back(Str(o, {"metadata", "name"}));
       }
     }
-    for (auto& d : drivers_) out += d->name + " pool: " + std::to_string(PoolVolumes(*d).size()) + " volumes\n";
+    std::string out;
+    for (const auto& [group, names] : groups) {
+      out += std::to_string(names.size()) + " " + group + ":";
+      for (size_t i = 0; i < names.size() && i < 3; ++i) out += " " + names[i];
+      out += names.size() > 3 ? " ...\n" : "\n";
+    }
+    for (auto& d : drivers_) {
+      ::csi::v1::GetCapacityResponse cap;
+      const bool ok = d->process.controller().GetCapacity(Ctx().get(), {}, &cap).ok();
+      out += d->name + " pool: " + std::to_string(PoolVolumes(*d).size()) + " volumes, " +
+             (ok ? std::to_string(cap.available_capacity() >> 20) + " MiB available" : "GetCapacity failed") + "\n";
+    }
+    std::set<std::string> warnings;
+    if (auto events = registry_->List(K("events"), "", {}); events.ok()) {
+      for (const auto& e : events->items) {
+        if (Str(e, {"type"}) == "Warning" && warnings.size() < 3) {
+          warnings.insert(Str(e, {"reason"}) + ": " + Str(e, {"message"}).substr(0, 300));
+        }
+      }
+    }
+    for (const auto& w : warnings) out += "event " + w + "\n";
     return out;
   }
 
@@ -269,7 +298,12 @@ TEST_F(ControllersSafetyTest, StaticVolumeWithReclaimDeleteIsDeletedThroughItsDr
 }
 
 TEST_F(ControllersSafetyTest, DriverKilledThreeTimesDuringCreationAndDeletionStallsNothing) {
-  Driver& d = AddDriver(kDriverA, "class-a", "ext4");
+  // 200 claims of 16Mi (ext4's least) in a fully allocated 4Gi pool: what
+  // they take does not depend on the host's free space. (In the default
+  // sparse 64Gi pool, 200 claims of 64Mi owe the host 12.5 GiB beyond its
+  // 10 % kept free, and a CI machine whose disk holds the sanitized build
+  // has not that much: provisioning stops, as it should.)
+  Driver& d = AddDriver(kDriverA, "class-a", "ext4", "4Gi");
   StartManager();
   client::DriverMonitor& monitor = manager_->monitor();
   constexpr int kClaims = 200;
@@ -307,13 +341,13 @@ TEST_F(ControllersSafetyTest, DriverKilledThreeTimesDuringCreationAndDeletionSta
   // Twice while the claims are created and provisioned: 40 of the first 100
   // exist when it dies, the other 60 are created while it is down; the same
   // with the second 100.
-  for (int i = 0; i < 40; ++i) NewClaim(name(i), "class-a");
+  for (int i = 0; i < 40; ++i) NewClaim(name(i), "class-a", "", "16Mi");
   outage([&] {
-    for (int i = 40; i < 100; ++i) NewClaim(name(i), "class-a");
+    for (int i = 40; i < 100; ++i) NewClaim(name(i), "class-a", "", "16Mi");
   });
-  for (int i = 100; i < 140; ++i) NewClaim(name(i), "class-a");
+  for (int i = 100; i < 140; ++i) NewClaim(name(i), "class-a", "", "16Mi");
   absl::Time registered = outage([&] {
-    for (int i = 140; i < kClaims; ++i) NewClaim(name(i), "class-a");
+    for (int i = 140; i < kClaims; ++i) NewClaim(name(i), "class-a", "", "16Mi");
   });
   ASSERT_TRUE(Eventually([&] { return bound() == kClaims; }, absl::Seconds(120)))
       << bound() << " bound; resumed " << monitor.stats().resumed << "\n"
