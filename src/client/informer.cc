@@ -32,8 +32,33 @@ std::pair<std::string, std::string> SplitKey(const std::string& key) {
   return {key.substr(0, slash), key.substr(slash + 1)};
 }
 
-Informer::Informer(apiserver::Api& registry, const api::KindInfo& kind, absl::Duration resync)
-    : registry_(registry), kind_(kind), resync_(resync) {
+Informer::Entry::Entry(std::shared_ptr<const json> object, bool compact) {
+  if (!compact) {
+    object_ = std::move(object);
+    return;
+  }
+  const std::vector<std::uint8_t> packed = json::to_msgpack(*object);
+  packed_.assign(packed.begin(), packed.end());
+  parsed_ = object;
+}
+
+std::shared_ptr<const json> Informer::Entry::Get() const {
+  if (object_) return object_;
+  if (std::shared_ptr<const json> alive = parsed_.lock()) return alive;
+  // Packed here from a valid object: it parses (a failure would be a bug;
+  // null stands in rather than an exception through a controller).
+  json parsed = json::from_msgpack(packed_, /*strict=*/true, /*allow_exceptions=*/false);
+  if (parsed.is_discarded()) {
+    spdlog::error("informer: a packed object does not unpack ({} bytes)", packed_.size());
+    parsed = json();
+  }
+  auto shared = std::make_shared<const json>(std::move(parsed));
+  parsed_ = shared;
+  return shared;
+}
+
+Informer::Informer(apiserver::Api& registry, const api::KindInfo& kind, absl::Duration resync, bool compact)
+    : registry_(registry), kind_(kind), resync_(resync), compact_(compact) {
   quiescence_id_ = Quiescence::Register([this](int64_t rv) {
     absl::MutexLock lock(&mu_);
     // Not started, or stopped: nothing more of it will happen.
@@ -53,7 +78,7 @@ void Informer::AddHandlers(Handlers handlers) {
     {
       absl::MutexLock lock(&mu_);
       cached.reserve(cache_.size());
-      for (const auto& [key, obj] : cache_) cached.push_back(obj);
+      for (const auto& [key, entry] : cache_) cached.push_back(entry.Get());
     }
     for (const auto& obj : cached) handlers.on_add(*obj);
   }
@@ -110,13 +135,20 @@ std::optional<json> Informer::GetByKey(const std::string& key) const {
   absl::MutexLock lock(&mu_);
   auto it = cache_.find(key);
   if (it == cache_.end()) return std::nullopt;
-  return *it->second;
+  return *it->second.Get();
 }
 
 std::shared_ptr<const json> Informer::GetSharedByKey(const std::string& key) const {
   absl::MutexLock lock(&mu_);
   auto it = cache_.find(key);
-  return it == cache_.end() ? nullptr : it->second;
+  return it == cache_.end() ? nullptr : it->second.Get();
+}
+
+size_t Informer::PackedBytes() const {
+  absl::MutexLock lock(&mu_);
+  size_t n = 0;
+  for (const auto& [key, entry] : cache_) n += entry.packed_bytes();
+  return n;
 }
 
 std::vector<json> Informer::List(const std::string& ns) const {
@@ -125,7 +157,7 @@ std::vector<json> Informer::List(const std::string& ns) const {
   const std::string prefix = ns.empty() ? "" : ns + "/";
   for (auto it = cache_.lower_bound(prefix); it != cache_.end(); ++it) {
     if (!prefix.empty() && !it->first.starts_with(prefix)) break;
-    out.push_back(*it->second);
+    out.push_back(*it->second.Get());
   }
   return out;
 }
@@ -133,7 +165,8 @@ std::vector<json> Informer::List(const std::string& ns) const {
 std::vector<json> Informer::Select(const std::function<bool(const json&)>& pred) const {
   absl::MutexLock lock(&mu_);
   std::vector<json> out;
-  for (const auto& [key, obj] : cache_) {
+  for (const auto& [key, entry] : cache_) {
+    std::shared_ptr<const json> obj = entry.Get();
     if (pred(*obj)) out.push_back(*obj);
   }
   return out;
@@ -142,8 +175,12 @@ std::vector<json> Informer::Select(const std::function<bool(const json&)>& pred)
 void Informer::AddIndex(const std::string& name, IndexFunc fn) { index_funcs_[name] = std::move(fn); }
 
 void Informer::ReindexLocked(const std::string& key, const json* before, const json* after) {
+  Reindex(indexes_, key, before, after);
+}
+
+void Informer::Reindex(Indexes& indexes, const std::string& key, const json* before, const json* after) const {
   for (const auto& [name, fn] : index_funcs_) {
-    auto& index = indexes_[name];
+    auto& index = indexes[name];
     if (before != nullptr) {
       for (const auto& v : fn(*before)) {
         auto it = index.find(v);
@@ -166,7 +203,7 @@ std::vector<json> Informer::ByIndex(const std::string& index, const std::string&
   auto keys = idx->second.find(value);
   if (keys == idx->second.end()) return out;
   for (const auto& key : keys->second) {
-    if (auto it = cache_.find(key); it != cache_.end()) out.push_back(*it->second);
+    if (auto it = cache_.find(key); it != cache_.end()) out.push_back(*it->second.Get());
   }
   return out;
 }
@@ -177,7 +214,10 @@ std::optional<int64_t> Informer::Relist() {
     // the API server or (over HTTP) in one response. The watch resumes from
     // the first page's version; a change made while later pages were read
     // comes again on the watch, and the handlers see the newest state last.
-    std::map<std::string, std::shared_ptr<const json>> fresh;
+    // Each object is indexed and (compact) packed as it comes, so a long
+    // list is never held parsed whole.
+    std::map<std::string, Entry> fresh;
+    Indexes fresh_indexes;
     int64_t listed_rv = 0;
     apiserver::ListOptions options;
     options.limit = kListPageSize;
@@ -191,7 +231,10 @@ std::optional<int64_t> Informer::Relist() {
       if (listed_rv == 0) listed_rv = page->resource_version;
       for (auto& item : page->items) {
         std::string key = ObjectKey(item);
-        fresh.insert_or_assign(std::move(key), std::make_shared<const json>(std::move(item)));
+        auto object = std::make_shared<const json>(std::move(item));
+        auto seen = fresh.find(key);  // (pages do not overlap; were one to, the later wins)
+        Reindex(fresh_indexes, key, seen == fresh.end() ? nullptr : seen->second.Get().get(), object.get());
+        fresh.insert_or_assign(std::move(key), Entry(std::move(object), compact_));
       }
       options.continue_token = page->continue_token;
     } while (!options.continue_token.empty() && !stopping());
@@ -202,26 +245,33 @@ std::optional<int64_t> Informer::Relist() {
     }
     if (stopping()) break;
     absl::MutexLock handlers_lock(&handlers_mu_);
-    std::map<std::string, std::shared_ptr<const json>> before;
+    std::vector<std::string> keys;
+    keys.reserve(fresh.size());
+    for (const auto& [key, entry] : fresh) keys.push_back(key);
+    std::map<std::string, Entry> before;
     {
       absl::MutexLock lock(&mu_);
       before.swap(cache_);
-      cache_ = fresh;
-      indexes_.clear();
-      for (const auto& [key, obj] : cache_) ReindexLocked(key, nullptr, obj.get());
+      cache_.swap(fresh);
+      indexes_.swap(fresh_indexes);
     }
-    for (const auto& [key, obj] : fresh) {
+    // `before` is this thread's alone now; cache_ changes only on this
+    // thread, but other threads read it (Entry::Get under mu_).
+    for (const std::string& key : keys) {
+      std::shared_ptr<const json> object = GetSharedByKey(key);
       auto it = before.find(key);
+      std::shared_ptr<const json> old = it == before.end() ? nullptr : it->second.Get();
       for (const auto& h : handlers_) {
-        if (it == before.end()) {
-          if (h.on_add) h.on_add(*obj);
+        if (!old) {
+          if (h.on_add) h.on_add(*object);
         } else if (h.on_update) {
-          h.on_update(*it->second, *obj);
+          h.on_update(*old, *object);
         }
       }
     }
-    for (const auto& [key, obj] : before) {
-      if (fresh.contains(key)) continue;
+    for (const auto& [key, entry] : before) {
+      if (std::binary_search(keys.begin(), keys.end(), key)) continue;  // keys: sorted, as the map's
+      std::shared_ptr<const json> obj = entry.Get();
       for (const auto& h : handlers_) {
         if (h.on_delete) h.on_delete(*obj);
       }
@@ -244,13 +294,13 @@ void Informer::Apply(const store::Event& e) {
   {
     absl::MutexLock lock(&mu_);
     auto it = cache_.find(key);
-    if (it != cache_.end()) before = it->second;
+    if (it != cache_.end()) before = it->second.Get();
     if (e.type == store::EventType::kDeleted) {
       ReindexLocked(key, before.get(), nullptr);
       cache_.erase(key);
     } else {
       ReindexLocked(key, before.get(), &object);
-      cache_[key] = e.object;
+      cache_.insert_or_assign(key, Entry(e.object, compact_));
     }
   }
   for (const auto& h : handlers_) {

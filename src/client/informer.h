@@ -53,7 +53,14 @@ class Informer {
     std::function<void(const json&)> on_delete;
   };
 
-  Informer(apiserver::Api& registry, const api::KindInfo& kind, absl::Duration resync = absl::Minutes(5));
+  // `compact`: the cache holds each object packed (MessagePack, about a
+  // seventh of its parsed size) and parses it when asked for it, unless
+  // the parsed object is still alive elsewhere (a watch event, the store's
+  // object cache, a caller): then that one is shared. For kinds that grow
+  // with the cluster and are scanned rarely (claims, volumes); a Select or
+  // List over a compact informer parses every object no one else holds.
+  Informer(apiserver::Api& registry, const api::KindInfo& kind, absl::Duration resync = absl::Minutes(5),
+           bool compact = false);
   ~Informer();  // Stop()
 
   void AddHandlers(Handlers handlers) ABSL_LOCKS_EXCLUDED(handlers_mu_, mu_);
@@ -85,7 +92,27 @@ class Informer {
 
   const api::KindInfo& kind() const { return kind_; }
 
+  // Bytes the cache holds for its objects: for a compact informer the
+  // packed sizes, otherwise 0 (parsed sizes are not counted). For benches.
+  size_t PackedBytes() const;
+
  private:
+  // One cached object: the parsed object itself, or (compact) its packed
+  // form and a weak reference to the last parsed copy handed out.
+  class Entry {
+   public:
+    Entry() = default;
+    Entry(std::shared_ptr<const json> object, bool compact);
+    // The parsed object (never null): shared, or parsed again.
+    std::shared_ptr<const json> Get() const;
+    size_t packed_bytes() const { return packed_.size(); }
+
+   private:
+    std::shared_ptr<const json> object_;  // not compact
+    std::string packed_;                  // compact: MessagePack
+    mutable std::weak_ptr<const json> parsed_;
+  };
+
   void Run();
   // Lists and replaces the cache (handlers for the differences); returns
   // the list's resourceVersion, or nullopt when stopping.
@@ -94,6 +121,9 @@ class Informer {
   // Moves `key` in every index from where `before` filed it to where `after`
   // files it (either may be null).
   void ReindexLocked(const std::string& key, const json* before, const json* after) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // index → value → keys.
+  using Indexes = std::map<std::string, std::map<std::string, std::set<std::string>>>;
+  void Reindex(Indexes& indexes, const std::string& key, const json* before, const json* after) const;
   bool stopping() const;
   void SetDelivering(bool delivering, store::EventSource* watch) ABSL_LOCKS_EXCLUDED(mu_);
   bool DeliveredLocked(int64_t rv) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -101,6 +131,7 @@ class Informer {
   apiserver::Api& registry_;
   const api::KindInfo& kind_;
   const absl::Duration resync_;
+  const bool compact_;
   // Held while the cache changes and the handlers hear of it, so a handler
   // added meanwhile sees each object either in its replay or as an event.
   absl::Mutex handlers_mu_ ABSL_ACQUIRED_BEFORE(mu_);
@@ -109,10 +140,10 @@ class Informer {
   std::thread thread_;
 
   mutable absl::Mutex mu_;
-  // Objects are shared with the store's watch events (never copied in).
-  std::map<std::string, std::shared_ptr<const json>> cache_ ABSL_GUARDED_BY(mu_);
-  // index → value → keys.
-  std::map<std::string, std::map<std::string, std::set<std::string>>> indexes_ ABSL_GUARDED_BY(mu_);
+  // Objects are shared with the store's watch events (never copied in), or
+  // packed (compact_). Entry::Get runs under mu_ (it may set parsed_).
+  std::map<std::string, Entry> cache_ ABSL_GUARDED_BY(mu_);
+  Indexes indexes_ ABSL_GUARDED_BY(mu_);
   bool synced_ ABSL_GUARDED_BY(mu_) = false;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   // For Delivered: set while the informer lists or may hold events taken

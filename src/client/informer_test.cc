@@ -25,10 +25,12 @@ json Claim(const std::string& name) {
           {"spec", {{"accessModes", {"ReadWriteOnce"}}, {"resources", {{"requests", {{"storage", "1Gi"}}}}}}}};
 }
 
-class InformerTest : public ::testing::Test {
+// Every test runs twice: objects held parsed, and held packed (compact).
+class InformerTest : public ::testing::TestWithParam<bool> {
  protected:
-  void Open(size_t watcher_queue = 100000) {
-    store_ = std::move(*store::Store::Open({.path = dir_.path() + "/state.db", .watcher_queue = watcher_queue}));
+  void Open(size_t watcher_queue = 100000, size_t cache_bytes = 8 << 20) {
+    store_ = std::move(*store::Store::Open(
+        {.path = dir_.path() + "/state.db", .watcher_queue = watcher_queue, .cache_bytes = cache_bytes}));
     registry_ = std::make_unique<apiserver::Registry>(*store_);
     ASSERT_TRUE(registry_->Bootstrap().ok());
   }
@@ -37,12 +39,12 @@ class InformerTest : public ::testing::Test {
   std::unique_ptr<apiserver::Registry> registry_;
 };
 
-TEST_F(InformerTest, ListsThenFollowsAddsUpdatesAndDeletes) {
+TEST_P(InformerTest, ListsThenFollowsAddsUpdatesAndDeletes) {
   Open();
   ASSERT_TRUE(registry_->Create(Claims(), "default", Claim("before")).ok());
   absl::Mutex mu;
   std::vector<std::string> seen;
-  Informer informer(*registry_, Claims());
+  Informer informer(*registry_, Claims(), absl::Minutes(5), /*compact=*/GetParam());
   informer.AddHandlers({
       .on_add =
           [&](const json& o) {
@@ -84,7 +86,7 @@ TEST_F(InformerTest, ListsThenFollowsAddsUpdatesAndDeletes) {
   EXPECT_EQ(informer.List("other").size(), 0u);
 }
 
-TEST_F(InformerTest, FirstListComesInPagesAndTheWatchFollowsIt) {
+TEST_P(InformerTest, FirstListComesInPagesAndTheWatchFollowsIt) {
   // More than two pages of kListPageSize: every object listed once, in
   // two namespaces, and the watch goes on from the first page's version.
   Open();
@@ -99,7 +101,7 @@ TEST_F(InformerTest, FirstListComesInPagesAndTheWatchFollowsIt) {
   for (const auto& r : registry_->CreateAll(Claims(), claims)) ASSERT_TRUE(r.ok()) << r.status();
   absl::Mutex mu;
   std::multiset<std::string> added;
-  Informer informer(*registry_, Claims());
+  Informer informer(*registry_, Claims(), absl::Minutes(5), /*compact=*/GetParam());
   informer.AddHandlers({.on_add =
                             [&](const json& o) {
                               absl::MutexLock l(&mu);
@@ -121,12 +123,12 @@ TEST_F(InformerTest, FirstListComesInPagesAndTheWatchFollowsIt) {
   informer.Stop();
 }
 
-TEST_F(InformerTest, NotSyncedUntilEveryHandlerHasSeenTheFirstList) {
+TEST_P(InformerTest, NotSyncedUntilEveryHandlerHasSeenTheFirstList) {
   Open();
   ASSERT_TRUE(registry_->Create(Claims(), "default", Claim("one")).ok());
   absl::Notification entered, release;
   std::atomic<int> adds{0};
-  Informer informer(*registry_, Claims());
+  Informer informer(*registry_, Claims(), absl::Minutes(5), /*compact=*/GetParam());
   informer.AddHandlers({.on_add =
                             [&](const json&) {
                               entered.Notify();
@@ -147,11 +149,11 @@ TEST_F(InformerTest, NotSyncedUntilEveryHandlerHasSeenTheFirstList) {
   informer.Stop();
 }
 
-TEST_F(InformerTest, AWatchThatFallsBehindRelistsAndConverges) {
+TEST_P(InformerTest, AWatchThatFallsBehindRelistsAndConverges) {
   Open(/*watcher_queue=*/2);
   absl::Notification release;
   std::atomic<int> deletes{0};
-  Informer informer(*registry_, Claims());
+  Informer informer(*registry_, Claims(), absl::Minutes(5), /*compact=*/GetParam());
   informer.AddHandlers({.on_add = [&](const json&) { release.WaitForNotification(); },
                         .on_update = nullptr,
                         .on_delete = [&](const json&) { deletes.fetch_add(1); }});
@@ -165,10 +167,10 @@ TEST_F(InformerTest, AWatchThatFallsBehindRelistsAndConverges) {
   EXPECT_TRUE(Eventually([&] { return informer.List().size() == 9 && !informer.Get("default", "c0"); }));
 }
 
-TEST_F(InformerTest, IndexesFollowAddsUpdatesDeletesAndRelists) {
+TEST_P(InformerTest, IndexesFollowAddsUpdatesDeletesAndRelists) {
   Open();
   ASSERT_TRUE(registry_->Create(Claims(), "default", Claim("a")).ok());
-  Informer informer(*registry_, Claims());
+  Informer informer(*registry_, Claims(), absl::Minutes(5), /*compact=*/GetParam());
   informer.AddIndex("label", [](const json& o) -> std::vector<std::string> {
     const json& labels = o["metadata"].value("labels", json::object());
     if (!labels.contains("tier")) return {};
@@ -200,11 +202,11 @@ TEST_F(InformerTest, IndexesFollowAddsUpdatesDeletesAndRelists) {
   EXPECT_TRUE(informer.ByIndex("no-such-index", "gold").empty());
 }
 
-TEST_F(InformerTest, HandlersAddedWhileRunningSeeEveryObjectOnce) {
+TEST_P(InformerTest, HandlersAddedWhileRunningSeeEveryObjectOnce) {
   Open();
   for (int i = 0; i < 50; ++i)
     ASSERT_TRUE(registry_->Create(Claims(), "default", Claim("old-" + std::to_string(i))).ok());
-  Informer informer(*registry_, Claims());
+  Informer informer(*registry_, Claims(), absl::Minutes(5), /*compact=*/GetParam());
   informer.Start();
   ASSERT_TRUE(informer.WaitForSync(absl::Seconds(10)));
   // Objects keep coming while the late handler is added: each must reach it
@@ -255,9 +257,9 @@ TEST_F(InformerTest, HandlersAddedWhileRunningSeeEveryObjectOnce) {
   informer.Stop();
 }
 
-TEST_F(InformerTest, DeliveredOnceTheHandlersHaveSeenTheStoresVersion) {
+TEST_P(InformerTest, DeliveredOnceTheHandlersHaveSeenTheStoresVersion) {
   Open();
-  Informer informer(*registry_, Claims());
+  Informer informer(*registry_, Claims(), absl::Minutes(5), /*compact=*/GetParam());
   std::atomic<int> added{0};
   absl::Notification entered, release;
   informer.AddHandlers({.on_add =
@@ -289,4 +291,39 @@ TEST_F(InformerTest, DeliveredOnceTheHandlersHaveSeenTheStoresVersion) {
 }
 
 }  // namespace
+// Packed objects come back exactly as they went in (strings of any
+// script, escapes, numbers), a parsed copy is shared while someone holds
+// it, and the packed form is smaller than the object's JSON.
+TEST_P(InformerTest, ObjectsComeBackAsTheyWentInAndAreSharedWhileHeld) {
+  Open(/*watcher_queue=*/100000, /*cache_bytes=*/0);  // no store cache holds them
+  json claim = Claim("a");
+  claim["metadata"]["annotations"] = {{"note", "grüße \"quoted\" \\ 😀 \u0001"}, {"n", "12"}};
+  claim["metadata"]["labels"] = {{"tier", "gold"}};
+  ASSERT_TRUE(registry_->Create(Claims(), "default", claim).ok());
+  Informer informer(*registry_, Claims(), absl::Minutes(5), /*compact=*/GetParam());
+  informer.Start();
+  ASSERT_TRUE(informer.WaitForSync(absl::Seconds(10)));
+  ASSERT_TRUE(registry_->Create(Claims(), "default", Claim("b")).ok());
+  ASSERT_TRUE(Eventually([&] { return informer.Get("default", "b").has_value(); }));
+  const json stored = *registry_->Get(Claims(), "default", "a");
+  for (int i = 0; i < 2; ++i) {
+    std::shared_ptr<const json> first = informer.GetSharedByKey("default/a");
+    ASSERT_NE(first, nullptr);
+    EXPECT_EQ(*first, stored);
+    EXPECT_EQ(first->dump(), stored.dump());
+    EXPECT_EQ(informer.GetSharedByKey("default/a"), first) << "a copy held is shared";
+  }
+  EXPECT_EQ(informer.Get("default", "b")->dump(), registry_->Get(Claims(), "default", "b")->dump());
+  EXPECT_EQ(informer.List().size(), 2u);
+  if (GetParam()) {
+    EXPECT_GT(informer.PackedBytes(), 0u);
+    EXPECT_LT(informer.PackedBytes(), stored.dump().size() + registry_->Get(Claims(), "default", "b")->dump().size());
+  } else {
+    EXPECT_EQ(informer.PackedBytes(), 0u);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Held, InformerTest, ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& p) { return p.param ? "Packed" : "Parsed"; });
+
 }  // namespace berth::client

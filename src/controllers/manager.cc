@@ -50,7 +50,11 @@ ControllerManager::ControllerManager(apiserver::Registry& registry, DriverDirect
       spdlog::critical("controller manager: unknown resource {}", w.resource);
       std::abort();
     }
-    informers_[w.resource] = std::make_unique<Informer>(registry_, *kind);
+    // Claims and volumes grow with the cluster and are looked up by key or
+    // index: held packed (a seventh of their parsed size).
+    const std::string_view r = w.resource;
+    const bool compact = r == "persistentvolumeclaims" || r == "persistentvolumes";
+    informers_[w.resource] = std::make_unique<Informer>(registry_, *kind, absl::Minutes(5), compact);
   }
   auto i = [this](const char* r) -> Informer& { return informer(r); };
   binder_ = std::make_unique<PvBinder>(
