@@ -311,18 +311,30 @@ absl::StatusOr<Store::ObjectPtr> Store::Submit(std::function<absl::StatusOr<Obje
 }
 
 void Store::WriterLoop() {
+  bool sweep_due = false;  // written since the cache's uncounted entries were last looked over
   while (true) {
     std::vector<std::shared_ptr<Mutation>> batch;
+    bool idle = false;
     {
       absl::MutexLock lock(&queue_mu_);
       auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(queue_mu_) { return !queue_.empty() || stopping_; };
-      queue_mu_.Await(absl::Condition(&ready));
-      if (queue_.empty() && stopping_) return;
-      while (!queue_.empty() && batch.size() < options_.max_batch) {
+      if (sweep_due) {
+        idle = !queue_mu_.AwaitWithTimeout(absl::Condition(&ready), options_.shared_sweep_after);
+      } else {
+        queue_mu_.Await(absl::Condition(&ready));
+      }
+      if (!idle && queue_.empty() && stopping_) return;
+      while (!idle && !queue_.empty() && batch.size() < options_.max_batch) {
         batch.push_back(std::move(queue_.front()));
         queue_.pop_front();
       }
     }
+    if (idle) {  // quiet after writes: once, then wait for the next write
+      sweep_due = false;
+      CacheSweepShared();
+      continue;
+    }
+    sweep_due = true;
     const int64_t rv_before = next_rv_;
     std::vector<absl::StatusOr<ObjectPtr>> results;
     std::vector<Change> events;

@@ -182,6 +182,12 @@ class Store {
     // kept past it, uncounted: evicting them would free nothing, and reading
     // them back from SQLite costs a read and a parse each time.
     size_t cache_bytes = 8 << 20;
+    // After writes, once the writer has had nothing to do for this long, it
+    // looks over every entry kept past the budget and lets go of those only
+    // the cache holds any more (a burst leaves many: objects still on their
+    // way to watchers when they were evicted). Inserts also recheck two
+    // each; this is for when the writes stop.
+    absl::Duration shared_sweep_after = absl::Seconds(1);
     // Resources whose writes do not enter the cache: written far more than
     // read (events), they would evict the objects controllers read. A read
     // still caches them.
@@ -280,6 +286,14 @@ class Store {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(cache_mu_);
   // Applies a committed batch's writes (writer thread).
   void CacheApply(CacheWrites writes) ABSL_LOCKS_EXCLUDED(cache_mu_);
+  // Counts again every uncounted entry only the cache holds, then evicts
+  // down to the budget.
+  void CacheSweepShared() ABSL_LOCKS_EXCLUDED(cache_mu_);
+  // Moves the uncounted entry `it` back to the counted ones, as the least
+  // recently used.
+  void CacheCountAgainLocked(std::unordered_map<std::string, CacheEntry>::iterator it)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(cache_mu_);
+  void CacheEvictLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(cache_mu_);
   explicit Store(Options options);
   absl::Status Init();
   // Brings the schema up to kSchemaVersion (see Migrations() in store.cc).

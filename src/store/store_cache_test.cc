@@ -6,6 +6,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/testing/eventually.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "store/store.h"
@@ -14,6 +15,7 @@
 namespace berth::store {
 namespace {
 
+using berth::testing::Eventually;
 using testing::OwnerRef;
 using testing::Pvc;
 using testing::Rv;
@@ -236,6 +238,33 @@ TEST_F(StoreTest, CacheKeepsObjectsHeldElsewherePastItsBudget) {
   EXPECT_LE(st.bytes, 2000u);
   // Everything still reads back intact.
   for (int i = 0; i < 20; ++i) EXPECT_TRUE(store.Get("pods", "default", "held" + std::to_string(i)).ok());
+}
+
+// A burst leaves entries kept past the budget that only the cache holds
+// once their other holders let go; when the writes stop, the writer looks
+// them over once and the cache returns to its budget without another write.
+TEST_F(StoreTest, CacheLetsGoOfWhatOnlyItHoldsOnceTheWritesStop) {
+  auto s =
+      Store::Open({.path = dir_.Join("state.db"), .cache_bytes = 2000, .shared_sweep_after = absl::ZeroDuration()});
+  ASSERT_TRUE(s.ok());
+  Store& store = **s;
+  std::vector<std::shared_ptr<const Object>> held;
+  for (int i = 0; i < 20; ++i) {
+    ASSERT_TRUE(store.Create("pods", Pvc("held" + std::to_string(i))).ok());
+    held.push_back(*store.GetShared("pods", "default", "held" + std::to_string(i)));
+  }
+  for (int i = 0; i < 50; ++i) ASSERT_TRUE(store.Create("pods", Pvc("p" + std::to_string(i))).ok());
+  // Looked over after the last write: all still held, all still kept.
+  ASSERT_TRUE(Eventually([&] { return store.cache_stats().shared_objects == 20u; }));
+  held.resize(5);                                       // 15 let go
+  ASSERT_TRUE(store.Create("pods", Pvc("last")).ok());  // rechecks two itself
+  EXPECT_TRUE(Eventually([&] { return store.cache_stats().shared_objects == 5u; }))
+      << store.cache_stats().shared_objects << " kept past the budget";
+  const Store::CacheStats st = store.cache_stats();
+  EXPECT_LE(st.bytes, 2000u);
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_EQ(store.GetShared("pods", "default", "held" + std::to_string(i))->get(), held[i].get());
+  }
 }
 
 // Readers racing writers never see an object older than one already

@@ -190,13 +190,23 @@ void Store::CacheInsertLocked(const std::string& key, ObjectPtr object, size_t b
       shared_.splice(shared_.begin(), shared_, it->second.lru);
       continue;
     }
-    shared_.pop_back();
-    shared_bytes_ -= it->second.bytes;
-    it->second.shared = false;
-    lru_.push_back(it->first);  // as the least recently used
-    it->second.lru = std::prev(lru_.end());
-    cache_bytes_ += it->second.bytes;
+    CacheCountAgainLocked(it);
   }
+  CacheEvictLocked();
+}
+
+void Store::CacheCountAgainLocked(std::unordered_map<std::string, CacheEntry>::iterator it) {
+  cache_mu_.AssertHeld();
+  shared_.erase(it->second.lru);
+  shared_bytes_ -= it->second.bytes;
+  it->second.shared = false;
+  lru_.push_back(it->first);  // as the least recently used
+  it->second.lru = std::prev(lru_.end());
+  cache_bytes_ += it->second.bytes;
+}
+
+void Store::CacheEvictLocked() {
+  cache_mu_.AssertHeld();
   // Evict from the least recently used end; an object someone else holds
   // (use_count > 1: an informer's current object, a reader's) is moved to
   // the uncounted set instead, as evicting it would free nothing.
@@ -213,6 +223,16 @@ void Store::CacheInsertLocked(const std::string& key, ObjectPtr object, size_t b
       cache_.erase(victim);
     }
   }
+}
+
+void Store::CacheSweepShared() {
+  absl::MutexLock lock(&cache_mu_);
+  for (auto key = shared_.begin(); key != shared_.end();) {
+    auto it = cache_.find(*key);
+    ++key;  // (counting it again unlinks it)
+    if (it->second.object.use_count() == 1) CacheCountAgainLocked(it);
+  }
+  CacheEvictLocked();
 }
 
 void Store::CacheApply(CacheWrites writes) {
