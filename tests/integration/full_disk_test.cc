@@ -13,8 +13,10 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <set>
 
+#include "absl/strings/str_join.h"
 #include "common/exec.h"
 #include "common/strings.h"
 #include "driver/health.h"
@@ -293,7 +295,14 @@ TEST_F(FullDiskTest, ASparsePoolOffersOnlyWhatTheHostCanBackAndReportsTheDamageW
   // says so: the volume is abnormal and the driver not ready.
   ShFails("dd if=/dev/urandom of=" + path + "/fill bs=1M count=250 conv=fsync 2>&1");
   Sh("sync");
-  EXPECT_FALSE(LoopErrors().empty()) << "the kernel reports the failed writes";
+  const std::vector<std::string> damage = LoopErrors();
+  EXPECT_FALSE(damage.empty()) << "the kernel reports the failed writes";
+  // Named, so that a reader of the kernel log can tell these lines from a
+  // real loss.
+  std::set<std::string> devices;
+  for (const auto& line : damage) devices.insert(driver::LoopDeviceWithError(line));
+  std::cout << "[ KERNEL   ] caused on purpose: " << damage.size() << " error lines on this test's "
+            << absl::StrJoin(devices, ", ") << "\n";
   ::csi::v1::VolumeCondition c = Condition(vol);
   EXPECT_TRUE(c.abnormal());
   EXPECT_THAT(c.message(), ::testing::AnyOf(HasSubstr("the kernel logged"), HasSubstr("refuses writes"),
