@@ -14,11 +14,14 @@ namespace {
 struct Watched {
   const char* group;
   const char* resource;
+  // Held packed: kinds that grow with the cluster and are read by key or
+  // index (a seventh of their parsed size; client/informer.h).
+  bool packed = false;
 };
 // Every kind a controller reads.
 constexpr Watched kWatched[] = {
-    {"", "persistentvolumeclaims"},
-    {"", "persistentvolumes"},
+    {"", "persistentvolumeclaims", true},
+    {"", "persistentvolumes", true},
     {"", "pods"},
     {"", "nodes"},
     {"storage.k8s.io", "storageclasses"},
@@ -50,11 +53,7 @@ ControllerManager::ControllerManager(apiserver::Registry& registry, DriverDirect
       spdlog::critical("controller manager: unknown resource {}", w.resource);
       std::abort();
     }
-    // Claims and volumes grow with the cluster and are looked up by key or
-    // index: held packed (a seventh of their parsed size).
-    const std::string_view r = w.resource;
-    const bool compact = r == "persistentvolumeclaims" || r == "persistentvolumes";
-    informers_[w.resource] = std::make_unique<Informer>(registry_, *kind, absl::Minutes(5), compact);
+    informers_[w.resource] = std::make_unique<Informer>(registry_, *kind, absl::Minutes(5), w.packed);
   }
   auto i = [this](const char* r) -> Informer& { return informer(r); };
   binder_ = std::make_unique<PvBinder>(
