@@ -1,13 +1,14 @@
 #include "client/events.h"
 
+#include <atomic>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "api/kinds.h"
 #include "client/quiescence.h"
 #include "client/writes.h"
-#include "common/hash.h"
 #include "common/memory.h"
 #include "common/strings.h"
 #include "spdlog/spdlog.h"
@@ -40,58 +41,102 @@ EventRecorder::~EventRecorder() {
   writer_.join();
 }
 
+namespace {
+// Kubernetes names an event <object>.<UnixNano in hex>; the nanoseconds are
+// made unique within the process, so two recorders never pick one name.
+std::string EventName(const std::string& object, absl::Time now) {
+  static std::atomic<int64_t> last{0};
+  int64_t ns = absl::ToUnixNanos(now);
+  int64_t prev = last.load();
+  while (true) {
+    if (ns <= prev) ns = prev + 1;
+    if (last.compare_exchange_weak(prev, ns)) break;
+  }
+  return absl::StrCat(object, ".", absl::Hex(ns));
+}
+}  // namespace
+
 void EventRecorder::Record(const json& object, const std::string& type, const std::string& reason,
                            const std::string& message) {
-  const std::string uid = Uid(object), name = Name(object), object_ns = Ns(object);
-  const std::string ns = object_ns.empty() ? "default" : object_ns;
-  const std::string now = NowRfc3339();
-  std::string id = StrCat(uid, "\n", reason, "\n", message);
-  Pending p{.id = std::move(id), .ns = ns, .existing = "", .event = nullptr};
-  {
-    absl::MutexLock lock(&mu_);
-    if (auto it = names_.find(p.id); it != names_.end()) {
-      // The same event again within the repeat interval is dropped: a level-
-      // triggered controller re-syncing must not write on every pass
-      // (client-go's event correlator filters spam the same way).
-      if (absl::Now() - it->second.last < repeat_interval_) return;
-      it->second.last = absl::Now();
-      p.existing = it->second.name;
-    }
-  }
-  // Kubernetes names events <object>.<hex timestamp>; a hash keeps it short.
-  const std::string event_name = StrCat(name, ".", Sha256Hex(StrCat(p.id, now)).substr(0, 16));
-  p.event = {{"apiVersion", "v1"},
-             {"kind", "Event"},
-             {"metadata", {{"name", event_name}, {"namespace", ns}}},
-             {"involvedObject",
-              {{"kind", object.value("kind", "")},
-               {"apiVersion", object.value("apiVersion", "")},
-               {"name", name},
-               {"uid", uid},
-               {"resourceVersion", Str(object, {"metadata", "resourceVersion"})}}},
-             {"reason", reason},
-             {"message", message},
-             {"type", type},
-             {"count", 1},
-             {"firstTimestamp", now},
-             {"lastTimestamp", now},
-             {"source", {{"component", component_}}},
-             {"reportingComponent", component_}};
-  if (!object_ns.empty()) p.event["involvedObject"]["namespace"] = ns;
+  const absl::Time now = absl::Now();
+  Pending p{.id = "",
+            .ns = "",
+            .existing = "",
+            .name = "",
+            .timestamp = Rfc3339(now),
+            .type = type,
+            .reason = reason,
+            .message = message,
+            .object_kind = object.value("kind", ""),
+            .object_api_version = object.value("apiVersion", ""),
+            .object_name = Name(object),
+            .object_ns = Ns(object),
+            .object_uid = Uid(object),
+            .object_rv = Str(object, {"metadata", "resourceVersion"})};
+  p.ns = p.object_ns.empty() ? "default" : p.object_ns;
+  p.id = StrCat(p.object_uid, "\n", reason, "\n", message);
   absl::MutexLock lock(&mu_);
-  if (p.existing.empty()) {
+  if (auto it = names_.find(p.id); it != names_.end()) {
+    // The same event again within the repeat interval is dropped: a level-
+    // triggered controller re-syncing must not write on every pass
+    // (client-go's event correlator filters spam the same way).
+    if (now - it->second->second.last < repeat_interval_) return;
+    p.existing = it->second->second.name;
+    RememberLocked(p.id, p.existing, now);
+  } else {
     // Remembered now, so repeats recorded before the write lands are dropped.
-    if (names_.size() >= kMaxRemembered) names_.clear();  // bounded memory; worst case a duplicate event
-    names_[p.id] = {event_name, absl::Now()};
+    p.name = EventName(p.object_name, now);
+    RememberLocked(p.id, p.name, now);
   }
   if (queue_.size() >= kMaxQueued) {
-    spdlog::warn("{}: dropping event {} on {}/{}: {} events waiting to be written", component_, reason, ns, name,
-                 queue_.size());
-    if (p.existing.empty()) names_.erase(p.id);
+    spdlog::warn("{}: dropping event {} on {}/{}: {} events waiting to be written", component_, reason, p.ns,
+                 p.object_name, queue_.size());
+    if (p.existing.empty()) {
+      if (auto it = names_.find(p.id); it != names_.end()) {
+        const Remembered::iterator entry = it->second;
+        names_.erase(it);
+        remembered_.erase(entry);
+      }
+    }
     return;
   }
   queue_.push_back(std::move(p));
   ++queued_;
+}
+
+void EventRecorder::RememberLocked(const std::string& id, const std::string& name, absl::Time now) {
+  if (auto it = names_.find(id); it != names_.end()) {
+    it->second->second = {name, now};
+    remembered_.splice(remembered_.begin(), remembered_, it->second);
+    return;
+  }
+  if (remembered_.size() >= kMaxRemembered) {
+    names_.erase(remembered_.back().first);
+    remembered_.pop_back();
+  }
+  remembered_.emplace_front(id, Written{name, now});
+  names_.emplace(remembered_.front().first, remembered_.begin());
+}
+
+json EventRecorder::EventOf(const Pending& p) const {
+  json involved = {{"kind", p.object_kind},
+                   {"apiVersion", p.object_api_version},
+                   {"name", p.object_name},
+                   {"uid", p.object_uid},
+                   {"resourceVersion", p.object_rv}};
+  if (!p.object_ns.empty()) involved["namespace"] = p.object_ns;
+  return {{"apiVersion", "v1"},
+          {"kind", "Event"},
+          {"metadata", {{"name", p.name}, {"namespace", p.ns}}},
+          {"involvedObject", std::move(involved)},
+          {"reason", p.reason},
+          {"message", p.message},
+          {"type", p.type},
+          {"count", 1},
+          {"firstTimestamp", p.timestamp},
+          {"lastTimestamp", p.timestamp},
+          {"source", {{"component", component_}}},
+          {"reportingComponent", component_}};
 }
 
 void EventRecorder::Flush() {
@@ -103,7 +148,11 @@ void EventRecorder::Flush() {
 
 void EventRecorder::Forget(const std::string& id, const std::string& name) {
   absl::MutexLock lock(&mu_);
-  if (auto it = names_.find(id); it != names_.end() && it->second.name == name) names_.erase(it);
+  if (auto it = names_.find(id); it != names_.end() && it->second->second.name == name) {
+    const Remembered::iterator entry = it->second;
+    names_.erase(it);
+    remembered_.erase(entry);
+  }
 }
 
 void EventRecorder::WriterLoop() {
@@ -138,14 +187,15 @@ void EventRecorder::Write(std::deque<Pending> batch) {
     if (current.ok()) {
       const int count = current->value("count", 1);
       auto bumped = registry_.Patch(EventsKind(), p.ns, p.existing,
-                                    json({{"count", count + 1}, {"lastTimestamp", p.event["lastTimestamp"]}}).dump(),
+                                    json({{"count", count + 1}, {"lastTimestamp", p.timestamp}}).dump(),
                                     apiserver::PatchType::kMerge, apiserver::Subresource::kMain);
       if (bumped.ok()) continue;
     }
     // The event was deleted meanwhile: make a new one.
+    p.name = EventName(p.object_name, absl::Now());
     {
       absl::MutexLock lock(&mu_);
-      names_[p.id] = {p.event["metadata"]["name"].get<std::string>(), absl::Now()};
+      RememberLocked(p.id, p.name, absl::Now());
     }
     p.existing.clear();
     create.push_back(std::move(p));
@@ -153,14 +203,13 @@ void EventRecorder::Write(std::deque<Pending> batch) {
   if (create.empty()) return;
   std::vector<std::pair<std::string, json>> objects;
   objects.reserve(create.size());
-  for (const auto& p : create) objects.emplace_back(p.ns, p.event);
+  for (const auto& p : create) objects.emplace_back(p.ns, EventOf(p));
   auto results = registry_.CreateAll(EventsKind(), std::move(objects));
   for (size_t i = 0; i < results.size(); ++i) {
     if (results[i].ok()) continue;
     const Pending& p = create[i];
-    spdlog::warn("event {} on {}/{}: {}", p.event.value("reason", ""), p.ns, Str(p.event, {"involvedObject", "name"}),
-                 results[i].status().ToString());
-    Forget(p.id, Str(p.event, {"metadata", "name"}));
+    spdlog::warn("event {} on {}/{}: {}", p.reason, p.ns, p.object_name, results[i].status().ToString());
+    Forget(p.id, p.name);
   }
 }
 

@@ -2,7 +2,7 @@
 // "ProvisioningFailed", message)` creates a core/v1 Event about the object,
 // or bumps count and lastTimestamp of the same event (same object, reason
 // and message) as kubelet's and the controllers' recorders do — at most
-// once per repeat interval.
+// once per repeat interval, for the last kMaxRemembered events recorded.
 //
 // Record returns at once: a writer thread writes the queued events, all
 // that are waiting in one group commit, so a controller's worker does not
@@ -14,10 +14,13 @@
 // events are diagnostics, never a reason to fail or slow a reconcile.
 #pragma once
 
+#include <cstdint>
 #include <deque>
-#include <map>
+#include <list>
 #include <string>
+#include <string_view>
 #include <thread>
+#include <unordered_map>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
@@ -42,32 +45,49 @@ class EventRecorder {
   void Flush() ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
-  static constexpr size_t kMaxRemembered = 50000;
+  // The events remembered for aggregation: client-go's event correlator
+  // keeps an LRU of 4096 (maxLruCacheEntries); one evicted is written anew
+  // when it recurs.
+  static constexpr size_t kMaxRemembered = 4096;
   static constexpr size_t kMaxQueued = 20000;
   static constexpr size_t kMaxBatch = 512;
   struct Written {
     std::string name;
     absl::Time last;
   };
+  // (uid, reason, message), most recently recorded first.
+  using Remembered = std::list<std::pair<const std::string, Written>>;
   // An event to write: a new one, or a bump of `existing` (created afresh
-  // if that is gone).
+  // if that is gone). Held as its fields: the JSON is built by the writer,
+  // so a burst of queued events costs a few hundred bytes each.
   struct Pending {
     std::string id;  // (uid, reason, message)
     std::string ns;
     std::string existing;
-    nlohmann::json event;
+    std::string name;  // of the event
+    std::string timestamp;
+    std::string type;
+    std::string reason;
+    std::string message;
+    std::string object_kind, object_api_version, object_name, object_ns, object_uid, object_rv;
   };
 
   void WriterLoop() ABSL_LOCKS_EXCLUDED(mu_);
   void Write(std::deque<Pending> batch) ABSL_LOCKS_EXCLUDED(mu_);
   void Forget(const std::string& id, const std::string& name) ABSL_LOCKS_EXCLUDED(mu_);
+  // Remembers `id` as event `name` written at `now`, most recent first.
+  void RememberLocked(const std::string& id, const std::string& name, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  nlohmann::json EventOf(const Pending& p) const;
 
   apiserver::Api& registry_;
   const std::string component_;
   const absl::Duration repeat_interval_;
   absl::Mutex mu_;
-  // (uid, reason, message) → the event, for aggregation.
-  std::map<std::string, Written> names_ ABSL_GUARDED_BY(mu_);
+  // (uid, reason, message) → the event, for aggregation: an LRU of
+  // kMaxRemembered, keyed by views of remembered_'s keys.
+  Remembered remembered_ ABSL_GUARDED_BY(mu_);
+  std::unordered_map<std::string_view, Remembered::iterator> names_ ABSL_GUARDED_BY(mu_);
   std::deque<Pending> queue_ ABSL_GUARDED_BY(mu_);
   uint64_t queued_ ABSL_GUARDED_BY(mu_) = 0;   // events ever queued
   uint64_t written_ ABSL_GUARDED_BY(mu_) = 0;  // of those, written or dropped

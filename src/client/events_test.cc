@@ -1,6 +1,7 @@
 #include "client/events.h"
 #include "apiserver/registry.h"
 
+#include <set>
 #include <vector>
 
 #include "client/object.h"
@@ -89,6 +90,30 @@ TEST_F(EventRecorderTest, AnEventDeletedMeanwhileIsCreatedAgain) {
   recorder.Flush();
   ASSERT_EQ(Events().size(), 1u);
   EXPECT_EQ(Events()[0]["count"], 1);
+}
+
+TEST_F(EventRecorderTest, RemembersTheLastEventsRecordedAsClientGoDoes) {
+  // client-go's correlator keeps the last 4096 events: one recorded again
+  // after 4096 others is a new event; one still remembered is aggregated.
+  EventRecorder recorder(*registry_, "test-controller", absl::Hours(1));
+  const json a = Claim("a");
+  for (int i = 0; i <= 4096; ++i) recorder.Record(a, "Normal", "R" + std::to_string(i), "m");
+  recorder.Flush();
+  ASSERT_EQ(Events().size(), 4097u);
+  recorder.Record(a, "Normal", "R0", "m");     // forgotten: written again
+  recorder.Record(a, "Normal", "R4096", "m");  // remembered, within the interval: dropped
+  recorder.Flush();
+  int r0 = 0, last = 0;
+  std::set<std::string> names;
+  for (const auto& e : Events()) {
+    r0 += e.value("reason", "") == "R0";
+    last += e.value("reason", "") == "R4096";
+    names.insert(e["metadata"]["name"].get<std::string>());
+    EXPECT_THAT(e["metadata"]["name"].get<std::string>(), ::testing::StartsWith("a."));
+  }
+  EXPECT_EQ(r0, 2);
+  EXPECT_EQ(last, 1);
+  EXPECT_EQ(names.size(), 4098u) << "every event has a name of its own";
 }
 
 }  // namespace
