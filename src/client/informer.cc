@@ -32,30 +32,51 @@ std::pair<std::string, std::string> SplitKey(const std::string& key) {
   return {key.substr(0, slash), key.substr(slash + 1)};
 }
 
+namespace {
+std::shared_ptr<const json> Unpack(const std::string& packed) {
+  // Packed here from a valid object: it parses (a failure would be a bug;
+  // null stands in rather than an exception through a controller).
+  json parsed = json::from_msgpack(packed, /*strict=*/true, /*allow_exceptions=*/false);
+  if (parsed.is_discarded()) {
+    spdlog::error("informer: a packed object does not unpack ({} bytes)", packed.size());
+    parsed = json();
+  }
+  return std::make_shared<const json>(std::move(parsed));
+}
+}  // namespace
+
 Informer::Entry::Entry(std::shared_ptr<const json> object, bool compact) {
   if (!compact) {
     object_ = std::move(object);
     return;
   }
   const std::vector<std::uint8_t> packed = json::to_msgpack(*object);
-  packed_.assign(packed.begin(), packed.end());
+  packed_ = std::make_shared<const std::string>(packed.begin(), packed.end());
   parsed_ = object;
 }
 
-std::shared_ptr<const json> Informer::Entry::Get() const {
+std::shared_ptr<const json> Informer::Entry::Shared() const {
   if (object_) return object_;
-  if (std::shared_ptr<const json> alive = parsed_.lock()) return alive;
-  // Packed here from a valid object: it parses (a failure would be a bug;
-  // null stands in rather than an exception through a controller).
-  json parsed = json::from_msgpack(packed_, /*strict=*/true, /*allow_exceptions=*/false);
-  if (parsed.is_discarded()) {
-    spdlog::error("informer: a packed object does not unpack ({} bytes)", packed_.size());
-    parsed = json();
-  }
-  auto shared = std::make_shared<const json>(std::move(parsed));
+  return parsed_.lock();
+}
+
+std::shared_ptr<const json> Informer::Entry::Get() const {
+  if (std::shared_ptr<const json> alive = Shared()) return alive;
+  std::shared_ptr<const json> shared = Unpack(*packed_);
   parsed_ = shared;
   return shared;
 }
+
+Informer::Taken Informer::Take(const Entry& entry) {
+  Taken t{.object = entry.Shared(), .packed = nullptr};
+  if (!t.object) t.packed = entry.packed();
+  return t;
+}
+
+// Parsed outside mu_, one at a time (a list or scan of packed objects never
+// holds them all parsed) and not remembered: the copies made of it are
+// what the caller keeps.
+std::shared_ptr<const json> Informer::ObjectOf(const Taken& t) { return t.object ? t.object : Unpack(*t.packed); }
 
 Informer::Informer(apiserver::Api& registry, const api::KindInfo& kind, absl::Duration resync, bool compact)
     : registry_(registry), kind_(kind), resync_(resync), compact_(compact) {
@@ -132,16 +153,30 @@ std::optional<json> Informer::Get(const std::string& ns, const std::string& name
 }
 
 std::optional<json> Informer::GetByKey(const std::string& key) const {
-  absl::MutexLock lock(&mu_);
-  auto it = cache_.find(key);
-  if (it == cache_.end()) return std::nullopt;
-  return *it->second.Get();
+  std::shared_ptr<const json> obj = GetSharedByKey(key);
+  if (!obj) return std::nullopt;
+  return *obj;
 }
 
 std::shared_ptr<const json> Informer::GetSharedByKey(const std::string& key) const {
+  std::shared_ptr<const std::string> packed;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = cache_.find(key);
+    if (it == cache_.end()) return nullptr;
+    if (std::shared_ptr<const json> shared = it->second.Shared()) return shared;
+    packed = it->second.packed();
+  }
+  // Parsed without holding mu_, so readers and the informer's own delivery
+  // do not wait on it; then remembered for the next reader, unless the
+  // object changed meanwhile or another reader's copy came first.
+  std::shared_ptr<const json> parsed = Unpack(*packed);
   absl::MutexLock lock(&mu_);
   auto it = cache_.find(key);
-  return it == cache_.end() ? nullptr : it->second.Get();
+  if (it == cache_.end() || it->second.packed() != packed) return parsed;
+  if (std::shared_ptr<const json> alive = it->second.Shared()) return alive;
+  it->second.SetParsed(parsed);
+  return parsed;
 }
 
 size_t Informer::PackedBytes() const {
@@ -152,21 +187,31 @@ size_t Informer::PackedBytes() const {
 }
 
 std::vector<json> Informer::List(const std::string& ns) const {
-  absl::MutexLock lock(&mu_);
-  std::vector<json> out;
-  const std::string prefix = ns.empty() ? "" : ns + "/";
-  for (auto it = cache_.lower_bound(prefix); it != cache_.end(); ++it) {
-    if (!prefix.empty() && !it->first.starts_with(prefix)) break;
-    out.push_back(*it->second.Get());
+  std::vector<Taken> taken;
+  {
+    absl::MutexLock lock(&mu_);
+    const std::string prefix = ns.empty() ? "" : ns + "/";
+    for (auto it = cache_.lower_bound(prefix); it != cache_.end(); ++it) {
+      if (!prefix.empty() && !it->first.starts_with(prefix)) break;
+      taken.push_back(Take(it->second));
+    }
   }
+  std::vector<json> out;
+  out.reserve(taken.size());
+  for (const Taken& t : taken) out.push_back(*ObjectOf(t));
   return out;
 }
 
 std::vector<json> Informer::Select(const std::function<bool(const json&)>& pred) const {
-  absl::MutexLock lock(&mu_);
+  std::vector<Taken> taken;
+  {
+    absl::MutexLock lock(&mu_);
+    taken.reserve(cache_.size());
+    for (const auto& [key, entry] : cache_) taken.push_back(Take(entry));
+  }
   std::vector<json> out;
-  for (const auto& [key, entry] : cache_) {
-    std::shared_ptr<const json> obj = entry.Get();
+  for (const Taken& t : taken) {
+    std::shared_ptr<const json> obj = ObjectOf(t);
     if (pred(*obj)) out.push_back(*obj);
   }
   return out;
@@ -196,15 +241,20 @@ void Informer::Reindex(Indexes& indexes, const std::string& key, const json* bef
 }
 
 std::vector<json> Informer::ByIndex(const std::string& index, const std::string& value) const {
-  std::vector<json> out;
-  absl::MutexLock lock(&mu_);
-  auto idx = indexes_.find(index);
-  if (idx == indexes_.end()) return out;
-  auto keys = idx->second.find(value);
-  if (keys == idx->second.end()) return out;
-  for (const auto& key : keys->second) {
-    if (auto it = cache_.find(key); it != cache_.end()) out.push_back(*it->second.Get());
+  std::vector<Taken> taken;
+  {
+    absl::MutexLock lock(&mu_);
+    auto idx = indexes_.find(index);
+    if (idx == indexes_.end()) return {};
+    auto keys = idx->second.find(value);
+    if (keys == idx->second.end()) return {};
+    for (const auto& key : keys->second) {
+      if (auto it = cache_.find(key); it != cache_.end()) taken.push_back(Take(it->second));
+    }
   }
+  std::vector<json> out;
+  out.reserve(taken.size());
+  for (const Taken& t : taken) out.push_back(*ObjectOf(t));
   return out;
 }
 

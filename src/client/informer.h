@@ -105,13 +105,27 @@ class Informer {
     Entry(std::shared_ptr<const json> object, bool compact);
     // The parsed object (never null): shared, or parsed again.
     std::shared_ptr<const json> Get() const;
-    size_t packed_bytes() const { return packed_.size(); }
+    // The parsed object if one is held or still alive, else null (then
+    // packed() is to be parsed).
+    std::shared_ptr<const json> Shared() const;
+    const std::shared_ptr<const std::string>& packed() const { return packed_; }
+    // Remembers `parsed` as the parsed copy of packed().
+    void SetParsed(const std::shared_ptr<const json>& parsed) const { parsed_ = parsed; }
+    size_t packed_bytes() const { return packed_ ? packed_->size() : 0; }
 
    private:
-    std::shared_ptr<const json> object_;  // not compact
-    std::string packed_;                  // compact: MessagePack
+    std::shared_ptr<const json> object_;         // not compact
+    std::shared_ptr<const std::string> packed_;  // compact: MessagePack
     mutable std::weak_ptr<const json> parsed_;
   };
+  // An object read under mu_: shared already, or its packed form, to be
+  // parsed outside the lock (ObjectOf).
+  struct Taken {
+    std::shared_ptr<const json> object;
+    std::shared_ptr<const std::string> packed;
+  };
+  static Taken Take(const Entry& entry);
+  static std::shared_ptr<const json> ObjectOf(const Taken& t);
 
   void Run();
   // Lists and replaces the cache (handlers for the differences); returns
@@ -141,7 +155,8 @@ class Informer {
 
   mutable absl::Mutex mu_;
   // Objects are shared with the store's watch events (never copied in), or
-  // packed (compact_). Entry::Get runs under mu_ (it may set parsed_).
+  // packed (compact_). Entry::Get and SetParsed run under mu_ (they set
+  // parsed_); readers parse outside it (Take, ObjectOf, GetSharedByKey).
   std::map<std::string, Entry> cache_ ABSL_GUARDED_BY(mu_);
   Indexes indexes_ ABSL_GUARDED_BY(mu_);
   bool synced_ ABSL_GUARDED_BY(mu_) = false;
