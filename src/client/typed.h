@@ -71,6 +71,26 @@ absl::Status MutateTyped(apiserver::Api& api, const api::KindInfo& kind, const s
   return api.Update(kind, ns, name, types::Encode(*obj), sub).status();
 }
 
+// MutateTyped from the caller's copy of the object (`known`, e.g. its
+// informer's, decoded already) instead of a fresh read: `mutate` edits a
+// copy of it, and when there is nothing to do nothing is read or written
+// (a copy that is behind comes back through the caller's queue once its
+// informer catches up). The write is conditional on known's
+// resourceVersion; when that is stale (ABORTED), MutateTyped reads the
+// object fresh and tries once more, for known's uid only.
+template <typename T>
+absl::Status MutateFrom(apiserver::Api& api, const api::KindInfo& kind, const T& known, apiserver::Subresource sub,
+                        const std::function<bool(T&)>& mutate) {
+  T obj = known;
+  if (!mutate(obj)) return absl::OkStatus();
+  const types::ObjectMeta& meta = known.metadata;
+  auto written = api.Update(kind, meta.namespace_, meta.name, types::Encode(obj), sub);
+  if (written.ok()) return absl::OkStatus();
+  if (written.status().code() == absl::StatusCode::kNotFound) return absl::OkStatus();  // gone: nothing to do
+  if (written.status().code() != absl::StatusCode::kAborted) return written.status();
+  return MutateTyped<T>(api, kind, meta.namespace_, meta.name, meta.uid, sub, mutate);
+}
+
 // Reads `ns/name` from the store and decodes it (NOT_FOUND when gone).
 template <typename T>
 absl::StatusOr<T> GetTyped(apiserver::Api& api, const api::KindInfo& kind, const std::string& ns,

@@ -222,32 +222,35 @@ absl::Status Provisioner::DeleteVolume(const std::string& handle, const std::str
 
 absl::Status Provisioner::SetFinalizer(const PersistentVolumeClaim& claim, bool present, const std::string& node) {
   const types::ObjectMeta& meta = claim.metadata;
-  if (present) {
-    // CreateVolume may only run under the finalizer: a claim already being
-    // deleted (or replaced) is not provisioned.
-    BERTH_ASSIGN_OR_RETURN(const PersistentVolumeClaim current,
-                           GetTyped<PersistentVolumeClaim>(registry_, Claims(), meta.namespace_, meta.name));
-    if (current.metadata.uid != meta.uid || current.metadata.Deleting()) {
-      return absl::FailedPreconditionError(StrCat("claim ", meta.namespace_, "/", meta.name, " is being deleted"));
-    }
-  }
   // The node goes with the finalizer: a retry after a crash, or the clean-up
   // of a claim deleted mid-flight, must ask the same node's driver.
-  return MutateTyped<PersistentVolumeClaim>(registry_, Claims(), meta.namespace_, meta.name, meta.uid,
-                                            apiserver::Subresource::kMain, [&](PersistentVolumeClaim& obj) {
-                                              if (present && obj.metadata.Deleting()) return false;
-                                              bool changed = obj.metadata.SetFinalizer(kProvisioningFinalizer, present);
-                                              const std::string want_node = present ? node : "";
-                                              if (obj.metadata.Annotation(kAnnProvisioningNode) != want_node) {
-                                                if (want_node.empty()) {
-                                                  obj.metadata.annotations.erase(kAnnProvisioningNode);
-                                                } else {
-                                                  obj.metadata.annotations[kAnnProvisioningNode] = want_node;
-                                                }
-                                                changed = true;
-                                              }
-                                              return changed;
-                                            });
+  auto edit = [&](PersistentVolumeClaim& obj) {
+    if (present && obj.metadata.Deleting()) return false;
+    bool changed = obj.metadata.SetFinalizer(kProvisioningFinalizer, present);
+    const std::string want_node = present ? node : "";
+    if (obj.metadata.Annotation(kAnnProvisioningNode) != want_node) {
+      if (want_node.empty()) {
+        obj.metadata.annotations.erase(kAnnProvisioningNode);
+      } else {
+        obj.metadata.annotations[kAnnProvisioningNode] = want_node;
+      }
+      changed = true;
+    }
+    return changed;
+  };
+  if (!present) {
+    return MutateTyped<PersistentVolumeClaim>(registry_, Claims(), meta.namespace_, meta.name, meta.uid,
+                                              apiserver::Subresource::kMain, edit);
+  }
+  // CreateVolume may only run under the finalizer: a claim already being
+  // deleted (or replaced) is not provisioned. The fresh read is the one the
+  // write is conditional on.
+  BERTH_ASSIGN_OR_RETURN(const PersistentVolumeClaim current,
+                         GetTyped<PersistentVolumeClaim>(registry_, Claims(), meta.namespace_, meta.name));
+  if (current.metadata.uid != meta.uid || current.metadata.Deleting()) {
+    return absl::FailedPreconditionError(StrCat("claim ", meta.namespace_, "/", meta.name, " is being deleted"));
+  }
+  return MutateFrom<PersistentVolumeClaim>(registry_, Claims(), current, apiserver::Subresource::kMain, edit);
 }
 
 bool Provisioner::Populated(const PersistentVolumeClaim& claim) const {
