@@ -11,7 +11,9 @@
 // With `parsed` the informers hold claims and volumes parsed, as before
 // they were held packed (issue 31), for a comparison within one run.
 //
-//   build/release/bench/controllers_bench [claims=10000] [scheduled] [parsed]
+//   build/release/bench/controllers_bench [claims=10000] [scheduled] [parsed] [cache=KiB] [history=N]
+// cache= and history= set the store's object cache budget and watch history
+// (Store::Options) to measure what each costs and saves.
 #include <unistd.h>
 
 #include <algorithm>
@@ -56,16 +58,21 @@ int Total(const std::map<std::string, int>& placed) {
 int main(int argc, char** argv) {
   const int total = argc > 1 ? std::atoi(argv[1]) : 10000;
   bool scheduled = false, packed = true;
+  berth::store::Store::Options store_options;
   for (int i = 2; i < argc; ++i) {
-    scheduled = scheduled || std::string(argv[i]) == "scheduled";
-    packed = packed && std::string(argv[i]) != "parsed";
+    const std::string arg = argv[i];
+    scheduled = scheduled || arg == "scheduled";
+    packed = packed && arg != "parsed";
+    if (arg.starts_with("cache=")) store_options.cache_bytes = std::stoul(arg.substr(6)) << 10;  // KiB
+    if (arg.starts_with("history=")) store_options.history = std::stoul(arg.substr(8));
   }
   spdlog::set_level(std::getenv("BENCH_VERBOSE") ? spdlog::level::info : spdlog::level::warn);
   char tmpl[] = "/tmp/berth-controllers-bench-XXXXXX";
   if (::mkdtemp(tmpl) == nullptr) return 1;
   const std::string dir = tmpl;
   {
-    auto store = std::move(*berth::store::Store::Open({.path = dir + "/state.db"}));
+    store_options.path = dir + "/state.db";
+    auto store = std::move(*berth::store::Store::Open(store_options));
     berth::apiserver::Registry registry(*store);
     registry.EnableStorageProtectionAdmission(true);
     (void)registry.Bootstrap();

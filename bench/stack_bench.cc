@@ -23,6 +23,11 @@
 //              kubeconfig's TLS address: its first byte of output and its
 //              end (- without kubectl: $BERTH_KUBECTL, the Debian
 //              kubernetes-client berth installs, or /usr/bin/kubectl).
+//   serve apply/s
+//              N / the wall time of the same `berth apply` against
+//              `berth serve` (store and API server, no controllers),
+//              started after berth up is stopped: the API server's own
+//              rate from one client process
 //
 //   build/release/bench/stack_bench [--plot FILE.svg] [N ...]
 //                                          (default: 1000 10000; root)
@@ -151,6 +156,7 @@ struct Result {
   double list_first_ms = 0, list_s = 0;
   double berth_get_first_s = 0, berth_get_s = 0;
   double kubectl_first_s = -1, kubectl_s = -1;  // -1: no kubectl
+  double serve_apply_s = 0;                     // the same apply against `berth serve` alone
 };
 
 // Runs `argv` (`kubectl get pvc -A --no-headers` with KUBECONFIG=
@@ -225,7 +231,8 @@ Result Run(int n) {
   Result res;
   char tmpl[] = "/tmp/berth-stack-bench-XXXXXX";
   const std::string dir = ::mkdtemp(tmpl);
-  const std::string data = dir + "/data", socket = dir + "/csi.sock";
+  std::string data = dir + "/data";
+  const std::string socket = dir + "/csi.sock";
   struct Guard {
     std::string dir;
     pid_t up = -1;
@@ -364,6 +371,37 @@ Result Run(int n) {
     const auto size = fs::file_size(data + f, ec);
     if (!ec) res.store_bytes += static_cast<long>(size);
   }
+  // berth up's work is measured; now the same apply against the API server
+  // alone (`berth serve`: store and API, no controllers taking the CPU),
+  // berth up stopped first so the two do not share the machine.
+  {
+    const pid_t up = std::exchange(guard.up, -1);
+    ::kill(up, SIGTERM);
+    int status = 0;
+    ::waitpid(up, &status, 0);
+  }
+  const std::string serve_data = dir + "/serve";
+  guard.up = Spawn({BERTH_BINARY, "--data-dir", serve_data, "serve", "--api-address", "", "--log-level", "warn"},
+                   dir + "/serve.log");
+  auto serve_client = berth::http::ApiClient::ForUnixSocket(serve_data + "/api.sock");
+  for (const absl::Time begin = absl::Now();;) {
+    auto r = serve_client->Call("GET", "/api/v1/namespaces/default");
+    if (r.ok() && r->code == 200) break;
+    if (absl::Now() - begin > absl::Seconds(30)) {
+      std::fprintf(stderr, "berth serve did not answer; see %s/serve.log\n", dir.c_str());
+      return res;
+    }
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  data = serve_data;  // apply() talks to the data dir's socket
+  const double up_apply_cpu_s = res.apply_cpu_s;
+  const absl::Time serve_start = absl::Now();
+  if (!apply(claims)) {
+    std::fprintf(stderr, "berth apply against berth serve failed; see %s.log\n", claims.c_str());
+    return res;
+  }
+  res.serve_apply_s = absl::ToDoubleSeconds(absl::Now() - serve_start);
+  res.apply_cpu_s = up_apply_cpu_s;
   res.ok = true;
   return res;
 }
@@ -419,9 +457,10 @@ int main(int argc, char** argv) {
     }
   }
   if (sizes.empty()) sizes = {1000, 10000};
-  std::printf("%8s %10s %9s %10s %9s %12s %12s %9s %9s %10s %14s %7s %18s %12s %16s %10s\n", "claims", "bound s",
+  std::printf("%8s %10s %9s %10s %9s %12s %12s %9s %9s %10s %14s %7s %18s %12s %16s %10s %15s\n", "claims", "bound s",
               "claims/s", "apply s", "apply/s", "apply CPU s", "up CPU s", "peak MiB", "final MiB", "store MiB",
-              "list 1st B ms", "list s", "berth get 1st B s", "berth get s", "kubectl 1st B s", "kubectl s");
+              "list 1st B ms", "list s", "berth get 1st B s", "berth get s", "kubectl 1st B s", "kubectl s",
+              "serve apply/s");
   int failures = 0;
   std::string dat = "# claims bound_s peak_MiB final_MiB claims_per_s\n";
   for (int n : sizes) {
@@ -433,10 +472,10 @@ int main(int argc, char** argv) {
     }
     char kubectl[64] = "               -          -";
     if (r.kubectl_s >= 0) std::snprintf(kubectl, sizeof(kubectl), "%16.2f %10.2f", r.kubectl_first_s, r.kubectl_s);
-    std::printf("%8d %10.2f %9.0f %10.2f %9.0f %12.2f %12.2f %9.1f %9.1f %10.1f %14.1f %7.2f %18.3f %12.2f %s\n", n,
-                r.bound_s, n / r.bound_s, r.apply_s, n / r.apply_s, r.apply_cpu_s, r.up_cpu_s, r.peak_kib / 1024.0,
+    std::printf("%8d %10.2f %9.0f %10.2f %9.0f %12.2f %12.2f %9.1f %9.1f %10.1f %14.1f %7.2f %18.3f %12.2f %s %15.0f\n",
+                n, r.bound_s, n / r.bound_s, r.apply_s, n / r.apply_s, r.apply_cpu_s, r.up_cpu_s, r.peak_kib / 1024.0,
                 r.final_kib / 1024.0, static_cast<double>(r.store_bytes) / (1 << 20), r.list_first_ms, r.list_s,
-                r.berth_get_first_s, r.berth_get_s, kubectl);
+                r.berth_get_first_s, r.berth_get_s, kubectl, n / r.serve_apply_s);
     char line[160];
     std::snprintf(line, sizeof(line), "%d %.2f %.1f %.1f %.0f\n", n, r.bound_s, r.peak_kib / 1024.0,
                   r.final_kib / 1024.0, n / r.bound_s);
