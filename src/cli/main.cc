@@ -23,6 +23,7 @@
 #include "cli/snapshot_commands.h"
 #include "cli/up.h"
 #include "common/logging.h"
+#include "common/memory.h"
 #include "common/signals.h"
 #include "common/units.h"
 #include "http/api_client.h"
@@ -119,6 +120,7 @@ int main(int argc, char** argv) {
   // lock annotations in CI.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
 #endif
+  berth::ConfigureAllocator();
   CLI::App app{"berth: a Kubernetes-shaped storage control plane for CSI drivers"};
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string(berth::kVersion));

@@ -1,9 +1,18 @@
 #include "common/memory.h"
 
 #include <atomic>
+#include <cstdlib>
 
-// mimalloc's, when the binary links it (berth_use_allocator); null otherwise.
+// mimalloc's functions, when the binary links it (berth_use_allocator);
+// null otherwise (weak).
+#if __has_include(<mimalloc.h>)
+#include <mimalloc.h>
+#pragma weak mi_collect
+#pragma weak mi_option_set
+#define BERTH_HAVE_MIMALLOC_H 1
+#else
 extern "C" void mi_collect(bool force) __attribute__((weak));
+#endif
 
 namespace berth {
 namespace {
@@ -13,6 +22,16 @@ std::atomic<int64_t> releases{0};
 void ReleaseThreadMemory() {
   if (mi_collect != nullptr) mi_collect(true);
   releases.fetch_add(1, std::memory_order_relaxed);
+}
+
+void ConfigureAllocator() {
+#ifdef BERTH_HAVE_MIMALLOC_H
+  if (mi_option_set == nullptr || std::getenv("MIMALLOC_DECOMMIT_DELAY") != nullptr ||
+      std::getenv("MIMALLOC_RESET_DELAY") != nullptr) {
+    return;
+  }
+  mi_option_set(mi_option_decommit_delay, 0);
+#endif
 }
 
 int64_t ThreadMemoryReleases() { return releases.load(std::memory_order_relaxed); }

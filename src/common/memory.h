@@ -29,6 +29,14 @@ inline constexpr absl::Duration kIdleMemoryRelease = absl::Seconds(1);
 // (mimalloc's mi_collect(true)); nothing without mimalloc (tests, berth-csi).
 void ReleaseThreadMemory();
 
+// Sets the allocator's process-wide options, once at the start of main:
+// mimalloc decommits a page it has freed at once instead of after its
+// default 25 ms, which it only checks on the owning thread's later calls
+// (berth up after 10,000 claims: peak RSS 207 → 161 MiB, no measurable
+// cost in time). An environment's MIMALLOC_DECOMMIT_DELAY still wins.
+// Nothing without mimalloc.
+void ConfigureAllocator();
+
 // How many times ReleaseThreadMemory ran in this process (tests).
 int64_t ThreadMemoryReleases();
 
