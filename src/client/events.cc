@@ -91,13 +91,7 @@ void EventRecorder::Record(const json& object, const std::string& type, const st
   if (queue_.size() >= kMaxQueued) {
     spdlog::warn("{}: dropping event {} on {}/{}: {} events waiting to be written", component_, reason, p.ns,
                  p.object_name, queue_.size());
-    if (p.existing.empty()) {
-      if (auto it = names_.find(p.id); it != names_.end()) {
-        const Remembered::iterator entry = it->second;
-        names_.erase(it);
-        remembered_.erase(entry);
-      }
-    }
+    if (p.existing.empty()) ForgetLocked(p.id);
     return;
   }
   queue_.push_back(std::move(p));
@@ -148,11 +142,15 @@ void EventRecorder::Flush() {
 
 void EventRecorder::Forget(const std::string& id, const std::string& name) {
   absl::MutexLock lock(&mu_);
-  if (auto it = names_.find(id); it != names_.end() && it->second->second.name == name) {
-    const Remembered::iterator entry = it->second;
-    names_.erase(it);
-    remembered_.erase(entry);
-  }
+  if (auto it = names_.find(id); it != names_.end() && it->second->second.name == name) ForgetLocked(id);
+}
+
+void EventRecorder::ForgetLocked(const std::string& id) {
+  auto it = names_.find(id);
+  if (it == names_.end()) return;
+  const Remembered::iterator entry = it->second;
+  names_.erase(it);
+  remembered_.erase(entry);
 }
 
 void EventRecorder::WriterLoop() {

@@ -75,6 +75,7 @@ class EventRecorder {
   void WriterLoop() ABSL_LOCKS_EXCLUDED(mu_);
   void Write(std::deque<Pending> batch) ABSL_LOCKS_EXCLUDED(mu_);
   void Forget(const std::string& id, const std::string& name) ABSL_LOCKS_EXCLUDED(mu_);
+  void ForgetLocked(const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Remembers `id` as event `name` written at `now`, most recent first.
   void RememberLocked(const std::string& id, const std::string& name, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
