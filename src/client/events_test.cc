@@ -5,8 +5,8 @@
 #include <vector>
 
 #include "client/object.h"
+#include "client/testing/registry_fixture.h"
 #include "common/testing/eventually.h"
-#include "common/testing/temp_dir.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -15,29 +15,12 @@ namespace {
 
 using nlohmann::json;
 
-class EventRecorderTest : public ::testing::Test {
+class EventRecorderTest : public testing::RegistryTest {
  protected:
-  void SetUp() override {
-    store_ = std::move(*store::Store::Open({.path = dir_.path() + "/state.db"}));
-    registry_ = std::make_unique<apiserver::Registry>(*store_);
-    ASSERT_TRUE(registry_->Bootstrap().ok());
-  }
-  json Claim(const std::string& name) {
-    auto got = registry_->Create(
-        K("persistentvolumeclaims"), "default",
-        {{"metadata", {{"name", name}}},
-         {"spec", {{"accessModes", {"ReadWriteOnce"}}, {"resources", {{"requests", {{"storage", "1Gi"}}}}}}}});
-    EXPECT_TRUE(got.ok()) << got.status();
-    return got.ok() ? *got : json();
-  }
   std::vector<json> Events() {
     auto page = registry_->List(K("events"), "default", {});
     return page.ok() ? page->items : std::vector<json>{};
   }
-
-  berth::testing::TempDir dir_;
-  std::unique_ptr<store::Store> store_;
-  std::unique_ptr<apiserver::Registry> registry_;
 };
 
 TEST_F(EventRecorderTest, WritesQueuedEventsAndAggregatesRepeats) {

@@ -3,7 +3,7 @@
 #include "api/types/core.h"
 #include "apiserver/registry.h"
 #include "client/object.h"
-#include "common/testing/temp_dir.h"
+#include "client/testing/registry_fixture.h"
 #include "gtest/gtest.h"
 
 namespace berth::client {
@@ -12,20 +12,10 @@ namespace {
 using nlohmann::json;
 using types::PersistentVolumeClaim;
 
-class MutateFromTest : public ::testing::Test {
+class MutateFromTest : public testing::RegistryTest {
  protected:
-  void SetUp() override {
-    store_ = std::move(*store::Store::Open({.path = dir_.path() + "/state.db"}));
-    registry_ = std::make_unique<apiserver::Registry>(*store_);
-    ASSERT_TRUE(registry_->Bootstrap().ok());
-  }
   PersistentVolumeClaim Claim(const std::string& name) {
-    auto got = registry_->Create(
-        K("persistentvolumeclaims"), "default",
-        {{"metadata", {{"name", name}}},
-         {"spec", {{"accessModes", {"ReadWriteOnce"}}, {"resources", {{"requests", {{"storage", "1Gi"}}}}}}}});
-    EXPECT_TRUE(got.ok()) << got.status();
-    return *types::Decode<PersistentVolumeClaim>(got.ok() ? *got : json());
+    return *types::Decode<PersistentVolumeClaim>(RegistryTest::Claim(name));
   }
   PersistentVolumeClaim Stored(const std::string& name) {
     return *GetTyped<PersistentVolumeClaim>(*registry_, K("persistentvolumeclaims"), "default", name);
@@ -37,10 +27,6 @@ class MutateFromTest : public ::testing::Test {
       return true;
     };
   }
-
-  berth::testing::TempDir dir_;
-  std::unique_ptr<store::Store> store_;
-  std::unique_ptr<apiserver::Registry> registry_;
 };
 
 TEST_F(MutateFromTest, WritesFromTheCopyGivenAndNothingWhenNothingChanges) {
