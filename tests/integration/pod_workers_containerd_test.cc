@@ -308,7 +308,10 @@ TEST_F(PodWorkersContainerdTest, GracefulDeletionRunsTheSigtermTrapThenReportsNo
   auto deleted = registry_->Delete(K("pods"), "default", "graceful", {});
   ASSERT_TRUE(deleted.ok()) << deleted.status();
   ASSERT_TRUE(client::Deleting(*deleted));
-  ASSERT_TRUE(Eventually([&] { return !workers_->CouldHaveRunningContainers(uid); }, absl::Seconds(60)));
+  ASSERT_TRUE(Eventually([&] { return !workers_->CouldHaveRunningContainers(uid); }, absl::Seconds(60)))
+      << "relists: " << workers_->relists() << "\ncontainers: " << Instances(uid).size()
+      << "\npod: " << Pod("graceful").dump() << "\n"
+      << ctd_->Log();
   std::ifstream in(shared + "/out");
   std::string last;
   std::getline(in, last);
@@ -321,8 +324,11 @@ TEST_F(PodWorkersContainerdTest, GracefulDeletionRunsTheSigtermTrapThenReportsNo
                   ->Delete(K("pods"), "default", "graceful",
                            {.uid = uid, .resource_version = std::nullopt, .grace_period_seconds = 0})
                   .ok());
-  ASSERT_TRUE(Eventually([&] { return Sandboxes(uid).empty() && Instances(uid).empty(); }, absl::Seconds(60)));
-  EXPECT_FALSE(std::filesystem::exists(dir_.Join("logs/default_graceful_" + uid)));
+  // The logs go last, after the sandbox and the containers (one sync).
+  const std::string logs = dir_.Join("logs/default_graceful_" + uid);
+  ASSERT_TRUE(
+      Eventually([&] { return Sandboxes(uid).empty() && Instances(uid).empty() && !std::filesystem::exists(logs); },
+                 absl::Seconds(60)));
 }
 
 TEST_F(PodWorkersContainerdTest, ARestartedAgentAdoptsItsSandboxesAndRemovesThoseOfDeletedPods) {

@@ -180,6 +180,14 @@ void PodWorkers::WorkerLoop() {
 }
 
 void PodWorkers::RelistLoop() {
+  // The first relist waits for the pod informer's first list: a relist
+  // before it cannot tell orphans from pods not listed yet, so it would not
+  // count (relisted_), and the next one is a relist period away on the
+  // clock. Real time: the informer lists in real time.
+  while (!pods_->WaitForSync(absl::Milliseconds(100))) {
+    absl::MutexLock lock(&mu_);
+    if (stop_) return;
+  }
   for (;;) {
     Relist();
     RotateLogs();
