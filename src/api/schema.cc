@@ -17,8 +17,39 @@ SchemaPtr Leaf(Schema::Type type) {
   return s;
 }
 
-std::string Join(const std::string& path, std::string_view field) {
-  return path.empty() ? std::string(field) : StrCat(path, ".", field);
+// Where a value is, built into a string only for an error: a chain of
+// the steps taken, on the stack (a write checks every field of its object,
+// and almost never fails).
+struct Path {
+  enum class Step { kRoot, kField, kKey, kIndex };
+  const Path* parent = nullptr;
+  Step step = Step::kRoot;
+  std::string_view name;  // kField, kKey
+  size_t index = 0;       // kIndex
+};
+
+void AppendPath(const Path& p, std::string& out) {
+  if (p.step == Path::Step::kRoot) return;
+  AppendPath(*p.parent, out);
+  switch (p.step) {
+    case Path::Step::kField:
+      out += StrCat(out.empty() ? "" : ".", p.name);
+      break;
+    case Path::Step::kKey:
+      out += StrCat("[", p.name, "]");
+      break;
+    case Path::Step::kIndex:
+      out += StrCat("[", p.index, "]");
+      break;
+    case Path::Step::kRoot:
+      break;
+  }
+}
+
+std::string PathString(const Path& p) {
+  std::string out;
+  AppendPath(p, out);
+  return out;
 }
 
 const char* GoType(Schema::Type t) {
@@ -43,13 +74,13 @@ const char* GoType(Schema::Type t) {
   }
 }
 
-absl::Status TypeError(const nlohmann::json& v, Schema::Type want, const std::string& path) {
+absl::Status TypeError(const nlohmann::json& v, Schema::Type want, const Path& path) {
   return BadRequest(StrCat("json: cannot unmarshal ", JsonTypeName(v), " into Go value of type ", GoType(want),
-                           " (field \"", path, "\")"));
+                           " (field \"", PathString(path), "\")"));
 }
 
-absl::Status Check(const nlohmann::json& v, const Schema& s, const std::string& path, int depth) {
-  if (depth > 64) return BadRequest(StrCat("object nested too deeply at \"", path, "\""));
+absl::Status Check(const nlohmann::json& v, const Schema& s, const Path& path, int depth) {
+  if (depth > 64) return BadRequest(StrCat("object nested too deeply at \"", PathString(path), "\""));
   if (v.is_null()) return absl::OkStatus();  // null means "not set" for every field
   switch (s.type) {
     case Schema::Type::kAny:
@@ -74,16 +105,18 @@ absl::Status Check(const nlohmann::json& v, const Schema& s, const std::string& 
       if (!v.is_string() && !v.is_number_integer()) return TypeError(v, s.type, path);
       return absl::OkStatus();
     case Schema::Type::kQuantity: {
-      std::string text;
+      std::string dumped;
+      std::string_view text;
       if (v.is_string()) {
-        text = v.get<std::string>();
+        text = v.get_ref<const std::string&>();
       } else if (v.is_number()) {
-        text = v.dump();
+        dumped = v.dump();
+        text = dumped;
       } else {
         return TypeError(v, s.type, path);
       }
       if (!Quantity::Parse(text).ok()) {
-        return BadRequest(StrCat(path,
+        return BadRequest(StrCat(PathString(path),
                                  ": quantities must match the regular expression "
                                  "'^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"));
       }
@@ -93,17 +126,17 @@ absl::Status Check(const nlohmann::json& v, const Schema& s, const std::string& 
       if (!v.is_string()) return TypeError(v, s.type, path);
       absl::Time t;
       std::string err;
-      if (!absl::ParseTime(absl::RFC3339_full, v.get<std::string>(), &t, &err)) {
-        return BadRequest(
-            StrCat(path, ": invalid time \"", v.get<std::string>(), "\": expected RFC 3339 (2006-01-02T15:04:05Z)"));
+      if (!absl::ParseTime(absl::RFC3339_full, v.get_ref<const std::string&>(), &t, &err)) {
+        return BadRequest(StrCat(PathString(path), ": invalid time \"", v.get<std::string>(),
+                                 "\": expected RFC 3339 (2006-01-02T15:04:05Z)"));
       }
       return absl::OkStatus();
     }
     case Schema::Type::kBase64: {
       if (!v.is_string()) return TypeError(v, s.type, path);
       std::string out;
-      if (!absl::Base64Unescape(v.get<std::string>(), &out)) {
-        return BadRequest(StrCat(path, ": illegal base64 data"));
+      if (!absl::Base64Unescape(v.get_ref<const std::string&>(), &out)) {
+        return BadRequest(StrCat(PathString(path), ": illegal base64 data"));
       }
       return absl::OkStatus();
     }
@@ -111,10 +144,11 @@ absl::Status Check(const nlohmann::json& v, const Schema& s, const std::string& 
       if (!v.is_object()) return TypeError(v, s.type, path);
       for (const auto& [key, value] : v.items()) {
         auto it = s.fields.find(key);
+        const Path field{.parent = &path, .step = Path::Step::kField, .name = key, .index = 0};
         if (it == s.fields.end()) {
-          return BadRequest(StrCat("strict decoding error: unknown field \"", Join(path, key), "\""));
+          return BadRequest(StrCat("strict decoding error: unknown field \"", PathString(field), "\""));
         }
-        if (absl::Status st = Check(value, *it->second, Join(path, key), depth + 1); !st.ok()) {
+        if (absl::Status st = Check(value, *it->second, field, depth + 1); !st.ok()) {
           return st;
         }
       }
@@ -122,7 +156,9 @@ absl::Status Check(const nlohmann::json& v, const Schema& s, const std::string& 
     case Schema::Type::kArray: {
       if (!v.is_array()) return TypeError(v, s.type, path);
       for (size_t i = 0; i < v.size(); ++i) {
-        if (absl::Status st = Check(v[i], *s.elem, StrCat(path, "[", i, "]"), depth + 1); !st.ok()) {
+        if (absl::Status st = Check(
+                v[i], *s.elem, Path{.parent = &path, .step = Path::Step::kIndex, .name = {}, .index = i}, depth + 1);
+            !st.ok()) {
           return st;
         }
       }
@@ -131,7 +167,9 @@ absl::Status Check(const nlohmann::json& v, const Schema& s, const std::string& 
     case Schema::Type::kMap:
       if (!v.is_object()) return TypeError(v, s.type, path);
       for (const auto& [key, value] : v.items()) {
-        if (absl::Status st = Check(value, *s.elem, StrCat(path, "[", key, "]"), depth + 1); !st.ok()) {
+        if (absl::Status st = Check(
+                value, *s.elem, Path{.parent = &path, .step = Path::Step::kKey, .name = key, .index = 0}, depth + 1);
+            !st.ok()) {
           return st;
         }
       }
@@ -191,6 +229,8 @@ SchemaPtr Map(SchemaPtr value) {
   return s;
 }
 
-absl::Status CheckSchema(const nlohmann::json& object, const Schema& schema) { return Check(object, schema, "", 0); }
+absl::Status CheckSchema(const nlohmann::json& object, const Schema& schema) {
+  return Check(object, schema, Path{}, 0);
+}
 
 }  // namespace berth::api

@@ -89,8 +89,18 @@ TEST(SchemaTest, WrongTypesAreRefused) {
   json sc = Fixture("storageclass.yaml");
   sc["allowVolumeExpansion"] = "yes please";
   st = CheckSchema(sc, SchemaFor(KindOf(sc)));
-  EXPECT_THAT(st.message(), HasSubstr("cannot unmarshal string into Go value of type bool"));
-  EXPECT_THAT(st.message(), HasSubstr("allowVolumeExpansion"));
+  EXPECT_EQ(st.message(), "json: cannot unmarshal string into Go value of type bool (field \"allowVolumeExpansion\")");
+
+  // Paths name object fields with dots, list elements and map keys with
+  // brackets, as from the root.
+  json pod = Fixture("pod.yaml");
+  pod["spec"]["containers"][0]["volumeMounts"][0]["readOnly"] = "no";
+  st = CheckSchema(pod, SchemaFor(KindOf(pod)));
+  EXPECT_THAT(st.message(), HasSubstr("(field \"spec.containers[0].volumeMounts[0].readOnly\")"));
+  json annotated = Fixture("persistentvolumeclaim.yaml");
+  annotated["metadata"]["annotations"] = {{"a.b/c", 5}};
+  st = CheckSchema(annotated, SchemaFor(KindOf(annotated)));
+  EXPECT_THAT(st.message(), HasSubstr("(field \"metadata.annotations[a.b/c]\")"));
 
   json secret = Fixture("secret.yaml");
   secret["data"]["password"] = "not base64!";
@@ -323,6 +333,29 @@ TEST(ValidationTest, ImmutableFieldsAreNamed) {
   EXPECT_THAT(Admit(moved, &*pv).status().message(),
               HasSubstr("spec.persistentvolumesource: Forbidden: spec.persistentvolumesource is "
                         "immutable after creation"));
+  // A second source is both too many and a change of the source; a null
+  // one is no source at all; a label leaves the source alone.
+  json two = *pv;
+  two["spec"]["hostPath"] = {{"path", "/srv"}};
+  EXPECT_THAT(Admit(two, &*pv).status().message(),
+              HasSubstr("spec: Forbidden: may not specify more than 1 volume type"));
+  EXPECT_THAT(Admit(two, &*pv).status().message(), HasSubstr("spec.persistentvolumesource is immutable"));
+  json null_source = *pv;
+  null_source["spec"]["hostPath"] = nullptr;
+  null_source["metadata"]["labels"] = {{"tier", "gold"}};
+  EXPECT_TRUE(Admit(null_source, &*pv).ok()) << Admit(null_source, &*pv).status();
+
+  // A claim: an annotation alone passes; volumeName may be set while it is
+  // unset (the binder), never changed once set.
+  json annotated = *pvc;
+  annotated["metadata"]["annotations"] = {{"a", "b"}};
+  EXPECT_TRUE(Admit(annotated, &*pvc).ok()) << Admit(annotated, &*pvc).status();
+  json named = *pvc;
+  named["spec"]["volumeName"] = "pv-1";
+  EXPECT_TRUE(Admit(named, &*pvc).ok()) << Admit(named, &*pvc).status();
+  json renamed = named;
+  renamed["spec"]["volumeName"] = "pv-2";
+  EXPECT_THAT(Admit(renamed, &named).status().message(), HasSubstr("spec: Forbidden: spec is immutable"));
 
   auto sc = Admit(Fixture("storageclass.yaml"));
   ASSERT_TRUE(sc.ok());

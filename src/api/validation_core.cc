@@ -55,16 +55,19 @@ void ValidateClaim(const json& obj, const json* old, Errors& errs) {
   const json& old_spec = Get(*old, "spec");
   // The binder sets volumeName on an unbound claim; everything else but the
   // requested size is fixed at creation.
-  json now_fixed = ClaimSpecWithoutMutable(spec), old_fixed = ClaimSpecWithoutMutable(old_spec);
-  if (String(Get(old_spec, "volumeName")).empty()) {
-    now_fixed.erase("volumeName");
-    old_fixed.erase("volumeName");
-  }
-  if (now_fixed != old_fixed) {
-    errs.Forbidden("spec",
-                   "spec is immutable after creation except resources.requests and "
-                   "volumeAttributesClassName for bound claims");
-    return;
+  // Most updates leave the spec as it was: then nothing is copied.
+  if (spec != old_spec) {
+    json now_fixed = ClaimSpecWithoutMutable(spec), old_fixed = ClaimSpecWithoutMutable(old_spec);
+    if (String(Get(old_spec, "volumeName")).empty()) {
+      now_fixed.erase("volumeName");
+      old_fixed.erase("volumeName");
+    }
+    if (now_fixed != old_fixed) {
+      errs.Forbidden("spec",
+                     "spec is immutable after creation except resources.requests and "
+                     "volumeAttributesClassName for bound claims");
+      return;
+    }
   }
   const json& old_storage = Path(old_spec, {"resources", "requests", "storage"});
   if (storage != old_storage && !storage.is_null() && !old_storage.is_null()) {
@@ -89,14 +92,19 @@ void ValidateClaim(const json& obj, const json* old, Errors& errs) {
 
 // ---- PersistentVolume ----
 
-json PvSource(const json& spec) {
-  json out = json::object();
-  ForEachPvSource([&](std::string_view k) {
-    if (spec.is_object() && spec.contains(k) && !spec[std::string(k)].is_null()) {
-      out[std::string(k)] = spec[std::string(k)];
-    }
-  });
-  return out;
+// How many volume sources the spec sets (null is unset).
+int PvSourceCount(const json& spec) {
+  int n = 0;
+  ForEachPvSource([&](std::string_view k) { n += Get(spec, k).is_null() ? 0 : 1; });
+  return n;
+}
+
+// Whether two specs set the same volume sources to the same values,
+// compared in place (a null source is an unset one).
+bool SamePvSource(const json& a, const json& b) {
+  bool same = true;
+  ForEachPvSource([&](std::string_view k) { same = same && Get(a, k) == Get(b, k); });
+  return same;
 }
 
 void ValidateNodeSelector(Errors& errs, const std::string& field, const json& sel) {
@@ -134,10 +142,9 @@ void ValidateVolume(const json& obj, const json* old, Errors& errs) {
     PositiveQuantity(errs, "spec.capacity[storage]", capacity["storage"]);
   }
   AccessModes(errs, "spec.accessModes", Get(spec, "accessModes"));
-  json source = PvSource(spec);
-  if (source.empty()) {
+  if (const int sources = PvSourceCount(spec); sources == 0) {
     errs.Required("spec", "must specify a volume type");
-  } else if (source.size() > 1) {
+  } else if (sources > 1) {
     errs.Forbidden("spec", "may not specify more than 1 volume type");
   }
   if (const json& csi = Get(spec, "csi"); !csi.is_null()) {
@@ -165,7 +172,7 @@ void ValidateVolume(const json& obj, const json* old, Errors& errs) {
   Enum(errs, "status.phase", Path(obj, {"status", "phase"}), {"Available", "Bound", "Failed", "Pending", "Released"});
   if (old == nullptr) return;
   const json& old_spec = Get(*old, "spec");
-  if (PvSource(spec) != PvSource(old_spec)) {
+  if (!SamePvSource(spec, old_spec)) {
     errs.Forbidden("spec.persistentvolumesource", "spec.persistentvolumesource is immutable after creation");
   }
   if (Get(spec, "volumeMode") != Get(old_spec, "volumeMode")) {

@@ -83,6 +83,22 @@ class Api {
 
   // `ns` is the request's namespace ("" for cluster-scoped kinds).
   virtual absl::StatusOr<json> Create(const api::KindInfo& kind, const std::string& ns, json object) = 0;
+  // Create and Update for a caller that needs the written object only to
+  // read it, if at all: without a copy where the implementation keeps
+  // objects shared.
+  virtual absl::StatusOr<std::shared_ptr<const json>> CreateShared(const api::KindInfo& kind, const std::string& ns,
+                                                                   json object) {
+    auto created = Create(kind, ns, std::move(object));
+    if (!created.ok()) return created.status();
+    return std::make_shared<const json>(std::move(*created));
+  }
+  virtual absl::StatusOr<std::shared_ptr<const json>> UpdateShared(const api::KindInfo& kind, const std::string& ns,
+                                                                   const std::string& name, json object,
+                                                                   Subresource sub) {
+    auto updated = Update(kind, ns, name, std::move(object), sub);
+    if (!updated.ok()) return updated.status();
+    return std::make_shared<const json>(std::move(*updated));
+  }
   // Creates each (namespace, object) as Create does, each succeeding or
   // failing on its own; one result per object.
   virtual std::vector<absl::StatusOr<json>> CreateAll(const api::KindInfo& kind,

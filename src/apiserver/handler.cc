@@ -390,7 +390,12 @@ void ApiHandler::Handle(const HttpRequest& req, ResponseWriter& out) {
   if (events_v1 && (route->kind->kind != "Event" || !route->sub.empty())) {
     return SendError(out, absl::NotFoundError("the server could not find the requested resource"));
   }
-  auto present = [events_v1](const json& o) { return events_v1 ? eventsv1::FromCore(o) : o; };
+  // The object as the request's API version shows it, sent without a copy
+  // when that is the stored form.
+  auto send = [&out, events_v1](int code, const json& o) {
+    if (events_v1) return SendJson(out, code, eventsv1::FromCore(o));
+    return SendJson(out, code, o);
+  };
   auto present_list = [&](const api::KindInfo& k, const ListPage& page) {
     json list = ListObject(k, page);
     if (events_v1) {
@@ -445,13 +450,15 @@ void ApiHandler::Handle(const HttpRequest& req, ResponseWriter& out) {
   const bool table = WantsTable(req);
 
   if (req.method == "GET" && !name.empty()) {
-    auto got = registry_.Get(kind, ns, name);
+    auto got = registry_.GetShared(kind, ns, name);
     if (!got.ok()) return SendError(out, got.status());
+    const json& object = **got;
     if (table) {
-      return SendJson(out, 200,
-                      api::BuildTable(kind, {*got}, absl::Now(), (*got)["metadata"].value("resourceVersion", "")));
+      const auto md = object.find("metadata");
+      const std::string rv = md != object.end() && md->is_object() ? md->value("resourceVersion", "") : "";
+      return SendJson(out, 200, api::BuildTable(kind, {object}, absl::Now(), rv));
     }
-    return SendJson(out, 200, present(*got));
+    return send(200, object);
   }
   if (req.method == "GET" && QueryTrue(req, "watch")) {
     auto opts = ListOptionsFrom(req);
@@ -484,6 +491,12 @@ void ApiHandler::Handle(const HttpRequest& req, ResponseWriter& out) {
     }
     w.encode = [k = &kind, table, events_v1](const std::string& type, const json& object) {
       const bool convert = events_v1 && !table && type != "BOOKMARK" && type != "ERROR";
+      if (!table && !convert) {
+        // The common case, written around the object rather than a copy of
+        // it in a {type, object} tree: the same bytes (keys sorted).
+        return StrCat("{\"object\":", object.dump(-1, ' ', false, json::error_handler_t::replace),
+                      ",\"type\":", json(type).dump(), "}\n");
+      }
       return EventJson(*k, type, convert ? eventsv1::FromCore(object) : object, table)
                  .dump(-1, ' ', false, json::error_handler_t::replace) +
              "\n";
@@ -531,10 +544,14 @@ void ApiHandler::Handle(const HttpRequest& req, ResponseWriter& out) {
       return SendJson(out, 201, StatusObject(absl::OkStatus()));
     }
     if (!name.empty()) return SendError(out, api::MethodNotAllowed("POST is for collections"));
-    auto created =
-        dry_run ? registry_.DryRunCreate(kind, ns, std::move(*body)) : registry_.Create(kind, ns, std::move(*body));
+    if (dry_run) {
+      auto created = registry_.DryRunCreate(kind, ns, std::move(*body));
+      if (!created.ok()) return SendError(out, created.status());
+      return send(201, *created);
+    }
+    auto created = registry_.CreateShared(kind, ns, std::move(*body));
     if (!created.ok()) return SendError(out, created.status());
-    return SendJson(out, 201, present(*created));
+    return send(201, **created);
   }
   if (req.method == "PUT") {
     if (name.empty()) return SendError(out, api::MethodNotAllowed("PUT needs an object name"));
@@ -542,10 +559,14 @@ void ApiHandler::Handle(const HttpRequest& req, ResponseWriter& out) {
     if (!body.ok()) return SendError(out, body.status());
     if (events_v1) body = eventsv1::ToCore(*body);
     if (!body.ok()) return SendError(out, body.status());
-    auto updated = dry_run ? registry_.DryRunUpdate(kind, ns, name, std::move(*body), sub)
-                           : registry_.Update(kind, ns, name, std::move(*body), sub);
+    if (dry_run) {
+      auto updated = registry_.DryRunUpdate(kind, ns, name, std::move(*body), sub);
+      if (!updated.ok()) return SendError(out, updated.status());
+      return send(200, *updated);
+    }
+    auto updated = registry_.UpdateShared(kind, ns, name, std::move(*body), sub);
     if (!updated.ok()) return SendError(out, updated.status());
-    return SendJson(out, 200, present(*updated));
+    return send(200, **updated);
   }
   if (req.method == "PATCH") {
     if (name.empty()) return SendError(out, api::MethodNotAllowed("PATCH needs an object name"));
@@ -609,7 +630,7 @@ void ApiHandler::Handle(const HttpRequest& req, ResponseWriter& out) {
     if (dry_run) {
       auto current = registry_.DryRunDelete(kind, ns, name, opts);
       if (!current.ok()) return SendError(out, current.status());
-      return SendJson(out, 200, present(*current));
+      return send(200, *current);
     }
     if (name.empty()) {
       // deletecollection
@@ -631,7 +652,7 @@ void ApiHandler::Handle(const HttpRequest& req, ResponseWriter& out) {
     if (!deleted.ok()) return SendError(out, deleted.status());
     const bool pending = (*deleted)["metadata"].contains("deletionTimestamp") &&
                          (*deleted)["metadata"].contains("finalizers") && !(*deleted)["metadata"]["finalizers"].empty();
-    return SendJson(out, pending ? 202 : 200, present(*deleted));
+    return send(pending ? 202 : 200, *deleted);
   }
   SendError(out, api::MethodNotAllowed(StrCat("method ", req.method, " is not supported")));
 }

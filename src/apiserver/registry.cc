@@ -68,10 +68,10 @@ void ResetStatusForCreate(const api::KindInfo& kind, json& obj) {
 
 // Status updates change status only: everything else stays as stored
 // (Kubernetes' ResetObjectMetaForStatus and spec reset).
-json StatusUpdate(const json& stored, const json& incoming) {
+json StatusUpdate(const json& stored, json incoming) {
   json out = stored;
   if (incoming.contains("status")) {
-    out["status"] = incoming["status"];
+    out["status"] = std::move(incoming["status"]);
   } else {
     out.erase("status");
   }
@@ -224,14 +224,22 @@ void Registry::SetDefaultStorageClass(json& claim) {
 // Kubernetes' PersistentVolumeClaimResize admission: a claim may grow only
 // if its StorageClass allows expansion.
 absl::Status Registry::CheckClaimResize(const json& old, const json& updated) {
-  auto size = [](const json& pvc) {
-    const json& spec = pvc.value("spec", json::object());
-    return spec.value("resources", json::object()).value("requests", json::object()).value("storage", "");
+  // Looked up in place: .value("spec", {}) would copy the whole spec.
+  auto field = [](const json& o, std::initializer_list<const char*> path) -> std::string {
+    const json* cur = &o;
+    for (const char* k : path) {
+      if (!cur->is_object()) return "";
+      auto it = cur->find(k);
+      if (it == cur->end()) return "";
+      cur = &*it;
+    }
+    return cur->is_string() ? cur->get<std::string>() : "";
   };
+  auto size = [&](const json& pvc) { return field(pvc, {"spec", "resources", "requests", "storage"}); };
   if (size(old) == size(updated)) return absl::OkStatus();
   auto before = api::Quantity::Parse(size(old)), after = api::Quantity::Parse(size(updated));
   if (!before.ok() || !after.ok() || *after <= *before) return absl::OkStatus();  // validation decides
-  const std::string class_name = updated.value("spec", json::object()).value("storageClassName", "");
+  const std::string class_name = field(updated, {"spec", "storageClassName"});
   bool allowed = false;
   if (!class_name.empty()) {
     auto sc = store_.GetShared("storageclasses", "", class_name);
@@ -287,9 +295,15 @@ absl::Status Registry::CheckNamespace(const api::KindInfo& kind, const std::stri
 }
 
 absl::StatusOr<json> Registry::Create(const api::KindInfo& kind, const std::string& ns, json obj) {
+  BERTH_ASSIGN_OR_RETURN(std::shared_ptr<const json> created, CreateShared(kind, ns, std::move(obj)));
+  return *created;
+}
+
+absl::StatusOr<std::shared_ptr<const json>> Registry::CreateShared(const api::KindInfo& kind, const std::string& ns,
+                                                                   json obj) {
   BERTH_RETURN_IF_ERROR(PrepareCreate(kind, ns, obj));
   const std::string name = Str(obj["metadata"], "name");
-  return CreatedOrExists(kind, name, store_.Create(std::string(kind.resource), std::move(obj)));
+  return CreatedOrExists(kind, name, store_.CreateShared(std::string(kind.resource), std::move(obj)));
 }
 
 std::vector<absl::StatusOr<json>> Registry::CreateAll(const api::KindInfo& kind,
@@ -318,7 +332,7 @@ std::vector<absl::StatusOr<json>> Registry::CreateAll(const api::KindInfo& kind,
 absl::StatusOr<json> Registry::DryRunCreate(const api::KindInfo& kind, const std::string& ns, json obj) {
   BERTH_RETURN_IF_ERROR(PrepareCreate(kind, ns, obj));
   const std::string name = Str(obj["metadata"], "name");
-  if (GetShared(kind, ns, name).ok()) return CreatedOrExists(kind, name, absl::AlreadyExistsError(name));
+  if (GetShared(kind, ns, name).ok()) return ExistsError(kind, name);
   return obj;
 }
 
@@ -339,13 +353,9 @@ absl::StatusOr<json> Registry::DryRunDelete(const api::KindInfo& kind, const std
   return cur;
 }
 
-absl::StatusOr<json> Registry::CreatedOrExists(const api::KindInfo& kind, const std::string& name,
-                                               absl::StatusOr<json> created) {
-  if (!created.ok() && created.status().code() == absl::StatusCode::kAlreadyExists) {
-    std::string group = kind.group.empty() ? "" : StrCat(".", kind.group);
-    return absl::AlreadyExistsError(StrCat(kind.resource, group, " \"", name, "\" already exists"));
-  }
-  return created;
+absl::Status Registry::ExistsError(const api::KindInfo& kind, const std::string& name) {
+  std::string group = kind.group.empty() ? "" : StrCat(".", kind.group);
+  return absl::AlreadyExistsError(StrCat(kind.resource, group, " \"", name, "\" already exists"));
 }
 
 absl::Status Registry::PrepareCreate(const api::KindInfo& kind, const std::string& ns, json& obj) {
@@ -437,8 +447,9 @@ absl::StatusOr<ListPage> Registry::List(const api::KindInfo& kind, const std::st
   }
 }
 
-absl::StatusOr<json> Registry::UpdateOnce(const api::KindInfo& kind, const std::string& ns, const std::string& name,
-                                          json obj, Subresource sub, bool* unconditional, bool dry_run) {
+absl::StatusOr<std::shared_ptr<const json>> Registry::UpdateOnce(const api::KindInfo& kind, const std::string& ns,
+                                                                 const std::string& name, json obj, Subresource sub,
+                                                                 bool* unconditional, bool dry_run) {
   if (!obj.is_object()) return api::BadRequest("the request body must be a JSON object");
   const std::string api_version = kind.api_version();
   if (obj.contains("apiVersion") && obj["apiVersion"] != api_version) {
@@ -480,7 +491,8 @@ absl::StatusOr<json> Registry::UpdateOnce(const api::KindInfo& kind, const std::
     return Conflict(kind, name);
   }
   if (sub == Subresource::kStatus) {
-    obj = StatusUpdate(old, obj);
+    obj = StatusUpdate(old, std::move(obj));
+    api::Normalize(kind, obj);
   } else {
     if (HasStatusSubresource(kind) && sub == Subresource::kMain) {
       if (old.contains("status")) {
@@ -516,35 +528,45 @@ absl::StatusOr<json> Registry::UpdateOnce(const api::KindInfo& kind, const std::
     }
     api::Normalize(kind, obj);
     api::ApplyDefaults(kind, obj);
-    if (kind.kind == "Pod") AddDefaultTolerations(obj);
+    if (kind.kind == "Pod") AddDefaultTolerations(obj);  // defaults are canonical: normalized once
   }
-  api::Normalize(kind, obj);
   BERTH_RETURN_IF_ERROR(api::Validate(kind, obj, &old));
-  if (obj == old) return old;  // nothing changes: no write, no event (as Kubernetes)
+  if (obj == old) return stored;  // nothing changes: no write, no event (as Kubernetes)
   if (kind.kind == "PersistentVolumeClaim" && sub != Subresource::kStatus) {
     BERTH_RETURN_IF_ERROR(CheckClaimResize(old, obj));
   }
   if (kind.kind == "BackupStorageLocation" && sub != Subresource::kStatus) {
     BERTH_RETURN_IF_ERROR(CheckDefaultLocation(obj));
   }
-  if (dry_run) return obj;
-  auto updated = store_.Update(std::string(kind.resource), std::move(obj));
+  if (dry_run) return std::make_shared<const json>(std::move(obj));
+  auto updated = store_.UpdateShared(std::string(kind.resource), std::move(obj));
   if (!updated.ok() && updated.status().code() == absl::StatusCode::kAborted) return Conflict(kind, name);
   return updated;
 }
 
 absl::StatusOr<json> Registry::Update(const api::KindInfo& kind, const std::string& ns, const std::string& name,
                                       json object, Subresource sub) {
+  BERTH_ASSIGN_OR_RETURN(std::shared_ptr<const json> updated,
+                         UpdateImpl(kind, ns, name, std::move(object), sub, /*dry_run=*/false));
+  return *updated;
+}
+
+absl::StatusOr<std::shared_ptr<const json>> Registry::UpdateShared(const api::KindInfo& kind, const std::string& ns,
+                                                                   const std::string& name, json object,
+                                                                   Subresource sub) {
   return UpdateImpl(kind, ns, name, std::move(object), sub, /*dry_run=*/false);
 }
 
 absl::StatusOr<json> Registry::DryRunUpdate(const api::KindInfo& kind, const std::string& ns, const std::string& name,
                                             json object, Subresource sub) {
-  return UpdateImpl(kind, ns, name, std::move(object), sub, /*dry_run=*/true);
+  BERTH_ASSIGN_OR_RETURN(std::shared_ptr<const json> updated,
+                         UpdateImpl(kind, ns, name, std::move(object), sub, /*dry_run=*/true));
+  return *updated;
 }
 
-absl::StatusOr<json> Registry::UpdateImpl(const api::KindInfo& kind, const std::string& ns, const std::string& name,
-                                          json object, Subresource sub, bool dry_run) {
+absl::StatusOr<std::shared_ptr<const json>> Registry::UpdateImpl(const api::KindInfo& kind, const std::string& ns,
+                                                                 const std::string& name, json object, Subresource sub,
+                                                                 bool dry_run) {
   // Only an update without a resourceVersion is ever retried (see below):
   // any other hands its object over instead of copying it.
   bool conditional = false;
@@ -591,8 +613,9 @@ absl::StatusOr<json> Registry::PatchImpl(const api::KindInfo& kind, const std::s
     if (!precondition) patched["metadata"]["resourceVersion"] = old_rv;
     bool unconditional = false;
     auto out = UpdateOnce(kind, ns, name, std::move(patched), sub, &unconditional, dry_run);
-    if (out.ok() || precondition || out.status().code() != absl::StatusCode::kAborted || attempt >= kPatchRetries) {
-      return out;
+    if (out.ok()) return **out;
+    if (precondition || out.status().code() != absl::StatusCode::kAborted || attempt >= kPatchRetries) {
+      return out.status();
     }
   }
 }

@@ -40,6 +40,12 @@ class Registry : public Api {
 
   // `ns` is the request's namespace ("" for cluster-scoped kinds).
   absl::StatusOr<json> Create(const api::KindInfo& kind, const std::string& ns, json object) override;
+  // Create and Update without a copy: the stored object, shared.
+  absl::StatusOr<std::shared_ptr<const json>> CreateShared(const api::KindInfo& kind, const std::string& ns,
+                                                           json object) override;
+  absl::StatusOr<std::shared_ptr<const json>> UpdateShared(const api::KindInfo& kind, const std::string& ns,
+                                                           const std::string& name, json object,
+                                                           Subresource sub) override;
   // Creates each (namespace, object) as Create does, each succeeding or
   // failing on its own, in one group commit; one result per object.
   std::vector<absl::StatusOr<json>> CreateAll(const api::KindInfo& kind,
@@ -91,18 +97,26 @@ class Registry : public Api {
   void EnableStorageProtectionAdmission(bool on) { storage_protection_admission_ = on; }
 
  private:
-  absl::StatusOr<json> UpdateImpl(const api::KindInfo& kind, const std::string& ns, const std::string& name,
-                                  json object, Subresource sub, bool dry_run);
+  absl::StatusOr<std::shared_ptr<const json>> UpdateImpl(const api::KindInfo& kind, const std::string& ns,
+                                                         const std::string& name, json object, Subresource sub,
+                                                         bool dry_run);
   absl::StatusOr<json> PatchImpl(const api::KindInfo& kind, const std::string& ns, const std::string& name,
                                  std::string_view patch, PatchType type, Subresource sub, bool dry_run);
   // With `dry_run`, returns what it would store instead of storing it.
-  absl::StatusOr<json> UpdateOnce(const api::KindInfo& kind, const std::string& ns, const std::string& name,
-                                  json object, Subresource sub, bool* unconditional, bool dry_run = false);
+  absl::StatusOr<std::shared_ptr<const json>> UpdateOnce(const api::KindInfo& kind, const std::string& ns,
+                                                         const std::string& name, json object, Subresource sub,
+                                                         bool* unconditional, bool dry_run = false);
   absl::Status CheckNamespace(const api::KindInfo& kind, const std::string& ns);
   // Create's admission: checks, defaults and validates `obj` in place.
   absl::Status PrepareCreate(const api::KindInfo& kind, const std::string& ns, json& obj);
-  absl::StatusOr<json> CreatedOrExists(const api::KindInfo& kind, const std::string& name,
-                                       absl::StatusOr<json> created);
+  // `created`, or the API's AlreadyExists error for the store's.
+  template <typename T>
+  static absl::StatusOr<T> CreatedOrExists(const api::KindInfo& kind, const std::string& name,
+                                           absl::StatusOr<T> created) {
+    if (!created.ok() && created.status().code() == absl::StatusCode::kAlreadyExists) return ExistsError(kind, name);
+    return created;
+  }
+  static absl::Status ExistsError(const api::KindInfo& kind, const std::string& name);
   absl::Status CheckClaimResize(const json& old, const json& updated);
   void SetDefaultStorageClass(json& claim);
   // INVALID_ARGUMENT when `location` is a default BackupStorageLocation and

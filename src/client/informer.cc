@@ -50,8 +50,9 @@ Informer::Entry::Entry(std::shared_ptr<const json> object, bool compact) {
     object_ = std::move(object);
     return;
   }
-  const std::vector<std::uint8_t> packed = json::to_msgpack(*object);
-  packed_ = std::make_shared<const std::string>(packed.begin(), packed.end());
+  std::string packed;
+  json::to_msgpack(*object, packed);  // straight into the string: no second copy
+  packed_ = std::make_shared<const std::string>(std::move(packed));
   parsed_ = object;
 }
 
@@ -341,16 +342,25 @@ void Informer::Apply(const store::Event& e) {
   const std::string key = ObjectKey(object);
   absl::MutexLock handlers_lock(&handlers_mu_);
   std::shared_ptr<const json> before;
+  // Packed before mu_ is taken: readers do not wait for it.
+  std::optional<Entry> entry;
+  if (e.type != store::EventType::kDeleted) entry.emplace(e.object, compact_);
+  // The object this one replaces, parsed outside mu_ when only its packed
+  // form is left: cache_ changes on this thread alone, so it is still there.
+  std::optional<Taken> was;
   {
     absl::MutexLock lock(&mu_);
-    auto it = cache_.find(key);
-    if (it != cache_.end()) before = it->second.Get();
+    if (auto it = cache_.find(key); it != cache_.end()) was = Take(it->second);
+  }
+  if (was) before = ObjectOf(*was);
+  {
+    absl::MutexLock lock(&mu_);
     if (e.type == store::EventType::kDeleted) {
       ReindexLocked(key, before.get(), nullptr);
       cache_.erase(key);
     } else {
       ReindexLocked(key, before.get(), &object);
-      cache_.insert_or_assign(key, Entry(e.object, compact_));
+      cache_.insert_or_assign(key, std::move(*entry));
     }
   }
   for (const auto& h : handlers_) {

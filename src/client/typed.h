@@ -68,7 +68,7 @@ absl::Status MutateTyped(apiserver::Api& api, const api::KindInfo& kind, const s
   if (!obj.ok()) return obj.status();
   if (!uid.empty() && obj->metadata.uid != uid) return absl::OkStatus();
   if (!mutate(*obj)) return absl::OkStatus();
-  return api.Update(kind, ns, name, types::Encode(*obj), sub).status();
+  return api.UpdateShared(kind, ns, name, types::Encode(*obj), sub).status();
 }
 
 // MutateTyped from the caller's copy of the object (`known`, e.g. its
@@ -84,7 +84,7 @@ absl::Status MutateFrom(apiserver::Api& api, const api::KindInfo& kind, const T&
   T obj = known;
   if (!mutate(obj)) return absl::OkStatus();
   const types::ObjectMeta& meta = known.metadata;
-  auto written = api.Update(kind, meta.namespace_, meta.name, types::Encode(obj), sub);
+  auto written = api.UpdateShared(kind, meta.namespace_, meta.name, types::Encode(obj), sub);
   if (written.ok()) return absl::OkStatus();
   if (written.status().code() == absl::StatusCode::kNotFound) return absl::OkStatus();  // gone: nothing to do
   if (written.status().code() != absl::StatusCode::kAborted) return written.status();

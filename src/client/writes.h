@@ -37,7 +37,7 @@ inline absl::Status MutateObject(apiserver::Api& registry, const api::KindInfo& 
   nlohmann::json obj = std::move(*current);
   if (Uid(obj) != Uid(object) || !mutate(obj)) return absl::OkStatus();
   const std::string ns = Ns(obj), name = Name(obj);  // before obj is moved
-  return registry.Update(kind, ns, name, std::move(obj), sub).status();
+  return registry.UpdateShared(kind, ns, name, std::move(obj), sub).status();
 }
 
 // Applies `edit` to the stored object's status (the /status subresource

@@ -27,7 +27,7 @@ namespace berth::store {
 namespace store_internal {
 
 absl::Mutex StmtPool::mu_;
-std::map<std::pair<sqlite3*, std::string>, std::vector<sqlite3_stmt*>> StmtPool::free_;
+std::map<std::pair<sqlite3*, std::string>, std::vector<sqlite3_stmt*>, StmtPool::Less> StmtPool::free_;
 
 absl::Status SqlError(sqlite3* db, std::string_view what) {
   return absl::InternalError(StrCat("sqlite ", what, ": ", sqlite3_errmsg(db)));

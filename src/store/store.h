@@ -213,6 +213,10 @@ class Store {
   // `obj` needs metadata.name (or metadata.generateName); metadata.namespace
   // is the caller's choice ("" or absent for cluster-scoped objects).
   absl::StatusOr<Object> Create(const std::string& resource, Object obj);
+  // Create returning the stored object shared, without a copy (for callers
+  // that keep or drop it: the copy of a whole object is most of a write's
+  // cost in the caller's thread).
+  absl::StatusOr<std::shared_ptr<const Object>> CreateShared(const std::string& resource, Object obj);
   // Creates each object as Create does (each succeeds or fails on its own),
   // submitted together so they share a group commit; returns when all are
   // done, with one result per object in order.
@@ -240,6 +244,8 @@ class Store {
   // ABORTED). uid, creationTimestamp and deletionTimestamp are kept from the
   // stored object; generation grows when .spec changes.
   absl::StatusOr<Object> Update(const std::string& resource, Object obj);
+  // Update returning the stored object shared, as CreateShared.
+  absl::StatusOr<std::shared_ptr<const Object>> UpdateShared(const std::string& resource, Object obj);
   // Deletes, or marks for deletion when finalizers remain. Returns the
   // object's last state. `expected_uid`, if set, must match (else ABORTED).
   // A `grace_period_seconds` > 0 is a graceful deletion (pods): the object

@@ -32,7 +32,7 @@ class StmtPool {
   static sqlite3_stmt* Acquire(sqlite3* db, const char* sql) {
     {
       absl::MutexLock lock(&mu_);
-      auto it = free_.find({db, sql});
+      auto it = free_.find(Key{db, sql});
       if (it != free_.end() && !it->second.empty()) {
         sqlite3_stmt* s = it->second.back();
         it->second.pop_back();
@@ -48,7 +48,9 @@ class StmtPool {
     sqlite3_reset(s);
     sqlite3_clear_bindings(s);
     absl::MutexLock lock(&mu_);
-    auto& pool = free_[{db, sql}];
+    auto it = free_.find(Key{db, sql});  // the SQL text is copied once, not per statement
+    if (it == free_.end()) it = free_.try_emplace(std::pair<sqlite3*, std::string>(db, sql)).first;
+    auto& pool = it->second;
     // Bounded: dynamic SQL (list queries) comes in a few shapes only, but
     // nothing may grow without limit.
     if (pool.size() >= 4 || free_.size() > 256) {
@@ -71,8 +73,17 @@ class StmtPool {
   }
 
  private:
+  using Key = std::pair<sqlite3*, std::string_view>;
+  // Compares stored keys with lookups by a view of the SQL text.
+  struct Less {
+    using is_transparent = void;
+    template <typename A, typename B>
+    bool operator()(const A& a, const B& b) const {
+      return Key(a.first, a.second) < Key(b.first, b.second);
+    }
+  };
   static absl::Mutex mu_;
-  static std::map<std::pair<sqlite3*, std::string>, std::vector<sqlite3_stmt*>> free_ ABSL_GUARDED_BY(mu_);
+  static std::map<std::pair<sqlite3*, std::string>, std::vector<sqlite3_stmt*>, Less> free_ ABSL_GUARDED_BY(mu_);
 };
 
 // A prepared statement from the pool, returned to it on scope exit.

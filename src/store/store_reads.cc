@@ -148,7 +148,7 @@ absl::Status Store::ListStream(const std::string& resource, const std::string& n
 
 std::string Store::CacheKey(std::string_view resource, std::string_view ns, std::string_view name) {
   // Length-prefixed: no separator can be forged by a name.
-  return StrCat(std::to_string(resource.size()), ":", resource, std::to_string(ns.size()), ":", ns, name);
+  return StrCat(resource.size(), ":", resource, ns.size(), ":", ns, name);
 }
 
 Store::ObjectPtr Store::CacheLookup(const std::string& key) {

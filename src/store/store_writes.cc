@@ -37,14 +37,21 @@ absl::Status PrepareCreate(Object& obj) {
 }  // namespace
 
 std::function<absl::StatusOr<Store::ObjectPtr>(Store::Txn&)> Store::CreateFn(const std::string& resource, Object obj) {
-  return [resource, obj = std::move(obj)](Txn& txn) -> absl::StatusOr<ObjectPtr> {
-    return txn.Put(resource, obj, EventType::kAdded, nullptr);  // ALREADY_EXISTS when taken
+  // The writer runs a mutation once (a failed batch fails all of its
+  // mutations; nothing is run again), so the object is moved, not copied, in
+  // the thread every write waits for.
+  return [resource, obj = std::move(obj)](Txn& txn) mutable -> absl::StatusOr<ObjectPtr> {
+    return txn.Put(resource, std::move(obj), EventType::kAdded, nullptr);  // ALREADY_EXISTS when taken
   };
 }
 
 absl::StatusOr<Object> Store::Create(const std::string& resource, Object obj) {
+  return Copy(CreateShared(resource, std::move(obj)));
+}
+
+absl::StatusOr<Store::ObjectPtr> Store::CreateShared(const std::string& resource, Object obj) {
   if (absl::Status st = PrepareCreate(obj); !st.ok()) return st;
-  return Copy(Submit(CreateFn(resource, std::move(obj))));
+  return Submit(CreateFn(resource, std::move(obj)));
 }
 
 std::vector<absl::StatusOr<Object>> Store::CreateAll(const std::string& resource, std::vector<Object> objects) {
@@ -77,10 +84,14 @@ std::vector<absl::StatusOr<Object>> Store::CreateAll(const std::string& resource
 }
 
 absl::StatusOr<Object> Store::Update(const std::string& resource, Object obj) {
+  return Copy(UpdateShared(resource, std::move(obj)));
+}
+
+absl::StatusOr<Store::ObjectPtr> Store::UpdateShared(const std::string& resource, Object obj) {
   if (!obj.is_object() || !obj["metadata"].is_object()) {
     return absl::InvalidArgumentError("metadata must be an object");
   }
-  return Copy(Submit([resource, obj = std::move(obj)](Txn& txn) mutable -> absl::StatusOr<ObjectPtr> {
+  return Submit([resource, obj = std::move(obj)](Txn& txn) mutable -> absl::StatusOr<ObjectPtr> {
     const std::string ns = Namespace(obj), name = Name(obj);
     auto loaded = txn.Load(resource, ns, name);
     if (!loaded.ok()) return loaded.status();
@@ -126,7 +137,7 @@ absl::StatusOr<Object> Store::Update(const std::string& resource, Object obj) {
       return txn.events[at].event.object;
     }
     return txn.Put(resource, std::move(obj), EventType::kModified, *loaded);
-  }));
+  });
 }
 
 absl::StatusOr<Object> Store::Delete(const std::string& resource, const std::string& ns, const std::string& name,

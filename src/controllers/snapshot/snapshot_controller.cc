@@ -136,7 +136,13 @@ void SnapshotController::RegisterHandlers() {
   };
   informers_.claims.AddHandlers({
       .on_add = [claim_changed](const json& o) { claim_changed(o, true); },
-      .on_update = [claim_changed](const json& before, const json& after) { claim_changed(after, before != after); },
+      // A resync repeats the same version: compared by resourceVersion, not
+      // by walking both claims.
+      .on_update =
+          [claim_changed](const json& before, const json& after) {
+            claim_changed(after,
+                          Str(before, {"metadata", "resourceVersion"}) != Str(after, {"metadata", "resourceVersion"}));
+          },
       .on_delete = nullptr,
   });
 }

@@ -90,6 +90,13 @@ void Provisioner::RegisterHandlers() {
   // A claim that clones another: when it leaves Pending (or goes), its
   // source may lose cloning-protection.
   auto source_of = [this](const json& o) {
+    // Most claims clone nothing and protect nothing: decided on the raw
+    // object, on the informer's thread, before any decode.
+    const json& spec = Field(o, "spec");
+    if (Field(spec, "dataSource").is_null() && Field(spec, "dataSourceRef").is_null() &&
+        !HasFinalizer(o, kCloningProtectionFinalizer)) {
+      return;
+    }
     absl::StatusOr<PersistentVolumeClaim> claim = DecodeAs<PersistentVolumeClaim>(o);
     if (!claim.ok()) return;  // its own sync reports it
     std::optional<DataSourceRef> ds = ClaimDataSource(*claim);
@@ -362,7 +369,7 @@ absl::Status Provisioner::CreatePersistentVolume(const PersistentVolumeClaim& cl
     }
   }
   if (spec.persistent_volume_reclaim_policy == "Delete") pv.metadata.finalizers = {kProvisionerFinalizer};
-  auto created = registry_.Create(K("persistentvolumes"), "", types::Encode(pv));
+  auto created = registry_.CreateShared(K("persistentvolumes"), "", types::Encode(pv));
   if (!created.ok() && created.status().code() != absl::StatusCode::kAlreadyExists) return created.status();
   return absl::OkStatus();
 }
@@ -430,15 +437,17 @@ absl::Status Provisioner::SyncDeletedClaim(const PersistentVolumeClaim& claim, c
 absl::Status Provisioner::SyncClaimOnce(const std::string& key) {
   std::shared_ptr<const json> claim_json = informers_.claims.GetSharedByKey(key);
   if (!claim_json) return absl::OkStatus();
-  BERTH_ASSIGN_OR_RETURN(const PersistentVolumeClaim claim, DecodeAs<PersistentVolumeClaim>(*claim_json));
   // Another driver's claim (or nobody's yet): never touched, finalizers
-  // included.
-  if (ClaimProvisioner(claim) != options_.driver) return absl::OkStatus();
+  // included. Told from the raw object, before the decode.
+  std::string provisioner = Annotation(*claim_json, kAnnStorageProvisioner);
+  if (provisioner.empty()) provisioner = Annotation(*claim_json, kAnnBetaStorageProvisioner);
+  if (provisioner != options_.driver) return absl::OkStatus();
+  BERTH_ASSIGN_OR_RETURN(const PersistentVolumeClaim claim, DecodeAs<PersistentVolumeClaim>(*claim_json));
   BERTH_ASSIGN_OR_RETURN(const std::optional<StorageClass> sc, ClassOf(claim));
   const bool pending_finalizer = claim.metadata.HasFinalizer(kProvisioningFinalizer);
   const std::string pv_name = StrCat("pvc-", claim.metadata.uid);
-  const bool pv_exists =
-      informers_.volumes.GetSharedByKey(pv_name) != nullptr || registry_.Get(K("persistentvolumes"), "", pv_name).ok();
+  const bool pv_exists = informers_.volumes.GetSharedByKey(pv_name) != nullptr ||
+                         registry_.GetShared(K("persistentvolumes"), "", pv_name).ok();
   if (claim.metadata.Deleting()) return SyncDeletedClaim(claim, key, sc, pv_exists);
   if ((!claim.spec.volume_name.empty() || pv_exists) && Populated(claim) &&
       !claim.metadata.Annotation(kAnnPopulatedVolume).empty()) {
@@ -663,8 +672,18 @@ absl::Status Provisioner::CheckNotAttached(const PersistentVolume& pv) {
 absl::Status Provisioner::SyncVolume(const std::string& name) {
   std::shared_ptr<const json> cached = informers_.volumes.GetSharedByKey(name);
   if (!cached) return absl::OkStatus();
-  BERTH_ASSIGN_OR_RETURN(const PersistentVolume cached_pv, DecodeAs<PersistentVolume>(*cached));
-  if (!OwnsVolume(cached_pv)) return absl::OkStatus();
+  // Another driver's volume, and the common case of ours — provisioned,
+  // reclaimed by Delete, holding our finalizer, not deleting, not Released —
+  // need nothing, told from the cached raw object. Any change of it comes
+  // back through the queue, so a stale copy only defers the decision.
+  std::string owner = Annotation(*cached, kAnnProvisionedBy);  // as OwnsVolume
+  if (owner.empty()) owner = Str(*cached, {"spec", "csi", "driver"});
+  if (owner != options_.driver) return absl::OkStatus();
+  if (!Deleting(*cached) && HasFinalizer(*cached, kProvisionerFinalizer) &&
+      Str(*cached, {"spec", "persistentVolumeReclaimPolicy"}) == "Delete" &&
+      Str(*cached, {"status", "phase"}) != "Released") {
+    return absl::OkStatus();
+  }
   // Decide on the stored object: deleting storage on a stale view loses data.
   absl::StatusOr<PersistentVolume> fresh = GetTyped<PersistentVolume>(registry_, K("persistentvolumes"), "", name);
   if (!fresh.ok()) return fresh.status().code() == absl::StatusCode::kNotFound ? absl::OkStatus() : fresh.status();

@@ -459,11 +459,11 @@ absl::Status PvBinder::Bind(const PersistentVolumeClaim& claim, const Persistent
         }
         return EditClaimStatus(pvc, "Bound", &fresh_pv) || changed;
       }));
-  if (auto fresh_claim =
-          GetTyped<PersistentVolumeClaim>(registry_, ClaimsKind(), claim.metadata.namespace_, claim.metadata.name);
-      fresh_claim.ok() && fresh_claim->spec.volume_name != pv_name) {
-    return absl::AbortedError(
-        StrCat("claim ", KeyOf(claim.metadata), " names volume ", fresh_claim->spec.volume_name, ", not ", pv_name));
+  if (auto fresh_claim = registry_.GetShared(ClaimsKind(), claim.metadata.namespace_, claim.metadata.name);
+      fresh_claim.ok()) {
+    if (std::string named = Str(**fresh_claim, {"spec", "volumeName"}); named != pv_name) {
+      return absl::AbortedError(StrCat("claim ", KeyOf(claim.metadata), " names volume ", named, ", not ", pv_name));
+    }
   }
   // No event: the claim's phase says it (Kubernetes' PV controller records
   // none on a successful bind either), and it would be one write in ten.
@@ -536,10 +536,10 @@ absl::Status PvBinder::SyncVolume(const std::string& name) {
       return ReleaseOrUnbind(pv);
     }
   }
-  BERTH_ASSIGN_OR_RETURN(const PersistentVolumeClaim claim, DecodeAs<PersistentVolumeClaim>(*claim_json));
-  const std::string& claim_volume = claim.spec.volume_name;
+  // Two fields of the claim decide: read raw, not decoded.
+  const std::string claim_volume = Str(*claim_json, {"spec", "volumeName"});
   if (claim_volume.empty()) {
-    claim_queue_.Add(KeyOf(claim.metadata));  // binding in progress
+    claim_queue_.Add(StrCat(ref.namespace_, "/", ref.name));  // binding in progress
     return absl::OkStatus();
   }
   if (claim_volume == name) {
@@ -553,7 +553,7 @@ absl::Status PvBinder::SyncVolume(const std::string& name) {
   }
   if (pv.metadata.Annotation(kAnnBoundByController) == "yes") {
     return MutateVolume(registry_, name, apiserver::Subresource::kMain, [&](PersistentVolume& o) {
-      if (!o.spec.claim_ref || o.spec.claim_ref->uid != claim.metadata.uid) return false;
+      if (!o.spec.claim_ref || o.spec.claim_ref->uid != ref.uid) return false;
       o.spec.claim_ref.reset();
       o.metadata.annotations.erase(kAnnBoundByController);
       return true;

@@ -181,6 +181,21 @@ absl::Status Resizer::Expand(const PersistentVolume& pv, const std::string& key,
 absl::Status Resizer::SyncClaim(const std::string& key) {
   std::shared_ptr<const json> cached = claims_.GetSharedByKey(key);
   if (!cached || Str(*cached, {"status", "phase"}) != "Bound") return absl::OkStatus();
+  // Nothing asked — the request within the capacity the status reports —
+  // is told from the cached claim, without the fresh reads below: a request
+  // made since comes back through the queue with the claim's update.
+  auto cached_size = [&](std::initializer_list<std::string_view> path) -> std::optional<api::Quantity> {
+    auto q = api::Quantity::Parse(Str(*cached, path));
+    return q.ok() ? std::optional<api::Quantity>(*q) : std::nullopt;
+  };
+  const std::optional<api::Quantity> asked = cached_size({"spec", "resources", "requests", "storage"});
+  const std::optional<api::Quantity> has = cached_size({"status", "capacity", "storage"});
+  if (asked && has && *has >= *asked) {
+    absl::MutexLock lock(&mu_);
+    infeasible_since_.erase(key);
+    final_error_.erase(key);
+    return absl::OkStatus();
+  }
   // Decide on fresh copies: the claim and volume caches may lag each other
   // (a volume already grown next to a claim not yet marked pending).
   auto [ns, name] = SplitKey(key);
