@@ -51,7 +51,8 @@ Informer::Entry::Entry(std::shared_ptr<const json> object, bool compact) {
     return;
   }
   std::string packed;
-  json::to_msgpack(*object, packed);  // straight into the string: no second copy
+  json::to_msgpack(*object, packed);
+  packed.shrink_to_fit();  // held for the object's life: no slack from the string's growth
   packed_ = std::make_shared<const std::string>(std::move(packed));
   parsed_ = object;
 }
