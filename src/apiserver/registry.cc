@@ -36,13 +36,21 @@ absl::Status CheckDeletable(const api::KindInfo& kind, const std::string& name) 
   return absl::OkStatus();
 }
 
-std::string Str(const json& v, std::string_view key) {
-  if (!v.is_object()) return "";
-  auto it = v.find(key);
-  return it != v.end() && it->is_string() ? it->get<std::string>() : "";
+// The string at `path` (one key or several), read in place; "" when a
+// step is missing or the value is not a string.
+std::string Str(const json& v, std::initializer_list<std::string_view> path) {
+  const json* cur = &v;
+  for (std::string_view key : path) {
+    if (!cur->is_object()) return "";
+    auto it = cur->find(key);
+    if (it == cur->end()) return "";
+    cur = &*it;
+  }
+  return cur->is_string() ? cur->get<std::string>() : "";
 }
+std::string Str(const json& v, std::string_view key) { return Str(v, {key}); }
 
-std::string NameOf(const json& o) { return Str(o.value("metadata", json::object()), "name"); }
+std::string NameOf(const json& o) { return Str(o, {"metadata", "name"}); }
 
 // Kubernetes' generated-name suffix: 5 characters without vowels or
 // look-alike characters.
@@ -224,22 +232,12 @@ void Registry::SetDefaultStorageClass(json& claim) {
 // Kubernetes' PersistentVolumeClaimResize admission: a claim may grow only
 // if its StorageClass allows expansion.
 absl::Status Registry::CheckClaimResize(const json& old, const json& updated) {
-  // Looked up in place: .value("spec", {}) would copy the whole spec.
-  auto field = [](const json& o, std::initializer_list<const char*> path) -> std::string {
-    const json* cur = &o;
-    for (const char* k : path) {
-      if (!cur->is_object()) return "";
-      auto it = cur->find(k);
-      if (it == cur->end()) return "";
-      cur = &*it;
-    }
-    return cur->is_string() ? cur->get<std::string>() : "";
-  };
-  auto size = [&](const json& pvc) { return field(pvc, {"spec", "resources", "requests", "storage"}); };
+  // Read in place: .value("spec", {}) would copy the whole spec.
+  auto size = [](const json& pvc) { return Str(pvc, {"spec", "resources", "requests", "storage"}); };
   if (size(old) == size(updated)) return absl::OkStatus();
   auto before = api::Quantity::Parse(size(old)), after = api::Quantity::Parse(size(updated));
   if (!before.ok() || !after.ok() || *after <= *before) return absl::OkStatus();  // validation decides
-  const std::string class_name = field(updated, {"spec", "storageClassName"});
+  const std::string class_name = Str(updated, {"spec", "storageClassName"});
   bool allowed = false;
   if (!class_name.empty()) {
     auto sc = store_.GetShared("storageclasses", "", class_name);

@@ -35,10 +35,11 @@ using types::PersistentVolume;
 using types::PersistentVolumeClaim;
 using types::StorageClass;
 
-// The driver a claim was handed to (the binder's annotation).
-std::string ClaimProvisioner(const PersistentVolumeClaim& claim) {
-  std::string p = claim.metadata.Annotation(kAnnStorageProvisioner);
-  return p.empty() ? claim.metadata.Annotation(kAnnBetaStorageProvisioner) : p;
+// The driver a claim was handed to (the binder's annotation), read from
+// the raw object: most callers decide on it before decoding anything.
+std::string ClaimProvisioner(const json& claim) {
+  std::string p = Annotation(claim, kAnnStorageProvisioner);
+  return p.empty() ? Annotation(claim, kAnnBetaStorageProvisioner) : p;
 }
 
 // A class parameter reserved for the sidecars ("fstype" for
@@ -192,11 +193,11 @@ absl::StatusOr<std::optional<StorageClass>> Provisioner::ClassOf(const Persisten
   return typed;
 }
 
-bool Provisioner::OwnsVolume(const PersistentVolume& pv) const {
-  if (const std::string& by = pv.metadata.Annotation(kAnnProvisionedBy); !by.empty()) return by == options_.driver;
+bool Provisioner::OwnsVolume(const json& pv) const {
+  if (const std::string by = Annotation(pv, kAnnProvisionedBy); !by.empty()) return by == options_.driver;
   // Statically provisioned: a CSI volume of our driver (upstream's
   // isProvisionerForVolume).
-  return pv.spec.csi && pv.spec.csi->driver == options_.driver;
+  return Str(pv, {"spec", "csi", "driver"}) == options_.driver;
 }
 
 absl::StatusOr<::csi::v1::CreateVolumeResponse> Provisioner::CreateVolume(const ::csi::v1::CreateVolumeRequest& request,
@@ -439,9 +440,7 @@ absl::Status Provisioner::SyncClaimOnce(const std::string& key) {
   if (!claim_json) return absl::OkStatus();
   // Another driver's claim (or nobody's yet): never touched, finalizers
   // included. Told from the raw object, before the decode.
-  std::string provisioner = Annotation(*claim_json, kAnnStorageProvisioner);
-  if (provisioner.empty()) provisioner = Annotation(*claim_json, kAnnBetaStorageProvisioner);
-  if (provisioner != options_.driver) return absl::OkStatus();
+  if (ClaimProvisioner(*claim_json) != options_.driver) return absl::OkStatus();
   BERTH_ASSIGN_OR_RETURN(const PersistentVolumeClaim claim, DecodeAs<PersistentVolumeClaim>(*claim_json));
   BERTH_ASSIGN_OR_RETURN(const std::optional<StorageClass> sc, ClassOf(claim));
   const bool pending_finalizer = claim.metadata.HasFinalizer(kProvisioningFinalizer);
@@ -612,7 +611,7 @@ absl::Status Provisioner::SyncCloneSource(const std::string& key) {
   // since a clone is of the same driver) looks after it.
   const std::string& pv_name = source.spec.volume_name;
   std::shared_ptr<const json> pv_json = pv_name.empty() ? nullptr : informers_.volumes.GetSharedByKey(pv_name);
-  std::string driver = ClaimProvisioner(source);
+  std::string driver = ClaimProvisioner(*source_json);
   if (pv_json) {
     BERTH_ASSIGN_OR_RETURN(const PersistentVolume pv, DecodeAs<PersistentVolume>(*pv_json));
     driver = pv.spec.csi ? pv.spec.csi->driver : "";
@@ -676,19 +675,17 @@ absl::Status Provisioner::SyncVolume(const std::string& name) {
   // reclaimed by Delete, holding our finalizer, not deleting, not Released —
   // need nothing, told from the cached raw object. Any change of it comes
   // back through the queue, so a stale copy only defers the decision.
-  std::string owner = Annotation(*cached, kAnnProvisionedBy);  // as OwnsVolume
-  if (owner.empty()) owner = Str(*cached, {"spec", "csi", "driver"});
-  if (owner != options_.driver) return absl::OkStatus();
+  if (!OwnsVolume(*cached)) return absl::OkStatus();
   if (!Deleting(*cached) && HasFinalizer(*cached, kProvisionerFinalizer) &&
       Str(*cached, {"spec", "persistentVolumeReclaimPolicy"}) == "Delete" &&
       Str(*cached, {"status", "phase"}) != "Released") {
     return absl::OkStatus();
   }
   // Decide on the stored object: deleting storage on a stale view loses data.
-  absl::StatusOr<PersistentVolume> fresh = GetTyped<PersistentVolume>(registry_, K("persistentvolumes"), "", name);
+  auto fresh = registry_.GetShared(K("persistentvolumes"), "", name);
   if (!fresh.ok()) return fresh.status().code() == absl::StatusCode::kNotFound ? absl::OkStatus() : fresh.status();
-  const PersistentVolume& pv = *fresh;
-  if (!OwnsVolume(pv)) return absl::OkStatus();
+  if (!OwnsVolume(**fresh)) return absl::OkStatus();
+  BERTH_ASSIGN_OR_RETURN(const PersistentVolume pv, DecodeAs<PersistentVolume>(**fresh));
   const json pv_ref = IdentityOf(pv);  // names the PV to finalizer edits and events
   const bool provisioned = !pv.metadata.Annotation(kAnnProvisionedBy).empty();
   const bool deleting = pv.metadata.Deleting();

@@ -149,7 +149,9 @@ class Provisioner {
                                                               const std::string& node);
   // The claim's class when it exists and names our driver.
   absl::StatusOr<std::optional<Class>> ClassOf(const Claim& claim) const;
-  bool OwnsVolume(const Volume& pv) const;
+  // A volume this provisioner made, or a static CSI volume of its driver
+  // (read from the raw object).
+  bool OwnsVolume(const nlohmann::json& pv) const;
   // The driver calls; a key waiting for the driver is parked on `queue`.
   absl::StatusOr<::csi::v1::CreateVolumeResponse> CreateVolume(const ::csi::v1::CreateVolumeRequest& request,
                                                                const std::string& node, WorkQueue& queue,

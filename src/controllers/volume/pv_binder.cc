@@ -524,7 +524,8 @@ absl::Status PvBinder::SyncVolume(const std::string& name) {
     claim_queue_.Add(StrCat(ref.namespace_, "/", ref.name));
     return phase == "Available" ? absl::OkStatus() : SetVolumePhase(pv, "Available");
   }
-  std::shared_ptr<const json> claim_json = informers_.claims.GetSharedByKey(StrCat(ref.namespace_, "/", ref.name));
+  const std::string claim_key = StrCat(ref.namespace_, "/", ref.name);
+  std::shared_ptr<const json> claim_json = informers_.claims.GetSharedByKey(claim_key);
   if (!claim_json || Uid(*claim_json) != ref.uid) {
     // The cache may lag: confirm with the store before releasing.
     auto stored = registry_.GetShared(ClaimsKind(), ref.namespace_, ref.name);
@@ -539,7 +540,7 @@ absl::Status PvBinder::SyncVolume(const std::string& name) {
   // Two fields of the claim decide: read raw, not decoded.
   const std::string claim_volume = Str(*claim_json, {"spec", "volumeName"});
   if (claim_volume.empty()) {
-    claim_queue_.Add(StrCat(ref.namespace_, "/", ref.name));  // binding in progress
+    claim_queue_.Add(claim_key);  // binding in progress
     return absl::OkStatus();
   }
   if (claim_volume == name) {
