@@ -9,7 +9,8 @@
 //   apply/s    N / the wall time of `berth apply` alone
 //   the CPU seconds of berth apply and of berth up (and its node agent,
 //   berth-csi) over the run, the peak (VmHWM) and final RSS of berth up,
-//   and the size of the store (state.db + its WAL).
+//   and the size of the store (state.db + its WAL), and the hit rate of
+//   the store's object cache over the run (berth up's /metrics).
 //
 //   list first byte, list s
 //              a GET of every claim (no limit, as kubectl --chunk-size=0
@@ -157,7 +158,18 @@ struct Result {
   double berth_get_first_s = 0, berth_get_s = 0;
   double kubectl_first_s = -1, kubectl_s = -1;  // -1: no kubectl
   double serve_apply_s = 0;                     // the same apply against `berth serve` alone
+  double cache_hit_pct = -1;                    // of the store's object cache, over the whole run
 };
+
+// A counter's value in a Prometheus text exposition (-1: absent).
+double MetricValue(const std::string& text, const std::string& name) {
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(name + " ", 0) == 0) return std::atof(line.c_str() + name.size() + 1);
+  }
+  return -1;
+}
 
 // Runs `argv` (`kubectl get pvc -A --no-headers` with KUBECONFIG=
 // `kubeconfig`, or `berth get ...`): seconds to its first byte of output and
@@ -350,6 +362,11 @@ Result Run(int n) {
   }
   res.bound_s = absl::ToDoubleSeconds(last_bound - start);
   res.up_cpu_s = TreeCpuSeconds(guard.up) - up_cpu_before;
+  if (auto m = client->Call("GET", "/metrics"); m.ok() && m->code == 200) {
+    const double hits = MetricValue(m->body, "berth_store_cache_hits_total");
+    const double misses = MetricValue(m->body, "berth_store_cache_misses_total");
+    if (hits >= 0 && misses >= 0 && hits + misses > 0) res.cache_hit_pct = 100 * hits / (hits + misses);
+  }
   if (!TimeGet(data + "/api.sock", "/api/v1/persistentvolumeclaims", &res.list_first_ms, &res.list_s)) {
     std::fprintf(stderr, "the list of every claim failed\n");
     return res;
@@ -456,10 +473,10 @@ int main(int argc, char** argv) {
     }
   }
   if (sizes.empty()) sizes = {1000, 10000};
-  std::printf("%8s %10s %9s %10s %9s %12s %12s %9s %9s %10s %14s %7s %18s %12s %16s %10s %15s\n", "claims", "bound s",
-              "claims/s", "apply s", "apply/s", "apply CPU s", "up CPU s", "peak MiB", "final MiB", "store MiB",
-              "list 1st B ms", "list s", "berth get 1st B s", "berth get s", "kubectl 1st B s", "kubectl s",
-              "serve apply/s");
+  std::printf("%8s %10s %9s %10s %9s %12s %12s %9s %9s %10s %11s %14s %7s %18s %12s %16s %10s %15s\n", "claims",
+              "bound s", "claims/s", "apply s", "apply/s", "apply CPU s", "up CPU s", "peak MiB", "final MiB",
+              "store MiB", "cache hit %", "list 1st B ms", "list s", "berth get 1st B s", "berth get s",
+              "kubectl 1st B s", "kubectl s", "serve apply/s");
   int failures = 0;
   std::string dat = "# claims bound_s peak_MiB final_MiB claims_per_s\n";
   for (int n : sizes) {
@@ -471,10 +488,11 @@ int main(int argc, char** argv) {
     }
     char kubectl[64] = "               -          -";
     if (r.kubectl_s >= 0) std::snprintf(kubectl, sizeof(kubectl), "%16.2f %10.2f", r.kubectl_first_s, r.kubectl_s);
-    std::printf("%8d %10.2f %9.0f %10.2f %9.0f %12.2f %12.2f %9.1f %9.1f %10.1f %14.1f %7.2f %18.3f %12.2f %s %15.0f\n",
-                n, r.bound_s, n / r.bound_s, r.apply_s, n / r.apply_s, r.apply_cpu_s, r.up_cpu_s, r.peak_kib / 1024.0,
-                r.final_kib / 1024.0, static_cast<double>(r.store_bytes) / (1 << 20), r.list_first_ms, r.list_s,
-                r.berth_get_first_s, r.berth_get_s, kubectl, n / r.serve_apply_s);
+    std::printf(
+        "%8d %10.2f %9.0f %10.2f %9.0f %12.2f %12.2f %9.1f %9.1f %10.1f %11.1f %14.1f %7.2f %18.3f %12.2f %s %15.0f\n",
+        n, r.bound_s, n / r.bound_s, r.apply_s, n / r.apply_s, r.apply_cpu_s, r.up_cpu_s, r.peak_kib / 1024.0,
+        r.final_kib / 1024.0, static_cast<double>(r.store_bytes) / (1 << 20), r.cache_hit_pct, r.list_first_ms,
+        r.list_s, r.berth_get_first_s, r.berth_get_s, kubectl, n / r.serve_apply_s);
     char line[160];
     std::snprintf(line, sizeof(line), "%d %.2f %.1f %.1f %.0f\n", n, r.bound_s, r.peak_kib / 1024.0,
                   r.final_kib / 1024.0, n / r.bound_s);

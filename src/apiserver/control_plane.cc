@@ -65,6 +65,34 @@ void WriteServingMetrics(const http::HttpServer::Stats& s, std::string* out) {
   }
 }
 
+// The store's object cache: how well its budget serves the reads.
+void WriteStoreMetrics(const store::Store::CacheStats& c, std::string* out) {
+  using metrics::MetricType;
+  struct Family {
+    const char* name;
+    MetricType type;
+    const char* help;
+    double value;
+  };
+  const Family families[] = {
+      {"berth_store_cache_hits_total", MetricType::kCounter, "Reads the store's object cache answered.",
+       static_cast<double>(c.hits)},
+      {"berth_store_cache_misses_total", MetricType::kCounter, "Reads the store's object cache sent to SQLite.",
+       static_cast<double>(c.misses)},
+      {"berth_store_cache_objects", MetricType::kGauge, "Objects the cache counts against its budget.",
+       static_cast<double>(c.objects)},
+      {"berth_store_cache_bytes", MetricType::kGauge, "Serialized bytes the cache counts against its budget.",
+       static_cast<double>(c.bytes)},
+      {"berth_store_cache_shared_objects", MetricType::kGauge,
+       "Objects kept past the budget, uncounted, because something else holds them too.",
+       static_cast<double>(c.shared_objects)},
+  };
+  for (const Family& f : families) {
+    metrics::WriteFamily(out, f.name, f.type, f.help);
+    metrics::WriteSample(out, f.name, {}, f.value);
+  }
+}
+
 }  // namespace
 
 absl::Status MakeDataDirPrivate(const std::string& data_dir) {
@@ -127,6 +155,8 @@ absl::StatusOr<std::unique_ptr<ControlPlane>> ControlPlane::Start(const Options&
                      std::move(http), [handler](const HttpRequest& r, ResponseWriter& w) { handler->Handle(r, w); }));
   cp->handler_->AddMetricsCollector(
       [server = cp->http_.get()](std::string* out) { WriteServingMetrics(server->stats(), out); });
+  cp->handler_->AddMetricsCollector(
+      [store = cp->store_.get()](std::string* out) { WriteStoreMetrics(store->cache_stats(), out); });
   if (!options.api_address.empty()) {
     std::string host = options.api_address.substr(0, options.api_address.rfind(':'));
     cp->kubeconfig_ = StrCat(options.data_dir, "/kubeconfig");

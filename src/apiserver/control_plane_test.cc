@@ -19,6 +19,7 @@
 #include "apiserver/tls.h"
 #include "common/clock.h"
 #include "common/fs.h"
+#include "common/strings.h"
 #include "common/testing/eventually.h"
 #include "common/testing/log_capture.h"
 #include "common/testing/temp_dir.h"
@@ -142,6 +143,12 @@ TEST_F(ControlPlaneHttpTest, MetricsAreServedFromCollectorsBehindTheSameAuthenti
   // then the collectors in the order added.
   EXPECT_THAT(r->body, ::testing::HasSubstr("apiserver_current_inflight_requests{request_kind=\"readOnly\"} 1\n"));
   EXPECT_THAT(r->body, ::testing::HasSubstr("berth_apiserver_open_connections 1\n"));
+  // The store's object cache, as counted by the store.
+  const store::Store::CacheStats cache = cp_->store().cache_stats();
+  EXPECT_THAT(r->body, ::testing::HasSubstr(StrCat("berth_store_cache_hits_total ", cache.hits, "\n")));
+  EXPECT_THAT(r->body, ::testing::HasSubstr(StrCat("berth_store_cache_misses_total ", cache.misses, "\n")));
+  EXPECT_THAT(r->body, ::testing::HasSubstr(StrCat("berth_store_cache_objects ", cache.objects, "\n")));
+  EXPECT_GT(cache.objects, 0u) << "the bootstrapped objects are cached";
   EXPECT_THAT(
       r->body,
       ::testing::EndsWith(

@@ -182,6 +182,14 @@ class Store {
     // kept past it, uncounted: evicting them would free nothing, and reading
     // them back from SQLite costs a read and a parse each time.
     size_t cache_bytes = 8 << 20;
+    // Of that budget, what objects written and not read since may keep
+    // before the oldest of them go: up to this share, the least recently
+    // used of the objects read since are evicted first. A burst of creates
+    // the controllers work through oldest first (a backlog) would otherwise
+    // lose each object to plain LRU just before its turn, while the
+    // objects already handled, touched last, stayed; every read and write
+    // of the backlog then missed.
+    double fresh_share = 0.75;
     // After writes, once the writer has had nothing to do for this long, it
     // looks over every entry kept past the budget and lets go of those only
     // the cache holds any more (a burst leaves many: objects still on their
@@ -278,16 +286,24 @@ class Store {
     bool admit = true;
   };
   using CacheWrites = std::unordered_map<std::string, CacheWrite>;
+  // Where a cache entry is listed: fresh_ (written, not read since), lru_
+  // (read since it was written, or a fill from SQLite), shared_ (kept past
+  // the budget, uncounted).
+  enum class CacheList { kFresh, kLru, kShared };
   struct CacheEntry {
     ObjectPtr object;
     size_t bytes = 0;
-    bool shared = false;                   // in shared_ (uncounted), not in lru_
-    std::list<std::string>::iterator lru;  // in lru_ or shared_
+    CacheList list = CacheList::kLru;
+    std::list<std::string>::iterator lru;  // in the list `list` names
   };
   static std::string CacheKey(std::string_view resource, std::string_view ns, std::string_view name);
   ObjectPtr CacheLookup(const std::string& key) ABSL_LOCKS_EXCLUDED(cache_mu_);
-  void CacheInsertLocked(const std::string& key, ObjectPtr object, size_t bytes)
+  // Inserts into fresh_ (a write of a key not cached: nobody has read it
+  // yet) or lru_ (a fill from SQLite, or a write of a key that was cached).
+  void CacheInsertLocked(const std::string& key, ObjectPtr object, size_t bytes, CacheList list)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(cache_mu_);
+  // A hit: the entry becomes the most recently used of lru_.
+  void CacheTouchLocked(CacheEntry& entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(cache_mu_);
   void CacheEraseLocked(std::unordered_map<std::string, CacheEntry>::iterator it)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(cache_mu_);
   // Applies a committed batch's writes (writer thread).
@@ -354,14 +370,16 @@ class Store {
   std::deque<HistoryEntry> history_ ABSL_GUARDED_BY(watch_mu_);
   std::vector<Watcher*> watchers_ ABSL_GUARDED_BY(watch_mu_);
 
-  // The object cache: committed objects by CacheKey, most recently used
-  // first in lru_. epoch_ counts applied batches (a fill from SQLite is
+  // The object cache: committed objects by CacheKey, in fresh_, lru_ or
+  // shared_ (CacheList). epoch_ counts applied batches (a fill from SQLite is
   // dropped if it changed during the read).
   mutable absl::Mutex cache_mu_;
   std::unordered_map<std::string, CacheEntry> cache_ ABSL_GUARDED_BY(cache_mu_);
-  std::list<std::string> lru_ ABSL_GUARDED_BY(cache_mu_);     // counted entries, most recent first
+  std::list<std::string> fresh_ ABSL_GUARDED_BY(cache_mu_);   // counted, not read since written, newest first
+  std::list<std::string> lru_ ABSL_GUARDED_BY(cache_mu_);     // counted, read since, most recent first
   std::list<std::string> shared_ ABSL_GUARDED_BY(cache_mu_);  // uncounted ones, next to recheck last
-  size_t cache_bytes_ ABSL_GUARDED_BY(cache_mu_) = 0;
+  size_t cache_bytes_ ABSL_GUARDED_BY(cache_mu_) = 0;         // fresh_ and lru_
+  size_t fresh_bytes_ ABSL_GUARDED_BY(cache_mu_) = 0;
   size_t shared_bytes_ ABSL_GUARDED_BY(cache_mu_) = 0;
   uint64_t epoch_ ABSL_GUARDED_BY(cache_mu_) = 0;
   CacheStats stats_ ABSL_GUARDED_BY(cache_mu_);

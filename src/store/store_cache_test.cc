@@ -21,6 +21,13 @@ using testing::Pvc;
 using testing::Rv;
 using testing::StoreTest;
 
+// A pod created and read once: among the objects read since written, which
+// the cache evicts least recently used first.
+void CreateAndRead(Store& store, const std::string& name) {
+  ASSERT_TRUE(store.Create("pods", Pvc(name)).ok());
+  ASSERT_TRUE(store.Get("pods", "default", name).ok());
+}
+
 TEST_F(StoreTest, CacheServesRepeatedGetsAndFollowsEveryWrite) {
   auto s = Open();
   auto a = s->Create("persistentvolumeclaims", Pvc("a"));
@@ -196,6 +203,48 @@ TEST_F(StoreTest, CacheStaysWithinItsBudget) {
   EXPECT_EQ((*off)->cache_stats().objects, 0u);
 }
 
+// A burst of creates that the controllers work through oldest first: each
+// object waits unread while those handled before it are read and written
+// again. Plain LRU evicted the oldest waiting object, the very next one to
+// be read, for the ones just handled (every read of the backlog missed);
+// the objects not read since written keep up to their share of the budget,
+// and the handled ones go first.
+TEST_F(StoreTest, CacheKeepsABacklogOfNewObjectsOverTheOnesAlreadyHandled) {
+  auto s = Store::Open({.path = dir_.Join("state.db"), .cache_bytes = 8000});
+  ASSERT_TRUE(s.ok());
+  Store& store = **s;
+  const int backlog = 18;  // about 4,500 of the 6,000 bytes fresh objects may keep
+  for (int i = 0; i < backlog; ++i) ASSERT_TRUE(store.Create("pods", Pvc("b" + std::to_string(i))).ok());
+  ASSERT_LE(store.cache_stats().bytes, 6000u) << "the backlog fits its share";
+  const int64_t misses = store.cache_stats().misses;
+  for (int i = 0; i < backlog; ++i) {
+    // Handled: read, written back larger, and a second object made for it
+    // and read (a claim and its volume).
+    auto got = store.Get("pods", "default", "b" + std::to_string(i));
+    ASSERT_TRUE(got.ok());
+    Object handled = *got;
+    handled["metadata"]["annotations"]["handled-by"] = std::string(100, 'x');
+    ASSERT_TRUE(store.Update("pods", handled).ok());
+    ASSERT_TRUE(store.Create("pods", Pvc("v" + std::to_string(i))).ok());
+    ASSERT_TRUE(store.Get("pods", "default", "v" + std::to_string(i)).ok());
+    ASSERT_LE(store.cache_stats().bytes, 8000u);
+  }
+  EXPECT_EQ(store.cache_stats().misses, misses) << "every read of the backlog and of the new objects was a hit";
+  // The handled objects were evicted instead, and read back intact.
+  EXPECT_TRUE(store.Get("pods", "default", "b0").ok());
+  EXPECT_GT(store.cache_stats().misses, misses);
+
+  // Objects never read keep only their share once others were read: the
+  // oldest of them go first, the newest stay.
+  for (int i = 0; i < 40; ++i) ASSERT_TRUE(store.Create("pods", Pvc("n" + std::to_string(i))).ok());
+  EXPECT_LE(store.cache_stats().bytes, 8000u);
+  const int64_t before = store.cache_stats().misses;
+  ASSERT_TRUE(store.Get("pods", "default", "n39").ok());
+  EXPECT_EQ(store.cache_stats().misses, before) << "the newest is cached";
+  ASSERT_TRUE(store.Get("pods", "default", "n0").ok());
+  EXPECT_EQ(store.cache_stats().misses, before + 1) << "the oldest went first";
+}
+
 // What someone else holds (an informer's objects) stays cached past the
 // budget, uncounted: evicting it would free nothing. Once let go, it counts
 // again and is evicted like anything else.
@@ -210,7 +259,7 @@ TEST_F(StoreTest, CacheKeepsObjectsHeldElsewherePastItsBudget) {
     ASSERT_TRUE(got.ok());
     held.push_back(*got);
   }
-  for (int i = 0; i < 50; ++i) ASSERT_TRUE(store.Create("pods", Pvc("p" + std::to_string(i))).ok());
+  for (int i = 0; i < 50; ++i) CreateAndRead(store, "p" + std::to_string(i));
   Store::CacheStats st = store.cache_stats();
   EXPECT_LE(st.bytes, 2000u);
   EXPECT_EQ(st.shared_objects, 20u);
@@ -231,7 +280,7 @@ TEST_F(StoreTest, CacheKeepsObjectsHeldElsewherePastItsBudget) {
   // Let go, the shared entries count again within a few inserts and the
   // cache returns to its budget.
   held.clear();
-  for (int i = 50; i < 80; ++i) ASSERT_TRUE(store.Create("pods", Pvc("p" + std::to_string(i))).ok());
+  for (int i = 50; i < 80; ++i) CreateAndRead(store, "p" + std::to_string(i));
   st = store.cache_stats();
   EXPECT_EQ(st.shared_objects, 0u);
   EXPECT_EQ(st.shared_bytes, 0u);
@@ -253,7 +302,7 @@ TEST_F(StoreTest, CacheLetsGoOfWhatOnlyItHoldsOnceTheWritesStop) {
     ASSERT_TRUE(store.Create("pods", Pvc("held" + std::to_string(i))).ok());
     held.push_back(*store.GetShared("pods", "default", "held" + std::to_string(i)));
   }
-  for (int i = 0; i < 50; ++i) ASSERT_TRUE(store.Create("pods", Pvc("p" + std::to_string(i))).ok());
+  for (int i = 0; i < 50; ++i) CreateAndRead(store, "p" + std::to_string(i));
   // Looked over after the last write: all still held, all still kept.
   ASSERT_TRUE(Eventually([&] { return store.cache_stats().shared_objects == 20u; }));
   held.resize(5);                                       // 15 let go

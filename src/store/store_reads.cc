@@ -27,7 +27,7 @@ absl::StatusOr<std::shared_ptr<const Object>> Store::GetShared(const std::string
   {
     absl::MutexLock lock(&cache_mu_);
     if (auto it = cache_.find(key); it != cache_.end()) {
-      if (!it->second.shared) lru_.splice(lru_.begin(), lru_, it->second.lru);
+      CacheTouchLocked(it->second);
       ++stats_.hits;
       return it->second.object;
     }
@@ -53,7 +53,7 @@ absl::StatusOr<std::shared_ptr<const Object>> Store::GetShared(const std::string
   if (epoch_ != epoch) {
     ++stats_.fills_skipped;
   } else if (!cache_.contains(key)) {
-    CacheInsertLocked(key, obj, data.size());
+    CacheInsertLocked(key, obj, data.size(), CacheList::kLru);
   }
   return obj;
 }
@@ -158,29 +158,55 @@ Store::ObjectPtr Store::CacheLookup(const std::string& key) {
     ++stats_.misses;
     return nullptr;
   }
-  if (!it->second.shared) lru_.splice(lru_.begin(), lru_, it->second.lru);
+  CacheTouchLocked(it->second);
   ++stats_.hits;
   return it->second.object;
 }
 
+void Store::CacheTouchLocked(CacheEntry& entry) {
+  cache_mu_.AssertHeld();
+  switch (entry.list) {
+    case CacheList::kLru:
+      lru_.splice(lru_.begin(), lru_, entry.lru);
+      break;
+    case CacheList::kFresh:
+      lru_.splice(lru_.begin(), fresh_, entry.lru);
+      fresh_bytes_ -= entry.bytes;
+      entry.list = CacheList::kLru;
+      break;
+    case CacheList::kShared:
+      break;
+  }
+}
+
 void Store::CacheEraseLocked(std::unordered_map<std::string, CacheEntry>::iterator it) {
   cache_mu_.AssertHeld();
-  if (it->second.shared) {
-    shared_bytes_ -= it->second.bytes;
-    shared_.erase(it->second.lru);
-  } else {
-    cache_bytes_ -= it->second.bytes;
-    lru_.erase(it->second.lru);
+  switch (it->second.list) {
+    case CacheList::kShared:
+      shared_bytes_ -= it->second.bytes;
+      shared_.erase(it->second.lru);
+      break;
+    case CacheList::kFresh:
+      fresh_bytes_ -= it->second.bytes;
+      cache_bytes_ -= it->second.bytes;
+      fresh_.erase(it->second.lru);
+      break;
+    case CacheList::kLru:
+      cache_bytes_ -= it->second.bytes;
+      lru_.erase(it->second.lru);
+      break;
   }
   cache_.erase(it);
 }
 
-void Store::CacheInsertLocked(const std::string& key, ObjectPtr object, size_t bytes) {
+void Store::CacheInsertLocked(const std::string& key, ObjectPtr object, size_t bytes, CacheList list) {
   cache_mu_.AssertHeld();
   if (bytes > options_.cache_bytes) return;  // also: the cache is off
-  lru_.push_front(key);
-  cache_[key] = CacheEntry{std::move(object), bytes, false, lru_.begin()};
+  std::list<std::string>& into = list == CacheList::kFresh ? fresh_ : lru_;
+  into.push_front(key);
+  cache_[key] = CacheEntry{std::move(object), bytes, list == CacheList::kFresh ? list : CacheList::kLru, into.begin()};
   cache_bytes_ += bytes;
+  if (list == CacheList::kFresh) fresh_bytes_ += bytes;
   // Shared entries whose other holders let go count again: two rechecked
   // per insert, so the uncounted set is looked over every few inserts per
   // entry and what only the cache holds stays near the budget.
@@ -199,7 +225,7 @@ void Store::CacheCountAgainLocked(std::unordered_map<std::string, CacheEntry>::i
   cache_mu_.AssertHeld();
   shared_.erase(it->second.lru);
   shared_bytes_ -= it->second.bytes;
-  it->second.shared = false;
+  it->second.list = CacheList::kLru;
   lru_.push_back(it->first);  // as the least recently used
   it->second.lru = std::prev(lru_.end());
   cache_bytes_ += it->second.bytes;
@@ -207,15 +233,22 @@ void Store::CacheCountAgainLocked(std::unordered_map<std::string, CacheEntry>::i
 
 void Store::CacheEvictLocked() {
   cache_mu_.AssertHeld();
-  // Evict from the least recently used end; an object someone else holds
-  // (use_count > 1: an informer's current object, a reader's) is moved to
-  // the uncounted set instead, as evicting it would free nothing.
+  // Evict the least recently used of the entries read since they were
+  // written, or the oldest of those not read yet once they take more than
+  // their share (Options::fresh_share) or are all that is left. An object
+  // someone else holds (use_count > 1: an informer's current object, a
+  // reader's) is moved to the uncounted set instead, as evicting it would
+  // free nothing.
+  const auto fresh_limit = static_cast<size_t>(static_cast<double>(options_.cache_bytes) * options_.fresh_share);
   while (cache_bytes_ > options_.cache_bytes) {
-    auto victim = cache_.find(lru_.back());
-    lru_.pop_back();
+    const bool from_fresh = lru_.empty() || fresh_bytes_ > fresh_limit;
+    std::list<std::string>& from = from_fresh ? fresh_ : lru_;
+    auto victim = cache_.find(from.back());
+    from.pop_back();
     cache_bytes_ -= victim->second.bytes;
+    if (from_fresh) fresh_bytes_ -= victim->second.bytes;
     if (victim->second.object.use_count() > 1) {
-      victim->second.shared = true;
+      victim->second.list = CacheList::kShared;
       shared_.push_front(victim->first);
       victim->second.lru = shared_.begin();
       shared_bytes_ += victim->second.bytes;
@@ -239,8 +272,14 @@ void Store::CacheApply(CacheWrites writes) {
   absl::MutexLock lock(&cache_mu_);
   ++epoch_;
   for (auto& [key, w] : writes) {
-    if (auto it = cache_.find(key); it != cache_.end()) CacheEraseLocked(it);
-    if (w.object != nullptr && w.admit) CacheInsertLocked(key, std::move(w.object), w.bytes);
+    // A key cached before stays among the ones read (its last version
+    // was); a new one waits in fresh_ for its first reader.
+    CacheList list = CacheList::kFresh;
+    if (auto it = cache_.find(key); it != cache_.end()) {
+      list = CacheList::kLru;
+      CacheEraseLocked(it);
+    }
+    if (w.object != nullptr && w.admit) CacheInsertLocked(key, std::move(w.object), w.bytes, list);
   }
 }
 
