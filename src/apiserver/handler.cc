@@ -489,13 +489,18 @@ void ApiHandler::Handle(const HttpRequest& req, ResponseWriter& out) {
     if (!opts->fields.empty()) {
       w.filter = [fields = std::move(opts->fields)](const json& o) { return fields.Matches(o); };
     }
-    w.encode = [k = &kind, table, events_v1](const std::string& type, const json& object) {
+    w.encode = [k = &kind, table, events_v1](const std::string& type, const json& object, const std::string* text) {
       const bool convert = events_v1 && !table && type != "BOOKMARK" && type != "ERROR";
       if (!table && !convert) {
         // The common case, written around the object rather than a copy of
-        // it in a {type, object} tree: the same bytes (keys sorted).
+        // it in a {type, object} tree: the same bytes (keys sorted). The
+        // store's own text of it, when there is one, is those bytes too
+        // (it refuses what is not valid UTF-8), serialized once for every
+        // watcher.
+        const std::string type_json = json(type).dump();
+        if (text != nullptr) return StrCat("{\"object\":", *text, ",\"type\":", type_json, "}\n");
         return StrCat("{\"object\":", object.dump(-1, ' ', false, json::error_handler_t::replace),
-                      ",\"type\":", json(type).dump(), "}\n");
+                      ",\"type\":", type_json, "}\n");
       }
       return EventJson(*k, type, convert ? eventsv1::FromCore(object) : object, table)
                  .dump(-1, ' ', false, json::error_handler_t::replace) +

@@ -706,7 +706,8 @@ absl::StatusOr<WatchStream> Registry::Watch(const api::KindInfo& kind, const std
   if (resource_version.empty() || resource_version == "0") {
     BERTH_ASSIGN_OR_RETURN(store::ListResult list, store_.List(resource, eff_ns, labels));
     for (auto& item : list.items) {
-      out.initial.push_back({store::EventType::kAdded, resource, std::make_shared<const json>(std::move(item)), 0});
+      out.initial.push_back(
+          {store::EventType::kAdded, resource, std::make_shared<const json>(std::move(item)), 0, nullptr});
     }
     BERTH_ASSIGN_OR_RETURN(out.watcher, store_.Watch(resource, eff_ns, list.resource_version, labels));
     return out;

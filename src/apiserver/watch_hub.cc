@@ -126,8 +126,8 @@ void WatchHub::Loop() {
   }
 }
 
-bool WatchHub::Send(Entry& e, const std::string& type, const json& object) {
-  return e.stream->Write(e.watch.encode(type, object));
+bool WatchHub::Send(Entry& e, const std::string& type, const json& object, const std::string* text) {
+  return e.stream->Write(e.watch.encode(type, object, text));
 }
 
 bool WatchHub::Pump(Entry& e) {
@@ -142,7 +142,7 @@ bool WatchHub::Pump(Entry& e) {
   while (e.next_initial < w.initial.size()) {
     if (e.stream->Backlogged()) return true;
     const store::Event& ev = w.initial[e.next_initial++];
-    if ((!w.filter || w.filter(*ev.object)) && !Send(e, "ADDED", *ev.object)) return false;
+    if ((!w.filter || w.filter(*ev.object)) && !Send(e, "ADDED", *ev.object, ev.text.get())) return false;
   }
   if (!w.initial.empty()) {
     std::vector<store::Event>().swap(w.initial);
@@ -152,7 +152,7 @@ bool WatchHub::Pump(Entry& e) {
     std::optional<store::Event> ev = w.watcher->Next(absl::ZeroDuration());
     if (!ev) break;
     if (w.filter && !w.filter(*ev->object)) continue;
-    if (!Send(e, store::EventTypeName(ev->type), *ev->object)) return false;
+    if (!Send(e, store::EventTypeName(ev->type), *ev->object, ev->text.get())) return false;
   }
   if (e.stream->Backlogged()) return true;
   if (w.watcher->ended()) {

@@ -52,8 +52,9 @@ class WatchHub {
     std::unique_ptr<store::Watcher> watcher;
     // Which objects the client wants (a field selector); null: all.
     std::function<bool(const nlohmann::json&)> filter;
-    // One event as it goes on the wire (a line of JSON).
-    std::function<std::string(const std::string& type, const nlohmann::json& object)> encode;
+    // One event as it goes on the wire (a line of JSON). `text` is the
+    // object's JSON as the store wrote it when known (else null).
+    std::function<std::string(const std::string& type, const nlohmann::json& object, const std::string* text)> encode;
     // A BOOKMARK event's object at a resourceVersion; null: no bookmarks.
     std::function<nlohmann::json(int64_t resource_version)> bookmark;
     // The ERROR event's object when the store ends the watch (it fell too
@@ -90,7 +91,7 @@ class WatchHub {
   void Loop() ABSL_LOCKS_EXCLUDED(mu_);
   // Serves one watch; false when it is over. Hub thread only, mu_ not held.
   bool Pump(Entry& e);
-  bool Send(Entry& e, const std::string& type, const nlohmann::json& object);
+  bool Send(Entry& e, const std::string& type, const nlohmann::json& object, const std::string* text = nullptr);
 
   const Options options_;
   Clock& clock_;

@@ -148,7 +148,7 @@ class RemoteWatch final : public store::EventSource {
     }
     SetKind(kind_, object);
     const int64_t rv = ResourceVersionOf(object);
-    queue_.push_back({t, std::string(kind_.resource), std::make_shared<const json>(std::move(object)), rv});
+    queue_.push_back({t, std::string(kind_.resource), std::make_shared<const json>(std::move(object)), rv, nullptr});
     return true;
   }
 

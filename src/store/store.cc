@@ -393,11 +393,13 @@ void Store::Publish(std::vector<Change> events) {
   for (auto& c : events) {
     std::optional<std::map<std::string, std::string>> before_labels;
     if (c.before != nullptr) before_labels = Labels(*c.before);
+    // A deletion's last state was not written: serialized here, once, for
+    // the history and every watcher.
+    if (c.event.text == nullptr) c.event.text = std::make_shared<const std::string>(c.event.object->dump());
     for (Watcher* w : watchers_) w->Offer(c.event, before_labels ? &*before_labels : nullptr);
     committed_rv_ = c.event.resource_version;
-    if (c.text == nullptr) c.text = std::make_shared<const std::string>(c.event.object->dump());
     history_.push_back(HistoryEntry{c.event.type, std::move(c.event.resource), c.event.resource_version,
-                                    std::move(c.text), c.event.object, std::move(before_labels)});
+                                    std::move(c.event.text), c.event.object, std::move(before_labels)});
   }
   committed_rv_ = std::max(committed_rv_, next_rv_);  // also covers batches without events
   for (Watcher* w : watchers_) w->Progress(committed_rv_);
@@ -410,7 +412,7 @@ void Store::Publish(std::vector<Change> events) {
 Event Store::HistoryEntry::ToEvent() const {
   ObjectPtr shared = object.lock();
   if (shared == nullptr) shared = std::make_shared<const Object>(Object::parse(*text));
-  return Event{type, resource, std::move(shared), resource_version};
+  return Event{type, resource, std::move(shared), resource_version, text};
 }
 
 }  // namespace berth::store

@@ -78,6 +78,10 @@ struct Event {
   // shared by every watcher, the watch history and the object cache.
   std::shared_ptr<const Object> object;
   int64_t resource_version = 0;
+  // The object's JSON as the store wrote it (the same bytes nlohmann's
+  // dump() gives), when known: a watch over HTTP sends it as it is instead
+  // of serializing the object again for every watcher.
+  std::shared_ptr<const std::string> text;
 };
 
 struct ListResult {
@@ -346,7 +350,6 @@ class Store {
   struct Change {
     Event event;
     ObjectPtr before;
-    std::shared_ptr<const std::string> text;
   };
   void Publish(std::vector<Change> events);
   void Unsubscribe(Watcher* w);

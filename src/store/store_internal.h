@@ -209,7 +209,7 @@ struct Store::Txn {
     auto stored = std::make_shared<const Object>(std::move(obj));
     writes[CacheKey(resource, ns, name)] = {stored, data->size(),
                                             !store->options_.write_only_resources.count(resource)};
-    events.push_back({Event{type, resource, stored, rv}, std::move(before), std::move(data)});
+    events.push_back({Event{type, resource, stored, rv, std::move(data)}, std::move(before)});
     return stored;
   }
 
@@ -238,7 +238,7 @@ struct Store::Txn {
     writes[CacheKey(resource, ns, name)] = {nullptr, 0};
     const std::string uid = Str(obj["metadata"], "uid");
     auto last = std::make_shared<const Object>(std::move(obj));
-    events.push_back({Event{EventType::kDeleted, resource, last, rv}, last, nullptr});
+    events.push_back({Event{EventType::kDeleted, resource, last, rv, nullptr}, last});
     if (depth > 32) return absl::OkStatus();  // ownership cycles end here
     // Dependents: drop the reference to this owner; delete those left orphaned.
     std::vector<std::tuple<std::string, std::string, std::string>> deps;

@@ -272,8 +272,8 @@ void Store::CacheApply(CacheWrites writes) {
   absl::MutexLock lock(&cache_mu_);
   ++epoch_;
   for (auto& [key, w] : writes) {
-    // A key cached before stays among the ones read (its last version
-    // was); a new one waits in fresh_ for its first reader.
+    // A key cached before is being worked on: among the ones read. A new
+    // one (or one evicted since) waits in fresh_ for its first reader.
     CacheList list = CacheList::kFresh;
     if (auto it = cache_.find(key); it != cache_.end()) {
       list = CacheList::kLru;

@@ -168,6 +168,10 @@ TEST_F(StoreTest, WatchDeliversInOrderAndResumes) {
   int64_t last = 0;
   while (auto e = (*w)->Next(absl::Milliseconds(200))) {
     seen.push_back(std::string(EventTypeName(e->type)) + " " + (*e->object)["metadata"]["name"].get<std::string>());
+    // Each event carries the object's JSON as stored (a deletion's last
+    // state too), byte for byte what the object serializes to.
+    ASSERT_NE(e->text, nullptr) << seen.back();
+    EXPECT_EQ(*e->text, e->object->dump()) << seen.back();
     EXPECT_GT(e->resource_version, last);
     last = e->resource_version;
   }
@@ -179,6 +183,8 @@ TEST_F(StoreTest, WatchDeliversInOrderAndResumes) {
   std::vector<std::string> after;
   while (auto e = (*resumed)->Next(absl::Milliseconds(200))) {
     after.push_back((*e->object)["metadata"]["name"].get<std::string>());
+    ASSERT_NE(e->text, nullptr) << "replayed from the history: " << after.back();
+    EXPECT_EQ(*e->text, e->object->dump()) << after.back();
   }
   EXPECT_THAT(after, ::testing::ElementsAre("elsewhere", "a"));
 }

@@ -116,11 +116,50 @@ Resizer::Resizer(apiserver::Registry& registry, DriverDirectory& drivers, Inform
 
 Resizer::~Resizer() { Stop(); }
 
+namespace {
+
+const json& At(const json& o, std::initializer_list<std::string_view> path) {
+  const json* cur = &o;
+  for (std::string_view k : path) cur = &Field(*cur, k);
+  return *cur;
+}
+
+}  // namespace
+
+bool ClaimChangeConcernsResize(const json& before, const json& after) {
+  if (Str(before, {"metadata", "resourceVersion"}) == Str(after, {"metadata", "resourceVersion"})) return true;
+  const json &spec_before = Field(before, "spec"), &spec_after = Field(after, "spec");
+  const json &status_before = Field(before, "status"), &status_after = Field(after, "status");
+  return At(spec_before, {"resources", "requests", "storage"}) !=
+             At(spec_after, {"resources", "requests", "storage"}) ||
+         Field(spec_before, "volumeName") != Field(spec_after, "volumeName") ||
+         Field(status_before, "phase") != Field(status_after, "phase") ||
+         At(status_before, {"capacity", "storage"}) != At(status_after, {"capacity", "storage"}) ||
+         Field(status_before, "allocatedResources") != Field(status_after, "allocatedResources") ||
+         Field(status_before, "allocatedResourceStatuses") != Field(status_after, "allocatedResourceStatuses");
+}
+
 void Resizer::RegisterHandlers() {
   claims_.AddHandlers({
-      .on_add = [this](const json& o) { queue_.Add(ObjectKey(o)); },
-      .on_update = [this](const json&, const json& o) { queue_.Add(ObjectKey(o)); },
-      .on_delete = nullptr,
+      // Only a Bound claim can be expanded; one bound later comes back as
+      // an update (its phase changes).
+      .on_add =
+          [this](const json& o) {
+            if (Str(o, {"status", "phase"}) == "Bound") queue_.Add(ObjectKey(o));
+          },
+      .on_update =
+          [this](const json& before, const json& after) {
+            if (ClaimChangeConcernsResize(before, after)) queue_.Add(ObjectKey(after));
+          },
+      // What was remembered of a deleted claim goes with it.
+      .on_delete =
+          [this](const json& o) {
+            const std::string key = ObjectKey(o);
+            queue_.Forget(key);
+            absl::MutexLock lock(&mu_);
+            infeasible_since_.erase(key);
+            final_error_.erase(key);
+          },
   });
 }
 

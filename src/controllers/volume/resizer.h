@@ -51,6 +51,15 @@ namespace berth::controllers {
 
 using namespace ::berth::client;  // the controllers' own client library
 
+// Whether a claim's change can alter what the resizer decides, so its key
+// is queued (external-resizer's updatePVC filter, widened to every field
+// berth's expansion and its recovery read): the request or the reported
+// size changed (either way: a lowered request is a recovery), what was
+// allocated or its status, the phase or the bound volume; and every resync
+// (the same resourceVersion). A claim's other edits on its way to Bound
+// (annotations, finalizers) wake no resizer.
+bool ClaimChangeConcernsResize(const nlohmann::json& before, const nlohmann::json& after);
+
 class Resizer {
  public:
   struct Options {

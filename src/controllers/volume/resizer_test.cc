@@ -50,6 +50,40 @@ class ResizerTest : public testing::ProvisionerTest {
   }
 };
 
+// Which claim changes queue the claim for the resizer: what its decision
+// reads, and every resync; not the claim's other edits on its way to Bound.
+TEST(ClaimChangeConcernsResizeTest, OnlyWhatTheResizerReadsAndResyncs) {
+  const json bound = json::parse(R"({"metadata": {"name": "data", "resourceVersion": "7", "labels": {"a": "b"}},
+      "spec": {"resources": {"requests": {"storage": "1Gi"}}, "volumeName": "pv-1"},
+      "status": {"phase": "Bound", "capacity": {"storage": "1Gi"}}})");
+  auto changed = [&](const std::function<void(json&)>& edit) {
+    json after = bound;
+    after["metadata"]["resourceVersion"] = "8";
+    edit(after);
+    return ClaimChangeConcernsResize(bound, after);
+  };
+  EXPECT_TRUE(ClaimChangeConcernsResize(bound, bound)) << "a resync";
+  EXPECT_FALSE(changed([](json&) {})) << "a write that changed nothing the resizer reads";
+  EXPECT_FALSE(changed([](json& c) { c["metadata"]["labels"]["a"] = "c"; }));
+  EXPECT_FALSE(changed([](json& c) { c["metadata"]["annotations"]["pv.kubernetes.io/bind-completed"] = "yes"; }));
+  EXPECT_FALSE(changed([](json& c) { c["metadata"]["finalizers"] = {"kubernetes.io/pvc-protection"}; }));
+  EXPECT_FALSE(changed([](json& c) { c["status"]["conditions"] = json::array(); }));
+  EXPECT_TRUE(changed([](json& c) { c["spec"]["resources"]["requests"]["storage"] = "2Gi"; })) << "grown";
+  EXPECT_TRUE(changed([](json& c) { c["spec"]["resources"]["requests"]["storage"] = "512Mi"; })) << "lowered";
+  EXPECT_TRUE(changed([](json& c) { c["spec"]["volumeName"] = "pv-2"; }));
+  EXPECT_TRUE(changed([](json& c) { c["status"]["phase"] = "Lost"; }));
+  EXPECT_TRUE(changed([](json& c) { c["status"]["capacity"]["storage"] = "2Gi"; }));
+  EXPECT_TRUE(changed([](json& c) { c["status"]["allocatedResources"]["storage"] = "2Gi"; }));
+  EXPECT_TRUE(
+      changed([](json& c) { c["status"]["allocatedResourceStatuses"]["storage"] = "ControllerResizeInProgress"; }));
+  json pending = bound;
+  pending["status"] = {{"phase", "Pending"}};
+  pending["spec"].erase("volumeName");
+  json now_bound = bound;
+  now_bound["metadata"]["resourceVersion"] = "9";
+  EXPECT_TRUE(ClaimChangeConcernsResize(pending, now_bound)) << "bound since";
+}
+
 class InfeasibleTest : public ResizerTest, public ::testing::WithParamInterface<grpc::StatusCode> {};
 
 TEST_P(InfeasibleTest, IsRecordedAndTriedAgainOnlyAfterTheSlowRetry) {
