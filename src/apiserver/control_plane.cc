@@ -32,6 +32,20 @@ absl::StatusOr<std::string> LoadOrCreateToken(const std::string& path) {
   return token;
 }
 
+// Families of one sample each, without labels.
+struct UnlabelledFamily {
+  const char* name;
+  metrics::MetricType type;
+  const char* help;
+  int64_t value;
+};
+void WriteUnlabelled(std::string* out, std::initializer_list<UnlabelledFamily> families) {
+  for (const UnlabelledFamily& f : families) {
+    metrics::WriteFamily(out, f.name, f.type, f.help);
+    metrics::WriteSample(out, f.name, {}, static_cast<double>(f.value));
+  }
+}
+
 // kube-apiserver's in-flight gauge, and berth's view of its connections.
 void WriteServingMetrics(const http::HttpServer::Stats& s, std::string* out) {
   using metrics::MetricType;
@@ -41,56 +55,38 @@ void WriteServingMetrics(const http::HttpServer::Stats& s, std::string* out) {
                        static_cast<double>(s.inflight_reads));
   metrics::WriteSample(out, "apiserver_current_inflight_requests", {{"request_kind", "mutating"}},
                        static_cast<double>(s.inflight_mutating));
-  struct Family {
-    const char* name;
-    MetricType type;
-    const char* help;
-    int64_t value;
-  };
-  const Family families[] = {
-      {"berth_apiserver_open_connections", MetricType::kGauge, "Connections open to the API server.",
-       s.open_connections},
-      {"berth_apiserver_long_running_requests", MetricType::kGauge, "Watches being streamed.", s.long_running},
-      {"berth_apiserver_connections_total", MetricType::kCounter, "Connections accepted.", s.accepted},
-      {"berth_apiserver_refused_connections_total", MetricType::kCounter,
-       "Connections closed at once because --api-max-connections were open.", s.refused_connections},
-      {"berth_apiserver_timed_out_connections_total", MetricType::kCounter,
-       "Connections closed by a deadline (TLS handshake, request headers, idle keep-alive, I/O).", s.timed_out},
-      {"berth_apiserver_throttled_requests_total", MetricType::kCounter,
-       "Requests answered 429 Too Many Requests (over an in-flight limit).", s.throttled},
-  };
-  for (const Family& f : families) {
-    metrics::WriteFamily(out, f.name, f.type, f.help);
-    metrics::WriteSample(out, f.name, {}, static_cast<double>(f.value));
-  }
+  WriteUnlabelled(
+      out,
+      {
+          {"berth_apiserver_open_connections", MetricType::kGauge, "Connections open to the API server.",
+           s.open_connections},
+          {"berth_apiserver_long_running_requests", MetricType::kGauge, "Watches being streamed.", s.long_running},
+          {"berth_apiserver_connections_total", MetricType::kCounter, "Connections accepted.", s.accepted},
+          {"berth_apiserver_refused_connections_total", MetricType::kCounter,
+           "Connections closed at once because --api-max-connections were open.", s.refused_connections},
+          {"berth_apiserver_timed_out_connections_total", MetricType::kCounter,
+           "Connections closed by a deadline (TLS handshake, request headers, idle keep-alive, I/O).", s.timed_out},
+          {"berth_apiserver_throttled_requests_total", MetricType::kCounter,
+           "Requests answered 429 Too Many Requests (over an in-flight limit).", s.throttled},
+      });
 }
 
 // The store's object cache: how well its budget serves the reads.
 void WriteStoreMetrics(const store::Store::CacheStats& c, std::string* out) {
   using metrics::MetricType;
-  struct Family {
-    const char* name;
-    MetricType type;
-    const char* help;
-    double value;
-  };
-  const Family families[] = {
-      {"berth_store_cache_hits_total", MetricType::kCounter, "Reads the store's object cache answered.",
-       static_cast<double>(c.hits)},
-      {"berth_store_cache_misses_total", MetricType::kCounter, "Reads the store's object cache sent to SQLite.",
-       static_cast<double>(c.misses)},
-      {"berth_store_cache_objects", MetricType::kGauge, "Objects the cache counts against its budget.",
-       static_cast<double>(c.objects)},
-      {"berth_store_cache_bytes", MetricType::kGauge, "Serialized bytes the cache counts against its budget.",
-       static_cast<double>(c.bytes)},
-      {"berth_store_cache_shared_objects", MetricType::kGauge,
-       "Objects kept past the budget, uncounted, because something else holds them too.",
-       static_cast<double>(c.shared_objects)},
-  };
-  for (const Family& f : families) {
-    metrics::WriteFamily(out, f.name, f.type, f.help);
-    metrics::WriteSample(out, f.name, {}, f.value);
-  }
+  WriteUnlabelled(out, {
+                           {"berth_store_cache_hits_total", MetricType::kCounter,
+                            "Reads the store's object cache answered.", c.hits},
+                           {"berth_store_cache_misses_total", MetricType::kCounter,
+                            "Reads the store's object cache sent to SQLite.", c.misses},
+                           {"berth_store_cache_objects", MetricType::kGauge,
+                            "Objects the cache counts against its budget.", static_cast<int64_t>(c.objects)},
+                           {"berth_store_cache_bytes", MetricType::kGauge,
+                            "Serialized bytes the cache counts against its budget.", static_cast<int64_t>(c.bytes)},
+                           {"berth_store_cache_shared_objects", MetricType::kGauge,
+                            "Objects kept past the budget, uncounted, because something else holds them too.",
+                            static_cast<int64_t>(c.shared_objects)},
+                       });
 }
 
 }  // namespace
