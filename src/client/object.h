@@ -34,11 +34,17 @@ inline const nlohmann::json& Field(const nlohmann::json& o, std::string_view key
   return it == o.end() ? *kNull : *it;
 }
 
-// The string at `path`, or "".
-inline std::string Str(const nlohmann::json& o, std::initializer_list<std::string_view> path) {
+// The value at `path`, or a null when any step is missing.
+inline const nlohmann::json& FieldAt(const nlohmann::json& o, std::initializer_list<std::string_view> path) {
   const nlohmann::json* cur = &o;
   for (auto k : path) cur = &Field(*cur, k);
-  return cur->is_string() ? cur->get<std::string>() : "";
+  return *cur;
+}
+
+// The string at `path`, or "".
+inline std::string Str(const nlohmann::json& o, std::initializer_list<std::string_view> path) {
+  const nlohmann::json& v = FieldAt(o, path);
+  return v.is_string() ? v.get<std::string>() : "";
 }
 
 inline std::string Annotation(const nlohmann::json& o, const std::string& key) {

@@ -204,7 +204,7 @@ void Store::CacheInsertLocked(const std::string& key, ObjectPtr object, size_t b
   if (bytes > options_.cache_bytes) return;  // also: the cache is off
   std::list<std::string>& into = list == CacheList::kFresh ? fresh_ : lru_;
   into.push_front(key);
-  cache_[key] = CacheEntry{std::move(object), bytes, list == CacheList::kFresh ? list : CacheList::kLru, into.begin()};
+  cache_[key] = CacheEntry{std::move(object), bytes, list, into.begin()};
   cache_bytes_ += bytes;
   if (list == CacheList::kFresh) fresh_bytes_ += bytes;
   // Shared entries whose other holders let go count again: two rechecked

@@ -116,25 +116,15 @@ Resizer::Resizer(apiserver::Registry& registry, DriverDirectory& drivers, Inform
 
 Resizer::~Resizer() { Stop(); }
 
-namespace {
-
-const json& At(const json& o, std::initializer_list<std::string_view> path) {
-  const json* cur = &o;
-  for (std::string_view k : path) cur = &Field(*cur, k);
-  return *cur;
-}
-
-}  // namespace
-
 bool ClaimChangeConcernsResize(const json& before, const json& after) {
   if (Str(before, {"metadata", "resourceVersion"}) == Str(after, {"metadata", "resourceVersion"})) return true;
   const json &spec_before = Field(before, "spec"), &spec_after = Field(after, "spec");
   const json &status_before = Field(before, "status"), &status_after = Field(after, "status");
-  return At(spec_before, {"resources", "requests", "storage"}) !=
-             At(spec_after, {"resources", "requests", "storage"}) ||
+  return FieldAt(spec_before, {"resources", "requests", "storage"}) !=
+             FieldAt(spec_after, {"resources", "requests", "storage"}) ||
          Field(spec_before, "volumeName") != Field(spec_after, "volumeName") ||
          Field(status_before, "phase") != Field(status_after, "phase") ||
-         At(status_before, {"capacity", "storage"}) != At(status_after, {"capacity", "storage"}) ||
+         FieldAt(status_before, {"capacity", "storage"}) != FieldAt(status_after, {"capacity", "storage"}) ||
          Field(status_before, "allocatedResources") != Field(status_after, "allocatedResources") ||
          Field(status_before, "allocatedResourceStatuses") != Field(status_after, "allocatedResourceStatuses");
 }
