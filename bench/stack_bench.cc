@@ -11,6 +11,11 @@
 //   berth-csi) over the run, the peak (VmHWM) and final RSS of berth up,
 //   and the size of the store (state.db + its WAL), and the hit rate of
 //   the store's object cache over the run (berth up's /metrics).
+//   waits/claim
+//              berth up's voluntary context switches (its threads' waits,
+//              each a wake-up) from the start of apply to all Bound, per
+//              claim (its /metrics; the node agent and berth-csi are other
+//              processes): a cost this noisy machine counts steadily.
 //
 //   list first byte, list s
 //              a GET of every claim (no limit, as kubectl --chunk-size=0
@@ -159,6 +164,7 @@ struct Result {
   double kubectl_first_s = -1, kubectl_s = -1;  // -1: no kubectl
   double serve_apply_s = 0;                     // the same apply against `berth serve` alone
   double cache_hit_pct = -1;                    // of the store's object cache, over the whole run
+  double waits_per_claim = -1;                  // berth up's voluntary context switches per claim
 };
 
 // A counter's value in a Prometheus text exposition (-1: absent).
@@ -347,6 +353,14 @@ Result Run(int n) {
                              });
     if (!r.ok()) std::fprintf(stderr, "watch: %s\n", std::string(r.status().message()).c_str());
   });
+  // berth up's own threads' waits (each a wake-up) from its /metrics:
+  // steadier than time on a shared machine, and a third of the CPU.
+  const auto waits = [&] {
+    auto m = client->Call("GET", "/metrics");
+    if (!m.ok() || m->code != 200) return -1.0;
+    return MetricValue(m->body, "berth_process_context_switches_total{kind=\"voluntary\"}");
+  };
+  const double waits_before = waits();
   const double up_cpu_before = TreeCpuSeconds(guard.up);
   const absl::Time start = absl::Now();
   const bool applied = apply(claims, data, &res.apply_cpu_s);
@@ -362,6 +376,7 @@ Result Run(int n) {
   }
   res.bound_s = absl::ToDoubleSeconds(last_bound - start);
   res.up_cpu_s = TreeCpuSeconds(guard.up) - up_cpu_before;
+  if (const double w = waits(); w >= 0 && waits_before >= 0) res.waits_per_claim = (w - waits_before) / n;
   if (auto m = client->Call("GET", "/metrics"); m.ok() && m->code == 200) {
     const double hits = MetricValue(m->body, "berth_store_cache_hits_total");
     const double misses = MetricValue(m->body, "berth_store_cache_misses_total");
@@ -473,9 +488,9 @@ int main(int argc, char** argv) {
     }
   }
   if (sizes.empty()) sizes = {1000, 10000};
-  std::printf("%8s %10s %9s %10s %9s %12s %12s %9s %9s %10s %11s %14s %7s %18s %12s %16s %10s %15s\n", "claims",
+  std::printf("%8s %10s %9s %10s %9s %12s %12s %9s %9s %10s %11s %11s %14s %7s %18s %12s %16s %10s %15s\n", "claims",
               "bound s", "claims/s", "apply s", "apply/s", "apply CPU s", "up CPU s", "peak MiB", "final MiB",
-              "store MiB", "cache hit %", "list 1st B ms", "list s", "berth get 1st B s", "berth get s",
+              "store MiB", "cache hit %", "waits/claim", "list 1st B ms", "list s", "berth get 1st B s", "berth get s",
               "kubectl 1st B s", "kubectl s", "serve apply/s");
   int failures = 0;
   std::string dat = "# claims bound_s peak_MiB final_MiB claims_per_s\n";
@@ -489,10 +504,11 @@ int main(int argc, char** argv) {
     char kubectl[64] = "               -          -";
     if (r.kubectl_s >= 0) std::snprintf(kubectl, sizeof(kubectl), "%16.2f %10.2f", r.kubectl_first_s, r.kubectl_s);
     std::printf(
-        "%8d %10.2f %9.0f %10.2f %9.0f %12.2f %12.2f %9.1f %9.1f %10.1f %11.1f %14.1f %7.2f %18.3f %12.2f %s %15.0f\n",
+        "%8d %10.2f %9.0f %10.2f %9.0f %12.2f %12.2f %9.1f %9.1f %10.1f %11.1f %11.1f %14.1f %7.2f %18.3f %12.2f %s "
+        "%15.0f\n",
         n, r.bound_s, n / r.bound_s, r.apply_s, n / r.apply_s, r.apply_cpu_s, r.up_cpu_s, r.peak_kib / 1024.0,
-        r.final_kib / 1024.0, static_cast<double>(r.store_bytes) / (1 << 20), r.cache_hit_pct, r.list_first_ms,
-        r.list_s, r.berth_get_first_s, r.berth_get_s, kubectl, n / r.serve_apply_s);
+        r.final_kib / 1024.0, static_cast<double>(r.store_bytes) / (1 << 20), r.cache_hit_pct, r.waits_per_claim,
+        r.list_first_ms, r.list_s, r.berth_get_first_s, r.berth_get_s, kubectl, n / r.serve_apply_s);
     char line[160];
     std::snprintf(line, sizeof(line), "%d %.2f %.1f %.1f %.0f\n", n, r.bound_s, r.peak_kib / 1024.0,
                   r.final_kib / 1024.0, n / r.bound_s);

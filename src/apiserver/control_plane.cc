@@ -1,5 +1,6 @@
 #include "apiserver/control_plane.h"
 
+#include <sys/resource.h>
 #include <sys/stat.h>
 
 #include "absl/strings/escaping.h"
@@ -89,6 +90,30 @@ void WriteStoreMetrics(const store::Store::CacheStats& c, std::string* out) {
                        });
 }
 
+// The process as a whole (every thread, ended ones too): its CPU time, as
+// Prometheus' process collectors name it, and how often its threads gave
+// up the CPU to wait (a wake-up each) or were preempted: the hand-offs
+// between the store's writer, the informers, the workers and the API
+// server's connections cost about a quarter of berth up's CPU under a burst
+// of claims (docs/performance.md).
+void WriteProcessMetrics(std::string* out) {
+  using metrics::MetricType;
+  rusage usage{};
+  if (::getrusage(RUSAGE_SELF, &usage) != 0) return;
+  const auto seconds = [](const timeval& t) {
+    return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) / 1e6;
+  };
+  metrics::WriteFamily(out, "process_cpu_seconds_total", MetricType::kCounter,
+                       "Total user and system CPU time spent in seconds.");
+  metrics::WriteSample(out, "process_cpu_seconds_total", {}, seconds(usage.ru_utime) + seconds(usage.ru_stime));
+  metrics::WriteFamily(out, "berth_process_context_switches_total", MetricType::kCounter,
+                       "Context switches of the process's threads: voluntary (a wait) and involuntary (preempted).");
+  metrics::WriteSample(out, "berth_process_context_switches_total", {{"kind", "voluntary"}},
+                       static_cast<double>(usage.ru_nvcsw));
+  metrics::WriteSample(out, "berth_process_context_switches_total", {{"kind", "involuntary"}},
+                       static_cast<double>(usage.ru_nivcsw));
+}
+
 }  // namespace
 
 absl::Status MakeDataDirPrivate(const std::string& data_dir) {
@@ -153,6 +178,7 @@ absl::StatusOr<std::unique_ptr<ControlPlane>> ControlPlane::Start(const Options&
       [server = cp->http_.get()](std::string* out) { WriteServingMetrics(server->stats(), out); });
   cp->handler_->AddMetricsCollector(
       [store = cp->store_.get()](std::string* out) { WriteStoreMetrics(store->cache_stats(), out); });
+  cp->handler_->AddMetricsCollector(WriteProcessMetrics);
   if (!options.api_address.empty()) {
     std::string host = options.api_address.substr(0, options.api_address.rfind(':'));
     cp->kubeconfig_ = StrCat(options.data_dir, "/kubeconfig");

@@ -5,6 +5,7 @@
 
 #include <netinet/in.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -134,6 +135,8 @@ TEST_F(ControlPlaneHttpTest, MetricsAreServedFromCollectorsBehindTheSameAuthenti
     metrics::WriteSample(out, "berth_test_up", {}, 1);
   });
   auto unix_client = ApiClient::ForUnixSocket(cp_->socket_path());
+  rusage before{};
+  ASSERT_EQ(::getrusage(RUSAGE_SELF, &before), 0);
   auto r = unix_client->Call("GET", "/metrics");
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->code, 200);
@@ -149,6 +152,17 @@ TEST_F(ControlPlaneHttpTest, MetricsAreServedFromCollectorsBehindTheSameAuthenti
   EXPECT_THAT(r->body, ::testing::HasSubstr(StrCat("berth_store_cache_misses_total ", cache.misses, "\n")));
   EXPECT_THAT(r->body, ::testing::HasSubstr(StrCat("berth_store_cache_objects ", cache.objects, "\n")));
   EXPECT_GT(cache.objects, 0u) << "the bootstrapped objects are cached";
+  // The process's own counters, read by the handler after `before`.
+  const auto counter = [&](const std::string& sample) {
+    const size_t at = r->body.find("\n" + sample + " ");
+    return at == std::string::npos ? -1.0 : std::atof(r->body.c_str() + at + sample.size() + 2);
+  };
+  EXPECT_GE(counter("berth_process_context_switches_total{kind=\"voluntary\"}"), static_cast<double>(before.ru_nvcsw));
+  EXPECT_GE(counter("berth_process_context_switches_total{kind=\"involuntary\"}"),
+            static_cast<double>(before.ru_nivcsw));
+  EXPECT_GE(counter("process_cpu_seconds_total"), static_cast<double>(before.ru_utime.tv_sec + before.ru_stime.tv_sec));
+  EXPECT_GT(counter("berth_process_context_switches_total{kind=\"voluntary\"}"), 0)
+      << "the server's threads waited for this request";
   EXPECT_THAT(
       r->body,
       ::testing::EndsWith(

@@ -108,11 +108,12 @@ class RealClockImpl : public Clock {
     for (;;) {
       const absl::Time next = timers_.Next();
       if (next > absl::Now()) {
-        const size_t before = timers_.size();
-        auto changed = [this, before, next]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-          return timers_.size() != before || timers_.Next() < next;
-        };
-        mu_.AwaitWithDeadline(absl::Condition(&changed), next);
+        // Woken only by a timer due before the one waited for: adding or
+        // cancelling later ones (an HTTP request's deadline, a wait's) must
+        // not cost this thread a wake-up each. A cancelled earliest timer
+        // costs one wake-up at its deadline, which finds nothing due.
+        auto earlier = [this, next]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return timers_.Next() < next; };
+        mu_.AwaitWithDeadline(absl::Condition(&earlier), next);
         continue;
       }
       timers_.RunEarliest(mu_, absl::InfiniteFuture());

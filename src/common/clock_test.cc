@@ -149,5 +149,25 @@ TEST(RealClockTest, CancelledTimerNeverRuns) {
   EXPECT_FALSE(ran.load());
 }
 
+// The timer thread sleeps until the earliest deadline and wakes early only
+// for an earlier one: a timer added before the one it waits for, after it
+// began waiting, still runs at its own time; so does a later timer once the
+// earliest was cancelled.
+TEST(RealClockTest, AnEarlierTimerAddedWhileWaitingRunsAtItsOwnTime) {
+  Clock& clock = RealClock();
+  absl::Notification far_ran;
+  const Clock::TimerId far = clock.AfterFunc(clock.Now() + absl::Hours(1), [&] { far_ran.Notify(); });
+  absl::Notification first;
+  absl::Notification second;
+  const Clock::TimerId earliest = clock.AfterFunc(clock.Now() + absl::Milliseconds(40), [] {});
+  clock.AfterFunc(clock.Now() + absl::Milliseconds(20), [&] { first.Notify(); });
+  clock.AfterFunc(clock.Now() + absl::Milliseconds(60), [&] { second.Notify(); });
+  ASSERT_TRUE(first.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  EXPECT_TRUE(clock.Cancel(earliest));
+  ASSERT_TRUE(second.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  EXPECT_TRUE(clock.Cancel(far));
+  EXPECT_FALSE(far_ran.HasBeenNotified());
+}
+
 }  // namespace
 }  // namespace berth

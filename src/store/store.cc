@@ -390,17 +390,27 @@ void Store::WriterLoop() {
 
 void Store::Publish(std::vector<Change> events) {
   absl::MutexLock lock(&watch_mu_);
-  for (auto& c : events) {
-    std::optional<std::map<std::string, std::string>> before_labels;
-    if (c.before != nullptr) before_labels = Labels(*c.before);
+  std::vector<std::optional<std::map<std::string, std::string>>> before_labels(events.size());
+  std::vector<Watcher::Offered> offered;
+  offered.reserve(events.size());
+  for (size_t i = 0; i < events.size(); ++i) {
+    Change& c = events[i];
+    if (c.before != nullptr) before_labels[i] = Labels(*c.before);
     // A deletion's last state was not written: serialized here, once, for
     // the history and every watcher.
     if (c.event.text == nullptr) c.event.text = std::make_shared<const std::string>(c.event.object->dump());
-    for (Watcher* w : watchers_) w->Offer(c.event, before_labels ? &*before_labels : nullptr);
-    committed_rv_ = c.event.resource_version;
-    history_.push_back(HistoryEntry{c.event.type, std::move(c.event.resource), c.event.resource_version,
-                                    std::move(c.event.text), c.event.object, std::move(before_labels)});
+    offered.push_back({&c.event, before_labels[i] ? &*before_labels[i] : nullptr});
   }
+  // The whole commit to each watcher at once: one wake-up per watcher.
+  if (!offered.empty()) {
+    for (Watcher* w : watchers_) w->Offer(offered);
+  }
+  for (size_t i = 0; i < events.size(); ++i) {
+    Change& c = events[i];
+    history_.push_back(HistoryEntry{c.event.type, std::move(c.event.resource), c.event.resource_version,
+                                    std::move(c.event.text), c.event.object, std::move(before_labels[i])});
+  }
+  if (!events.empty()) committed_rv_ = events.back().event.resource_version;
   committed_rv_ = std::max(committed_rv_, next_rv_);  // also covers batches without events
   for (Watcher* w : watchers_) w->Progress(committed_rv_);
   while (history_.size() > options_.history) {

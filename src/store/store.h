@@ -47,6 +47,7 @@
 #include <memory>
 #include <optional>
 #include <set>
+#include <span>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -142,10 +143,11 @@ class Watcher final : public EventSource {
   int64_t BookmarkVersion() const override;
   bool WaitReady(absl::Duration timeout) override;
   void Interrupt() override ABSL_LOCKS_EXCLUDED(mu_);
-  // `notify` runs after each event is queued and when the watch ends, on
-  // the thread that published the change with the store's watch lock held:
-  // it must be quick and must not call into the store (it is meant to wake
-  // whoever drains this watcher with Next(0)). Replaces an earlier one.
+  // `notify` runs after events are queued (once per commit) and when the
+  // watch ends, on the thread that published the change with the store's
+  // watch lock held: it must be quick and must not call into the store (it
+  // is meant to wake whoever drains this watcher with Next(0)). Replaces an
+  // earlier one.
   void SetNotify(std::function<void()> notify) ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
@@ -156,10 +158,19 @@ class Watcher final : public EventSource {
     api::LabelSelector selector;
   };
   Watcher(Store* store, Filter filter) : store_(store), filter_(std::move(filter)) {}
-  // Called by the store with the event and the labels of the object before
+  // An event as the store offers it, with the labels of the object before
   // the change (null: there was none), which a selector's watch needs to
   // turn a change of labels into ADDED or DELETED.
-  void Offer(const Event& e, const std::map<std::string, std::string>* before_labels) ABSL_LOCKS_EXCLUDED(mu_);
+  struct Offered {
+    const Event* event;
+    const std::map<std::string, std::string>* before_labels;
+  };
+  // Queues those of `events` this watch wants, in order, and rings its
+  // notify once: a commit's events wake whoever drains this watch once,
+  // not once each.
+  void Offer(std::span<const Offered> events) ABSL_LOCKS_EXCLUDED(mu_);
+  // The event as this watch delivers it, or nullopt if it does not want it.
+  std::optional<Event> Filtered(const Offered& o) const;
   void End() ABSL_LOCKS_EXCLUDED(mu_);
   void Progress(int64_t committed_rv) ABSL_LOCKS_EXCLUDED(mu_);
 

@@ -3,7 +3,9 @@
 #include "store/store.h"
 
 #include <functional>
+#include <optional>
 #include <utility>
+#include <vector>
 
 #include "store/store_internal.h"
 
@@ -50,29 +52,41 @@ bool Watcher::ended() const {
   return ended_ && queue_.empty();
 }
 
-void Watcher::Offer(const Event& e, const std::map<std::string, std::string>* before_labels) {
-  if (e.resource != filter_.resource) return;
-  if (!filter_.ns.empty() && Namespace(*e.object) != filter_.ns) return;
+std::optional<Event> Watcher::Filtered(const Offered& o) const {
+  const Event& e = *o.event;
+  if (e.resource != filter_.resource) return std::nullopt;
+  if (!filter_.ns.empty() && Namespace(*e.object) != filter_.ns) return std::nullopt;
   Event out = e;  // shares the object
   if (!filter_.selector.empty()) {
     const bool now = filter_.selector.Matches(Labels(*e.object));
-    const bool was = before_labels != nullptr && filter_.selector.Matches(*before_labels);
-    if (e.type == EventType::kAdded && !now) return;
-    if (e.type == EventType::kDeleted && !was && !now) return;
+    const bool was = o.before_labels != nullptr && filter_.selector.Matches(*o.before_labels);
+    if (e.type == EventType::kAdded && !now) return std::nullopt;
+    if (e.type == EventType::kDeleted && !was && !now) return std::nullopt;
     if (e.type == EventType::kModified) {
-      if (!now && !was) return;
+      if (!now && !was) return std::nullopt;
       if (now && !was) out.type = EventType::kAdded;
       if (!now && was) out.type = EventType::kDeleted;
     }
   }
+  return out;
+}
+
+void Watcher::Offer(std::span<const Offered> events) {
+  std::vector<Event> wanted;
+  for (const Offered& o : events) {
+    if (std::optional<Event> e = Filtered(o)) wanted.push_back(std::move(*e));
+  }
+  if (wanted.empty()) return;
   std::function<void()> notify;
   {
     absl::MutexLock lock(&mu_);
     if (ended_) return;
-    if (queue_.size() >= store_->options_.watcher_queue) {
-      ended_ = true;  // too slow: the client relists
-    } else {
-      queue_.push_back(std::move(out));
+    for (Event& e : wanted) {
+      if (queue_.size() >= store_->options_.watcher_queue) {
+        ended_ = true;  // too slow: the client relists
+        break;
+      }
+      queue_.push_back(std::move(e));
     }
     notify = notify_;
   }
@@ -112,7 +126,9 @@ absl::StatusOr<std::unique_ptr<Watcher>> Store::Watch(const std::string& resourc
     // resumed after a relist or a reconnect).
     for (const auto& h : history_) {
       if (h.resource_version <= from_rv || h.resource != resource) continue;
-      w->Offer(h.ToEvent(), h.before_labels ? &*h.before_labels : nullptr);
+      const Event e = h.ToEvent();
+      const Watcher::Offered offered[] = {{&e, h.before_labels ? &*h.before_labels : nullptr}};
+      w->Offer(offered);
     }
   }
   w->Progress(committed_rv_);  // everything up to here is offered (or not wanted)
