@@ -260,6 +260,23 @@ std::vector<json> Informer::ByIndex(const std::string& index, const std::string&
   return out;
 }
 
+std::vector<std::string> Informer::KeysByIndex(const std::string& index, const std::string& value) const {
+  absl::MutexLock lock(&mu_);
+  auto idx = indexes_.find(index);
+  if (idx == indexes_.end()) return {};
+  auto keys = idx->second.find(value);
+  if (keys == idx->second.end()) return {};
+  return {keys->second.begin(), keys->second.end()};
+}
+
+size_t Informer::CountByIndex(const std::string& index, const std::string& value) const {
+  absl::MutexLock lock(&mu_);
+  auto idx = indexes_.find(index);
+  if (idx == indexes_.end()) return 0;
+  auto keys = idx->second.find(value);
+  return keys == idx->second.end() ? 0 : keys->second.size();
+}
+
 std::optional<int64_t> Informer::Relist() {
   while (!stopping()) {
     // Page by page (client-go's pager): no list of every object at once, in

@@ -53,7 +53,13 @@ void WorkQueue::OnTimer(uint64_t token) {
 void WorkQueue::AddLocked(const std::string& key) {
   if (shutdown_ || dirty_.contains(key)) return;
   dirty_.insert(key);
+  ++adds_;
   if (!processing_.contains(key)) queue_.push_back(key);
+}
+
+uint64_t WorkQueue::adds() const {
+  absl::MutexLock lock(&mu_);
+  return adds_;
 }
 
 void WorkQueue::Add(const std::string& key) {

@@ -75,6 +75,9 @@ class WorkQueue {
   bool shutting_down() const ABSL_LOCKS_EXCLUDED(mu_);
   // Keys queued (not counting delayed or in-process ones).
   size_t Len() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Keys added so far that were not already waiting (client-go's
+  // workqueue_adds_total): each may wake a worker.
+  uint64_t adds() const ABSL_LOCKS_EXCLUDED(mu_);
 
   // Waits up to `timeout` (real time: workers run on real threads) until
   // the queue is idle: no key queued, none being processed, and none
@@ -107,6 +110,7 @@ class WorkQueue {
   // fire harmlessly.
   std::map<uint64_t, std::pair<absl::Time, Clock::TimerId>> timers_ ABSL_GUARDED_BY(mu_);
   uint64_t next_token_ ABSL_GUARDED_BY(mu_) = 1;
+  uint64_t adds_ ABSL_GUARDED_BY(mu_) = 0;
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t quiescence_id_ = 0;  // client/quiescence.h; last: registered once all else exists
 };

@@ -20,8 +20,11 @@ TEST(WorkQueueTest, DeduplicatesQueuedKeys) {
   q.Add("b");
   q.Add("a");
   EXPECT_EQ(q.Len(), 2u);
+  EXPECT_EQ(q.adds(), 2u) << "a key already waiting is not added again";
   EXPECT_EQ(*q.Get(), "a");
   EXPECT_EQ(*q.Get(), "b");
+  q.Add("a");  // taken, so waiting again: a new add
+  EXPECT_EQ(q.adds(), 3u);
 }
 
 TEST(WorkQueueTest, KeyAddedWhileProcessingRunsAgainAfterDoneNotConcurrently) {

@@ -84,6 +84,7 @@ Scheduler::Scheduler(apiserver::Registry& registry, SchedulerInformers informers
     : registry_(registry),
       informers_(informers),
       options_(std::move(options)),
+      pending_index_(StrCat("scheduler ", options_.scheduler_name, ": pending pods")),
       events_(registry, options_.scheduler_name),
       queue_(WorkQueue::Options{
           .base_delay = options_.initial_backoff, .max_delay = options_.max_backoff, .clock = options_.clock}),
@@ -98,6 +99,16 @@ bool Scheduler::Pending(const json& pod) const {
 }
 
 void Scheduler::RegisterHandlers() {
+  informers_.pods.AddIndex(pending_index_, [this](const json& pod) {
+    std::vector<std::string> keys;
+    if (!Pending(pod)) return keys;
+    keys.push_back(kAnyPending);
+    const std::string ns = Ns(pod);
+    for (const auto& v : Field(Field(pod, "spec"), "volumes")) {
+      if (std::string claim = PodVolumeClaim(pod, v); !claim.empty()) keys.push_back(StrCat(ns, "/", claim));
+    }
+    return keys;
+  });
   informers_.pods.AddHandlers({
       .on_add = [this](const json& o) { queue_.Add(ObjectKey(o)); },
       .on_update =
@@ -111,13 +122,13 @@ void Scheduler::RegisterHandlers() {
             queue_.Add(ObjectKey(after));
             // A pod leaving its node frees volume slots there.
             if (!Str(before, {"spec", "nodeName"}).empty() && !Terminal(before) && Terminal(after)) {
-              queue_.Add(kRequeueAll);
+              RequeueAllIfAnyPending();
             }
           },
       .on_delete =
           [this](const json& o) {
             queue_.Add(ObjectKey(o));  // forgets what we kept about it
-            if (!Str(o, {"spec", "nodeName"}).empty()) queue_.Add(kRequeueAll);
+            if (!Str(o, {"spec", "nodeName"}).empty()) RequeueAllIfAnyPending();
           },
   });
   informers_.claims.AddHandlers({
@@ -129,12 +140,12 @@ void Scheduler::RegisterHandlers() {
   for (Informer* informer : {&informers_.nodes, &informers_.volumes, &informers_.classes, &informers_.csinodes,
                              &informers_.csidrivers, &informers_.capacities}) {
     informer->AddHandlers({
-        .on_add = [this](const json&) { queue_.Add(kRequeueAll); },
+        .on_add = [this](const json&) { RequeueAllIfAnyPending(); },
         .on_update =
             [this](const json& before, const json& after) {
-              if (ResourceVersion(before) != ResourceVersion(after)) queue_.Add(kRequeueAll);
+              if (ResourceVersion(before) != ResourceVersion(after)) RequeueAllIfAnyPending();
             },
-        .on_delete = [this](const json&) { queue_.Add(kRequeueAll); },
+        .on_delete = [this](const json&) { RequeueAllIfAnyPending(); },
     });
   }
 }
@@ -153,24 +164,17 @@ void Scheduler::Stop() {
 }
 
 void Scheduler::RequeuePending() {
-  for (const auto& pod : informers_.pods.Select([this](const json& p) { return Pending(p); })) {
-    queue_.Add(ObjectKey(pod));
-  }
+  for (const std::string& key : informers_.pods.KeysByIndex(pending_index_, kAnyPending)) queue_.Add(key);
+}
+
+void Scheduler::RequeueAllIfAnyPending() {
+  if (informers_.pods.CountByIndex(pending_index_, kAnyPending) > 0) queue_.Add(kRequeueAll);
 }
 
 void Scheduler::RequeuePodsUsing(const json& claim) {
-  const std::string ns = Ns(claim), name = Name(claim);
-  auto uses = [&](const json& pod) {
-    if (Ns(pod) != ns || !Pending(pod)) return false;
-    const json& volumes = Field(Field(pod, "spec"), "volumes");
-    if (!volumes.is_array()) return false;
-    for (const auto& v : volumes) {
-      bool ephemeral = false;
-      if (PodVolumeClaim(pod, v, &ephemeral) == name) return true;
-    }
-    return false;
-  };
-  for (const auto& pod : informers_.pods.Select(uses)) queue_.Add(ObjectKey(pod));
+  for (const std::string& key : informers_.pods.KeysByIndex(pending_index_, StrCat(Ns(claim), "/", Name(claim)))) {
+    queue_.Add(key);
+  }
 }
 
 // ---- The assume cache ----

@@ -189,6 +189,8 @@ class Scheduler {
   void RegisterHandlers();
   void Start();
   void Stop();
+  // Keys queued for SyncPod so far (each a worker's wake-up).
+  uint64_t queue_adds() const { return queue_.adds(); }
 
   // One scheduling attempt for the pod "ns/name"; public for tests. OK when
   // the pod was bound, needs nothing, or waits for its claims to bind;
@@ -220,6 +222,8 @@ class Scheduler {
 
   bool Pending(const nlohmann::json& pod) const;
   void RequeuePending();
+  // Queues kRequeueAll if any pod waits (see kPendingIndex).
+  void RequeueAllIfAnyPending();
   void RequeuePodsUsing(const nlohmann::json& claim);
 
   // Our own writes, kept until the informers catch up (upstream's assume
@@ -261,6 +265,9 @@ class Scheduler {
   apiserver::Registry& registry_;
   SchedulerInformers informers_;
   const Options options_;
+  // The pods informer's index of the pods this scheduler waits to place:
+  // each under kAnyPending and under every claim it uses ("ns/claim").
+  const std::string pending_index_;
   EventRecorder events_;
   WorkQueue queue_;
   std::vector<std::thread> workers_;

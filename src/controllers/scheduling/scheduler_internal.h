@@ -43,6 +43,13 @@ inline constexpr char kNoProvisioner[] = "kubernetes.io/no-provisioner";
 // A queue key that is no pod: "look at every pending pod again". Bursts of
 // cluster changes (thousands of PV updates) collapse into one such key.
 inline constexpr char kRequeueAll[] = "\x01requeue-all";
+// The value of the scheduler's pending-pods index (Scheduler::
+// pending_index_) under which every pod waiting for it is filed; each is
+// also filed under every claim it uses ("ns/claim"). A change that may make
+// room finds exactly the pods to try again, and none when none wait,
+// instead of scanning every pod (claims change several times each on their
+// way to Bound).
+inline constexpr char kAnyPending[] = "*";
 
 int64_t ResourceVersion(const json& o);
 std::optional<int64_t> Bytes(const json& q);

@@ -438,6 +438,51 @@ TEST_F(SchedulerTest, ImmediateUnboundClaimMakesThePodWait) {
   ASSERT_TRUE(Eventually([&] { return NodeOf("db") == "node-c"; }));
 }
 
+// What may make room for a waiting pod queues only pods that wait: nothing
+// while none does, and for a claim's change only the pods using that claim
+// (claims change several times each on their way to Bound).
+TEST_F(SchedulerTest, ChangesRequeueOnlyThePodsThatWaitForThem) {
+  clock_ = &fake_clock_;  // no backoff retries meanwhile: only events queue
+  ThreeNodes();
+  Create(Class("manual", "Immediate", json::object(), "kubernetes.io/no-provisioner"));
+  Create(Claim("data", "manual"));
+  Create(Claim("other", "manual"));
+  Start();
+  const auto label = [&](const std::string& claim, const std::string& value) {
+    auto st = registry_->Patch(K("persistentvolumeclaims"), "default", claim,
+                               json({{"metadata", {{"labels", {{"touched", value}}}}}}).dump(),
+                               apiserver::PatchType::kMerge, apiserver::Subresource::kMain);
+    ASSERT_TRUE(st.ok()) << st.status();
+  };
+  Create(Volume("pv-spare", "spare", "1Gi", "node-a"));  // a class no claim asks for: stays Available
+  label("other", "1");
+  ASSERT_TRUE(Settle(*store_));
+  EXPECT_EQ(scheduler_->queue_adds(), 0u) << "no pod waits";
+
+  Create(Pod("db", {"data"}));
+  ASSERT_TRUE(Eventually([&] { return Condition("db").value("reason", "") == "Unschedulable"; }));
+  ASSERT_TRUE(Settle(*store_));
+  const uint64_t waiting = scheduler_->queue_adds();
+  label("other", "2");
+  ASSERT_TRUE(Settle(*store_));
+  EXPECT_EQ(scheduler_->queue_adds(), waiting) << "db does not use claim other";
+  label("data", "1");
+  ASSERT_TRUE(Settle(*store_));
+  EXPECT_GT(scheduler_->queue_adds(), waiting) << "db uses claim data";
+
+  // A volume for it: the binder binds the claim and the pod is placed.
+  json pv = Volume("pv-c", "manual", "1Gi", "node-c");
+  pv["spec"]["claimRef"] = {{"namespace", "default"}, {"name", "data"}};
+  Create(pv);
+  ASSERT_TRUE(Eventually([&] { return NodeOf("db") == "node-c"; }));
+  ASSERT_TRUE(Settle(*store_));
+  const uint64_t placed = scheduler_->queue_adds();
+  Create(Volume("pv-late", "spare", "1Gi", "node-b"));
+  label("data", "2");
+  ASSERT_TRUE(Settle(*store_));
+  EXPECT_EQ(scheduler_->queue_adds(), placed) << "no pod waits any more";
+}
+
 TEST_F(SchedulerTest, MissingOrDeletingClaimsAreReported) {
   ThreeNodes();
   Start();

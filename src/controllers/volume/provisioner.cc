@@ -104,15 +104,19 @@ void Provisioner::RegisterHandlers() {
     if (ds && ds->kind == "PersistentVolumeClaim") source_queue_.Add(StrCat(claim->metadata.namespace_, "/", ds->name));
     if (claim->metadata.HasFinalizer(kCloningProtectionFinalizer)) source_queue_.Add(KeyOf(claim->metadata));
   };
+  // A claim not handed to this driver is one SyncClaimOnce leaves at once:
+  // not queued at all (berth up runs a provisioner per driver, and every
+  // claim changes several times on its way to Bound).
+  auto ours = [this](const json& o) { return ClaimProvisioner(o) == options_.driver; };
   informers_.claims.AddHandlers({
       .on_add =
-          [this, source_of](const json& o) {
-            claim_queue_.Add(ObjectKey(o));
+          [this, source_of, ours](const json& o) {
+            if (ours(o)) claim_queue_.Add(ObjectKey(o));
             source_of(o);
           },
       .on_update =
-          [this, source_of](const json&, const json& o) {
-            claim_queue_.Add(ObjectKey(o));
+          [this, source_of, ours](const json&, const json& o) {
+            if (ours(o)) claim_queue_.Add(ObjectKey(o));
             source_of(o);
           },
       .on_delete = source_of,

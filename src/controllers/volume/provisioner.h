@@ -133,6 +133,8 @@ class Provisioner {
   absl::Status SyncVolume(const std::string& name);
   // Drops cloning-protection from a source claim no Pending claim clones.
   absl::Status SyncCloneSource(const std::string& key);
+  // Claims queued for SyncClaim so far (each a worker's wake-up).
+  uint64_t claim_queue_adds() const { return claim_queue_.adds(); }
 
   // The CreateVolume request for `claim` of `storage_class` (public for
   // tests). `node` is the selected node ("" for none).

@@ -301,6 +301,36 @@ TEST_F(ProvisionerTest, ClaimDeletedMidFlightWithItsClassGoneKeepsItsFinalizer) 
       Eventually([&] { return ClaimPhase("data") == "<gone>" && driver_->volumes().empty(); }, absl::Seconds(30)));
 }
 
+// Claims handed to another driver never reach this provisioner's workers
+// (berth up runs one provisioner per driver): only claims the binder
+// handed to this driver are queued.
+TEST_F(ProvisionerTest, ClaimsOfAnotherDriverAreNotQueued) {
+  Class("fast");
+  Create("storageclasses", "storage.k8s.io", "",
+         {{"metadata", {{"name", "theirs"}}},
+          {"provisioner", "other.csi.example.com"},
+          {"volumeBindingMode", "Immediate"},
+          {"reclaimPolicy", "Delete"}});
+  Start();
+  Create("persistentvolumeclaims", "", "default", Claim("other", "theirs"));
+  ASSERT_TRUE(Eventually([&] {
+    const json meta = Get("persistentvolumeclaims", "default", "other")["metadata"];
+    return meta.value("annotations", json::object()).value(kAnnStorageProvisioner, "") == "other.csi.example.com";
+  }));
+  auto labelled =
+      registry_->Patch(K("persistentvolumeclaims"), "default", "other", R"({"metadata":{"labels":{"app":"x"}}})",
+                       apiserver::PatchType::kMerge, apiserver::Subresource::kMain);
+  ASSERT_TRUE(labelled.ok()) << labelled.status();
+  ASSERT_TRUE(Settle(*store_));
+  EXPECT_EQ(provisioner_->claim_queue_adds(), 0u);
+  EXPECT_EQ(driver_->create_calls(), 0);
+
+  Create("persistentvolumeclaims", "", "default", Claim("data", "fast"));
+  ASSERT_TRUE(Eventually([&] { return ClaimPhase("data") == "Bound"; }));
+  EXPECT_GT(provisioner_->claim_queue_adds(), 0u);
+  EXPECT_EQ(driver_->create_calls(), 1);
+}
+
 class BuildRequestTest : public ProvisionerTest {
  protected:
   void Nodes(std::vector<std::string> names, bool with_zone = false) {
