@@ -104,10 +104,19 @@ void Provisioner::RegisterHandlers() {
     if (ds && ds->kind == "PersistentVolumeClaim") source_queue_.Add(StrCat(claim->metadata.namespace_, "/", ds->name));
     if (claim->metadata.HasFinalizer(kCloningProtectionFinalizer)) source_queue_.Add(KeyOf(claim->metadata));
   };
-  // A claim not handed to this driver is one SyncClaimOnce leaves at once:
-  // not queued at all (berth up runs a provisioner per driver, and every
-  // claim changes several times on its way to Bound).
-  auto ours = [this](const json& o) { return ClaimProvisioner(o) == options_.driver; };
+  // Claims SyncClaimOnce would leave as they are, told from the raw object,
+  // are not queued at all (berth up runs a provisioner per driver, and
+  // every claim changes several times on its way to Bound): one not handed
+  // to this driver, and one bound to its volume that keeps no finalizer of
+  // ours, is not being deleted and clones nothing (no population to
+  // release) — the bind itself, later label changes, every resync.
+  auto ours = [this](const json& o) {
+    if (ClaimProvisioner(o) != options_.driver) return false;
+    const json& spec = Field(o, "spec");
+    const bool settled = !Str(spec, {"volumeName"}).empty() && !HasFinalizer(o, kProvisioningFinalizer) &&
+                         !Deleting(o) && Field(spec, "dataSource").is_null() && Field(spec, "dataSourceRef").is_null();
+    return !settled;
+  };
   informers_.claims.AddHandlers({
       .on_add =
           [this, source_of, ours](const json& o) {

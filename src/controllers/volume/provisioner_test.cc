@@ -302,9 +302,9 @@ TEST_F(ProvisionerTest, ClaimDeletedMidFlightWithItsClassGoneKeepsItsFinalizer) 
 }
 
 // Claims handed to another driver never reach this provisioner's workers
-// (berth up runs one provisioner per driver): only claims the binder
-// handed to this driver are queued.
-TEST_F(ProvisionerTest, ClaimsOfAnotherDriverAreNotQueued) {
+// (berth up runs one provisioner per driver), nor do claims of ours with
+// nothing left to do: only claims it may act on are queued.
+TEST_F(ProvisionerTest, ClaimsOfAnotherDriverOrSettledAreNotQueued) {
   Class("fast");
   Create("storageclasses", "storage.k8s.io", "",
          {{"metadata", {{"name", "theirs"}}},
@@ -327,8 +327,17 @@ TEST_F(ProvisionerTest, ClaimsOfAnotherDriverAreNotQueued) {
 
   Create("persistentvolumeclaims", "", "default", Claim("data", "fast"));
   ASSERT_TRUE(Eventually([&] { return ClaimPhase("data") == "Bound"; }));
-  EXPECT_GT(provisioner_->claim_queue_adds(), 0u);
   EXPECT_EQ(driver_->create_calls(), 1);
+  ASSERT_TRUE(Settle(*store_));
+  const uint64_t provisioned = provisioner_->claim_queue_adds();
+  EXPECT_GT(provisioned, 0u);
+  // Bound, no finalizer of ours, nothing cloned: nothing left to do.
+  auto touched =
+      registry_->Patch(K("persistentvolumeclaims"), "default", "data", R"({"metadata":{"labels":{"app":"x"}}})",
+                       apiserver::PatchType::kMerge, apiserver::Subresource::kMain);
+  ASSERT_TRUE(touched.ok()) << touched.status();
+  ASSERT_TRUE(Settle(*store_));
+  EXPECT_EQ(provisioner_->claim_queue_adds(), provisioned);
 }
 
 class BuildRequestTest : public ProvisionerTest {

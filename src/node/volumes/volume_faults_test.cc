@@ -3,6 +3,9 @@
 // volumes are in use, and restarts after any step.
 #include "node/testing/agent_fixture.h"
 
+#include <atomic>
+#include <memory>
+
 namespace berth::node::testing {
 namespace {
 
@@ -199,8 +202,10 @@ TEST_F(NodeAgentFaultTest, APublishThatTimesOutIsUnpublishedBeforeThePodGoes) {
 }
 
 TEST_F(NodeAgentFaultTest, ContainersThatMayStillRunKeepTheVolumesOfADeletingPod) {
-  std::atomic<bool> running{true};
-  containers_may_run_ = [&running](const std::string&) { return running.load(); };
+  // Shared with the agent, which asks until TearDown stops it, after this
+  // body returned.
+  auto running = std::make_shared<std::atomic<bool>>(true);
+  containers_may_run_ = [running](const std::string&) { return running->load(); };
   StartWithAppUsingData();
   ASSERT_TRUE(Eventually([&] { return PodPhase("app") == "Running"; }));
   DeletePod("app");
@@ -209,7 +214,7 @@ TEST_F(NodeAgentFaultTest, ContainersThatMayStillRunKeepTheVolumesOfADeletingPod
       [&] { return agent_->volumes().PodVolumesReady(client::Uid(Get("pods", "default", "app"))) == false; }));
   EXPECT_EQ(driver_->Calls("unpublish"), 0);
   EXPECT_TRUE(Terminating("app"));
-  running = false;
+  *running = false;
   agent_->volumes().Wake();
   ASSERT_TRUE(Eventually([&] { return PodGone("app"); }));
   EXPECT_EQ(driver_->Calls("unpublish"), 1);
