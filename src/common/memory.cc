@@ -41,6 +41,12 @@ void AwaitReleasingWhenIdle(absl::Mutex& mu, const absl::Condition& cond) {
   mu.Unlock();
   ReleaseThreadMemory();
   mu.Lock();
+  // Blocks other threads free after that come back to this heap only on a
+  // later call of its own: once more, later.
+  if (mu.AwaitWithTimeout(cond, kIdleMemoryReleaseAgain)) return;
+  mu.Unlock();
+  ReleaseThreadMemory();
+  mu.Lock();
   mu.Await(cond);
 }
 

@@ -1,5 +1,6 @@
-// AwaitReleasingWhenIdle: an idle waiter gives its memory back once, and
-// still wakes for its condition afterwards.
+// AwaitReleasingWhenIdle: an idle waiter gives its memory back after
+// kIdleMemoryRelease and once more kIdleMemoryReleaseAgain later, and
+// still wakes for its condition in between and afterwards.
 #include "common/memory.h"
 
 #include <thread>
@@ -38,7 +39,30 @@ TEST(MemoryTest, IdleWaiterReleasesOnceThenStillWakesForItsCondition) {
   }
   waiter.join();
   EXPECT_TRUE(woke);
-  EXPECT_EQ(ThreadMemoryReleases(), before + 1);  // once, not periodically
+  EXPECT_EQ(ThreadMemoryReleases(), before + 1);  // woken before the second
+}
+
+TEST(MemoryTest, AWaiterIdleLongerReleasesOnceMore) {
+  absl::Mutex mu;
+  bool ready = false;
+  bool woke = false;
+  const int64_t before = ThreadMemoryReleases();
+  std::thread waiter([&] {
+    absl::MutexLock lock(&mu);
+    AwaitReleasingWhenIdle(mu, absl::Condition(&ready));
+    woke = true;
+  });
+  // What other threads freed after the first release goes back too.
+  ASSERT_TRUE(testing::Eventually([&] { return ThreadMemoryReleases() == before + 2; },
+                                  kIdleMemoryRelease + kIdleMemoryReleaseAgain + absl::Seconds(10)));
+  {
+    absl::MutexLock lock(&mu);
+    EXPECT_FALSE(woke);
+    ready = true;
+  }
+  waiter.join();
+  EXPECT_TRUE(woke);
+  EXPECT_EQ(ThreadMemoryReleases(), before + 2);  // twice, not periodically
 }
 
 }  // namespace
