@@ -421,18 +421,20 @@ void Informer::Run() {
     SetDelivering(false, stream->watcher.get());
     const absl::Time watch_start = absl::Now();
     absl::Time next_resync = absl::Now() + resync_;
-    bool released = false;  // this thread's memory given back since its last event
+    int released = 0;  // times this thread's memory was given back since its last event
     while (!stopping()) {
       // Sleeps until an event, the watch's end, Stop() (which interrupts
       // the watch: watch_ is set before this loop checks stopping()) or the
-      // next resync, waking once on the way to give memory back
-      // (common/memory.h); an idle informer does not wake otherwise.
+      // next resync, waking twice on the way to give memory back, as
+      // AwaitReleasingWhenIdle does (common/memory.h); an idle informer
+      // does not wake otherwise.
       const absl::Duration to_resync = next_resync - absl::Now();
-      if (!stream->watcher->WaitReady(released ? to_resync : std::min(to_resync, kIdleMemoryRelease))) {
-        if (!released && absl::Now() < next_resync) ReleaseThreadMemory();
-        released = true;
+      const absl::Duration idle = released == 0 ? kIdleMemoryRelease : kIdleMemoryReleaseAgain;
+      if (!stream->watcher->WaitReady(released == 2 ? to_resync : std::min(to_resync, idle))) {
+        if (released < 2 && absl::Now() < next_resync) ReleaseThreadMemory();
+        released = std::min(released + 1, 2);
       } else {
-        released = false;
+        released = 0;
         // Marked before anything is taken: Delivered() never sees a
         // bookmark past an event that is on its way to the handlers.
         SetDelivering(true, stream->watcher.get());
