@@ -1,5 +1,7 @@
 #include "controllers/volume/pv_binder.h"
 
+#include <algorithm>
+
 #include "common/testing/eventually.h"
 #include "controllers/testing/controller_fixture.h"
 #include "controllers/testing/helpers.h"
@@ -252,7 +254,14 @@ TEST_F(PvBinderTest, BoundClaimWhoseVolumeIsGoneIsLost) {
   Create("persistentvolumeclaims", "default", Claim("data", "1Gi"));
   StartBinder();
   ASSERT_TRUE(Eventually([&] { return Phase("persistentvolumeclaims", "default", "data") == "Bound"; }));
-  // A bound volume is protected: deleting it only marks it...
+  // A bound volume is protected (the volume's own sync adds the finalizer,
+  // apart from the claim's: waited for too), so deleting it only marks it...
+  ASSERT_TRUE(Eventually([&] {
+    const json pv = Get("persistentvolumes", "", "pv");
+    if (!pv.is_object()) return false;
+    const json finalizers = pv.value("metadata", json::object()).value("finalizers", json::array());
+    return std::find(finalizers.begin(), finalizers.end(), kPvProtection) != finalizers.end();
+  }));
   ASSERT_TRUE(registry_->Delete(K("persistentvolumes"), "", "pv").ok());
   ASSERT_TRUE(Settle(*store_));
   EXPECT_NE(Phase("persistentvolumes", "", "pv"), "<gone>");
