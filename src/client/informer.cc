@@ -242,15 +242,20 @@ void Informer::Reindex(Indexes& indexes, const std::string& key, const json* bef
   }
 }
 
+const std::set<std::string>* Informer::IndexedLocked(const std::string& index, const std::string& value) const {
+  auto idx = indexes_.find(index);
+  if (idx == indexes_.end()) return nullptr;
+  auto keys = idx->second.find(value);
+  return keys == idx->second.end() ? nullptr : &keys->second;
+}
+
 std::vector<json> Informer::ByIndex(const std::string& index, const std::string& value) const {
   std::vector<Taken> taken;
   {
     absl::MutexLock lock(&mu_);
-    auto idx = indexes_.find(index);
-    if (idx == indexes_.end()) return {};
-    auto keys = idx->second.find(value);
-    if (keys == idx->second.end()) return {};
-    for (const auto& key : keys->second) {
+    const std::set<std::string>* keys = IndexedLocked(index, value);
+    if (keys == nullptr) return {};
+    for (const auto& key : *keys) {
       if (auto it = cache_.find(key); it != cache_.end()) taken.push_back(Take(it->second));
     }
   }
@@ -262,19 +267,14 @@ std::vector<json> Informer::ByIndex(const std::string& index, const std::string&
 
 std::vector<std::string> Informer::KeysByIndex(const std::string& index, const std::string& value) const {
   absl::MutexLock lock(&mu_);
-  auto idx = indexes_.find(index);
-  if (idx == indexes_.end()) return {};
-  auto keys = idx->second.find(value);
-  if (keys == idx->second.end()) return {};
-  return {keys->second.begin(), keys->second.end()};
+  const std::set<std::string>* keys = IndexedLocked(index, value);
+  return keys == nullptr ? std::vector<std::string>{} : std::vector<std::string>(keys->begin(), keys->end());
 }
 
 size_t Informer::CountByIndex(const std::string& index, const std::string& value) const {
   absl::MutexLock lock(&mu_);
-  auto idx = indexes_.find(index);
-  if (idx == indexes_.end()) return 0;
-  auto keys = idx->second.find(value);
-  return keys == idx->second.end() ? 0 : keys->second.size();
+  const std::set<std::string>* keys = IndexedLocked(index, value);
+  return keys == nullptr ? 0 : keys->size();
 }
 
 std::optional<int64_t> Informer::Relist() {
@@ -421,20 +421,18 @@ void Informer::Run() {
     SetDelivering(false, stream->watcher.get());
     const absl::Time watch_start = absl::Now();
     absl::Time next_resync = absl::Now() + resync_;
-    int released = 0;  // times this thread's memory was given back since its last event
+    IdleMemoryRelease idle;
     while (!stopping()) {
       // Sleeps until an event, the watch's end, Stop() (which interrupts
       // the watch: watch_ is set before this loop checks stopping()) or the
-      // next resync, waking twice on the way to give memory back, as
+      // next resync, waking on the way to give memory back as
       // AwaitReleasingWhenIdle does (common/memory.h); an idle informer
       // does not wake otherwise.
       const absl::Duration to_resync = next_resync - absl::Now();
-      const absl::Duration idle = released == 0 ? kIdleMemoryRelease : kIdleMemoryReleaseAgain;
-      if (!stream->watcher->WaitReady(released == 2 ? to_resync : std::min(to_resync, idle))) {
-        if (released < 2 && absl::Now() < next_resync) ReleaseThreadMemory();
-        released = std::min(released + 1, 2);
+      if (!stream->watcher->WaitReady(std::min(to_resync, idle.NextWait()))) {
+        if (absl::Now() < next_resync) idle.Idle();
       } else {
-        released = 0;
+        idle.Worked();
         // Marked before anything is taken: Delivered() never sees a
         // bookmark past an event that is on its way to the handlers.
         SetDelivering(true, stream->watcher.get());

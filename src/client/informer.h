@@ -139,6 +139,9 @@ class Informer {
   // Moves `key` in every index from where `before` filed it to where `after`
   // files it (either may be null).
   void ReindexLocked(const std::string& key, const json* before, const json* after) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The keys `index` files under `value`; null if none.
+  const std::set<std::string>* IndexedLocked(const std::string& index, const std::string& value) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // index → value → keys.
   using Indexes = std::map<std::string, std::map<std::string, std::set<std::string>>>;
   void Reindex(Indexes& indexes, const std::string& key, const json* before, const json* after) const;

@@ -36,18 +36,25 @@ void ConfigureAllocator() {
 
 int64_t ThreadMemoryReleases() { return releases.load(std::memory_order_relaxed); }
 
+absl::Duration IdleMemoryRelease::NextWait() const {
+  return done_ == 0 ? kIdleMemoryRelease : done_ == 1 ? kIdleMemoryReleaseAgain : absl::InfiniteDuration();
+}
+
+void IdleMemoryRelease::Idle() {
+  if (done_ >= 2) return;
+  ReleaseThreadMemory();
+  ++done_;
+}
+
 void AwaitReleasingWhenIdle(absl::Mutex& mu, const absl::Condition& cond) {
-  if (mu.AwaitWithTimeout(cond, kIdleMemoryRelease)) return;
-  mu.Unlock();
-  ReleaseThreadMemory();
-  mu.Lock();
-  // Blocks other threads free after that come back to this heap only on a
-  // later call of its own: once more, later.
-  if (mu.AwaitWithTimeout(cond, kIdleMemoryReleaseAgain)) return;
-  mu.Unlock();
-  ReleaseThreadMemory();
-  mu.Lock();
-  mu.Await(cond);
+  // Blocks other threads free come back to this heap only on a later call
+  // of its own: released once idle, and once more later.
+  IdleMemoryRelease idle;
+  while (!mu.AwaitWithTimeout(cond, idle.NextWait())) {
+    mu.Unlock();
+    idle.Idle();
+    mu.Lock();
+  }
 }
 
 }  // namespace berth

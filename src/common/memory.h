@@ -46,6 +46,23 @@ void ConfigureAllocator();
 // How many times ReleaseThreadMemory ran in this process (tests).
 int64_t ThreadMemoryReleases();
 
+// When an idle thread gives its memory back: kIdleMemoryRelease after its
+// last work, kIdleMemoryReleaseAgain after that, then not until it has
+// worked again. For waits that are not a plain condition (the informer's).
+class IdleMemoryRelease {
+ public:
+  // How long to wait for work before the next release (InfiniteDuration:
+  // none is due).
+  absl::Duration NextWait() const;
+  // The wait for work ran out: gives the thread's memory back.
+  void Idle();
+  // Work came: the schedule starts over.
+  void Worked() { done_ = 0; }
+
+ private:
+  int done_ = 0;
+};
+
 // mu.Await(cond), which after kIdleMemoryRelease without `cond` releases
 // the thread's memory (mu released meanwhile), again kIdleMemoryReleaseAgain
 // later, and waits on. A thread that stays idle therefore wakes twice, not

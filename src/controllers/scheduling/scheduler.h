@@ -222,7 +222,7 @@ class Scheduler {
 
   bool Pending(const nlohmann::json& pod) const;
   void RequeuePending();
-  // Queues kRequeueAll if any pod waits (see kPendingIndex).
+  // Queues kRequeueAll if any pod waits (see pending_index_).
   void RequeueAllIfAnyPending();
   void RequeuePodsUsing(const nlohmann::json& claim);
 
