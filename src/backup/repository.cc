@@ -191,9 +191,21 @@ absl::StatusOr<Fd> Repository::Lock(bool exclusive, std::string_view what) const
   return fd;
 }
 
-absl::StatusOr<std::unique_ptr<BackupWriter>> Repository::StartBackup(std::string_view name) {
+absl::StatusOr<RepositoryHold> Repository::HoldShared(std::string_view what) const {
+  BERTH_ASSIGN_OR_RETURN(Fd lock, Lock(false, what));
+  return RepositoryHold(std::move(lock), root_);
+}
+
+absl::StatusOr<std::unique_ptr<BackupWriter>> Repository::StartBackup(std::string_view name, RepositoryHold hold) {
   BERTH_RETURN_IF_ERROR(ValidateBackupName(name));
-  BERTH_ASSIGN_OR_RETURN(Fd lock, Lock(false, StrCat("start backup ", name)));
+  if (hold.held() && hold.root_ != root_) {
+    return absl::InvalidArgumentError(
+        StrCat("start backup ", name, ": the lock held is of repository ", hold.root_, ", not ", root_));
+  }
+  Fd lock = std::move(hold.lock_);
+  if (!lock.ok()) {
+    BERTH_ASSIGN_OR_RETURN(lock, Lock(false, StrCat("start backup ", name)));
+  }
   if (::access(ManifestPath(name).c_str(), F_OK) == 0) {
     return absl::AlreadyExistsError(StrCat("backup \"", name, "\" already exists"));
   }

@@ -111,6 +111,23 @@ struct VolumeStats {
 
 class Repository;
 
+// The repository's shared lock held ahead of a backup: a caller that must not
+// fail while garbage collection runs waits for it (Repository::HoldShared is
+// UNAVAILABLE until the collection ends) and hands it to StartBackup, which
+// keeps it for the writer. Empty when default-constructed.
+class RepositoryHold {
+ public:
+  RepositoryHold() = default;
+  bool held() const { return lock_.ok(); }
+
+ private:
+  friend class Repository;
+  RepositoryHold(Fd lock, std::string root) : lock_(std::move(lock)), root_(std::move(root)) {}
+
+  Fd lock_;
+  std::string root_;  // the repository it locks
+};
+
 // Writes one backup: chunks as volumes are added, the manifest at Commit().
 // Destroying it without Commit() abandons the backup: no manifest is written,
 // its new chunks stay unreferenced until Gc(). Holds the repository's shared
@@ -207,8 +224,14 @@ class Repository {
   int64_t chunk_size() const { return chunk_size_; }
 
   // Starts backup `name` (ValidateBackupName). ALREADY_EXISTS if a backup of
-  // that name exists; UNAVAILABLE while Gc() runs.
-  absl::StatusOr<std::unique_ptr<BackupWriter>> StartBackup(std::string_view name);
+  // that name exists; UNAVAILABLE while Gc() runs, unless `hold` (from
+  // HoldShared of this repository) already holds the shared lock;
+  // INVALID_ARGUMENT for a hold of another repository.
+  absl::StatusOr<std::unique_ptr<BackupWriter>> StartBackup(std::string_view name, RepositoryHold hold = {});
+
+  // Takes the shared lock that backups, restores and verifies hold
+  // (UNAVAILABLE while Gc() runs; `what` names the waiter in that error).
+  absl::StatusOr<RepositoryHold> HoldShared(std::string_view what) const;
 
   // Names of committed backups, sorted.
   absl::StatusOr<std::vector<std::string>> ListBackups() const;

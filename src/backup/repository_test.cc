@@ -1,6 +1,7 @@
 #include "backup/repository.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -644,6 +645,36 @@ TEST_F(RepositoryTest, GcWaitsForNoBackupInProgress) {
   ASSERT_TRUE(gc.ok()) << gc.status();
   EXPECT_EQ(gc->chunks_removed, 0);
   EXPECT_EQ(Restored("b1"), Contents(vol_));
+}
+
+TEST_F(RepositoryTest, AHoldWaitsOutGcAndBecomesTheWritersLock) {
+  {
+    // Another process's collection holds the exclusive lock.
+    Fd gc(::open((root_ + "/lock").c_str(), O_RDONLY | O_CLOEXEC));
+    ASSERT_TRUE(gc.ok());
+    ASSERT_EQ(::flock(gc.get(), LOCK_EX | LOCK_NB), 0);
+    absl::StatusOr<RepositoryHold> busy = repo_->HoldShared("start backup b1");
+    EXPECT_EQ(busy.status().code(), absl::StatusCode::kUnavailable);
+    EXPECT_THAT(busy.status().message(), HasSubstr("cannot start backup b1: garbage collection is running"));
+  }
+  absl::StatusOr<RepositoryHold> hold = repo_->HoldShared("start backup b1");
+  ASSERT_TRUE(hold.ok()) << hold.status();
+  EXPECT_TRUE(hold->held());
+  EXPECT_EQ(repo_->Gc().status().code(), absl::StatusCode::kUnavailable) << "the hold keeps collection out";
+
+  auto writer = repo_->StartBackup("b1", std::move(*hold));
+  ASSERT_TRUE(writer.ok()) << writer.status();
+  EXPECT_EQ(repo_->Gc().status().code(), absl::StatusCode::kUnavailable) << "the writer keeps the hold";
+  ASSERT_TRUE((*writer)->Commit().ok());
+  EXPECT_TRUE(repo_->Gc().ok()) << "released at Commit";
+
+  // A hold is of one repository only.
+  auto other = Repository::Create(dir_.Join("other"));
+  ASSERT_TRUE(other.ok()) << other.status();
+  absl::StatusOr<RepositoryHold> theirs = (*other)->HoldShared("start backup b2");
+  ASSERT_TRUE(theirs.ok());
+  EXPECT_EQ(repo_->StartBackup("b2", std::move(*theirs)).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(repo_->ReadManifest("b2").status().code(), absl::StatusCode::kNotFound);
 }
 
 TEST_F(RepositoryTest, GcRemovesNothingWhenAManifestCannotBeRead) {

@@ -247,6 +247,22 @@ absl::Status BackupController::SyncBackup(const std::string& name) {
         s["expiration"] = Rfc3339(now + kDefaultTtl);
       });
     }
+    // A backup waits for the repository's garbage collection instead of
+    // failing for it (Velero queues a backup behind its repository's
+    // maintenance): the shared lock is taken before the run starts, and the
+    // run keeps it until its manifest is written.
+    backup::RepositoryHold hold;
+    if (auto location = Location(Str(*b, {"spec", "storageLocation"})); location.ok()) {
+      if (auto repo = OpenRepository(*location, /*create=*/true); repo.ok()) {
+        auto held = (*repo)->HoldShared(StrCat("start backup ", name));
+        if (absl::IsUnavailable(held.status())) return WaitForRepository(*b, held.status());
+        if (held.ok()) hold = std::move(*held);
+      }  // else the run fails, saying why
+    }
+    {
+      absl::MutexLock lock(&mu_);
+      waiting_.erase(Uid(*b));
+    }
     const absl::Duration ttl = ttl_or_default(Field(*b, "spec"));
     BERTH_RETURN_IF_ERROR(EditStatus(registry_, Backups(), *b, [&](json& s) {
       s["phase"] = kPhaseInProgress;
@@ -256,7 +272,7 @@ absl::Status BackupController::SyncBackup(const std::string& name) {
     auto fresh = registry_.Get(Backups(), "", name);
     if (!fresh.ok()) return fresh.status();
     events_.Record(*fresh, "Normal", "BackupStarted", StrCat("Backup ", name, " started"));
-    absl::Status taken = TakeBackup(*fresh);
+    absl::Status taken = TakeBackup(*fresh, std::move(hold));
     if (!taken.ok()) {
       // The run ended without writing its outcome (a status write failed):
       // the retry must say why, not that berth up stopped.
@@ -303,6 +319,21 @@ absl::Status BackupController::Validate(const json& backup, std::vector<std::str
   if (auto s = backup::ValidateBackupName(Name(backup)); !s.ok()) {
     errors.push_back(StrCat("the name cannot name a backup in a repository: ", s.message()));
   }
+  return absl::OkStatus();
+}
+
+absl::Status BackupController::WaitForRepository(const json& backup, const absl::Status& busy) {
+  bool first = false;
+  {
+    absl::MutexLock lock(&mu_);
+    first = waiting_.insert(Uid(backup)).second;
+  }
+  if (first) {
+    spdlog::info("backup {} waits: {}", Name(backup), std::string(busy.message()));
+    events_.Record(backup, "Normal", "WaitingForRepository",
+                   StrCat(busy.message(), "; the backup starts when it is done"));
+  }
+  queue_.AddAfter(Name(backup), options_.repository_busy_retry);
   return absl::OkStatus();
 }
 
@@ -459,6 +490,10 @@ absl::Status BackupController::Expire(const json& backup) {
 }
 
 absl::Status BackupController::Delete(const json& backup) {
+  {
+    absl::MutexLock lock(&mu_);
+    waiting_.erase(Uid(backup));
+  }
   if (!HasFinalizer(backup, kBackupFinalizer)) return absl::OkStatus();
   if (Str(backup, {"status", "phase"}) != kPhaseDeleting) {
     BERTH_RETURN_IF_ERROR(EditStatus(registry_, Backups(), backup, [](json& s) { s["phase"] = kPhaseDeleting; }));

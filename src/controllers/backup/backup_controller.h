@@ -83,6 +83,9 @@ class BackupController {
     absl::Duration progress_period = absl::Seconds(1);
     // How often BackupStorageLocations are checked again.
     absl::Duration location_period = absl::Minutes(1);
+    // How often a new backup waiting for its repository's garbage
+    // collection looks again.
+    absl::Duration repository_busy_retry = absl::Seconds(1);
     backup::RepositoryOptions repository_options = {};
     Clock* clock = nullptr;  // null: the real clock
   };
@@ -105,7 +108,12 @@ class BackupController {
 
   absl::Status SyncFromRepository(const nlohmann::json& location, backup::Repository& repo);
   absl::Status Validate(const nlohmann::json& backup, std::vector<std::string>& errors);
-  absl::Status TakeBackup(const nlohmann::json& backup);
+  // Runs the backup; `hold` is the repository's shared lock if the sync
+  // took it (else the run takes it, failing while garbage collection runs).
+  absl::Status TakeBackup(const nlohmann::json& backup, backup::RepositoryHold hold);
+  // A new backup whose repository is being garbage-collected (`busy` says
+  // so) looks again after Options::repository_busy_retry; the first wait is an event.
+  absl::Status WaitForRepository(const nlohmann::json& backup, const absl::Status& busy);
   // Fails an InProgress backup no run of this process is taking: berth up
   // stopped during it, or this process's run ended without writing its
   // outcome (then `reason` is that run's error).
@@ -152,6 +160,8 @@ class BackupController {
   int64_t snapshot_events_ ABSL_GUARDED_BY(mu_) = 0;
   // uid → error of a run that ended without writing its outcome.
   std::map<std::string, std::string> failed_runs_ ABSL_GUARDED_BY(mu_);
+  // uids of new backups waiting for their repository's garbage collection.
+  std::set<std::string> waiting_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace berth::controllers

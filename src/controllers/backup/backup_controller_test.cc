@@ -5,11 +5,15 @@
 // location's repository becoming Backup objects.
 #include "controllers/backup/backup_controller.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
+
 #include <filesystem>
 
 #include "backup/repository.h"
 #include "client/informer.h"
 #include "common/clock.h"
+#include "common/fd.h"
 #include "controllers/testing/controller_fixture.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -119,6 +123,46 @@ TEST_F(BackupControllerTest, ABackupOfObjectsCompletesAndExpiresWithItsData) {
   auto listed = (*repo)->ListBackups();
   ASSERT_TRUE(listed.ok());
   EXPECT_THAT(*listed, IsEmpty());
+}
+
+TEST_F(BackupControllerTest, ABackupWaitsForTheRepositorysGarbageCollection) {
+  Location("default", repo_dir_);
+  StartController();
+  ASSERT_FALSE(HasFatalFailure());
+  ASSERT_TRUE(testing::Eventually([&] {
+    return Get("backupstoragelocations", kGroup, "", "default").value("status", json::object()).value("phase", "") ==
+           "Available";
+  }));
+  // A collection (another berth up's, or this one's after a delete) holds
+  // the repository's exclusive lock.
+  Fd gc(::open((repo_dir_ + "/lock").c_str(), O_RDONLY | O_CLOEXEC));
+  ASSERT_TRUE(gc.ok());
+  ASSERT_EQ(::flock(gc.get(), LOCK_EX | LOCK_NB), 0);
+
+  Create("backups", kGroup, "", {{"metadata", {{"name", "queued"}}}, {"spec", {{"includedNamespaces", {"shop"}}}}});
+  auto waiting = [&] {
+    auto events = registry_->List(K("events"), "", {});
+    if (!events.ok()) return std::string();
+    for (const auto& e : events->items) {
+      if (e.value("reason", "") == "WaitingForRepository") return e.value("message", "");
+    }
+    return std::string();
+  };
+  ASSERT_TRUE(testing::Eventually([&] { return !waiting().empty(); })) << Backup("queued").dump(2);
+  EXPECT_THAT(waiting(), HasSubstr("garbage collection is running"));
+  // Looked at again, a second later and later still: it waits, not fails.
+  for (int i = 0; i < 3; ++i) {
+    clock_.Advance(absl::Seconds(1));
+    ASSERT_TRUE(testing::Settle(*store_));
+    EXPECT_EQ(Phase("queued"), "") << "a backup waiting for the repository has not started";
+  }
+  gc = Fd();  // the collection ends
+  clock_.Advance(absl::Seconds(1));
+  ASSERT_TRUE(testing::Eventually([&] { return Phase("queued") == "Completed"; })) << Backup("queued").dump(2);
+  EXPECT_EQ(Backup("queued")["status"]["errors"], 0);
+  auto repo = backup::Repository::Open(repo_dir_);
+  ASSERT_TRUE(repo.ok());
+  EXPECT_TRUE((*repo)->ReadManifest("queued").ok());
 }
 
 TEST_F(BackupControllerTest, ABadSpecFailsValidationWithEveryReason) {

@@ -295,7 +295,7 @@ absl::Status BackupController::MoveVolume(Run& run, Volume& v) {
   return closed;
 }
 
-absl::Status BackupController::TakeBackup(const json& backup) {
+absl::Status BackupController::TakeBackup(const json& backup, backup::RepositoryHold hold) {
   Run run;
   run.backup = backup;
   const std::string name = Name(backup);
@@ -366,7 +366,7 @@ absl::Status BackupController::TakeBackup(const json& backup) {
   for (const auto& v : run.volumes) run.total_bytes += v.size_bytes;
   WriteProgress(run, true);  // records the snapshots: an interrupted run's cleanup needs them
 
-  auto writer = run.repo->StartBackup(name);
+  auto writer = run.repo->StartBackup(name, std::move(hold));
   if (!writer.ok()) return fail(writer.status());
   run.writer = std::move(*writer);
   // The Backup itself, so another berth up reading this repository knows it.
