@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/strings/strip.h"
 #include "api/quantity.h"
 #include "api/selector.h"
 #include "api/types/core_pod.h"
@@ -330,8 +331,10 @@ absl::Status BackupController::WaitForRepository(const json& backup, const absl:
   }
   if (first) {
     spdlog::info("backup {} waits: {}", Name(backup), std::string(busy.message()));
+    // "cannot start backup b: garbage collection is running; retry": the
+    // retry is this controller's.
     events_.Record(backup, "Normal", "WaitingForRepository",
-                   StrCat(busy.message(), "; the backup starts when it is done"));
+                   StrCat(absl::StripSuffix(busy.message(), "; retry"), ": the backup starts when it is done"));
   }
   queue_.AddAfter(Name(backup), options_.repository_busy_retry);
   return absl::OkStatus();

@@ -149,7 +149,7 @@ TEST_F(BackupControllerTest, ABackupWaitsForTheRepositorysGarbageCollection) {
     return std::string();
   };
   ASSERT_TRUE(testing::Eventually([&] { return !waiting().empty(); })) << Backup("queued").dump(2);
-  EXPECT_THAT(waiting(), HasSubstr("garbage collection is running"));
+  EXPECT_THAT(waiting(), HasSubstr("garbage collection is running: the backup starts when it is done"));
   // Looked at again, a second later and later still: it waits, not fails.
   for (int i = 0; i < 3; ++i) {
     clock_.Advance(absl::Seconds(1));
