@@ -70,6 +70,9 @@ class BackupControllerTest : public testing::ControllerTest {
            {{"metadata", {{"name", name}}},
             {"spec", {{"provider", "filesystem"}, {"default", is_default}, {"config", {{"path", path}}}}}});
   }
+  std::string LocationPhase(const std::string& name) {
+    return Get("backupstoragelocations", kGroup, "", name).value("status", json::object()).value("phase", "");
+  }
   json Backup(const std::string& name) { return Get("backups", kGroup, "", name); }
   std::string Phase(const std::string& name) {
     const json b = Backup(name);
@@ -88,10 +91,7 @@ TEST_F(BackupControllerTest, ABackupOfObjectsCompletesAndExpiresWithItsData) {
   Location("default", repo_dir_);
   StartController();
   ASSERT_FALSE(HasFatalFailure());
-  ASSERT_TRUE(testing::Eventually([&] {
-    return Get("backupstoragelocations", kGroup, "", "default").value("status", json::object()).value("phase", "") ==
-           "Available";
-  }));
+  ASSERT_TRUE(testing::Eventually([&] { return LocationPhase("default") == "Available"; }));
   EXPECT_TRUE(std::filesystem::exists(repo_dir_ + "/berth-backup.json")) << "a ReadWrite location makes its repository";
 
   Create("backups", kGroup, "",
@@ -129,10 +129,7 @@ TEST_F(BackupControllerTest, ABackupWaitsForTheRepositorysGarbageCollection) {
   Location("default", repo_dir_);
   StartController();
   ASSERT_FALSE(HasFatalFailure());
-  ASSERT_TRUE(testing::Eventually([&] {
-    return Get("backupstoragelocations", kGroup, "", "default").value("status", json::object()).value("phase", "") ==
-           "Available";
-  }));
+  ASSERT_TRUE(testing::Eventually([&] { return LocationPhase("default") == "Available"; }));
   // A collection (another berth up's, or this one's after a delete) holds
   // the repository's exclusive lock.
   Fd gc(::open((repo_dir_ + "/lock").c_str(), O_RDONLY | O_CLOEXEC));
