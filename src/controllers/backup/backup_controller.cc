@@ -260,10 +260,6 @@ absl::Status BackupController::SyncBackup(const std::string& name) {
         if (held.ok()) hold = std::move(*held);
       }  // else the run fails, saying why
     }
-    {
-      absl::MutexLock lock(&mu_);
-      waiting_.erase(Uid(*b));
-    }
     const absl::Duration ttl = ttl_or_default(Field(*b, "spec"));
     BERTH_RETURN_IF_ERROR(EditStatus(registry_, Backups(), *b, [&](json& s) {
       s["phase"] = kPhaseInProgress;
@@ -324,18 +320,13 @@ absl::Status BackupController::Validate(const json& backup, std::vector<std::str
 }
 
 absl::Status BackupController::WaitForRepository(const json& backup, const absl::Status& busy) {
-  bool first = false;
-  {
-    absl::MutexLock lock(&mu_);
-    first = waiting_.insert(Uid(backup)).second;
-  }
-  if (first) {
-    spdlog::info("backup {} waits: {}", Name(backup), std::string(busy.message()));
-    // "cannot start backup b: garbage collection is running; retry": the
-    // retry is this controller's.
-    events_.Record(backup, "Normal", "WaitingForRepository",
-                   StrCat(absl::StripSuffix(busy.message(), "; retry"), ": the backup starts when it is done"));
-  }
+  spdlog::debug("backup {} waits: {}", Name(backup), std::string(busy.message()));
+  // Recorded at every look: the recorder turns the repeats into one event
+  // with a count.
+  // "cannot start backup b: garbage collection is running; retry": the
+  // retry is this controller's.
+  events_.Record(backup, "Normal", "WaitingForRepository",
+                 StrCat(absl::StripSuffix(busy.message(), "; retry"), ": the backup starts when it is done"));
   queue_.AddAfter(Name(backup), options_.repository_busy_retry);
   return absl::OkStatus();
 }
@@ -493,10 +484,6 @@ absl::Status BackupController::Expire(const json& backup) {
 }
 
 absl::Status BackupController::Delete(const json& backup) {
-  {
-    absl::MutexLock lock(&mu_);
-    waiting_.erase(Uid(backup));
-  }
   if (!HasFinalizer(backup, kBackupFinalizer)) return absl::OkStatus();
   if (Str(backup, {"status", "phase"}) != kPhaseDeleting) {
     BERTH_RETURN_IF_ERROR(EditStatus(registry_, Backups(), backup, [](json& s) { s["phase"] = kPhaseDeleting; }));

@@ -112,7 +112,7 @@ class BackupController {
   // took it (else the run takes it, failing while garbage collection runs).
   absl::Status TakeBackup(const nlohmann::json& backup, backup::RepositoryHold hold);
   // A new backup whose repository is being garbage-collected (`busy` says
-  // so) looks again after Options::repository_busy_retry; the first wait is an event.
+  // so) looks again after Options::repository_busy_retry, with an event.
   absl::Status WaitForRepository(const nlohmann::json& backup, const absl::Status& busy);
   // Fails an InProgress backup no run of this process is taking: berth up
   // stopped during it, or this process's run ended without writing its
@@ -160,8 +160,6 @@ class BackupController {
   int64_t snapshot_events_ ABSL_GUARDED_BY(mu_) = 0;
   // uid → error of a run that ended without writing its outcome.
   std::map<std::string, std::string> failed_runs_ ABSL_GUARDED_BY(mu_);
-  // uids of new backups waiting for their repository's garbage collection.
-  std::set<std::string> waiting_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace berth::controllers
