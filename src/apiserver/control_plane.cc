@@ -87,6 +87,12 @@ void WriteStoreMetrics(const store::Store::CacheStats& c, std::string* out) {
                            {"berth_store_cache_shared_objects", MetricType::kGauge,
                             "Objects kept past the budget, uncounted, because something else holds them too.",
                             static_cast<int64_t>(c.shared_objects)},
+                           {"berth_store_cache_parsed_objects", MetricType::kGauge,
+                            "Cached objects held parsed; the others, let go of while the writes stopped, hold "
+                            "only their JSON text.",
+                            static_cast<int64_t>(c.parsed_objects)},
+                           {"berth_store_cache_reparses_total", MetricType::kCounter,
+                            "Hits on an object the cache had let go of, whose text was parsed again.", c.reparses},
                        });
 }
 

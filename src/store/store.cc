@@ -331,7 +331,7 @@ void Store::WriterLoop() {
     }
     if (idle) {  // quiet after writes: once, then wait for the next write
       sweep_due = false;
-      CacheSweepShared();
+      CacheSweepIdle();
       continue;
     }
     sweep_due = true;

@@ -25,7 +25,10 @@
 // writes enter it only after COMMIT succeeds, a failed mutation or batch
 // leaves it untouched, and objects read from SQLite on a miss enter it only
 // if no batch was applied meanwhile (else the read may be stale). It starts
-// empty on open and fills as objects are read and written.
+// empty on open and fills as objects are read and written. Once the writes
+// stop, the cache lets go of its parsed objects and keeps their JSON text
+// (shared with the watch history): a parsed object takes 4-5 times its
+// text. The next read of one parses the text once and holds the result.
 //
 // Watches replay history after a resourceVersion and then follow live
 // changes. History is kept in memory (bounded); a resourceVersion older than
@@ -208,9 +211,17 @@ class Store {
     // After writes, once the writer has had nothing to do for this long, it
     // looks over every entry kept past the budget and lets go of those only
     // the cache holds any more (a burst leaves many: objects still on their
-    // way to watchers when they were evicted). Inserts also recheck two
-    // each; this is for when the writes stop.
+    // way to watchers when they were evicted; inserts also recheck two
+    // each), and then, with `compact_when_idle`, lets go of every cached
+    // parsed object, keeping its text.
     absl::Duration shared_sweep_after = absl::Seconds(1);
+    // Whether the cache holds only the JSON text of its objects while the
+    // writes stop (see above): at rest 10,000 bound claims and their
+    // volumes hold ~40 MiB parsed against ~8 MiB of text, most of it the
+    // watch history's own. A parsed object someone else still holds (an
+    // informer's, a watch event's) is taken back on the next read, not
+    // parsed again.
+    bool compact_when_idle = true;
     // Resources whose writes do not enter the cache: written far more than
     // read (events), they would evict the objects controllers read. A read
     // still caches them.
@@ -226,6 +237,8 @@ class Store {
     size_t bytes = 0;           // counted against the budget
     size_t shared_objects = 0;  // kept past the budget: also held elsewhere when last looked at
     size_t shared_bytes = 0;
+    size_t parsed_objects = 0;  // entries holding their parsed object (the rest hold only text)
+    int64_t reparses = 0;       // hits on an entry let go of when idle whose text was parsed again
   };
 
   // Opens (creating if needed, mode 0600) the database. FAILED_PRECONDITION if it was
@@ -292,12 +305,14 @@ class Store {
   struct Mutation;
   struct Txn;
   using ObjectPtr = std::shared_ptr<const Object>;
+  using TextPtr = std::shared_ptr<const std::string>;
   // A write of one key waiting to enter the cache: the new object (null:
-  // deleted), its serialized size and whether it may enter the cache (a
-  // write of a write-mostly resource only evicts the old entry).
+  // deleted), its JSON as written (the watch event's text, shared) and
+  // whether it may enter the cache (a write of a write-mostly resource only
+  // evicts the old entry).
   struct CacheWrite {
     ObjectPtr object;
-    size_t bytes = 0;
+    TextPtr text;
     bool admit = true;
   };
   using CacheWrites = std::unordered_map<std::string, CacheWrite>;
@@ -305,17 +320,30 @@ class Store {
   // (read since it was written, or a fill from SQLite), shared_ (kept past
   // the budget, uncounted).
   enum class CacheList { kFresh, kLru, kShared };
+  // An entry holds its object's text always and, unless compacted while
+  // idle, the parsed object; compacted, `parsed` still finds the parsed
+  // object while anyone else holds it.
   struct CacheEntry {
     ObjectPtr object;
-    size_t bytes = 0;
+    std::weak_ptr<const Object> parsed;
+    TextPtr text;
+    size_t bytes = 0;  // text->size(), counted against the budget (or shared_bytes_)
     CacheList list = CacheList::kLru;
     std::list<std::string>::iterator lru;  // in the list `list` names
   };
   static std::string CacheKey(std::string_view resource, std::string_view ns, std::string_view name);
-  ObjectPtr CacheLookup(const std::string& key) ABSL_LOCKS_EXCLUDED(cache_mu_);
+  // The cached object (a hit; a compacted entry's text is parsed outside
+  // the lock), or null on a miss, with the cache's epoch at the miss in
+  // `miss_epoch` when given.
+  ObjectPtr CacheLookup(const std::string& key, uint64_t* miss_epoch = nullptr) ABSL_LOCKS_EXCLUDED(cache_mu_);
+  // The entry's parsed object, taken back from another holder if it was
+  // compacted; null if it must be parsed from its text.
+  ObjectPtr CacheParsedLocked(CacheEntry& entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(cache_mu_);
+  // Whether anything besides the cache holds the entry's parsed object.
+  static bool HeldElsewhere(const CacheEntry& entry);
   // Inserts into fresh_ (a write of a key not cached: nobody has read it
   // yet) or lru_ (a fill from SQLite, or a write of a key that was cached).
-  void CacheInsertLocked(const std::string& key, ObjectPtr object, size_t bytes, CacheList list)
+  void CacheInsertLocked(const std::string& key, ObjectPtr object, TextPtr text, CacheList list)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(cache_mu_);
   // A hit: the entry becomes the most recently used of lru_.
   void CacheTouchLocked(CacheEntry& entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(cache_mu_);
@@ -323,9 +351,10 @@ class Store {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(cache_mu_);
   // Applies a committed batch's writes (writer thread).
   void CacheApply(CacheWrites writes) ABSL_LOCKS_EXCLUDED(cache_mu_);
-  // Counts again every uncounted entry only the cache holds, then evicts
-  // down to the budget.
-  void CacheSweepShared() ABSL_LOCKS_EXCLUDED(cache_mu_);
+  // Once the writes stop: counts again every uncounted entry only the cache
+  // holds, evicts down to the budget, and (Options::compact_when_idle)
+  // lets go of the parsed objects.
+  void CacheSweepIdle() ABSL_LOCKS_EXCLUDED(cache_mu_);
   // Moves the uncounted entry `it` back to the counted ones, as the least
   // recently used.
   void CacheCountAgainLocked(std::unordered_map<std::string, CacheEntry>::iterator it)

@@ -23,18 +23,9 @@ absl::StatusOr<Object> Store::Get(const std::string& resource, const std::string
 absl::StatusOr<std::shared_ptr<const Object>> Store::GetShared(const std::string& resource, const std::string& ns,
                                                                const std::string& name) {
   const std::string key = CacheKey(resource, ns, name);
-  uint64_t epoch;
-  {
-    absl::MutexLock lock(&cache_mu_);
-    if (auto it = cache_.find(key); it != cache_.end()) {
-      CacheTouchLocked(it->second);
-      ++stats_.hits;
-      return it->second.object;
-    }
-    ++stats_.misses;
-    epoch = epoch_;
-  }
-  std::string data;
+  uint64_t epoch = 0;
+  if (ObjectPtr cached = CacheLookup(key, &epoch)) return cached;
+  TextPtr data;
   {
     absl::MutexLock lock(&read_mu_);
     Stmt s(read_db_, "SELECT data FROM objects WHERE resource=?1 AND namespace=?2 AND name=?3");
@@ -42,9 +33,9 @@ absl::StatusOr<std::shared_ptr<const Object>> Store::GetShared(const std::string
     const int rc = s.Step();
     if (rc == SQLITE_DONE) return absl::NotFoundError(StrCat(resource, " \"", name, "\" not found"));
     if (rc != SQLITE_ROW) return SqlError(read_db_, "get");
-    data = s.Text(0);
+    data = std::make_shared<const std::string>(s.Text(0));
   }
-  auto obj = std::make_shared<const Object>(Object::parse(data));
+  auto obj = std::make_shared<const Object>(Object::parse(*data));
   absl::MutexLock lock(&cache_mu_);
   // A batch applied since the miss may have changed the object after this
   // read: then the cache already holds what it wrote, or must not hold it.
@@ -53,7 +44,7 @@ absl::StatusOr<std::shared_ptr<const Object>> Store::GetShared(const std::string
   if (epoch_ != epoch) {
     ++stats_.fills_skipped;
   } else if (!cache_.contains(key)) {
-    CacheInsertLocked(key, obj, data.size(), CacheList::kLru);
+    CacheInsertLocked(key, obj, std::move(data), CacheList::kLru);
   }
   return obj;
 }
@@ -151,16 +142,43 @@ std::string Store::CacheKey(std::string_view resource, std::string_view ns, std:
   return StrCat(resource.size(), ":", resource, ns.size(), ":", ns, name);
 }
 
-Store::ObjectPtr Store::CacheLookup(const std::string& key) {
-  absl::MutexLock lock(&cache_mu_);
-  auto it = cache_.find(key);
-  if (it == cache_.end()) {
-    ++stats_.misses;
-    return nullptr;
+Store::ObjectPtr Store::CacheLookup(const std::string& key, uint64_t* miss_epoch) {
+  TextPtr text;
+  {
+    absl::MutexLock lock(&cache_mu_);
+    auto it = cache_.find(key);
+    if (it == cache_.end()) {
+      ++stats_.misses;
+      if (miss_epoch != nullptr) *miss_epoch = epoch_;
+      return nullptr;
+    }
+    CacheTouchLocked(it->second);
+    ++stats_.hits;
+    if (ObjectPtr held = CacheParsedLocked(it->second)) return held;
+    text = it->second.text;
   }
-  CacheTouchLocked(it->second);
-  ++stats_.hits;
-  return it->second.object;
+  // Compacted and let go by everyone: parse its text (outside the lock: a
+  // parse takes 10-25 us) and hold the result again, unless a write
+  // replaced the entry meanwhile (then the parse is still the object as it
+  // was when this read began, as a miss's SQLite read would be).
+  auto parsed = std::make_shared<const Object>(Object::parse(*text));
+  absl::MutexLock lock(&cache_mu_);
+  ++stats_.reparses;
+  if (auto it = cache_.find(key); it != cache_.end() && it->second.text == text) {
+    if (ObjectPtr raced = CacheParsedLocked(it->second)) return raced;  // another reader parsed it first
+    it->second.object = parsed;
+  }
+  return parsed;
+}
+
+Store::ObjectPtr Store::CacheParsedLocked(CacheEntry& entry) {
+  cache_mu_.AssertHeld();
+  if (entry.object == nullptr) entry.object = entry.parsed.lock();
+  return entry.object;
+}
+
+bool Store::HeldElsewhere(const CacheEntry& entry) {
+  return entry.object != nullptr ? entry.object.use_count() > 1 : !entry.parsed.expired();
 }
 
 void Store::CacheTouchLocked(CacheEntry& entry) {
@@ -199,12 +217,13 @@ void Store::CacheEraseLocked(std::unordered_map<std::string, CacheEntry>::iterat
   cache_.erase(it);
 }
 
-void Store::CacheInsertLocked(const std::string& key, ObjectPtr object, size_t bytes, CacheList list) {
+void Store::CacheInsertLocked(const std::string& key, ObjectPtr object, TextPtr text, CacheList list) {
   cache_mu_.AssertHeld();
+  const size_t bytes = text->size();
   if (bytes > options_.cache_bytes) return;  // also: the cache is off
   std::list<std::string>& into = list == CacheList::kFresh ? fresh_ : lru_;
   into.push_front(key);
-  cache_[key] = CacheEntry{std::move(object), bytes, list, into.begin()};
+  cache_[key] = CacheEntry{std::move(object), {}, std::move(text), bytes, list, into.begin()};
   cache_bytes_ += bytes;
   if (list == CacheList::kFresh) fresh_bytes_ += bytes;
   // Shared entries whose other holders let go count again: two rechecked
@@ -212,7 +231,7 @@ void Store::CacheInsertLocked(const std::string& key, ObjectPtr object, size_t b
   // entry and what only the cache holds stays near the budget.
   for (int i = 0; i < 2 && !shared_.empty(); ++i) {
     auto it = cache_.find(shared_.back());
-    if (it->second.object.use_count() > 1) {
+    if (HeldElsewhere(it->second)) {
       shared_.splice(shared_.begin(), shared_, it->second.lru);
       continue;
     }
@@ -236,7 +255,7 @@ void Store::CacheEvictLocked() {
   // Evict the least recently used of the entries read since they were
   // written, or the oldest of those not read yet once they take more than
   // their share (Options::fresh_share) or are all that is left. An object
-  // someone else holds (use_count > 1: an informer's current object, a
+  // someone else holds (HeldElsewhere: an informer's current object, a
   // reader's) is moved to the uncounted set instead, as evicting it would
   // free nothing.
   const auto fresh_limit = static_cast<size_t>(static_cast<double>(options_.cache_bytes) * options_.fresh_share);
@@ -247,7 +266,7 @@ void Store::CacheEvictLocked() {
     from.pop_back();
     cache_bytes_ -= victim->second.bytes;
     if (from_fresh) fresh_bytes_ -= victim->second.bytes;
-    if (victim->second.object.use_count() > 1) {
+    if (HeldElsewhere(victim->second)) {
       victim->second.list = CacheList::kShared;
       shared_.push_front(victim->first);
       victim->second.lru = shared_.begin();
@@ -258,14 +277,27 @@ void Store::CacheEvictLocked() {
   }
 }
 
-void Store::CacheSweepShared() {
+void Store::CacheSweepIdle() {
   absl::MutexLock lock(&cache_mu_);
   for (auto key = shared_.begin(); key != shared_.end();) {
     auto it = cache_.find(*key);
     ++key;  // (counting it again unlinks it)
-    if (it->second.object.use_count() == 1) CacheCountAgainLocked(it);
+    if (!HeldElsewhere(it->second)) CacheCountAgainLocked(it);
   }
   CacheEvictLocked();
+  if (!options_.compact_when_idle) return;
+  // What the objects cost parsed is what this frees: a parsed object takes
+  // 4-5 times its text, and the text of an object written lately is the
+  // watch history's own. One held elsewhere stays found through `parsed`;
+  // no weak reference is kept to one only the cache held (it would keep
+  // the object's control block, scattered over the heap of the thread
+  // that made it).
+  for (auto& [key, entry] : cache_) {
+    if (entry.object == nullptr) continue;
+    entry.parsed =
+        entry.object.use_count() > 1 ? std::weak_ptr<const Object>(entry.object) : std::weak_ptr<const Object>();
+    entry.object.reset();
+  }
 }
 
 void Store::CacheApply(CacheWrites writes) {
@@ -279,7 +311,7 @@ void Store::CacheApply(CacheWrites writes) {
       list = CacheList::kLru;
       CacheEraseLocked(it);
     }
-    if (w.object != nullptr && w.admit) CacheInsertLocked(key, std::move(w.object), w.bytes, list);
+    if (w.object != nullptr && w.admit) CacheInsertLocked(key, std::move(w.object), std::move(w.text), list);
   }
 }
 
@@ -290,6 +322,7 @@ Store::CacheStats Store::cache_stats() const {
   out.bytes = cache_bytes_;
   out.shared_objects = shared_.size();
   out.shared_bytes = shared_bytes_;
+  for (const auto& [key, entry] : cache_) out.parsed_objects += entry.object != nullptr ? 1 : 0;
   return out;
 }
 
