@@ -8,8 +8,11 @@
 //              start of `berth apply`)
 //   apply/s    N / the wall time of `berth apply` alone
 //   the CPU seconds of berth apply and of berth up (and its node agent,
-//   berth-csi) over the run, the peak (VmHWM) and final RSS of berth up,
-//   and the size of the store (state.db + its WAL), and the hit rate of
+//   berth-csi) over the run, the peak (VmHWM) and final RSS of berth up
+//   (after the lists below), its RSS at rest (once it has not fallen for
+//   3 s, at most 20 s later: idle threads give memory back 1 s and 6 s
+//   after their last work, the store compacts what it keeps 1 s after the
+//   last write), and the size of the store (state.db + its WAL), and the hit rate of
 //   the store's object cache over the run (berth up's /metrics).
 //   waits/claim
 //              berth up's voluntary context switches (its threads' waits,
@@ -158,7 +161,7 @@ pid_t Spawn(const std::vector<std::string>& argv, const std::string& log) {
 struct Result {
   bool ok = false;
   double apply_s = 0, bound_s = 0, apply_cpu_s = 0, up_cpu_s = 0;
-  long peak_kib = 0, final_kib = 0, store_bytes = 0;
+  long peak_kib = 0, final_kib = 0, rest_kib = 0, store_bytes = 0;
   double list_first_ms = 0, list_s = 0;
   double berth_get_first_s = 0, berth_get_s = 0;
   double kubectl_first_s = -1, kubectl_s = -1;  // -1: no kubectl
@@ -400,6 +403,19 @@ Result Run(int n) {
   }
   res.peak_kib = StatusKiB(guard.up, "VmHWM:");
   res.final_kib = StatusKiB(guard.up, "VmRSS:");
+  {
+    res.rest_kib = res.final_kib;
+    const absl::Time end = absl::Now() + absl::Seconds(20);
+    absl::Time fell = absl::Now();
+    while (absl::Now() < end && absl::Now() - fell < absl::Seconds(3)) {
+      absl::SleepFor(absl::Milliseconds(500));
+      const long now = StatusKiB(guard.up, "VmRSS:");
+      if (now < res.rest_kib) {
+        res.rest_kib = now;
+        fell = absl::Now();
+      }
+    }
+  }
   for (const char* f : {"/state.db", "/state.db-wal"}) {
     std::error_code ec;
     const auto size = fs::file_size(data + f, ec);
@@ -488,12 +504,12 @@ int main(int argc, char** argv) {
     }
   }
   if (sizes.empty()) sizes = {1000, 10000};
-  std::printf("%8s %10s %9s %10s %9s %12s %12s %9s %9s %10s %11s %11s %14s %7s %18s %12s %16s %10s %15s\n", "claims",
-              "bound s", "claims/s", "apply s", "apply/s", "apply CPU s", "up CPU s", "peak MiB", "final MiB",
-              "store MiB", "cache hit %", "waits/claim", "list 1st B ms", "list s", "berth get 1st B s", "berth get s",
-              "kubectl 1st B s", "kubectl s", "serve apply/s");
+  std::printf("%8s %10s %9s %10s %9s %12s %12s %9s %9s %9s %10s %11s %11s %14s %7s %18s %12s %16s %10s %15s\n",
+              "claims", "bound s", "claims/s", "apply s", "apply/s", "apply CPU s", "up CPU s", "peak MiB", "final MiB",
+              "rest MiB", "store MiB", "cache hit %", "waits/claim", "list 1st B ms", "list s", "berth get 1st B s",
+              "berth get s", "kubectl 1st B s", "kubectl s", "serve apply/s");
   int failures = 0;
-  std::string dat = "# claims bound_s peak_MiB final_MiB claims_per_s\n";
+  std::string dat = "# claims bound_s peak_MiB final_MiB claims_per_s rest_MiB\n";
   for (int n : sizes) {
     Result r = Run(n);
     if (!r.ok) {
@@ -504,14 +520,14 @@ int main(int argc, char** argv) {
     char kubectl[64] = "               -          -";
     if (r.kubectl_s >= 0) std::snprintf(kubectl, sizeof(kubectl), "%16.2f %10.2f", r.kubectl_first_s, r.kubectl_s);
     std::printf(
-        "%8d %10.2f %9.0f %10.2f %9.0f %12.2f %12.2f %9.1f %9.1f %10.1f %11.1f %11.1f %14.1f %7.2f %18.3f %12.2f %s "
-        "%15.0f\n",
+        "%8d %10.2f %9.0f %10.2f %9.0f %12.2f %12.2f %9.1f %9.1f %9.1f %10.1f %11.1f %11.1f %14.1f %7.2f %18.3f %12.2f "
+        "%s %15.0f\n",
         n, r.bound_s, n / r.bound_s, r.apply_s, n / r.apply_s, r.apply_cpu_s, r.up_cpu_s, r.peak_kib / 1024.0,
-        r.final_kib / 1024.0, static_cast<double>(r.store_bytes) / (1 << 20), r.cache_hit_pct, r.waits_per_claim,
-        r.list_first_ms, r.list_s, r.berth_get_first_s, r.berth_get_s, kubectl, n / r.serve_apply_s);
+        r.final_kib / 1024.0, r.rest_kib / 1024.0, static_cast<double>(r.store_bytes) / (1 << 20), r.cache_hit_pct,
+        r.waits_per_claim, r.list_first_ms, r.list_s, r.berth_get_first_s, r.berth_get_s, kubectl, n / r.serve_apply_s);
     char line[160];
-    std::snprintf(line, sizeof(line), "%d %.2f %.1f %.1f %.0f\n", n, r.bound_s, r.peak_kib / 1024.0,
-                  r.final_kib / 1024.0, n / r.bound_s);
+    std::snprintf(line, sizeof(line), "%d %.2f %.1f %.1f %.0f %.1f\n", n, r.bound_s, r.peak_kib / 1024.0,
+                  r.final_kib / 1024.0, n / r.bound_s, r.rest_kib / 1024.0);
     dat += line;
   }
   if (!plot.empty()) WritePlot(plot, dat);

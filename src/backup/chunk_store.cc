@@ -15,27 +15,10 @@
 #include "common/hash.h"
 #include "common/status.h"
 #include "common/strings.h"
+#include "common/zstd.h"
 
 namespace berth::backup {
 namespace {
-
-struct CCtxDeleter {
-  void operator()(ZSTD_CCtx* c) const { ZSTD_freeCCtx(c); }
-};
-struct DCtxDeleter {
-  void operator()(ZSTD_DCtx* c) const { ZSTD_freeDCtx(c); }
-};
-
-// One compression and one decompression context per thread: a context
-// holds megabytes of tables, too many to allocate per chunk.
-ZSTD_CCtx* ThreadCCtx() {
-  static thread_local std::unique_ptr<ZSTD_CCtx, CCtxDeleter> ctx(ZSTD_createCCtx());
-  return ctx.get();
-}
-ZSTD_DCtx* ThreadDCtx() {
-  static thread_local std::unique_ptr<ZSTD_DCtx, DCtxDeleter> ctx(ZSTD_createDCtx());
-  return ctx.get();
-}
 
 std::string ChunkTempSuffix() {
   static thread_local std::mt19937_64 gen(std::random_device{}());
@@ -90,7 +73,7 @@ absl::StatusOr<ChunkStore::PutResult> ChunkStore::Put(std::string_view content) 
   BERTH_ASSIGN_OR_RETURN(const bool exists, Exists(result.hash));
   if (exists) return result;
 
-  ZSTD_CCtx* cctx = ThreadCCtx();
+  ZSTD_CCtx* cctx = ThreadZstdCCtx();
   ZSTD_CCtx_setParameter(cctx, ZSTD_c_compressionLevel, zstd_level_);
   ZSTD_CCtx_setParameter(cctx, ZSTD_c_checksumFlag, 1);
   std::string compressed(ZSTD_compressBound(content.size()), '\0');
@@ -132,7 +115,7 @@ absl::StatusOr<std::string> ChunkStore::Get(std::string_view hash, int64_t max_s
   }
   std::string content(size, '\0');
   const size_t n =
-      ZSTD_decompressDCtx(ThreadDCtx(), content.data(), content.size(), compressed->data(), compressed->size());
+      ZSTD_decompressDCtx(ThreadZstdDCtx(), content.data(), content.size(), compressed->data(), compressed->size());
   if (ZSTD_isError(n)) return corrupt(ZSTD_getErrorName(n));
   if (n != size) return corrupt(StrCat("decompressed to ", n, " bytes, its header says ", size));
   if (Sha256Hex(content) != hash) return corrupt("its content does not match its hash");

@@ -10,18 +10,23 @@
 #include <sqlite3.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <cstring>
 
 #include <future>
 #include <map>
 #include <random>
 #include <thread>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
 #include "absl/time/clock.h"
+#include "common/memory.h"
 #include "common/strings.h"
+#include "common/zstd.h"
 #include "spdlog/spdlog.h"
 namespace berth::store {
 namespace store_internal {
@@ -332,6 +337,10 @@ void Store::WriterLoop() {
     if (idle) {  // quiet after writes: once, then wait for the next write
       sweep_due = false;
       CacheSweepIdle();
+      if (options_.compact_when_idle) CompactTexts();
+      // The texts and objects this thread made and let go of go back now,
+      // not at its next write (mimalloc's pages are its own to free).
+      ReleaseThreadMemory();
       continue;
     }
     sweep_due = true;
@@ -408,7 +417,7 @@ void Store::Publish(std::vector<Change> events) {
   for (size_t i = 0; i < events.size(); ++i) {
     Change& c = events[i];
     history_.push_back(HistoryEntry{c.event.type, std::move(c.event.resource), c.event.resource_version,
-                                    std::move(c.event.text), c.event.object, std::move(before_labels[i])});
+                                    KeptText(std::move(c.event.text)), c.event.object, std::move(before_labels[i])});
   }
   if (!events.empty()) committed_rv_ = events.back().event.resource_version;
   committed_rv_ = std::max(committed_rv_, next_rv_);  // also covers batches without events
@@ -419,10 +428,117 @@ void Store::Publish(std::vector<Change> events) {
   }
 }
 
-Event Store::HistoryEntry::ToEvent() const {
+absl::StatusOr<Event> Store::HistoryEntry::ToEvent() const {
+  absl::StatusOr<TextPtr> plain = text.Plain();
+  if (!plain.ok()) return plain.status();
   ObjectPtr shared = object.lock();
-  if (shared == nullptr) shared = std::make_shared<const Object>(Object::parse(*text));
-  return Event{type, resource, std::move(shared), resource_version, text};
+  if (shared == nullptr) shared = std::make_shared<const Object>(Object::parse(**plain));
+  return Event{type, resource, std::move(shared), resource_version, std::move(*plain)};
+}
+
+bool Store::WritesWaiting() {
+  absl::MutexLock lock(&queue_mu_);
+  return !queue_.empty() || stopping_;
+}
+
+namespace {
+
+// Texts a resource's dictionary is trained on, at most (~1 MiB of claims:
+// a few tens of milliseconds, once).
+constexpr size_t kDictionarySamples = 1000;
+
+// The resource of a cache key (CacheKey: "<length>:<resource>...").
+std::string_view KeyResource(std::string_view key) {
+  const size_t colon = key.find(':');
+  size_t n = 0;
+  std::from_chars(key.data(), key.data() + colon, n);
+  return key.substr(colon + 1, n);
+}
+
+}  // namespace
+
+void Store::CompactTexts() {
+  struct Pending {
+    TextPtr text;
+    std::string resource;
+    std::string frame;  // once compressed
+    std::shared_ptr<const ZstdDictionary> dict;
+  };
+  // Every plain text once: an object written lately has one text in both
+  // the cache and the history. (Held here, a text's address stays its own.)
+  std::unordered_map<const std::string*, Pending> pending;
+  {
+    absl::MutexLock lock(&cache_mu_);
+    for (const auto& [key, entry] : cache_) {
+      const TextPtr& t = entry.text.plain();
+      if (t != nullptr) pending.try_emplace(t.get(), Pending{t, std::string(KeyResource(key)), {}, nullptr});
+    }
+  }
+  {
+    absl::MutexLock lock(&watch_mu_);
+    for (const HistoryEntry& h : history_) {
+      const TextPtr& t = h.text.plain();
+      if (t != nullptr) pending.try_emplace(t.get(), Pending{t, h.resource, {}, nullptr});
+    }
+  }
+  std::map<std::string, std::vector<Pending*>> by_resource;
+  for (auto& [address, item] : pending) by_resource[item.resource].push_back(&item);
+  size_t compressed = 0;
+  bool interrupted = false;
+  for (auto& [resource, items] : by_resource) {
+    std::shared_ptr<const ZstdDictionary>& dict = dictionaries_[resource];
+    if (dict == nullptr) {
+      // Trained once per resource, on texts spread over what is kept; a
+      // resource zstd cannot train on yet is tried again at twice as many.
+      size_t& tried = untrained_[resource];
+      if (items.size() < ZstdDictionary::kMinSamples || items.size() < 2 * tried) continue;
+      std::vector<std::string_view> samples;
+      const size_t step = std::max<size_t>(1, items.size() / kDictionarySamples);
+      for (size_t i = 0; i < items.size() && samples.size() < kDictionarySamples; i += step) {
+        samples.push_back(*items[i]->text);
+      }
+      dict = ZstdDictionary::Train(samples);
+      if (dict == nullptr) {
+        tried = items.size();
+        continue;
+      }
+      untrained_.erase(resource);
+    }
+    for (Pending* item : items) {
+      if (++compressed % 256 == 0 && WritesWaiting()) {  // the rest at the next pause
+        interrupted = true;
+        break;
+      }
+      std::string frame = dict->Compress(*item->text);
+      if (frame.empty() || frame.size() >= item->text->size()) continue;
+      item->frame = std::move(frame);
+      item->dict = dict;
+    }
+    if (interrupted) break;
+  }
+  // Each entry that still holds the text it had takes the frame.
+  auto compress = [&pending](KeptText& text) {
+    if (text.plain() == nullptr) return;
+    auto it = pending.find(text.plain().get());
+    if (it != pending.end() && it->second.dict != nullptr) text.SetCompressed(it->second.frame, it->second.dict);
+  };
+  {
+    absl::MutexLock lock(&cache_mu_);
+    for (auto& [key, entry] : cache_) compress(entry.text);
+  }
+  absl::MutexLock lock(&watch_mu_);
+  for (HistoryEntry& h : history_) compress(h.text);
+}
+
+Store::HistoryStats Store::history_stats() const {
+  absl::MutexLock lock(&watch_mu_);
+  HistoryStats out;
+  out.events = history_.size();
+  for (const HistoryEntry& h : history_) {
+    out.compressed_events += h.text.compressed() ? 1 : 0;
+    out.text_bytes += h.text.held_bytes();
+  }
+  return out;
 }
 
 }  // namespace berth::store

@@ -26,9 +26,14 @@
 // leaves it untouched, and objects read from SQLite on a miss enter it only
 // if no batch was applied meanwhile (else the read may be stale). It starts
 // empty on open and fills as objects are read and written. Once the writes
-// stop, the cache lets go of its parsed objects and keeps their JSON text
-// (shared with the watch history): a parsed object takes 4-5 times its
-// text. The next read of one parses the text once and holds the result.
+// stop, the cache lets go of its parsed objects and keeps their JSON text:
+// a parsed object takes 4-5 times its text. The next read of one parses
+// the text once and holds the result.
+//
+// At the same time the texts the cache and the watch history keep are
+// compressed with a zstd dictionary per resource, trained on the texts
+// themselves (common/zstd.h): 10,000 bound claims and their volumes keep
+// ~1 MiB where their JSON is ~20 MiB.
 //
 // Watches replay history after a resourceVersion and then follow live
 // changes. History is kept in memory (bounded); a resourceVersion older than
@@ -63,6 +68,7 @@
 #include "absl/time/time.h"
 #include "api/selector.h"
 #include "nlohmann/json.hpp"
+#include "store/kept_text.h"
 
 struct sqlite3;
 
@@ -215,12 +221,12 @@ class Store {
     // each), and then, with `compact_when_idle`, lets go of every cached
     // parsed object, keeping its text.
     absl::Duration shared_sweep_after = absl::Seconds(1);
-    // Whether the cache holds only the JSON text of its objects while the
-    // writes stop (see above): at rest 10,000 bound claims and their
-    // volumes hold ~40 MiB parsed against ~8 MiB of text, most of it the
-    // watch history's own. A parsed object someone else still holds (an
-    // informer's, a watch event's) is taken back on the next read, not
-    // parsed again.
+    // Whether the cache holds only the text of its objects while the
+    // writes stop, and that text and the history's compressed (see above):
+    // at rest 10,000 bound claims and their volumes hold ~40 MiB parsed
+    // and ~20 MiB of text (the cache's and the history's) without. A
+    // parsed object someone else still holds (an informer's, a watch
+    // event's) is taken back on the next read, not parsed again.
     bool compact_when_idle = true;
     // Resources whose writes do not enter the cache: written far more than
     // read (events), they would evict the objects controllers read. A read
@@ -237,8 +243,16 @@ class Store {
     size_t bytes = 0;           // counted against the budget
     size_t shared_objects = 0;  // kept past the budget: also held elsewhere when last looked at
     size_t shared_bytes = 0;
-    size_t parsed_objects = 0;  // entries holding their parsed object (the rest hold only text)
-    int64_t reparses = 0;       // hits on an entry let go of when idle whose text was parsed again
+    size_t parsed_objects = 0;      // entries holding their parsed object (the rest hold only text)
+    int64_t reparses = 0;           // hits on an entry let go of when idle whose text was parsed again
+    size_t compressed_objects = 0;  // entries whose text is compressed
+    size_t text_bytes = 0;          // held for the entries' texts (a plain one shared with the history counted whole)
+  };
+  // The watch history (for tests, benchmarks and metrics).
+  struct HistoryStats {
+    size_t events = 0;
+    size_t compressed_events = 0;
+    size_t text_bytes = 0;  // held for the events' texts, as CacheStats::text_bytes
   };
 
   // Opens (creating if needed, mode 0600) the database. FAILED_PRECONDITION if it was
@@ -300,6 +314,7 @@ class Store {
 
   int64_t ResourceVersion() const;
   CacheStats cache_stats() const ABSL_LOCKS_EXCLUDED(cache_mu_);
+  HistoryStats history_stats() const ABSL_LOCKS_EXCLUDED(watch_mu_);
 
  private:
   struct Mutation;
@@ -326,10 +341,11 @@ class Store {
   struct CacheEntry {
     ObjectPtr object;
     std::weak_ptr<const Object> parsed;
-    TextPtr text;
-    size_t bytes = 0;  // text->size(), counted against the budget (or shared_bytes_)
+    KeptText text;
+    size_t bytes = 0;  // text.size(), counted against the budget (or shared_bytes_)
     CacheList list = CacheList::kLru;
     std::list<std::string>::iterator lru;  // in the list `list` names
+    uint64_t serial = 0;                   // this entry, not a later one of the same key
   };
   static std::string CacheKey(std::string_view resource, std::string_view ns, std::string_view name);
   // The cached object (a hit; a compacted entry's text is parsed outside
@@ -355,6 +371,12 @@ class Store {
   // holds, evicts down to the budget, and (Options::compact_when_idle)
   // lets go of the parsed objects.
   void CacheSweepIdle() ABSL_LOCKS_EXCLUDED(cache_mu_);
+  // Once the writes stop (writer thread): compresses the texts of the cache
+  // and the history, training a resource's dictionary first when there
+  // are enough of its texts. Compresses outside both locks, and stops
+  // early when writes arrive (the rest waits for the next pause).
+  void CompactTexts() ABSL_LOCKS_EXCLUDED(cache_mu_, watch_mu_, queue_mu_);
+  bool WritesWaiting() ABSL_LOCKS_EXCLUDED(queue_mu_);
   // Moves the uncounted entry `it` back to the counted ones, as the least
   // recently used.
   void CacheCountAgainLocked(std::unordered_map<std::string, CacheEntry>::iterator it)
@@ -377,12 +399,12 @@ class Store {
     EventType type;
     std::string resource;
     int64_t resource_version = 0;
-    std::shared_ptr<const std::string> text;
+    KeptText text;
     std::weak_ptr<const Object> object;
     std::optional<std::map<std::string, std::string>> before_labels;  // nullopt: no object before
     // The event as Offer takes it (the object shared if still alive, else
-    // parsed from `text`).
-    Event ToEvent() const;
+    // parsed from `text`); DATA_LOSS if a compressed text is damaged.
+    absl::StatusOr<Event> ToEvent() const;
   };
   void WriterLoop();
   // `events`: each change with the object before it and the new object's
@@ -428,6 +450,13 @@ class Store {
   CacheStats stats_ ABSL_GUARDED_BY(cache_mu_);
 
   int64_t next_rv_ = 0;  // writer thread only
+  uint64_t next_serial_ ABSL_GUARDED_BY(cache_mu_) = 0;
+
+  // The texts' dictionaries by resource, and for a resource zstd could not
+  // train on, how many texts it had then (tried again at twice as many).
+  // Writer thread only.
+  std::map<std::string, std::shared_ptr<const ZstdDictionary>> dictionaries_;
+  std::map<std::string, size_t> untrained_;
 };
 
 }  // namespace berth::store

@@ -371,6 +371,69 @@ TEST_F(StoreTest, CacheHoldsOnlyTextOnceTheWritesStop) {
   EXPECT_EQ(*store.Get("pods", "default", "p2"), *updated);
 }
 
+// Once the writes stop the texts the cache and the watch history keep are
+// compressed with a dictionary of their resource, once it has enough of
+// them; reads and replayed watches get every object back as written.
+TEST_F(StoreTest, KeptTextsAreCompressedOnceTheWritesStop) {
+  auto s = Store::Open({.path = dir_.Join("state.db"), .shared_sweep_after = absl::ZeroDuration()});
+  ASSERT_TRUE(s.ok());
+  Store& store = **s;
+  constexpr int kPods = 150, kFew = 10;  // kFew configmaps, the first to watch from
+  auto first = store.Create("configmaps", Pvc("first"));
+  ASSERT_TRUE(first.ok());
+  const int64_t from = Rv(*first);
+  std::vector<Object> created;
+  for (int i = 0; i < kPods; ++i) {
+    auto c = store.Create("pods", Pvc("p" + std::to_string(i), "ns" + std::to_string(i % 7), {{"app", "a"}}));
+    ASSERT_TRUE(c.ok());
+    created.push_back(*c);
+  }
+  for (int i = 1; i < kFew; ++i) ASSERT_TRUE(store.Create("configmaps", Pvc("c" + std::to_string(i))).ok());
+  size_t plain_bytes = 0;
+  for (const Object& o : created) plain_bytes += o.dump().size();
+  // Too few configmaps for a dictionary: theirs stay plain.
+  ASSERT_TRUE(Eventually([&] { return store.history_stats().compressed_events == kPods; }))
+      << store.history_stats().compressed_events << " of " << kPods << " compressed";
+  ASSERT_TRUE(Eventually([&] { return store.cache_stats().compressed_objects == kPods; }));
+  const Store::HistoryStats hs = store.history_stats();
+  EXPECT_EQ(hs.events, static_cast<size_t>(kPods + kFew));
+  const Store::CacheStats cs = store.cache_stats();
+  EXPECT_EQ(cs.objects, static_cast<size_t>(kPods + kFew));
+  EXPECT_GT(cs.bytes, plain_bytes) << "the budget counts plain bytes";
+  EXPECT_LT(hs.text_bytes, plain_bytes / 3 + kFew * 300) << "history holds " << hs.text_bytes;
+  EXPECT_LT(cs.text_bytes, plain_bytes / 3 + kFew * 300) << "cache holds " << cs.text_bytes;
+
+  // Reads: parsed back from the frames, a hit each, intact.
+  for (int i = 0; i < kPods; ++i) {
+    auto got = store.Get("pods", "ns" + std::to_string(i % 7), "p" + std::to_string(i));
+    ASSERT_TRUE(got.ok());
+    EXPECT_EQ(*got, created[i]);
+  }
+  EXPECT_EQ(store.cache_stats().reparses, kPods);
+  EXPECT_EQ(store.cache_stats().misses, 0);
+  // A replayed watch: every event, its object and its text as written.
+  auto w = store.Watch("pods", "", from);
+  ASSERT_TRUE(w.ok()) << w.status();
+  for (int i = 0; i < kPods; ++i) {
+    auto e = (*w)->Next(absl::Seconds(5));
+    ASSERT_TRUE(e.has_value()) << i;
+    EXPECT_EQ(*e->object, created[i]);
+    ASSERT_NE(e->text, nullptr);
+    EXPECT_EQ(*e->text, created[i].dump());
+  }
+  // A label selector's replay still sees the labels.
+  auto none = store.Watch("pods", "", from, *api::LabelSelector::Parse("app=b"));
+  ASSERT_TRUE(none.ok());
+  EXPECT_FALSE((*none)->Next(absl::Milliseconds(100)).has_value());
+  // Writes go on from compressed entries, and are compressed in turn.
+  Object changed = created[3];
+  changed["spec"]["x"] = 1;
+  auto updated = store.Update("pods", changed);
+  ASSERT_TRUE(updated.ok()) << updated.status();
+  EXPECT_EQ(*store.Get("pods", "ns3", "p3"), *updated);
+  ASSERT_TRUE(Eventually([&] { return store.history_stats().compressed_events == kPods + 1; }));
+}
+
 // Without compact_when_idle the cache keeps its parsed objects at rest.
 TEST_F(StoreTest, CacheKeepsParsedObjectsWhenTold) {
   for (const bool compact : {false, true}) {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "spdlog/spdlog.h"
 #include "store/store_internal.h"
 
 namespace berth::store {
@@ -143,7 +144,8 @@ std::string Store::CacheKey(std::string_view resource, std::string_view ns, std:
 }
 
 Store::ObjectPtr Store::CacheLookup(const std::string& key, uint64_t* miss_epoch) {
-  TextPtr text;
+  KeptText text;
+  uint64_t serial;
   {
     absl::MutexLock lock(&cache_mu_);
     auto it = cache_.find(key);
@@ -156,15 +158,31 @@ Store::ObjectPtr Store::CacheLookup(const std::string& key, uint64_t* miss_epoch
     ++stats_.hits;
     if (ObjectPtr held = CacheParsedLocked(it->second)) return held;
     text = it->second.text;
+    serial = it->second.serial;
   }
-  // Compacted and let go by everyone: parse its text (outside the lock: a
-  // parse takes 10-25 us) and hold the result again, unless a write
-  // replaced the entry meanwhile (then the parse is still the object as it
-  // was when this read began, as a miss's SQLite read would be).
-  auto parsed = std::make_shared<const Object>(Object::parse(*text));
+  // Compacted and let go by everyone: decompress and parse its text
+  // (outside the lock: a parse takes 10-25 us) and hold the result again,
+  // unless a write replaced the entry meanwhile (then the parse is still
+  // the object as it was when this read began, as a miss's SQLite read
+  // would be).
+  absl::StatusOr<TextPtr> plain = text.Plain();
+  ObjectPtr parsed;
+  if (plain.ok()) parsed = std::make_shared<const Object>(Object::parse(**plain));
   absl::MutexLock lock(&cache_mu_);
+  auto it = cache_.find(key);
+  const bool same = it != cache_.end() && it->second.serial == serial;
+  if (!plain.ok()) {
+    // Cannot happen but by a fault in memory: the entry goes, and this read
+    // is a miss (SQLite holds the object).
+    spdlog::error("store: the cached text of {} does not decompress ({}); dropped", key, plain.status().ToString());
+    --stats_.hits;
+    ++stats_.misses;
+    if (same) CacheEraseLocked(it);
+    if (miss_epoch != nullptr) *miss_epoch = epoch_;
+    return nullptr;
+  }
   ++stats_.reparses;
-  if (auto it = cache_.find(key); it != cache_.end() && it->second.text == text) {
+  if (same) {
     if (ObjectPtr raced = CacheParsedLocked(it->second)) return raced;  // another reader parsed it first
     it->second.object = parsed;
   }
@@ -223,7 +241,7 @@ void Store::CacheInsertLocked(const std::string& key, ObjectPtr object, TextPtr 
   if (bytes > options_.cache_bytes) return;  // also: the cache is off
   std::list<std::string>& into = list == CacheList::kFresh ? fresh_ : lru_;
   into.push_front(key);
-  cache_[key] = CacheEntry{std::move(object), {}, std::move(text), bytes, list, into.begin()};
+  cache_[key] = CacheEntry{std::move(object), {}, KeptText(std::move(text)), bytes, list, into.begin(), ++next_serial_};
   cache_bytes_ += bytes;
   if (list == CacheList::kFresh) fresh_bytes_ += bytes;
   // Shared entries whose other holders let go count again: two rechecked
@@ -322,7 +340,11 @@ Store::CacheStats Store::cache_stats() const {
   out.bytes = cache_bytes_;
   out.shared_objects = shared_.size();
   out.shared_bytes = shared_bytes_;
-  for (const auto& [key, entry] : cache_) out.parsed_objects += entry.object != nullptr ? 1 : 0;
+  for (const auto& [key, entry] : cache_) {
+    out.parsed_objects += entry.object != nullptr ? 1 : 0;
+    out.compressed_objects += entry.text.compressed() ? 1 : 0;
+    out.text_bytes += entry.text.held_bytes();
+  }
   return out;
 }
 

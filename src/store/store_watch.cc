@@ -126,8 +126,12 @@ absl::StatusOr<std::unique_ptr<Watcher>> Store::Watch(const std::string& resourc
     // resumed after a relist or a reconnect).
     for (const auto& h : history_) {
       if (h.resource_version <= from_rv || h.resource != resource) continue;
-      const Event e = h.ToEvent();
-      const Watcher::Offered offered[] = {{&e, h.before_labels ? &*h.before_labels : nullptr}};
+      absl::StatusOr<Event> e = h.ToEvent();
+      if (!e.ok()) {  // a damaged compressed text: the client relists instead
+        return absl::OutOfRangeError(
+            StrCat("resource version ", h.resource_version, " cannot be replayed: ", e.status().message()));
+      }
+      const Watcher::Offered offered[] = {{&*e, h.before_labels ? &*h.before_labels : nullptr}};
       w->Offer(offered);
     }
   }

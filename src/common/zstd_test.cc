@@ -1,0 +1,89 @@
+#include "common/zstd.h"
+
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+
+namespace berth {
+namespace {
+
+// A bound claim's JSON as the store writes it, `i` making its names, uid
+// and version its own.
+std::string Claim(int i) {
+  return absl::StrCat(
+      R"({"apiVersion":"v1","kind":"PersistentVolumeClaim","metadata":{"annotations":{"pv.kubernetes.io/bind-completed":"yes","pv.kubernetes.io/bound-by-controller":"yes","volume.kubernetes.io/storage-provisioner":"local.csi.berth.io"},"creationTimestamp":"2026-11-28T21:12:)",
+      i % 60, R"(Z","finalizers":["kubernetes.io/pvc-protection"],"name":"claim-)", i,
+      R"(","namespace":"default","resourceVersion":")", 70000 + 9 * i, R"(","uid":"087960bc-b9c5-44b6-)", 1000 + i,
+      R"(-0fb366b01c89"},"spec":{"accessModes":["ReadWriteOnce"],"resources":{"requests":{"storage":")", 1 + i % 5,
+      R"(Gi"}},"storageClassName":"berth-local","volumeMode":"Filesystem","volumeName":"pvc-087960bc-b9c5-44b6-)",
+      1000 + i,
+      R"(-0fb366b01c89"},"status":{"accessModes":["ReadWriteOnce"],"capacity":{"storage":"1Gi"},"phase":"Bound"}})");
+}
+
+std::shared_ptr<const ZstdDictionary> Trained(int n) {
+  std::vector<std::string> texts;
+  for (int i = 0; i < n; ++i) texts.push_back(Claim(i));
+  std::vector<std::string_view> samples(texts.begin(), texts.end());
+  return ZstdDictionary::Train(samples);
+}
+
+TEST(ZstdDictionaryTest, SmallAlikeTextsCompressWellAndComeBackIntact) {
+  auto dict = Trained(500);
+  ASSERT_NE(dict, nullptr);
+  EXPECT_LE(dict->size(), ZstdDictionary::kCapacity);
+  size_t plain = 0, packed = 0;
+  for (int i = 10000; i < 10100; ++i) {  // objects the dictionary never saw
+    const std::string text = Claim(i);
+    const std::string frame = dict->Compress(text);
+    ASSERT_FALSE(frame.empty());
+    auto back = dict->Decompress(frame);
+    ASSERT_TRUE(back.ok()) << back.status();
+    EXPECT_EQ(*back, text);
+    plain += text.size();
+    packed += frame.size();
+  }
+  EXPECT_LT(packed * 5, plain) << packed << " of " << plain << " bytes";
+}
+
+TEST(ZstdDictionaryTest, TooFewSamplesTrainNothing) { EXPECT_EQ(Trained(ZstdDictionary::kMinSamples - 1), nullptr); }
+
+TEST(ZstdDictionaryTest, AFrameNotOfThisDictionaryIsDataLoss) {
+  auto dict = Trained(200);
+  ASSERT_NE(dict, nullptr);
+  EXPECT_EQ(dict->Decompress("not a frame").status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(dict->Decompress("").status().code(), absl::StatusCode::kDataLoss);
+  std::string frame = dict->Compress(Claim(7));
+  frame.resize(frame.size() / 2);
+  EXPECT_EQ(dict->Decompress(frame).status().code(), absl::StatusCode::kDataLoss);
+  // Another dictionary's frame: zstd checks the dictionary's id.
+  std::vector<std::string> texts;
+  for (int i = 0; i < 200; ++i)
+    texts.push_back(absl::StrCat(R"({"kind":"Event","reason":"Provisioning","count":)", i, "}"));
+  auto other = ZstdDictionary::Train(std::vector<std::string_view>(texts.begin(), texts.end()));
+  ASSERT_NE(other, nullptr);
+  EXPECT_FALSE(dict->Decompress(other->Compress(texts[3])).ok());
+}
+
+TEST(ZstdDictionaryTest, ThreadsShareOneDictionary) {
+  auto dict = Trained(200);
+  ASSERT_NE(dict, nullptr);
+  std::vector<std::thread> threads;
+  std::vector<int> wrong(4, 0);
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 300; ++i) {
+        const std::string text = Claim(t * 1000 + i);
+        auto back = dict->Decompress(dict->Compress(text));
+        if (!back.ok() || *back != text) ++wrong[t];
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(wrong, std::vector<int>(4, 0));
+}
+
+}  // namespace
+}  // namespace berth
