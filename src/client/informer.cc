@@ -33,16 +33,30 @@ std::pair<std::string, std::string> SplitKey(const std::string& key) {
 }
 
 namespace {
-std::shared_ptr<const json> Unpack(const std::string& packed) {
+// `dictionary`: the packed form is a zstd frame of the MessagePack.
+std::shared_ptr<const json> Unpack(const std::string& packed, const ZstdDictionary* dictionary) {
   // Packed here from a valid object: it parses (a failure would be a bug;
   // null stands in rather than an exception through a controller).
-  json parsed = json::from_msgpack(packed, /*strict=*/true, /*allow_exceptions=*/false);
+  json parsed;
+  if (dictionary != nullptr) {
+    absl::StatusOr<std::string> msgpack = dictionary->Decompress(packed);
+    if (msgpack.ok()) {
+      parsed = json::from_msgpack(*msgpack, /*strict=*/true, /*allow_exceptions=*/false);
+    } else {
+      parsed = json::value_t::discarded;
+    }
+  } else {
+    parsed = json::from_msgpack(packed, /*strict=*/true, /*allow_exceptions=*/false);
+  }
   if (parsed.is_discarded()) {
     spdlog::error("informer: a packed object does not unpack ({} bytes)", packed.size());
     parsed = json();
   }
   return std::make_shared<const json>(std::move(parsed));
 }
+
+// Objects a dictionary is trained on, at most (spread over the cache).
+constexpr size_t kDictionarySamples = 1000;
 }  // namespace
 
 Informer::Entry::Entry(std::shared_ptr<const json> object, bool compact) {
@@ -64,21 +78,26 @@ std::shared_ptr<const json> Informer::Entry::Shared() const {
 
 std::shared_ptr<const json> Informer::Entry::Get() const {
   if (std::shared_ptr<const json> alive = Shared()) return alive;
-  std::shared_ptr<const json> shared = Unpack(*packed_);
+  std::shared_ptr<const json> shared = Unpack(*packed_, dictionary_.get());
   parsed_ = shared;
   return shared;
 }
 
 Informer::Taken Informer::Take(const Entry& entry) {
-  Taken t{.object = entry.Shared(), .packed = nullptr};
-  if (!t.object) t.packed = entry.packed();
+  Taken t{.object = entry.Shared(), .packed = nullptr, .dictionary = nullptr};
+  if (!t.object) {
+    t.packed = entry.packed();
+    t.dictionary = entry.dictionary();
+  }
   return t;
 }
 
 // Parsed outside mu_, one at a time (a list or scan of packed objects never
 // holds them all parsed) and not remembered: the copies made of it are
 // what the caller keeps.
-std::shared_ptr<const json> Informer::ObjectOf(const Taken& t) { return t.object ? t.object : Unpack(*t.packed); }
+std::shared_ptr<const json> Informer::ObjectOf(const Taken& t) {
+  return t.object ? t.object : Unpack(*t.packed, t.dictionary.get());
+}
 
 Informer::Informer(apiserver::Api& registry, const api::KindInfo& kind, absl::Duration resync, bool compact)
     : registry_(registry), kind_(kind), resync_(resync), compact_(compact) {
@@ -162,17 +181,19 @@ std::optional<json> Informer::GetByKey(const std::string& key) const {
 
 std::shared_ptr<const json> Informer::GetSharedByKey(const std::string& key) const {
   std::shared_ptr<const std::string> packed;
+  std::shared_ptr<const ZstdDictionary> dictionary;
   {
     absl::MutexLock lock(&mu_);
     auto it = cache_.find(key);
     if (it == cache_.end()) return nullptr;
     if (std::shared_ptr<const json> shared = it->second.Shared()) return shared;
     packed = it->second.packed();
+    dictionary = it->second.dictionary();
   }
   // Parsed without holding mu_, so readers and the informer's own delivery
   // do not wait on it; then remembered for the next reader, unless the
   // object changed meanwhile or another reader's copy came first.
-  std::shared_ptr<const json> parsed = Unpack(*packed);
+  std::shared_ptr<const json> parsed = Unpack(*packed, dictionary.get());
   absl::MutexLock lock(&mu_);
   auto it = cache_.find(key);
   if (it == cache_.end() || it->second.packed() != packed) return parsed;
@@ -186,6 +207,55 @@ size_t Informer::PackedBytes() const {
   size_t n = 0;
   for (const auto& [key, entry] : cache_) n += entry.packed_bytes();
   return n;
+}
+
+size_t Informer::CompressedCount() const {
+  absl::MutexLock lock(&mu_);
+  size_t n = 0;
+  for (const auto& [key, entry] : cache_) n += entry.dictionary() != nullptr ? 1 : 0;
+  return n;
+}
+
+void Informer::CompressPacked(const std::function<bool()>& busy) {
+  if (!compact_) return;
+  std::vector<std::pair<std::string, std::shared_ptr<const std::string>>> plain;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [key, entry] : cache_) {
+      if (entry.packed() != nullptr && entry.dictionary() == nullptr) plain.emplace_back(key, entry.packed());
+    }
+  }
+  if (plain.empty()) return;
+  if (dictionary_ == nullptr) {
+    // Trained once, on objects spread over the cache; too few, or objects
+    // zstd cannot train on, wait for twice as many.
+    if (plain.size() < ZstdDictionary::kMinSamples || plain.size() < 2 * untrained_) return;
+    std::vector<std::string_view> samples;
+    const size_t step = std::max<size_t>(1, plain.size() / kDictionarySamples);
+    for (size_t i = 0; i < plain.size() && samples.size() < kDictionarySamples; i += step) {
+      samples.push_back(*plain[i].second);
+    }
+    dictionary_ = ZstdDictionary::Train(samples);
+    if (dictionary_ == nullptr) {
+      untrained_ = plain.size();
+      return;
+    }
+  }
+  std::vector<std::pair<size_t, std::shared_ptr<const std::string>>> frames;
+  for (size_t i = 0; i < plain.size(); ++i) {
+    if (i % 256 == 255 && busy()) break;  // the rest at the next pause
+    std::string frame = dictionary_->Compress(*plain[i].second);
+    if (frame.empty() || frame.size() >= plain[i].second->size()) continue;
+    frames.emplace_back(i, std::make_shared<const std::string>(std::move(frame)));
+  }
+  absl::MutexLock lock(&mu_);
+  for (auto& [i, frame] : frames) {
+    auto it = cache_.find(plain[i].first);
+    // Replaced meanwhile (by a relist: events come on this thread): skip.
+    if (it != cache_.end() && it->second.packed() == plain[i].second) {
+      it->second.SetCompressed(std::move(frame), dictionary_);
+    }
+  }
 }
 
 std::vector<json> Informer::List(const std::string& ns) const {
@@ -430,7 +500,12 @@ void Informer::Run() {
       // does not wake otherwise.
       const absl::Duration to_resync = next_resync - absl::Now();
       if (!stream->watcher->WaitReady(std::min(to_resync, idle.NextWait()))) {
-        if (absl::Now() < next_resync) idle.Idle();
+        if (absl::Now() < next_resync) {
+          // Idle: the packed objects are compressed first, so what that
+          // frees goes back with the rest.
+          CompressPacked([&] { return stopping() || stream->watcher->WaitReady(absl::ZeroDuration()); });
+          idle.Idle();
+        }
       } else {
         idle.Worked();
         // Marked before anything is taken: Delivered() never sees a
