@@ -221,7 +221,11 @@ void Informer::CompressPacked(const std::function<bool()>& busy) {
   std::vector<std::pair<std::string, std::shared_ptr<const std::string>>> plain;
   {
     absl::MutexLock lock(&mu_);
-    for (const auto& [key, entry] : cache_) {
+    for (auto& [key, entry] : cache_) {
+      // A weak reference outliving its parsed copy keeps the copy's block
+      // (one allocation with the control block), pinning a page of the
+      // heap of whichever thread parsed it.
+      entry.ForgetExpired();
       if (entry.packed() != nullptr && entry.dictionary() == nullptr) plain.emplace_back(key, entry.packed());
     }
   }

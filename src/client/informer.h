@@ -127,6 +127,9 @@ class Informer {
     }
     // Remembers `parsed` as the parsed copy of packed().
     void SetParsed(const std::shared_ptr<const json>& parsed) const { parsed_ = parsed; }
+    void ForgetExpired() {
+      if (parsed_.expired()) parsed_.reset();
+    }
     size_t packed_bytes() const { return packed_ ? packed_->size() : 0; }
 
    private:

@@ -527,7 +527,11 @@ void Store::CompactTexts() {
     for (auto& [key, entry] : cache_) compress(entry.text);
   }
   absl::MutexLock lock(&watch_mu_);
-  for (HistoryEntry& h : history_) compress(h.text);
+  for (HistoryEntry& h : history_) {
+    compress(h.text);
+    // (As the cache's: an expired weak reference pins its object's block.)
+    if (h.object.expired()) h.object.reset();
+  }
 }
 
 Store::HistoryStats Store::history_stats() const {

@@ -311,6 +311,10 @@ void Store::CacheSweepIdle() {
   // the object's control block, scattered over the heap of the thread
   // that made it).
   for (auto& [key, entry] : cache_) {
+    // A weak reference outliving its object keeps the object's block (one
+    // allocation with the control block), pinning a page of the heap of
+    // whichever thread parsed it.
+    if (entry.parsed.expired()) entry.parsed.reset();
     if (entry.object == nullptr) continue;
     entry.parsed =
         entry.object.use_count() > 1 ? std::weak_ptr<const Object>(entry.object) : std::weak_ptr<const Object>();
