@@ -21,6 +21,8 @@ class KeptText {
   KeptText() = default;
   explicit KeptText(TextPtr plain) : plain_(std::move(plain)), size_(plain_ != nullptr ? plain_->size() : 0) {}
 
+  // No text kept (the cache keeps none while it holds the parsed object).
+  bool empty() const { return plain_ == nullptr && dict_ == nullptr; }
   // The plain text's size, compressed or not.
   size_t size() const { return size_; }
   // What this holds in memory for the text (a plain text shared with

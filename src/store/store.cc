@@ -338,6 +338,13 @@ void Store::WriterLoop() {
       sweep_due = false;
       CacheSweepIdle();
       if (options_.compact_when_idle) CompactTexts();
+      // SQLite's page caches (up to 2 MiB per connection) fill again from
+      // the OS's page cache on the next burst.
+      sqlite3_db_release_memory(write_db_);
+      {
+        absl::MutexLock lock(&read_mu_);
+        sqlite3_db_release_memory(read_db_);
+      }
       // The texts and objects this thread made and let go of go back now,
       // not at its next write (mimalloc's pages are its own to free).
       ReleaseThreadMemory();
@@ -457,6 +464,14 @@ std::string_view KeyResource(std::string_view key) {
 
 }  // namespace
 
+void Store::LetGoOfParsed(CacheEntry& entry) {
+  // One held elsewhere stays found through `parsed`; no weak reference is
+  // kept to one only the cache held (see CompactTexts).
+  entry.parsed =
+      entry.object.use_count() > 1 ? std::weak_ptr<const Object>(entry.object) : std::weak_ptr<const Object>();
+  entry.object.reset();
+}
+
 void Store::CompactTexts() {
   struct Pending {
     TextPtr text;
@@ -464,12 +479,23 @@ void Store::CompactTexts() {
     std::string frame;  // once compressed
     std::shared_ptr<const ZstdDictionary> dict;
   };
-  // Every plain text once: an object written lately has one text in both
-  // the cache and the history. (Held here, a text's address stays its own.)
+  // Every plain text kept, once: an object written lately has one text in
+  // both the cache and the history. (Held here, a text's address stays its
+  // own.) And the cache's entries still holding their parsed object.
   std::unordered_map<const std::string*, Pending> pending;
+  std::vector<std::pair<std::string, uint64_t>> unwritten;  // key, serial
   {
     absl::MutexLock lock(&cache_mu_);
-    for (const auto& [key, entry] : cache_) {
+    for (auto& [key, entry] : cache_) {
+      // A weak reference outliving its object keeps the object's block (one
+      // allocation with the control block), pinning a page of the heap of
+      // whichever thread parsed it.
+      if (entry.parsed.expired()) entry.parsed.reset();
+      if (entry.text.empty()) {
+        if (entry.object != nullptr) unwritten.emplace_back(key, entry.serial);
+        continue;
+      }
+      if (entry.object != nullptr) LetGoOfParsed(entry);  // read again since: its text is still here
       const TextPtr& t = entry.text.plain();
       if (t != nullptr) pending.try_emplace(t.get(), Pending{t, std::string(KeyResource(key)), {}, nullptr});
     }
@@ -483,40 +509,86 @@ void Store::CompactTexts() {
   }
   std::map<std::string, std::vector<Pending*>> by_resource;
   for (auto& [address, item] : pending) by_resource[item.resource].push_back(&item);
-  size_t compressed = 0;
-  bool interrupted = false;
+  // Dictionaries first, from the texts kept (the history's, mostly): the
+  // cache's objects are then compressed as they are serialized.
   for (auto& [resource, items] : by_resource) {
     std::shared_ptr<const ZstdDictionary>& dict = dictionaries_[resource];
+    if (dict != nullptr) continue;
+    // Trained once per resource, on texts spread over what is kept; a
+    // resource zstd cannot train on yet is tried again at twice as many.
+    size_t& tried = untrained_[resource];
+    if (items.size() < ZstdDictionary::kMinSamples || items.size() < 2 * tried) continue;
+    std::vector<std::string_view> samples;
+    const size_t step = std::max<size_t>(1, items.size() / kDictionarySamples);
+    for (size_t i = 0; i < items.size() && samples.size() < kDictionarySamples; i += step) {
+      samples.push_back(*items[i]->text);
+    }
+    dict = ZstdDictionary::Train(samples);
     if (dict == nullptr) {
-      // Trained once per resource, on texts spread over what is kept; a
-      // resource zstd cannot train on yet is tried again at twice as many.
-      size_t& tried = untrained_[resource];
-      if (items.size() < ZstdDictionary::kMinSamples || items.size() < 2 * tried) continue;
-      std::vector<std::string_view> samples;
-      const size_t step = std::max<size_t>(1, items.size() / kDictionarySamples);
-      for (size_t i = 0; i < items.size() && samples.size() < kDictionarySamples; i += step) {
-        samples.push_back(*items[i]->text);
+      tried = items.size();
+      continue;
+    }
+    untrained_.erase(resource);
+  }
+  auto dictionary_of = [this](std::string_view resource) -> std::shared_ptr<const ZstdDictionary> {
+    auto it = dictionaries_.find(std::string(resource));
+    return it != dictionaries_.end() ? it->second : nullptr;
+  };
+  // The cache's parsed objects: serialized (as the store wrote them: SQLite
+  // holds the same bytes), compressed and let go of, a few hundred at a
+  // time, so what is made before it is freed stays small. What they cost
+  // parsed is what this frees: 4-5 times their text, 20 times a frame.
+  constexpr size_t kChunk = 256;
+  for (size_t at = 0; at < unwritten.size(); at += kChunk) {
+    if (WritesWaiting()) return;  // the rest at the next pause
+    const size_t end = std::min(at + kChunk, unwritten.size());
+    std::vector<ObjectPtr> objects(end - at);
+    {
+      absl::MutexLock lock(&cache_mu_);
+      for (size_t i = at; i < end; ++i) {
+        auto it = cache_.find(unwritten[i].first);
+        if (it != cache_.end() && it->second.serial == unwritten[i].second && it->second.text.empty()) {
+          objects[i - at] = it->second.object;
+        }
       }
-      dict = ZstdDictionary::Train(samples);
-      if (dict == nullptr) {
-        tried = items.size();
+    }
+    std::vector<KeptText> texts(end - at);
+    for (size_t i = at; i < end; ++i) {
+      ObjectPtr& object = objects[i - at];
+      if (object == nullptr) continue;
+      KeptText& kept = texts[i - at];
+      kept = KeptText(std::make_shared<const std::string>(object->dump()));
+      object.reset();  // (held here, it would look held elsewhere below)
+      if (auto dict = dictionary_of(KeyResource(unwritten[i].first))) {
+        std::string frame = dict->Compress(*kept.plain());
+        if (!frame.empty() && frame.size() < kept.size()) kept.SetCompressed(std::move(frame), std::move(dict));
+      }
+    }
+    absl::MutexLock lock(&cache_mu_);
+    for (size_t i = at; i < end; ++i) {
+      auto it = cache_.find(unwritten[i].first);
+      if (texts[i - at].empty() || it == cache_.end() || it->second.serial != unwritten[i].second ||
+          !it->second.text.empty() || it->second.object == nullptr) {
         continue;
       }
-      untrained_.erase(resource);
+      it->second.text = std::move(texts[i - at]);
+      LetGoOfParsed(it->second);
     }
+  }
+  // The plain texts kept before: compressed, then each entry that still
+  // holds the text it had takes the frame.
+  size_t steps = 0;
+  for (auto& [resource, items] : by_resource) {
+    std::shared_ptr<const ZstdDictionary> dict = dictionary_of(resource);
+    if (dict == nullptr) continue;
     for (Pending* item : items) {
-      if (++compressed % 256 == 0 && WritesWaiting()) {  // the rest at the next pause
-        interrupted = true;
-        break;
-      }
+      if (++steps % kChunk == 0 && WritesWaiting()) return;
       std::string frame = dict->Compress(*item->text);
       if (frame.empty() || frame.size() >= item->text->size()) continue;
       item->frame = std::move(frame);
       item->dict = dict;
     }
-    if (interrupted) break;
   }
-  // Each entry that still holds the text it had takes the frame.
   auto compress = [&pending](KeptText& text) {
     if (text.plain() == nullptr) return;
     auto it = pending.find(text.plain().get());

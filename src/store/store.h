@@ -322,12 +322,11 @@ class Store {
   using ObjectPtr = std::shared_ptr<const Object>;
   using TextPtr = std::shared_ptr<const std::string>;
   // A write of one key waiting to enter the cache: the new object (null:
-  // deleted), its JSON as written (the watch event's text, shared) and
-  // whether it may enter the cache (a write of a write-mostly resource only
-  // evicts the old entry).
+  // deleted), its serialized size and whether it may enter the cache (a
+  // write of a write-mostly resource only evicts the old entry).
   struct CacheWrite {
     ObjectPtr object;
-    TextPtr text;
+    size_t bytes = 0;
     bool admit = true;
   };
   using CacheWrites = std::unordered_map<std::string, CacheWrite>;
@@ -335,14 +334,14 @@ class Store {
   // (read since it was written, or a fill from SQLite), shared_ (kept past
   // the budget, uncounted).
   enum class CacheList { kFresh, kLru, kShared };
-  // An entry holds its object's text always and, unless compacted while
-  // idle, the parsed object; compacted, `parsed` still finds the parsed
-  // object while anyone else holds it.
+  // An entry holds its parsed object or, compacted while idle, its text
+  // (and in `parsed` the parsed object while anyone else holds it). Not
+  // both: the texts of 8 MiB of objects would add to the peak of a burst.
   struct CacheEntry {
     ObjectPtr object;
     std::weak_ptr<const Object> parsed;
     KeptText text;
-    size_t bytes = 0;  // text.size(), counted against the budget (or shared_bytes_)
+    size_t bytes = 0;  // serialized size, counted against the budget (or shared_bytes_)
     CacheList list = CacheList::kLru;
     std::list<std::string>::iterator lru;  // in the list `list` names
     uint64_t serial = 0;                   // this entry, not a later one of the same key
@@ -355,11 +354,13 @@ class Store {
   // The entry's parsed object, taken back from another holder if it was
   // compacted; null if it must be parsed from its text.
   ObjectPtr CacheParsedLocked(CacheEntry& entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(cache_mu_);
+  // Drops the entry's parsed object, which must have its text (idle).
+  static void LetGoOfParsed(CacheEntry& entry);
   // Whether anything besides the cache holds the entry's parsed object.
   static bool HeldElsewhere(const CacheEntry& entry);
   // Inserts into fresh_ (a write of a key not cached: nobody has read it
   // yet) or lru_ (a fill from SQLite, or a write of a key that was cached).
-  void CacheInsertLocked(const std::string& key, ObjectPtr object, TextPtr text, CacheList list)
+  void CacheInsertLocked(const std::string& key, ObjectPtr object, size_t bytes, CacheList list)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(cache_mu_);
   // A hit: the entry becomes the most recently used of lru_.
   void CacheTouchLocked(CacheEntry& entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(cache_mu_);
@@ -368,13 +369,13 @@ class Store {
   // Applies a committed batch's writes (writer thread).
   void CacheApply(CacheWrites writes) ABSL_LOCKS_EXCLUDED(cache_mu_);
   // Once the writes stop: counts again every uncounted entry only the cache
-  // holds, evicts down to the budget, and (Options::compact_when_idle)
-  // lets go of the parsed objects.
+  // holds and evicts down to the budget.
   void CacheSweepIdle() ABSL_LOCKS_EXCLUDED(cache_mu_);
-  // Once the writes stop (writer thread): compresses the texts of the cache
-  // and the history, training a resource's dictionary first when there
-  // are enough of its texts. Compresses outside both locks, and stops
-  // early when writes arrive (the rest waits for the next pause).
+  // Then (writer thread, Options::compact_when_idle): the cache's objects
+  // are serialized and it lets go of them, and its texts and the history's
+  // are compressed, a resource's dictionary trained first when there are
+  // enough of its texts. Serializes and compresses outside both locks, and
+  // stops early when writes arrive (the rest waits for the next pause).
   void CompactTexts() ABSL_LOCKS_EXCLUDED(cache_mu_, watch_mu_, queue_mu_);
   bool WritesWaiting() ABSL_LOCKS_EXCLUDED(queue_mu_);
   // Moves the uncounted entry `it` back to the counted ones, as the least

@@ -207,7 +207,8 @@ struct Store::Txn {
       if (absl::Status st = SetOwners(resource, ns, name, owners); !st.ok()) return st;
     }
     auto stored = std::make_shared<const Object>(std::move(obj));
-    writes[CacheKey(resource, ns, name)] = {stored, data, !store->options_.write_only_resources.count(resource)};
+    writes[CacheKey(resource, ns, name)] = {stored, data->size(),
+                                            !store->options_.write_only_resources.count(resource)};
     events.push_back({Event{type, resource, stored, rv, std::move(data)}, std::move(before)});
     return stored;
   }
@@ -234,7 +235,7 @@ struct Store::Txn {
     s.Bind(1, resource).Bind(2, ns).Bind(3, name);
     if (s.Step() != SQLITE_DONE) return SqlError(db, "delete");
     if (absl::Status st = SetOwners(resource, ns, name, {}); !st.ok()) return st;
-    writes[CacheKey(resource, ns, name)] = {nullptr, nullptr};
+    writes[CacheKey(resource, ns, name)] = {nullptr, 0};
     const std::string uid = Str(obj["metadata"], "uid");
     auto last = std::make_shared<const Object>(std::move(obj));
     events.push_back({Event{EventType::kDeleted, resource, last, rv, nullptr}, last});

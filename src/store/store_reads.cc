@@ -26,7 +26,7 @@ absl::StatusOr<std::shared_ptr<const Object>> Store::GetShared(const std::string
   const std::string key = CacheKey(resource, ns, name);
   uint64_t epoch = 0;
   if (ObjectPtr cached = CacheLookup(key, &epoch)) return cached;
-  TextPtr data;
+  std::string data;
   {
     absl::MutexLock lock(&read_mu_);
     Stmt s(read_db_, "SELECT data FROM objects WHERE resource=?1 AND namespace=?2 AND name=?3");
@@ -34,9 +34,9 @@ absl::StatusOr<std::shared_ptr<const Object>> Store::GetShared(const std::string
     const int rc = s.Step();
     if (rc == SQLITE_DONE) return absl::NotFoundError(StrCat(resource, " \"", name, "\" not found"));
     if (rc != SQLITE_ROW) return SqlError(read_db_, "get");
-    data = std::make_shared<const std::string>(s.Text(0));
+    data = s.Text(0);
   }
-  auto obj = std::make_shared<const Object>(Object::parse(*data));
+  auto obj = std::make_shared<const Object>(Object::parse(data));
   absl::MutexLock lock(&cache_mu_);
   // A batch applied since the miss may have changed the object after this
   // read: then the cache already holds what it wrote, or must not hold it.
@@ -45,7 +45,7 @@ absl::StatusOr<std::shared_ptr<const Object>> Store::GetShared(const std::string
   if (epoch_ != epoch) {
     ++stats_.fills_skipped;
   } else if (!cache_.contains(key)) {
-    CacheInsertLocked(key, obj, std::move(data), CacheList::kLru);
+    CacheInsertLocked(key, obj, data.size(), CacheList::kLru);
   }
   return obj;
 }
@@ -235,13 +235,12 @@ void Store::CacheEraseLocked(std::unordered_map<std::string, CacheEntry>::iterat
   cache_.erase(it);
 }
 
-void Store::CacheInsertLocked(const std::string& key, ObjectPtr object, TextPtr text, CacheList list) {
+void Store::CacheInsertLocked(const std::string& key, ObjectPtr object, size_t bytes, CacheList list) {
   cache_mu_.AssertHeld();
-  const size_t bytes = text->size();
   if (bytes > options_.cache_bytes) return;  // also: the cache is off
   std::list<std::string>& into = list == CacheList::kFresh ? fresh_ : lru_;
   into.push_front(key);
-  cache_[key] = CacheEntry{std::move(object), {}, KeptText(std::move(text)), bytes, list, into.begin(), ++next_serial_};
+  cache_[key] = CacheEntry{std::move(object), {}, KeptText(), bytes, list, into.begin(), ++next_serial_};
   cache_bytes_ += bytes;
   if (list == CacheList::kFresh) fresh_bytes_ += bytes;
   // Shared entries whose other holders let go count again: two rechecked
@@ -303,23 +302,6 @@ void Store::CacheSweepIdle() {
     if (!HeldElsewhere(it->second)) CacheCountAgainLocked(it);
   }
   CacheEvictLocked();
-  if (!options_.compact_when_idle) return;
-  // What the objects cost parsed is what this frees: a parsed object takes
-  // 4-5 times its text, and the text of an object written lately is the
-  // watch history's own. One held elsewhere stays found through `parsed`;
-  // no weak reference is kept to one only the cache held (it would keep
-  // the object's control block, scattered over the heap of the thread
-  // that made it).
-  for (auto& [key, entry] : cache_) {
-    // A weak reference outliving its object keeps the object's block (one
-    // allocation with the control block), pinning a page of the heap of
-    // whichever thread parsed it.
-    if (entry.parsed.expired()) entry.parsed.reset();
-    if (entry.object == nullptr) continue;
-    entry.parsed =
-        entry.object.use_count() > 1 ? std::weak_ptr<const Object>(entry.object) : std::weak_ptr<const Object>();
-    entry.object.reset();
-  }
 }
 
 void Store::CacheApply(CacheWrites writes) {
@@ -333,7 +315,7 @@ void Store::CacheApply(CacheWrites writes) {
       list = CacheList::kLru;
       CacheEraseLocked(it);
     }
-    if (w.object != nullptr && w.admit) CacheInsertLocked(key, std::move(w.object), std::move(w.text), list);
+    if (w.object != nullptr && w.admit) CacheInsertLocked(key, std::move(w.object), w.bytes, list);
   }
 }
 
