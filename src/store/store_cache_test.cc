@@ -28,6 +28,18 @@ void CreateAndRead(Store& store, const std::string& name) {
   ASSERT_TRUE(store.Get("pods", "default", name).ok());
 }
 
+// Pods held0..held<n-1>, created and read, held as an informer holds its
+// objects (empty if a create failed).
+std::vector<std::shared_ptr<const Object>> CreateHeld(Store& store, int n) {
+  std::vector<std::shared_ptr<const Object>> held;
+  for (int i = 0; i < n; ++i) {
+    const std::string name = "held" + std::to_string(i);
+    if (!store.Create("pods", Pvc(name)).ok()) return {};
+    held.push_back(*store.GetShared("pods", "default", name));
+  }
+  return held;
+}
+
 TEST_F(StoreTest, CacheServesRepeatedGetsAndFollowsEveryWrite) {
   auto s = Open();
   auto a = s->Create("persistentvolumeclaims", Pvc("a"));
@@ -297,11 +309,8 @@ TEST_F(StoreTest, CacheLetsGoOfWhatOnlyItHoldsOnceTheWritesStop) {
       Store::Open({.path = dir_.Join("state.db"), .cache_bytes = 2000, .shared_sweep_after = absl::ZeroDuration()});
   ASSERT_TRUE(s.ok());
   Store& store = **s;
-  std::vector<std::shared_ptr<const Object>> held;
-  for (int i = 0; i < 20; ++i) {
-    ASSERT_TRUE(store.Create("pods", Pvc("held" + std::to_string(i))).ok());
-    held.push_back(*store.GetShared("pods", "default", "held" + std::to_string(i)));
-  }
+  std::vector<std::shared_ptr<const Object>> held = CreateHeld(store, 20);
+  ASSERT_EQ(held.size(), 20u);
   for (int i = 0; i < 50; ++i) CreateAndRead(store, "p" + std::to_string(i));
   // Looked over after the last write: all still held, all still kept.
   ASSERT_TRUE(Eventually([&] { return store.cache_stats().shared_objects == 20u; }));
@@ -444,11 +453,8 @@ TEST_F(StoreTest, CacheKeepsParsedObjectsWhenTold) {
                           .compact_when_idle = compact});
     ASSERT_TRUE(s.ok());
     Store& store = **s;
-    std::vector<std::shared_ptr<const Object>> held;
-    for (int i = 0; i < 20; ++i) {
-      ASSERT_TRUE(store.Create("pods", Pvc("held" + std::to_string(i))).ok());
-      held.push_back(*store.GetShared("pods", "default", "held" + std::to_string(i)));
-    }
+    std::vector<std::shared_ptr<const Object>> held = CreateHeld(store, 20);
+    ASSERT_EQ(held.size(), 20u);
     ASSERT_GT(store.cache_stats().shared_objects, 2u);
     held.clear();
     ASSERT_TRUE(store.Create("pods", Pvc("last")).ok());  // rechecks two itself
