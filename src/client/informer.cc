@@ -55,8 +55,6 @@ std::shared_ptr<const json> Unpack(const std::string& packed, const ZstdDictiona
   return std::make_shared<const json>(std::move(parsed));
 }
 
-// Objects a dictionary is trained on, at most (spread over the cache).
-constexpr size_t kDictionarySamples = 1000;
 }  // namespace
 
 Informer::Entry::Entry(std::shared_ptr<const json> object, bool compact) {
@@ -230,25 +228,13 @@ void Informer::CompressPacked(const std::function<bool()>& busy) {
     }
   }
   if (plain.empty()) return;
-  if (dictionary_ == nullptr) {
-    // Trained once, on objects spread over the cache; too few, or objects
-    // zstd cannot train on, wait for twice as many.
-    if (plain.size() < ZstdDictionary::kMinSamples || plain.size() < 2 * untrained_) return;
-    std::vector<std::string_view> samples;
-    const size_t step = std::max<size_t>(1, plain.size() / kDictionarySamples);
-    for (size_t i = 0; i < plain.size() && samples.size() < kDictionarySamples; i += step) {
-      samples.push_back(*plain[i].second);
-    }
-    dictionary_ = ZstdDictionary::Train(samples);
-    if (dictionary_ == nullptr) {
-      untrained_ = plain.size();
-      return;
-    }
-  }
+  const std::shared_ptr<const ZstdDictionary> dictionary =
+      dictionary_.Get(plain.size(), [&plain](size_t i) { return std::string_view(*plain[i].second); });
+  if (dictionary == nullptr) return;
   std::vector<std::pair<size_t, std::shared_ptr<const std::string>>> frames;
   for (size_t i = 0; i < plain.size(); ++i) {
     if (i % 256 == 255 && busy()) break;  // the rest at the next pause
-    std::string frame = dictionary_->Compress(*plain[i].second);
+    std::string frame = dictionary->Compress(*plain[i].second);
     if (frame.empty() || frame.size() >= plain[i].second->size()) continue;
     frames.emplace_back(i, std::make_shared<const std::string>(std::move(frame)));
   }
@@ -257,7 +243,7 @@ void Informer::CompressPacked(const std::function<bool()>& busy) {
     auto it = cache_.find(plain[i].first);
     // Replaced meanwhile (by a relist: events come on this thread): skip.
     if (it != cache_.end() && it->second.packed() == plain[i].second) {
-      it->second.SetCompressed(std::move(frame), dictionary_);
+      it->second.SetCompressed(std::move(frame), dictionary);
     }
   }
 }

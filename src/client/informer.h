@@ -196,11 +196,8 @@ class Informer {
   store::EventSource* watch_ ABSL_GUARDED_BY(mu_) = nullptr;  // the live watch, owned by Run()
   bool started_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t quiescence_id_ = 0;  // client/quiescence.h
-  // The packed objects' dictionary, and the objects there were when zstd
-  // could not train one (tried again at twice as many). Informer thread;
-  // entries share the dictionary.
-  std::shared_ptr<const ZstdDictionary> dictionary_;
-  size_t untrained_ = 0;
+  // The packed objects' dictionary (informer thread; entries share it).
+  ZstdDictionaryTrainer dictionary_;
 };
 
 }  // namespace berth::client

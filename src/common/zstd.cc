@@ -7,6 +7,8 @@
 
 #include <zdict.h>
 
+#include <algorithm>
+
 #include "common/strings.h"
 
 namespace berth {
@@ -74,6 +76,17 @@ ZstdDictionary::ZstdDictionary(std::string dict, int level)
 ZstdDictionary::~ZstdDictionary() {
   ZSTD_freeCDict(cdict_);
   ZSTD_freeDDict(ddict_);
+}
+
+std::shared_ptr<const ZstdDictionary> ZstdDictionaryTrainer::Get(size_t count,
+                                                                 const std::function<std::string_view(size_t)>& text) {
+  if (dictionary_ != nullptr || count < ZstdDictionary::kMinSamples || count < 2 * tried_) return dictionary_;
+  std::vector<std::string_view> samples;
+  const size_t step = std::max<size_t>(1, count / kMaxSamples);
+  for (size_t i = 0; i < count && samples.size() < kMaxSamples; i += step) samples.push_back(text(i));
+  dictionary_ = ZstdDictionary::Train(samples);
+  if (dictionary_ == nullptr) tried_ = count;
+  return dictionary_;
 }
 
 std::string ZstdDictionary::Compress(std::string_view text) const {

@@ -16,6 +16,7 @@
 
 #include <zstd.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -57,6 +58,23 @@ class ZstdDictionary {
   std::string dict_;
   ZSTD_CDict* cdict_ = nullptr;
   ZSTD_DDict* ddict_ = nullptr;
+};
+
+// At most one dictionary for a growing set of alike texts (a resource's
+// objects): trained once there are ZstdDictionary::kMinSamples, on up to
+// kMaxSamples spread over them; when zstd cannot train on them, tried
+// again once there are twice as many. Not thread-safe.
+class ZstdDictionaryTrainer {
+ public:
+  static constexpr size_t kMaxSamples = 1000;  // ~1 MiB of claims: tens of ms, once
+  // The dictionary, trained now from `count` texts (`text(i)`, valid during
+  // the call) if there is none yet and it is due; null without one.
+  std::shared_ptr<const ZstdDictionary> Get(size_t count, const std::function<std::string_view(size_t)>& text);
+  const std::shared_ptr<const ZstdDictionary>& dictionary() const { return dictionary_; }
+
+ private:
+  std::shared_ptr<const ZstdDictionary> dictionary_;
+  size_t tried_ = 0;  // texts there were when zstd could not train
 };
 
 }  // namespace berth

@@ -67,6 +67,18 @@ TEST(ZstdDictionaryTest, AFrameNotOfThisDictionaryIsDataLoss) {
   EXPECT_FALSE(dict->Decompress(other->Compress(texts[3])).ok());
 }
 
+// The trainer trains once there are enough texts and keeps that dictionary.
+TEST(ZstdDictionaryTest, TheTrainerTrainsOnceThereAreEnoughTexts) {
+  std::vector<std::string> texts;
+  for (int i = 0; i < 400; ++i) texts.push_back(Claim(i));
+  auto text = [&texts](size_t i) { return std::string_view(texts[i]); };
+  ZstdDictionaryTrainer trainer;
+  EXPECT_EQ(trainer.Get(ZstdDictionary::kMinSamples - 1, text), nullptr) << "too few";
+  auto first = trainer.Get(200, text);
+  ASSERT_NE(first, nullptr);
+  EXPECT_EQ(trainer.Get(400, text), first) << "trained once";
+}
+
 TEST(ZstdDictionaryTest, ThreadsShareOneDictionary) {
   auto dict = Trained(200);
   ASSERT_NE(dict, nullptr);

@@ -450,10 +450,6 @@ bool Store::WritesWaiting() {
 
 namespace {
 
-// Texts a resource's dictionary is trained on, at most (~1 MiB of claims:
-// a few tens of milliseconds, once).
-constexpr size_t kDictionarySamples = 1000;
-
 // The resource of a cache key (CacheKey: "<length>:<resource>...").
 std::string_view KeyResource(std::string_view key) {
   const size_t colon = key.find(':');
@@ -512,27 +508,11 @@ void Store::CompactTexts() {
   // Dictionaries first, from the texts kept (the history's, mostly): the
   // cache's objects are then compressed as they are serialized.
   for (auto& [resource, items] : by_resource) {
-    std::shared_ptr<const ZstdDictionary>& dict = dictionaries_[resource];
-    if (dict != nullptr) continue;
-    // Trained once per resource, on texts spread over what is kept; a
-    // resource zstd cannot train on yet is tried again at twice as many.
-    size_t& tried = untrained_[resource];
-    if (items.size() < ZstdDictionary::kMinSamples || items.size() < 2 * tried) continue;
-    std::vector<std::string_view> samples;
-    const size_t step = std::max<size_t>(1, items.size() / kDictionarySamples);
-    for (size_t i = 0; i < items.size() && samples.size() < kDictionarySamples; i += step) {
-      samples.push_back(*items[i]->text);
-    }
-    dict = ZstdDictionary::Train(samples);
-    if (dict == nullptr) {
-      tried = items.size();
-      continue;
-    }
-    untrained_.erase(resource);
+    dictionaries_[resource].Get(items.size(), [&items](size_t i) { return std::string_view(*items[i]->text); });
   }
   auto dictionary_of = [this](std::string_view resource) -> std::shared_ptr<const ZstdDictionary> {
     auto it = dictionaries_.find(std::string(resource));
-    return it != dictionaries_.end() ? it->second : nullptr;
+    return it != dictionaries_.end() ? it->second.dictionary() : nullptr;
   };
   // The cache's parsed objects: serialized (as the store wrote them: SQLite
   // holds the same bytes), compressed and let go of, a few hundred at a

@@ -453,11 +453,8 @@ class Store {
   int64_t next_rv_ = 0;  // writer thread only
   uint64_t next_serial_ ABSL_GUARDED_BY(cache_mu_) = 0;
 
-  // The texts' dictionaries by resource, and for a resource zstd could not
-  // train on, how many texts it had then (tried again at twice as many).
-  // Writer thread only.
-  std::map<std::string, std::shared_ptr<const ZstdDictionary>> dictionaries_;
-  std::map<std::string, size_t> untrained_;
+  // The texts' dictionaries by resource. Writer thread only.
+  std::map<std::string, ZstdDictionaryTrainer> dictionaries_;
 };
 
 }  // namespace berth::store
