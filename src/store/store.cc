@@ -508,7 +508,8 @@ void Store::CompactTexts() {
   // Dictionaries first, from the texts kept (the history's, mostly): the
   // cache's objects are then compressed as they are serialized.
   for (auto& [resource, items] : by_resource) {
-    dictionaries_[resource].Get(items.size(), [&items](size_t i) { return std::string_view(*items[i]->text); });
+    const std::vector<Pending*>& texts = items;  // clang before 16 cannot capture a structured binding
+    dictionaries_[resource].Get(texts.size(), [&texts](size_t i) { return std::string_view(*texts[i]->text); });
   }
   auto dictionary_of = [this](std::string_view resource) -> std::shared_ptr<const ZstdDictionary> {
     auto it = dictionaries_.find(std::string(resource));
