@@ -44,7 +44,7 @@ EventRecorder::~EventRecorder() {
 namespace {
 // Kubernetes names an event <object>.<UnixNano in hex>; the nanoseconds are
 // made unique within the process, so two recorders never pick one name.
-std::string EventName(const std::string& object, absl::Time now) {
+int64_t UniqueNanos(absl::Time now) {
   static std::atomic<int64_t> last{0};
   int64_t ns = absl::ToUnixNanos(now);
   int64_t prev = last.load();
@@ -52,17 +52,20 @@ std::string EventName(const std::string& object, absl::Time now) {
     if (ns <= prev) ns = prev + 1;
     if (last.compare_exchange_weak(prev, ns)) break;
   }
-  return absl::StrCat(object, ".", absl::Hex(ns));
+  return ns;
 }
+
+std::string EventName(const std::string& object, int64_t ns) { return absl::StrCat(object, ".", absl::Hex(ns)); }
 }  // namespace
 
 void EventRecorder::Record(const json& object, const std::string& type, const std::string& reason,
                            const std::string& message) {
   const absl::Time now = absl::Now();
-  Pending p{.id = "",
+  Pending p{.key = {},
             .ns = "",
             .existing = "",
             .name = "",
+            .name_ns = 0,
             .timestamp = Rfc3339(now),
             .type = type,
             .reason = reason,
@@ -74,42 +77,29 @@ void EventRecorder::Record(const json& object, const std::string& type, const st
             .object_uid = Uid(object),
             .object_rv = Str(object, {"metadata", "resourceVersion"})};
   p.ns = p.object_ns.empty() ? "default" : p.object_ns;
-  p.id = StrCat(p.object_uid, "\n", reason, "\n", message);
+  p.key = EventMemory::KeyOf(StrCat(p.object_uid, "\n", reason, "\n", message));
   absl::MutexLock lock(&mu_);
-  if (auto it = names_.find(p.id); it != names_.end()) {
+  if (const EventMemory::Event* seen = remembered_.Find(p.key); seen != nullptr) {
     // The same event again within the repeat interval is dropped: a level-
     // triggered controller re-syncing must not write on every pass
     // (client-go's event correlator filters spam the same way).
-    if (now - it->second->second.last < repeat_interval_) return;
-    p.existing = it->second->second.name;
-    RememberLocked(p.id, p.existing, now);
+    if (now - seen->last < repeat_interval_) return;
+    p.name_ns = seen->name_ns;
+    p.existing = EventName(p.object_name, p.name_ns);
   } else {
     // Remembered now, so repeats recorded before the write lands are dropped.
-    p.name = EventName(p.object_name, now);
-    RememberLocked(p.id, p.name, now);
+    p.name_ns = UniqueNanos(now);
+    p.name = EventName(p.object_name, p.name_ns);
   }
+  remembered_.Remember(p.key, {.name_ns = p.name_ns, .last = now});
   if (queue_.size() >= kMaxQueued) {
     spdlog::warn("{}: dropping event {} on {}/{}: {} events waiting to be written", component_, reason, p.ns,
                  p.object_name, queue_.size());
-    if (p.existing.empty()) ForgetLocked(p.id);
+    if (p.existing.empty()) remembered_.Forget(p.key);
     return;
   }
   queue_.push_back(std::move(p));
   ++queued_;
-}
-
-void EventRecorder::RememberLocked(const std::string& id, const std::string& name, absl::Time now) {
-  if (auto it = names_.find(id); it != names_.end()) {
-    it->second->second = {name, now};
-    remembered_.splice(remembered_.begin(), remembered_, it->second);
-    return;
-  }
-  if (remembered_.size() >= kMaxRemembered) {
-    names_.erase(remembered_.back().first);
-    remembered_.pop_back();
-  }
-  remembered_.emplace_front(id, Written{name, now});
-  names_.emplace(remembered_.front().first, remembered_.begin());
 }
 
 json EventRecorder::EventOf(const Pending& p) const {
@@ -140,17 +130,11 @@ void EventRecorder::Flush() {
   mu_.Await(absl::Condition(&done));
 }
 
-void EventRecorder::Forget(const std::string& id, const std::string& name) {
+void EventRecorder::Forget(const EventMemory::Key& key, int64_t name_ns) {
   absl::MutexLock lock(&mu_);
-  if (auto it = names_.find(id); it != names_.end() && it->second->second.name == name) ForgetLocked(id);
-}
-
-void EventRecorder::ForgetLocked(const std::string& id) {
-  auto it = names_.find(id);
-  if (it == names_.end()) return;
-  const Remembered::iterator entry = it->second;
-  names_.erase(it);
-  remembered_.erase(entry);
+  if (const EventMemory::Event* e = remembered_.Find(key); e != nullptr && e->name_ns == name_ns) {
+    remembered_.Forget(key);
+  }
 }
 
 void EventRecorder::WriterLoop() {
@@ -190,10 +174,12 @@ void EventRecorder::Write(std::deque<Pending> batch) {
       if (bumped.ok()) continue;
     }
     // The event was deleted meanwhile: make a new one.
-    p.name = EventName(p.object_name, absl::Now());
+    const absl::Time now = absl::Now();
+    p.name_ns = UniqueNanos(now);
+    p.name = EventName(p.object_name, p.name_ns);
     {
       absl::MutexLock lock(&mu_);
-      RememberLocked(p.id, p.name, absl::Now());
+      remembered_.Remember(p.key, {.name_ns = p.name_ns, .last = now});
     }
     p.existing.clear();
     create.push_back(std::move(p));
@@ -207,7 +193,7 @@ void EventRecorder::Write(std::deque<Pending> batch) {
     if (results[i].ok()) continue;
     const Pending& p = create[i];
     spdlog::warn("event {} on {}/{}: {}", p.reason, p.ns, p.object_name, results[i].status().ToString());
-    Forget(p.id, p.name);
+    Forget(p.key, p.name_ns);
   }
 }
 

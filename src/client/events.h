@@ -16,16 +16,14 @@
 
 #include <cstdint>
 #include <deque>
-#include <list>
 #include <string>
-#include <string_view>
 #include <thread>
-#include <unordered_map>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "apiserver/api.h"
+#include "client/event_memory.h"
 #include "nlohmann/json.hpp"
 
 namespace berth::client {
@@ -51,20 +49,15 @@ class EventRecorder {
   static constexpr size_t kMaxRemembered = 4096;
   static constexpr size_t kMaxQueued = 20000;
   static constexpr size_t kMaxBatch = 512;
-  struct Written {
-    std::string name;
-    absl::Time last;
-  };
-  // (uid, reason, message), most recently recorded first.
-  using Remembered = std::list<std::pair<const std::string, Written>>;
   // An event to write: a new one, or a bump of `existing` (created afresh
   // if that is gone). Held as its fields: the JSON is built by the writer,
   // so a burst of queued events costs a few hundred bytes each.
   struct Pending {
-    std::string id;  // (uid, reason, message)
+    EventMemory::Key key;  // of (uid, reason, message)
     std::string ns;
     std::string existing;
-    std::string name;  // of the event
+    std::string name;     // of the event
+    int64_t name_ns = 0;  // what `name` (or `existing`) was made from
     std::string timestamp;
     std::string type;
     std::string reason;
@@ -74,21 +67,16 @@ class EventRecorder {
 
   void WriterLoop() ABSL_LOCKS_EXCLUDED(mu_);
   void Write(std::deque<Pending> batch) ABSL_LOCKS_EXCLUDED(mu_);
-  void Forget(const std::string& id, const std::string& name) ABSL_LOCKS_EXCLUDED(mu_);
-  void ForgetLocked(const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Remembers `id` as event `name` written at `now`, most recent first.
-  void RememberLocked(const std::string& id, const std::string& name, absl::Time now)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Forgets the event `key` if it is still the one made from `name_ns`.
+  void Forget(const EventMemory::Key& key, int64_t name_ns) ABSL_LOCKS_EXCLUDED(mu_);
   nlohmann::json EventOf(const Pending& p) const;
 
   apiserver::Api& registry_;
   const std::string component_;
   const absl::Duration repeat_interval_;
   absl::Mutex mu_;
-  // (uid, reason, message) → the event, for aggregation: an LRU of
-  // kMaxRemembered, keyed by views of remembered_'s keys.
-  Remembered remembered_ ABSL_GUARDED_BY(mu_);
-  std::unordered_map<std::string_view, Remembered::iterator> names_ ABSL_GUARDED_BY(mu_);
+  // (uid, reason, message) → the event, for aggregation.
+  EventMemory remembered_ ABSL_GUARDED_BY(mu_){kMaxRemembered};
   std::deque<Pending> queue_ ABSL_GUARDED_BY(mu_);
   uint64_t queued_ ABSL_GUARDED_BY(mu_) = 0;   // events ever queued
   uint64_t written_ ABSL_GUARDED_BY(mu_) = 0;  // of those, written or dropped
