@@ -1,6 +1,7 @@
 #include "common/memory.h"
 
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 
 // mimalloc's functions, when the binary links it (berth_use_allocator);
@@ -17,9 +18,30 @@ extern "C" void mi_collect(bool force) __attribute__((weak));
 namespace berth {
 namespace {
 std::atomic<int64_t> releases{0};
+// Registered releasers: each slot is written once, before the count that
+// publishes it.
+std::atomic<void (*)()> releasers[kMaxThreadMemoryReleasers];
+std::atomic<int> releaser_count{0};
+absl::Mutex releasers_mu;
 }  // namespace
 
+void AddThreadMemoryReleaser(void (*release)()) {
+  absl::MutexLock lock(&releasers_mu);
+  const int n = releaser_count.load(std::memory_order_relaxed);
+  for (int i = 0; i < n; ++i) {
+    if (releasers[i].load(std::memory_order_relaxed) == release) return;
+  }
+  if (n == kMaxThreadMemoryReleasers) {
+    std::fputs("AddThreadMemoryReleaser: more than kMaxThreadMemoryReleasers\n", stderr);
+    std::abort();
+  }
+  releasers[n].store(release, std::memory_order_relaxed);
+  releaser_count.store(n + 1, std::memory_order_release);
+}
+
 void ReleaseThreadMemory() {
+  const int n = releaser_count.load(std::memory_order_acquire);
+  for (int i = 0; i < n; ++i) releasers[i].load(std::memory_order_relaxed)();
   if (mi_collect != nullptr) mi_collect(true);
   releases.fetch_add(1, std::memory_order_relaxed);
 }

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 
+#include "common/memory.h"
 #include "common/strings.h"
 
 namespace berth {
@@ -27,14 +28,46 @@ constexpr unsigned long long kMaxContent = 64ull << 20;
 
 }  // namespace
 
+namespace {
+
+// The calling thread's contexts, made on first use and freed by the
+// thread's next ReleaseThreadMemory (common/memory.h), when it goes idle.
+struct ThreadContexts {
+  std::unique_ptr<ZSTD_CCtx, CCtxDeleter> cctx;
+  std::unique_ptr<ZSTD_DCtx, DCtxDeleter> dctx;
+};
+thread_local ThreadContexts thread_contexts;
+
+void ReleaseThreadContexts() {
+  thread_contexts.cctx.reset();
+  thread_contexts.dctx.reset();
+}
+
+void RegisterReleaseOnce() {
+  static const bool registered = (AddThreadMemoryReleaser(&ReleaseThreadContexts), true);
+  (void)registered;
+}
+
+}  // namespace
+
 ZSTD_CCtx* ThreadZstdCCtx() {
-  static thread_local std::unique_ptr<ZSTD_CCtx, CCtxDeleter> ctx(ZSTD_createCCtx());
-  return ctx.get();
+  if (thread_contexts.cctx == nullptr) {
+    RegisterReleaseOnce();
+    thread_contexts.cctx.reset(ZSTD_createCCtx());
+  }
+  return thread_contexts.cctx.get();
 }
 
 ZSTD_DCtx* ThreadZstdDCtx() {
-  static thread_local std::unique_ptr<ZSTD_DCtx, DCtxDeleter> ctx(ZSTD_createDCtx());
-  return ctx.get();
+  if (thread_contexts.dctx == nullptr) {
+    RegisterReleaseOnce();
+    thread_contexts.dctx.reset(ZSTD_createDCtx());
+  }
+  return thread_contexts.dctx.get();
+}
+
+size_t ThreadZstdContextBytes() {
+  return ZSTD_sizeof_CCtx(thread_contexts.cctx.get()) + ZSTD_sizeof_DCtx(thread_contexts.dctx.get());
 }
 
 std::shared_ptr<const ZstdDictionary> ZstdDictionary::Train(const std::vector<std::string_view>& samples, int level) {

@@ -27,9 +27,14 @@
 namespace berth {
 
 // One compression and one decompression context per thread: a context
-// holds up to megabytes of tables, too many to allocate per call.
+// holds up to megabytes of tables, too many to allocate per call. Made on
+// first use; freed when the thread goes idle (its ReleaseThreadMemory,
+// common/memory.h), so a worker that once read a compressed object does not
+// keep one for good. The pointer is valid until then.
 ZSTD_CCtx* ThreadZstdCCtx();
 ZSTD_DCtx* ThreadZstdDCtx();
+// What the calling thread's contexts hold now, in bytes (tests).
+size_t ThreadZstdContextBytes();
 
 class ZstdDictionary {
  public:

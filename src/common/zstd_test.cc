@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/memory.h"
 #include "gtest/gtest.h"
 
 namespace berth {
@@ -95,6 +96,24 @@ TEST(ZstdDictionaryTest, ThreadsShareOneDictionary) {
   }
   for (auto& th : threads) th.join();
   EXPECT_EQ(wrong, std::vector<int>(4, 0));
+}
+
+// A thread that goes idle gives its contexts back (common/memory.h), and
+// makes new ones when it works again.
+TEST(ZstdDictionaryTest, AThreadGivesItsContextsBackWhenIdle) {
+  auto dict = Trained(200);
+  ASSERT_NE(dict, nullptr);
+  std::thread([&] {
+    EXPECT_EQ(ThreadZstdContextBytes(), 0u);  // none before the first use
+    const std::string frame = dict->Compress(Claim(7));
+    ASSERT_TRUE(dict->Decompress(frame).ok());
+    EXPECT_GT(ThreadZstdContextBytes(), 64u << 10);
+    ReleaseThreadMemory();
+    EXPECT_EQ(ThreadZstdContextBytes(), 0u);
+    auto back = dict->Decompress(dict->Compress(Claim(8)));
+    ASSERT_TRUE(back.ok()) << back.status();
+    EXPECT_EQ(*back, Claim(8));
+  }).join();
 }
 
 }  // namespace
