@@ -214,6 +214,11 @@ size_t Informer::CompressedCount() const {
   return n;
 }
 
+int64_t Informer::Relocations() const {
+  absl::MutexLock lock(&mu_);
+  return relocations_;
+}
+
 void Informer::CompressPacked(const std::function<bool()>& busy) {
   if (!compact_) return;
   std::vector<std::pair<std::string, std::shared_ptr<const std::string>>> plain;
@@ -246,6 +251,19 @@ void Informer::CompressPacked(const std::function<bool()>& busy) {
       it->second.SetCompressed(std::move(frame), dictionary);
     }
   }
+}
+
+void Informer::RelocateKept() {
+  // Copies, not moves: a moved string or node keeps its block where the
+  // events put it.
+  FreshPages fresh;
+  absl::MutexLock lock(&mu_);
+  std::map<std::string, Entry> cache;
+  for (const auto& [key, entry] : cache_) cache.emplace_hint(cache.end(), key, entry);
+  Indexes indexes = indexes_;
+  cache_.swap(cache);
+  indexes_.swap(indexes);
+  ++relocations_;
 }
 
 std::vector<json> Informer::List(const std::string& ns) const {
@@ -383,6 +401,7 @@ std::optional<int64_t> Informer::Relist() {
       before.swap(cache_);
       cache_.swap(fresh);
       indexes_.swap(fresh_indexes);
+      applied_since_relocation_ += cache_.size();
     }
     // `before` is this thread's alone now; cache_ changes only on this
     // thread, but other threads read it (Entry::Get under mu_).
@@ -494,6 +513,18 @@ void Informer::Run() {
           // Idle: the packed objects are compressed first, so what that
           // frees goes back with the rest.
           CompressPacked([&] { return stopping() || stream->watcher->WaitReady(absl::ZeroDuration()); });
+          // The frames are read without the compression tables.
+          if (dictionary_.dictionary() != nullptr) dictionary_.dictionary()->ReleaseCompressor();
+          size_t cached;
+          {
+            absl::MutexLock lock(&mu_);
+            cached = cache_.size();
+          }
+          if (applied_since_relocation_ >= std::max(kRelocateAfter, cached / 8) &&
+              !stream->watcher->WaitReady(absl::ZeroDuration())) {
+            RelocateKept();
+            applied_since_relocation_ = 0;
+          }
           idle.Idle();
         }
       } else {
@@ -501,7 +532,10 @@ void Informer::Run() {
         // Marked before anything is taken: Delivered() never sees a
         // bookmark past an event that is on its way to the handlers.
         SetDelivering(true, stream->watcher.get());
-        while (auto e = stream->watcher->Next(absl::ZeroDuration())) Apply(*e);
+        while (auto e = stream->watcher->Next(absl::ZeroDuration())) {
+          Apply(*e);
+          ++applied_since_relocation_;
+        }
         SetDelivering(false, stream->watcher.get());
       }
       if (stream->watcher->ended()) {  // fell behind: relist

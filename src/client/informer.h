@@ -102,6 +102,8 @@ class Informer {
   size_t PackedBytes() const;
   // How many of a compact informer's objects are compressed (tests).
   size_t CompressedCount() const;
+  // Times its cache was copied into pages of its own when idle (tests).
+  int64_t Relocations() const;
 
  private:
   // One cached object: the parsed object itself, or (compact) its packed
@@ -153,6 +155,13 @@ class Informer {
   // idle), training the dictionary first if there is none and enough
   // objects; stops early once `busy` says events wait.
   void CompressPacked(const std::function<bool()>& busy) ABSL_LOCKS_EXCLUDED(mu_);
+  // Then, once kRelocateAfter events or an eighth of the cache came since
+  // the last time: the cache's keys and entries and the indexes are copied
+  // into pages of their own (common/memory.h, FreshPages), so the pages the
+  // events left them in, among their freed temporaries, go back.
+  void RelocateKept() ABSL_LOCKS_EXCLUDED(mu_);
+  static constexpr size_t kRelocateAfter = 64;
+  size_t applied_since_relocation_ = 0;  // informer thread only
   // Lists and replaces the cache (handlers for the differences); returns
   // the list's resourceVersion, or nullopt when stopping.
   std::optional<int64_t> Relist();
@@ -195,6 +204,7 @@ class Informer {
   int64_t listed_rv_ ABSL_GUARDED_BY(mu_) = 0;
   store::EventSource* watch_ ABSL_GUARDED_BY(mu_) = nullptr;  // the live watch, owned by Run()
   bool started_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t relocations_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t quiescence_id_ = 0;  // client/quiescence.h
   // The packed objects' dictionary (informer thread; entries share it).
   ZstdDictionaryTrainer dictionary_;

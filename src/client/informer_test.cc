@@ -347,6 +347,8 @@ TEST_P(InformerTest, IdleCompactInformerCompressesItsObjects) {
   ASSERT_TRUE(Eventually([&] { return informer.CompressedCount() == kClaims; }))
       << informer.CompressedCount() << " of " << kClaims << " compressed";
   EXPECT_LT(informer.PackedBytes() * 3, packed) << informer.PackedBytes() << " bytes, were " << packed;
+  // Then copied into pages of their own; what follows reads the copies.
+  ASSERT_TRUE(Eventually([&] { return informer.Relocations() == 1; }));
   for (int i = 0; i < kClaims; i += 7) {
     const std::string name = "c" + std::to_string(i);
     EXPECT_EQ(informer.Get("default", name)->dump(), registry_->Get(Claims(), "default", name)->dump());
@@ -361,6 +363,8 @@ TEST_P(InformerTest, IdleCompactInformerCompressesItsObjects) {
   EXPECT_EQ(informer.Get("default", "c5")->dump(), registry_->Get(Claims(), "default", "c5")->dump());
   EXPECT_TRUE(Eventually([&] { return informer.CompressedCount() == kClaims; }));
   EXPECT_EQ(informer.Get("default", "c5")->dump(), registry_->Get(Claims(), "default", "c5")->dump());
+  EXPECT_EQ(informer.ByIndex("app", "a2").size(), static_cast<size_t>(kClaims / 3 - 1));  // c5 is b now
+  EXPECT_EQ(informer.Relocations(), 1);  // one event is not worth copying everything again
 }
 
 INSTANTIATE_TEST_SUITE_P(Held, InformerTest, ::testing::Values(false, true),

@@ -55,6 +55,26 @@ void AddThreadMemoryReleaser(void (*release)());
 // Nothing without mimalloc.
 void ConfigureAllocator();
 
+// While alive, what the calling thread allocates goes into pages of their
+// own (a new mimalloc heap), which join the thread's heap when it ends. For
+// copying long-lived objects made during a burst, where each sat among the
+// burst's temporaries and kept a page resident after they were freed, into
+// a few dense pages: the old pages then empty and go back (the store's
+// cache and history and the informers' caches at rest; berth up at rest
+// after 10,000 claims: 74 MiB before, 71 after, medians of five runs, and
+// steadier). Nothing without mimalloc. Used on one thread, not nested.
+class FreshPages {
+ public:
+  FreshPages();
+  ~FreshPages();
+  FreshPages(const FreshPages&) = delete;
+  FreshPages& operator=(const FreshPages&) = delete;
+
+ private:
+  void* heap_ = nullptr;
+  void* previous_ = nullptr;
+};
+
 // How many times ReleaseThreadMemory ran in this process (tests).
 int64_t ThreadMemoryReleases();
 
@@ -78,7 +98,17 @@ class IdleMemoryRelease {
 // mu.Await(cond), which after kIdleMemoryRelease without `cond` releases
 // the thread's memory (mu released meanwhile), again kIdleMemoryReleaseAgain
 // later, and waits on. A thread that stays idle therefore wakes twice, not
-// periodically.
+// periodically, and once more for each RequestIdleRelease.
 void AwaitReleasingWhenIdle(absl::Mutex& mu, const absl::Condition& cond) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+
+// Each thread idle in AwaitReleasingWhenIdle since its first release gives
+// its memory back once more, now; returns how many were asked. For a thread
+// that has just freed much that others allocated (the store's writer, its
+// cache compacted after a burst): the blocks wait in their owners' heaps,
+// and an owner idle past its second release would keep their pages for good
+// (berth up after 10,000 claims: 31 MiB in the provisioner's eight workers
+// when the store compacted after their second release). Call with no lock
+// held: it takes each waiter's mutex in turn.
+int RequestIdleRelease();
 
 }  // namespace berth

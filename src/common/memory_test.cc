@@ -67,8 +67,34 @@ TEST(MemoryTest, AWaiterIdleLongerReleasesOnceMore) {
   // What other threads freed after the first release goes back too.
   ASSERT_TRUE(testing::Eventually([&] { return ThreadMemoryReleases() == before + 2; },
                                   kIdleMemoryRelease + kIdleMemoryReleaseAgain + absl::Seconds(10)));
+  // And once more when asked (what the store's writer freed after both).
+  EXPECT_EQ(RequestIdleRelease(), 1);
+  ASSERT_TRUE(testing::Eventually([&] { return ThreadMemoryReleases() == before + 3; }));
   EXPECT_TRUE(waiter.Wake());
-  EXPECT_EQ(ThreadMemoryReleases(), before + 2);  // twice, not periodically
+  EXPECT_EQ(ThreadMemoryReleases(), before + 3);  // not periodically
+  EXPECT_EQ(RequestIdleRelease(), 0);             // it is no longer waiting
+}
+
+// Asked between its first and its second release, a waiter releases at
+// once, and still wakes for its condition.
+TEST(MemoryTest, AnIdleWaiterReleasesWhenAsked) {
+  const int64_t before = ThreadMemoryReleases();
+  IdleWaiter waiter;
+  ASSERT_TRUE(testing::Eventually([&] { return ThreadMemoryReleases() == before + 1; }));
+  // Registered before its first release: the one waiter here.
+  EXPECT_EQ(RequestIdleRelease(), 1);
+  ASSERT_TRUE(testing::Eventually([&] { return ThreadMemoryReleases() == before + 2; }, kIdleMemoryReleaseAgain / 2));
+  EXPECT_TRUE(waiter.Wake());
+  EXPECT_EQ(RequestIdleRelease(), 0);
+}
+
+// A waiter not yet idle is not asked: the busy path takes no global lock.
+TEST(MemoryTest, AWaiterNotYetIdleIsNotAsked) {
+  const int64_t before = ThreadMemoryReleases();
+  IdleWaiter waiter;
+  EXPECT_EQ(RequestIdleRelease(), 0);
+  EXPECT_TRUE(waiter.Wake());
+  EXPECT_EQ(ThreadMemoryReleases(), before);
 }
 
 }  // namespace

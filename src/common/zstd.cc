@@ -94,21 +94,39 @@ std::shared_ptr<const ZstdDictionary> ZstdDictionary::Train(const std::vector<st
   if (ZDICT_isError(n)) return nullptr;
   dict.resize(n);
   std::shared_ptr<ZstdDictionary> out(new ZstdDictionary(std::move(dict), level));
-  if (out->cdict_ == nullptr || out->ddict_ == nullptr) return nullptr;
+  // The first pass compresses with these tables; made here, a dictionary
+  // zstd cannot digest is refused before anything is compressed with it.
+  if (out->ddict_ == nullptr || out->Compressor() == nullptr) return nullptr;
   return out;
 }
 
 ZstdDictionary::ZstdDictionary(std::string dict, int level)
-    : dict_(std::move(dict)),
-      // Tables sized for texts of ~1 KiB after the dictionary: ZSTD_createCDict
-      // sizes them for any input (768 KiB at level 3, against ~100).
-      cdict_(ZSTD_createCDict_advanced(dict_.data(), dict_.size(), ZSTD_dlm_byRef, ZSTD_dct_auto,
-                                       ZSTD_getCParams(level, 1024, dict_.size()), ZSTD_defaultCMem)),
-      ddict_(ZSTD_createDDict_byReference(dict_.data(), dict_.size())) {}
+    : dict_(std::move(dict)), level_(level), ddict_(ZSTD_createDDict_byReference(dict_.data(), dict_.size())) {}
 
-ZstdDictionary::~ZstdDictionary() {
-  ZSTD_freeCDict(cdict_);
-  ZSTD_freeDDict(ddict_);
+ZstdDictionary::~ZstdDictionary() { ZSTD_freeDDict(ddict_); }
+
+std::shared_ptr<ZSTD_CDict> ZstdDictionary::Compressor() const {
+  absl::MutexLock lock(&mu_);
+  if (cdict_ == nullptr) {
+    // Tables sized for texts of ~1 KiB after the dictionary: ZSTD_createCDict
+    // sizes them for any input (768 KiB at level 3, against ~100).
+    ZSTD_CDict* made = ZSTD_createCDict_advanced(dict_.data(), dict_.size(), ZSTD_dlm_byRef, ZSTD_dct_auto,
+                                                 ZSTD_getCParams(level_, 1024, dict_.size()), ZSTD_defaultCMem);
+    if (made == nullptr) return nullptr;
+    cdict_.reset(made, [](ZSTD_CDict* c) { ZSTD_freeCDict(c); });
+  }
+  return cdict_;
+}
+
+void ZstdDictionary::ReleaseCompressor() const {
+  std::shared_ptr<ZSTD_CDict> released;  // freed outside the lock (or by a Compress under way)
+  absl::MutexLock lock(&mu_);
+  released.swap(cdict_);
+}
+
+size_t ZstdDictionary::CompressorBytes() const {
+  absl::MutexLock lock(&mu_);
+  return cdict_ == nullptr ? 0 : ZSTD_sizeof_CDict(cdict_.get());
 }
 
 std::shared_ptr<const ZstdDictionary> ZstdDictionaryTrainer::Get(size_t count,
@@ -123,10 +141,13 @@ std::shared_ptr<const ZstdDictionary> ZstdDictionaryTrainer::Get(size_t count,
 }
 
 std::string ZstdDictionary::Compress(std::string_view text) const {
+  const std::shared_ptr<ZSTD_CDict> cdict = Compressor();
+  if (cdict == nullptr) return std::string();  // out of memory
   std::string out(ZSTD_compressBound(text.size()), '\0');
   // Frames of a digested dictionary carry the content size and the
   // dictionary's id, no checksum (zstd.h).
-  const size_t n = ZSTD_compress_usingCDict(ThreadZstdCCtx(), out.data(), out.size(), text.data(), text.size(), cdict_);
+  const size_t n =
+      ZSTD_compress_usingCDict(ThreadZstdCCtx(), out.data(), out.size(), text.data(), text.size(), cdict.get());
   if (ZSTD_isError(n)) return std::string();  // cannot happen with a bound-sized buffer
   out.resize(n);
   out.shrink_to_fit();

@@ -22,7 +22,9 @@
 #include <string_view>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 
 namespace berth {
 
@@ -52,17 +54,28 @@ class ZstdDictionary {
   ZstdDictionary& operator=(const ZstdDictionary&) = delete;
 
   // One zstd frame with its content size (no checksum: the frames live in
-  // memory only, beside a durable plain copy).
+  // memory only, beside a durable plain copy). Makes the compression tables
+  // if they were released.
   std::string Compress(std::string_view text) const;
+  // Frees the compression tables (~400 KiB at level 3 for a full
+  // dictionary) until the next Compress makes them again (in ~0.1 ms): for
+  // a holder that compresses in passes, at the end of each, as the frames
+  // are decompressed without them. A Compress under way keeps its tables.
+  void ReleaseCompressor() const;
+  // What the compression tables hold now, in bytes; 0 when released (tests).
+  size_t CompressorBytes() const;
   // DATA_LOSS if `frame` is not one of this dictionary's frames.
   absl::StatusOr<std::string> Decompress(std::string_view frame) const;
   size_t size() const { return dict_.size(); }
 
  private:
   ZstdDictionary(std::string dict, int level);
-  std::string dict_;
-  ZSTD_CDict* cdict_ = nullptr;
-  ZSTD_DDict* ddict_ = nullptr;
+  std::shared_ptr<ZSTD_CDict> Compressor() const;
+  const std::string dict_;
+  const int level_;
+  mutable absl::Mutex mu_;
+  mutable std::shared_ptr<ZSTD_CDict> cdict_ ABSL_GUARDED_BY(mu_);
+  ZSTD_DDict* const ddict_;
 };
 
 // At most one dictionary for a growing set of alike texts (a resource's

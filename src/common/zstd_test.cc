@@ -1,5 +1,6 @@
 #include "common/zstd.h"
 
+#include <atomic>
 #include <string>
 #include <thread>
 #include <vector>
@@ -80,9 +81,31 @@ TEST(ZstdDictionaryTest, TheTrainerTrainsOnceThereAreEnoughTexts) {
   EXPECT_EQ(trainer.Get(400, text), first) << "trained once";
 }
 
+// The compression tables are freed between passes and made again by the
+// next Compress, which makes the same frames with them.
+TEST(ZstdDictionaryTest, TheCompressionTablesAreFreedAndMadeAgain) {
+  auto dict = Trained(300);
+  ASSERT_NE(dict, nullptr);
+  EXPECT_GT(dict->CompressorBytes(), 16u << 10);  // made by Train, for the first pass
+  const std::string before = dict->Compress(Claim(7));
+  dict->ReleaseCompressor();
+  EXPECT_EQ(dict->CompressorBytes(), 0u);
+  dict->ReleaseCompressor();             // again: nothing to free
+  auto back = dict->Decompress(before);  // frames need no compression tables
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(*back, Claim(7));
+  EXPECT_EQ(dict->Compress(Claim(7)), before);
+  EXPECT_GT(dict->CompressorBytes(), 16u << 10);
+}
+
 TEST(ZstdDictionaryTest, ThreadsShareOneDictionary) {
   auto dict = Trained(200);
   ASSERT_NE(dict, nullptr);
+  std::atomic<bool> done{false};
+  // One more thread frees the compression tables while the others compress.
+  std::thread releaser([&] {
+    while (!done.load()) dict->ReleaseCompressor();
+  });
   std::vector<std::thread> threads;
   std::vector<int> wrong(4, 0);
   for (int t = 0; t < 4; ++t) {
@@ -95,6 +118,8 @@ TEST(ZstdDictionaryTest, ThreadsShareOneDictionary) {
     });
   }
   for (auto& th : threads) th.join();
+  done = true;
+  releaser.join();
   EXPECT_EQ(wrong, std::vector<int>(4, 0));
 }
 

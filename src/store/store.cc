@@ -337,7 +337,31 @@ void Store::WriterLoop() {
     if (idle) {  // quiet after writes: once, then wait for the next write
       sweep_due = false;
       CacheSweepIdle();
-      if (options_.compact_when_idle) CompactTexts();
+      if (options_.compact_when_idle) {
+        CompactTexts();
+        // The frames are read without the compression tables.
+        for (const auto& [resource, trainer] : dictionaries_) {
+          if (trainer.dictionary() != nullptr) trainer.dictionary()->ReleaseCompressor();
+        }
+        int64_t kept = 0;
+        {
+          absl::MutexLock lock(&cache_mu_);
+          kept += static_cast<int64_t>(cache_.size());
+        }
+        {
+          absl::MutexLock lock(&watch_mu_);
+          kept += static_cast<int64_t>(history_.size());
+        }
+        if (next_rv_ - relocated_at_rv_ >= std::max(kRelocateAfter, kept / 8) && !WritesWaiting()) {
+          RelocateKept();
+          relocated_at_rv_ = next_rv_;
+          // What the compaction let go of was mostly built by other threads
+          // (handlers, controllers' workers): freed here, it waits in their
+          // heaps until they next release, which for one idle since before
+          // the last writes would be never.
+          RequestIdleRelease();
+        }
+      }
       // SQLite's page caches (up to 2 MiB per connection) fill again from
       // the OS's page cache on the next burst.
       sqlite3_db_release_memory(write_db_);

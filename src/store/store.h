@@ -247,6 +247,7 @@ class Store {
     int64_t reparses = 0;           // hits on an entry let go of when idle whose text was parsed again
     size_t compressed_objects = 0;  // entries whose text is compressed
     size_t text_bytes = 0;          // held for the entries' texts (a plain one shared with the history counted whole)
+    int64_t relocations = 0;        // times the entries and the history were copied into dense pages at rest
   };
   // The watch history (for tests, benchmarks and metrics).
   struct HistoryStats {
@@ -254,6 +255,9 @@ class Store {
     size_t compressed_events = 0;
     size_t text_bytes = 0;  // held for the events' texts, as CacheStats::text_bytes
   };
+  // Writes after which a pause copies what is kept into dense pages (at
+  // least; or an eighth of what is kept).
+  static constexpr int64_t kRelocateAfter = 64;
 
   // Opens (creating if needed, mode 0600) the database. FAILED_PRECONDITION if it was
   // written by a newer schema version.
@@ -378,6 +382,12 @@ class Store {
   // stops early when writes arrive (the rest waits for the next pause).
   void CompactTexts() ABSL_LOCKS_EXCLUDED(cache_mu_, watch_mu_, queue_mu_);
   bool WritesWaiting() ABSL_LOCKS_EXCLUDED(queue_mu_);
+  // Then, once kRelocateAfter writes or an eighth of what is kept came
+  // since the last time: the cache's entries and lists and the history are
+  // copied into pages of their own (common/memory.h, FreshPages), so the
+  // pages the burst left them in, among its freed temporaries, go back.
+  void RelocateKept() ABSL_LOCKS_EXCLUDED(cache_mu_, watch_mu_);
+  int64_t relocated_at_rv_ = 0;  // writer thread only
   // Moves the uncounted entry `it` back to the counted ones, as the least
   // recently used.
   void CacheCountAgainLocked(std::unordered_map<std::string, CacheEntry>::iterator it)

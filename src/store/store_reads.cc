@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/memory.h"
 #include "common/status.h"
 #include "spdlog/spdlog.h"
 #include "store/store_internal.h"
@@ -302,6 +303,44 @@ void Store::CacheSweepIdle() {
     if (!HeldElsewhere(it->second)) CacheCountAgainLocked(it);
   }
   CacheEvictLocked();
+}
+
+void Store::RelocateKept() {
+  // Copies, not moves: a moved string or node keeps its block where the
+  // burst put it.
+  FreshPages fresh;
+  {
+    absl::MutexLock lock(&cache_mu_);
+    std::unordered_map<std::string, CacheEntry> cache;
+    cache.reserve(cache_.size());
+    std::list<std::string> lists[3];
+    bool complete = true;
+    std::list<std::string>* const from[3] = {&fresh_, &lru_, &shared_};
+    for (int i = 0; i < 3 && complete; ++i) {
+      for (const std::string& key : *from[i]) {
+        auto it = cache_.find(key);
+        if (it == cache_.end()) {
+          complete = false;
+          break;
+        }
+        lists[i].push_back(key);
+        CacheEntry copy = it->second;
+        copy.lru = std::prev(lists[i].end());
+        cache.emplace(key, std::move(copy));
+      }
+    }
+    // Every entry is in one list; if not, nothing is changed.
+    if (complete && cache.size() == cache_.size()) {
+      cache_.swap(cache);
+      fresh_.swap(lists[0]);
+      lru_.swap(lists[1]);
+      shared_.swap(lists[2]);
+      ++stats_.relocations;
+    }
+  }
+  absl::MutexLock lock(&watch_mu_);
+  std::deque<HistoryEntry> history(history_.begin(), history_.end());
+  history_.swap(history);
 }
 
 void Store::CacheApply(CacheWrites writes) {
