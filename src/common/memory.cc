@@ -134,7 +134,7 @@ struct AskedOrReady {
 void AwaitReleasingWhenIdle(absl::Mutex& mu, const absl::Condition& cond) {
   // Blocks other threads free come back to this heap only on a later call
   // of its own: released once idle, once more later, and when asked.
-  while (!cond.Eval()) {
+  for (;;) {
     IdleMemoryRelease idle;
     if (mu.AwaitWithTimeout(cond, idle.NextWait())) return;
     IdleWaiter me{&mu};
@@ -157,7 +157,8 @@ void AwaitReleasingWhenIdle(absl::Mutex& mu, const absl::Condition& cond) {
       mu.Lock();
     }
     // The condition held; it may not once the waiter is gone, and then this
-    // thread waits again from the start.
+    // thread waits again from the start (the first wait returns at once if
+    // it still holds).
     mu.Unlock();
     Unregister(&me);
     mu.Lock();
