@@ -14,6 +14,9 @@ bool Clock::AwaitWithDeadline(absl::Mutex& mu, const absl::Condition& cond, absl
     absl::MutexLock l(&mu);
     fired = true;
   });
+  // Time may have passed the deadline between the check above and the timer
+  // being set: a fake clock advanced then runs no timer until it moves again.
+  if (Now() >= deadline) fired = true;
   struct Either {
     const absl::Condition* cond;
     const bool* fired;
@@ -154,7 +157,12 @@ bool FakeClock::Cancel(TimerId id) {
 bool FakeClock::RunOneDue(absl::Time limit) {
   absl::MutexLock l(&mu_);
   const absl::Time when = timers_.Next();
-  if (when > limit) return false;
+  if (when > limit) {
+    // Under the same lock as the check: a timer set from now on is either
+    // seen here or set at a time already reached (AwaitWithDeadline looks).
+    if (limit != absl::InfiniteFuture() && now_ < limit) now_ = limit;
+    return false;
+  }
   if (when > now_) now_ = when;  // Now() inside the callback is its deadline
   return timers_.RunEarliest(mu_, limit);
 }
@@ -168,8 +176,6 @@ void FakeClock::Advance(absl::Duration d) {
   }
   while (RunOneDue(target)) {
   }
-  absl::MutexLock l(&mu_);
-  if (now_ < target) now_ = target;
 }
 
 bool FakeClock::AdvanceToNextTimer() {

@@ -69,6 +69,33 @@ TEST(FakeClockTest, AwaitWithDeadlineReturnsWhenTimeReachesTheDeadline) {
   EXPECT_EQ(clock.PendingTimers(), 0);
 }
 
+// The clock moves past the deadline after the waiter has looked at the time
+// and before its timer is set (the window a busy test thread can hit).
+TEST(FakeClockTest, AwaitWithDeadlineReturnsWhenTimePassedTheDeadlineWhileItsTimerWasSet) {
+  class AdvancedWhileSetting : public FakeClock {
+   public:
+    TimerId AfterFunc(absl::Time when, std::function<void()> fn) override {
+      Advance(absl::Seconds(30));
+      return FakeClock::AfterFunc(when, std::move(fn));
+    }
+  } clock;
+  absl::Mutex mu;
+  bool never = false;
+  absl::Notification returned;
+  bool result = true;
+  std::thread waiter([&] {
+    absl::MutexLock l(&mu);
+    result = clock.AwaitWithTimeout(mu, absl::Condition(&never), absl::Seconds(30));
+    returned.Notify();
+  });
+  const bool in_time = returned.WaitForNotificationWithTimeout(absl::Seconds(10));
+  EXPECT_TRUE(in_time) << "the waiter sleeps through its deadline";
+  if (!in_time) clock.Advance(absl::ZeroDuration());  // runs the overdue timer: lets it go
+  waiter.join();
+  EXPECT_FALSE(result);
+  EXPECT_EQ(clock.PendingTimers(), 0);
+}
+
 TEST(FakeClockTest, AwaitWithDeadlineReturnsAsSoonAsTheConditionHolds) {
   FakeClock clock;
   absl::Mutex mu;
