@@ -7,7 +7,10 @@
 // Record returns at once: a writer thread writes the queued events, all
 // that are waiting in one group commit, so a controller's worker does not
 // wait for an fsync per event (client-go's broadcaster is asynchronous
-// too). Destruction writes what is still queued.
+// too). One writer thread serves every recorder of the process (berth up
+// has ~20, one or more per controller), a batch of one recorder at a time
+// in turn; it exists while a recorder does. Destruction writes what is
+// still queued, on the destroying thread.
 //
 // Thread-safety: thread-safe. Failures to write an event are logged and
 // dropped, and so are events beyond kMaxQueued waiting to be written:
@@ -17,7 +20,6 @@
 #include <cstdint>
 #include <deque>
 #include <string>
-#include <thread>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
@@ -27,6 +29,8 @@
 #include "nlohmann/json.hpp"
 
 namespace berth::client {
+
+class EventWriter;  // events.cc
 
 class EventRecorder {
  public:
@@ -65,7 +69,10 @@ class EventRecorder {
     std::string object_kind, object_api_version, object_name, object_ns, object_uid, object_rv;
   };
 
-  void WriterLoop() ABSL_LOCKS_EXCLUDED(mu_);
+  friend class EventWriter;  // events.cc: the thread that calls WriteBatch
+
+  // Writes up to kMaxBatch queued events; returns whether more are queued.
+  bool WriteBatch() ABSL_LOCKS_EXCLUDED(mu_);
   void Write(std::deque<Pending> batch) ABSL_LOCKS_EXCLUDED(mu_);
   // Forgets the event `key` if it is still the one made from `name_ns`.
   void Forget(const EventMemory::Key& key, int64_t name_ns) ABSL_LOCKS_EXCLUDED(mu_);
@@ -80,9 +87,8 @@ class EventRecorder {
   std::deque<Pending> queue_ ABSL_GUARDED_BY(mu_);
   uint64_t queued_ ABSL_GUARDED_BY(mu_) = 0;   // events ever queued
   uint64_t written_ ABSL_GUARDED_BY(mu_) = 0;  // of those, written or dropped
-  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  uint64_t quiescence_id_ = 0;  // client/quiescence.h
-  std::thread writer_;          // last: starts once everything above exists
+  uint64_t quiescence_id_ = 0;                 // client/quiescence.h
+  EventWriter* const writer_;                  // the process's, held while we exist
 };
 
 }  // namespace berth::client

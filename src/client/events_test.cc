@@ -1,7 +1,11 @@
 #include "client/events.h"
 #include "apiserver/registry.h"
 
+#include <filesystem>
+#include <map>
+#include <memory>
 #include <set>
+#include <thread>
 #include <vector>
 
 #include "client/object.h"
@@ -60,6 +64,41 @@ TEST_F(EventRecorderTest, DestructionWritesWhatIsQueued) {
     for (int i = 0; i < 20; ++i) recorder.Record(a, "Normal", "R" + std::to_string(i), "m");
   }
   EXPECT_EQ(Events().size(), 20u);
+}
+
+int Threads() {
+  int n = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/self/task")) ++n;
+  return n;
+}
+
+TEST_F(EventRecorderTest, EveryRecorderSharesOneWriterThread) {
+  const json a = Claim("a");
+  std::vector<std::unique_ptr<EventRecorder>> recorders;
+  recorders.push_back(std::make_unique<EventRecorder>(*registry_, "c0"));
+  recorders[0]->Record(a, "Normal", "R", "m");
+  recorders[0]->Flush();
+  const int one = Threads();
+  for (int i = 1; i < 10; ++i) {
+    recorders.push_back(std::make_unique<EventRecorder>(*registry_, "c" + std::to_string(i)));
+  }
+  EXPECT_EQ(Threads(), one);
+  // Recorded from many threads at once, destroyed while others still write.
+  std::vector<std::thread> threads;
+  for (int i = 1; i < 10; ++i) {
+    threads.emplace_back([&, i] {
+      for (int j = 0; j < 300; ++j) recorders[i]->Record(a, "Normal", "R" + std::to_string(j), "m");
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int i = 9; i >= 5; --i) recorders[i].reset();  // writes what it has queued
+  for (int i = 1; i < 5; ++i) recorders[i]->Flush();
+  std::map<std::string, int> by_component;
+  for (const auto& e : Events()) ++by_component[e["source"]["component"].get<std::string>()];
+  EXPECT_EQ(by_component.size(), 10u);
+  for (const auto& [component, n] : by_component) EXPECT_EQ(n, component == "c0" ? 1 : 300) << component;
+  recorders.clear();
+  EXPECT_TRUE(berth::testing::Eventually([&] { return Threads() == one - 1; }));  // the last took the writer along
 }
 
 TEST_F(EventRecorderTest, AnEventDeletedMeanwhileIsCreatedAgain) {
