@@ -1,6 +1,7 @@
 #include "client/workqueue.h"
 
 #include <algorithm>
+#include <memory>
 #include <vector>
 
 #include "absl/strings/cord.h"
@@ -178,7 +179,7 @@ absl::Status NotAFailure(std::string_view message) {
 
 bool IsNotAFailure(const absl::Status& st) { return !st.ok() && st.GetPayload(kNotAFailureUrl).has_value(); }
 
-void RunWorker(WorkQueue& queue, const std::string& name,
+void RunWorker(WorkQueue& queue, std::string_view name,
                const std::function<absl::Status(const std::string& key)>& sync) {
   while (auto key = queue.Get()) {
     absl::Status st = sync(*key);
@@ -191,6 +192,18 @@ void RunWorker(WorkQueue& queue, const std::string& name,
       queue.AddRateLimited(*key);
     }
     queue.Done(*key);
+  }
+}
+
+void StartWorkers(std::vector<std::thread>& threads, int n, WorkQueue& queue, std::string name,
+                  std::function<absl::Status(const std::string& key)> sync) {
+  struct Work {
+    std::string name;
+    std::function<absl::Status(const std::string& key)> sync;
+  };
+  auto work = std::make_shared<const Work>(Work{std::move(name), std::move(sync)});
+  for (int i = 0; i < n; ++i) {
+    threads.emplace_back([&queue, work] { RunWorker(queue, work->name, work->sync); });
   }
 }
 

@@ -1,10 +1,15 @@
 #include "client/workqueue.h"
 
 #include <atomic>
+#include <map>
 #include <optional>
+#include <set>
+#include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
 #include "client/quiescence.h"
 #include "common/clock.h"
 #include "common/testing/eventually.h"
@@ -186,6 +191,34 @@ TEST(WorkQueueTest, ManyWorkersProcessEveryKeyExactlyOncePerAdd) {
   q.ShutDown();
   for (auto& w : workers) w.join();
   EXPECT_EQ(processed.load(), 1000);
+}
+
+TEST(WorkQueueTest, StartWorkersRunsTheSyncOnEveryWorkerUntilShutDown) {
+  WorkQueue q;
+  absl::Mutex mu;
+  std::set<std::thread::id> threads;
+  std::map<std::string, int> synced;
+  std::vector<std::thread> workers;
+  StartWorkers(workers, 3, q, "test workers", [&](const std::string& key) {
+    absl::MutexLock lock(&mu);
+    threads.insert(std::this_thread::get_id());
+    // Held a moment, so the other workers take the next keys.
+    absl::SleepFor(absl::Milliseconds(1));
+    return ++synced[key] == 1 && key == "fails-once" ? absl::UnavailableError("once") : absl::OkStatus();
+  });
+  ASSERT_EQ(workers.size(), 3u);
+  for (int i = 0; i < 60; ++i) q.Add("k" + std::to_string(i));
+  q.Add("fails-once");  // re-added with backoff by the worker, then done
+  ASSERT_TRUE(berth::testing::Eventually([&] {
+    absl::MutexLock lock(&mu);
+    const auto it = synced.find("fails-once");
+    return synced.size() == 61 && it != synced.end() && it->second == 2;
+  }));
+  q.ShutDown();
+  for (auto& w : workers) w.join();
+  absl::MutexLock lock(&mu);
+  for (int i = 0; i < 60; ++i) EXPECT_EQ(synced["k" + std::to_string(i)], 1);
+  EXPECT_GT(threads.size(), 1u);
 }
 
 TEST(WorkQueueTest, IdleOnlyWithNothingQueuedRunningOrDue) {

@@ -67,11 +67,8 @@ void Snapshotter::RegisterHandlers() {
 }
 
 void Snapshotter::Start() {
-  const std::string name = StrCat("snapshotter ", options_.driver, ": content");
-  for (int i = 0; i < options_.workers; ++i) {
-    workers_.emplace_back(
-        [this, name] { RunWorker(queue_, name, ParkAware([this](const std::string& k) { return SyncContent(k); })); });
-  }
+  StartWorkers(workers_, options_.workers, queue_, StrCat("snapshotter ", options_.driver, ": content"),
+               ParkAware([this](const std::string& k) { return SyncContent(k); }));
 }
 
 void Snapshotter::Stop() {

@@ -497,14 +497,9 @@ void Attacher::RegisterHandlers() {
 
 void Attacher::Start() {
   const std::string name = StrCat("attacher ", options_.driver);
-  for (int i = 0; i < options_.workers; ++i) {
-    workers_.emplace_back([this, name] {
-      RunWorker(attachment_queue_, name, ParkAware([this](const std::string& k) { return SyncAttachment(k); }));
-    });
-  }
-  workers_.emplace_back([this, name] {
-    RunWorker(volume_queue_, name + ": volume", [this](const std::string& k) { return SyncVolume(k); });
-  });
+  StartWorkers(workers_, options_.workers, attachment_queue_, name,
+               ParkAware([this](const std::string& k) { return SyncAttachment(k); }));
+  StartWorkers(workers_, 1, volume_queue_, name + ": volume", [this](const std::string& k) { return SyncVolume(k); });
 }
 
 void Attacher::Stop() {

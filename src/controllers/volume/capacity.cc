@@ -158,10 +158,8 @@ void CapacityTracker::RegisterHandlers() {
 void CapacityTracker::Start() {
   queue_.Add(kTopologyKey);
   queue_.AddAfter(kPollKey, options_.poll_interval);
-  const std::string name = StrCat("capacity ", options_.driver);
-  for (int i = 0; i < std::max(options_.workers, 1); ++i) {
-    workers_.emplace_back([this, name] { RunWorker(queue_, name, [this](const std::string& k) { return Sync(k); }); });
-  }
+  StartWorkers(workers_, std::max(options_.workers, 1), queue_, StrCat("capacity ", options_.driver),
+               [this](const std::string& k) { return Sync(k); });
 }
 
 void CapacityTracker::Stop() {

@@ -168,22 +168,15 @@ void Provisioner::RegisterHandlers() {
 
 void Provisioner::Start() {
   const std::string name = StrCat("provisioner ", options_.driver);
-  for (int i = 0; i < options_.workers; ++i) {
-    workers_.emplace_back([this, name] {
-      RunWorker(claim_queue_, name + ": claim", ParkAware([this](const std::string& k) { return SyncClaim(k); }));
-    });
-  }
+  StartWorkers(workers_, options_.workers, claim_queue_, name + ": claim",
+               ParkAware([this](const std::string& k) { return SyncClaim(k); }));
   // As many for volumes as for claims (external-provisioner runs as many
   // workers on both queues): deleting many volumes at once is as common as
   // creating them.
-  for (int i = 0; i < options_.workers; ++i) {
-    workers_.emplace_back([this, name] {
-      RunWorker(volume_queue_, name + ": volume", ParkAware([this](const std::string& k) { return SyncVolume(k); }));
-    });
-  }
-  workers_.emplace_back([this, name] {
-    RunWorker(source_queue_, name + ": clone source", [this](const std::string& k) { return SyncCloneSource(k); });
-  });
+  StartWorkers(workers_, options_.workers, volume_queue_, name + ": volume",
+               ParkAware([this](const std::string& k) { return SyncVolume(k); }));
+  StartWorkers(workers_, 1, source_queue_, name + ": clone source",
+               [this](const std::string& k) { return SyncCloneSource(k); });
 }
 
 void Provisioner::Stop() {

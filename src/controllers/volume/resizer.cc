@@ -154,12 +154,8 @@ void Resizer::RegisterHandlers() {
 }
 
 void Resizer::Start() {
-  for (int i = 0; i < options_.workers; ++i) {
-    workers_.emplace_back([this] {
-      RunWorker(queue_, StrCat("resizer ", options_.driver, ": claim"),
-                ParkAware([this](const std::string& k) { return SyncClaim(k); }));
-    });
-  }
+  StartWorkers(workers_, options_.workers, queue_, StrCat("resizer ", options_.driver, ": claim"),
+               ParkAware([this](const std::string& k) { return SyncClaim(k); }));
 }
 
 void Resizer::Stop() {
