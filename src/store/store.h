@@ -258,6 +258,9 @@ class Store {
   // Writes after which a pause copies what is kept into dense pages (at
   // least; or an eighth of what is kept).
   static constexpr int64_t kRelocateAfter = 64;
+  // A list that read at least this many rows lets the read connection's
+  // page cache go (store_reads.cc).
+  static constexpr size_t kListReleasesPageCache = 256;
 
   // Opens (creating if needed, mode 0600) the database. FAILED_PRECONDITION if it was
   // written by a newer schema version.
@@ -319,6 +322,8 @@ class Store {
   int64_t ResourceVersion() const;
   CacheStats cache_stats() const ABSL_LOCKS_EXCLUDED(cache_mu_);
   HistoryStats history_stats() const ABSL_LOCKS_EXCLUDED(watch_mu_);
+  // What SQLite's page cache of the read connection holds, in bytes.
+  int64_t read_page_cache_bytes() const ABSL_LOCKS_EXCLUDED(read_mu_);
 
  private:
   struct Mutation;
@@ -430,7 +435,7 @@ class Store {
 
   const Options options_;
   sqlite3* write_db_ = nullptr;  // used only by the writer thread
-  absl::Mutex read_mu_;
+  mutable absl::Mutex read_mu_;
   sqlite3* read_db_ ABSL_GUARDED_BY(read_mu_) = nullptr;
 
   // Mutation queue for group commit.

@@ -451,6 +451,26 @@ TEST_F(StoreTest, KeptTextsAreCompressedOnceTheWritesStop) {
 }
 
 // Without compact_when_idle the cache keeps its parsed objects at rest.
+// A long list lets the read connection's pages go (they were held in the
+// reading thread's heap until the next burst of writes); a short one keeps
+// them for the reads that follow.
+TEST_F(StoreTest, ALongListLetsTheReadPageCacheGo) {
+  auto s = Open();
+  std::vector<Object> claims;
+  for (int i = 0; i < 2 * static_cast<int>(Store::kListReleasesPageCache); ++i)
+    claims.push_back(Pvc("c" + std::to_string(i)));
+  for (const auto& st : s->CreateAll("persistentvolumeclaims", std::move(claims))) ASSERT_TRUE(st.ok()) << st.status();
+  auto short_list = s->List("persistentvolumeclaims", "default", {}, {.limit = 10, .after = std::nullopt});
+  ASSERT_TRUE(short_list.ok());
+  ASSERT_EQ(short_list->items.size(), 10u);
+  const int64_t after_short = s->read_page_cache_bytes();
+  EXPECT_GT(after_short, 0);
+  auto long_list = s->List("persistentvolumeclaims", "default");
+  ASSERT_TRUE(long_list.ok());
+  EXPECT_EQ(long_list->items.size(), 2 * Store::kListReleasesPageCache);
+  EXPECT_LT(s->read_page_cache_bytes(), after_short);
+}
+
 TEST_F(StoreTest, CacheKeepsParsedObjectsWhenTold) {
   for (const bool compact : {false, true}) {
     SCOPED_TRACE(compact ? "compact_when_idle" : "without");

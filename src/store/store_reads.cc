@@ -55,6 +55,7 @@ absl::StatusOr<ListResult> Store::List(const std::string& resource, const std::s
                                        const api::LabelSelector& selector, const ListPage& page) {
   absl::MutexLock lock(&read_mu_);
   ListResult out;
+  size_t rows = 0;  // read, matched or not
   // One read transaction: the list and its resourceVersion are one snapshot.
   if (absl::Status st = Run(read_db_, "BEGIN"); !st.ok()) return st;
   {
@@ -79,6 +80,7 @@ absl::StatusOr<ListResult> Store::List(const std::string& resource, const std::s
     }
     int rc;
     while ((rc = s.Step()) == SQLITE_ROW) {
+      ++rows;
       if (page.limit > 0 && out.items.size() == page.limit) {
         out.next = {Namespace(out.items.back()), Name(out.items.back())};
         rc = SQLITE_DONE;
@@ -94,6 +96,12 @@ absl::StatusOr<ListResult> Store::List(const std::string& resource, const std::s
     }
   }
   (void)Run(read_db_, "COMMIT");
+  // A long list fills the connection's page cache (up to 2 MiB) in this
+  // thread's heap, where it stayed after the last read of a burst (the
+  // writer lets its caches go only after writes): given back now, as the
+  // next long list reads its pages afresh anyway. Short lists (a class,
+  // a namespace's few objects) keep theirs for the next read.
+  if (rows >= kListReleasesPageCache) sqlite3_db_release_memory(read_db_);
   return out;
 }
 
@@ -356,6 +364,13 @@ void Store::CacheApply(CacheWrites writes) {
     }
     if (w.object != nullptr && w.admit) CacheInsertLocked(key, std::move(w.object), w.bytes, list);
   }
+}
+
+int64_t Store::read_page_cache_bytes() const {
+  absl::MutexLock lock(&read_mu_);
+  int current = 0, highest = 0;
+  sqlite3_db_status(read_db_, SQLITE_DBSTATUS_CACHE_USED, &current, &highest, 0);
+  return current;
 }
 
 Store::CacheStats Store::cache_stats() const {
