@@ -325,6 +325,28 @@ TEST_F(StoreTest, CacheLetsGoOfWhatOnlyItHoldsOnceTheWritesStop) {
   }
 }
 
+// Once the writes stop the cache keeps its most recently used objects, down
+// to rest_cache_bytes; the others are read back from SQLite, intact.
+TEST_F(StoreTest, AtRestTheCacheKeepsOnlyItsMostRecentlyUsed) {
+  auto s = Store::Open({.path = dir_.Join("state.db"),
+                        .cache_bytes = 64000,
+                        .shared_sweep_after = absl::ZeroDuration(),
+                        .rest_cache_bytes = 4000});
+  ASSERT_TRUE(s.ok());
+  Store& store = **s;
+  // ~10 KB of objects, all within the budget.
+  for (int i = 0; i < 50; ++i) CreateAndRead(store, "p" + std::to_string(i));
+  ASSERT_TRUE(Eventually([&] { return store.cache_stats().bytes <= 4000; })) << store.cache_stats().bytes;
+  EXPECT_GT(store.cache_stats().objects, 0u);
+  const Store::CacheStats before = store.cache_stats();
+  ASSERT_TRUE(store.Get("pods", "default", "p49").ok());
+  EXPECT_EQ(store.cache_stats().hits, before.hits + 1) << "the last read is kept";
+  auto first = store.Get("pods", "default", "p0");
+  ASSERT_TRUE(first.ok());
+  EXPECT_EQ((*first)["metadata"]["name"], "p0");
+  EXPECT_EQ(store.cache_stats().misses, before.misses + 1) << "the least recently used went";
+}
+
 // Once the writes stop the cache holds its objects' text only; a read
 // takes back a parsed object someone still holds, or parses the text once
 // and holds the result; a write over a let-go entry starts from it.

@@ -3,6 +3,7 @@
 
 #include <sqlite3.h>
 
+#include <algorithm>
 #include <map>
 #include <utility>
 #include <vector>
@@ -276,7 +277,7 @@ void Store::CacheCountAgainLocked(std::unordered_map<std::string, CacheEntry>::i
   cache_bytes_ += it->second.bytes;
 }
 
-void Store::CacheEvictLocked() {
+void Store::CacheEvictLocked(size_t budget) {
   cache_mu_.AssertHeld();
   // Evict the least recently used of the entries read since they were
   // written, or the oldest of those not read yet once they take more than
@@ -284,8 +285,8 @@ void Store::CacheEvictLocked() {
   // someone else holds (HeldElsewhere: an informer's current object, a
   // reader's) is moved to the uncounted set instead, as evicting it would
   // free nothing.
-  const auto fresh_limit = static_cast<size_t>(static_cast<double>(options_.cache_bytes) * options_.fresh_share);
-  while (cache_bytes_ > options_.cache_bytes) {
+  const auto fresh_limit = static_cast<size_t>(static_cast<double>(budget) * options_.fresh_share);
+  while (cache_bytes_ > budget) {
     const bool from_fresh = lru_.empty() || fresh_bytes_ > fresh_limit;
     std::list<std::string>& from = from_fresh ? fresh_ : lru_;
     auto victim = cache_.find(from.back());
@@ -310,7 +311,8 @@ void Store::CacheSweepIdle() {
     ++key;  // (counting it again unlinks it)
     if (!HeldElsewhere(it->second)) CacheCountAgainLocked(it);
   }
-  CacheEvictLocked();
+  CacheEvictLocked(options_.compact_when_idle ? std::min(options_.rest_cache_bytes, options_.cache_bytes)
+                                              : options_.cache_bytes);
 }
 
 void Store::RelocateKept() {
