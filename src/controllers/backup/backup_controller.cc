@@ -68,13 +68,9 @@ void BackupController::RegisterHandlers() {
 }
 
 void BackupController::Start() {
-  for (int i = 0; i < options_.workers; ++i) {
-    workers_.emplace_back(
-        [this] { RunWorker(queue_, "backup", [this](const std::string& k) { return SyncBackup(k); }); });
-  }
-  workers_.emplace_back([this] {
-    RunWorker(location_queue_, "backup storage location", [this](const std::string& k) { return SyncLocation(k); });
-  });
+  StartWorkers(workers_, options_.workers, queue_, "backup", [this](const std::string& k) { return SyncBackup(k); });
+  StartWorkers(workers_, 1, location_queue_, "backup storage location",
+               [this](const std::string& k) { return SyncLocation(k); });
 }
 
 void BackupController::Stop() {

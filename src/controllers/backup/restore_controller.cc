@@ -163,11 +163,8 @@ void RestoreController::RegisterHandlers() {
 }
 
 void RestoreController::Start() {
-  for (int i = 0; i < options_.workers; ++i) {
-    workers_.emplace_back([this] {
-      client::RunWorker(queue_, "restore controller", [this](const std::string& name) { return Sync(name); });
-    });
-  }
+  client::StartWorkers(workers_, options_.workers, queue_, "restore controller",
+                       [this](const std::string& name) { return Sync(name); });
 }
 
 void RestoreController::Stop() {

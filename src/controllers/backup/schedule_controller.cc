@@ -63,9 +63,8 @@ void ScheduleController::RegisterHandlers() {
 }
 
 void ScheduleController::Start() {
-  workers_.emplace_back([this] {
-    client::RunWorker(queue_, "schedule controller", [this](const std::string& name) { return SyncSchedule(name); });
-  });
+  client::StartWorkers(workers_, 1, queue_, "schedule controller",
+                       [this](const std::string& name) { return SyncSchedule(name); });
 }
 
 void ScheduleController::Stop() {

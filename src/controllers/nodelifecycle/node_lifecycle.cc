@@ -123,13 +123,10 @@ void NodeLifecycleController::Start() {
     stop_ = false;
   }
   threads_.emplace_back([this] { MonitorLoop(); });
-  threads_.emplace_back([this] {
-    client::RunWorker(node_queue_, "node lifecycle: taints",
-                      [this](const std::string& n) { return SyncNoScheduleTaints(n); });
-  });
-  threads_.emplace_back([this] {
-    client::RunWorker(pod_queue_, "node lifecycle: pod", [this](const std::string& k) { return SyncPod(k); });
-  });
+  client::StartWorkers(threads_, 1, node_queue_, "node lifecycle: taints",
+                       [this](const std::string& n) { return SyncNoScheduleTaints(n); });
+  client::StartWorkers(threads_, 1, pod_queue_, "node lifecycle: pod",
+                       [this](const std::string& k) { return SyncPod(k); });
 }
 
 void NodeLifecycleController::Stop() {

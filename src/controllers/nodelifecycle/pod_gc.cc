@@ -43,8 +43,7 @@ void PodGarbageCollector::Start() {
     stop_ = false;
   }
   threads_.emplace_back([this] { Loop(); });
-  threads_.emplace_back(
-      [this] { client::RunWorker(queue_, "pod gc", [this](const std::string& node) { return SyncNode(node); }); });
+  client::StartWorkers(threads_, 1, queue_, "pod gc", [this](const std::string& node) { return SyncNode(node); });
 }
 
 void PodGarbageCollector::Stop() {

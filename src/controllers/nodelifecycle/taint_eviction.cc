@@ -66,14 +66,10 @@ void TaintEvictionController::RegisterHandlers() {
 }
 
 void TaintEvictionController::Start() {
-  for (int i = 0; i < options_.workers; ++i) {
-    workers_.emplace_back([this] {
-      client::RunWorker(queue_, "taint eviction", [this](const std::string& key) {
-        if (key.starts_with(kNodePrefix)) return SyncNode(key.substr(sizeof(kNodePrefix) - 1));
-        return SyncPod(key.substr(sizeof(kPodPrefix) - 1));
-      });
-    });
-  }
+  client::StartWorkers(workers_, options_.workers, queue_, "taint eviction", [this](const std::string& key) {
+    if (key.starts_with(kNodePrefix)) return SyncNode(key.substr(sizeof(kNodePrefix) - 1));
+    return SyncPod(key.substr(sizeof(kPodPrefix) - 1));
+  });
 }
 
 void TaintEvictionController::Stop() {

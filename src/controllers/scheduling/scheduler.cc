@@ -151,10 +151,8 @@ void Scheduler::RegisterHandlers() {
 }
 
 void Scheduler::Start() {
-  for (int i = 0; i < options_.workers; ++i) {
-    workers_.emplace_back(
-        [this] { RunWorker(queue_, "scheduler: pod", [this](const std::string& key) { return SyncPod(key); }); });
-  }
+  StartWorkers(workers_, options_.workers, queue_, "scheduler: pod",
+               [this](const std::string& key) { return SyncPod(key); });
 }
 
 void Scheduler::Stop() {

@@ -148,18 +148,12 @@ void SnapshotController::RegisterHandlers() {
 }
 
 void SnapshotController::Start() {
-  for (int i = 0; i < options_.workers; ++i) {
-    workers_.emplace_back([this] {
-      RunWorker(snapshot_queue_, "snapshot-controller: snapshot",
-                [this](const std::string& k) { return SyncSnapshot(k); });
-    });
-  }
-  workers_.emplace_back([this] {
-    RunWorker(content_queue_, "snapshot-controller: content", [this](const std::string& k) { return SyncContent(k); });
-  });
-  workers_.emplace_back([this] {
-    RunWorker(claim_queue_, "snapshot-controller: claim", [this](const std::string& k) { return SyncClaim(k); });
-  });
+  StartWorkers(workers_, options_.workers, snapshot_queue_, "snapshot-controller: snapshot",
+               [this](const std::string& k) { return SyncSnapshot(k); });
+  StartWorkers(workers_, 1, content_queue_, "snapshot-controller: content",
+               [this](const std::string& k) { return SyncContent(k); });
+  StartWorkers(workers_, 1, claim_queue_, "snapshot-controller: claim",
+               [this](const std::string& k) { return SyncClaim(k); });
 }
 
 void SnapshotController::Stop() {

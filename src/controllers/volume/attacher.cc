@@ -230,10 +230,8 @@ void AttachDetachController::EnqueueAllNodes() {
 }
 
 void AttachDetachController::Start() {
-  for (int i = 0; i < options_.workers; ++i) {
-    workers_.emplace_back(
-        [this] { RunWorker(queue_, "attach-detach", [this](const std::string& node) { return SyncNode(node); }); });
-  }
+  StartWorkers(workers_, options_.workers, queue_, "attach-detach",
+               [this](const std::string& node) { return SyncNode(node); });
 }
 
 void AttachDetachController::Stop() {

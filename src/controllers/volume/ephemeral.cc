@@ -47,10 +47,8 @@ void EphemeralController::RegisterHandlers() {
 }
 
 void EphemeralController::Start() {
-  for (int i = 0; i < options_.workers; ++i) {
-    workers_.emplace_back(
-        [this] { RunWorker(queue_, "ephemeral volumes: pod", [this](const std::string& k) { return SyncPod(k); }); });
-  }
+  StartWorkers(workers_, options_.workers, queue_, "ephemeral volumes: pod",
+               [this](const std::string& k) { return SyncPod(k); });
 }
 
 void EphemeralController::Stop() {

@@ -181,13 +181,10 @@ void PvBinder::RegisterHandlers() {
 }
 
 void PvBinder::Start() {
-  for (int i = 0; i < options_.workers; ++i) {
-    workers_.emplace_back(
-        [this] { RunWorker(claim_queue_, "pv binder: claim", [this](const std::string& k) { return SyncClaim(k); }); });
-    workers_.emplace_back([this] {
-      RunWorker(volume_queue_, "pv binder: volume", [this](const std::string& k) { return SyncVolume(k); });
-    });
-  }
+  StartWorkers(workers_, options_.workers, claim_queue_, "pv binder: claim",
+               [this](const std::string& k) { return SyncClaim(k); });
+  StartWorkers(workers_, options_.workers, volume_queue_, "pv binder: volume",
+               [this](const std::string& k) { return SyncVolume(k); });
 }
 
 void PvBinder::Stop() {
