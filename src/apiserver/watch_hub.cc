@@ -1,4 +1,5 @@
 #include "apiserver/watch_hub.h"
+#include "common/thread_name.h"
 
 #include <algorithm>
 
@@ -11,7 +12,10 @@ WatchHub::WatchHub(Options options) : options_(options), clock_(*options.clock) 
     absl::MutexLock lock(&bell_->mu);
     bell_->hub = this;
   }
-  thread_ = std::thread([this] { Loop(); });
+  thread_ = std::thread([this] {
+    NameThisThread("watch hub");
+    Loop();
+  });
 }
 
 WatchHub::~WatchHub() {

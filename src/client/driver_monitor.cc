@@ -4,6 +4,7 @@
 
 #include "absl/strings/cord.h"
 #include "common/strings.h"
+#include "common/thread_name.h"
 #include "csi/client.h"
 #include "spdlog/spdlog.h"
 
@@ -18,7 +19,10 @@ DriverMonitor::DriverMonitor(DriverDirectory& directory, Clock& clock, Options o
     : directory_(directory), clock_(clock), options_(options) {
   listener_id_ = directory_.AddListener([this](const std::string& driver, const std::string& node,
                                                const std::string& endpoint) { OnRegistered(driver, node, endpoint); });
-  prober_ = std::thread([this] { ProberLoop(); });
+  prober_ = std::thread([this] {
+    NameThisThread("driver prober");
+    ProberLoop();
+  });
 }
 
 DriverMonitor::~DriverMonitor() {

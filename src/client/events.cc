@@ -14,6 +14,7 @@
 #include "client/writes.h"
 #include "common/memory.h"
 #include "common/strings.h"
+#include "common/thread_name.h"
 #include "spdlog/spdlog.h"
 
 namespace berth::client {
@@ -59,7 +60,11 @@ class EventWriter {
   }
 
  private:
-  EventWriter() : thread_([this] { Loop(); }) {}
+  EventWriter()
+      : thread_([this] {
+          NameThisThread("event writer");
+          Loop();
+        }) {}
   ~EventWriter() {
     {
       absl::MutexLock lock(&mu_);

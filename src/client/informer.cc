@@ -6,6 +6,7 @@
 #include "client/quiescence.h"
 #include "common/memory.h"
 #include "common/strings.h"
+#include "common/thread_name.h"
 #include "spdlog/spdlog.h"
 
 namespace berth::client {
@@ -130,7 +131,14 @@ void Informer::Start() {
     absl::MutexLock lock(&mu_);
     started_ = true;
   }
-  thread_ = std::thread([this] { Run(); });
+  thread_ = std::thread([this] {
+    // "i:" and the resource, cut to the kernel's 15 bytes ("i:persistentvol").
+    char name[16] = "i:";
+    const std::string_view resource = kind_.resource;
+    resource.copy(name + 2, sizeof(name) - 3);
+    NameThisThread(name);
+    Run();
+  });
 }
 
 void Informer::Stop() {

@@ -7,6 +7,7 @@
 #include "absl/strings/cord.h"
 #include "client/quiescence.h"
 #include "common/memory.h"
+#include "common/thread_name.h"
 #include "spdlog/spdlog.h"
 
 namespace berth::client {
@@ -203,7 +204,10 @@ void StartWorkers(std::vector<std::thread>& threads, int n, WorkQueue& queue, st
   };
   auto work = std::make_shared<const Work>(Work{std::move(name), std::move(sync)});
   for (int i = 0; i < n; ++i) {
-    threads.emplace_back([&queue, work] { RunWorker(queue, work->name, work->sync); });
+    threads.emplace_back([&queue, work] {
+      NameThisThread(work->name);
+      RunWorker(queue, work->name, work->sync);
+    });
   }
 }
 

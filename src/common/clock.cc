@@ -1,6 +1,7 @@
 #include "common/clock.h"
 
 #include "absl/time/clock.h"
+#include "common/thread_name.h"
 
 namespace berth {
 
@@ -95,7 +96,10 @@ class RealClockImpl : public Clock {
     absl::MutexLock l(&mu_);
     if (!started_) {
       started_ = true;
-      std::thread([this] { Loop(); }).detach();
+      std::thread([this] {
+        NameThisThread("clock timers");
+        Loop();
+      }).detach();
     }
     return timers_.Add(when, std::move(fn));
   }

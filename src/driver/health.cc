@@ -14,6 +14,7 @@
 #include "common/fd.h"
 #include "common/fs.h"
 #include "common/strings.h"
+#include "common/thread_name.h"
 #include "spdlog/spdlog.h"
 
 namespace berth::driver {
@@ -109,7 +110,10 @@ void KernelLogWatcher::Start() {
   // Only what happens from now on: an older line may name a device number
   // that another image held then.
   ::lseek(fd_, 0, SEEK_END);
-  thread_ = std::thread([this] { Loop(); });
+  thread_ = std::thread([this] {
+    NameThisThread("volume health");
+    Loop();
+  });
 }
 
 void KernelLogWatcher::Stop() {

@@ -5,6 +5,7 @@
 #include "absl/strings/str_format.h"
 #include "common/status.h"
 #include "common/strings.h"
+#include "common/thread_name.h"
 #include "common/units.h"
 #include "driver/pool/image.h"
 #include "nlohmann/json.hpp"
@@ -25,7 +26,10 @@ PoolMonitor::PoolMonitor(const DriverContext& ctx, Options options, ClientFactor
 PoolMonitor::~PoolMonitor() { Stop(); }
 
 void PoolMonitor::Start() {
-  thread_ = std::thread([this] { Loop(); });
+  thread_ = std::thread([this] {
+    NameThisThread("pool monitor");
+    Loop();
+  });
 }
 
 void PoolMonitor::Stop() {

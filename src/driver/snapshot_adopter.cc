@@ -5,6 +5,7 @@
 #include "common/fs.h"
 #include "common/status.h"
 #include "common/strings.h"
+#include "common/thread_name.h"
 #include "driver/pool/ids.h"
 #include "nlohmann/json.hpp"
 #include "spdlog/spdlog.h"
@@ -58,7 +59,10 @@ SnapshotContentAdopter::SnapshotContentAdopter(Options options, const Pool& pool
 SnapshotContentAdopter::~SnapshotContentAdopter() { Stop(); }
 
 void SnapshotContentAdopter::Start() {
-  thread_ = std::thread([this] { Loop(); });
+  thread_ = std::thread([this] {
+    NameThisThread("snapshot adopt");
+    Loop();
+  });
 }
 
 void SnapshotContentAdopter::Stop() {

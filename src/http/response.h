@@ -22,6 +22,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/memory.h"
 #include "common/strings.h"
+#include "common/thread_name.h"
 #include "http/request.h"
 #include "http/server.h"
 
@@ -49,7 +50,12 @@ inline std::string Chunk(std::string_view data) {
 class HandlerPool {
  public:
   explicit HandlerPool(int threads) {
-    for (int i = 0; i < std::max(1, threads); ++i) threads_.emplace_back([this] { Run(); });
+    for (int i = 0; i < std::max(1, threads); ++i) {
+      threads_.emplace_back([this] {
+        NameThisThread("http handler");
+        Run();
+      });
+    }
   }
   ~HandlerPool() { Stop(); }
 

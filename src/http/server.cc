@@ -37,6 +37,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/status.h"
 #include "common/strings.h"
+#include "common/thread_name.h"
 #include "http/request.h"
 #include "http/response.h"
 #include "openssl/crypto.h"
@@ -473,7 +474,11 @@ absl::Status HttpServer::Impl::Init() {
   if (https_) BERTH_RETURN_IF_ERROR(InitTls());
   BERTH_RETURN_IF_ERROR(Listen());
   pool_ = std::make_unique<HandlerPool>(options_.limits.handler_threads);
-  for (int i = 0; i < std::max(1, options_.limits.io_threads); ++i) io_threads_.emplace_back([this] { ioc_.run(); });
+  for (int i = 0; i < std::max(1, options_.limits.io_threads); ++i)
+    io_threads_.emplace_back([this] {
+      NameThisThread("http io");
+      ioc_.run();
+    });
   if (tcp_acceptor_) net::post(tcp_acceptor_->get_executor(), [this] { Accept(*tcp_acceptor_); });
   if (unix_acceptor_) net::post(unix_acceptor_->get_executor(), [this] { Accept(*unix_acceptor_); });
   return absl::OkStatus();

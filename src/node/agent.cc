@@ -8,6 +8,7 @@
 #include "common/fs.h"
 #include "common/status.h"
 #include "common/strings.h"
+#include "common/thread_name.h"
 #include "spdlog/spdlog.h"
 
 namespace berth::node {
@@ -103,7 +104,10 @@ absl::Status NodeAgent::Start() {
     absl::MutexLock lock(&mu_);
     stop_ = false;
   }
-  static_thread_ = std::thread([this] { StaticLoop(); });
+  static_thread_ = std::thread([this] {
+    NameThisThread("static pods");
+    StaticLoop();
+  });
   spdlog::info("node agent {} on {}", options_.node_name, options_.root);
   return absl::OkStatus();
 }

@@ -11,6 +11,7 @@
 #include "client/writes.h"
 #include "common/status.h"
 #include "common/strings.h"
+#include "common/thread_name.h"
 #include "controllers/taints.h"
 #include "spdlog/spdlog.h"
 
@@ -122,7 +123,10 @@ void NodeLifecycleController::Start() {
     absl::MutexLock lock(&mu_);
     stop_ = false;
   }
-  threads_.emplace_back([this] { MonitorLoop(); });
+  threads_.emplace_back([this] {
+    NameThisThread("node monitor");
+    MonitorLoop();
+  });
   client::StartWorkers(threads_, 1, node_queue_, "node lifecycle: taints",
                        [this](const std::string& n) { return SyncNoScheduleTaints(n); });
   client::StartWorkers(threads_, 1, pod_queue_, "node lifecycle: pod",

@@ -3,6 +3,7 @@
 #include "client/object.h"
 #include "client/writes.h"
 #include "common/status.h"
+#include "common/thread_name.h"
 #include "controllers/nodelifecycle/node_lifecycle.h"
 #include "controllers/taints.h"
 #include "spdlog/spdlog.h"
@@ -42,7 +43,10 @@ void PodGarbageCollector::Start() {
     absl::MutexLock lock(&mu_);
     stop_ = false;
   }
-  threads_.emplace_back([this] { Loop(); });
+  threads_.emplace_back([this] {
+    NameThisThread("pod gc");
+    Loop();
+  });
   client::StartWorkers(threads_, 1, queue_, "pod gc", [this](const std::string& node) { return SyncNode(node); });
 }
 

@@ -15,6 +15,7 @@
 #include "common/fs.h"
 #include "common/status.h"
 #include "common/strings.h"
+#include "common/thread_name.h"
 #include "csi/client.h"
 #include "grpcpp/client_context.h"
 #include "pluginregistration/v1/api.grpc.pb.h"
@@ -88,7 +89,10 @@ absl::Status PluginWatcher::Start() {
     return st;
   }
   stopping_.store(false);
-  thread_ = std::thread([this] { Run(); });
+  thread_ = std::thread([this] {
+    NameThisThread("plugin watcher");
+    Run();
+  });
   return absl::OkStatus();
 }
 

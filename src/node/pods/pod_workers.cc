@@ -10,6 +10,7 @@
 #include "client/object.h"
 #include "common/status.h"
 #include "common/strings.h"
+#include "common/thread_name.h"
 #include "spdlog/spdlog.h"
 
 namespace berth::node::pods {
@@ -86,8 +87,15 @@ absl::Status PodWorkers::Start() {
           },
   });
   pods_->Start();
-  relister_ = std::thread([this] { RelistLoop(); });
-  for (int i = 0; i < std::max(1, options_.workers); ++i) workers_.emplace_back([this] { WorkerLoop(); });
+  relister_ = std::thread([this] {
+    NameThisThread("pod relister");
+    RelistLoop();
+  });
+  for (int i = 0; i < std::max(1, options_.workers); ++i)
+    workers_.emplace_back([this] {
+      NameThisThread("pod worker");
+      WorkerLoop();
+    });
   spdlog::info("pod workers for node {} on the container runtime", options_.node_name);
   return absl::OkStatus();
 }

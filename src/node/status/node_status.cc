@@ -12,6 +12,7 @@
 #include "client/object.h"
 #include "client/writes.h"
 #include "common/status.h"
+#include "common/thread_name.h"
 #include "node/plugins/csi_plugins.h"
 #include "spdlog/spdlog.h"
 
@@ -82,8 +83,14 @@ absl::Status NodeStatus::Start() {
     absl::MutexLock lock(&mu_);
     stop_ = false;
   }
-  lease_thread_ = std::thread([this] { LeaseLoop(); });
-  status_thread_ = std::thread([this] { StatusLoop(); });
+  lease_thread_ = std::thread([this] {
+    NameThisThread("node lease");
+    LeaseLoop();
+  });
+  status_thread_ = std::thread([this] {
+    NameThisThread("node status");
+    StatusLoop();
+  });
   return absl::OkStatus();
 }
 

@@ -1,4 +1,5 @@
 // The volume manager: life cycle, paths and queries (see volume_manager.h).
+#include "common/thread_name.h"
 #include "node/volumes/volume_manager_internal.h"
 
 namespace berth::node {
@@ -109,8 +110,15 @@ absl::Status VolumeManager::Start() {
     started_ = true;
     passes_ = 0;
   }
-  for (int i = 0; i < std::max(1, options_.workers); ++i) workers_.emplace_back([this] { WorkerLoop(); });
-  reconciler_ = std::thread([this] { ReconcileLoop(); });
+  for (int i = 0; i < std::max(1, options_.workers); ++i)
+    workers_.emplace_back([this] {
+      NameThisThread("volume worker");
+      WorkerLoop();
+    });
+  reconciler_ = std::thread([this] {
+    NameThisThread("volume reconcil");
+    ReconcileLoop();
+  });
   if (options_.stats_period > absl::ZeroDuration()) {
     stats_thread_ = std::thread([this] {
       for (;;) {
