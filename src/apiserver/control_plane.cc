@@ -72,9 +72,24 @@ void WriteServingMetrics(const http::HttpServer::Stats& s, std::string* out) {
       });
 }
 
-// The store's object cache: how well its budget serves the reads.
-void WriteStoreMetrics(const store::Store::CacheStats& c, std::string* out) {
+// The store's object cache: how well its budget serves the reads; its
+// group commits: how many writes share one, and what they cost.
+void WriteStoreMetrics(const store::Store& store, std::string* out) {
   using metrics::MetricType;
+  const store::Store::CacheStats c = store.cache_stats();
+  const store::Store::CommitStats commits = store.commit_stats();
+  WriteUnlabelled(out,
+                  {
+                      {"berth_store_commits_total", MetricType::kCounter,
+                       "Transactions the store committed (one fsync each), each a group of writes.", commits.commits},
+                      {"berth_store_committed_writes_total", MetricType::kCounter,
+                       "Writes in the committed transactions: per commit, how many shared it.", commits.mutations},
+                      {"berth_store_failed_commits_total", MetricType::kCounter,
+                       "Transactions that could not be committed; every write in them failed.", commits.failed_commits},
+                  });
+  metrics::WriteFamily(out, "berth_store_commit_seconds_total", MetricType::kCounter,
+                       "Time spent committing (BEGIN to COMMIT, the fsync included), summed over the commits.");
+  metrics::WriteSample(out, "berth_store_commit_seconds_total", {}, commits.seconds);
   WriteUnlabelled(out, {
                            {"berth_store_cache_hits_total", MetricType::kCounter,
                             "Reads the store's object cache answered.", c.hits},
@@ -182,8 +197,7 @@ absl::StatusOr<std::unique_ptr<ControlPlane>> ControlPlane::Start(const Options&
                      std::move(http), [handler](const HttpRequest& r, ResponseWriter& w) { handler->Handle(r, w); }));
   cp->handler_->AddMetricsCollector(
       [server = cp->http_.get()](std::string* out) { WriteServingMetrics(server->stats(), out); });
-  cp->handler_->AddMetricsCollector(
-      [store = cp->store_.get()](std::string* out) { WriteStoreMetrics(store->cache_stats(), out); });
+  cp->handler_->AddMetricsCollector([store = cp->store_.get()](std::string* out) { WriteStoreMetrics(*store, out); });
   cp->handler_->AddMetricsCollector(WriteProcessMetrics);
   if (!options.api_address.empty()) {
     std::string host = options.api_address.substr(0, options.api_address.rfind(':'));

@@ -152,6 +152,14 @@ TEST_F(ControlPlaneHttpTest, MetricsAreServedFromCollectorsBehindTheSameAuthenti
   EXPECT_THAT(r->body, ::testing::HasSubstr(StrCat("berth_store_cache_misses_total ", cache.misses, "\n")));
   EXPECT_THAT(r->body, ::testing::HasSubstr(StrCat("berth_store_cache_objects ", cache.objects, "\n")));
   EXPECT_GT(cache.objects, 0u) << "the bootstrapped objects are cached";
+  // Its group commits: the bootstrap wrote, so at least one commit.
+  const store::Store::CommitStats commits = cp_->store().commit_stats();
+  EXPECT_GT(commits.commits, 0);
+  EXPECT_GE(commits.mutations, commits.commits);
+  EXPECT_THAT(r->body, ::testing::HasSubstr(StrCat("berth_store_commits_total ", commits.commits, "\n")));
+  EXPECT_THAT(r->body, ::testing::HasSubstr(StrCat("berth_store_committed_writes_total ", commits.mutations, "\n")));
+  EXPECT_THAT(r->body, ::testing::HasSubstr("berth_store_failed_commits_total 0\n"));
+  EXPECT_THAT(r->body, ::testing::HasSubstr("# TYPE berth_store_commit_seconds_total counter\n"));
   // The process's own counters, read by the handler after `before`.
   const auto counter = [&](const std::string& sample) {
     const size_t at = r->body.find("\n" + sample + " ");

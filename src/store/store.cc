@@ -26,6 +26,7 @@
 #include "absl/time/clock.h"
 #include "common/memory.h"
 #include "common/strings.h"
+#include "common/thread_name.h"
 #include "common/zstd.h"
 #include "spdlog/spdlog.h"
 namespace berth::store {
@@ -275,7 +276,10 @@ absl::Status Store::Init() {
     }
     if (absl::Status st = Exec(read_db_, "PRAGMA busy_timeout=10000"); !st.ok()) return st;
   }
-  writer_ = std::make_unique<std::thread>([this] { WriterLoop(); });
+  writer_ = std::make_unique<std::thread>([this] {
+    NameThisThread("store writer");
+    WriterLoop();
+  });
   return absl::OkStatus();
 }
 
@@ -376,6 +380,7 @@ void Store::WriterLoop() {
     }
     sweep_due = true;
     const int64_t rv_before = next_rv_;
+    const absl::Time commit_start = absl::Now();
     std::vector<absl::StatusOr<ObjectPtr>> results;
     std::vector<Change> events;
     CacheWrites batch_writes;
@@ -413,6 +418,12 @@ void Store::WriterLoop() {
       }
       if (batch_status.ok()) batch_status = Run(write_db_, "COMMIT");
       if (!batch_status.ok()) (void)Run(write_db_, "ROLLBACK");
+    }
+    {
+      absl::MutexLock lock(&commit_stats_mu_);
+      ++(batch_status.ok() ? commit_stats_.commits : commit_stats_.failed_commits);
+      if (batch_status.ok()) commit_stats_.mutations += static_cast<int64_t>(batch.size());
+      commit_stats_.seconds += absl::ToDoubleSeconds(absl::Now() - commit_start);
     }
     if (!batch_status.ok()) {
       spdlog::error("store commit failed: {}", batch_status.ToString());

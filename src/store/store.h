@@ -263,6 +263,15 @@ class Store {
     size_t compressed_events = 0;
     size_t text_bytes = 0;  // held for the events' texts, as CacheStats::text_bytes
   };
+  // The group commits (for metrics and benchmarks): how many writes share a
+  // commit, and how long the commits take (BEGIN to COMMIT, the fsync
+  // included), as etcd's backend commit duration tells.
+  struct CommitStats {
+    int64_t commits = 0;         // batches committed
+    int64_t mutations = 0;       // mutations in them (failed ones, rolled back to their savepoint, included)
+    int64_t failed_commits = 0;  // batches whose BEGIN, savepoints or COMMIT failed: every mutation in them failed
+    double seconds = 0;          // spent committing, summed over the commits
+  };
   // Writes after which a pause copies what is kept into dense pages (at
   // least; or an eighth of what is kept).
   static constexpr int64_t kRelocateAfter = 64;
@@ -330,6 +339,7 @@ class Store {
   int64_t ResourceVersion() const;
   CacheStats cache_stats() const ABSL_LOCKS_EXCLUDED(cache_mu_);
   HistoryStats history_stats() const ABSL_LOCKS_EXCLUDED(watch_mu_);
+  CommitStats commit_stats() const ABSL_LOCKS_EXCLUDED(commit_stats_mu_);
   // What SQLite's page cache of the read connection holds, in bytes.
   int64_t read_page_cache_bytes() const ABSL_LOCKS_EXCLUDED(read_mu_);
 
@@ -478,6 +488,8 @@ class Store {
   CacheStats stats_ ABSL_GUARDED_BY(cache_mu_);
 
   int64_t next_rv_ = 0;  // writer thread only
+  mutable absl::Mutex commit_stats_mu_;
+  CommitStats commit_stats_ ABSL_GUARDED_BY(commit_stats_mu_);
   uint64_t next_serial_ ABSL_GUARDED_BY(cache_mu_) = 0;
 
   // The texts' dictionaries by resource. Writer thread only.

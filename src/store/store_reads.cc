@@ -375,6 +375,11 @@ int64_t Store::read_page_cache_bytes() const {
   return current;
 }
 
+Store::CommitStats Store::commit_stats() const {
+  absl::MutexLock lock(&commit_stats_mu_);
+  return commit_stats_;
+}
+
 Store::CacheStats Store::cache_stats() const {
   absl::MutexLock lock(&cache_mu_);
   CacheStats out = stats_;

@@ -91,6 +91,25 @@ TEST_F(StoreTest, CreateAllCreatesEachOnItsOwnInOrder) {
   EXPECT_EQ(s->List("pods", "")->items.size(), 3u);
 }
 
+TEST_F(StoreTest, CommitStatsCountTheGroupCommitsAndTheWritesThatSharedThem) {
+  auto s = Open();
+  ASSERT_TRUE(s->Create("pods", Pvc("taken")).ok());
+  const Store::CommitStats before = s->commit_stats();
+  EXPECT_GE(before.commits, 1);
+  // Submitted together: one transaction, one fsync, for the five, the two
+  // that failed on their own (rolled back to their savepoints) included.
+  auto results = s->CreateAll("pods", {Pvc("a"), Pvc("taken"), Pvc("b"), Pvc("a"), Pvc("c")});
+  ASSERT_EQ(results.size(), 5u);
+  const Store::CommitStats after = s->commit_stats();
+  EXPECT_EQ(after.commits - before.commits, 1);
+  EXPECT_EQ(after.mutations - before.mutations, 5);
+  EXPECT_EQ(after.failed_commits, 0);
+  EXPECT_GT(after.seconds, before.seconds);
+  ASSERT_TRUE(s->Create("pods", Pvc("d")).ok());
+  EXPECT_EQ(s->commit_stats().commits - after.commits, 1);
+  EXPECT_EQ(s->commit_stats().mutations - after.mutations, 1);
+}
+
 TEST_F(StoreTest, GenerateNameAndRequiredName) {
   auto s = Open();
   Object o = Pvc("");
