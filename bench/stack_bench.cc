@@ -19,6 +19,9 @@
 //              each a wake-up) from the start of apply to all Bound, per
 //              claim (its /metrics; the node agent and berth-csi are other
 //              processes): a cost this noisy machine counts steadily.
+//   writes/commit
+//              berth up's store over the same span: writes per group
+//              commit (one transaction and one fsync each; its /metrics).
 //
 //   list first byte, list s
 //              a GET of every claim (no limit, as kubectl --chunk-size=0
@@ -32,6 +35,9 @@
 //              kubeconfig's TLS address: its first byte of output and its
 //              end (- without kubectl: $BERTH_KUBECTL, the Debian
 //              kubernetes-client berth installs, or /usr/bin/kubectl).
+//   kubectl CPU s
+//              that kubectl's user + system CPU: how much of its time is
+//              its own (it prints only after its last page)
 //   serve apply/s
 //              N / the wall time of the same `berth apply` against
 //              `berth serve` (store and API server, no controllers),
@@ -48,7 +54,8 @@
 // The fake driver (controllers/testing/fake_csi.h plus a Node service that
 // only answers NodeGetInfo) runs in this process on a real unix socket;
 // berth up, its children and the temp directory are removed at the end,
-// also when a step fails.
+// also when a step fails, and when the bench is stopped by SIGINT, SIGTERM
+// or SIGHUP (Ctrl-C, `timeout`).
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -65,6 +72,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <mutex>
 #include <set>
 #include <sstream>
 #include <string>
@@ -145,9 +153,62 @@ double TreeCpuSeconds(pid_t root) {
   return static_cast<double>(total) / static_cast<double>(sysconf(_SC_CLK_TCK));
 }
 
+// The signals that stop the bench. main blocks them in every thread and
+// one thread waits for them (CleanUpOnSignal); a child unblocks them before
+// it runs its program.
+sigset_t StopSignals() {
+  sigset_t set;
+  ::sigemptyset(&set);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) ::sigaddset(&set, sig);
+  return set;
+}
+
+void UnblockSignals() {
+  const sigset_t set = StopSignals();
+  ::pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
+}
+
+// SIGTERM, then SIGKILL after 30 s; reaps it.
+void Stop(pid_t pid) {
+  ::kill(pid, SIGTERM);
+  int status = 0;
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (::waitpid(pid, &status, WNOHANG) == 0) {
+    if (absl::Now() > deadline) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, &status, 0);
+      return;
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+}
+
+// The run in progress: what a stop signal must remove (berth up or serve,
+// the pool's mounts and loop devices, the temp directory).
+struct Running {
+  std::mutex mu;
+  std::string dir;  // "" between runs
+  pid_t up = -1;
+};
+Running running;
+
+// Waits for a stop signal, removes the run in progress and exits 128 + the
+// signal, as a shell reports a process it killed.
+void CleanUpOnSignal() {
+  const sigset_t set = StopSignals();
+  int sig = 0;
+  if (::sigwait(&set, &sig) != 0) return;
+  std::fprintf(stderr, "stack_bench: signal %d, cleaning up\n", sig);
+  std::lock_guard<std::mutex> lock(running.mu);
+  if (running.up > 0) Stop(running.up);
+  if (!running.dir.empty()) berth::bench::Cleanup(running.dir);
+  std::_Exit(128 + sig);
+}
+
 pid_t Spawn(const std::vector<std::string>& argv, const std::string& log) {
   const pid_t pid = ::fork();
   if (pid == 0) {
+    UnblockSignals();
     if (!std::freopen(log.c_str(), "w", stdout) || !std::freopen(log.c_str(), "a", stderr)) ::_exit(126);
     std::vector<char*> args;
     for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
@@ -165,9 +226,11 @@ struct Result {
   double list_first_ms = 0, list_s = 0;
   double berth_get_first_s = 0, berth_get_s = 0;
   double kubectl_first_s = -1, kubectl_s = -1;  // -1: no kubectl
+  double kubectl_cpu_s = -1;                    // user + system CPU of that kubectl
   double serve_apply_s = 0;                     // the same apply against `berth serve` alone
   double cache_hit_pct = -1;                    // of the store's object cache, over the whole run
   double waits_per_claim = -1;                  // berth up's voluntary context switches per claim
+  double writes_per_commit = -1;                // berth up's store: writes per group commit, apply to all Bound
 };
 
 // A counter's value in a Prometheus text exposition (-1: absent).
@@ -184,7 +247,7 @@ double MetricValue(const std::string& text, const std::string& name) {
 // `kubeconfig`, or `berth get ...`): seconds to its first byte of output and
 // to its exit; false if it failed or printed fewer than `n` lines.
 bool TimeList(const std::vector<std::string>& argv, const std::string& kubeconfig, int n, double* first_s,
-              double* total_s) {
+              double* total_s, double* cpu_s = nullptr) {
   int fds[2];
   if (::pipe(fds) != 0) return false;
   std::vector<char*> args;
@@ -193,6 +256,7 @@ bool TimeList(const std::vector<std::string>& argv, const std::string& kubeconfi
   const absl::Time start = absl::Now();
   const pid_t pid = ::fork();
   if (pid == 0) {
+    UnblockSignals();
     ::dup2(fds[1], 1);
     ::close(fds[0]);
     ::close(fds[1]);
@@ -211,8 +275,13 @@ bool TimeList(const std::vector<std::string>& argv, const std::string& kubeconfi
   }
   ::close(fds[0]);
   int status = 0;
-  ::waitpid(pid, &status, 0);
+  rusage usage{};
+  ::wait4(pid, &status, 0, &usage);
   *total_s = absl::ToDoubleSeconds(absl::Now() - start);
+  if (cpu_s != nullptr) {
+    *cpu_s = static_cast<double>(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) +
+             static_cast<double>(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6;
+  }
   return WIFEXITED(status) && WEXITSTATUS(status) == 0 && lines >= n;
 }
 
@@ -253,26 +322,32 @@ Result Run(int n) {
   char tmpl[] = "/tmp/berth-stack-bench-XXXXXX";
   const std::string dir = ::mkdtemp(tmpl);
   const std::string data = dir + "/data", socket = dir + "/csi.sock";
+  // Removes berth up (or serve) and the directory at the end of the run; a
+  // stop signal meanwhile removes them through `running`.
   struct Guard {
-    std::string dir;
-    pid_t up = -1;
-    ~Guard() {
-      if (up > 0) {
-        ::kill(up, SIGTERM);
-        int status = 0;
-        const absl::Time deadline = absl::Now() + absl::Seconds(30);
-        while (::waitpid(up, &status, WNOHANG) == 0) {
-          if (absl::Now() > deadline) {
-            ::kill(up, SIGKILL);
-            ::waitpid(up, &status, 0);
-            break;
-          }
-          absl::SleepFor(absl::Milliseconds(20));
-        }
-      }
-      berth::bench::Cleanup(dir);
+    explicit Guard(const std::string& d) {
+      std::lock_guard<std::mutex> lock(running.mu);
+      running.dir = d;
     }
-  } guard{dir};
+    void SetUp(pid_t pid) {
+      std::lock_guard<std::mutex> lock(running.mu);
+      running.up = pid;
+    }
+    // berth up, no longer running: stopped and forgotten.
+    void StopUp() {
+      std::lock_guard<std::mutex> lock(running.mu);
+      if (running.up > 0) Stop(std::exchange(running.up, -1));
+    }
+    pid_t up() {
+      std::lock_guard<std::mutex> lock(running.mu);
+      return running.up;
+    }
+    ~Guard() {
+      std::lock_guard<std::mutex> lock(running.mu);
+      if (running.up > 0) Stop(std::exchange(running.up, -1));
+      berth::bench::Cleanup(std::exchange(running.dir, ""));
+    }
+  } guard(dir);
 
   berth::controllers::testing::FakeCsiDriver driver(kDriver);
   FakeNode node;
@@ -284,11 +359,11 @@ Result Run(int n) {
     return res;
   }
 
-  guard.up = Spawn(
+  guard.SetUp(Spawn(
       {BERTH_BINARY, "--data-dir", data, "up", "--runtime", "none", "--pool-size", "512Mi", "--api-address",
        "127.0.0.1:" + std::to_string(berth::bench::FreePort(17443)), "--csi-binary", BERTH_CSI_BINARY, "--node-name",
        kNode, "--log-level", "warn", "--external-driver", std::string(kDriver) + "=unix://" + socket},
-      dir + "/up.log");
+      dir + "/up.log"));
   auto client = berth::http::ApiClient::ForUnixSocket(data + "/api.sock");
   // Ready: the fake driver registered on the node.
   for (const absl::Time start = absl::Now();;) {
@@ -356,15 +431,23 @@ Result Run(int n) {
                              });
     if (!r.ok()) std::fprintf(stderr, "watch: %s\n", std::string(r.status().message()).c_str());
   });
-  // berth up's own threads' waits (each a wake-up) from its /metrics:
-  // steadier than time on a shared machine, and a third of the CPU.
-  const auto waits = [&] {
-    auto m = client->Call("GET", "/metrics");
-    if (!m.ok() || m->code != 200) return -1.0;
-    return MetricValue(m->body, "berth_process_context_switches_total{kind=\"voluntary\"}");
+  // From berth up's /metrics: its own threads' waits (each a wake-up;
+  // steadier than time on a shared machine, and a third of the CPU) and its
+  // store's group commits (how many writes share one fsync).
+  struct Counters {
+    double waits = -1, commits = -1, writes = -1;
   };
-  const double waits_before = waits();
-  const double up_cpu_before = TreeCpuSeconds(guard.up);
+  const auto counters = [&] {
+    Counters c;
+    auto m = client->Call("GET", "/metrics");
+    if (!m.ok() || m->code != 200) return c;
+    c.waits = MetricValue(m->body, "berth_process_context_switches_total{kind=\"voluntary\"}");
+    c.commits = MetricValue(m->body, "berth_store_commits_total");
+    c.writes = MetricValue(m->body, "berth_store_committed_writes_total");
+    return c;
+  };
+  const Counters before = counters();
+  const double up_cpu_before = TreeCpuSeconds(guard.up());
   const absl::Time start = absl::Now();
   const bool applied = apply(claims, data, &res.apply_cpu_s);
   res.apply_s = absl::ToDoubleSeconds(absl::Now() - start);
@@ -378,8 +461,13 @@ Result Run(int n) {
     return res;
   }
   res.bound_s = absl::ToDoubleSeconds(last_bound - start);
-  res.up_cpu_s = TreeCpuSeconds(guard.up) - up_cpu_before;
-  if (const double w = waits(); w >= 0 && waits_before >= 0) res.waits_per_claim = (w - waits_before) / n;
+  res.up_cpu_s = TreeCpuSeconds(guard.up()) - up_cpu_before;
+  if (const Counters after = counters(); after.waits >= 0 && before.waits >= 0) {
+    res.waits_per_claim = (after.waits - before.waits) / n;
+    if (after.commits > before.commits && before.writes >= 0) {
+      res.writes_per_commit = (after.writes - before.writes) / (after.commits - before.commits);
+    }
+  }
   if (auto m = client->Call("GET", "/metrics"); m.ok() && m->code == 200) {
     const double hits = MetricValue(m->body, "berth_store_cache_hits_total");
     const double misses = MetricValue(m->body, "berth_store_cache_misses_total");
@@ -396,20 +484,20 @@ Result Run(int n) {
   }
   if (const std::string kubectl = berth::bench::FindKubectl(); !kubectl.empty()) {
     if (!TimeList({kubectl, "get", "pvc", "-A", "--no-headers"}, data + "/kubeconfig", n, &res.kubectl_first_s,
-                  &res.kubectl_s)) {
+                  &res.kubectl_s, &res.kubectl_cpu_s)) {
       std::fprintf(stderr, "kubectl get pvc -A failed or listed fewer than %d claims\n", n);
       return res;
     }
   }
-  res.peak_kib = StatusKiB(guard.up, "VmHWM:");
-  res.final_kib = StatusKiB(guard.up, "VmRSS:");
+  res.peak_kib = StatusKiB(guard.up(), "VmHWM:");
+  res.final_kib = StatusKiB(guard.up(), "VmRSS:");
   {
     res.rest_kib = res.final_kib;
     const absl::Time end = absl::Now() + absl::Seconds(20);
     absl::Time fell = absl::Now();
     while (absl::Now() < end && absl::Now() - fell < absl::Seconds(3)) {
       absl::SleepFor(absl::Milliseconds(500));
-      const long now = StatusKiB(guard.up, "VmRSS:");
+      const long now = StatusKiB(guard.up(), "VmRSS:");
       if (now < res.rest_kib) {
         res.rest_kib = now;
         fell = absl::Now();
@@ -424,15 +512,10 @@ Result Run(int n) {
   // berth up's work is measured; now the same apply against the API server
   // alone (`berth serve`: store and API, no controllers taking the CPU),
   // berth up stopped first so the two do not share the machine.
-  {
-    const pid_t up = std::exchange(guard.up, -1);
-    ::kill(up, SIGTERM);
-    int status = 0;
-    ::waitpid(up, &status, 0);
-  }
+  guard.StopUp();
   const std::string serve_data = dir + "/serve";
-  guard.up = Spawn({BERTH_BINARY, "--data-dir", serve_data, "serve", "--api-address", "", "--log-level", "warn"},
-                   dir + "/serve.log");
+  guard.SetUp(Spawn({BERTH_BINARY, "--data-dir", serve_data, "serve", "--api-address", "", "--log-level", "warn"},
+                    dir + "/serve.log"));
   auto serve_client = berth::http::ApiClient::ForUnixSocket(serve_data + "/api.sock");
   for (const absl::Time begin = absl::Now();;) {
     auto r = serve_client->Call("GET", "/api/v1/namespaces/default");
@@ -493,6 +576,11 @@ int main(int argc, char** argv) {
     return 2;
   }
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  // Blocked before any thread starts (the fake driver's gRPC threads inherit
+  // the mask), so only CleanUpOnSignal takes them.
+  const sigset_t stop = StopSignals();
+  ::pthread_sigmask(SIG_BLOCK, &stop, nullptr);
+  std::thread(CleanUpOnSignal).detach();
   spdlog::set_level(spdlog::level::warn);  // the fake driver's per-call log lines
   std::vector<int> sizes;
   std::string plot;
@@ -504,10 +592,11 @@ int main(int argc, char** argv) {
     }
   }
   if (sizes.empty()) sizes = {1000, 10000};
-  std::printf("%8s %10s %9s %10s %9s %12s %12s %9s %9s %9s %10s %11s %11s %14s %7s %18s %12s %16s %10s %15s\n",
-              "claims", "bound s", "claims/s", "apply s", "apply/s", "apply CPU s", "up CPU s", "peak MiB", "final MiB",
-              "rest MiB", "store MiB", "cache hit %", "waits/claim", "list 1st B ms", "list s", "berth get 1st B s",
-              "berth get s", "kubectl 1st B s", "kubectl s", "serve apply/s");
+  std::printf(
+      "%8s %10s %9s %10s %9s %12s %12s %9s %9s %9s %10s %11s %11s %13s %14s %7s %18s %12s %16s %10s %14s %15s\n",
+      "claims", "bound s", "claims/s", "apply s", "apply/s", "apply CPU s", "up CPU s", "peak MiB", "final MiB",
+      "rest MiB", "store MiB", "cache hit %", "waits/claim", "writes/commit", "list 1st B ms", "list s",
+      "berth get 1st B s", "berth get s", "kubectl 1st B s", "kubectl s", "kubectl CPU s", "serve apply/s");
   int failures = 0;
   std::string dat = "# claims bound_s peak_MiB final_MiB claims_per_s rest_MiB\n";
   for (int n : sizes) {
@@ -517,14 +606,18 @@ int main(int argc, char** argv) {
       ++failures;
       continue;
     }
-    char kubectl[64] = "               -          -";
-    if (r.kubectl_s >= 0) std::snprintf(kubectl, sizeof(kubectl), "%16.2f %10.2f", r.kubectl_first_s, r.kubectl_s);
+    char kubectl[64] = "               -          -             -";
+    if (r.kubectl_s >= 0) {
+      std::snprintf(kubectl, sizeof(kubectl), "%16.2f %10.2f %14.2f", r.kubectl_first_s, r.kubectl_s, r.kubectl_cpu_s);
+    }
     std::printf(
-        "%8d %10.2f %9.0f %10.2f %9.0f %12.2f %12.2f %9.1f %9.1f %9.1f %10.1f %11.1f %11.1f %14.1f %7.2f %18.3f %12.2f "
+        "%8d %10.2f %9.0f %10.2f %9.0f %12.2f %12.2f %9.1f %9.1f %9.1f %10.1f %11.1f %11.1f %13.1f %14.1f %7.2f %18.3f "
+        "%12.2f "
         "%s %15.0f\n",
         n, r.bound_s, n / r.bound_s, r.apply_s, n / r.apply_s, r.apply_cpu_s, r.up_cpu_s, r.peak_kib / 1024.0,
         r.final_kib / 1024.0, r.rest_kib / 1024.0, static_cast<double>(r.store_bytes) / (1 << 20), r.cache_hit_pct,
-        r.waits_per_claim, r.list_first_ms, r.list_s, r.berth_get_first_s, r.berth_get_s, kubectl, n / r.serve_apply_s);
+        r.waits_per_claim, r.writes_per_commit, r.list_first_ms, r.list_s, r.berth_get_first_s, r.berth_get_s, kubectl,
+        n / r.serve_apply_s);
     char line[160];
     std::snprintf(line, sizeof(line), "%d %.2f %.1f %.1f %.0f %.1f\n", n, r.bound_s, r.peak_kib / 1024.0,
                   r.final_kib / 1024.0, n / r.bound_s, r.rest_kib / 1024.0);
