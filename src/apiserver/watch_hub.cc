@@ -12,10 +12,7 @@ WatchHub::WatchHub(Options options) : options_(options), clock_(*options.clock) 
     absl::MutexLock lock(&bell_->mu);
     bell_->hub = this;
   }
-  thread_ = std::thread([this] {
-    NameThisThread("watch hub");
-    Loop();
-  });
+  thread_ = NamedThread("watch hub", [this] { Loop(); });
 }
 
 WatchHub::~WatchHub() {

@@ -19,10 +19,7 @@ DriverMonitor::DriverMonitor(DriverDirectory& directory, Clock& clock, Options o
     : directory_(directory), clock_(clock), options_(options) {
   listener_id_ = directory_.AddListener([this](const std::string& driver, const std::string& node,
                                                const std::string& endpoint) { OnRegistered(driver, node, endpoint); });
-  prober_ = std::thread([this] {
-    NameThisThread("driver prober");
-    ProberLoop();
-  });
+  prober_ = NamedThread("driver prober", [this] { ProberLoop(); });
 }
 
 DriverMonitor::~DriverMonitor() {

@@ -60,11 +60,7 @@ class EventWriter {
   }
 
  private:
-  EventWriter()
-      : thread_([this] {
-          NameThisThread("event writer");
-          Loop();
-        }) {}
+  EventWriter() : thread_(NamedThread("event writer", [this] { Loop(); })) {}
   ~EventWriter() {
     {
       absl::MutexLock lock(&mu_);

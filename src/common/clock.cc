@@ -96,10 +96,7 @@ class RealClockImpl : public Clock {
     absl::MutexLock l(&mu_);
     if (!started_) {
       started_ = true;
-      std::thread([this] {
-        NameThisThread("clock timers");
-        Loop();
-      }).detach();
+      NamedThread("clock timers", [this] { Loop(); }).detach();
     }
     return timers_.Add(when, std::move(fn));
   }

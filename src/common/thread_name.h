@@ -4,7 +4,10 @@
 // "i:persistentvol" and "pv binder: clai" can.
 #pragma once
 
+#include <cstddef>
 #include <string_view>
+#include <thread>
+#include <utility>
 
 namespace berth {
 
@@ -15,5 +18,15 @@ void NameThisThread(std::string_view name);
 
 // The calling thread's name ("" when it cannot be read).
 std::string_view ThisThreadName(char (&buf)[16]);
+
+// A thread that names itself `name` (a literal: it is read on the new
+// thread), then runs `fn`.
+template <size_t N, typename F>
+std::thread NamedThread(const char (&name)[N], F fn) {
+  return std::thread([&name, fn = std::move(fn)]() mutable {
+    NameThisThread(name);
+    fn();
+  });
+}
 
 }  // namespace berth

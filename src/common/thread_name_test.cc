@@ -33,6 +33,15 @@ TEST(ThreadNameTest, ANameOverTheKernelsLimitIsCutTo15Bytes) {
   EXPECT_EQ(NameSeenAfter("pv binder: claim"), "pv binder: clai");  // 16 bytes
 }
 
+TEST(ThreadNameTest, ANamedThreadRunsItsFunctionUnderItsName) {
+  std::string seen;
+  NamedThread("watch hub", [&seen] {
+    char buf[16];
+    seen = std::string(ThisThreadName(buf));
+  }).join();
+  EXPECT_EQ(seen, "watch hub");
+}
+
 TEST(ThreadNameTest, AnEmptyNameIsAccepted) { EXPECT_EQ(NameSeenAfter(""), ""); }
 
 }  // namespace

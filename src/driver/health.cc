@@ -110,10 +110,7 @@ void KernelLogWatcher::Start() {
   // Only what happens from now on: an older line may name a device number
   // that another image held then.
   ::lseek(fd_, 0, SEEK_END);
-  thread_ = std::thread([this] {
-    NameThisThread("volume health");
-    Loop();
-  });
+  thread_ = NamedThread("volume health", [this] { Loop(); });
 }
 
 void KernelLogWatcher::Stop() {

@@ -26,10 +26,7 @@ PoolMonitor::PoolMonitor(const DriverContext& ctx, Options options, ClientFactor
 PoolMonitor::~PoolMonitor() { Stop(); }
 
 void PoolMonitor::Start() {
-  thread_ = std::thread([this] {
-    NameThisThread("pool monitor");
-    Loop();
-  });
+  thread_ = NamedThread("pool monitor", [this] { Loop(); });
 }
 
 void PoolMonitor::Stop() {

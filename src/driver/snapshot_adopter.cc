@@ -59,10 +59,7 @@ SnapshotContentAdopter::SnapshotContentAdopter(Options options, const Pool& pool
 SnapshotContentAdopter::~SnapshotContentAdopter() { Stop(); }
 
 void SnapshotContentAdopter::Start() {
-  thread_ = std::thread([this] {
-    NameThisThread("snapshot adopt");
-    Loop();
-  });
+  thread_ = NamedThread("snapshot adopt", [this] { Loop(); });
 }
 
 void SnapshotContentAdopter::Stop() {

@@ -51,10 +51,7 @@ class HandlerPool {
  public:
   explicit HandlerPool(int threads) {
     for (int i = 0; i < std::max(1, threads); ++i) {
-      threads_.emplace_back([this] {
-        NameThisThread("http handler");
-        Run();
-      });
+      threads_.emplace_back(NamedThread("http handler", [this] { Run(); }));
     }
   }
   ~HandlerPool() { Stop(); }

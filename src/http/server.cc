@@ -475,10 +475,7 @@ absl::Status HttpServer::Impl::Init() {
   BERTH_RETURN_IF_ERROR(Listen());
   pool_ = std::make_unique<HandlerPool>(options_.limits.handler_threads);
   for (int i = 0; i < std::max(1, options_.limits.io_threads); ++i)
-    io_threads_.emplace_back([this] {
-      NameThisThread("http io");
-      ioc_.run();
-    });
+    io_threads_.emplace_back(NamedThread("http io", [this] { ioc_.run(); }));
   if (tcp_acceptor_) net::post(tcp_acceptor_->get_executor(), [this] { Accept(*tcp_acceptor_); });
   if (unix_acceptor_) net::post(unix_acceptor_->get_executor(), [this] { Accept(*unix_acceptor_); });
   return absl::OkStatus();

@@ -104,10 +104,7 @@ absl::Status NodeAgent::Start() {
     absl::MutexLock lock(&mu_);
     stop_ = false;
   }
-  static_thread_ = std::thread([this] {
-    NameThisThread("static pods");
-    StaticLoop();
-  });
+  static_thread_ = NamedThread("static pods", [this] { StaticLoop(); });
   spdlog::info("node agent {} on {}", options_.node_name, options_.root);
   return absl::OkStatus();
 }

@@ -276,10 +276,7 @@ absl::Status Store::Init() {
     }
     if (absl::Status st = Exec(read_db_, "PRAGMA busy_timeout=10000"); !st.ok()) return st;
   }
-  writer_ = std::make_unique<std::thread>([this] {
-    NameThisThread("store writer");
-    WriterLoop();
-  });
+  writer_ = std::make_unique<std::thread>(NamedThread("store writer", [this] { WriterLoop(); }));
   return absl::OkStatus();
 }
 

@@ -123,10 +123,7 @@ void NodeLifecycleController::Start() {
     absl::MutexLock lock(&mu_);
     stop_ = false;
   }
-  threads_.emplace_back([this] {
-    NameThisThread("node monitor");
-    MonitorLoop();
-  });
+  threads_.emplace_back(NamedThread("node monitor", [this] { MonitorLoop(); }));
   client::StartWorkers(threads_, 1, node_queue_, "node lifecycle: taints",
                        [this](const std::string& n) { return SyncNoScheduleTaints(n); });
   client::StartWorkers(threads_, 1, pod_queue_, "node lifecycle: pod",

@@ -43,10 +43,7 @@ void PodGarbageCollector::Start() {
     absl::MutexLock lock(&mu_);
     stop_ = false;
   }
-  threads_.emplace_back([this] {
-    NameThisThread("pod gc");
-    Loop();
-  });
+  threads_.emplace_back(NamedThread("pod gc", [this] { Loop(); }));
   client::StartWorkers(threads_, 1, queue_, "pod gc", [this](const std::string& node) { return SyncNode(node); });
 }
 

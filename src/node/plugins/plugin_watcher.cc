@@ -89,10 +89,7 @@ absl::Status PluginWatcher::Start() {
     return st;
   }
   stopping_.store(false);
-  thread_ = std::thread([this] {
-    NameThisThread("plugin watcher");
-    Run();
-  });
+  thread_ = NamedThread("plugin watcher", [this] { Run(); });
   return absl::OkStatus();
 }
 

@@ -87,15 +87,9 @@ absl::Status PodWorkers::Start() {
           },
   });
   pods_->Start();
-  relister_ = std::thread([this] {
-    NameThisThread("pod relister");
-    RelistLoop();
-  });
+  relister_ = NamedThread("pod relister", [this] { RelistLoop(); });
   for (int i = 0; i < std::max(1, options_.workers); ++i)
-    workers_.emplace_back([this] {
-      NameThisThread("pod worker");
-      WorkerLoop();
-    });
+    workers_.emplace_back(NamedThread("pod worker", [this] { WorkerLoop(); }));
   spdlog::info("pod workers for node {} on the container runtime", options_.node_name);
   return absl::OkStatus();
 }

@@ -83,14 +83,8 @@ absl::Status NodeStatus::Start() {
     absl::MutexLock lock(&mu_);
     stop_ = false;
   }
-  lease_thread_ = std::thread([this] {
-    NameThisThread("node lease");
-    LeaseLoop();
-  });
-  status_thread_ = std::thread([this] {
-    NameThisThread("node status");
-    StatusLoop();
-  });
+  lease_thread_ = NamedThread("node lease", [this] { LeaseLoop(); });
+  status_thread_ = NamedThread("node status", [this] { StatusLoop(); });
   return absl::OkStatus();
 }
 

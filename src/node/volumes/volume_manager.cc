@@ -111,14 +111,8 @@ absl::Status VolumeManager::Start() {
     passes_ = 0;
   }
   for (int i = 0; i < std::max(1, options_.workers); ++i)
-    workers_.emplace_back([this] {
-      NameThisThread("volume worker");
-      WorkerLoop();
-    });
-  reconciler_ = std::thread([this] {
-    NameThisThread("volume reconcil");
-    ReconcileLoop();
-  });
+    workers_.emplace_back(NamedThread("volume worker", [this] { WorkerLoop(); }));
+  reconciler_ = NamedThread("volume reconcil", [this] { ReconcileLoop(); });
   if (options_.stats_period > absl::ZeroDuration()) {
     stats_thread_ = std::thread([this] {
       for (;;) {
