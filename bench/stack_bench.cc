@@ -44,6 +44,11 @@
 //              started after berth up is stopped: the API server's own
 //              rate from one client process
 //
+// Then, per N, berth up's CPU seconds from the start of apply to all Bound
+// by thread name (the store's writer, each controller's workers, each
+// informer, ...), the most first: what changed where, steadier between runs
+// on a shared machine than the totals.
+//
 //   build/release/bench/stack_bench [--plot FILE.svg] [N ...]
 //                                          (default: 1000 10000; root)
 //
@@ -66,6 +71,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -80,9 +86,11 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "bench_util.h"
+#include "common/strings.h"
 #include "controllers/testing/fake_csi.h"
 #include "csi/server.h"
 #include "http/api_client.h"
@@ -119,6 +127,28 @@ long StatusKiB(pid_t pid, const std::string& field) {
     if (line.rfind(field, 0) == 0) return std::atol(line.c_str() + field.size());
   }
   return 0;
+}
+
+// CPU ticks (utime + stime) of each of `pid`'s live threads, summed by the
+// thread's name (berth names its threads by role: `store writer`, `pv
+// binder: clai…`, `i:persistentvol…`). A thread that ended is not counted.
+std::map<std::string, long> ThreadTicksByName(pid_t pid) {
+  std::map<std::string, long> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(fs::path("/proc") / std::to_string(pid) / "task", ec)) {
+    std::ifstream in(e.path() / "stat");
+    std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const size_t open = stat.find('('), close = stat.rfind(')');
+    if (open == std::string::npos || close == std::string::npos || close < open) continue;
+    std::istringstream fields(stat.substr(close + 2));
+    std::string state;
+    long skip = 0, utime = 0, stime = 0;
+    fields >> state;
+    for (int i = 0; i < 10; ++i) fields >> skip;
+    fields >> utime >> stime;
+    out[stat.substr(open + 1, close - open - 1)] += utime + stime;
+  }
+  return out;
 }
 
 // CPU seconds (utime + stime) of `root` and its descendants now.
@@ -231,6 +261,7 @@ struct Result {
   double cache_hit_pct = -1;                    // of the store's object cache, over the whole run
   double waits_per_claim = -1;                  // berth up's voluntary context switches per claim
   double writes_per_commit = -1;                // berth up's store: writes per group commit, apply to all Bound
+  std::vector<std::pair<double, std::string>> thread_cpu_s;  // berth up's CPU by thread name, apply to all Bound
 };
 
 // A counter's value in a Prometheus text exposition (-1: absent).
@@ -448,6 +479,7 @@ Result Run(int n) {
   };
   const Counters before = counters();
   const double up_cpu_before = TreeCpuSeconds(guard.up());
+  const std::map<std::string, long> threads_before = ThreadTicksByName(guard.up());
   const absl::Time start = absl::Now();
   const bool applied = apply(claims, data, &res.apply_cpu_s);
   res.apply_s = absl::ToDoubleSeconds(absl::Now() - start);
@@ -462,6 +494,13 @@ Result Run(int n) {
   }
   res.bound_s = absl::ToDoubleSeconds(last_bound - start);
   res.up_cpu_s = TreeCpuSeconds(guard.up()) - up_cpu_before;
+  const double tick = static_cast<double>(::sysconf(_SC_CLK_TCK));
+  for (const auto& [name, ticks] : ThreadTicksByName(guard.up())) {
+    auto was = threads_before.find(name);
+    const long spent = ticks - (was == threads_before.end() ? 0 : was->second);
+    if (spent > 0) res.thread_cpu_s.emplace_back(static_cast<double>(spent) / tick, name);
+  }
+  std::sort(res.thread_cpu_s.rbegin(), res.thread_cpu_s.rend());
   if (const Counters after = counters(); after.waits >= 0 && before.waits >= 0) {
     res.waits_per_claim = (after.waits - before.waits) / n;
     if (after.commits > before.commits && before.writes >= 0) {
@@ -599,6 +638,7 @@ int main(int argc, char** argv) {
       "berth get 1st B s", "berth get s", "kubectl 1st B s", "kubectl s", "kubectl CPU s", "serve apply/s");
   int failures = 0;
   std::string dat = "# claims bound_s peak_MiB final_MiB claims_per_s rest_MiB\n";
+  std::string threads;
   for (int n : sizes) {
     Result r = Run(n);
     if (!r.ok) {
@@ -618,11 +658,20 @@ int main(int argc, char** argv) {
         r.final_kib / 1024.0, r.rest_kib / 1024.0, static_cast<double>(r.store_bytes) / (1 << 20), r.cache_hit_pct,
         r.waits_per_claim, r.writes_per_commit, r.list_first_ms, r.list_s, r.berth_get_first_s, r.berth_get_s, kubectl,
         n / r.serve_apply_s);
+    threads += berth::StrCat("  ", n, ":");
+    for (size_t i = 0; i < r.thread_cpu_s.size() && i < 12; ++i) {
+      threads += absl::StrFormat(" %s %.2f%s", r.thread_cpu_s[i].second, r.thread_cpu_s[i].first,
+                                 i + 1 < std::min<size_t>(r.thread_cpu_s.size(), 12) ? "," : "");
+    }
+    threads += "\n";
     char line[160];
     std::snprintf(line, sizeof(line), "%d %.2f %.1f %.1f %.0f %.1f\n", n, r.bound_s, r.peak_kib / 1024.0,
                   r.final_kib / 1024.0, n / r.bound_s, r.rest_kib / 1024.0);
     dat += line;
   }
+  // Where berth up's CPU went, by thread name: steadier to compare than the
+  // totals on a shared machine (the threads not counted above ended).
+  std::printf("berth up's CPU s by thread name, apply to all Bound (the most first):\n%s", threads.c_str());
   if (!plot.empty()) WritePlot(plot, dat);
   return failures == 0 ? 0 : 1;
 }

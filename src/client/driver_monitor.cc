@@ -72,9 +72,9 @@ absl::Status DriverMonitor::Call(const std::string& driver, const std::string& n
     ++stats_.calls;
   }
   auto call = [&] {
-    auto channel = directory_.Channel(driver, node, options_.dial_timeout);
-    if (!channel.ok()) return channel.status();
-    return fn(csi::DriverClient(*channel, {.driver = driver, .metrics = options_.metrics}));
+    auto client = directory_.Client(driver, node, options_.metrics, options_.dial_timeout);
+    if (!client.ok()) return client.status();
+    return fn(**client);
   };
   absl::Status st = call();
   if (csi::Classify(st) != csi::ErrorClass::kDriverUnavailable || IsNotAFailure(st)) return st;

@@ -91,6 +91,46 @@ TEST_F(DriverMonitorTest, CallsReachALiveDriverAndItsErrorsAreOrdinaryFailures) 
   EXPECT_EQ(monitor_->stats().connection_failures, 0);
 }
 
+TEST_F(DriverMonitorTest, CallsShareOneClientPerChannelUntilItIsDialledAfresh) {
+  auto client_of_a_call = [&] {
+    const csi::DriverClient* used = nullptr;
+    EXPECT_TRUE(monitor_
+                    ->Call(kDriver, "",
+                           [&](const csi::DriverClient& csi) {
+                             used = &csi;
+                             return csi.GetPluginInfo({.timeout = absl::Seconds(5)}).status();
+                           })
+                    .ok());
+    return used;
+  };
+  const csi::DriverClient* first = client_of_a_call();
+  ASSERT_NE(first, nullptr);
+  EXPECT_EQ(client_of_a_call(), first);
+  auto held = directory_.Client(kDriver, "", &csi::CallMetrics::Sidecar());
+  ASSERT_TRUE(held.ok()) << held.status();
+  EXPECT_EQ(held->get(), first);  // the monitor counts its calls as sidecars do
+  // Other metrics, another client of the same channel.
+  csi::CallMetrics own("test_calls", "calls of this test", /*kubelet_labels=*/false);
+  auto counted_apart = directory_.Client(kDriver, "", &own);
+  ASSERT_TRUE(counted_apart.ok()) << counted_apart.status();
+  EXPECT_NE(counted_apart->get(), first);
+  EXPECT_EQ((*counted_apart)->channel(), (*held)->channel());
+  // A redial (the monitor's own after a failed call) and a registration
+  // each make a fresh channel, and with it a fresh client, which calls.
+  directory_.Redial(kDriver, "");
+  const csi::DriverClient* redialled = client_of_a_call();
+  EXPECT_NE((*held)->channel(), directory_.Channel(kDriver, "").value());
+  directory_.Add(kDriver, "", "unix://" + socket_);
+  const csi::DriverClient* registered = client_of_a_call();
+  auto now = directory_.Client(kDriver, "", &csi::CallMetrics::Sidecar());
+  ASSERT_TRUE(now.ok());
+  EXPECT_EQ(now->get(), registered);
+  EXPECT_NE(redialled, nullptr);
+  EXPECT_NE((*now)->channel(), (*held)->channel());
+  // What was handed out before stays usable while held.
+  EXPECT_TRUE((*held)->GetPluginInfo({.timeout = absl::Seconds(5)}).ok());
+}
+
 TEST_F(DriverMonitorTest, ADownDriverIsNotCalledAgainUntilItIsBack) {
   Outage();
   const int made = made_;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "common/status.h"
 #include "common/strings.h"
 #include "csi/client.h"
 #include "csi/driver_client.h"
@@ -101,9 +102,8 @@ bool DriverDirectory::Known(const std::string& driver) const {
   return endpoints_.contains(driver);
 }
 
-absl::StatusOr<std::shared_ptr<grpc::Channel>> DriverDirectory::Channel(const std::string& driver,
-                                                                        const std::string& node,
-                                                                        absl::Duration dial_timeout) {
+absl::StatusOr<std::pair<std::string, std::shared_ptr<grpc::Channel>>> DriverDirectory::Dial(
+    const std::string& driver, const std::string& node, absl::Duration dial_timeout) {
   std::string endpoint;
   {
     absl::MutexLock lock(&mu_);
@@ -112,7 +112,7 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> DriverDirectory::Channel(const st
       return absl::UnavailableError(
           StrCat("CSI driver ", driver, " is not registered", node.empty() ? "" : StrCat(" for node ", node)));
     }
-    if (auto c = channels_.find(endpoint); c != channels_.end()) return c->second;
+    if (auto c = channels_.find(endpoint); c != channels_.end()) return std::pair(endpoint, c->second.channel);
   }
   // Dial outside the lock (it may wait for a starting driver).
   auto channel = csi::ConnectUnix(endpoint, {.timeout = dial_timeout});
@@ -120,8 +120,35 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> DriverDirectory::Channel(const st
     return absl::UnavailableError(StrCat("CSI driver ", driver, " at ", endpoint, ": ", channel.status().message()));
   }
   absl::MutexLock lock(&mu_);
-  channels_[endpoint] = *channel;
-  return *channel;
+  channels_[endpoint] = Dialed{.channel = *channel, .clients = {}};
+  return std::pair(endpoint, *channel);
+}
+
+absl::StatusOr<std::shared_ptr<grpc::Channel>> DriverDirectory::Channel(const std::string& driver,
+                                                                        const std::string& node,
+                                                                        absl::Duration dial_timeout) {
+  BERTH_ASSIGN_OR_RETURN(auto dialed, Dial(driver, node, dial_timeout));
+  return std::move(dialed.second);
+}
+
+absl::StatusOr<std::shared_ptr<const csi::DriverClient>> DriverDirectory::Client(const std::string& driver,
+                                                                                 const std::string& node,
+                                                                                 csi::CallMetrics* metrics,
+                                                                                 absl::Duration dial_timeout) {
+  BERTH_ASSIGN_OR_RETURN(auto dialed, Dial(driver, node, dial_timeout));
+  const std::string& endpoint = dialed.first;
+  const std::shared_ptr<grpc::Channel>& channel = dialed.second;
+  auto make = [&] {
+    return std::make_shared<const csi::DriverClient>(channel,
+                                                     csi::DriverClient::Options{.driver = driver, .metrics = metrics});
+  };
+  absl::MutexLock lock(&mu_);
+  auto c = channels_.find(endpoint);
+  // Redialled or dropped since: this once, a client of its own.
+  if (c == channels_.end() || c->second.channel != channel) return make();
+  std::shared_ptr<const csi::DriverClient>& client = c->second.clients[{driver, metrics}];
+  if (client == nullptr) client = make();
+  return client;
 }
 
 absl::StatusOr<bool> DriverDirectory::ControllerHasCapability(const std::string& driver, const std::string& node,

@@ -22,6 +22,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "csi/driver_client.h"
 #include "csi/v1/csi.pb.h"
 #include "grpcpp/channel.h"
 
@@ -62,6 +63,15 @@ class DriverDirectory {
                                                          absl::Duration dial_timeout = absl::Seconds(5))
       ABSL_LOCKS_EXCLUDED(mu_);
 
+  // A client of that channel for `driver`, counting its calls in `metrics`
+  // (null: not counted). Made once per channel and dropped with it: a client
+  // makes a stub per CSI service, and each stub registers every one of its
+  // methods with the channel, which cost a call per use as much as the call.
+  absl::StatusOr<std::shared_ptr<const csi::DriverClient>> Client(const std::string& driver, const std::string& node,
+                                                                  csi::CallMetrics* metrics,
+                                                                  absl::Duration dial_timeout = absl::Seconds(5))
+      ABSL_LOCKS_EXCLUDED(mu_);
+
   // Drops the cached channel to the endpoint serving (driver, node): the
   // next Channel() dials afresh (a restarted driver, while the old channel
   // still waits out its reconnect backoff).
@@ -78,6 +88,17 @@ class DriverDirectory {
   // The endpoint for `node`, else the cluster-wide one, else "".
   std::string EndpointLocked(const std::string& driver, const std::string& node) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Channel(), with the endpoint it serves.
+  absl::StatusOr<std::pair<std::string, std::shared_ptr<grpc::Channel>>> Dial(const std::string& driver,
+                                                                              const std::string& node,
+                                                                              absl::Duration dial_timeout)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  // A dialled endpoint: its channel and the clients made of it.
+  struct Dialed {
+    std::shared_ptr<grpc::Channel> channel;
+    std::map<std::pair<std::string, csi::CallMetrics*>, std::shared_ptr<const csi::DriverClient>> clients;
+  };
 
   absl::Mutex listener_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   std::function<void(const std::string&)> on_new_driver_ ABSL_GUARDED_BY(listener_mu_);
@@ -85,7 +106,7 @@ class DriverDirectory {
   int next_listener_ ABSL_GUARDED_BY(listener_mu_) = 1;
   mutable absl::Mutex mu_;
   std::map<std::string, std::map<std::string, std::string>> endpoints_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, std::shared_ptr<grpc::Channel>> channels_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, Dialed> channels_ ABSL_GUARDED_BY(mu_);
   // endpoint → the controller capabilities it reported.
   std::map<std::string, std::vector<int>> capabilities_ ABSL_GUARDED_BY(mu_);
 };

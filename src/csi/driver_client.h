@@ -80,6 +80,7 @@ class DriverClient {
   DriverClient(std::shared_ptr<grpc::Channel> channel, Options options);
 
   const std::string& driver() const { return options_.driver; }
+  const std::shared_ptr<grpc::Channel>& channel() const { return channel_; }
 
   // Identity
   absl::StatusOr<::csi::v1::ProbeResponse> Probe(const CallOptions& o = {}) const;

@@ -185,8 +185,11 @@ class Provisioner {
   // claim's own volume exists, or nothing was made of it. `storage_class`
   // null: the claim's class is gone.
   absl::Status ReleasePopulation(const Claim& claim, const Class* storage_class, const std::string& node);
-  // The topology segment of `node` for our driver ({} if none).
-  absl::StatusOr<std::map<std::string, std::string>> Segment(const std::string& node) const;
+  // The topology segment of `node` for our driver ({} if none): decoded
+  // from its Node and CSINode once per version of the two (it was a decode
+  // of both, per node, per claim).
+  absl::StatusOr<std::map<std::string, std::string>> Segment(const std::string& node) const
+      ABSL_LOCKS_EXCLUDED(segments_mu_);
   std::string NodeForClaim(const Claim& claim) const;
   // Removes volume.kubernetes.io/selected-node if it still names `node`.
   absl::Status ClearSelectedNode(const Claim& claim, const std::string& node);
@@ -202,6 +205,12 @@ class Provisioner {
   WorkQueue volume_queue_;
   WorkQueue source_queue_;  // claims carrying cloning-protection
   std::vector<std::thread> workers_;
+  struct KnownSegment {
+    std::string node_version, csinode_version;  // resourceVersions decoded
+    std::map<std::string, std::string> segment;
+  };
+  mutable absl::Mutex segments_mu_;
+  mutable std::map<std::string, KnownSegment> segments_ ABSL_GUARDED_BY(segments_mu_);  // by node name
 };
 
 }  // namespace berth::controllers

@@ -28,20 +28,43 @@ using types::PersistentVolumeClaim;
 using types::StorageClass;
 
 absl::StatusOr<std::map<std::string, std::string>> Provisioner::Segment(const std::string& node) const {
-  std::map<std::string, std::string> out;
   std::shared_ptr<const json> csinode_json = informers_.csinodes.GetSharedByKey(node);
   std::shared_ptr<const json> node_json = informers_.nodes.GetSharedByKey(node);
-  if (!csinode_json || !node_json) return out;
+  if (!csinode_json || !node_json) {
+    absl::MutexLock lock(&segments_mu_);
+    segments_.erase(node);
+    return std::map<std::string, std::string>{};
+  }
+  std::string node_version = Str(*node_json, {"metadata", "resourceVersion"});
+  std::string csinode_version = Str(*csinode_json, {"metadata", "resourceVersion"});
+  {
+    absl::MutexLock lock(&segments_mu_);
+    if (auto it = segments_.find(node); it != segments_.end() && it->second.node_version == node_version &&
+                                        it->second.csinode_version == csinode_version) {
+      return it->second.segment;
+    }
+  }
   BERTH_ASSIGN_OR_RETURN(const types::CSINode csinode, DecodeAs<types::CSINode>(*csinode_json));
   BERTH_ASSIGN_OR_RETURN(const types::Node n, DecodeAs<types::Node>(*node_json));
+  std::map<std::string, std::string> out;
   for (const auto& d : csinode.spec.drivers) {
     if (d.name != options_.driver) continue;
     for (const auto& k : d.topology_keys) {
       auto v = n.metadata.labels.find(k);
       // A node without a value for every key is not (yet) a usable segment.
-      if (v == n.metadata.labels.end() || v->second.empty()) return std::map<std::string, std::string>{};
+      if (v == n.metadata.labels.end() || v->second.empty()) {
+        out.clear();
+        break;
+      }
       out[k] = v->second;
     }
+    if (out.empty()) break;
+  }
+  // Versions are set by the store on every write: an object with none (a
+  // test's hand-made one) is decoded every time.
+  if (!node_version.empty() && !csinode_version.empty()) {
+    absl::MutexLock lock(&segments_mu_);
+    segments_[node] = KnownSegment{std::move(node_version), std::move(csinode_version), out};
   }
   return out;
 }

@@ -4,6 +4,7 @@
 
 #include <set>
 
+#include "common/strings.h"
 #include "common/testing/eventually.h"
 #include "common/testing/temp_dir.h"
 #include "controllers/testing/fake_csi.h"
@@ -382,6 +383,56 @@ TEST_F(BuildRequestTest, StatefulSetReplicasSpreadOverConsecutiveSegments) {
   json claim = Claim("data-web-1", "fast");
   claim["metadata"]["uid"] = "other";
   EXPECT_EQ(FirstPreferred(*provisioner_->BuildRequest(claim, sc, "")), order[1]);
+}
+
+// A node's segment is decoded once per version of its Node and CSINode: a
+// relabelled node, a driver re-registered with other keys and a node gone
+// each show in the next request.
+TEST_F(BuildRequestTest, ANodesSegmentFollowsItsLabelsAndItsDriversKeys) {
+  Nodes({"n1", "n2"}, /*with_zone=*/true);
+  Start();
+  json sc = {{"metadata", {{"name", "fast"}}}, {"provisioner", kDriver}};
+  json claim = Claim("data", "fast");
+  claim["metadata"]["uid"] = "u";
+  auto zone_of_n1 = [&]() -> std::string {
+    auto req = provisioner_->BuildRequest(claim, sc, "n1");
+    if (!req.ok()) return req.status().ToString();
+    return req->accessibility_requirements().preferred(0).segments().at("topology.kubernetes.io/zone");
+  };
+  EXPECT_EQ(zone_of_n1(), "z1");
+  EXPECT_EQ(zone_of_n1(), "z1");  // the second from what the first decoded
+  auto moved = registry_->Patch(K("nodes"), "", "n1", R"({"metadata":{"labels":{"topology.kubernetes.io/zone":"z2"}}})",
+                                apiserver::PatchType::kMerge, apiserver::Subresource::kMain);
+  ASSERT_TRUE(moved.ok()) << moved.status();
+  ASSERT_TRUE(Settle(*store_));
+  EXPECT_EQ(zone_of_n1(), "z2");
+  auto requisite_zones = [&] {
+    std::set<std::string> zones;
+    auto req = provisioner_->BuildRequest(claim, sc, "");
+    EXPECT_TRUE(req.ok()) << req.status();
+    if (!req.ok()) return zones;
+    for (const auto& t : req->accessibility_requirements().requisite()) {
+      zones.insert(t.segments().count("topology.kubernetes.io/zone") ? t.segments().at("topology.kubernetes.io/zone")
+                                                                     : "<no zone>");
+    }
+    return zones;
+  };
+  EXPECT_EQ(requisite_zones(), (std::set<std::string>{"z1", "z2"}));
+  // n2's driver registers again with the hostname key only (as the node
+  // agent does: the entry goes, then comes back with its new keys).
+  for (const char* drivers : {R"([])", R"([{"name":"fake.csi.berth.io","nodeID":"n2",
+                                         "topologyKeys":["kubernetes.io/hostname"]}])"}) {
+    auto rekeyed =
+        registry_->Patch(K("csinodes", "storage.k8s.io"), "", "n2", StrCat(R"({"spec":{"drivers":)", drivers, "}}"),
+                         apiserver::PatchType::kMerge, apiserver::Subresource::kMain);
+    ASSERT_TRUE(rekeyed.ok()) << rekeyed.status();
+  }
+  ASSERT_TRUE(Settle(*store_));
+  EXPECT_EQ(requisite_zones(), (std::set<std::string>{"z2", "<no zone>"}));
+  // n2 gone: only n1's segment is left.
+  ASSERT_TRUE(registry_->Delete(K("nodes"), "", "n2").ok());
+  ASSERT_TRUE(Settle(*store_));
+  EXPECT_EQ(requisite_zones(), (std::set<std::string>{"z2"}));
 }
 
 TEST_F(BuildRequestTest, SelectedNodeMustHaveTheDriversTopology) {
