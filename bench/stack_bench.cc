@@ -129,24 +129,37 @@ long StatusKiB(pid_t pid, const std::string& field) {
   return 0;
 }
 
-// CPU ticks (utime + stime) of each of `pid`'s live threads, summed by the
-// thread's name (berth names its threads by role: `store writer`, `pv
-// binder: clai…`, `i:persistentvol…`). A thread that ended is not counted.
+// A /proc stat file (a process's or a thread's): its name, parent pid and
+// CPU ticks (utime + stime). False when it cannot be read (the task ended).
+struct ProcStat {
+  std::string name;
+  pid_t ppid = 0;
+  long ticks = 0;
+};
+bool ReadProcStat(const fs::path& file, ProcStat* out) {
+  std::ifstream in(file);
+  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t open = stat.find('('), close = stat.rfind(')');
+  if (open == std::string::npos || close == std::string::npos || close < open) return false;
+  std::istringstream fields(stat.substr(close + 2));
+  std::string state;
+  long ppid = 0, skip = 0, utime = 0, stime = 0;
+  fields >> state >> ppid;
+  for (int i = 0; i < 9; ++i) fields >> skip;
+  fields >> utime >> stime;
+  *out = {stat.substr(open + 1, close - open - 1), static_cast<pid_t>(ppid), utime + stime};
+  return true;
+}
+
+// CPU ticks of each of `pid`'s live threads, summed by the thread's name
+// (berth names its threads by role: `store writer`, `pv binder: clai…`,
+// `i:persistentvol…`). A thread that ended is not counted.
 std::map<std::string, long> ThreadTicksByName(pid_t pid) {
   std::map<std::string, long> out;
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(fs::path("/proc") / std::to_string(pid) / "task", ec)) {
-    std::ifstream in(e.path() / "stat");
-    std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    const size_t open = stat.find('('), close = stat.rfind(')');
-    if (open == std::string::npos || close == std::string::npos || close < open) continue;
-    std::istringstream fields(stat.substr(close + 2));
-    std::string state;
-    long skip = 0, utime = 0, stime = 0;
-    fields >> state;
-    for (int i = 0; i < 10; ++i) fields >> skip;
-    fields >> utime >> stime;
-    out[stat.substr(open + 1, close - open - 1)] += utime + stime;
+    ProcStat st;
+    if (ReadProcStat(e.path() / "stat", &st)) out[st.name] += st.ticks;
   }
   return out;
 }
@@ -158,18 +171,10 @@ double TreeCpuSeconds(pid_t root) {
   for (const auto& e : fs::directory_iterator("/proc")) {
     const pid_t pid = std::atoi(e.path().filename().c_str());
     if (pid <= 0) continue;
-    std::ifstream in(e.path() / "stat");
-    std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    const size_t close = stat.rfind(')');
-    if (close == std::string::npos) continue;
-    std::istringstream fields(stat.substr(close + 2));
-    std::string state;
-    long ppid = 0, skip = 0, utime = 0, stime = 0;
-    fields >> state >> ppid;
-    for (int i = 0; i < 9; ++i) fields >> skip;
-    fields >> utime >> stime;
-    parent[pid] = static_cast<pid_t>(ppid);
-    ticks[pid] = utime + stime;
+    ProcStat st;
+    if (!ReadProcStat(e.path() / "stat", &st)) continue;
+    parent[pid] = st.ppid;
+    ticks[pid] = st.ticks;
   }
   long total = 0;
   for (const auto& [pid, t] : ticks) {

@@ -44,22 +44,22 @@ absl::StatusOr<std::map<std::string, std::string>> Provisioner::Segment(const st
       return it->second.segment;
     }
   }
-  BERTH_ASSIGN_OR_RETURN(const types::CSINode csinode, DecodeAs<types::CSINode>(*csinode_json));
-  BERTH_ASSIGN_OR_RETURN(const types::Node n, DecodeAs<types::Node>(*node_json));
-  std::map<std::string, std::string> out;
-  for (const auto& d : csinode.spec.drivers) {
-    if (d.name != options_.driver) continue;
-    for (const auto& k : d.topology_keys) {
-      auto v = n.metadata.labels.find(k);
-      // A node without a value for every key is not (yet) a usable segment.
-      if (v == n.metadata.labels.end() || v->second.empty()) {
-        out.clear();
-        break;
+  auto decode = [&]() -> absl::StatusOr<std::map<std::string, std::string>> {
+    BERTH_ASSIGN_OR_RETURN(const types::CSINode csinode, DecodeAs<types::CSINode>(*csinode_json));
+    BERTH_ASSIGN_OR_RETURN(const types::Node n, DecodeAs<types::Node>(*node_json));
+    std::map<std::string, std::string> out;
+    for (const auto& d : csinode.spec.drivers) {
+      if (d.name != options_.driver) continue;
+      for (const auto& k : d.topology_keys) {
+        auto v = n.metadata.labels.find(k);
+        // A node without a value for every key is not (yet) a usable segment.
+        if (v == n.metadata.labels.end() || v->second.empty()) return std::map<std::string, std::string>{};
+        out[k] = v->second;
       }
-      out[k] = v->second;
     }
-    if (out.empty()) break;
-  }
+    return out;
+  };
+  BERTH_ASSIGN_OR_RETURN(auto out, decode());
   // Versions are set by the store on every write: an object with none (a
   // test's hand-made one) is decoded every time.
   if (!node_version.empty() && !csinode_version.empty()) {
