@@ -20,7 +20,7 @@ RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       build-essential cmake ninja-build pkg-config \
       libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc \
-      libabsl-dev libsqlite3-dev libyaml-cpp-dev nlohmann-json3-dev libcli11-dev \
+      libabsl-dev libsqlite3-dev libyaml-cpp-dev libyaml-dev nlohmann-json3-dev libcli11-dev \
       libspdlog-dev libfmt-dev libboost-dev libssl-dev \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src

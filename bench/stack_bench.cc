@@ -19,9 +19,11 @@
 //              each a wake-up) from the start of apply to all Bound, per
 //              claim (its /metrics; the node agent and berth-csi are other
 //              processes): a cost this noisy machine counts steadily.
-//   writes/commit
-//              berth up's store over the same span: writes per group
-//              commit (one transaction and one fsync each; its /metrics).
+//   writes/claim, writes/commit
+//              berth up's store over the same span: its writes (every
+//              object: claims, volumes, events, leases) per claim, and
+//              per group commit (one transaction and one fsync each; its
+//              /metrics).
 //
 //   list first byte, list s
 //              a GET of every claim (no limit, as kubectl --chunk-size=0
@@ -164,6 +166,15 @@ std::map<std::string, long> ThreadTicksByName(pid_t pid) {
   return out;
 }
 
+// This process's user + system CPU: the fake driver and the watch that
+// counts claims Bound share the machine with berth up.
+double SelfCpuSeconds() {
+  rusage ru{};
+  ::getrusage(RUSAGE_SELF, &ru);
+  return static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+         static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+}
+
 // CPU seconds (utime + stime) of `root` and its descendants now.
 double TreeCpuSeconds(pid_t root) {
   std::map<pid_t, pid_t> parent;
@@ -265,6 +276,8 @@ struct Result {
   double serve_apply_s = 0;                     // the same apply against `berth serve` alone
   double cache_hit_pct = -1;                    // of the store's object cache, over the whole run
   double waits_per_claim = -1;                  // berth up's voluntary context switches per claim
+  double bench_cpu_s = 0;                       // this process (fake driver, watch), apply to all Bound
+  double writes_per_claim = -1;                 // berth up's store: writes per claim, apply to all Bound
   double writes_per_commit = -1;                // berth up's store: writes per group commit, apply to all Bound
   std::vector<std::pair<double, std::string>> thread_cpu_s;  // berth up's CPU by thread name, apply to all Bound
 };
@@ -484,6 +497,7 @@ Result Run(int n) {
   };
   const Counters before = counters();
   const double up_cpu_before = TreeCpuSeconds(guard.up());
+  const double bench_cpu_before = SelfCpuSeconds();
   const std::map<std::string, long> threads_before = ThreadTicksByName(guard.up());
   const absl::Time start = absl::Now();
   const bool applied = apply(claims, data, &res.apply_cpu_s);
@@ -499,6 +513,7 @@ Result Run(int n) {
   }
   res.bound_s = absl::ToDoubleSeconds(last_bound - start);
   res.up_cpu_s = TreeCpuSeconds(guard.up()) - up_cpu_before;
+  res.bench_cpu_s = SelfCpuSeconds() - bench_cpu_before;
   const double tick = static_cast<double>(::sysconf(_SC_CLK_TCK));
   for (const auto& [name, ticks] : ThreadTicksByName(guard.up())) {
     auto was = threads_before.find(name);
@@ -509,6 +524,7 @@ Result Run(int n) {
   if (const Counters after = counters(); after.waits >= 0 && before.waits >= 0) {
     res.waits_per_claim = (after.waits - before.waits) / n;
     if (after.commits > before.commits && before.writes >= 0) {
+      res.writes_per_claim = (after.writes - before.writes) / n;
       res.writes_per_commit = (after.writes - before.writes) / (after.commits - before.commits);
     }
   }
@@ -637,9 +653,9 @@ int main(int argc, char** argv) {
   }
   if (sizes.empty()) sizes = {1000, 10000};
   std::printf(
-      "%8s %10s %9s %10s %9s %12s %12s %9s %9s %9s %10s %11s %11s %13s %14s %7s %18s %12s %16s %10s %14s %15s\n",
+      "%8s %10s %9s %10s %9s %12s %12s %9s %9s %9s %10s %11s %11s %12s %13s %14s %7s %18s %12s %16s %10s %14s %15s\n",
       "claims", "bound s", "claims/s", "apply s", "apply/s", "apply CPU s", "up CPU s", "peak MiB", "final MiB",
-      "rest MiB", "store MiB", "cache hit %", "waits/claim", "writes/commit", "list 1st B ms", "list s",
+      "rest MiB", "store MiB", "cache hit %", "waits/claim", "writes/claim", "writes/commit", "list 1st B ms", "list s",
       "berth get 1st B s", "berth get s", "kubectl 1st B s", "kubectl s", "kubectl CPU s", "serve apply/s");
   int failures = 0;
   std::string dat = "# claims bound_s peak_MiB final_MiB claims_per_s rest_MiB\n";
@@ -656,14 +672,15 @@ int main(int argc, char** argv) {
       std::snprintf(kubectl, sizeof(kubectl), "%16.2f %10.2f %14.2f", r.kubectl_first_s, r.kubectl_s, r.kubectl_cpu_s);
     }
     std::printf(
-        "%8d %10.2f %9.0f %10.2f %9.0f %12.2f %12.2f %9.1f %9.1f %9.1f %10.1f %11.1f %11.1f %13.1f %14.1f %7.2f %18.3f "
+        "%8d %10.2f %9.0f %10.2f %9.0f %12.2f %12.2f %9.1f %9.1f %9.1f %10.1f %11.1f %11.1f %12.2f %13.1f %14.1f %7.2f "
+        "%18.3f "
         "%12.2f "
         "%s %15.0f\n",
         n, r.bound_s, n / r.bound_s, r.apply_s, n / r.apply_s, r.apply_cpu_s, r.up_cpu_s, r.peak_kib / 1024.0,
         r.final_kib / 1024.0, r.rest_kib / 1024.0, static_cast<double>(r.store_bytes) / (1 << 20), r.cache_hit_pct,
-        r.waits_per_claim, r.writes_per_commit, r.list_first_ms, r.list_s, r.berth_get_first_s, r.berth_get_s, kubectl,
-        n / r.serve_apply_s);
-    threads += berth::StrCat("  ", n, ":");
+        r.waits_per_claim, r.writes_per_claim, r.writes_per_commit, r.list_first_ms, r.list_s, r.berth_get_first_s,
+        r.berth_get_s, kubectl, n / r.serve_apply_s);
+    threads += absl::StrFormat("  %d (the bench itself: %.2f):", n, r.bench_cpu_s);
     for (size_t i = 0; i < r.thread_cpu_s.size() && i < 12; ++i) {
       threads += absl::StrFormat(" %s %.2f%s", r.thread_cpu_s[i].second, r.thread_cpu_s[i].first,
                                  i + 1 < std::min<size_t>(r.thread_cpu_s.size(), 12) ? "," : "");

@@ -3,12 +3,14 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <map>
 #include <regex>
-#include <sstream>
 
+#include "absl/strings/match.h"
+#include "common/status.h"
 #include "common/strings.h"
-#include "yaml-cpp/eventhandler.h"
 #include "yaml-cpp/yaml.h"
+#include "yaml.h"
 
 namespace berth::api {
 namespace {
@@ -88,48 +90,188 @@ json ResolvePlain(const std::string& s) {
   return s;
 }
 
-absl::StatusOr<json> ToJson(const YAML::Node& node, int depth = 0) {
-  if (depth > 100) return absl::InvalidArgumentError("document nests too deeply");
-  switch (node.Type()) {
-    case YAML::NodeType::Undefined:
-    case YAML::NodeType::Null:
-      return json(nullptr);
-    case YAML::NodeType::Scalar: {
-      const std::string& tag = node.Tag();
-      const std::string& s = node.Scalar();
-      if (tag == "!" || tag == "tag:yaml.org,2002:str") return json(s);
-      if (tag == "?" || tag.empty()) return ResolvePlain(s);
-      if (tag == "tag:yaml.org,2002:int" || tag == "tag:yaml.org,2002:float" || tag == "tag:yaml.org,2002:bool" ||
-          tag == "tag:yaml.org,2002:null") {
-        return ResolvePlain(s);
-      }
-      return json(s);
+// One document's text read with libyaml, the parser go-yaml v2 (Kubernetes'
+// YAML reader) was ported from: its events are made into JSON as they come
+// (no tree of YAML nodes in between). A plain scalar resolves as YAML 1.1
+// does (ResolvePlain); a quoted one, or one tagged "!" or !!str, is a
+// string; mapping keys are their scalars' text.
+class DocumentReader {
+ public:
+  // `first_line`: the line the text starts at in its stream (errors).
+  DocumentReader(std::string_view text, int first_line) : first_line_(first_line) {
+    yaml_parser_initialize(&parser_);
+    yaml_parser_set_input_string(&parser_, reinterpret_cast<const unsigned char*>(text.data()), text.size());
+    yaml_parser_set_encoding(&parser_, YAML_UTF8_ENCODING);
+  }
+  ~DocumentReader() { yaml_parser_delete(&parser_); }
+  DocumentReader(const DocumentReader&) = delete;
+  DocumentReader& operator=(const DocumentReader&) = delete;
+
+  // The document (null when the text holds none); INVALID_ARGUMENT for
+  // malformed YAML, or more than one document.
+  absl::StatusOr<json> Read() {
+    Event ev;
+    BERTH_RETURN_IF_ERROR(Next(ev));  // the stream's start
+    BERTH_RETURN_IF_ERROR(Next(ev));
+    if (ev.e.type == YAML_STREAM_END_EVENT) return json(nullptr);
+    if (ev.e.type != YAML_DOCUMENT_START_EVENT) return Unexpected();
+    BERTH_RETURN_IF_ERROR(Next(ev));
+    BERTH_ASSIGN_OR_RETURN(json doc, Node(ev, 0));
+    BERTH_RETURN_IF_ERROR(Next(ev));  // the document's end
+    BERTH_RETURN_IF_ERROR(Next(ev));
+    if (ev.e.type != YAML_STREAM_END_EVENT) {
+      return absl::InvalidArgumentError(StrCat("invalid YAML in the document starting at line ", first_line_,
+                                               ": content after the document's end (a stray '...' or '---'?)"));
     }
-    case YAML::NodeType::Sequence: {
-      json arr = json::array();
-      for (const auto& item : node) {
-        auto v = ToJson(item, depth + 1);
-        if (!v.ok()) return v;
-        arr.push_back(std::move(*v));
-      }
-      return arr;
+    return doc;
+  }
+
+ private:
+  struct Event {
+    yaml_event_t e{};
+    bool held = false;
+    Event() = default;
+    Event(const Event&) = delete;
+    Event& operator=(const Event&) = delete;
+    ~Event() { Release(); }
+    void Release() {
+      if (held) yaml_event_delete(&e);
+      held = false;
     }
-    case YAML::NodeType::Map: {
-      json obj = json::object();
-      for (const auto& kv : node) {
-        if (!kv.first.IsScalar()) return absl::InvalidArgumentError("mapping keys must be scalars");
-        auto v = ToJson(kv.second, depth + 1);
-        if (!v.ok()) return v;
-        const std::string key = kv.first.Scalar();
-        if (obj.contains(key)) {
-          return absl::InvalidArgumentError(StrCat("duplicate key \"", key, "\""));
+  };
+  struct Anchored {
+    json value;
+    std::optional<std::string> scalar;  // a scalar's text (a key may be an alias of one)
+    size_t nodes = 0;                   // what an alias of it adds
+  };
+  // A document may repeat what is anchored (an alias copies it) only so
+  // far: a few lines of nested aliases would otherwise expand to gigabytes.
+  static constexpr size_t kAliasedNodes = 100'000;
+
+  absl::Status Next(Event& ev) {
+    ev.Release();
+    if (!yaml_parser_parse(&parser_, &ev.e)) {
+      return absl::InvalidArgumentError(StrCat("invalid YAML at line ", first_line_ + parser_.problem_mark.line,
+                                               ", column ", parser_.problem_mark.column + 1, ": ",
+                                               parser_.problem != nullptr ? parser_.problem : "malformed",
+                                               parser_.context != nullptr ? StrCat(" (", parser_.context, ")") : ""));
+    }
+    ev.held = true;
+    return absl::OkStatus();
+  }
+
+  absl::Status Unexpected() const {
+    return absl::InvalidArgumentError(StrCat("invalid YAML in the document starting at line ", first_line_));
+  }
+
+  static std::string Text(const yaml_event_t& e) {
+    return std::string(reinterpret_cast<const char*>(e.data.scalar.value), e.data.scalar.length);
+  }
+
+  static json Scalar(const yaml_event_t& e) {
+    std::string text = Text(e);
+    const auto* tag = reinterpret_cast<const char*>(e.data.scalar.tag);
+    if (tag == nullptr) return e.data.scalar.style == YAML_PLAIN_SCALAR_STYLE ? ResolvePlain(text) : json(text);
+    const std::string_view t(tag);
+    if (t == "tag:yaml.org,2002:int" || t == "tag:yaml.org,2002:float" || t == "tag:yaml.org,2002:bool" ||
+        t == "tag:yaml.org,2002:null") {
+      return ResolvePlain(text);
+    }
+    return json(std::move(text));  // "!", !!str and any other tag: the text
+  }
+
+  void Anchor(const yaml_char_t* anchor, const json& value, std::optional<std::string> scalar, size_t nodes_before) {
+    if (anchor == nullptr) return;
+    anchors_[reinterpret_cast<const char*>(anchor)] = Anchored{value, std::move(scalar), nodes_ - nodes_before};
+  }
+
+  absl::StatusOr<const Anchored*> Alias(const yaml_event_t& e) {
+    const auto* name = reinterpret_cast<const char*>(e.data.alias.anchor);
+    auto it = anchors_.find(name);
+    if (it == anchors_.end()) return absl::InvalidArgumentError(StrCat("unknown anchor '", name, "' referenced"));
+    aliased_ += it->second.nodes;
+    if (aliased_ > kAliasedNodes) {
+      return absl::InvalidArgumentError(
+          StrCat("the document's aliases expand to more than ", kAliasedNodes, " values"));
+    }
+    nodes_ += it->second.nodes;
+    return &it->second;
+  }
+
+  // The node `ev` starts (its events are read to its end).
+  absl::StatusOr<json> Node(Event& ev, int depth) {
+    if (depth > 100) return absl::InvalidArgumentError("document nests too deeply");
+    const size_t before = nodes_++;
+    switch (ev.e.type) {
+      case YAML_SCALAR_EVENT: {
+        json v = Scalar(ev.e);
+        Anchor(ev.e.data.scalar.anchor, v, Text(ev.e), before);
+        return v;
+      }
+      case YAML_ALIAS_EVENT: {
+        --nodes_;  // counted by Alias
+        BERTH_ASSIGN_OR_RETURN(const Anchored* a, Alias(ev.e));
+        return a->value;
+      }
+      case YAML_SEQUENCE_START_EVENT: {
+        std::string anchor = ev.e.data.sequence_start.anchor != nullptr
+                                 ? reinterpret_cast<const char*>(ev.e.data.sequence_start.anchor)
+                                 : "";
+        json arr = json::array();
+        while (true) {
+          BERTH_RETURN_IF_ERROR(Next(ev));
+          if (ev.e.type == YAML_SEQUENCE_END_EVENT) break;
+          BERTH_ASSIGN_OR_RETURN(json item, Node(ev, depth + 1));
+          arr.push_back(std::move(item));
         }
-        obj[key] = std::move(*v);
+        if (!anchor.empty()) Anchor(reinterpret_cast<const yaml_char_t*>(anchor.c_str()), arr, std::nullopt, before);
+        return arr;
       }
-      return obj;
+      case YAML_MAPPING_START_EVENT: {
+        std::string anchor = ev.e.data.mapping_start.anchor != nullptr
+                                 ? reinterpret_cast<const char*>(ev.e.data.mapping_start.anchor)
+                                 : "";
+        json obj = json::object();
+        while (true) {
+          BERTH_RETURN_IF_ERROR(Next(ev));
+          if (ev.e.type == YAML_MAPPING_END_EVENT) break;
+          std::string key;
+          if (ev.e.type == YAML_SCALAR_EVENT) {
+            key = Text(ev.e);
+            ++nodes_;
+          } else if (ev.e.type == YAML_ALIAS_EVENT) {
+            BERTH_ASSIGN_OR_RETURN(const Anchored* a, Alias(ev.e));
+            if (!a->scalar) return absl::InvalidArgumentError("mapping keys must be scalars");
+            key = *a->scalar;
+          } else {
+            return absl::InvalidArgumentError("mapping keys must be scalars");
+          }
+          BERTH_RETURN_IF_ERROR(Next(ev));
+          BERTH_ASSIGN_OR_RETURN(json value, Node(ev, depth + 1));
+          if (!obj.emplace(key, std::move(value)).second) {
+            return absl::InvalidArgumentError(StrCat("duplicate key \"", key, "\""));
+          }
+        }
+        if (!anchor.empty()) Anchor(reinterpret_cast<const yaml_char_t*>(anchor.c_str()), obj, std::nullopt, before);
+        return obj;
+      }
+      default:
+        return Unexpected();
     }
   }
-  return json(nullptr);
+
+  yaml_parser_t parser_;
+  int first_line_;
+  std::map<std::string, Anchored> anchors_;
+  size_t nodes_ = 0;    // values made, aliases' copies included
+  size_t aliased_ = 0;  // of which copies
+};
+
+// The `index`th document of a stream (from 1), its text starting at `line`.
+absl::StatusOr<json> ReadDocument(std::string_view text, int line, size_t index) {
+  absl::StatusOr<json> doc = DocumentReader(text, line).Read();
+  if (doc.ok() || absl::StartsWith(doc.status().message(), "invalid YAML")) return doc;
+  return absl::InvalidArgumentError(StrCat("document ", index, ": ", doc.status().message()));
 }
 
 // Byte offset of the first invalid UTF-8 sequence, or npos.
@@ -188,21 +330,6 @@ std::vector<std::pair<std::string, int>> SplitDocuments(std::string_view text) {
   out.emplace_back(std::move(current), start);
   return out;
 }
-
-// Counts nothing; only drives the parser.
-class NullHandler final : public YAML::EventHandler {
- public:
-  // YAML::EventHandler
-  void OnDocumentStart(const YAML::Mark&) override {}
-  void OnDocumentEnd() override {}
-  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
-  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
-  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t, const std::string&) override {}
-  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
-  void OnSequenceEnd() override {}
-  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
-  void OnMapEnd() override {}
-};
 
 // YAML 1.1 timestamps (2001-12-14, 2001-12-14t21:59:43.10-05:00): readers
 // such as PyYAML would load them as dates; go-yaml quotes them too.
@@ -308,35 +435,17 @@ absl::StatusOr<std::vector<json>> DecodeManifests(std::string_view text) {
           StrCat("input contains control character 0x", fmt::format("{:02x}", c), " at byte ", i));
     }
   }
-  // yaml-cpp 0.7's LoadAll loops forever on some malformed streams (a stray
-  // ',' makes its parser stop advancing; found by tests/fuzz/codec_fuzz), so
-  // berth splits documents itself and checks that each chunk parses to
-  // exactly one document with a bounded number of parser calls.
-  std::vector<YAML::Node> docs;
-  int first_line = 1;
+  // Documents split at "---" markers by berth (each with its first line
+  // for errors), each read alone: a document's malformed YAML is reported
+  // with the line in the stream.
+  std::vector<json> docs;
   for (const auto& [chunk, line] : SplitDocuments(text)) {
-    try {
-      std::istringstream in(chunk);
-      YAML::Parser parser(in);
-      NullHandler events;
-      if (parser.HandleNextDocument(events) && parser.HandleNextDocument(events)) {
-        return absl::InvalidArgumentError(StrCat("invalid YAML in the document starting at line ", line,
-                                                 ": content the parser cannot place (a stray ',' or ']'?)"));
-      }
-      docs.push_back(YAML::Load(chunk));
-    } catch (const YAML::Exception& e) {
-      return absl::InvalidArgumentError(
-          StrCat("invalid YAML at line ", line + e.mark.line, ", column ", e.mark.column + 1, ": ", e.msg));
-    }
-    first_line = line;
+    BERTH_ASSIGN_OR_RETURN(json doc, ReadDocument(chunk, line, docs.size() + 1));
+    docs.push_back(std::move(doc));
   }
-  (void)first_line;
   std::vector<json> out;
   for (size_t i = 0; i < docs.size(); ++i) {
-    auto doc = ToJson(docs[i]);
-    if (!doc.ok()) {
-      return absl::InvalidArgumentError(StrCat("document ", i + 1, ": ", doc.status().message()));
-    }
+    json* doc = &docs[i];
     if (doc->is_null()) continue;
     if (!doc->is_object()) {
       return absl::InvalidArgumentError(StrCat("document ", i + 1, " is not a mapping"));
@@ -391,16 +500,9 @@ absl::StatusOr<std::optional<ManifestReader::Document>> ManifestReader::Next() {
     text.append(l).push_back('\n');
   }
   ++index_;
-  try {
-    std::istringstream in(text);
-    YAML::Parser parser(in);
-    NullHandler events;
-    if (parser.HandleNextDocument(events) && parser.HandleNextDocument(events)) {
-      return absl::InvalidArgumentError(StrCat("invalid YAML in the document starting at line ", doc.line,
-                                               ": content the parser cannot place (a stray ',' or ']'?)"));
-    }
-    auto value = ToJson(YAML::Load(text));
-    if (!value.ok()) return absl::InvalidArgumentError(StrCat("document ", index_, ": ", value.status().message()));
+  {
+    absl::StatusOr<json> value = ReadDocument(text, doc.line, index_);
+    if (!value.ok()) return value.status();
     if (value->is_null()) return doc;
     if (!value->is_object()) return absl::InvalidArgumentError(StrCat("document ", index_, " is not a mapping"));
     std::string kind;
@@ -418,9 +520,6 @@ absl::StatusOr<std::optional<ManifestReader::Document>> ManifestReader::Next() {
       return doc;
     }
     doc.objects.push_back(std::move(*value));
-  } catch (const YAML::Exception& e) {
-    return absl::InvalidArgumentError(
-        StrCat("invalid YAML at line ", doc.line + e.mark.line, ", column ", e.mark.column + 1, ": ", e.msg));
   }
   return doc;
 }

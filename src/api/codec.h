@@ -1,5 +1,7 @@
 // Manifests in and out: YAML (or JSON, which is YAML) to JSON objects, and
-// JSON objects to YAML for `-o yaml`.
+// JSON objects to YAML for `-o yaml`. Read with libyaml (the C parser
+// go-yaml v2 was ported from), its events made into JSON directly; written
+// with yaml-cpp's emitter.
 //
 // Scalars resolve the way Kubernetes' own YAML reader (sigs.k8s.io/yaml on
 // go-yaml v2, YAML 1.1) resolves them: unquoted true/false/yes/no/on/off are

@@ -1,5 +1,6 @@
 #include "api/codec.h"
 
+#include "common/strings.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -143,6 +144,45 @@ TEST(CodecTest, RefusesInvalidUtf8AndRoundTripsControlCharacters) {
   auto back = DecodeManifests(EncodeYaml(o));
   ASSERT_TRUE(back.ok()) << back.status() << "\n" << EncodeYaml(o);
   EXPECT_EQ((*back)[0], o) << EncodeYaml(o);
+}
+
+// Anchors and aliases as go-yaml reads them (a copy of the anchored value),
+// explicit tags, and the failures a reader must report rather than loop on
+// or blow up: an unknown alias, aliases that expand without bound, content
+// after a document's end.
+TEST(CodecTest, ReadsAnchorsAndTagsAndRefusesAliasBombs) {
+  auto docs = DecodeManifests(
+      "base: &b {size: 1Gi, modes: [ReadWriteOnce]}\ncopy: *b\nname: &n claim\n*n : keyed\n"
+      "s: !!str 123\ni: !!int \"42\"\nq: !custom 7\nlines: |\n  one\n  two\n");
+  ASSERT_TRUE(docs.ok()) << docs.status();
+  const json& o = (*docs)[0];
+  EXPECT_EQ(o["copy"], o["base"]);
+  EXPECT_EQ(o["copy"]["modes"], json::array({"ReadWriteOnce"}));
+  EXPECT_EQ(o["claim"], "keyed") << "an alias of a scalar is a key";
+  EXPECT_EQ(o["s"], "123");
+  EXPECT_EQ(o["i"], 42);
+  EXPECT_EQ(o["q"], "7") << "an unknown tag keeps the text";
+  EXPECT_EQ(o["lines"], "one\ntwo\n");
+
+  auto unknown = DecodeManifests("a: *nowhere\n");
+  EXPECT_EQ(unknown.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(unknown.status().message(), ::testing::HasSubstr("nowhere"));
+
+  // Ten levels of ten aliases each: 10^10 values if expanded.
+  std::string bomb = "a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n";
+  for (int i = 1; i < 10; ++i) {
+    bomb += berth::StrCat("a", i, ": &a", i, " [");
+    for (int k = 0; k < 10; ++k) bomb += berth::StrCat(k ? ", " : "", "*a", i - 1);
+    bomb += "]\n";
+  }
+  auto exploded = DecodeManifests(bomb);
+  EXPECT_EQ(exploded.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(exploded.status().message(), ::testing::HasSubstr("aliases"));
+
+  auto after_end = DecodeManifests("a: 1\n...\nb: 2\n");
+  EXPECT_EQ(after_end.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(DecodeManifests("a: 1\nb: [unclosed\nc: 2\n").status().message(),
+              ::testing::HasSubstr("invalid YAML at line "));
 }
 
 }  // namespace
