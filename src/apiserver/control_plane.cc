@@ -199,6 +199,19 @@ absl::StatusOr<std::unique_ptr<ControlPlane>> ControlPlane::Start(const Options&
       [server = cp->http_.get()](std::string* out) { WriteServingMetrics(server->stats(), out); });
   cp->handler_->AddMetricsCollector([store = cp->store_.get()](std::string* out) { WriteStoreMetrics(*store, out); });
   cp->handler_->AddMetricsCollector(WriteProcessMetrics);
+  cp->handler_->AddMetricsCollector([handler, backlog = options.handler.backlog](std::string* out) {
+    const ApiHandler::HoldBackStats held = handler->held_back();
+    WriteUnlabelled(
+        out, {
+                 {"berth_controller_backlog", metrics::MetricType::kGauge,
+                  "Keys the controllers' work queues hold, not yet taken up by a worker.", backlog ? backlog() : 0},
+                 {"berth_apiserver_held_back_requests_total", metrics::MetricType::kCounter,
+                  "Clients' creates that waited while the controllers' backlog was over its limit.", held.requests},
+             });
+    metrics::WriteFamily(out, "berth_apiserver_held_back_seconds_total", metrics::MetricType::kCounter,
+                         "Time clients' creates waited for the controllers' backlog.");
+    metrics::WriteSample(out, "berth_apiserver_held_back_seconds_total", {}, absl::ToDoubleSeconds(held.waited));
+  });
   if (!options.api_address.empty()) {
     std::string host = options.api_address.substr(0, options.api_address.rfind(':'));
     cp->kubeconfig_ = StrCat(options.data_dir, "/kubeconfig");

@@ -18,6 +18,7 @@
 #include "absl/synchronization/mutex.h"
 #include "apiserver/kubeconfig.h"
 #include "apiserver/tls.h"
+#include "common/backlog.h"
 #include "common/clock.h"
 #include "common/fs.h"
 #include "common/strings.h"
@@ -158,6 +159,10 @@ TEST_F(ControlPlaneHttpTest, MetricsAreServedFromCollectorsBehindTheSameAuthenti
   EXPECT_GE(commits.mutations, commits.commits);
   EXPECT_THAT(r->body, ::testing::HasSubstr(StrCat("berth_store_commits_total ", commits.commits, "\n")));
   EXPECT_THAT(r->body, ::testing::HasSubstr(StrCat("berth_store_committed_writes_total ", commits.mutations, "\n")));
+  // The controllers' backlog and the creates held back for it (none here).
+  EXPECT_THAT(r->body, ::testing::HasSubstr(StrCat("berth_controller_backlog ", Backlog::Pending(), "\n")));
+  EXPECT_THAT(r->body, ::testing::HasSubstr("berth_apiserver_held_back_requests_total 0\n"));
+  EXPECT_THAT(r->body, ::testing::HasSubstr("berth_apiserver_held_back_seconds_total 0\n"));
   EXPECT_THAT(r->body, ::testing::HasSubstr("berth_store_failed_commits_total 0\n"));
   EXPECT_THAT(r->body, ::testing::HasSubstr("# TYPE berth_store_commit_seconds_total counter\n"));
   // The process's own counters, read by the handler after `before`.

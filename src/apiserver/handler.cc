@@ -315,6 +315,11 @@ void ApiHandler::AddSubresource(const std::string& resource, const std::string& 
   subresources_[{resource, sub}] = Served{std::move(handler), std::move(methods)};
 }
 
+ApiHandler::HoldBackStats ApiHandler::held_back() const {
+  absl::MutexLock lock(&held_back_mu_);
+  return held_back_;
+}
+
 void ApiHandler::AddMetricsCollector(MetricsCollector collector) {
   absl::MutexLock lock(&metrics_mu_);
   metrics_.push_back(std::move(collector));
@@ -553,6 +558,16 @@ void ApiHandler::Handle(const HttpRequest& req, ResponseWriter& out) {
       auto created = registry_.DryRunCreate(kind, ns, std::move(*body));
       if (!created.ok()) return SendError(out, created.status());
       return send(201, *created);
+    }
+    // Events are the controllers' own output, and cheap: never held back.
+    if (kind.resource != "events") {
+      const absl::Duration waited = HoldBack(options_.hold_back, options_.backlog,
+                                             [clock = options_.clock](absl::Duration d) { clock->SleepFor(d); });
+      if (waited > absl::ZeroDuration()) {
+        absl::MutexLock lock(&held_back_mu_);
+        ++held_back_.requests;
+        held_back_.waited += waited;
+      }
     }
     auto created = registry_.CreateShared(kind, ns, std::move(*body));
     if (!created.ok()) return SendError(out, created.status());

@@ -24,8 +24,10 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "apiserver/backpressure.h"
 #include "apiserver/registry.h"
 #include "apiserver/watch_hub.h"
+#include "common/backlog.h"
 #include "common/clock.h"
 #include "http/server.h"
 
@@ -41,6 +43,11 @@ class ApiHandler {
     absl::Duration bookmark_interval = absl::Seconds(30);
     absl::Duration max_watch = absl::Minutes(30);
     Clock* clock = &RealClock();  // watch deadlines and bookmarks
+    // A client's create waits while the controllers' queued work is above
+    // hold_back.limit (apiserver/backpressure.h): the sum of the process's
+    // work queues by default.
+    HoldBackOptions hold_back{};
+    std::function<int64_t()> backlog = &Backlog::Pending;
   };
   ApiHandler(Registry& registry, Options options)
       : registry_(registry),
@@ -56,6 +63,13 @@ class ApiHandler {
   // so none holds a handler thread.
   static bool IsLongRunning(const HttpRequest& request);
   size_t watches() const { return watches_.size(); }
+  // Creates held back while the controllers were behind, and the time they
+  // waited in all.
+  struct HoldBackStats {
+    int64_t requests = 0;
+    absl::Duration waited;
+  };
+  HoldBackStats held_back() const ABSL_LOCKS_EXCLUDED(held_back_mu_);
 
   // GET /metrics (Prometheus text format) renders every collector in the
   // order added, each appending whole metric families.
@@ -75,13 +89,16 @@ class ApiHandler {
  private:
   Registry& registry_;
   const Options options_;
-  absl::Mutex metrics_mu_;
+  mutable absl::Mutex metrics_mu_;
   std::vector<MetricsCollector> metrics_ ABSL_GUARDED_BY(metrics_mu_);
   struct Served {
     SubresourceHandler handler;
     std::vector<std::string> methods;
   };
   std::map<std::pair<std::string, std::string>, Served> subresources_ ABSL_GUARDED_BY(metrics_mu_);
+  // Its own lock: /metrics reads it from a collector, under metrics_mu_.
+  mutable absl::Mutex held_back_mu_;
+  HoldBackStats held_back_ ABSL_GUARDED_BY(held_back_mu_);
   WatchHub watches_;  // last: its streams end before the rest goes
 };
 

@@ -1,7 +1,9 @@
 #include "apiserver/handler.h"
 
+#include <atomic>
 #include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -440,6 +442,82 @@ TEST_F(HandlerTest, EventsV1AreCoreEventsConverted) {
   core_names["message"] = "core field";
   EXPECT_EQ(Do("POST", v1, core_names.dump()).code, 400);
   EXPECT_EQ(Do("GET", "/apis/events.k8s.io/v1/namespaces/default/pods").code, 404);
+}
+
+// HoldBack waits in steps while the backlog is over the limit, stops when
+// it falls, never waits longer than max_wait, and never with no limit.
+TEST(HoldBackTest, WaitsWhileOverTheLimitAndNoLongerThanMaxWait) {
+  const HoldBackOptions options{.limit = 10, .max_wait = absl::Milliseconds(5), .step = absl::Milliseconds(1)};
+  int64_t pending = 12;
+  std::vector<absl::Duration> slept;
+  auto sleep = [&](absl::Duration d) {
+    slept.push_back(d);
+    --pending;  // the controllers take one per step
+  };
+  EXPECT_EQ(HoldBack(
+                options, [&] { return pending; }, sleep),
+            absl::Milliseconds(2));
+  EXPECT_EQ(slept.size(), 2u) << "12 -> 10: no longer over the limit";
+  slept.clear();
+  EXPECT_EQ(HoldBack(
+                options, [&] { return pending; }, sleep),
+            absl::ZeroDuration())
+      << "at the limit: no wait";
+  EXPECT_TRUE(slept.empty());
+
+  pending = 1000;  // a stuck controller: clients go ahead after max_wait
+  EXPECT_EQ(HoldBack(
+                options, [&] { return pending; }, sleep),
+            absl::Milliseconds(5));
+  EXPECT_EQ(slept.size(), 5u);
+  slept.clear();
+  EXPECT_EQ(HoldBack(
+                {.limit = 0}, [&] { return pending; }, sleep),
+            absl::ZeroDuration())
+      << "0: never held back";
+  EXPECT_TRUE(slept.empty());
+}
+
+// A client's create waits on the handler's clock while the controllers are
+// behind; what is written is unchanged; events are never held back.
+TEST_F(HandlerTest, ACreateWaitsWhileTheControllersAreBehind) {
+  std::atomic<int64_t> backlog{5000};
+  handler_ = std::make_unique<ApiHandler>(
+      *registry_, ApiHandler::Options{
+                      .clock = &clock_,
+                      .hold_back = {.limit = 2000, .max_wait = absl::Milliseconds(250), .step = absl::Milliseconds(1)},
+                      .backlog = [&] { return backlog.load(); }});
+  std::atomic<bool> done{false};
+  RecordingWriter created;
+  std::thread client([&] {
+    created = Do("POST", kClaims, Claim("held"));
+    done = true;
+  });
+  // Three steps of the fake clock, then the controllers catch up.
+  for (int step = 0; step < 3; ++step) {
+    ASSERT_TRUE(clock_.BlockUntilTimers(1));
+    EXPECT_FALSE(done) << "went ahead while the backlog was over the limit";
+    if (step == 2) backlog = 100;
+    clock_.AdvanceToNextTimer();
+  }
+  client.join();
+  EXPECT_EQ(created.code, 201) << created.body;
+  EXPECT_EQ(created.Json()["metadata"]["name"], "held");
+  EXPECT_EQ(handler_->held_back().requests, 1);
+  EXPECT_EQ(handler_->held_back().waited, absl::Milliseconds(3));
+
+  backlog = 5000;
+  const std::string event =
+      json({{"apiVersion", "v1"},
+            {"kind", "Event"},
+            {"metadata", {{"name", "held.1"}}},
+            {"involvedObject", {{"kind", "PersistentVolumeClaim"}, {"namespace", "default"}, {"name", "held"}}},
+            {"reason", "Provisioning"},
+            {"message", "m"},
+            {"type", "Normal"}})
+          .dump();
+  EXPECT_EQ(Do("POST", "/api/v1/namespaces/default/events", event).code, 201) << "events never wait";
+  EXPECT_EQ(handler_->held_back().requests, 1);
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 
 #include "absl/strings/cord.h"
 #include "client/quiescence.h"
+#include "common/backlog.h"
 #include "common/memory.h"
 #include "common/thread_name.h"
 #include "spdlog/spdlog.h"
@@ -25,7 +26,7 @@ WorkQueue::~WorkQueue() {
   std::vector<Clock::TimerId> ids;
   {
     absl::MutexLock lock(&mu_);
-    shutdown_ = true;
+    ShutDownLocked();
     for (const auto& [token, t] : timers_) ids.push_back(t.second);
   }
   // Without mu_: a running callback takes it, and Cancel waits for it.
@@ -56,7 +57,19 @@ void WorkQueue::AddLocked(const std::string& key) {
   if (shutdown_ || dirty_.contains(key)) return;
   dirty_.insert(key);
   ++adds_;
-  if (!processing_.contains(key)) queue_.push_back(key);
+  if (!processing_.contains(key)) EnqueueLocked(key);
+}
+
+void WorkQueue::EnqueueLocked(const std::string& key) {
+  queue_.push_back(key);
+  if (!shutdown_) Backlog::Add(1);
+}
+
+void WorkQueue::ShutDownLocked() {
+  if (shutdown_) return;
+  shutdown_ = true;
+  // What is queued is never taken now.
+  Backlog::Add(-static_cast<int64_t>(queue_.size()));
 }
 
 uint64_t WorkQueue::adds() const {
@@ -120,6 +133,7 @@ std::optional<std::string> WorkQueue::Get() {
   if (shutdown_) return std::nullopt;
   std::string key = std::move(queue_.front());
   queue_.pop_front();
+  Backlog::Add(-1);
   dirty_.erase(key);
   processing_.insert(key);
   return key;
@@ -129,12 +143,12 @@ void WorkQueue::Done(const std::string& key) {
   absl::MutexLock lock(&mu_);
   processing_.erase(key);
   // Added while in process: it was kept out of the queue until now.
-  if (dirty_.contains(key)) queue_.push_back(key);
+  if (dirty_.contains(key)) EnqueueLocked(key);
 }
 
 void WorkQueue::ShutDown() {
   absl::MutexLock lock(&mu_);
-  shutdown_ = true;
+  ShutDownLocked();
 }
 
 bool WorkQueue::shutting_down() const {

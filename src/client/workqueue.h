@@ -90,6 +90,10 @@ class WorkQueue {
 
  private:
   void AddLocked(const std::string& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Queues `key` and counts it in the process's Backlog (common/backlog.h)
+  // until a worker takes it or the queue shuts down.
+  void EnqueueLocked(const std::string& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ShutDownLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Moves delayed keys whose time has come into the queue.
   void PromoteLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Makes sure a timer fires at the earliest delayed time.

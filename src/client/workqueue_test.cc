@@ -11,6 +11,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "client/quiescence.h"
+#include "common/backlog.h"
 #include "common/clock.h"
 #include "common/testing/eventually.h"
 #include "gmock/gmock.h"
@@ -41,6 +42,35 @@ TEST(WorkQueueTest, KeyAddedWhileProcessingRunsAgainAfterDoneNotConcurrently) {
   q.Done(*key);
   EXPECT_EQ(q.Len(), 1u);
   EXPECT_EQ(*q.Get(), "a");
+}
+
+// The process's Backlog (what the API server holds clients' creates back
+// on) counts what queues hold and no worker has taken: a key re-queued by
+// Done counts again, a duplicate does not, and a queue that shuts down (or
+// goes) takes back what it still held.
+TEST(WorkQueueTest, CountsWhatItHoldsInTheProcessBacklog) {
+  const int64_t before = Backlog::Pending();
+  {
+    WorkQueue q;
+    q.Add("a");
+    q.Add("b");
+    q.Add("a");
+    EXPECT_EQ(Backlog::Pending() - before, 2);
+    auto a = q.Get();
+    EXPECT_EQ(Backlog::Pending() - before, 1) << "taken by a worker";
+    q.Add("a");  // while in process: waits for Done
+    EXPECT_EQ(Backlog::Pending() - before, 1);
+    q.Done(*a);
+    EXPECT_EQ(Backlog::Pending() - before, 2) << "queued again";
+    WorkQueue other;
+    other.Add("x");
+    EXPECT_EQ(Backlog::Pending() - before, 3);
+    other.ShutDown();
+    EXPECT_EQ(Backlog::Pending() - before, 2) << "a queue shut down holds nothing for anyone";
+    other.Add("y");
+    EXPECT_EQ(Backlog::Pending() - before, 2);
+  }
+  EXPECT_EQ(Backlog::Pending(), before) << "a queue that goes takes its keys with it";
 }
 
 TEST(WorkQueueTest, BackoffGrowsPerKeyAndForgetResetsIt) {
