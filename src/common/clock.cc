@@ -106,6 +106,13 @@ class RealClockImpl : public Clock {
     return timers_.Cancel(mu_, id);
   }
 
+  // absl's own deadline is this clock's: a sleep or a wait costs no timer
+  // (two wake-ups of the timer thread, and its lock, per wait).
+  bool AwaitWithDeadline(absl::Mutex& mu, const absl::Condition& cond, absl::Time deadline) override
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    return mu.AwaitWithDeadline(cond, deadline);
+  }
+
  private:
   void Loop() {
     absl::MutexLock l(&mu_);

@@ -59,8 +59,10 @@ class Clock {
 
   // With `mu` held: waits until `cond` holds or the clock reaches
   // `deadline`; returns whether `cond` holds. `mu` is held again on return.
-  // (absl::Mutex::AwaitWithDeadline, on this clock's time.)
-  bool AwaitWithDeadline(absl::Mutex& mu, const absl::Condition& cond, absl::Time deadline)
+  // (absl::Mutex::AwaitWithDeadline, on this clock's time: a timer of the
+  // clock's marks the deadline; the real clock waits with absl's own
+  // deadline instead, with no timer thread in between.)
+  virtual bool AwaitWithDeadline(absl::Mutex& mu, const absl::Condition& cond, absl::Time deadline)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   bool AwaitWithTimeout(absl::Mutex& mu, const absl::Condition& cond, absl::Duration timeout)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {

@@ -163,6 +163,19 @@ TEST(RealClockTest, TimersAndWaitsUseRealTime) {
   const absl::Time before = clock.Now();
   EXPECT_FALSE(clock.AwaitWithTimeout(mu, absl::Condition(&never), absl::Milliseconds(30)));
   EXPECT_GE(clock.Now() - before, absl::Milliseconds(30));
+  // A condition that comes true ends the wait long before its deadline.
+  bool set = false;
+  std::thread setter([&] {
+    absl::MutexLock setter_lock(&mu);
+    set = true;
+  });
+  EXPECT_TRUE(clock.AwaitWithDeadline(mu, absl::Condition(&set), clock.Now() + absl::Seconds(60)));
+  mu.Unlock();
+  setter.join();
+  mu.Lock();
+  const absl::Time slept_from = clock.Now();
+  clock.SleepFor(absl::Milliseconds(10));
+  EXPECT_GE(clock.Now() - slept_from, absl::Milliseconds(10));
 }
 
 TEST(RealClockTest, CancelledTimerNeverRuns) {
