@@ -180,9 +180,13 @@ class DocumentReader {
     return json(std::move(text));  // "!", !!str and any other tag: the text
   }
 
-  void Anchor(const yaml_char_t* anchor, const json& value, std::optional<std::string> scalar, size_t nodes_before) {
-    if (anchor == nullptr) return;
-    anchors_[reinterpret_cast<const char*>(anchor)] = Anchored{value, std::move(scalar), nodes_ - nodes_before};
+  // The anchor a node's first event gives it ("" for none).
+  static std::string AnchorOf(const yaml_event_t& e) {
+    const yaml_char_t* anchor = e.type == YAML_SCALAR_EVENT           ? e.data.scalar.anchor
+                                : e.type == YAML_SEQUENCE_START_EVENT ? e.data.sequence_start.anchor
+                                : e.type == YAML_MAPPING_START_EVENT  ? e.data.mapping_start.anchor
+                                                                      : nullptr;
+    return anchor != nullptr ? reinterpret_cast<const char*>(anchor) : "";
   }
 
   absl::StatusOr<const Anchored*> Alias(const yaml_event_t& e) {
@@ -201,37 +205,30 @@ class DocumentReader {
   // The node `ev` starts (its events are read to its end).
   absl::StatusOr<json> Node(Event& ev, int depth) {
     if (depth > 100) return absl::InvalidArgumentError("document nests too deeply");
+    if (ev.e.type == YAML_ALIAS_EVENT) {
+      BERTH_ASSIGN_OR_RETURN(const Anchored* a, Alias(ev.e));
+      return a->value;
+    }
+    const std::string anchor = AnchorOf(ev.e);
     const size_t before = nodes_++;
+    json value;
+    std::optional<std::string> scalar;
     switch (ev.e.type) {
-      case YAML_SCALAR_EVENT: {
-        json v = Scalar(ev.e);
-        Anchor(ev.e.data.scalar.anchor, v, Text(ev.e), before);
-        return v;
-      }
-      case YAML_ALIAS_EVENT: {
-        --nodes_;  // counted by Alias
-        BERTH_ASSIGN_OR_RETURN(const Anchored* a, Alias(ev.e));
-        return a->value;
-      }
-      case YAML_SEQUENCE_START_EVENT: {
-        std::string anchor = ev.e.data.sequence_start.anchor != nullptr
-                                 ? reinterpret_cast<const char*>(ev.e.data.sequence_start.anchor)
-                                 : "";
-        json arr = json::array();
+      case YAML_SCALAR_EVENT:
+        value = Scalar(ev.e);
+        scalar = Text(ev.e);
+        break;
+      case YAML_SEQUENCE_START_EVENT:
+        value = json::array();
         while (true) {
           BERTH_RETURN_IF_ERROR(Next(ev));
           if (ev.e.type == YAML_SEQUENCE_END_EVENT) break;
           BERTH_ASSIGN_OR_RETURN(json item, Node(ev, depth + 1));
-          arr.push_back(std::move(item));
+          value.push_back(std::move(item));
         }
-        if (!anchor.empty()) Anchor(reinterpret_cast<const yaml_char_t*>(anchor.c_str()), arr, std::nullopt, before);
-        return arr;
-      }
-      case YAML_MAPPING_START_EVENT: {
-        std::string anchor = ev.e.data.mapping_start.anchor != nullptr
-                                 ? reinterpret_cast<const char*>(ev.e.data.mapping_start.anchor)
-                                 : "";
-        json obj = json::object();
+        break;
+      case YAML_MAPPING_START_EVENT:
+        value = json::object();
         while (true) {
           BERTH_RETURN_IF_ERROR(Next(ev));
           if (ev.e.type == YAML_MAPPING_END_EVENT) break;
@@ -247,17 +244,17 @@ class DocumentReader {
             return absl::InvalidArgumentError("mapping keys must be scalars");
           }
           BERTH_RETURN_IF_ERROR(Next(ev));
-          BERTH_ASSIGN_OR_RETURN(json value, Node(ev, depth + 1));
-          if (!obj.emplace(key, std::move(value)).second) {
+          BERTH_ASSIGN_OR_RETURN(json item, Node(ev, depth + 1));
+          if (!value.emplace(key, std::move(item)).second) {
             return absl::InvalidArgumentError(StrCat("duplicate key \"", key, "\""));
           }
         }
-        if (!anchor.empty()) Anchor(reinterpret_cast<const yaml_char_t*>(anchor.c_str()), obj, std::nullopt, before);
-        return obj;
-      }
+        break;
       default:
         return Unexpected();
     }
+    if (!anchor.empty()) anchors_[anchor] = Anchored{value, std::move(scalar), nodes_ - before};
+    return value;
   }
 
   yaml_parser_t parser_;
@@ -267,11 +264,33 @@ class DocumentReader {
   size_t aliased_ = 0;  // of which copies
 };
 
-// The `index`th document of a stream (from 1), its text starting at `line`.
-absl::StatusOr<json> ReadDocument(std::string_view text, int line, size_t index) {
+// The objects of the `index`th document of a stream (from 1), its text
+// starting at `line`: none (an empty document), the one mapping, or the
+// items of a `kind: List` (any *List with items).
+absl::StatusOr<std::vector<json>> ReadObjects(std::string_view text, int line, size_t index) {
   absl::StatusOr<json> doc = DocumentReader(text, line).Read();
-  if (doc.ok() || absl::StartsWith(doc.status().message(), "invalid YAML")) return doc;
-  return absl::InvalidArgumentError(StrCat("document ", index, ": ", doc.status().message()));
+  if (!doc.ok()) {
+    if (absl::StartsWith(doc.status().message(), "invalid YAML")) return doc.status();
+    return absl::InvalidArgumentError(StrCat("document ", index, ": ", doc.status().message()));
+  }
+  std::vector<json> out;
+  if (doc->is_null()) return out;
+  if (!doc->is_object()) return absl::InvalidArgumentError(StrCat("document ", index, " is not a mapping"));
+  std::string kind;
+  if (auto it = doc->find("kind"); it != doc->end() && it->is_string()) kind = it->get<std::string>();
+  if (kind.size() >= 4 && kind.ends_with("List") && doc->contains("items")) {
+    json& items = (*doc)["items"];
+    if (!items.is_array()) return absl::InvalidArgumentError(StrCat("document ", index, ": items must be a list"));
+    for (auto& item : items) {
+      if (!item.is_object()) {
+        return absl::InvalidArgumentError(StrCat("document ", index, ": list items must be mappings"));
+      }
+      out.push_back(std::move(item));
+    }
+    return out;
+  }
+  out.push_back(*std::move(doc));
+  return out;
 }
 
 // Byte offset of the first invalid UTF-8 sequence, or npos.
@@ -302,6 +321,14 @@ bool HasControl(const std::string& s) {
     if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) return true;
   }
   return false;
+}
+
+// NEL, LINE SEPARATOR and PARAGRAPH SEPARATOR: line breaks to a YAML 1.1
+// reader (libyaml, go-yaml), folded into a space in any scalar that holds
+// them raw; only a double-quoted escape keeps them.
+bool HasUnicodeBreak(const std::string& s) {
+  return s.find("\xc2\x85") != std::string::npos || s.find("\xe2\x80\xa8") != std::string::npos ||
+         s.find("\xe2\x80\xa9") != std::string::npos;
 }
 
 // Splits a stream at "---" document markers (column 0, alone or followed by
@@ -358,6 +385,19 @@ bool NeedsQuotes(const std::string& s) {
   return false;
 }
 
+// A string as a key or a value, quoted so that it reads back as itself.
+void EmitString(YAML::Emitter& out, const std::string& s) {
+  if (HasUnicodeBreak(s)) {
+    out << YAML::EscapeNonAscii << YAML::DoubleQuoted << s;  // \u2028, ... (this scalar only)
+  } else if (HasControl(s)) {
+    out << YAML::DoubleQuoted << s;  // escapes: \n, \t, \x03, ...
+  } else if (NeedsQuotes(s)) {
+    out << YAML::SingleQuoted << s;
+  } else {
+    out << s;
+  }
+}
+
 void Emit(YAML::Emitter& out, const json& v) {
   switch (v.type()) {
     case json::value_t::null:
@@ -376,14 +416,7 @@ void Emit(YAML::Emitter& out, const json& v) {
       out << v.dump();
       break;
     case json::value_t::string: {
-      const std::string& s = v.get_ref<const std::string&>();
-      if (HasControl(s)) {
-        out << YAML::DoubleQuoted << s;  // escapes: \n, \t, \x03, ...
-      } else if (NeedsQuotes(s)) {
-        out << YAML::SingleQuoted << s;
-      } else {
-        out << s;
-      }
+      EmitString(out, v.get_ref<const std::string&>());
       break;
     }
     case json::value_t::array:
@@ -403,13 +436,7 @@ void Emit(YAML::Emitter& out, const json& v) {
       out << YAML::BeginMap;
       for (const auto& [k, item] : v.items()) {
         out << YAML::Key;
-        if (HasControl(k)) {
-          out << YAML::DoubleQuoted << k;
-        } else if (NeedsQuotes(k)) {
-          out << YAML::SingleQuoted << k;
-        } else {
-          out << k;
-        }
+        EmitString(out, k);
         out << YAML::Value;
         Emit(out, item);
       }
@@ -438,33 +465,11 @@ absl::StatusOr<std::vector<json>> DecodeManifests(std::string_view text) {
   // Documents split at "---" markers by berth (each with its first line
   // for errors), each read alone: a document's malformed YAML is reported
   // with the line in the stream.
-  std::vector<json> docs;
-  for (const auto& [chunk, line] : SplitDocuments(text)) {
-    BERTH_ASSIGN_OR_RETURN(json doc, ReadDocument(chunk, line, docs.size() + 1));
-    docs.push_back(std::move(doc));
-  }
   std::vector<json> out;
-  for (size_t i = 0; i < docs.size(); ++i) {
-    json* doc = &docs[i];
-    if (doc->is_null()) continue;
-    if (!doc->is_object()) {
-      return absl::InvalidArgumentError(StrCat("document ", i + 1, " is not a mapping"));
-    }
-    std::string kind;
-    if (auto it = doc->find("kind"); it != doc->end() && it->is_string()) kind = it->get<std::string>();
-    if (kind.size() >= 4 && kind.ends_with("List") && doc->contains("items")) {
-      if (!(*doc)["items"].is_array()) {
-        return absl::InvalidArgumentError(StrCat("document ", i + 1, ": items must be a list"));
-      }
-      for (auto& item : (*doc)["items"]) {
-        if (!item.is_object()) {
-          return absl::InvalidArgumentError(StrCat("document ", i + 1, ": list items must be mappings"));
-        }
-        out.push_back(std::move(item));
-      }
-      continue;
-    }
-    out.push_back(std::move(*doc));
+  size_t index = 0;
+  for (const auto& [chunk, line] : SplitDocuments(text)) {
+    BERTH_ASSIGN_OR_RETURN(std::vector<json> objects, ReadObjects(chunk, line, ++index));
+    for (json& o : objects) out.push_back(std::move(o));
   }
   return out;
 }
@@ -499,28 +504,7 @@ absl::StatusOr<std::optional<ManifestReader::Document>> ManifestReader::Next() {
     }
     text.append(l).push_back('\n');
   }
-  ++index_;
-  {
-    absl::StatusOr<json> value = ReadDocument(text, doc.line, index_);
-    if (!value.ok()) return value.status();
-    if (value->is_null()) return doc;
-    if (!value->is_object()) return absl::InvalidArgumentError(StrCat("document ", index_, " is not a mapping"));
-    std::string kind;
-    if (auto it = value->find("kind"); it != value->end() && it->is_string()) kind = it->get<std::string>();
-    if (kind.size() >= 4 && kind.ends_with("List") && value->contains("items")) {
-      if (!(*value)["items"].is_array()) {
-        return absl::InvalidArgumentError(StrCat("document ", index_, ": items must be a list"));
-      }
-      for (auto& item : (*value)["items"]) {
-        if (!item.is_object()) {
-          return absl::InvalidArgumentError(StrCat("document ", index_, ": list items must be mappings"));
-        }
-        doc.objects.push_back(std::move(item));
-      }
-      return doc;
-    }
-    doc.objects.push_back(std::move(*value));
-  }
+  BERTH_ASSIGN_OR_RETURN(doc.objects, ReadObjects(text, doc.line, ++index_));
   return doc;
 }
 
