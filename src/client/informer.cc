@@ -58,16 +58,31 @@ std::shared_ptr<const json> Unpack(const std::string& packed, const ZstdDictiona
 
 }  // namespace
 
+namespace {
+
+std::string PackObject(const json& object) {
+  std::string packed;
+  json::to_msgpack(object, packed);
+  packed.shrink_to_fit();  // held for the object's life: no slack from the string's growth
+  return packed;
+}
+
+}  // namespace
+
 Informer::Entry::Entry(std::shared_ptr<const json> object, bool compact) {
   if (!compact) {
     object_ = std::move(object);
     return;
   }
-  std::string packed;
-  json::to_msgpack(*object, packed);
-  packed.shrink_to_fit();  // held for the object's life: no slack from the string's growth
-  packed_ = std::make_shared<const std::string>(std::move(packed));
+  packed_ = std::make_shared<const std::string>(PackObject(*object));
   parsed_ = object;
+}
+
+void Informer::Entry::Pack(std::string packed) {
+  packed_ = std::make_shared<const std::string>(std::move(packed));
+  dictionary_ = nullptr;
+  parsed_ = object_;
+  object_.reset();
 }
 
 std::shared_ptr<const json> Informer::Entry::Shared() const {
@@ -215,6 +230,14 @@ size_t Informer::PackedBytes() const {
   return n;
 }
 
+size_t Informer::UnpackedCount() const {
+  if (!compact_) return 0;
+  absl::MutexLock lock(&mu_);
+  size_t n = 0;
+  for (const auto& [key, entry] : cache_) n += entry.packed() == nullptr ? 1 : 0;
+  return n;
+}
+
 size_t Informer::CompressedCount() const {
   absl::MutexLock lock(&mu_);
   size_t n = 0;
@@ -227,8 +250,30 @@ int64_t Informer::Relocations() const {
   return relocations_;
 }
 
+void Informer::PackReceived(size_t keep) {
+  while (received_.size() > keep) {
+    auto [key, received] = std::move(received_.front());
+    received_.pop_front();
+    std::shared_ptr<const json> object;
+    {
+      absl::MutexLock lock(&mu_);
+      auto it = cache_.find(key);
+      if (it == cache_.end() || !it->second.Holds(received)) continue;  // replaced or gone since
+      object = it->second.held();
+    }
+    // Packed outside mu_: readers do not wait for it. cache_ changes on this
+    // thread alone, so the entry is still the one found.
+    std::string packed = PackObject(*object);
+    absl::MutexLock lock(&mu_);
+    if (auto it = cache_.find(key); it != cache_.end() && it->second.Holds(object.get())) {
+      it->second.Pack(std::move(packed));
+    }
+  }
+}
+
 void Informer::CompressPacked(const std::function<bool()>& busy) {
   if (!compact_) return;
+  PackReceived(0);
   std::vector<std::pair<std::string, std::shared_ptr<const std::string>>> plain;
   {
     absl::MutexLock lock(&mu_);
@@ -373,6 +418,7 @@ std::optional<int64_t> Informer::Relist() {
     // list is never held parsed whole.
     std::map<std::string, Entry> fresh;
     Indexes fresh_indexes;
+    received_.clear();  // the list packs every object it brings
     int64_t listed_rv = 0;
     apiserver::ListOptions options;
     options.limit = kListPageSize;
@@ -447,9 +493,15 @@ void Informer::Apply(const store::Event& e) {
   const std::string key = ObjectKey(object);
   absl::MutexLock handlers_lock(&handlers_mu_);
   std::shared_ptr<const json> before;
-  // Packed before mu_ is taken: readers do not wait for it.
+  // Packed before mu_ is taken (readers do not wait for it), or, for an
+  // object still on its way (DeferPacking), held parsed as it came (shared
+  // with the event) for now.
   std::optional<Entry> entry;
-  if (e.type != store::EventType::kDeleted) entry.emplace(e.object, compact_);
+  if (e.type != store::EventType::kDeleted) {
+    const bool defer = compact_ && !packing_settled_(object);
+    entry.emplace(e.object, compact_ && !defer);
+    if (defer) received_.emplace_back(key, e.object.get());
+  }
   // The object this one replaces, parsed outside mu_ when only its packed
   // form is left: cache_ changes on this thread alone, so it is still there.
   std::optional<Taken> was;
@@ -544,6 +596,7 @@ void Informer::Run() {
           Apply(*e);
           ++applied_since_relocation_;
         }
+        if (compact_) PackReceived(packing_delay_);
         SetDelivering(false, stream->watcher.get());
       }
       if (stream->watcher->ended()) {  // fell behind: relist

@@ -17,6 +17,7 @@
 // that registered late); a handler must not call AddHandlers.
 #pragma once
 
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -104,6 +105,19 @@ class Informer {
   size_t CompressedCount() const;
   // Times its cache was copied into pages of its own when idle (tests).
   int64_t Relocations() const;
+  // A compact informer packs an object from its watch at once when
+  // `settled` says it will likely stay as it is (or `settled` is null:
+  // every object is held); otherwise it holds the object parsed until a
+  // newer version replaces it, `limit` newer ones held so have come, or the
+  // informer is idle. A claim changes four or five times on its way to
+  // Bound: only the version that stays is worth packing. Before Start.
+  void DeferPacking(std::function<bool(const json&)> settled, size_t limit = kPackingDelay) {
+    packing_settled_ = settled ? std::move(settled) : [](const json&) { return false; };
+    packing_delay_ = limit;
+  }
+  static constexpr size_t kPackingDelay = 8192;
+  // A compact informer's objects not packed yet (tests).
+  size_t UnpackedCount() const;
 
  private:
   // One cached object: the parsed object itself, or (compact) its packed
@@ -114,7 +128,15 @@ class Informer {
   class Entry {
    public:
     Entry() = default;
+    // compact: packed now; otherwise held parsed (and, in a compact
+    // informer, packed later: Pack).
     Entry(std::shared_ptr<const json> object, bool compact);
+    // Packs the object held parsed (`packed`: its MessagePack); a weak
+    // reference to it stays.
+    void Pack(std::string packed);
+    // Whether the entry holds `object` parsed, not packed yet.
+    bool Holds(const json* object) const { return object_ && object_.get() == object; }
+    const std::shared_ptr<const json>& held() const { return object_; }
     // The parsed object (never null): shared, or parsed again.
     std::shared_ptr<const json> Get() const;
     // The parsed object if one is held or still alive, else null (then
@@ -166,6 +188,17 @@ class Informer {
   // the list's resourceVersion, or nullopt when stopping.
   std::optional<int64_t> Relist();
   void Apply(const store::Event& e);
+  // Packs what the informer received but has not packed, past the newest
+  // `keep` (informer thread; compact only).
+  void PackReceived(size_t keep) ABSL_LOCKS_EXCLUDED(mu_);
+  // Without DeferPacking: packed as they come.
+  std::function<bool(const json&)> packing_settled_ = [](const json&) { return true; };
+  size_t packing_delay_ = kPackingDelay;
+  // The objects from the watch held parsed in cache_ for now, oldest first
+  // (informer thread only): their keys, and the object as it was held,
+  // compared by address only (one replaced since is skipped; were its
+  // address reused by its replacement, that is packed early, no harm).
+  std::deque<std::pair<std::string, const json*>> received_;
   // Moves `key` in every index from where `before` filed it to where `after`
   // files it (either may be null).
   void ReindexLocked(const std::string& key, const json* before, const json* after) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

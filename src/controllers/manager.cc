@@ -53,7 +53,11 @@ ControllerManager::ControllerManager(apiserver::Registry& registry, DriverDirect
       spdlog::critical("controller manager: unknown resource {}", w.resource);
       std::abort();
     }
-    informers_[w.resource] = std::make_unique<Informer>(registry_, *kind, absl::Minutes(5), w.packed);
+    auto informer = std::make_unique<Informer>(registry_, *kind, absl::Minutes(5), w.packed);
+    // A claim or volume changes several times on its way to Bound, then
+    // rarely: only what is Bound is packed as it comes.
+    if (w.packed) informer->DeferPacking([](const json& o) { return Str(o, {"status", "phase"}) == "Bound"; });
+    informers_[w.resource] = std::move(informer);
   }
   auto i = [this](const char* r) -> Informer& { return informer(r); };
   binder_ = std::make_unique<PvBinder>(

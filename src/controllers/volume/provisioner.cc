@@ -147,8 +147,16 @@ void Provisioner::RegisterHandlers() {
       .on_delete = nullptr,
   });
   informers_.volumes.AddHandlers({
-      .on_add = [this](const json& o) { volume_queue_.Add(Name(o)); },
-      .on_update = [this](const json&, const json& o) { volume_queue_.Add(Name(o)); },
+      // Nor are volumes SyncVolume would leave as they are (every PV of
+      // either driver changes two or three times on its way to Bound).
+      .on_add =
+          [this](const json& o) {
+            if (VolumeNeedsSync(o)) volume_queue_.Add(Name(o));
+          },
+      .on_update =
+          [this](const json&, const json& o) {
+            if (VolumeNeedsSync(o)) volume_queue_.Add(Name(o));
+          },
       .on_delete = nullptr,
   });
   if (informers_.attachments != nullptr) {
@@ -204,6 +212,15 @@ bool Provisioner::OwnsVolume(const json& pv) const {
   // Statically provisioned: a CSI volume of our driver (upstream's
   // isProvisionerForVolume).
   return Str(pv, {"spec", "csi", "driver"}) == options_.driver;
+}
+
+bool Provisioner::VolumeNeedsSync(const json& pv) const {
+  // Another driver's volume, and the common case of ours — provisioned,
+  // reclaimed by Delete, holding our finalizer, not deleting, not Released —
+  // need nothing, told from the raw object.
+  if (!OwnsVolume(pv)) return false;
+  return Deleting(pv) || !HasFinalizer(pv, kProvisionerFinalizer) ||
+         Str(pv, {"spec", "persistentVolumeReclaimPolicy"}) != "Delete" || Str(pv, {"status", "phase"}) == "Released";
 }
 
 absl::StatusOr<::csi::v1::CreateVolumeResponse> Provisioner::CreateVolume(const ::csi::v1::CreateVolumeRequest& request,
@@ -451,8 +468,14 @@ absl::Status Provisioner::SyncClaimOnce(const std::string& key) {
   BERTH_ASSIGN_OR_RETURN(const std::optional<StorageClass> sc, ClassOf(claim));
   const bool pending_finalizer = claim.metadata.HasFinalizer(kProvisioningFinalizer);
   const std::string pv_name = StrCat("pvc-", claim.metadata.uid);
+  // The informer may not have seen a PV made moments ago; the store has. Our
+  // PV is only ever made under the provisioning finalizer, which goes only
+  // as the claim binds (volumeName set) or is deleted: a claim with none of
+  // these has no PV of ours, and the store is not asked (a miss there is a
+  // database read per new claim).
+  const bool may_have_pv = pending_finalizer || claim.metadata.Deleting() || !claim.spec.volume_name.empty();
   const bool pv_exists = informers_.volumes.GetSharedByKey(pv_name) != nullptr ||
-                         registry_.GetShared(K("persistentvolumes"), "", pv_name).ok();
+                         (may_have_pv && registry_.GetShared(K("persistentvolumes"), "", pv_name).ok());
   if (claim.metadata.Deleting()) return SyncDeletedClaim(claim, key, sc, pv_exists);
   if ((!claim.spec.volume_name.empty() || pv_exists) && Populated(claim) &&
       !claim.metadata.Annotation(kAnnPopulatedVolume).empty()) {
@@ -677,16 +700,9 @@ absl::Status Provisioner::CheckNotAttached(const PersistentVolume& pv) {
 absl::Status Provisioner::SyncVolume(const std::string& name) {
   std::shared_ptr<const json> cached = informers_.volumes.GetSharedByKey(name);
   if (!cached) return absl::OkStatus();
-  // Another driver's volume, and the common case of ours — provisioned,
-  // reclaimed by Delete, holding our finalizer, not deleting, not Released —
-  // need nothing, told from the cached raw object. Any change of it comes
-  // back through the queue, so a stale copy only defers the decision.
-  if (!OwnsVolume(*cached)) return absl::OkStatus();
-  if (!Deleting(*cached) && HasFinalizer(*cached, kProvisionerFinalizer) &&
-      Str(*cached, {"spec", "persistentVolumeReclaimPolicy"}) == "Delete" &&
-      Str(*cached, {"status", "phase"}) != "Released") {
-    return absl::OkStatus();
-  }
+  // Any change of it comes back through the queue, so a stale copy only
+  // defers the decision.
+  if (!VolumeNeedsSync(*cached)) return absl::OkStatus();
   // Decide on the stored object: deleting storage on a stale view loses data.
   auto fresh = registry_.GetShared(K("persistentvolumes"), "", name);
   if (!fresh.ok()) return fresh.status().code() == absl::StatusCode::kNotFound ? absl::OkStatus() : fresh.status();

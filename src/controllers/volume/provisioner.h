@@ -154,6 +154,9 @@ class Provisioner {
   // A volume this provisioner made, or a static CSI volume of its driver
   // (read from the raw object).
   bool OwnsVolume(const nlohmann::json& pv) const;
+  // Whether SyncVolume has anything to decide for `pv` (false: another
+  // driver's, or ours provisioned and settled).
+  bool VolumeNeedsSync(const nlohmann::json& pv) const;
   // The driver calls; a key waiting for the driver is parked on `queue`.
   absl::StatusOr<::csi::v1::CreateVolumeResponse> CreateVolume(const ::csi::v1::CreateVolumeRequest& request,
                                                                const std::string& node, WorkQueue& queue,

@@ -133,13 +133,16 @@ void Resizer::RegisterHandlers() {
   claims_.AddHandlers({
       // Only a Bound claim can be expanded; one bound later comes back as
       // an update (its phase changes).
+      // A claim with nothing to expand (every claim as it binds: berth up
+      // runs a resizer per driver) is not queued.
       .on_add =
           [this](const json& o) {
-            if (Str(o, {"status", "phase"}) == "Bound") queue_.Add(ObjectKey(o));
+            if (std::string key = ObjectKey(o); ClaimNeedsSync(o, key)) queue_.Add(key);
           },
       .on_update =
           [this](const json& before, const json& after) {
-            if (ClaimChangeConcernsResize(before, after)) queue_.Add(ObjectKey(after));
+            if (!ClaimChangeConcernsResize(before, after)) return;
+            if (std::string key = ObjectKey(after); ClaimNeedsSync(after, key)) queue_.Add(key);
           },
       // What was remembered of a deleted claim goes with it.
       .on_delete =
@@ -203,24 +206,29 @@ absl::Status Resizer::Expand(const PersistentVolume& pv, const std::string& key,
   return absl::OkStatus();
 }
 
-absl::Status Resizer::SyncClaim(const std::string& key) {
-  std::shared_ptr<const json> cached = claims_.GetSharedByKey(key);
-  if (!cached || Str(*cached, {"status", "phase"}) != "Bound") return absl::OkStatus();
+bool Resizer::ClaimNeedsSync(const json& claim, const std::string& key) {
+  if (Str(claim, {"status", "phase"}) != "Bound") return false;
   // Nothing asked — the request within the capacity the status reports —
-  // is told from the cached claim, without the fresh reads below: a request
-  // made since comes back through the queue with the claim's update.
-  auto cached_size = [&](std::initializer_list<std::string_view> path) -> std::optional<api::Quantity> {
-    auto q = api::Quantity::Parse(Str(*cached, path));
+  // is told from the raw claim, without the fresh reads of SyncClaim: a
+  // request made since comes back with the claim's update.
+  auto size = [&](std::initializer_list<std::string_view> path) -> std::optional<api::Quantity> {
+    auto q = api::Quantity::Parse(Str(claim, path));
     return q.ok() ? std::optional<api::Quantity>(*q) : std::nullopt;
   };
-  const std::optional<api::Quantity> asked = cached_size({"spec", "resources", "requests", "storage"});
-  const std::optional<api::Quantity> has = cached_size({"status", "capacity", "storage"});
+  const std::optional<api::Quantity> asked = size({"spec", "resources", "requests", "storage"});
+  const std::optional<api::Quantity> has = size({"status", "capacity", "storage"});
   if (asked && has && *has >= *asked) {
     absl::MutexLock lock(&mu_);
     infeasible_since_.erase(key);
     final_error_.erase(key);
-    return absl::OkStatus();
+    return false;
   }
+  return true;
+}
+
+absl::Status Resizer::SyncClaim(const std::string& key) {
+  std::shared_ptr<const json> cached = claims_.GetSharedByKey(key);
+  if (!cached || !ClaimNeedsSync(*cached, key)) return absl::OkStatus();
   // Decide on fresh copies: the claim and volume caches may lag each other
   // (a volume already grown next to a claim not yet marked pending).
   auto [ns, name] = SplitKey(key);

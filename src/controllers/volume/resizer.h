@@ -86,6 +86,10 @@ class Resizer {
   absl::Status SyncClaim(const std::string& key);
 
  private:
+  // Whether SyncClaim has anything to do for `claim` (false: not Bound, or
+  // nothing asked beyond its capacity — then what was remembered of an
+  // earlier expansion of `key` is forgotten).
+  bool ClaimNeedsSync(const nlohmann::json& claim, const std::string& key) ABSL_LOCKS_EXCLUDED(mu_);
   // The ControllerExpandVolume call (or its absence); returns the new size
   // and whether the node must finish.
   absl::Status Expand(const api::types::PersistentVolume& pv, const std::string& key, int64_t bytes, int64_t* new_bytes,
