@@ -102,6 +102,14 @@ constexpr char kFreeByClass[] = "binder/free-by-class";
 constexpr char kByClaim[] = "binder/by-claim";
 }  // namespace
 
+bool VolumeChangeIsOnlyItsBinding(const json& before, const json& after) {
+  if (Str(after, {"status", "phase"}) != "Bound" || Str(before, {"status", "phase"}) == "Bound") return false;
+  const json &md_before = Field(before, "metadata"), &md_after = Field(after, "metadata");
+  return Field(before, "spec") == Field(after, "spec") && Field(md_before, "deletionTimestamp").is_null() &&
+         Field(md_after, "deletionTimestamp").is_null() &&
+         Field(md_before, "finalizers") == Field(md_after, "finalizers");
+}
+
 void PvBinder::RegisterHandlers() {
   informers_.volumes.AddIndex(kFreeByClass, [](const json& pv) -> std::vector<std::string> {
     if (!Field(Field(pv, "spec"), "claimRef").is_null()) return {};
@@ -148,6 +156,7 @@ void PvBinder::RegisterHandlers() {
           },
       .on_update =
           [this, offer](const json& before, const json& o) {
+            if (VolumeChangeIsOnlyItsBinding(before, o)) return;
             volume_queue_.Add(Name(o));
             if (Str(before, {"status", "phase"}) != "Available" && Str(o, {"status", "phase"}) == "Available") offer(o);
             // A volume that became Available may satisfy a waiting claim;

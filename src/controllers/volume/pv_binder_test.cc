@@ -1,6 +1,7 @@
 #include "controllers/volume/pv_binder.h"
 
 #include <algorithm>
+#include <functional>
 
 #include "common/testing/eventually.h"
 #include "controllers/testing/controller_fixture.h"
@@ -112,6 +113,32 @@ TEST(FindBestMatchTest, NodeAffinityAgainstTheSelectedNode) {
   json a = {{"kubernetes.io/hostname", "node-a"}}, b = {{"kubernetes.io/hostname", "node-b"}};
   EXPECT_NE(PvBinder::FindBestMatch(Claim("c", "1Gi"), pvs, &a), nullptr);
   EXPECT_EQ(PvBinder::FindBestMatch(Claim("c", "1Gi"), pvs, &b), nullptr);
+}
+
+TEST(VolumeChangeIsOnlyItsBindingTest, OnlyThePhaseBecomingBound) {
+  json available = Volume("v", "1Gi");
+  available["spec"]["claimRef"] = {{"namespace", "default"}, {"name", "c"}, {"uid", "u1"}};
+  available["metadata"]["finalizers"] = {"kubernetes.io/pv-protection"};
+  available["status"] = {{"phase", "Available"}};
+  json bound = available;
+  bound["status"] = {{"phase", "Bound"}, {"lastPhaseTransitionTime", "2026-12-02T21:00:00Z"}};
+  bound["metadata"]["resourceVersion"] = "8";
+  EXPECT_TRUE(VolumeChangeIsOnlyItsBinding(available, bound));
+  EXPECT_FALSE(VolumeChangeIsOnlyItsBinding(bound, bound)) << "a resync";
+  EXPECT_FALSE(VolumeChangeIsOnlyItsBinding(available, available));
+  EXPECT_FALSE(VolumeChangeIsOnlyItsBinding(bound, available));
+  json released = bound;
+  released["status"]["phase"] = "Released";
+  EXPECT_FALSE(VolumeChangeIsOnlyItsBinding(bound, released));
+  auto with = [&](const std::function<void(json&)>& edit) {
+    json after = bound;
+    edit(after);
+    return VolumeChangeIsOnlyItsBinding(available, after);
+  };
+  EXPECT_FALSE(with([](json& o) { o["spec"]["claimRef"]["uid"] = "u2"; })) << "another claim";
+  EXPECT_FALSE(with([](json& o) { o["spec"]["capacity"]["storage"] = "2Gi"; }));
+  EXPECT_FALSE(with([](json& o) { o["metadata"]["finalizers"] = json::array(); }));
+  EXPECT_FALSE(with([](json& o) { o["metadata"]["deletionTimestamp"] = "2026-12-02T21:00:00Z"; }));
 }
 
 TEST_F(PvBinderTest, BindsTheSmallestFittingVolumeOnBothSides) {
