@@ -250,8 +250,9 @@ int64_t Informer::Relocations() const {
   return relocations_;
 }
 
-void Informer::PackReceived(size_t keep) {
-  while (received_.size() > keep) {
+void Informer::PackReceived(size_t keep, const std::function<bool()>& busy) {
+  for (size_t n = 1; received_.size() > keep; ++n) {
+    if (busy && n % 256 == 0 && busy()) return;  // the rest at the next pause
     auto [key, received] = std::move(received_.front());
     received_.pop_front();
     std::shared_ptr<const json> object;
@@ -273,7 +274,7 @@ void Informer::PackReceived(size_t keep) {
 
 void Informer::CompressPacked(const std::function<bool()>& busy) {
   if (!compact_) return;
-  PackReceived(0);
+  PackReceived(0, busy);
   std::vector<std::pair<std::string, std::shared_ptr<const std::string>>> plain;
   {
     absl::MutexLock lock(&mu_);

@@ -189,8 +189,9 @@ class Informer {
   std::optional<int64_t> Relist();
   void Apply(const store::Event& e);
   // Packs what the informer received but has not packed, past the newest
-  // `keep` (informer thread; compact only).
-  void PackReceived(size_t keep) ABSL_LOCKS_EXCLUDED(mu_);
+  // `keep` (informer thread; compact only); stops early once `busy` (if
+  // given) says events wait.
+  void PackReceived(size_t keep, const std::function<bool()>& busy = nullptr) ABSL_LOCKS_EXCLUDED(mu_);
   // Without DeferPacking: packed as they come.
   std::function<bool(const json&)> packing_settled_ = [](const json&) { return true; };
   size_t packing_delay_ = kPackingDelay;

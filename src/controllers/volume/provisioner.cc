@@ -472,8 +472,14 @@ absl::Status Provisioner::SyncClaimOnce(const std::string& key) {
   // PV is only ever made under the provisioning finalizer, which goes only
   // as the claim binds (volumeName set) or is deleted: a claim with none of
   // these has no PV of ours, and the store is not asked (a miss there is a
-  // database read per new claim).
-  const bool may_have_pv = pending_finalizer || claim.metadata.Deleting() || !claim.spec.volume_name.empty();
+  // database read per new claim) — if the cached claim is the stored one:
+  // one older than our own last write (the finalizer, then the PV) says
+  // nothing.
+  bool may_have_pv = pending_finalizer || claim.metadata.Deleting() || !claim.spec.volume_name.empty();
+  if (!may_have_pv) {
+    auto stored = registry_.GetShared(Claims(), claim.metadata.namespace_, claim.metadata.name);
+    may_have_pv = !stored.ok() || Str(**stored, {"metadata", "resourceVersion"}) != claim.metadata.resource_version;
+  }
   const bool pv_exists = informers_.volumes.GetSharedByKey(pv_name) != nullptr ||
                          (may_have_pv && registry_.GetShared(K("persistentvolumes"), "", pv_name).ok());
   if (claim.metadata.Deleting()) return SyncDeletedClaim(claim, key, sc, pv_exists);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "absl/cleanup/cleanup.h"
 #include "api/quantity.h"
 #include "api/selector.h"
 #include "api/types/core_node.h"
@@ -444,7 +445,13 @@ absl::Status PvBinder::Bind(const PersistentVolumeClaim& claim, const Persistent
   BERTH_RETURN_IF_ERROR(SetVolumePhase(fresh_pv, "Bound"));
   // 3. The claim points at the volume and is Bound, in one write
   // (Kubernetes takes two: the object, then /status). The provisioner's
-  // finalizer goes with it: the PV now holds the claim.
+  // finalizer goes with it: the PV now holds the claim. The phase just
+  // written queued neither side (VolumeChangeIsOnlyItsBinding): unless the
+  // claim ends up naming the volume, the volume's sync must look again.
+  bool named = false;
+  absl::Cleanup look_again = [&] {
+    if (!named) volume_queue_.Add(pv_name);
+  };
   BERTH_RETURN_IF_ERROR(
       MutateClaimFrom(registry_, claim, apiserver::Subresource::kMainAndStatus, [&](PersistentVolumeClaim& pvc) {
         // Never complete a binding to a volume the claim does not name.
@@ -467,9 +474,10 @@ absl::Status PvBinder::Bind(const PersistentVolumeClaim& claim, const Persistent
       }));
   if (auto fresh_claim = registry_.GetShared(ClaimsKind(), claim.metadata.namespace_, claim.metadata.name);
       fresh_claim.ok()) {
-    if (std::string named = Str(**fresh_claim, {"spec", "volumeName"}); named != pv_name) {
-      return absl::AbortedError(StrCat("claim ", KeyOf(claim.metadata), " names volume ", named, ", not ", pv_name));
+    if (std::string other = Str(**fresh_claim, {"spec", "volumeName"}); other != pv_name) {
+      return absl::AbortedError(StrCat("claim ", KeyOf(claim.metadata), " names volume ", other, ", not ", pv_name));
     }
+    named = Uid(**fresh_claim) == claim.metadata.uid;
   }
   // No event: the claim's phase says it (Kubernetes' PV controller records
   // none on a successful bind either), and it would be one write in ten.

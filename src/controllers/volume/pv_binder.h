@@ -62,10 +62,10 @@ inline constexpr char kPvProtection[] = "kubernetes.io/pv-protection";
 
 // Whether a volume's change is only its phase becoming Bound (spec and
 // finalizers as they were, not being deleted): the binder's own status write in
-// Bind, whose claim write follows and queues both sides again (a failed one
-// is retried through the claim's queue). Such a change queues neither the
-// volume nor its claim; any other change, and every resync (the same
-// object twice), does.
+// Bind, whose claim write follows (queuing the claim); Bind queues the volume
+// itself when the claim does not end up naming it. Such a change queues
+// neither the volume nor its claim; any other change, and every resync (the
+// same object twice), does.
 bool VolumeChangeIsOnlyItsBinding(const nlohmann::json& before, const nlohmann::json& after);
 
 // The informers a binder reads (shared with other controllers).
