@@ -135,6 +135,8 @@ class Provisioner {
   absl::Status SyncCloneSource(const std::string& key);
   // Claims queued for SyncClaim so far (each a worker's wake-up).
   uint64_t claim_queue_adds() const { return claim_queue_.adds(); }
+  // Volumes queued for SyncVolume so far.
+  uint64_t volume_queue_adds() const { return volume_queue_.adds(); }
 
   // The CreateVolume request for `claim` of `storage_class` (public for
   // tests). `node` is the selected node ("" for none).

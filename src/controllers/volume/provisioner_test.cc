@@ -339,6 +339,19 @@ TEST_F(ProvisionerTest, ClaimsOfAnotherDriverOrSettledAreNotQueued) {
   ASSERT_TRUE(touched.ok()) << touched.status();
   ASSERT_TRUE(Settle(*store_));
   EXPECT_EQ(provisioner_->claim_queue_adds(), provisioned);
+  // Nor its volume: provisioned, reclaimed by Delete, holding our finalizer.
+  const std::string pv = Get("persistentvolumeclaims", "default", "data")["spec"]["volumeName"];
+  const uint64_t volumes = provisioner_->volume_queue_adds();
+  auto pv_touched = registry_->Patch(K("persistentvolumes"), "", pv, R"({"metadata":{"labels":{"app":"x"}}})",
+                                     apiserver::PatchType::kMerge, apiserver::Subresource::kMain);
+  ASSERT_TRUE(pv_touched.ok()) << pv_touched.status();
+  ASSERT_TRUE(Settle(*store_));
+  EXPECT_EQ(provisioner_->volume_queue_adds(), volumes);
+  // Once it has something to decide (deleted, Released), it is queued and
+  // its storage goes with it.
+  ASSERT_TRUE(registry_->Delete(K("persistentvolumeclaims"), "default", "data").ok());
+  ASSERT_TRUE(Eventually([&] { return driver_->volumes().empty(); }, absl::Seconds(30)));
+  EXPECT_GT(provisioner_->volume_queue_adds(), volumes);
 }
 
 class BuildRequestTest : public ProvisionerTest {
