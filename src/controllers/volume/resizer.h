@@ -84,6 +84,8 @@ class Resizer {
   // One reconcile (public for tests): NotAFailure while the driver is
   // down (the key is parked).
   absl::Status SyncClaim(const std::string& key);
+  // Claims queued for SyncClaim so far (each a worker's wake-up).
+  uint64_t queue_adds() const { return queue_.adds(); }
 
  private:
   // Whether SyncClaim has anything to do for `claim` (false: not Bound, or

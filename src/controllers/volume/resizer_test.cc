@@ -3,6 +3,7 @@
 // of an infeasible size runs on a fake clock.
 #include "controllers/volume/resizer.h"
 
+#include "controllers/testing/helpers.h"
 #include "controllers/testing/provisioner_fixture.h"
 #include "gmock/gmock.h"
 
@@ -15,6 +16,7 @@ using testing::Claim;
 using testing::Eventually;
 using ::testing::HasSubstr;
 using testing::K;
+using testing::Settle;
 
 class ResizerTest : public testing::ProvisionerTest {
  protected:
@@ -117,6 +119,23 @@ TEST_P(InfeasibleTest, IsRecordedAndTriedAgainOnlyAfterTheSlowRetry) {
 INSTANTIATE_TEST_SUITE_P(Codes, InfeasibleTest,
                          ::testing::Values(grpc::StatusCode::OUT_OF_RANGE, grpc::StatusCode::RESOURCE_EXHAUSTED,
                                            grpc::StatusCode::INVALID_ARGUMENT));
+
+// A claim that binds asking no more than its capacity, or is edited
+// otherwise, wakes no resizer worker (berth up runs one per driver); a
+// larger request does, and is expanded.
+TEST_F(ResizerTest, OnlyAClaimAskingMoreThanItsCapacityIsQueued) {
+  ASSERT_TRUE(Settle(*store_));
+  EXPECT_EQ(resizer_->queue_adds(), 0u);
+  auto labelled =
+      registry_->Patch(K("persistentvolumeclaims"), "default", "data", R"({"metadata":{"labels":{"app":"x"}}})",
+                       apiserver::PatchType::kMerge, apiserver::Subresource::kMain);
+  ASSERT_TRUE(labelled.ok()) << labelled.status();
+  ASSERT_TRUE(Settle(*store_));
+  EXPECT_EQ(resizer_->queue_adds(), 0u);
+  ASSERT_TRUE(Request("2Gi").ok());
+  ASSERT_TRUE(Eventually([&] { return PvSize() == "2Gi"; }));
+  EXPECT_GT(resizer_->queue_adds(), 0u);
+}
 
 TEST_F(ResizerTest, LoweringTheRequestAboveTheCapacityRecovers) {
   driver_->SetExpand(true, grpc::StatusCode::OUT_OF_RANGE);
