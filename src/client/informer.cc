@@ -56,10 +56,6 @@ std::shared_ptr<const json> Unpack(const std::string& packed, const ZstdDictiona
   return std::make_shared<const json>(std::move(parsed));
 }
 
-}  // namespace
-
-namespace {
-
 std::string PackObject(const json& object) {
   std::string packed;
   json::to_msgpack(object, packed);

@@ -104,6 +104,12 @@ class ProvisionerTest : public FakeCsiTest {
             {"parameters", params},
             {"allowVolumeExpansion", true}});
   }
+  // An edit no controller acts on: the label app=x.
+  void Label(std::string_view resource, const std::string& ns, const std::string& name) {
+    auto st = registry_->Patch(K(resource), ns, name, R"({"metadata":{"labels":{"app":"x"}}})",
+                               apiserver::PatchType::kMerge, apiserver::Subresource::kMain);
+    ASSERT_TRUE(st.ok()) << st.status();
+  }
   void Grow(const std::string& name, const std::string& size) {
     auto st = registry_->Patch(K("persistentvolumeclaims"), "default", name,
                                json({{"spec", {{"resources", {{"requests", {{"storage", size}}}}}}}}).dump(),

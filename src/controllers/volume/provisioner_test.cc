@@ -318,10 +318,7 @@ TEST_F(ProvisionerTest, ClaimsOfAnotherDriverOrSettledAreNotQueued) {
     const json meta = Get("persistentvolumeclaims", "default", "other")["metadata"];
     return meta.value("annotations", json::object()).value(kAnnStorageProvisioner, "") == "other.csi.example.com";
   }));
-  auto labelled =
-      registry_->Patch(K("persistentvolumeclaims"), "default", "other", R"({"metadata":{"labels":{"app":"x"}}})",
-                       apiserver::PatchType::kMerge, apiserver::Subresource::kMain);
-  ASSERT_TRUE(labelled.ok()) << labelled.status();
+  Label("persistentvolumeclaims", "default", "other");
   ASSERT_TRUE(Settle(*store_));
   EXPECT_EQ(provisioner_->claim_queue_adds(), 0u);
   EXPECT_EQ(driver_->create_calls(), 0);
@@ -333,18 +330,13 @@ TEST_F(ProvisionerTest, ClaimsOfAnotherDriverOrSettledAreNotQueued) {
   const uint64_t provisioned = provisioner_->claim_queue_adds();
   EXPECT_GT(provisioned, 0u);
   // Bound, no finalizer of ours, nothing cloned: nothing left to do.
-  auto touched =
-      registry_->Patch(K("persistentvolumeclaims"), "default", "data", R"({"metadata":{"labels":{"app":"x"}}})",
-                       apiserver::PatchType::kMerge, apiserver::Subresource::kMain);
-  ASSERT_TRUE(touched.ok()) << touched.status();
+  Label("persistentvolumeclaims", "default", "data");
   ASSERT_TRUE(Settle(*store_));
   EXPECT_EQ(provisioner_->claim_queue_adds(), provisioned);
   // Nor its volume: provisioned, reclaimed by Delete, holding our finalizer.
   const std::string pv = Get("persistentvolumeclaims", "default", "data")["spec"]["volumeName"];
   const uint64_t volumes = provisioner_->volume_queue_adds();
-  auto pv_touched = registry_->Patch(K("persistentvolumes"), "", pv, R"({"metadata":{"labels":{"app":"x"}}})",
-                                     apiserver::PatchType::kMerge, apiserver::Subresource::kMain);
-  ASSERT_TRUE(pv_touched.ok()) << pv_touched.status();
+  Label("persistentvolumes", "", pv);
   ASSERT_TRUE(Settle(*store_));
   EXPECT_EQ(provisioner_->volume_queue_adds(), volumes);
   // Once it has something to decide (deleted, Released), it is queued and

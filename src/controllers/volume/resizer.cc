@@ -131,10 +131,9 @@ bool ClaimChangeConcernsResize(const json& before, const json& after) {
 
 void Resizer::RegisterHandlers() {
   claims_.AddHandlers({
-      // Only a Bound claim can be expanded; one bound later comes back as
-      // an update (its phase changes).
-      // A claim with nothing to expand (every claim as it binds: berth up
-      // runs a resizer per driver) is not queued.
+      // Only a Bound claim asking more than its capacity is queued (one
+      // bound later comes back as an update: its phase changes); every
+      // claim binds asking no more, and berth up runs a resizer per driver.
       .on_add =
           [this](const json& o) {
             if (std::string key = ObjectKey(o); ClaimNeedsSync(o, key)) queue_.Add(key);

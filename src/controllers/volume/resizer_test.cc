@@ -126,10 +126,7 @@ INSTANTIATE_TEST_SUITE_P(Codes, InfeasibleTest,
 TEST_F(ResizerTest, OnlyAClaimAskingMoreThanItsCapacityIsQueued) {
   ASSERT_TRUE(Settle(*store_));
   EXPECT_EQ(resizer_->queue_adds(), 0u);
-  auto labelled =
-      registry_->Patch(K("persistentvolumeclaims"), "default", "data", R"({"metadata":{"labels":{"app":"x"}}})",
-                       apiserver::PatchType::kMerge, apiserver::Subresource::kMain);
-  ASSERT_TRUE(labelled.ok()) << labelled.status();
+  Label("persistentvolumeclaims", "default", "data");
   ASSERT_TRUE(Settle(*store_));
   EXPECT_EQ(resizer_->queue_adds(), 0u);
   ASSERT_TRUE(Request("2Gi").ok());
