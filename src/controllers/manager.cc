@@ -63,7 +63,11 @@ ControllerManager::ControllerManager(apiserver::Registry& registry, DriverDirect
   binder_ = std::make_unique<PvBinder>(
       registry_,
       BinderInformers{i("persistentvolumeclaims"), i("persistentvolumes"), i("storageclasses"), i("pods"), i("nodes")},
-      PvBinder::Options{.workers = options_.binder_workers});
+      PvBinder::Options{.workers = options_.binder_workers,
+                        .provisioner_runs_here = [this](const std::string& provisioner) {
+                          absl::MutexLock lock(&running_mu_);
+                          return running_provisioners_.contains(provisioner);
+                        }});
   attach_detach_ = std::make_unique<AttachDetachController>(
       registry_,
       AttachDetachInformers{i("pods"), i("nodes"), i("persistentvolumes"), i("persistentvolumeclaims"), i("csidrivers"),
@@ -175,8 +179,12 @@ ControllerManager::PerDriver ControllerManager::MakeDriver(const std::string& dr
   return d;
 }
 
-void ControllerManager::StartDriver(PerDriver& d) {
+void ControllerManager::StartDriver(const std::string& driver, PerDriver& d) {
   d.provisioner->Start();
+  {
+    absl::MutexLock lock(&running_mu_);
+    running_provisioners_.insert(driver);
+  }
   d.attacher->Start();
   d.resizer->Start();
   d.snapshotter->Start();
@@ -191,7 +199,7 @@ void ControllerManager::AddDriver(const std::string& driver) {
   // object, so the new controllers catch up on what exists.
   auto [it, inserted] = per_driver_.emplace(driver, MakeDriver(driver));
   if (started_) {
-    StartDriver(it->second);
+    StartDriver(driver, it->second);
     spdlog::info("controllers running for driver {}", driver);
   }
 }
@@ -252,7 +260,7 @@ absl::Status ControllerManager::Start() {
   {
     absl::MutexLock lock(&mu_);
     started_ = true;
-    for (auto& [name, d] : per_driver_) StartDriver(d);
+    for (auto& [name, d] : per_driver_) StartDriver(name, d);
     count = per_driver_.size();
   }
   spdlog::info("controllers running for {} driver(s)", count);
@@ -267,6 +275,10 @@ void ControllerManager::Stop() {
   // the informers), then the informers.
   if (options_.follow_directory) drivers_.SetOnNewDriver(nullptr);
   absl::MutexLock lock(&mu_);
+  {
+    absl::MutexLock running(&running_mu_);
+    running_provisioners_.clear();
+  }
   for (auto& [name, d] : per_driver_) {
     d.capacity->Stop();
     d.snapshotter->Stop();

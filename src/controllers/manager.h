@@ -21,6 +21,7 @@
 
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -131,7 +132,7 @@ class ControllerManager {
   };
   PerDriver MakeDriver(const std::string& driver);
   bool IsSidecarDriver(const std::string& driver) const;
-  static void StartDriver(PerDriver& d);
+  void StartDriver(const std::string& driver, PerDriver& d) ABSL_LOCKS_EXCLUDED(running_mu_);
 
   apiserver::Registry& registry_;
   DriverDirectory& drivers_;
@@ -159,6 +160,11 @@ class ControllerManager {
   mutable absl::Mutex mu_;
   std::map<std::string, PerDriver> per_driver_ ABSL_GUARDED_BY(mu_);
   bool started_ ABSL_GUARDED_BY(mu_) = false;
+  // The drivers whose provisioner has started, for the binder's workers
+  // (PvBinder::Options::provisioner_runs_here). A lock of its own: Stop
+  // joins those workers while it holds mu_.
+  mutable absl::Mutex running_mu_ ABSL_ACQUIRED_AFTER(mu_);
+  std::set<std::string> running_provisioners_ ABSL_GUARDED_BY(running_mu_);
 };
 
 }  // namespace berth::controllers

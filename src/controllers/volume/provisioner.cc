@@ -273,15 +273,30 @@ absl::Status Provisioner::SetFinalizer(const PersistentVolumeClaim& claim, bool 
     return MutateTyped<PersistentVolumeClaim>(registry_, Claims(), meta.namespace_, meta.name, meta.uid,
                                               apiserver::Subresource::kMain, edit);
   }
-  // CreateVolume may only run under the finalizer: a claim already being
-  // deleted (or replaced) is not provisioned. The fresh read is the one the
-  // write is conditional on.
+  // CreateVolume may only run under the finalizer, on the claim it names: OK
+  // only when the stored claim holds it, FAILED_PRECONDITION for a claim
+  // being deleted, replaced or gone. Written from the caller's copy (the
+  // informer's, decoded already), conditionally on its resourceVersion; a
+  // stale copy, once, from a fresh read; a second conflict is ABORTED (the
+  // queue retries).
+  auto write_from = [&](const PersistentVolumeClaim& from) -> absl::Status {
+    if (from.metadata.uid != meta.uid || from.metadata.Deleting()) {
+      return absl::FailedPreconditionError(StrCat("claim ", meta.namespace_, "/", meta.name, " is being deleted"));
+    }
+    PersistentVolumeClaim obj = from;
+    if (!edit(obj)) return absl::OkStatus();  // holds it already
+    absl::Status written =
+        registry_.UpdateShared(Claims(), meta.namespace_, meta.name, types::Encode(obj), apiserver::Subresource::kMain)
+            .status();
+    if (written.code() == absl::StatusCode::kNotFound) {
+      return absl::FailedPreconditionError(StrCat("claim ", meta.namespace_, "/", meta.name, " is gone"));
+    }
+    return written;
+  };
+  if (absl::Status st = write_from(claim); st.code() != absl::StatusCode::kAborted) return st;
   BERTH_ASSIGN_OR_RETURN(const PersistentVolumeClaim current,
                          GetTyped<PersistentVolumeClaim>(registry_, Claims(), meta.namespace_, meta.name));
-  if (current.metadata.uid != meta.uid || current.metadata.Deleting()) {
-    return absl::FailedPreconditionError(StrCat("claim ", meta.namespace_, "/", meta.name, " is being deleted"));
-  }
-  return MutateFrom<PersistentVolumeClaim>(registry_, Claims(), current, apiserver::Subresource::kMain, edit);
+  return write_from(current);
 }
 
 bool Provisioner::Populated(const PersistentVolumeClaim& claim) const {

@@ -2,6 +2,7 @@
 // the PV binder running alongside as in berth up.
 #include "controllers/volume/provisioner.h"
 
+#include <algorithm>
 #include <set>
 
 #include "common/strings.h"
@@ -567,6 +568,39 @@ TEST_F(ProvisionerTest, AnInFlightRequestKeepsItsNodeEvenIfTheNodeIsNotReady) {
     return !Get("persistentvolumes", "", "pvc-" + Uid(Get("persistentvolumeclaims", "default", "data"))).is_null();
   }));
   EXPECT_EQ(Annotation(Get("persistentvolumeclaims", "default", "data"), kAnnSelectedNode), "slow");
+}
+
+// The provisioner writes its finalizer from the informer's copy of the
+// claim. A copy behind the store (the claim was deleted meanwhile, held by
+// another finalizer) must not be provisioned: the conditional write fails,
+// the stored claim is read, and nothing is asked of the driver.
+TEST_F(ProvisionerTest, AClaimDeletedBehindItsInformersCopyIsNotProvisioned) {
+  // Not provisionable at first (its provisioner secret is missing): handed
+  // over, retried, nothing sent.
+  Class("fast", "Immediate",
+        {{"csi.storage.k8s.io/provisioner-secret-name", "later"},
+         {"csi.storage.k8s.io/provisioner-secret-namespace", "default"}});
+  json c = Claim("data", "fast");
+  c["metadata"]["finalizers"] = {"test.berth.dev/hold"};
+  Create("persistentvolumeclaims", "", "default", c);
+  Start();
+  ASSERT_TRUE(Eventually(
+      [&] { return Annotation(Get("persistentvolumeclaims", "default", "data"), kAnnStorageProvisioner) == kDriver; }));
+  ASSERT_TRUE(Eventually([&] {
+    auto events = registry_->List(K("events"), "default", {});
+    if (!events.ok()) return false;
+    return std::any_of(events->items.begin(), events->items.end(),
+                       [](const json& e) { return e.value("reason", "") == "ProvisioningFailed"; });
+  }));
+  // The informer stops following: its copy stays as it is now.
+  claims_->Stop();
+  ASSERT_TRUE(registry_->Delete(K("persistentvolumeclaims"), "default", "data").ok());
+  ASSERT_TRUE(Get("persistentvolumeclaims", "default", "data")["metadata"].contains("deletionTimestamp"));
+  Create("secrets", "", "default", {{"metadata", {{"name", "later"}}}, {"stringData", {{"token", "t"}}}});
+  absl::Status st = provisioner_->SyncClaim("default/data");
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
+  EXPECT_EQ(driver_->create_calls(), 0);
+  EXPECT_FALSE(HasFinalizer(Get("persistentvolumeclaims", "default", "data"), kProvisioningFinalizer));
 }
 
 }  // namespace

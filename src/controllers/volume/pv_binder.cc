@@ -91,7 +91,10 @@ bool RefersTo(const types::ObjectReference& ref, const PersistentVolumeClaim& cl
 }  // namespace
 
 PvBinder::PvBinder(apiserver::Registry& registry, BinderInformers informers, Options options)
-    : registry_(registry), informers_(informers), options_(options), events_(registry, "persistentvolume-controller") {}
+    : registry_(registry),
+      informers_(informers),
+      options_(std::move(options)),
+      events_(registry, "persistentvolume-controller") {}
 
 PvBinder::~PvBinder() { Stop(); }
 
@@ -401,10 +404,12 @@ absl::Status PvBinder::SyncUnboundClaim(const PersistentVolumeClaim& claim) {
             return true;
           }));
     }
-    events_.Record(subject, "Normal", "ExternalProvisioning",
-                   StrCat("Waiting for a volume to be created either by the external provisioner '", provisioner,
-                          "' or manually by the system administrator. If volume creation is delayed, please "
-                          "verify that the provisioner is running and correctly registered."));
+    if (!options_.provisioner_runs_here || !options_.provisioner_runs_here(provisioner)) {
+      events_.Record(subject, "Normal", "ExternalProvisioning",
+                     StrCat("Waiting for a volume to be created either by the external provisioner '", provisioner,
+                            "' or manually by the system administrator. If volume creation is delayed, please "
+                            "verify that the provisioner is running and correctly registered."));
+    }
     return SetClaimPhase(claim, "Pending", nullptr);
   }
   if (!cls.empty() && !sc) {

@@ -27,6 +27,7 @@
 // Thread-safety: thread-safe; Start/Stop from one thread.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -81,6 +82,13 @@ class PvBinder {
  public:
   struct Options {
     int workers = 2;
+    // Whether a provisioner named so runs in this process and has started
+    // (berth's own, per driver). A claim handed to one gets no
+    // ExternalProvisioning event: that event asks the user to check that an
+    // external provisioner is running, and this one is, and records its own
+    // (Provisioning, ProvisioningFailed, ProvisioningSucceeded). Unset:
+    // every provisioner is external.
+    std::function<bool(const std::string& provisioner)> provisioner_runs_here;
   };
   PvBinder(apiserver::Registry& registry, BinderInformers informers, Options options);
   ~PvBinder();

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <functional>
+#include <set>
+#include <string>
 
 #include "common/testing/eventually.h"
 #include "controllers/testing/controller_fixture.h"
@@ -50,14 +52,14 @@ class PvBinderTest : public controllers::testing::ControllerTest {
  protected:
   void TearDown() override { StopBinder(); }
 
-  void StartBinder() {
+  void StartBinder(PvBinder::Options options = {}) {
     claims_ = std::make_unique<Informer>(*registry_, K("persistentvolumeclaims"));
     volumes_ = std::make_unique<Informer>(*registry_, K("persistentvolumes"));
     classes_ = std::make_unique<Informer>(*registry_, K("storageclasses", "storage.k8s.io"));
     pods_ = std::make_unique<Informer>(*registry_, K("pods"));
     nodes_ = std::make_unique<Informer>(*registry_, K("nodes"));
     binder_ = std::make_unique<PvBinder>(*registry_, BinderInformers{*claims_, *volumes_, *classes_, *pods_, *nodes_},
-                                         PvBinder::Options{});
+                                         std::move(options));
     binder_->RegisterHandlers();
     for (Informer* i : {classes_.get(), nodes_.get(), pods_.get(), volumes_.get(), claims_.get()}) {
       i->Start();
@@ -214,6 +216,29 @@ TEST_F(PvBinderTest, NoMatchHandsTheClaimToItsProvisioner) {
     return std::any_of(items.begin(), items.end(),
                        [](const json& e) { return e.value("reason", "") == "ExternalProvisioning"; });
   }));
+}
+
+TEST_F(PvBinderTest, AClaimHandedToAProvisionerOfThisProcessGetsNoExternalProvisioningEvent) {
+  Create("storageclasses", "", {{"metadata", {{"name", "here"}}}, {"provisioner", "x.csi.io"}});
+  Create("storageclasses", "", {{"metadata", {{"name", "elsewhere"}}}, {"provisioner", "y.csi.io"}});
+  Create("persistentvolumeclaims", "default", Claim("mine", "1Gi", "here"));
+  Create("persistentvolumeclaims", "default", Claim("theirs", "1Gi", "elsewhere"));
+  StartBinder({.provisioner_runs_here = [](const std::string& p) { return p == "x.csi.io"; }});
+  auto handed_to = [&](const std::string& name) {
+    json md = Get("persistentvolumeclaims", "default", name).value("metadata", json::object());
+    return md.value("annotations", json::object()).value(kAnnStorageProvisioner, "");
+  };
+  ASSERT_TRUE(Eventually([&] { return handed_to("mine") == "x.csi.io" && handed_to("theirs") == "y.csi.io"; }));
+  // Stopped: every sync has finished and the recorder has written what it
+  // was given.
+  StopBinder();
+  auto events = registry_->List(K("events"), "default", {});
+  ASSERT_TRUE(events.ok()) << events.status();
+  std::set<std::string> told;
+  for (const json& e : events->items) {
+    if (e.value("reason", "") == "ExternalProvisioning") told.insert(e["involvedObject"].value("name", ""));
+  }
+  EXPECT_EQ(told, std::set<std::string>{"theirs"});
 }
 
 TEST_F(PvBinderTest, DeletedClaimWaitsForItsPodThenReleasesTheVolume) {
