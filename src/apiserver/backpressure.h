@@ -5,37 +5,48 @@
 // grows for as long as the apply runs (65,000 claims at 100,000), every
 // object written is read back long after the store's cache let it go, and
 // each of those reads costs a SQLite lookup and a parse (berth up 10-15 %
-// more CPU per claim, the whole burst slower). So a client's create waits,
-// in steps of `step`, while the controllers' queued work (common/backlog.h)
-// is above `limit`, for at most `max_wait` in all; then it goes ahead
-// whatever the backlog (a stuck controller slows clients, never stops
-// them). Kubernetes' API Priority and Fairness queues requests the same way
-// (for its own load, not its controllers').
+// more CPU per claim, the whole burst slower). So a client's create waits
+// while the controllers' queued work (common/backlog.h) is above `limit`,
+// for at most `max_wait` in all; then it goes ahead whatever the backlog (a
+// stuck controller slows clients, never stops them). Kubernetes' API
+// Priority and Fairness queues requests the same way (for its own load, not
+// its controllers').
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/backlog.h"
+#include "common/clock.h"
 
 namespace berth::apiserver {
 
 struct HoldBackOptions {
   int64_t limit = 2000;  // 0: never hold back
   absl::Duration max_wait = absl::Milliseconds(250);
-  absl::Duration step = absl::Milliseconds(1);
+  // How often `pending` is read again while nothing wakes the wait (a
+  // release of `changed`, as Backlog's taken work does).
+  absl::Duration step = absl::Milliseconds(10);
 };
 
-// Waits while `pending()` is above options.limit; returns the time waited
-// (the sum of the steps slept with `sleep`).
-inline absl::Duration HoldBack(const HoldBackOptions& options, const std::function<int64_t()>& pending,
-                               const std::function<void(absl::Duration)>& sleep) {
-  absl::Duration waited;
-  while (options.limit > 0 && waited + options.step <= options.max_wait && pending() > options.limit) {
-    sleep(options.step);
-    waited += options.step;
+// Waits on `clock` while `pending()` is above options.limit, woken when
+// `changed` is released (common/backlog.h) or every options.step, for at
+// most options.max_wait; returns the time waited.
+inline absl::Duration HoldBack(const HoldBackOptions& options, Clock& clock, absl::Mutex& changed,
+                               const std::function<int64_t()>& pending) {
+  if (options.limit <= 0 || pending() <= options.limit) return absl::ZeroDuration();
+  const absl::Time start = clock.Now();
+  const absl::Time deadline = start + options.max_wait;
+  auto fell = [&] { return pending() <= options.limit; };
+  Backlog::Watch watch;
+  absl::MutexLock lock(&changed);
+  for (absl::Time now = start; now < deadline && !fell(); now = clock.Now()) {
+    clock.AwaitWithDeadline(changed, absl::Condition(&fell), std::min(deadline, now + options.step));
   }
-  return waited;
+  return clock.Now() - start;
 }
 
 }  // namespace berth::apiserver

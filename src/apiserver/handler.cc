@@ -561,8 +561,8 @@ void ApiHandler::Handle(const HttpRequest& req, ResponseWriter& out) {
     }
     // Events are the controllers' own output, and cheap: never held back.
     if (kind.resource != "events") {
-      const absl::Duration waited = HoldBack(options_.hold_back, options_.backlog,
-                                             [clock = options_.clock](absl::Duration d) { clock->SleepFor(d); });
+      const absl::Duration waited =
+          HoldBack(options_.hold_back, *options_.clock, *options_.backlog_changed, options_.backlog);
       if (waited > absl::ZeroDuration()) {
         absl::MutexLock lock(&held_back_mu_);
         ++held_back_.requests;

@@ -444,38 +444,85 @@ TEST_F(HandlerTest, EventsV1AreCoreEventsConverted) {
   EXPECT_EQ(Do("GET", "/apis/events.k8s.io/v1/namespaces/default/pods").code, 404);
 }
 
-// HoldBack waits in steps while the backlog is over the limit, stops when
-// it falls, never waits longer than max_wait, and never with no limit.
-TEST(HoldBackTest, WaitsWhileOverTheLimitAndNoLongerThanMaxWait) {
+// HoldBack waits while the backlog is over the limit: woken as soon as it
+// fell and `changed` is released, else every step; never longer than
+// max_wait, and never with no limit.
+TEST(HoldBackTest, WaitsWhileOverTheLimitWokenWhenItFallsAndNoLongerThanMaxWait) {
   const HoldBackOptions options{.limit = 10, .max_wait = absl::Milliseconds(5), .step = absl::Milliseconds(1)};
-  int64_t pending = 12;
-  std::vector<absl::Duration> slept;
-  auto sleep = [&](absl::Duration d) {
-    slept.push_back(d);
-    --pending;  // the controllers take one per step
-  };
-  EXPECT_EQ(HoldBack(
-                options, [&] { return pending; }, sleep),
-            absl::Milliseconds(2));
-  EXPECT_EQ(slept.size(), 2u) << "12 -> 10: no longer over the limit";
-  slept.clear();
-  EXPECT_EQ(HoldBack(
-                options, [&] { return pending; }, sleep),
-            absl::ZeroDuration())
-      << "at the limit: no wait";
-  EXPECT_TRUE(slept.empty());
+  FakeClock clock;
+  absl::Mutex changed;
+  std::atomic<int64_t> pending{12};
+  auto read = [&] { return pending.load(); };
 
-  pending = 1000;  // a stuck controller: clients go ahead after max_wait
-  EXPECT_EQ(HoldBack(
-                options, [&] { return pending; }, sleep),
-            absl::Milliseconds(5));
-  EXPECT_EQ(slept.size(), 5u);
-  slept.clear();
-  EXPECT_EQ(HoldBack(
-                {.limit = 0}, [&] { return pending; }, sleep),
-            absl::ZeroDuration())
-      << "0: never held back";
-  EXPECT_TRUE(slept.empty());
+  // Falls, and says so: it goes at once, the clock never moved.
+  absl::Duration waited = absl::InfiniteDuration();
+  std::thread held([&] { waited = HoldBack(options, clock, changed, read); });
+  ASSERT_TRUE(clock.BlockUntilTimers(1));  // waiting, for at most a step
+  pending = 10;
+  { absl::MutexLock lock(&changed); }
+  held.join();
+  EXPECT_EQ(waited, absl::ZeroDuration());
+
+  // Falls without saying so: seen at the next step.
+  pending = 12;
+  std::thread stepped([&] { waited = HoldBack(options, clock, changed, read); });
+  ASSERT_TRUE(clock.BlockUntilTimers(1));
+  clock.AdvanceToNextTimer();
+  ASSERT_TRUE(clock.BlockUntilTimers(1));
+  pending = 3;
+  clock.AdvanceToNextTimer();
+  stepped.join();
+  EXPECT_EQ(waited, absl::Milliseconds(2));
+
+  EXPECT_EQ(HoldBack(options, clock, changed, read), absl::ZeroDuration()) << "under the limit: no wait";
+  pending = 10;
+  EXPECT_EQ(HoldBack(options, clock, changed, read), absl::ZeroDuration()) << "at the limit: no wait";
+
+  // A stuck controller: clients go ahead after max_wait.
+  pending = 1000;
+  std::thread stuck([&] { waited = HoldBack(options, clock, changed, read); });
+  for (int step = 0; step < 5; ++step) {
+    ASSERT_TRUE(clock.BlockUntilTimers(1));
+    clock.AdvanceToNextTimer();
+  }
+  stuck.join();
+  EXPECT_EQ(waited, absl::Milliseconds(5));
+  EXPECT_EQ(HoldBack({.limit = 0}, clock, changed, read), absl::ZeroDuration()) << "0: never held back";
+}
+
+// Work taken releases the Backlog's mutex (which has absl look at a waiting
+// create's condition again) only while someone watches: otherwise the
+// queues' hot path takes no lock.
+TEST(BacklogTest, WorkTakenWhileWatchedReleasesTheMutex) {
+  const int64_t before = Backlog::wakes();
+  Backlog::Add(1);
+  Backlog::Add(-1);
+  EXPECT_EQ(Backlog::wakes(), before) << "nobody watching";
+  {
+    Backlog::Watch watch;
+    Backlog::Add(1);
+    EXPECT_EQ(Backlog::wakes(), before) << "work queued wakes nobody";
+    Backlog::Add(-1);
+    EXPECT_EQ(Backlog::wakes(), before + 1);
+  }
+  Backlog::Add(1);
+  Backlog::Add(-1);
+  EXPECT_EQ(Backlog::wakes(), before + 1) << "the watch is over";
+}
+
+// The process's Backlog wakes a held-back create as the controllers take
+// their work: no step of the clock is needed.
+TEST(HoldBackTest, TheBacklogWakesTheWaitAsWorkIsTaken) {
+  FakeClock clock;
+  const HoldBackOptions options{
+      .limit = Backlog::Pending() + 10, .max_wait = absl::Seconds(10), .step = absl::Seconds(10)};
+  Backlog::Add(20);
+  absl::Duration waited = absl::InfiniteDuration();
+  std::thread held([&] { waited = HoldBack(options, clock, Backlog::mutex(), &Backlog::Pending); });
+  ASSERT_TRUE(clock.BlockUntilTimers(1));
+  for (int i = 0; i < 20; ++i) Backlog::Add(-1);  // a worker takes a key at a time
+  held.join();
+  EXPECT_EQ(waited, absl::ZeroDuration());
 }
 
 // A client's create waits on the handler's clock while the controllers are
