@@ -1,10 +1,6 @@
 #include "controllers/volume/pv_binder.h"
 
 #include <algorithm>
-#include <initializer_list>
-#include <iterator>
-#include <string_view>
-#include <vector>
 
 #include "absl/cleanup/cleanup.h"
 #include "api/quantity.h"
@@ -118,74 +114,6 @@ bool VolumeChangeIsOnlyItsBinding(const json& before, const json& after) {
          Field(md_before, "finalizers") == Field(md_after, "finalizers");
 }
 
-namespace {
-// Whether objects `a` and `b` (anything else: empty) hold the same members,
-// `except` aside.
-bool SameMembersExcept(const json& a, const json& b, std::initializer_list<std::string_view> except) {
-  static const json* const kEmpty = new json(json::object());
-  const json& x = a.is_object() ? a : *kEmpty;
-  const json& y = b.is_object() ? b : *kEmpty;
-  auto skipped = [&](const std::string& key) { return std::find(except.begin(), except.end(), key) != except.end(); };
-  auto i = x.items().begin(), j = y.items().begin();
-  while (true) {
-    while (i != x.items().end() && skipped(i.key())) ++i;
-    while (j != y.items().end() && skipped(j.key())) ++j;
-    if (i == x.items().end() || j == y.items().end()) return i == x.items().end() && j == y.items().end();
-    if (i.key() != j.key() || i.value() != j.value()) return false;
-    ++i;
-    ++j;
-  }
-}
-
-bool HasString(const json& list, std::string_view value) {
-  return list.is_array() && std::any_of(list.begin(), list.end(), [&](const json& v) { return v == value; });
-}
-
-// Whether the finalizer lists are the same, `finalizer` aside.
-bool SameFinalizersExcept(const json& before, const json& after, std::string_view finalizer) {
-  auto rest = [&](const json& list) {
-    std::vector<json> out;
-    if (list.is_array())
-      std::copy_if(list.begin(), list.end(), std::back_inserter(out), [&](const json& v) { return v != finalizer; });
-    return out;
-  };
-  return rest(before) == rest(after);
-}
-}  // namespace
-
-bool ClaimChangeNeedsNoSync(const json& before, const json& after) {
-  const json &md_before = Field(before, "metadata"), &md_after = Field(after, "metadata");
-  if (!Field(md_before, "deletionTimestamp").is_null() || !Field(md_after, "deletionTimestamp").is_null() ||
-      !SameMembersExcept(md_before, md_after, {"annotations", "finalizers", "resourceVersion", "managedFields"})) {
-    return false;
-  }
-  const json &ann_before = Field(md_before, "annotations"), &ann_after = Field(md_after, "annotations");
-  const json &fin_before = Field(md_before, "finalizers"), &fin_after = Field(md_after, "finalizers");
-  const json &spec_before = Field(before, "spec"), &spec_after = Field(after, "spec");
-  auto ann = [](const json& annotations, const char* key) { return Str(annotations, {key}); };
-  // Bind's claim write: the volume named, bind-completed, Bound, the
-  // provisioner's finalizer gone. Its volume is Bound already.
-  if (ann(ann_before, kAnnBindCompleted).empty() && ann(ann_after, kAnnBindCompleted) == "yes") {
-    const std::string volume_before = Str(spec_before, {"volumeName"}), volume_after = Str(spec_after, {"volumeName"});
-    return Str(after, {"status", "phase"}) == "Bound" && !volume_after.empty() &&
-           (volume_before.empty() || volume_before == volume_after) &&
-           SameMembersExcept(spec_before, spec_after, {"volumeName"}) &&
-           SameMembersExcept(ann_before, ann_after, {kAnnBindCompleted, kAnnBoundByController, kAnnProvisioningNode}) &&
-           SameFinalizersExcept(fin_before, fin_after, kProvisioningFinalizer) &&
-           !HasString(fin_after, kProvisioningFinalizer);
-  }
-  if (spec_before != spec_after || Field(before, "status") != Field(after, "status")) return false;
-  // The hand-over to a provisioner, written by the sync that decided it.
-  if (fin_before == fin_after && !ann(ann_after, kAnnStorageProvisioner).empty() &&
-      ann(ann_before, kAnnStorageProvisioner) != ann(ann_after, kAnnStorageProvisioner)) {
-    return SameMembersExcept(ann_before, ann_after, {kAnnStorageProvisioner, kAnnBetaStorageProvisioner});
-  }
-  // The provisioner's finalizer (and the node it asks), before CreateVolume.
-  return !HasString(fin_before, kProvisioningFinalizer) && HasString(fin_after, kProvisioningFinalizer) &&
-         SameFinalizersExcept(fin_before, fin_after, kProvisioningFinalizer) &&
-         SameMembersExcept(ann_before, ann_after, {kAnnProvisioningNode});
-}
-
 void PvBinder::RegisterHandlers() {
   informers_.volumes.AddIndex(kFreeByClass, [](const json& pv) -> std::vector<std::string> {
     if (!Field(Field(pv, "spec"), "claimRef").is_null()) return {};
@@ -198,10 +126,7 @@ void PvBinder::RegisterHandlers() {
   });
   informers_.claims.AddHandlers({
       .on_add = [this](const json& o) { claim_queue_.Add(ObjectKey(o)); },
-      .on_update =
-          [this](const json& before, const json& o) {
-            if (!ClaimChangeNeedsNoSync(before, o)) claim_queue_.Add(ObjectKey(o));
-          },
+      .on_update = [this](const json&, const json& o) { claim_queue_.Add(ObjectKey(o)); },
       .on_delete =
           [this](const json& o) {
             // Its volume is released: the one it names, or one that points

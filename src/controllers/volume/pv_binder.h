@@ -27,7 +27,6 @@
 // Thread-safety: thread-safe; Start/Stop from one thread.
 #pragma once
 
-#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
@@ -70,16 +69,6 @@ inline constexpr char kPvProtection[] = "kubernetes.io/pv-protection";
 // same object twice), does.
 bool VolumeChangeIsOnlyItsBinding(const nlohmann::json& before, const nlohmann::json& after);
 
-// Whether a claim's change is a step on its way to Bound after which a sync
-// of the binder has nothing to do, so it is not queued: the hand-over to a
-// provisioner (the sync that wrote it decided the claim waits), the
-// provisioner's finalizer with its node (written before CreateVolume; the PV
-// it makes queues the claim), and Bind's own claim write (its volume is Bound
-// already). Spec, status and the rest of the metadata as they were (the
-// binding aside), neither side being deleted. Any other change, and every
-// resync (the same object twice), is queued.
-bool ClaimChangeNeedsNoSync(const nlohmann::json& before, const nlohmann::json& after);
-
 // The informers a binder reads (shared with other controllers).
 struct BinderInformers {
   Informer& claims;
@@ -108,9 +97,6 @@ class PvBinder {
   void RegisterHandlers();
   void Start();
   void Stop();
-
-  // Keys ever added to the claim queue (each may wake a worker); for tests.
-  uint64_t claim_queue_adds() const { return claim_queue_.adds(); }
 
   // One reconcile of a claim ("ns/name") or a volume ("name"); public for tests.
   absl::Status SyncClaim(const std::string& key);

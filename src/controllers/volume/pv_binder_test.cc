@@ -4,7 +4,6 @@
 #include <functional>
 #include <set>
 #include <string>
-#include <vector>
 
 #include "common/testing/eventually.h"
 #include "controllers/testing/controller_fixture.h"
@@ -240,93 +239,6 @@ TEST_F(PvBinderTest, AClaimHandedToAProvisionerOfThisProcessGetsNoExternalProvis
     if (e.value("reason", "") == "ExternalProvisioning") told.insert(e["involvedObject"].value("name", ""));
   }
   EXPECT_EQ(told, std::set<std::string>{"theirs"});
-}
-
-// The steps of a claim on its way to Bound after which the binder has nothing
-// to do are told apart from every other change.
-TEST(ClaimChangeNeedsNoSyncTest, OnlyTheHandOverTheProvisionersFinalizerAndTheBinding) {
-  const json created = {{"metadata",
-                         {{"name", "data"},
-                          {"namespace", "default"},
-                          {"uid", "u1"},
-                          {"resourceVersion", "1"},
-                          {"finalizers", {kPvcProtection}}}},
-                        {"spec", {{"storageClassName", "fast"}, {"resources", {{"requests", {{"storage", "1Gi"}}}}}}},
-                        {"status", {{"phase", "Pending"}}}};
-  json handed = created;
-  handed["metadata"]["resourceVersion"] = "2";
-  handed["metadata"]["annotations"] = {{kAnnStorageProvisioner, "x.csi.io"}, {kAnnBetaStorageProvisioner, "x.csi.io"}};
-  json held = handed;
-  held["metadata"]["resourceVersion"] = "3";
-  held["metadata"]["finalizers"].push_back(kProvisioningFinalizer);
-  held["metadata"]["annotations"][kAnnProvisioningNode] = "node-a";
-  json bound = held;
-  bound["metadata"]["resourceVersion"] = "4";
-  bound["spec"]["volumeName"] = "pvc-u1";
-  bound["metadata"]["annotations"][kAnnBindCompleted] = "yes";
-  bound["metadata"]["annotations"][kAnnBoundByController] = "yes";
-  bound["metadata"]["annotations"].erase(kAnnProvisioningNode);
-  bound["metadata"]["finalizers"] = {kPvcProtection};
-  bound["status"] = {{"phase", "Bound"}, {"capacity", {{"storage", "1Gi"}}}};
-
-  EXPECT_TRUE(ClaimChangeNeedsNoSync(created, handed));
-  EXPECT_TRUE(ClaimChangeNeedsNoSync(handed, held));
-  EXPECT_TRUE(ClaimChangeNeedsNoSync(held, bound));
-  EXPECT_TRUE(ClaimChangeNeedsNoSync(handed, bound)) << "bound by a PV that needed no finalizer";
-
-  for (const json* same : std::vector<const json*>{&created, &handed, &held, &bound}) {
-    EXPECT_FALSE(ClaimChangeNeedsNoSync(*same, *same)) << "a resync: " << same->dump();
-  }
-  EXPECT_FALSE(ClaimChangeNeedsNoSync(handed, created)) << "the hand-over taken back";
-  EXPECT_FALSE(ClaimChangeNeedsNoSync(held, handed)) << "the provisioner's finalizer removed";
-  auto edited = [](json o, const std::function<void(json&)>& edit) {
-    edit(o);
-    return o;
-  };
-  EXPECT_FALSE(ClaimChangeNeedsNoSync(created, edited(handed, [](json& o) {
-                                        o["metadata"]["labels"] = {{"a", "b"}};
-                                      })));
-  EXPECT_FALSE(ClaimChangeNeedsNoSync(
-      created, edited(handed, [](json& o) { o["spec"]["resources"]["requests"]["storage"] = "2Gi"; })));
-  EXPECT_FALSE(ClaimChangeNeedsNoSync(
-      created, edited(handed, [](json& o) { o["metadata"]["annotations"][kAnnSelectedNode] = "node-b"; })));
-  EXPECT_FALSE(ClaimChangeNeedsNoSync(
-      created, edited(handed, [](json& o) { o["metadata"]["deletionTimestamp"] = "2026-12-03T00:00:00Z"; })));
-  EXPECT_FALSE(ClaimChangeNeedsNoSync(
-      handed, edited(held, [](json& o) { o["metadata"]["finalizers"] = {kProvisioningFinalizer}; })))
-      << "pvc-protection went with it";
-  EXPECT_FALSE(ClaimChangeNeedsNoSync(held, edited(bound, [](json& o) { o["status"]["phase"] = "Lost"; })));
-  EXPECT_FALSE(ClaimChangeNeedsNoSync(held, edited(bound, [](json& o) { o["spec"]["storageClassName"] = "slow"; })));
-  EXPECT_FALSE(ClaimChangeNeedsNoSync(
-      held, edited(bound, [](json& o) { o["metadata"]["finalizers"].push_back(kProvisioningFinalizer); })))
-      << "bound while still holding the provisioner's finalizer";
-}
-
-// Wired into the claim handler: the provisioner's finalizer wakes no binder
-// worker; any other edit does.
-TEST_F(PvBinderTest, TheProvisionersFinalizerWakesNoBinderWorker) {
-  Create("storageclasses", "", {{"metadata", {{"name", "fast"}}}, {"provisioner", "x.csi.io"}});
-  StartBinder();
-  Create("persistentvolumeclaims", "default", Claim("data", "1Gi", "fast"));
-  ASSERT_TRUE(Eventually([&] {
-    json md = Get("persistentvolumeclaims", "default", "data").value("metadata", json::object());
-    return md.value("annotations", json::object()).value(kAnnStorageProvisioner, "") == "x.csi.io";
-  }));
-  ASSERT_TRUE(testing::Settle(*store_));
-  const uint64_t handed = binder_->claim_queue_adds();
-  json claim = Get("persistentvolumeclaims", "default", "data");
-  claim["metadata"]["finalizers"].push_back(kProvisioningFinalizer);
-  claim["metadata"]["annotations"][kAnnProvisioningNode] = "node-a";
-  ASSERT_TRUE(
-      registry_->Update(K("persistentvolumeclaims"), "default", "data", claim, apiserver::Subresource::kMain).ok());
-  ASSERT_TRUE(testing::Settle(*store_));
-  EXPECT_EQ(binder_->claim_queue_adds(), handed);
-  claim = Get("persistentvolumeclaims", "default", "data");
-  claim["metadata"]["labels"] = {{"edited", "yes"}};
-  ASSERT_TRUE(
-      registry_->Update(K("persistentvolumeclaims"), "default", "data", claim, apiserver::Subresource::kMain).ok());
-  ASSERT_TRUE(testing::Settle(*store_));
-  EXPECT_GT(binder_->claim_queue_adds(), handed);
 }
 
 TEST_F(PvBinderTest, DeletedClaimWaitsForItsPodThenReleasesTheVolume) {
