@@ -107,7 +107,13 @@ constexpr char kByClaim[] = "binder/by-claim";
 }  // namespace
 
 bool VolumeChangeIsOnlyItsBinding(const json& before, const json& after) {
-  if (Str(after, {"status", "phase"}) != "Bound" || Str(before, {"status", "phase"}) == "Bound") return false;
+  const std::string was = Str(before, {"status", "phase"});
+  // Released or Failed becoming Bound is no binding of Bind's (a retry of
+  // SetVolumePhase after a conflict can write it over a claim's deletion):
+  // the volume's sync looks again at once.
+  if (Str(after, {"status", "phase"}) != "Bound" || was == "Bound" || was == "Released" || was == "Failed") {
+    return false;
+  }
   const json &md_before = Field(before, "metadata"), &md_after = Field(after, "metadata");
   return Field(before, "spec") == Field(after, "spec") && Field(md_before, "deletionTimestamp").is_null() &&
          Field(md_after, "deletionTimestamp").is_null() &&

@@ -61,8 +61,8 @@ inline constexpr char kAnnProvisioningNode[] = "volume.berth.io/provisioning-nod
 inline constexpr char kPvcProtection[] = "kubernetes.io/pvc-protection";
 inline constexpr char kPvProtection[] = "kubernetes.io/pv-protection";
 
-// Whether a volume's change is only its phase becoming Bound (spec and
-// finalizers as they were, not being deleted): the binder's own status write in
+// Whether a volume's change is only its phase becoming Bound from Pending or
+// Available (spec and finalizers as they were, not being deleted): the binder's own status write in
 // Bind, whose claim write follows (queuing the claim); Bind queues the volume
 // itself when the claim does not end up naming it. Such a change queues
 // neither the volume nor its claim; any other change, and every resync (the

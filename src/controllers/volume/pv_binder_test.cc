@@ -132,6 +132,10 @@ TEST(VolumeChangeIsOnlyItsBindingTest, OnlyThePhaseBecomingBound) {
   json released = bound;
   released["status"]["phase"] = "Released";
   EXPECT_FALSE(VolumeChangeIsOnlyItsBinding(bound, released));
+  EXPECT_FALSE(VolumeChangeIsOnlyItsBinding(released, bound)) << "written over the claim's deletion: looked at again";
+  json failed = bound;
+  failed["status"]["phase"] = "Failed";
+  EXPECT_FALSE(VolumeChangeIsOnlyItsBinding(failed, bound));
   auto with = [&](const std::function<void(json&)>& edit) {
     json after = bound;
     edit(after);
