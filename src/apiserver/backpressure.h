@@ -27,21 +27,22 @@ namespace berth::apiserver {
 struct HoldBackOptions {
   int64_t limit = 2000;  // 0: never hold back
   absl::Duration max_wait = absl::Milliseconds(250);
-  // How often `pending` is read again while nothing wakes the wait (a
-  // release of `changed`, as Backlog's taken work does).
+  // How often `pending` is read again while nothing wakes the wait (work
+  // taken from a queue does).
   absl::Duration step = absl::Milliseconds(10);
 };
 
-// Waits on `clock` while `pending()` is above options.limit, woken when
-// `changed` is released (common/backlog.h) or every options.step, for at
-// most options.max_wait; returns the time waited.
-inline absl::Duration HoldBack(const HoldBackOptions& options, Clock& clock, absl::Mutex& changed,
-                               const std::function<int64_t()>& pending) {
+// Waits on `clock` while `pending()` is above options.limit, woken as the
+// controllers take work (Backlog::mutex() released, common/backlog.h) or
+// every options.step, for at most options.max_wait; returns the time waited.
+inline absl::Duration HoldBack(const HoldBackOptions& options, Clock& clock,
+                               const std::function<int64_t()>& pending = &Backlog::Pending) {
   if (options.limit <= 0 || pending() <= options.limit) return absl::ZeroDuration();
   const absl::Time start = clock.Now();
   const absl::Time deadline = start + options.max_wait;
   auto fell = [&] { return pending() <= options.limit; };
   Backlog::Watch watch;
+  absl::Mutex& changed = Backlog::mutex();
   absl::MutexLock lock(&changed);
   for (absl::Time now = start; now < deadline && !fell(); now = clock.Now()) {
     clock.AwaitWithDeadline(changed, absl::Condition(&fell), std::min(deadline, now + options.step));

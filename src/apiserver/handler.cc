@@ -561,8 +561,7 @@ void ApiHandler::Handle(const HttpRequest& req, ResponseWriter& out) {
     }
     // Events are the controllers' own output, and cheap: never held back.
     if (kind.resource != "events") {
-      const absl::Duration waited =
-          HoldBack(options_.hold_back, *options_.clock, *options_.backlog_changed, options_.backlog);
+      const absl::Duration waited = HoldBack(options_.hold_back, *options_.clock, options_.backlog);
       if (waited > absl::ZeroDuration()) {
         absl::MutexLock lock(&held_back_mu_);
         ++held_back_.requests;

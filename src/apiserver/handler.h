@@ -45,10 +45,9 @@ class ApiHandler {
     Clock* clock = &RealClock();  // watch deadlines and bookmarks
     // A client's create waits while the controllers' queued work is above
     // hold_back.limit (apiserver/backpressure.h): the sum of the process's
-    // work queues by default, whose mutex is released as work is taken.
+    // work queues by default.
     HoldBackOptions hold_back{};
     std::function<int64_t()> backlog = &Backlog::Pending;
-    absl::Mutex* backlog_changed = &Backlog::mutex();
   };
   ApiHandler(Registry& registry, Options options)
       : registry_(registry),

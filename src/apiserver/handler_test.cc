@@ -445,27 +445,26 @@ TEST_F(HandlerTest, EventsV1AreCoreEventsConverted) {
 }
 
 // HoldBack waits while the backlog is over the limit: woken as soon as it
-// fell and `changed` is released, else every step; never longer than
-// max_wait, and never with no limit.
+// fell and the Backlog's mutex is released, else every step; never longer
+// than max_wait, and never with no limit.
 TEST(HoldBackTest, WaitsWhileOverTheLimitWokenWhenItFallsAndNoLongerThanMaxWait) {
   const HoldBackOptions options{.limit = 10, .max_wait = absl::Milliseconds(5), .step = absl::Milliseconds(1)};
   FakeClock clock;
-  absl::Mutex changed;
   std::atomic<int64_t> pending{12};
   auto read = [&] { return pending.load(); };
 
   // Falls, and says so: it goes at once, the clock never moved.
   absl::Duration waited = absl::InfiniteDuration();
-  std::thread held([&] { waited = HoldBack(options, clock, changed, read); });
+  std::thread held([&] { waited = HoldBack(options, clock, read); });
   ASSERT_TRUE(clock.BlockUntilTimers(1));  // waiting, for at most a step
   pending = 10;
-  { absl::MutexLock lock(&changed); }
+  { absl::MutexLock lock(&Backlog::mutex()); }
   held.join();
   EXPECT_EQ(waited, absl::ZeroDuration());
 
   // Falls without saying so: seen at the next step.
   pending = 12;
-  std::thread stepped([&] { waited = HoldBack(options, clock, changed, read); });
+  std::thread stepped([&] { waited = HoldBack(options, clock, read); });
   ASSERT_TRUE(clock.BlockUntilTimers(1));
   clock.AdvanceToNextTimer();
   ASSERT_TRUE(clock.BlockUntilTimers(1));
@@ -474,20 +473,20 @@ TEST(HoldBackTest, WaitsWhileOverTheLimitWokenWhenItFallsAndNoLongerThanMaxWait)
   stepped.join();
   EXPECT_EQ(waited, absl::Milliseconds(2));
 
-  EXPECT_EQ(HoldBack(options, clock, changed, read), absl::ZeroDuration()) << "under the limit: no wait";
+  EXPECT_EQ(HoldBack(options, clock, read), absl::ZeroDuration()) << "under the limit: no wait";
   pending = 10;
-  EXPECT_EQ(HoldBack(options, clock, changed, read), absl::ZeroDuration()) << "at the limit: no wait";
+  EXPECT_EQ(HoldBack(options, clock, read), absl::ZeroDuration()) << "at the limit: no wait";
 
   // A stuck controller: clients go ahead after max_wait.
   pending = 1000;
-  std::thread stuck([&] { waited = HoldBack(options, clock, changed, read); });
+  std::thread stuck([&] { waited = HoldBack(options, clock, read); });
   for (int step = 0; step < 5; ++step) {
     ASSERT_TRUE(clock.BlockUntilTimers(1));
     clock.AdvanceToNextTimer();
   }
   stuck.join();
   EXPECT_EQ(waited, absl::Milliseconds(5));
-  EXPECT_EQ(HoldBack({.limit = 0}, clock, changed, read), absl::ZeroDuration()) << "0: never held back";
+  EXPECT_EQ(HoldBack({.limit = 0}, clock, read), absl::ZeroDuration()) << "0: never held back";
 }
 
 // Work taken releases the Backlog's mutex (which has absl look at a waiting
@@ -518,7 +517,7 @@ TEST(HoldBackTest, TheBacklogWakesTheWaitAsWorkIsTaken) {
       .limit = Backlog::Pending() + 10, .max_wait = absl::Seconds(10), .step = absl::Seconds(10)};
   Backlog::Add(20);
   absl::Duration waited = absl::InfiniteDuration();
-  std::thread held([&] { waited = HoldBack(options, clock, Backlog::mutex(), &Backlog::Pending); });
+  std::thread held([&] { waited = HoldBack(options, clock); });
   ASSERT_TRUE(clock.BlockUntilTimers(1));
   for (int i = 0; i < 20; ++i) Backlog::Add(-1);  // a worker takes a key at a time
   held.join();
