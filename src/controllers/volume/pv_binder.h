@@ -88,7 +88,7 @@ class PvBinder {
     // external provisioner is running, and this one is, and records its own
     // (Provisioning, ProvisioningFailed, ProvisioningSucceeded). Unset:
     // every provisioner is external.
-    std::function<bool(const std::string& provisioner)> provisioner_runs_here;
+    std::function<bool(const std::string& provisioner)> provisioner_runs_here = nullptr;
   };
   PvBinder(apiserver::Registry& registry, BinderInformers informers, Options options);
   ~PvBinder();
