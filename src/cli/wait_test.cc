@@ -25,6 +25,9 @@ class WaitTest : public ::testing::Test {
     ASSERT_TRUE(cp.ok()) << cp.status();
     cp_ = std::move(*cp);
     client_ = http::ApiClient::ForUnixSocket(cp_->socket_path());
+    // The command under test runs on a thread of its own while the test
+    // patches: an ApiClient is one connection, for one thread at a time.
+    command_client_ = http::ApiClient::ForUnixSocket(cp_->socket_path());
   }
   void TearDown() override {
     if (cp_) cp_->Shutdown();
@@ -46,6 +49,7 @@ class WaitTest : public ::testing::Test {
   testing::TempDir dir_;
   std::unique_ptr<apiserver::ControlPlane> cp_;
   std::unique_ptr<http::ApiClient> client_;
+  std::unique_ptr<http::ApiClient> command_client_;
   FakeClock clock_;
 };
 
@@ -54,7 +58,7 @@ TEST_F(WaitTest, JsonPathWaitReturnsOnceTheValueAppears) {
   std::ostringstream out;
   absl::Status st = absl::UnknownError("not run");
   std::thread waiter([&] {
-    st = Wait(*client_, "secret/s", "jsonpath={.metadata.labels.phase}=two", {}, absl::Hours(1), out, clock_);
+    st = Wait(*command_client_, "secret/s", "jsonpath={.metadata.labels.phase}=two", {}, absl::Hours(1), out, clock_);
   });
   ASSERT_TRUE(clock_.BlockUntilTimers(1));  // it looked once and sleeps
   Patch("s", {{"metadata", {{"labels", {{"phase", "two"}}}}}});
@@ -69,7 +73,8 @@ TEST_F(WaitTest, WaitTimesOutOnTheClock) {
   CreateHeldSecret("s");
   std::ostringstream out;
   absl::Status st;
-  std::thread waiter([&] { st = Wait(*client_, "secret/s", "condition=Ready", {}, absl::Minutes(5), out, clock_); });
+  std::thread waiter(
+      [&] { st = Wait(*command_client_, "secret/s", "condition=Ready", {}, absl::Minutes(5), out, clock_); });
   ASSERT_TRUE(clock_.BlockUntilTimers(1));
   clock_.Advance(absl::Minutes(5));
   waiter.join();
@@ -86,7 +91,7 @@ TEST_F(WaitTest, DeleteWaitsForTheFinalizerAndTimesOutNamingIt) {
   o.timeout = absl::Minutes(1);
   std::ostringstream out;
   absl::Status st;
-  std::thread deleter([&] { st = Delete(*client_, o, out, clock_); });
+  std::thread deleter([&] { st = Delete(*command_client_, o, out, clock_); });
   ASSERT_TRUE(clock_.BlockUntilTimers(1));
   // The first is released after 30 s; the second never is.
   clock_.Advance(absl::Seconds(30));
