@@ -304,6 +304,13 @@ absl::StatusOr<std::shared_ptr<const json>> Registry::CreateShared(const api::Ki
   return CreatedOrExists(kind, name, store_.CreateShared(std::string(kind.resource), std::move(obj)));
 }
 
+absl::StatusOr<std::shared_ptr<const json>> Registry::CreateSharedWithStatus(const api::KindInfo& kind,
+                                                                             const std::string& ns, json obj) {
+  BERTH_RETURN_IF_ERROR(PrepareCreate(kind, ns, obj, /*keep_status=*/true));
+  const std::string name = Str(obj["metadata"], "name");
+  return CreatedOrExists(kind, name, store_.CreateShared(std::string(kind.resource), std::move(obj)));
+}
+
 std::vector<absl::StatusOr<json>> Registry::CreateAll(const api::KindInfo& kind,
                                                       std::vector<std::pair<std::string, json>> objects) {
   std::vector<absl::StatusOr<json>> out(objects.size(), absl::UnknownError(""));
@@ -356,7 +363,7 @@ absl::Status Registry::ExistsError(const api::KindInfo& kind, const std::string&
   return absl::AlreadyExistsError(StrCat(kind.resource, group, " \"", name, "\" already exists"));
 }
 
-absl::Status Registry::PrepareCreate(const api::KindInfo& kind, const std::string& ns, json& obj) {
+absl::Status Registry::PrepareCreate(const api::KindInfo& kind, const std::string& ns, json& obj, bool keep_status) {
   if (!obj.is_object()) return api::BadRequest("the request body must be a JSON object");
   const std::string api_version = kind.api_version();
   if (obj.contains("apiVersion") && obj["apiVersion"] != api_version) {
@@ -395,7 +402,7 @@ absl::Status Registry::PrepareCreate(const api::KindInfo& kind, const std::strin
   }
   api::Normalize(kind, obj);
   api::ApplyDefaults(kind, obj);
-  ResetStatusForCreate(kind, obj);
+  if (!keep_status || !obj.contains("status") || !obj["status"].is_object()) ResetStatusForCreate(kind, obj);
   if (kind.kind == "PersistentVolumeClaim") SetDefaultStorageClass(obj);
   if (kind.kind == "Pod") AddDefaultTolerations(obj);
   if (storage_protection_admission_) AddProtectionFinalizer(kind, obj);

@@ -46,6 +46,13 @@ class Registry : public Api {
   absl::StatusOr<std::shared_ptr<const json>> UpdateShared(const api::KindInfo& kind, const std::string& ns,
                                                            const std::string& name, json object,
                                                            Subresource sub) override;
+  // Create for in-process controllers that know the status too (as
+  // Subresource::kMainAndStatus is for updates; no URL reaches it): the
+  // status given is kept and validated with the object instead of reset —
+  // e.g. the provisioner's volume, created Bound to the claim it was made
+  // for. Without a status, the kind's initial one, as Create.
+  absl::StatusOr<std::shared_ptr<const json>> CreateSharedWithStatus(const api::KindInfo& kind, const std::string& ns,
+                                                                     json object);
   // Creates each (namespace, object) as Create does, each succeeding or
   // failing on its own, in one group commit; one result per object.
   std::vector<absl::StatusOr<json>> CreateAll(const api::KindInfo& kind,
@@ -107,8 +114,9 @@ class Registry : public Api {
                                                          const std::string& name, json object, Subresource sub,
                                                          bool* unconditional, bool dry_run = false);
   absl::Status CheckNamespace(const api::KindInfo& kind, const std::string& ns);
-  // Create's admission: checks, defaults and validates `obj` in place.
-  absl::Status PrepareCreate(const api::KindInfo& kind, const std::string& ns, json& obj);
+  // Create's admission: checks, defaults and validates `obj` in place. With
+  // `keep_status` (CreateSharedWithStatus), a status given is not reset.
+  absl::Status PrepareCreate(const api::KindInfo& kind, const std::string& ns, json& obj, bool keep_status = false);
   // `created`, or the API's AlreadyExists error for the store's.
   template <typename T>
   static absl::StatusOr<T> CreatedOrExists(const api::KindInfo& kind, const std::string& name,

@@ -59,6 +59,25 @@ TEST_F(RegistryTest, CreateAppliesDefaultsResetsStatusAndNeedsTheNamespace) {
             400);
 }
 
+TEST_F(RegistryTest, CreateWithStatusKeepsTheStatusGivenAndIsAdmittedOtherwiseAsCreate) {
+  auto kept = registry_->CreateSharedWithStatus(Kind("persistentvolumeclaims"), "default", Claim("data"));
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  EXPECT_EQ((**kept)["status"], json({{"phase", "Bound"}}));
+  EXPECT_EQ((**kept)["spec"]["volumeMode"], "Filesystem");
+  EXPECT_EQ(registry_->Get(Kind("persistentvolumeclaims"), "default", "data")->at("status"), (**kept)["status"]);
+
+  json without = Claim("plain");
+  without.erase("status");
+  auto initial = registry_->CreateSharedWithStatus(Kind("persistentvolumeclaims"), "default", without);
+  ASSERT_TRUE(initial.ok()) << initial.status();
+  EXPECT_EQ((**initial)["status"], json({{"phase", "Pending"}}));
+
+  auto again = registry_->CreateSharedWithStatus(Kind("persistentvolumeclaims"), "default", Claim("data"));
+  EXPECT_EQ(again.status().message(), "persistentvolumeclaims \"data\" already exists");
+  auto nowhere = registry_->CreateSharedWithStatus(Kind("persistentvolumeclaims"), "nosuch", Claim("x"));
+  EXPECT_EQ(api::ToHttpError(nowhere.status()).code, 404);
+}
+
 TEST_F(RegistryTest, CreateAllAdmitsEachObjectOnItsOwn) {
   ASSERT_TRUE(registry_->Create(Kind("persistentvolumeclaims"), "default", Claim("taken")).ok());
   json bad = Claim("bad");

@@ -447,8 +447,15 @@ absl::Status PvBinder::Bind(const PersistentVolumeClaim& claim, const Persistent
     pv.spec.claim_ref = std::move(bound);
     return true;
   }));
-  BERTH_ASSIGN_OR_RETURN(const PersistentVolume fresh_pv,
-                         GetTyped<PersistentVolume>(registry_, VolumesKind(), "", pv_name));
+  // The volume as stored now; decoded only when the informer's copy is not
+  // it (berth's provisioner creates its volumes pointing at the claim and
+  // Bound, so for those nothing was written above and nothing is below).
+  BERTH_ASSIGN_OR_RETURN(const std::shared_ptr<const json> stored, registry_.GetShared(VolumesKind(), "", pv_name));
+  std::optional<PersistentVolume> decoded;
+  if (Str(*stored, {"metadata", "resourceVersion"}) != volume.metadata.resource_version) {
+    BERTH_ASSIGN_OR_RETURN(decoded, DecodeAs<PersistentVolume>(*stored));
+  }
+  const PersistentVolume& fresh_pv = decoded ? *decoded : volume;
   if (!fresh_pv.spec.claim_ref || fresh_pv.spec.claim_ref->uid != claim.metadata.uid) {
     return absl::AbortedError(StrCat("volume ", pv_name, " was bound to another claim meanwhile"));
   }

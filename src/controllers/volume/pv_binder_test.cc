@@ -245,6 +245,36 @@ TEST_F(PvBinderTest, AClaimHandedToAProvisionerOfThisProcessGetsNoExternalProvis
   EXPECT_EQ(told, std::set<std::string>{"theirs"});
 }
 
+TEST_F(PvBinderTest, AVolumeCreatedBoundToTheClaimIsNotWrittenAgainAndTheClaimBindsToIt) {
+  // As berth's provisioner creates its volumes: pointing at the claim by uid,
+  // and Bound already (Registry::CreateSharedWithStatus). With the
+  // protection finalizers added at create, as berth up runs.
+  registry_->EnableStorageProtectionAdmission(true);
+  Create("storageclasses", "", {{"metadata", {{"name", "here"}}}, {"provisioner", "x.csi.io"}});
+  Create("persistentvolumeclaims", "default", Claim("data", "1Gi", "here"));
+  const json claim = Get("persistentvolumeclaims", "default", "data");
+  json pv = Volume("pvc-data", "1Gi", "here");
+  pv["metadata"]["annotations"] = {{kAnnProvisionedBy, "x.csi.io"}};
+  pv["spec"]["persistentVolumeReclaimPolicy"] = "Delete";
+  pv["spec"]["claimRef"] = {
+      {"kind", "PersistentVolumeClaim"}, {"apiVersion", "v1"},
+      {"namespace", "default"},          {"name", "data"},
+      {"uid", claim["metadata"]["uid"]}, {"resourceVersion", claim["metadata"]["resourceVersion"]}};
+  pv["status"] = {{"phase", "Bound"}};
+  auto created = registry_->CreateSharedWithStatus(K("persistentvolumes"), "", pv);
+  ASSERT_TRUE(created.ok()) << created.status();
+  const std::string written = (**created)["metadata"].value("resourceVersion", "");
+  EXPECT_EQ((**created)["status"].value("phase", ""), "Bound");
+  StartBinder({.provisioner_runs_here = [](const std::string& p) { return p == "x.csi.io"; }});
+  ASSERT_TRUE(Eventually([&] { return Phase("persistentvolumeclaims", "default", "data") == "Bound"; }));
+  StopBinder();  // every sync has finished
+  const json bound = Get("persistentvolumeclaims", "default", "data");
+  EXPECT_EQ(bound["spec"].value("volumeName", ""), "pvc-data");
+  const json after = Get("persistentvolumes", "", "pvc-data");
+  EXPECT_EQ(after["status"].value("phase", ""), "Bound");
+  EXPECT_EQ(after["metadata"].value("resourceVersion", ""), written) << after.dump();
+}
+
 TEST_F(PvBinderTest, DeletedClaimWaitsForItsPodThenReleasesTheVolume) {
   Create("persistentvolumes", "", Volume("pv", "1Gi"));
   Create("persistentvolumeclaims", "default", Claim("data", "1Gi"));
