@@ -378,6 +378,13 @@ const std::set<std::string>* Informer::IndexedLocked(const std::string& index, c
 }
 
 std::vector<json> Informer::ByIndex(const std::string& index, const std::string& value) const {
+  std::vector<json> out;
+  for (const std::shared_ptr<const json>& o : ByIndexShared(index, value)) out.push_back(*o);
+  return out;
+}
+
+std::vector<std::shared_ptr<const json>> Informer::ByIndexShared(const std::string& index,
+                                                                 const std::string& value) const {
   std::vector<Taken> taken;
   {
     absl::MutexLock lock(&mu_);
@@ -387,9 +394,9 @@ std::vector<json> Informer::ByIndex(const std::string& index, const std::string&
       if (auto it = cache_.find(key); it != cache_.end()) taken.push_back(Take(it->second));
     }
   }
-  std::vector<json> out;
+  std::vector<std::shared_ptr<const json>> out;
   out.reserve(taken.size());
-  for (const Taken& t : taken) out.push_back(*ObjectOf(t));
+  for (const Taken& t : taken) out.push_back(ObjectOf(t));
   return out;
 }
 

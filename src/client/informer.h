@@ -91,6 +91,8 @@ class Informer {
   std::vector<json> Select(const std::function<bool(const json&)>& pred) const;
   // The objects `index` files under `value` (an unknown index: none).
   std::vector<json> ByIndex(const std::string& index, const std::string& value) const;
+  // The same without a copy (GetSharedByKey's objects).
+  std::vector<std::shared_ptr<const json>> ByIndexShared(const std::string& index, const std::string& value) const;
   // Their keys only ("ns/name", or the name of a cluster-scoped object),
   // in key order, and how many there are: nothing copied or parsed.
   std::vector<std::string> KeysByIndex(const std::string& index, const std::string& value) const;

@@ -142,8 +142,8 @@ void PvBinder::RegisterHandlers() {
               return;
             }
             const std::string uid = Uid(o);
-            for (const auto& pv : informers_.volumes.ByIndex(kByClaim, ObjectKey(o))) {
-              if (Str(pv, {"spec", "claimRef", "uid"}) == uid) volume_queue_.Add(Name(pv));
+            for (const auto& pv : informers_.volumes.ByIndexShared(kByClaim, ObjectKey(o))) {
+              if (Str(*pv, {"spec", "claimRef", "uid"}) == uid) volume_queue_.Add(Name(*pv));
             }
           },
   });
@@ -330,18 +330,19 @@ absl::Status PvBinder::SyncClaim(const std::string& key) {
 }
 
 absl::Status PvBinder::SyncUnboundClaim(const PersistentVolumeClaim& claim) {
-  const json subject = IdentityOf(claim);
+  // Built only for an event: most syncs record none.
+  const auto subject = [&] { return IdentityOf(claim); };
   const std::string& volume_name = claim.spec.volume_name;
   if (!volume_name.empty()) {
     // Pre-bound by the user (or by us before a crash).
     std::shared_ptr<const json> pv_json = informers_.volumes.GetSharedByKey(volume_name);
     if (!pv_json) {
-      events_.Record(subject, "Warning", "FailedBinding", StrCat("volume \"", volume_name, "\" not found"));
+      events_.Record(subject(), "Warning", "FailedBinding", StrCat("volume \"", volume_name, "\" not found"));
       return SetClaimPhase(claim, "Pending", nullptr);
     }
     BERTH_ASSIGN_OR_RETURN(const PersistentVolume pv, DecodeAs<PersistentVolume>(*pv_json));
     if (pv.spec.claim_ref && !RefersTo(*pv.spec.claim_ref, claim)) {
-      events_.Record(subject, "Warning", "FailedBinding",
+      events_.Record(subject(), "Warning", "FailedBinding",
                      StrCat("volume \"", volume_name, "\" already bound to a different claim."));
       return SetClaimPhase(claim, "Pending", nullptr);
     }
@@ -358,7 +359,7 @@ absl::Status PvBinder::SyncUnboundClaim(const PersistentVolumeClaim& claim) {
         }
       }
       if (!fits.ok()) {
-        events_.Record(subject, "Warning", "VolumeMismatch",
+        events_.Record(subject(), "Warning", "VolumeMismatch",
                        StrCat("Cannot bind to requested volume \"", volume_name, "\": ", fits.message()));
         return SetClaimPhase(claim, "Pending", nullptr);
       }
@@ -376,11 +377,12 @@ absl::Status PvBinder::SyncUnboundClaim(const PersistentVolumeClaim& claim) {
   if (wait_for_consumer && selected.empty()) {
     // A volume pre-bound to this claim needs no node choice (Kubernetes
     // binds it at once too).
-    std::vector<PersistentVolume> prebound = DecodeAll(informers_.volumes.ByIndex(kByClaim, KeyOf(claim.metadata)));
+    std::vector<PersistentVolume> prebound =
+        DecodeAll(informers_.volumes.ByIndexShared(kByClaim, KeyOf(claim.metadata)));
     if (const PersistentVolume* pv = FindBestMatch(claim, prebound, nullptr); pv != nullptr && pv->spec.claim_ref) {
       return Bind(claim, *pv);
     }
-    events_.Record(subject, "Normal", "WaitForFirstConsumer",
+    events_.Record(subject(), "Normal", "WaitForFirstConsumer",
                    "waiting for first consumer to be created before binding");
     return SetClaimPhase(claim, "Pending", nullptr);
   }
@@ -388,8 +390,8 @@ absl::Status PvBinder::SyncUnboundClaim(const PersistentVolumeClaim& claim) {
   if (wait_for_consumer) node_labels = NodeLabelsOf(selected);
   // Only volumes that could be this claim's: same class, and free or
   // pointing at this claim (copying every volume per sync is O(n²)).
-  std::vector<PersistentVolume> volumes = DecodeAll(informers_.volumes.ByIndex(kFreeByClass, cls));
-  for (auto& pv : DecodeAll(informers_.volumes.ByIndex(kByClaim, KeyOf(claim.metadata)))) {
+  std::vector<PersistentVolume> volumes = DecodeAll(informers_.volumes.ByIndexShared(kFreeByClass, cls));
+  for (auto& pv : DecodeAll(informers_.volumes.ByIndexShared(kByClaim, KeyOf(claim.metadata)))) {
     if (types::VolumeClass(pv) == cls) volumes.push_back(std::move(pv));
   }
   if (const PersistentVolume* pv = FindBestMatch(claim, volumes, node_labels ? &*node_labels : nullptr)) {
@@ -411,7 +413,7 @@ absl::Status PvBinder::SyncUnboundClaim(const PersistentVolumeClaim& claim) {
           }));
     }
     if (!options_.provisioner_runs_here || !options_.provisioner_runs_here(provisioner)) {
-      events_.Record(subject, "Normal", "ExternalProvisioning",
+      events_.Record(subject(), "Normal", "ExternalProvisioning",
                      StrCat("Waiting for a volume to be created either by the external provisioner '", provisioner,
                             "' or manually by the system administrator. If volume creation is delayed, please "
                             "verify that the provisioner is running and correctly registered."));
@@ -419,10 +421,10 @@ absl::Status PvBinder::SyncUnboundClaim(const PersistentVolumeClaim& claim) {
     return SetClaimPhase(claim, "Pending", nullptr);
   }
   if (!cls.empty() && !sc) {
-    events_.Record(subject, "Warning", "ProvisioningFailed",
+    events_.Record(subject(), "Warning", "ProvisioningFailed",
                    StrCat("storageclass.storage.k8s.io \"", cls, "\" not found"));
   } else {
-    events_.Record(subject, "Normal", "FailedBinding",
+    events_.Record(subject(), "Normal", "FailedBinding",
                    "no persistent volumes available for this claim and no storage class is set");
   }
   return SetClaimPhase(claim, "Pending", nullptr);
@@ -670,11 +672,11 @@ absl::Status PvBinder::SetVolumePhase(const PersistentVolume& volume, const std:
   });
 }
 
-std::vector<PersistentVolume> PvBinder::DecodeAll(const std::vector<json>& volumes) {
+std::vector<PersistentVolume> PvBinder::DecodeAll(const std::vector<std::shared_ptr<const json>>& volumes) {
   std::vector<PersistentVolume> out;
   out.reserve(volumes.size());
   for (const auto& v : volumes) {
-    absl::StatusOr<PersistentVolume> pv = DecodeAs<PersistentVolume>(v);
+    absl::StatusOr<PersistentVolume> pv = DecodeAs<PersistentVolume>(*v);
     if (pv.ok()) {
       out.push_back(std::move(*pv));
     } else {

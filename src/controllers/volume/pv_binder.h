@@ -141,7 +141,7 @@ class PvBinder {
   // A node's labels (kubernetes.io/hostname defaulting to its name).
   std::map<std::string, std::string> NodeLabelsOf(const std::string& node) const;
   // The volumes that decode (one that does not is logged and skipped).
-  static std::vector<PersistentVolume> DecodeAll(const std::vector<nlohmann::json>& volumes);
+  static std::vector<PersistentVolume> DecodeAll(const std::vector<std::shared_ptr<const nlohmann::json>>& volumes);
 
   apiserver::Registry& registry_;
   BinderInformers informers_;
