@@ -408,13 +408,9 @@ absl::Status Provisioner::CreatePersistentVolume(const PersistentVolumeClaim& cl
     }
   }
   if (spec.persistent_volume_reclaim_policy == "Delete") pv.metadata.finalizers = {kProvisionerFinalizer};
-  // Created Bound: its claimRef names the claim by uid, which is what Bound
-  // means for a volume. Through the API (the upstream external-provisioner)
-  // a volume starts Pending and the binder writes Bound before it binds the
-  // claim; made here, that is one write fewer per claim. The claim stays
-  // Pending until the binder names the volume in it, as in Kubernetes, where
-  // a Bound volume whose claim does not name it yet is a state the binding
-  // passes through.
+  // Created Bound (its claimRef holds the claim's uid): through the API it
+  // would start Pending and take the binder a write; a Bound volume that its
+  // claim does not name yet is a state Kubernetes' binding passes through.
   pv.status.phase = "Bound";
   pv.status.last_phase_transition_time = NowRfc3339();
   auto created = registry_.CreateSharedWithStatus(K("persistentvolumes"), "", types::Encode(pv));
