@@ -299,14 +299,17 @@ absl::StatusOr<json> Registry::Create(const api::KindInfo& kind, const std::stri
 
 absl::StatusOr<std::shared_ptr<const json>> Registry::CreateShared(const api::KindInfo& kind, const std::string& ns,
                                                                    json obj) {
-  BERTH_RETURN_IF_ERROR(PrepareCreate(kind, ns, obj));
-  const std::string name = Str(obj["metadata"], "name");
-  return CreatedOrExists(kind, name, store_.CreateShared(std::string(kind.resource), std::move(obj)));
+  return CreateAdmitted(kind, ns, std::move(obj), /*keep_status=*/false);
 }
 
 absl::StatusOr<std::shared_ptr<const json>> Registry::CreateSharedWithStatus(const api::KindInfo& kind,
                                                                              const std::string& ns, json obj) {
-  BERTH_RETURN_IF_ERROR(PrepareCreate(kind, ns, obj, /*keep_status=*/true));
+  return CreateAdmitted(kind, ns, std::move(obj), /*keep_status=*/true);
+}
+
+absl::StatusOr<std::shared_ptr<const json>> Registry::CreateAdmitted(const api::KindInfo& kind, const std::string& ns,
+                                                                     json obj, bool keep_status) {
+  BERTH_RETURN_IF_ERROR(PrepareCreate(kind, ns, obj, keep_status));
   const std::string name = Str(obj["metadata"], "name");
   return CreatedOrExists(kind, name, store_.CreateShared(std::string(kind.resource), std::move(obj)));
 }
@@ -402,7 +405,7 @@ absl::Status Registry::PrepareCreate(const api::KindInfo& kind, const std::strin
   }
   api::Normalize(kind, obj);
   api::ApplyDefaults(kind, obj);
-  if (!keep_status || !obj.contains("status") || !obj["status"].is_object()) ResetStatusForCreate(kind, obj);
+  if (!keep_status || !obj.contains("status")) ResetStatusForCreate(kind, obj);
   if (kind.kind == "PersistentVolumeClaim") SetDefaultStorageClass(obj);
   if (kind.kind == "Pod") AddDefaultTolerations(obj);
   if (storage_protection_admission_) AddProtectionFinalizer(kind, obj);

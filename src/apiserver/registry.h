@@ -117,6 +117,9 @@ class Registry : public Api {
   // Create's admission: checks, defaults and validates `obj` in place. With
   // `keep_status` (CreateSharedWithStatus), a status given is not reset.
   absl::Status PrepareCreate(const api::KindInfo& kind, const std::string& ns, json& obj, bool keep_status = false);
+  // PrepareCreate, then the store's create.
+  absl::StatusOr<std::shared_ptr<const json>> CreateAdmitted(const api::KindInfo& kind, const std::string& ns, json obj,
+                                                             bool keep_status);
   // `created`, or the API's AlreadyExists error for the store's.
   template <typename T>
   static absl::StatusOr<T> CreatedOrExists(const api::KindInfo& kind, const std::string& name,
