@@ -197,10 +197,15 @@ void PluginWatcher::Rescan() {
     absl::MutexLock lock(&mu_);
     plugins_.erase(socket);
   }
-  // A socket created anew is tried at once.
+  // A socket created anew is tried at once, by the rule a registered one is
+  // told replaced by: a new inode, or a create event for its name on a file
+  // other than the one tried. The create event of the very file a scan
+  // already tried (the scan saw it before the event was read) keeps its
+  // backoff.
   for (auto it = retries_.begin(); it != retries_.end();) {
     auto s = sockets.find(it->first);
-    const bool fresh = s == sockets.end() || s->second != it->second.file || created_.count(it->first) > 0;
+    const bool fresh = s == sockets.end() || s->second.inode != it->second.file.inode ||
+                       (created_.count(it->first) > 0 && s->second != it->second.file);
     if (!fresh) {
       ++it;
       continue;
