@@ -10,6 +10,7 @@
 #include "absl/strings/numbers.h"
 #include "api/codec.h"
 #include "api/errors.h"
+#include "api/json_text.h"
 #include "api/table.h"
 #include "berth/version.h"
 #include "common/logging.h"
@@ -33,7 +34,7 @@ struct Route {
 };
 
 void SendJson(ResponseWriter& out, int code, const json& body) {
-  out.Send(code, kJson, body.dump(-1, ' ', false, json::error_handler_t::replace));
+  out.Send(code, kJson, api::DumpJson(body, json::error_handler_t::replace));
 }
 
 void SendError(ResponseWriter& out, const absl::Status& st) {
@@ -504,11 +505,11 @@ void ApiHandler::Handle(const HttpRequest& req, ResponseWriter& out) {
         // watcher.
         const std::string type_json = json(type).dump();
         if (text != nullptr) return StrCat("{\"object\":", *text, ",\"type\":", type_json, "}\n");
-        return StrCat("{\"object\":", object.dump(-1, ' ', false, json::error_handler_t::replace),
-                      ",\"type\":", type_json, "}\n");
+        return StrCat("{\"object\":", api::DumpJson(object, json::error_handler_t::replace), ",\"type\":", type_json,
+                      "}\n");
       }
-      return EventJson(*k, type, convert ? eventsv1::FromCore(object) : object, table)
-                 .dump(-1, ' ', false, json::error_handler_t::replace) +
+      return api::DumpJson(EventJson(*k, type, convert ? eventsv1::FromCore(object) : object, table),
+                           json::error_handler_t::replace) +
              "\n";
     };
     if (QueryTrue(req, "allowWatchBookmarks")) {

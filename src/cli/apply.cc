@@ -22,6 +22,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "api/codec.h"
+#include "api/json_text.h"
 #include "api/kinds.h"
 #include "cli/commands.h"
 #include "common/status.h"
@@ -113,7 +114,7 @@ void Update(ApiClient& client, Job& j) {
 
 // Create, else update.
 void ApplyOne(ApiClient& client, Job& j) {
-  absl::StatusOr<ApiResponse> r = client.Call("POST", CollectionPath(*j.kind, j.ns), j.object.dump());
+  absl::StatusOr<ApiResponse> r = client.Call("POST", CollectionPath(*j.kind, j.ns), api::DumpJson(j.object));
   if (!r.ok()) {
     j.fatal = r.status();
     return;
@@ -303,7 +304,7 @@ absl::Status Apply(http::ApiClient& client, const std::vector<std::string>& file
           applied["metadata"]["annotations"].erase(kApplyLastApplied);
           if (applied["metadata"]["annotations"].empty()) applied["metadata"].erase("annotations");
         }
-        m["metadata"]["annotations"][kApplyLastApplied] = applied.dump();
+        m["metadata"]["annotations"][kApplyLastApplied] = api::DumpJson(applied);
         j->object = std::move(m);
         const std::string key = StrCat(j->kind->resource, ".", j->kind->group, "/", j->ns, "/", j->name);
         j->barrier = !j->kind->namespaced || segment.count(key) > 0;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <random>
 
+#include "api/json_text.h"
 #include "client/quiescence.h"
 #include "common/memory.h"
 #include "common/strings.h"
@@ -58,7 +59,7 @@ std::shared_ptr<const json> Unpack(const std::string& packed, const ZstdDictiona
 
 std::string PackObject(const json& object) {
   std::string packed;
-  json::to_msgpack(object, packed);
+  api::AppendMsgpack(packed, object);
   packed.shrink_to_fit();  // held for the object's life: no slack from the string's growth
   return packed;
 }

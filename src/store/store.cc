@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "absl/time/clock.h"
+#include "api/json_text.h"
 #include "common/memory.h"
 #include "common/strings.h"
 #include "common/thread_name.h"
@@ -446,7 +447,7 @@ void Store::Publish(std::vector<Change> events) {
     if (c.before != nullptr) before_labels[i] = Labels(*c.before);
     // A deletion's last state was not written: serialized here, once, for
     // the history and every watcher.
-    if (c.event.text == nullptr) c.event.text = std::make_shared<const std::string>(c.event.object->dump());
+    if (c.event.text == nullptr) c.event.text = std::make_shared<const std::string>(api::DumpJson(*c.event.object));
     offered.push_back({&c.event, before_labels[i] ? &*before_labels[i] : nullptr});
   }
   // The whole commit to each watcher at once: one wake-up per watcher.
@@ -570,7 +571,7 @@ void Store::CompactTexts() {
       ObjectPtr& object = objects[i - at];
       if (object == nullptr) continue;
       KeptText& kept = texts[i - at];
-      kept = KeptText(std::make_shared<const std::string>(object->dump()));
+      kept = KeptText(std::make_shared<const std::string>(api::DumpJson(*object)));
       object.reset();  // (held here, it would look held elsewhere below)
       if (auto dict = dictionary_of(KeyResource(unwritten[i].first))) {
         std::string frame = dict->Compress(*kept.plain());

@@ -17,6 +17,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "api/json_text.h"
 #include "common/strings.h"
 #include "store/store.h"
 
@@ -183,7 +184,7 @@ struct Store::Txn {
     const int64_t rv = ++*next_rv;
     obj["metadata"]["resourceVersion"] = std::to_string(rv);
     const std::string ns = Namespace(obj), name = Name(obj);
-    auto data = std::make_shared<const std::string>(obj.dump());
+    auto data = std::make_shared<const std::string>(api::DumpJson(obj));
     Stmt s(db, type == EventType::kAdded
                    ? "INSERT INTO objects(resource, namespace, name, uid, rv, data) VALUES(?1, ?2, ?3, ?4, ?5, ?6)"
                    // An upsert rewrites the row in place; REPLACE deleted and
