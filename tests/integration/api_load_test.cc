@@ -1,8 +1,9 @@
 // The API server of `berth up` under a connection flood (as root: berth up
 // runs its node agent and berth-csi): 2,000 idle TLS connections and 200
 // that send their request headers a byte at a time, held open together.
-// Meanwhile stock kubectl still answers `get pv` within a second, the
-// process stays under 256 threads, and the server's own deadlines (short
+// Meanwhile stock kubectl still answers `get pv` within a few seconds (a
+// starved one would wait for the flood's deadlines), the process stays
+// under 256 threads, and the server's own deadlines (short
 // ones, set by flags here) close every one of those connections.
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -33,6 +34,10 @@ constexpr int kSlowHeader = 200;
 // The deadlines berth up runs with here; the flood must outlive setting up
 // and measuring, and then be closed by them.
 constexpr int kHeaderTimeoutSeconds = 40;
+// How soon kubectl must be served while the flood is held: far below the
+// deadlines that would free a starved server, with room for a sanitized
+// build on a loaded 2-core machine (1.13 s seen there; ~0.2 s idle).
+constexpr absl::Duration kServedWithin = absl::Seconds(5);
 
 int ConnectTcp(int port) {
   const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -181,12 +186,12 @@ TEST_F(ApiLoadTest, FloodOfIdleAndSlowHeaderTlsConnectionsLeavesKubectlServedAnd
     }
   });
 
-  // All of them held; kubectl served within a second, three times over.
+  // All of them held; kubectl served at once, three times over.
   for (int i = 0; i < 3; ++i) {
     CommandResult r;
     const absl::Duration took = KubectlGetPv(&r);
     EXPECT_EQ(r.exit_code, 0) << r;
-    EXPECT_LT(took, absl::Seconds(1)) << "kubectl get pv took " << took;
+    EXPECT_LT(took, kServedWithin) << "kubectl get pv took " << took;
     EXPECT_LT(Threads(up_->pid()), 256);
     std::cerr << "[ kubectl  ] get pv with the flood held: " << absl::FormatDuration(took) << "\n";
   }
@@ -225,7 +230,7 @@ TEST_F(ApiLoadTest, FloodOfIdleAndSlowHeaderTlsConnectionsLeavesKubectlServedAnd
             << kHeaderTimeoutSeconds << " s)\n";
   // And it still serves.
   CommandResult r;
-  EXPECT_LT(KubectlGetPv(&r), absl::Seconds(1));
+  EXPECT_LT(KubectlGetPv(&r), kServedWithin);
   EXPECT_EQ(r.exit_code, 0) << r;
   EXPECT_EQ(StopUp(SIGTERM), 0);
 }
