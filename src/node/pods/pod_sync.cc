@@ -318,18 +318,14 @@ absl::Status PodWorkers::StartContainer(const json& pod, const json& c, bool ini
   if (prev != nullptr && prev->exited()) {
     const std::string key = uid + "/" + name;
     const absl::Time since = ExitSeen(*prev);
-    absl::Duration left;
-    if (InBackoff(key, since, &left)) {
-      absl::Duration current = left;
-      {
-        absl::MutexLock lock(&mu_);
-        if (auto it = backoffs_.find(key); it != backoffs_.end()) current = it->second.current;
-      }
+    absl::Time until;
+    if (InBackoff(key, since, &until)) {
+      const absl::Duration current = until - since;  // the backoff's length
       state.waiting[name] = {"CrashLoopBackOff", StrCat("back-off ", absl::FormatDuration(current),
                                                         " restarting failed container=", name, " pod=", PodDesc(pod))};
       events_.Record(pod, "Warning", "BackOff",
                      StrCat("Back-off restarting failed container ", name, " in pod ", PodDesc(pod)));
-      EnqueueAt(uid, clock_.Now() + left);
+      EnqueueAt(uid, until);
       return absl::OkStatus();
     }
     NextBackoff(key, since);
@@ -387,19 +383,18 @@ absl::StatusOr<v1::Image> PodWorkers::EnsureImage(const json& pod, const json& c
     return present;
   }
   const std::string key = StrCat(client::Uid(pod), "/pull/", image);
-  absl::Duration left;
-  if (InBackoff(key, absl::InfinitePast(), &left)) {
+  absl::Time until;
+  if (InBackoff(key, absl::InfinitePast(), &until)) {
     *why = {"ImagePullBackOff", StrCat("Back-off pulling image \"", image, "\"")};
     events_.Record(pod, "Normal", "BackOff", why->message);
-    EnqueueAt(client::Uid(pod), clock_.Now() + left);
+    EnqueueAt(client::Uid(pod), until);
     return absl::UnavailableError(why->message);
   }
   events_.Record(pod, "Normal", "Pulling", StrCat("Pulling image \"", image, "\""));
   auto ref = runtime_.PullImage(image, sandbox_config);
   if (!ref.ok()) {
     NextBackoff(key, clock_.Now());
-    absl::Duration next;
-    if (InBackoff(key, absl::InfinitePast(), &next)) EnqueueAt(client::Uid(pod), clock_.Now() + next);
+    if (absl::Time next; InBackoff(key, absl::InfinitePast(), &next)) EnqueueAt(client::Uid(pod), next);
     *why = {"ErrImagePull", StrCat("Failed to pull image \"", image, "\": ", ref.status().message())};
     events_.Record(pod, "Warning", "Failed", why->message);
     return ref.status();

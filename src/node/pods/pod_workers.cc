@@ -143,6 +143,9 @@ void PodWorkers::EnqueueAt(const std::string& uid, absl::Time when) {
     timers_[uid] = *id;
   }
   if (replaced) clock_.Cancel(*replaced);
+  // Reached already (the clock moved since `when` was computed): the timer
+  // would wait for the clock's next step.
+  if (when <= clock_.Now()) queue_.Add(uid);
 }
 
 std::optional<json> PodWorkers::PodByUid(const std::string& uid) {
@@ -292,17 +295,15 @@ absl::Time PodWorkers::ExitSeen(const ContainerState& c) {
   return it->second;
 }
 
-bool PodWorkers::InBackoff(const std::string& key, absl::Time since, absl::Duration* left) {
+bool PodWorkers::InBackoff(const std::string& key, absl::Time since, absl::Time* until) {
   absl::MutexLock lock(&mu_);
   auto it = backoffs_.find(key);
   if (it == backoffs_.end()) return false;
   if (since == absl::InfinitePast()) since = it->second.last_update;  // since its last failure
   // Stable for twice the maximum since the last backoff: forgotten.
   if (since - it->second.last_update > 2 * options_.backoff_max) return false;
-  const absl::Duration elapsed = clock_.Now() - since;
-  if (elapsed >= it->second.current) return false;
-  *left = it->second.current - elapsed;
-  return true;
+  *until = since + it->second.current;
+  return clock_.Now() < *until;
 }
 
 void PodWorkers::NextBackoff(const std::string& key, absl::Time since) {

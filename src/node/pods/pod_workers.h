@@ -152,11 +152,16 @@ class PodWorkers {
   void RelistLoop();
   void Relist() ABSL_LOCKS_EXCLUDED(mu_);
   void WorkerLoop();
+  // Syncs `uid` again at `when` on the clock (at once if that time has
+  // come: a timer set for a time already passed would wait for the next
+  // one).
   void EnqueueAt(const std::string& uid, absl::Time when) ABSL_LOCKS_EXCLUDED(mu_);
   std::optional<nlohmann::json> PodByUid(const std::string& uid) ABSL_LOCKS_EXCLUDED(mu_);
   // Whether `key` is still backing off from an event at `since`
-  // (InfinitePast: from its last failure), and for how long.
-  bool InBackoff(const std::string& key, absl::Time since, absl::Duration* left) ABSL_LOCKS_EXCLUDED(mu_);
+  // (InfinitePast: from its last failure), and until when: a time on the
+  // clock, read once (a wake-up computed from a second reading would move
+  // with a clock advanced in between).
+  bool InBackoff(const std::string& key, absl::Time since, absl::Time* until) ABSL_LOCKS_EXCLUDED(mu_);
   void NextBackoff(const std::string& key, absl::Time since) ABSL_LOCKS_EXCLUDED(mu_);
   // When this agent first saw the container exited (backoffs count from it,
   // on our clock).
