@@ -27,7 +27,7 @@ class Writer {
   Writer(const Writer&) = delete;
   Writer& operator=(const Writer&) = delete;
 
-  // Room for `n` more bytes at Cursor().
+  // Room for `n` more bytes where the next byte goes.
   char* Room(size_t n) {
     if (size_ + n > out_.size()) out_.resize(std::max(out_.size() * 2, size_ + n + 256));
     return out_.data() + size_;
@@ -278,6 +278,9 @@ void AppendJson(std::string& out, const json& value, json::error_handler_t error
 std::string DumpJson(const json& value, json::error_handler_t errors) {
   std::string out;
   AppendJson(out, value, errors);
+  // The room made for the worst case (every byte of a string escaped) is
+  // not kept: the store holds these texts while a burst goes on.
+  if (out.capacity() - out.size() > out.size() / 8) out.shrink_to_fit();
   return out;
 }
 
