@@ -15,7 +15,6 @@
 #include <charconv>
 #include <cstring>
 
-#include <future>
 #include <map>
 #include <random>
 #include <thread>
@@ -308,13 +307,12 @@ int64_t Store::ResourceVersion() const {
 absl::StatusOr<Store::ObjectPtr> Store::Submit(std::function<absl::StatusOr<ObjectPtr>(Txn&)> fn) {
   auto m = std::make_shared<Mutation>();
   m->fn = std::move(fn);
-  auto result = m->done.get_future();
   {
     absl::MutexLock lock(&queue_mu_);
     if (stopping_) return absl::UnavailableError("store is closing");
     queue_.push_back(m);
   }
-  return result.get();
+  return m->done.Take();
 }
 
 void Store::WriterLoop() {
@@ -426,14 +424,14 @@ void Store::WriterLoop() {
     if (!batch_status.ok()) {
       spdlog::error("store commit failed: {}", batch_status.ToString());
       next_rv_ = rv_before;
-      for (auto& m : batch) m->done.set_value(batch_status);
+      for (auto& m : batch) m->done.Set(batch_status);
       continue;
     }
     // The cache follows the commit before anyone hears of it: a writer's
     // own Get and a watcher's reaction both see at least this batch.
     CacheApply(std::move(batch_writes));
     Publish(std::move(events));
-    for (size_t i = 0; i < batch.size(); ++i) batch[i]->done.set_value(std::move(results[i]));
+    for (size_t i = 0; i < batch.size(); ++i) batch[i]->done.Set(std::move(results[i]));
   }
 }
 

@@ -68,8 +68,6 @@ std::vector<absl::StatusOr<Object>> Store::CreateAll(const std::string& resource
     queued.push_back(std::move(m));
     at.push_back(i);
   }
-  std::vector<std::future<absl::StatusOr<ObjectPtr>>> results;
-  for (auto& m : queued) results.push_back(m->done.get_future());
   {
     absl::MutexLock lock(&queue_mu_);
     if (stopping_) {
@@ -77,9 +75,9 @@ std::vector<absl::StatusOr<Object>> Store::CreateAll(const std::string& resource
       return out;
     }
     // Queued together: they go into the same group commit (one fsync).
-    for (auto& m : queued) queue_.push_back(std::move(m));
+    for (const auto& m : queued) queue_.push_back(m);
   }
-  for (size_t k = 0; k < results.size(); ++k) out[at[k]] = Copy(results[k].get());
+  for (size_t k = 0; k < queued.size(); ++k) out[at[k]] = Copy(queued[k]->done.Take());
   return out;
 }
 
