@@ -64,10 +64,19 @@ ControllerManager::ControllerManager(apiserver::Registry& registry, DriverDirect
       registry_,
       BinderInformers{i("persistentvolumeclaims"), i("persistentvolumes"), i("storageclasses"), i("pods"), i("nodes")},
       PvBinder::Options{.workers = options_.binder_workers,
-                        .provisioner_runs_here = [this](const std::string& provisioner) {
-                          absl::MutexLock lock(&running_mu_);
-                          return running_provisioners_.contains(provisioner);
-                        }});
+                        .provisioner_runs_here =
+                            [this](const std::string& provisioner) {
+                              absl::MutexLock lock(&running_mu_);
+                              return running_provisioners_.contains(provisioner);
+                            },
+                        .hand_over =
+                            [this](const std::string& provisioner, const std::string& key, const std::string& uid) {
+                              absl::MutexLock lock(&running_mu_);
+                              auto it = running_provisioners_.find(provisioner);
+                              if (it == running_provisioners_.end()) return false;
+                              it->second->TakeOver(key, uid);
+                              return true;
+                            }});
   attach_detach_ = std::make_unique<AttachDetachController>(
       registry_,
       AttachDetachInformers{i("pods"), i("nodes"), i("persistentvolumes"), i("persistentvolumeclaims"), i("csidrivers"),
@@ -183,7 +192,7 @@ void ControllerManager::StartDriver(const std::string& driver, PerDriver& d) {
   d.provisioner->Start();
   {
     absl::MutexLock lock(&running_mu_);
-    running_provisioners_.insert(driver);
+    running_provisioners_[driver] = d.provisioner.get();
   }
   d.attacher->Start();
   d.resizer->Start();

@@ -21,7 +21,6 @@
 
 #include <map>
 #include <memory>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -161,10 +160,12 @@ class ControllerManager {
   std::map<std::string, PerDriver> per_driver_ ABSL_GUARDED_BY(mu_);
   bool started_ ABSL_GUARDED_BY(mu_) = false;
   // The drivers whose provisioner has started, for the binder's workers
-  // (PvBinder::Options::provisioner_runs_here). A lock of its own: Stop
-  // joins those workers while it holds mu_.
+  // (PvBinder::Options::provisioner_runs_here and hand_over: a provisioner
+  // is called only under this lock, and Stop takes it out of here before
+  // stopping it). A lock of its own: Stop joins those workers while it
+  // holds mu_.
   mutable absl::Mutex running_mu_ ABSL_ACQUIRED_AFTER(mu_);
-  std::set<std::string> running_provisioners_ ABSL_GUARDED_BY(running_mu_);
+  std::map<std::string, Provisioner*> running_provisioners_ ABSL_GUARDED_BY(running_mu_);
 };
 
 }  // namespace berth::controllers

@@ -5,6 +5,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
@@ -40,8 +41,8 @@ class ProvisionerTest : public FakeCsiTest {
   ProvisionerTest() { storage_protection_ = true; }
   void TearDown() override {
     if (resizer_) resizer_->Stop();
+    if (binder_) binder_->Stop();  // first: it hands claims to the provisioner
     if (provisioner_) provisioner_->Stop();
-    if (binder_) binder_->Stop();
     for (auto* i : {&claims_, &volumes_, &classes_, &pods_, &nodes_, &csinodes_}) {
       if (*i) (*i)->Stop();
     }
@@ -60,8 +61,21 @@ class ProvisionerTest : public FakeCsiTest {
     pods_ = std::make_unique<Informer>(*registry_, K("pods"));
     nodes_ = std::make_unique<Informer>(*registry_, K("nodes"));
     csinodes_ = std::make_unique<Informer>(*registry_, K("csinodes", "storage.k8s.io"));
+    PvBinder::Options binder_options;
+    if (hand_over_in_memory_) {
+      // As berth up's controller manager: the binder hands claims of our
+      // driver to the provisioner without the hand-over write. (The
+      // provisioner exists before the binder's workers start, and is
+      // stopped after them.)
+      binder_options.provisioner_runs_here = [](const std::string& p) { return p == kDriver; };
+      binder_options.hand_over = [this](const std::string& p, const std::string& key, const std::string& uid) {
+        if (p != kDriver) return false;
+        provisioner_->TakeOver(key, uid);
+        return true;
+      };
+    }
     binder_ = std::make_unique<PvBinder>(*registry_, BinderInformers{*claims_, *volumes_, *classes_, *pods_, *nodes_},
-                                         PvBinder::Options{});
+                                         std::move(binder_options));
     provisioner_ = std::make_unique<Provisioner>(
         *registry_, directory_, ProvisionerInformers{*claims_, *volumes_, *classes_, *nodes_, *csinodes_, nullptr},
         Provisioner::Options{.driver = kDriver,
@@ -131,7 +145,10 @@ class ProvisionerTest : public FakeCsiTest {
     return o.is_null() ? "<gone>" : o.value("status", json::object()).value("phase", "");
   }
 
-  VolumePopulator* populator_ = nullptr;    // set before Start(); outlives the controllers
+  VolumePopulator* populator_ = nullptr;  // set before Start(); outlives the controllers
+  // Set before Start(): the binder hands claims over in memory (berth up's
+  // way), or writes the hand-over annotations (an external provisioner's).
+  bool hand_over_in_memory_ = true;
   std::unique_ptr<DriverMonitor> monitor_;  // outlives the controllers
   FakeClock resize_clock_;                  // the resizer's slow retry
   std::unique_ptr<Informer> claims_, volumes_, classes_, pods_, nodes_, csinodes_;

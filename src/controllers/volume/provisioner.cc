@@ -10,7 +10,6 @@
 #include "api/types/storage.h"
 #include "client/capability.h"
 #include "client/object.h"
-#include "client/secrets.h"
 #include "client/typed.h"
 #include "client/writes.h"
 #include "common/status.h"
@@ -31,6 +30,7 @@ namespace {
 
 using nlohmann::json;
 using provisioner_internal::Expand;
+using provisioner_internal::ReservedParameter;
 using types::PersistentVolume;
 using types::PersistentVolumeClaim;
 using types::StorageClass;
@@ -40,13 +40,6 @@ using types::StorageClass;
 std::string ClaimProvisioner(const json& claim) {
   std::string p = Annotation(claim, kAnnStorageProvisioner);
   return p.empty() ? Annotation(claim, kAnnBetaStorageProvisioner) : p;
-}
-
-// A class parameter reserved for the sidecars ("fstype" for
-// csi.storage.k8s.io/fstype), "" when unset.
-std::string ReservedParameter(const StorageClass& sc, const std::string& key) {
-  auto it = sc.parameters.find(StrCat(kReservedPrefix, key));
-  return it == sc.parameters.end() ? "" : it->second;
 }
 
 const api::KindInfo& Claims() { return K("persistentvolumeclaims"); }
@@ -111,7 +104,7 @@ void Provisioner::RegisterHandlers() {
   // ours, is not being deleted and clones nothing (no population to
   // release) — the bind itself, later label changes, every resync.
   auto ours = [this](const json& o) {
-    if (ClaimProvisioner(o) != options_.driver) return false;
+    if (!Mine(o)) return false;
     const json& spec = Field(o, "spec");
     const bool settled = !Str(spec, {"volumeName"}).empty() && !HasFinalizer(o, kProvisioningFinalizer) &&
                          !Deleting(o) && Field(spec, "dataSource").is_null() && Field(spec, "dataSourceRef").is_null();
@@ -128,7 +121,11 @@ void Provisioner::RegisterHandlers() {
             if (ours(o)) claim_queue_.Add(ObjectKey(o));
             source_of(o);
           },
-      .on_delete = source_of,
+      .on_delete =
+          [this, source_of](const json& o) {
+            ForgetTaken(ObjectKey(o), Str(o, {"metadata", "uid"}));
+            source_of(o);
+          },
   });
   // A node that stops being Ready hands its unprovisioned claims back.
   informers_.nodes.AddHandlers({
@@ -197,6 +194,35 @@ void Provisioner::Stop() {
   monitor_.Unpark(volume_queue_);
 }
 
+void Provisioner::TakeOver(const std::string& key, const std::string& uid) {
+  {
+    absl::MutexLock lock(&taken_mu_);
+    auto [it, inserted] = taken_.try_emplace(key, uid);
+    if (!inserted && it->second == uid) return;  // queued when taken
+    it->second = uid;
+  }
+  claim_queue_.Add(key);
+}
+
+size_t Provisioner::TakenOverCount() const {
+  absl::MutexLock lock(&taken_mu_);
+  return taken_.size();
+}
+
+bool Provisioner::Mine(const json& claim) const {
+  const std::string handed_to = ClaimProvisioner(claim);
+  if (!handed_to.empty()) return handed_to == options_.driver;
+  absl::MutexLock lock(&taken_mu_);
+  if (taken_.empty()) return false;
+  auto it = taken_.find(ObjectKey(claim));
+  return it != taken_.end() && it->second == Str(claim, {"metadata", "uid"});
+}
+
+void Provisioner::ForgetTaken(const std::string& key, const std::string& uid) {
+  absl::MutexLock lock(&taken_mu_);
+  if (auto it = taken_.find(key); it != taken_.end() && it->second == uid) taken_.erase(it);
+}
+
 absl::StatusOr<std::optional<StorageClass>> Provisioner::ClassOf(const PersistentVolumeClaim& claim) const {
   const std::string cls = types::ClaimClass(claim);
   if (cls.empty()) return std::nullopt;
@@ -205,22 +231,6 @@ absl::StatusOr<std::optional<StorageClass>> Provisioner::ClassOf(const Persisten
   BERTH_ASSIGN_OR_RETURN(StorageClass typed, DecodeAs<StorageClass>(*sc));
   if (typed.provisioner != options_.driver) return std::nullopt;
   return typed;
-}
-
-bool Provisioner::OwnsVolume(const json& pv) const {
-  if (const std::string by = Annotation(pv, kAnnProvisionedBy); !by.empty()) return by == options_.driver;
-  // Statically provisioned: a CSI volume of our driver (upstream's
-  // isProvisionerForVolume).
-  return Str(pv, {"spec", "csi", "driver"}) == options_.driver;
-}
-
-bool Provisioner::VolumeNeedsSync(const json& pv) const {
-  // Another driver's volume, and the common case of ours — provisioned,
-  // reclaimed by Delete, holding our finalizer, not deleting, not Released —
-  // need nothing, told from the raw object.
-  if (!OwnsVolume(pv)) return false;
-  return Deleting(pv) || !HasFinalizer(pv, kProvisionerFinalizer) ||
-         Str(pv, {"spec", "persistentVolumeReclaimPolicy"}) != "Delete" || Str(pv, {"status", "phase"}) == "Released";
 }
 
 absl::StatusOr<::csi::v1::CreateVolumeResponse> Provisioner::CreateVolume(const ::csi::v1::CreateVolumeRequest& request,
@@ -258,6 +268,15 @@ absl::Status Provisioner::SetFinalizer(const PersistentVolumeClaim& claim, bool 
   auto edit = [&](PersistentVolumeClaim& obj) {
     if (present && obj.metadata.Deleting()) return false;
     bool changed = obj.metadata.SetFinalizer(kProvisioningFinalizer, present);
+    // A claim taken over from the binder (TakeOver) gets its hand-over
+    // annotations here, with the finalizer: stored, it reads as handed to
+    // us before anything is asked of the driver.
+    if (present && obj.metadata.Annotation(kAnnStorageProvisioner).empty() &&
+        obj.metadata.Annotation(kAnnBetaStorageProvisioner).empty()) {
+      obj.metadata.annotations[kAnnStorageProvisioner] = options_.driver;
+      obj.metadata.annotations[kAnnBetaStorageProvisioner] = options_.driver;
+      changed = true;
+    }
     const std::string want_node = present ? node : "";
     if (obj.metadata.Annotation(kAnnProvisioningNode) != want_node) {
       if (want_node.empty()) {
@@ -480,10 +499,12 @@ absl::Status Provisioner::SyncDeletedClaim(const PersistentVolumeClaim& claim, c
 
 absl::Status Provisioner::SyncClaimOnce(const std::string& key) {
   std::shared_ptr<const json> claim_json = informers_.claims.GetSharedByKey(key);
-  if (!claim_json) return absl::OkStatus();
+  if (!claim_json) return absl::OkStatus();  // (one taken over is forgotten as it goes: on_delete)
   // Another driver's claim (or nobody's yet): never touched, finalizers
   // included. Told from the raw object, before the decode.
-  if (ClaimProvisioner(*claim_json) != options_.driver) return absl::OkStatus();
+  if (!Mine(*claim_json)) return absl::OkStatus();
+  // One taken over whose annotations are written now needs no memory.
+  if (ClaimProvisioner(*claim_json) == options_.driver) ForgetTaken(key, Str(*claim_json, {"metadata", "uid"}));
   BERTH_ASSIGN_OR_RETURN(const PersistentVolumeClaim claim, DecodeAs<PersistentVolumeClaim>(*claim_json));
   BERTH_ASSIGN_OR_RETURN(const std::optional<StorageClass> sc, ClassOf(claim));
   const bool pending_finalizer = claim.metadata.HasFinalizer(kProvisioningFinalizer);
@@ -666,7 +687,7 @@ absl::Status Provisioner::SyncCloneSource(const std::string& key) {
   // since a clone is of the same driver) looks after it.
   const std::string& pv_name = source.spec.volume_name;
   std::shared_ptr<const json> pv_json = pv_name.empty() ? nullptr : informers_.volumes.GetSharedByKey(pv_name);
-  std::string driver = ClaimProvisioner(*source_json);
+  std::string driver = Mine(*source_json) ? options_.driver : ClaimProvisioner(*source_json);
   if (pv_json) {
     BERTH_ASSIGN_OR_RETURN(const PersistentVolume pv, DecodeAs<PersistentVolume>(*pv_json));
     driver = pv.spec.csi ? pv.spec.csi->driver : "";
@@ -686,114 +707,6 @@ absl::Status Provisioner::SyncCloneSource(const std::string& key) {
   if (!live.ok()) return live.status();
   if (std::any_of(live->items.begin(), live->items.end(), cloning)) return absl::OkStatus();
   return EditFinalizer(registry_, Claims(), IdentityOf(source), kCloningProtectionFinalizer, false);
-}
-
-absl::StatusOr<google::protobuf::Map<std::string, std::string>> Provisioner::DeletionSecrets(
-    const PersistentVolume& pv) {
-  google::protobuf::Map<std::string, std::string> secrets;
-  std::string name = pv.metadata.Annotation("volume.kubernetes.io/provisioner-deletion-secret-name");
-  std::string ns = pv.metadata.Annotation("volume.kubernetes.io/provisioner-deletion-secret-namespace");
-  if (name.empty() && pv.metadata.Annotation(kAnnProvisionedBy).empty()) {
-    // A static volume: the class's provisioner secret, for its claim.
-    std::shared_ptr<const json> sc_json = informers_.classes.GetSharedByKey(pv.spec.storage_class_name);
-    if (sc_json && pv.spec.claim_ref) {
-      BERTH_ASSIGN_OR_RETURN(const StorageClass sc, DecodeAs<StorageClass>(*sc_json));
-      types::ObjectMeta claim;
-      claim.name = pv.spec.claim_ref->name;
-      claim.namespace_ = pv.spec.claim_ref->namespace_;
-      name = Expand(ReservedParameter(sc, "provisioner-secret-name"), claim, pv.metadata.name);
-      ns = Expand(ReservedParameter(sc, "provisioner-secret-namespace"), claim, pv.metadata.name);
-    }
-  }
-  BERTH_ASSIGN_OR_RETURN(const SecretData data, CsiSecret(registry_, ns, name, "provisioner deletion secret"));
-  for (const auto& [k, v] : data) secrets[k] = v;
-  return secrets;
-}
-
-absl::Status Provisioner::CheckNotAttached(const PersistentVolume& pv) {
-  BERTH_ASSIGN_OR_RETURN(
-      auto selector, apiserver::FieldSelector::Parse(StrCat("spec.source.persistentVolumeName=", pv.metadata.name)));
-  apiserver::ListOptions options;
-  options.fields = selector;
-  BERTH_ASSIGN_OR_RETURN(apiserver::ListPage page,
-                         registry_.List(K("volumeattachments", "storage.k8s.io"), "", options));
-  if (page.items.empty()) return absl::OkStatus();
-  BERTH_ASSIGN_OR_RETURN(const types::VolumeAttachment va, DecodeAs<types::VolumeAttachment>(page.items.front()));
-  return absl::FailedPreconditionError(
-      StrCat("persistentvolume ", pv.metadata.name, " is still attached to node ", va.spec.node_name));
-}
-
-absl::Status Provisioner::SyncVolume(const std::string& name) {
-  std::shared_ptr<const json> cached = informers_.volumes.GetSharedByKey(name);
-  if (!cached) return absl::OkStatus();
-  // Any change of it comes back through the queue, so a stale copy only
-  // defers the decision.
-  if (!VolumeNeedsSync(*cached)) return absl::OkStatus();
-  // Decide on the stored object: deleting storage on a stale view loses data.
-  auto fresh = registry_.GetShared(K("persistentvolumes"), "", name);
-  if (!fresh.ok()) return fresh.status().code() == absl::StatusCode::kNotFound ? absl::OkStatus() : fresh.status();
-  if (!OwnsVolume(**fresh)) return absl::OkStatus();
-  BERTH_ASSIGN_OR_RETURN(const PersistentVolume pv, DecodeAs<PersistentVolume>(**fresh));
-  const json pv_ref = IdentityOf(pv);  // names the PV to finalizer edits and events
-  const bool provisioned = !pv.metadata.Annotation(kAnnProvisionedBy).empty();
-  const bool deleting = pv.metadata.Deleting();
-  const bool finalizer = pv.metadata.HasFinalizer(kProvisionerFinalizer);
-  const std::string& phase = pv.status.phase;
-  const std::string claim_uid = pv.spec.claim_ref ? pv.spec.claim_ref->uid : "";
-  if (pv.spec.persistent_volume_reclaim_policy != "Delete") {
-    // Retain (possibly changed after provisioning): the storage stays.
-    return finalizer ? EditFinalizer(registry_, K("persistentvolumes"), pv_ref, kProvisionerFinalizer, false)
-                     : absl::OkStatus();
-  }
-  if (!deleting && !finalizer) {
-    // Provisioned ones are created with it (or it was removed by hand);
-    // static ones get it once Bound, as upstream.
-    if (phase == "Bound" || (provisioned && phase != "Released")) {
-      return EditFinalizer(registry_, K("persistentvolumes"), pv_ref, kProvisionerFinalizer, true);
-    }
-  }
-  // Deleted without our finalizer: the storage was never ours to delete
-  // (or is deleted already).
-  if (deleting && !finalizer) return absl::OkStatus();
-  bool reclaim = phase == "Released";
-  if (deleting && phase != "Bound" && phase != "Released") {
-    if (provisioned) {
-      reclaim = true;  // made for a claim: deleted before it was ever bound
-    } else if (claim_uid.empty()) {
-      // A static volume deleted while unbound: its storage is the
-      // administrator's; only our finalizer goes.
-      return EditFinalizer(registry_, K("persistentvolumes"), pv_ref, kProvisionerFinalizer, false);
-    } else {
-      reclaim = true;  // bound before, its claim gone (confirmed below)
-    }
-  }
-  if (!reclaim) return absl::OkStatus();
-  // Released means its claim is gone: make sure against the store (a claim
-  // with the referenced uid still holding it means the phase is stale).
-  if (!claim_uid.empty()) {
-    auto claim = registry_.Get(Claims(), pv.spec.claim_ref->namespace_, pv.spec.claim_ref->name);
-    if (claim.ok() && Uid(*claim) == claim_uid) return absl::OkStatus();
-    if (!claim.ok() && claim.status().code() != absl::StatusCode::kNotFound) return claim.status();
-  }
-  auto fail = [&](absl::Status st) {
-    events_.Record(pv_ref, "Warning", "VolumeFailedDelete", std::string(st.message()));
-    return st;
-  };
-  if (absl::Status attached = CheckNotAttached(pv); !attached.ok()) return fail(attached);
-  auto secrets = DeletionSecrets(pv);
-  if (!secrets.ok()) return fail(secrets.status());
-  // A node-local volume is deleted where it lives.
-  absl::Status st = DeleteVolume(pv.spec.csi ? pv.spec.csi->volume_handle : "", VolumeNode(registry_, pv), *secrets,
-                                 volume_queue_, name);
-  if (!st.ok()) return fail(st);
-  if (!deleting) {
-    auto deleted = registry_.Delete(K("persistentvolumes"), "", name,
-                                    {.uid = pv.metadata.uid,
-                                     .resource_version = pv.metadata.resource_version,
-                                     .grace_period_seconds = std::nullopt});
-    if (!deleted.ok() && deleted.status().code() != absl::StatusCode::kNotFound) return deleted.status();
-  }
-  return EditFinalizer(registry_, K("persistentvolumes"), pv_ref, kProvisionerFinalizer, false);
 }
 
 }  // namespace berth::controllers

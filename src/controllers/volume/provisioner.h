@@ -64,6 +64,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 #include "api/types/core.h"
 #include "api/types/storage.h"
 #include "apiserver/registry.h"
@@ -133,6 +134,15 @@ class Provisioner {
   absl::Status SyncVolume(const std::string& name);
   // Drops cloning-protection from a source claim no Pending claim clones.
   absl::Status SyncCloneSource(const std::string& key);
+  // The binder of this process hands claim `key` (of `uid`) over without
+  // writing the hand-over annotations (PvBinder::Options::hand_over): from
+  // now on that claim is ours as if annotated, and our finalizer's write
+  // carries the annotations, before the driver is asked for anything. Held
+  // in memory only, until that write is seen or the claim goes: after a
+  // restart the binder hands it over again. Queues the claim when new.
+  void TakeOver(const std::string& key, const std::string& uid) ABSL_LOCKS_EXCLUDED(taken_mu_);
+  // Claims taken over whose annotations are not written yet (tests).
+  size_t TakenOverCount() const ABSL_LOCKS_EXCLUDED(taken_mu_);
   // Claims queued for SyncClaim so far (each a worker's wake-up).
   uint64_t claim_queue_adds() const { return claim_queue_.adds(); }
   // Volumes queued for SyncVolume so far.
@@ -172,6 +182,11 @@ class Provisioner {
   // FAILED_PRECONDITION while a VolumeAttachment names the PV.
   absl::Status CheckNotAttached(const Volume& pv);
   absl::Status SyncClaimOnce(const std::string& key);
+  // Whether `claim` (raw) is ours: handed over by the annotations, or taken
+  // over (TakeOver) and not annotated by anyone.
+  bool Mine(const nlohmann::json& claim) const ABSL_LOCKS_EXCLUDED(taken_mu_);
+  // Forgets the claim taken over as `key`, if it is the one of `uid`.
+  void ForgetTaken(const std::string& key, const std::string& uid) ABSL_LOCKS_EXCLUDED(taken_mu_);
   // `storage_class`: the claim's, when it exists and names our driver.
   absl::Status SyncDeletedClaim(const Claim& claim, const std::string& key, const std::optional<Class>& storage_class,
                                 bool pv_exists);
@@ -216,6 +231,8 @@ class Provisioner {
   };
   mutable absl::Mutex segments_mu_;
   mutable std::map<std::string, KnownSegment> segments_ ABSL_GUARDED_BY(segments_mu_);  // by node name
+  mutable absl::Mutex taken_mu_;
+  std::map<std::string, std::string> taken_ ABSL_GUARDED_BY(taken_mu_);  // TakeOver: key → uid
 };
 
 }  // namespace berth::controllers

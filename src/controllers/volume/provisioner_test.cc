@@ -3,7 +3,10 @@
 #include "controllers/volume/provisioner.h"
 
 #include <algorithm>
+#include <optional>
 #include <set>
+#include <string>
+#include <vector>
 
 #include "common/strings.h"
 #include "common/testing/eventually.h"
@@ -99,6 +102,86 @@ TEST_F(ProvisionerTest, TheVolumeIsCreatedBoundToItsClaim) {
   EXPECT_EQ(pv["spec"]["claimRef"]["uid"], claim["metadata"]["uid"]);
   EXPECT_EQ(pv["status"]["phase"], "Bound");
   EXPECT_FALSE(pv["status"].value("lastPhaseTransitionTime", "").empty());
+}
+
+// The versions of claim `name` a watch from now sees until one is Bound.
+class ClaimVersionsTest : public ProvisionerTest {
+ protected:
+  std::vector<json> VersionsUntilBound(const std::string& name) {
+    std::vector<json> versions;
+    auto listed = registry_->List(K("persistentvolumeclaims"), "", {});
+    EXPECT_TRUE(listed.ok()) << listed.status();
+    if (!listed.ok()) return versions;
+    auto watch = registry_->Watch(K("persistentvolumeclaims"), "", std::to_string(listed->resource_version), {});
+    EXPECT_TRUE(watch.ok()) << watch.status();
+    if (!watch.ok()) return versions;
+    Create("persistentvolumeclaims", "", "default", Claim(name, "fast"));
+    while (true) {
+      std::optional<store::Event> e = watch->watcher->Next(absl::Seconds(30));
+      EXPECT_TRUE(e.has_value()) << "no Bound version of " << name << " after " << versions.size();
+      if (!e.has_value()) return versions;
+      versions.push_back(*e->object);
+      if (versions.back().value("status", json::object()).value("phase", "") == "Bound") return versions;
+    }
+  }
+};
+
+TEST_F(ClaimVersionsTest, AClaimTakenOverInMemoryIsWrittenOnceWithItsAnnotationsAndFinalizer) {
+  Class("fast");
+  Start();
+  const std::vector<json> versions = VersionsUntilBound("data");
+  // Created; the provisioner's finalizer with the hand-over annotations (the
+  // binder wrote nothing); bound. No version names our driver without our
+  // finalizer before the volume exists.
+  ASSERT_EQ(versions.size(), 3u) << json(versions).dump();
+  EXPECT_EQ(Annotation(versions[0], kAnnStorageProvisioner), "");
+  EXPECT_EQ(Annotation(versions[1], kAnnStorageProvisioner), kDriver);
+  EXPECT_EQ(Annotation(versions[1], kAnnBetaStorageProvisioner), kDriver);
+  EXPECT_TRUE(HasFinalizer(versions[1], kProvisioningFinalizer));
+  EXPECT_EQ(Str(versions[1], {"spec", "volumeName"}), "");
+  EXPECT_EQ(Annotation(versions[2], kAnnStorageProvisioner), kDriver);
+  EXPECT_FALSE(HasFinalizer(versions[2], kProvisioningFinalizer));
+  EXPECT_EQ(driver_->create_calls(), 1);
+  // Annotated, so nothing is held in memory for it any more.
+  EXPECT_TRUE(Eventually([&] { return provisioner_->TakenOverCount() == 0; }));
+}
+
+TEST_F(ClaimVersionsTest, AClaimHandedOverByTheAnnotationsIsProvisionedAsBefore) {
+  // An external provisioner's way (the binder writes the hand-over).
+  hand_over_in_memory_ = false;
+  Class("fast");
+  Start();
+  const std::vector<json> versions = VersionsUntilBound("data");
+  ASSERT_EQ(versions.size(), 4u) << json(versions).dump();
+  EXPECT_EQ(Annotation(versions[1], kAnnStorageProvisioner), kDriver);
+  EXPECT_FALSE(HasFinalizer(versions[1], kProvisioningFinalizer));
+  EXPECT_TRUE(HasFinalizer(versions[2], kProvisioningFinalizer));
+  EXPECT_FALSE(HasFinalizer(versions[3], kProvisioningFinalizer));
+  EXPECT_EQ(driver_->create_calls(), 1);
+  EXPECT_EQ(provisioner_->TakenOverCount(), 0u);
+}
+
+TEST_F(ProvisionerTest, AClaimTakenOverAndDeletedBeforeItsFinalizerIsForgotten) {
+  // Not provisionable (its provisioner secret is missing): taken over,
+  // retried, nothing written, nothing sent.
+  Class("fast", "Immediate",
+        {{"csi.storage.k8s.io/provisioner-secret-name", "missing"},
+         {"csi.storage.k8s.io/provisioner-secret-namespace", "default"}});
+  Start();
+  Create("persistentvolumeclaims", "", "default", Claim("data", "fast"));
+  ASSERT_TRUE(Eventually([&] { return provisioner_->TakenOverCount() == 1; }));
+  ASSERT_TRUE(Eventually([&] {
+    auto events = registry_->List(K("events"), "default", {});
+    return events.ok() && std::any_of(events->items.begin(), events->items.end(),
+                                      [](const json& e) { return e.value("reason", "") == "ProvisioningFailed"; });
+  }));
+  const json claim = Get("persistentvolumeclaims", "default", "data");
+  EXPECT_EQ(Annotation(claim, kAnnStorageProvisioner), "");
+  EXPECT_FALSE(HasFinalizer(claim, kProvisioningFinalizer));
+  ASSERT_TRUE(registry_->Delete(K("persistentvolumeclaims"), "default", "data").ok());
+  EXPECT_TRUE(Eventually([&] { return provisioner_->TakenOverCount() == 0; }));
+  EXPECT_EQ(ClaimPhase("data"), "<gone>");
+  EXPECT_EQ(driver_->create_calls(), 0);
 }
 
 TEST_F(ProvisionerTest, WaitForFirstConsumerUsesTheSelectedNodesTopology) {
@@ -606,14 +689,16 @@ TEST_F(ProvisionerTest, AClaimDeletedBehindItsInformersCopyIsNotProvisioned) {
   c["metadata"]["finalizers"] = {"test.berth.dev/hold"};
   Create("persistentvolumeclaims", "", "default", c);
   Start();
-  ASSERT_TRUE(Eventually(
-      [&] { return Annotation(Get("persistentvolumeclaims", "default", "data"), kAnnStorageProvisioner) == kDriver; }));
+  // Handed over in memory: nothing is written before the provisioner's
+  // finalizer, which waits for the request to build.
+  ASSERT_TRUE(Eventually([&] { return provisioner_->TakenOverCount() == 1; }));
   ASSERT_TRUE(Eventually([&] {
     auto events = registry_->List(K("events"), "default", {});
     if (!events.ok()) return false;
     return std::any_of(events->items.begin(), events->items.end(),
                        [](const json& e) { return e.value("reason", "") == "ProvisioningFailed"; });
   }));
+  EXPECT_EQ(Annotation(Get("persistentvolumeclaims", "default", "data"), kAnnStorageProvisioner), "");
   // The informer stops following: its copy stays as it is now.
   claims_->Stop();
   ASSERT_TRUE(registry_->Delete(K("persistentvolumeclaims"), "default", "data").ok());

@@ -403,7 +403,13 @@ absl::Status PvBinder::SyncUnboundClaim(const PersistentVolumeClaim& claim) {
     // flight (its finalizer is on the claim) the claim stays that
     // driver's, even if the class now names another.
     const std::string& handed_to = claim.metadata.Annotation(kAnnStorageProvisioner);
-    if (handed_to != provisioner && (handed_to.empty() || !claim.metadata.HasFinalizer(kProvisioningFinalizer))) {
+    // A provisioner of this process takes a claim not handed to anyone yet
+    // without this write (Options::hand_over); a claim being deleted is
+    // handed to no one.
+    const bool taken = handed_to.empty() && !claim.metadata.Deleting() && options_.hand_over &&
+                       options_.hand_over(provisioner, KeyOf(claim.metadata), claim.metadata.uid);
+    if (!taken && handed_to != provisioner &&
+        (handed_to.empty() || !claim.metadata.HasFinalizer(kProvisioningFinalizer))) {
       BERTH_RETURN_IF_ERROR(
           MutateClaimFrom(registry_, claim, apiserver::Subresource::kMain, [&](PersistentVolumeClaim& o) {
             if (o.metadata.Deleting()) return false;

@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <functional>
+#include <map>
 #include <set>
 #include <string>
 
+#include "absl/synchronization/mutex.h"
 #include "common/testing/eventually.h"
 #include "controllers/testing/controller_fixture.h"
 #include "controllers/testing/helpers.h"
@@ -243,6 +245,41 @@ TEST_F(PvBinderTest, AClaimHandedToAProvisionerOfThisProcessGetsNoExternalProvis
     if (e.value("reason", "") == "ExternalProvisioning") told.insert(e["involvedObject"].value("name", ""));
   }
   EXPECT_EQ(told, std::set<std::string>{"theirs"});
+}
+
+TEST_F(PvBinderTest, AProvisionerOfThisProcessTakesItsClaimsWithoutTheHandOverWrite) {
+  Create("storageclasses", "", {{"metadata", {{"name", "here"}}}, {"provisioner", "x.csi.io"}});
+  Create("storageclasses", "", {{"metadata", {{"name", "refused"}}}, {"provisioner", "z.csi.io"}});
+  Create("storageclasses", "", {{"metadata", {{"name", "elsewhere"}}}, {"provisioner", "y.csi.io"}});
+  Create("persistentvolumeclaims", "default", Claim("mine", "1Gi", "here"));
+  Create("persistentvolumeclaims", "default", Claim("stopped", "1Gi", "refused"));
+  Create("persistentvolumeclaims", "default", Claim("theirs", "1Gi", "elsewhere"));
+  absl::Mutex mu;
+  std::map<std::string, std::set<std::string>> asked;  // provisioner → "key uid"
+  StartBinder({.provisioner_runs_here = [](const std::string& p) { return p == "x.csi.io" || p == "z.csi.io"; },
+               .hand_over =
+                   [&](const std::string& p, const std::string& key, const std::string& uid) {
+                     absl::MutexLock lock(&mu);
+                     asked[p].insert(key + " " + uid);
+                     return p == "x.csi.io";  // z's provisioner has stopped meanwhile; y's is external
+                   }});
+  auto handed_to = [&](const std::string& name) {
+    json md = Get("persistentvolumeclaims", "default", name).value("metadata", json::object());
+    return md.value("annotations", json::object()).value(kAnnStorageProvisioner, "");
+  };
+  // Refused by this process, or external: the annotations are written.
+  ASSERT_TRUE(Eventually([&] { return handed_to("stopped") == "z.csi.io" && handed_to("theirs") == "y.csi.io"; }));
+  StopBinder();
+  const json mine = Get("persistentvolumeclaims", "default", "mine");
+  // Taken: no hand-over annotation was written, and the provisioner was
+  // told which claim, by uid (once per sync; the claim changed meanwhile,
+  // its pvc-protection finalizer).
+  EXPECT_FALSE(mine["metadata"].value("annotations", json::object()).contains(kAnnStorageProvisioner)) << mine.dump();
+  EXPECT_FALSE(mine["metadata"].value("annotations", json::object()).contains(kAnnBetaStorageProvisioner));
+  absl::MutexLock lock(&mu);
+  EXPECT_EQ(asked["x.csi.io"], std::set<std::string>{"default/mine " + mine["metadata"]["uid"].get<std::string>()});
+  EXPECT_EQ(asked["y.csi.io"].size(), 1u);
+  EXPECT_EQ(asked["z.csi.io"].size(), 1u);
 }
 
 TEST_F(PvBinderTest, AVolumeCreatedBoundToTheClaimIsNotWrittenAgainAndTheClaimBindsToIt) {
