@@ -429,13 +429,15 @@ void Store::WriterLoop() {
     }
     // The cache follows the commit before anyone hears of it: a writer's
     // own Get and a watcher's reaction both see at least this batch.
-    CacheApply(std::move(batch_writes));
-    Publish(std::move(events));
+    std::vector<ObjectPtr> released = CacheApply(std::move(batch_writes));
+    Publish(events);
     for (size_t i = 0; i < batch.size(); ++i) batch[i]->done.Set(std::move(results[i]));
+    // What the cache let go of is freed now, off the path the callers
+    // waited on (batch, released, events: here, at the end of the loop).
   }
 }
 
-void Store::Publish(std::vector<Change> events) {
+void Store::Publish(std::vector<Change>& events) {
   absl::MutexLock lock(&watch_mu_);
   std::vector<std::optional<std::map<std::string, std::string>>> before_labels(events.size());
   std::vector<Watcher::Offered> offered;

@@ -400,8 +400,14 @@ class Store {
   void CacheTouchLocked(CacheEntry& entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(cache_mu_);
   void CacheEraseLocked(std::unordered_map<std::string, CacheEntry>::iterator it)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(cache_mu_);
-  // Applies a committed batch's writes (writer thread).
-  void CacheApply(CacheWrites writes) ABSL_LOCKS_EXCLUDED(cache_mu_);
+  // Applies a committed batch's writes (writer thread). Returns the parsed
+  // objects it let go of, for the writer to free once the batch's callers
+  // are woken (freeing a JSON tree is as dear as building one).
+  std::vector<ObjectPtr> CacheApply(CacheWrites writes) ABSL_LOCKS_EXCLUDED(cache_mu_);
+  // Set by CacheApply while it holds cache_mu_: where entries it erases or
+  // evicts leave their parsed objects. (Null otherwise: a reader's fill
+  // that evicts frees at once, as nothing else would.)
+  std::vector<ObjectPtr>* cache_released_ ABSL_GUARDED_BY(cache_mu_) = nullptr;
   // Once the writes stop: counts again every uncounted entry only the cache
   // holds and evicts down to the budget, or to Options::rest_cache_bytes
   // with compact_when_idle.
@@ -453,12 +459,13 @@ class Store {
   };
   void WriterLoop();
   // `events`: each change with the object before it and the new object's
-  // serialized JSON (null: serialized here).
+  // serialized JSON (null: serialized here); what they hold besides is left
+  // to the caller to free (after waking the writes' callers).
   struct Change {
     Event event;
     ObjectPtr before;
   };
-  void Publish(std::vector<Change> events);
+  void Publish(std::vector<Change>& events);
   void Unsubscribe(Watcher* w);
   friend class Watcher;
 

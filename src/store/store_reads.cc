@@ -242,6 +242,9 @@ void Store::CacheEraseLocked(std::unordered_map<std::string, CacheEntry>::iterat
       lru_.erase(it->second.lru);
       break;
   }
+  if (cache_released_ != nullptr && it->second.object != nullptr) {
+    cache_released_->push_back(std::move(it->second.object));
+  }
   cache_.erase(it);
 }
 
@@ -299,6 +302,9 @@ void Store::CacheEvictLocked(size_t budget) {
       victim->second.lru = shared_.begin();
       shared_bytes_ += victim->second.bytes;
     } else {
+      if (cache_released_ != nullptr && victim->second.object != nullptr) {
+        cache_released_->push_back(std::move(victim->second.object));
+      }
       cache_.erase(victim);
     }
   }
@@ -353,8 +359,10 @@ void Store::RelocateKept() {
   history_.swap(history);
 }
 
-void Store::CacheApply(CacheWrites writes) {
+std::vector<Store::ObjectPtr> Store::CacheApply(CacheWrites writes) {
+  std::vector<ObjectPtr> released;
   absl::MutexLock lock(&cache_mu_);
+  cache_released_ = &released;
   ++epoch_;
   for (auto& [key, w] : writes) {
     // A key cached before is being worked on: among the ones read. A new
@@ -366,6 +374,8 @@ void Store::CacheApply(CacheWrites writes) {
     }
     if (w.object != nullptr && w.admit) CacheInsertLocked(key, std::move(w.object), w.bytes, list);
   }
+  cache_released_ = nullptr;
+  return released;
 }
 
 int64_t Store::read_page_cache_bytes() const {
