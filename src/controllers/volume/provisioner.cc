@@ -103,11 +103,18 @@ void Provisioner::RegisterHandlers() {
   // to this driver, and one bound to its volume that keeps no finalizer of
   // ours, is not being deleted and clones nothing (no population to
   // release) — the bind itself, later label changes, every resync.
+  // A claim taken over (TakeOver) and then handed to another driver (its
+  // class changed) or bound to a volume the binder found, before our
+  // finalizer was written, is forgotten here: no sync of ours follows.
   auto ours = [this](const json& o) {
-    if (!Mine(o)) return false;
+    if (!Mine(o)) {
+      if (!ClaimProvisioner(o).empty()) ForgetTaken(ObjectKey(o), Str(o, {"metadata", "uid"}));
+      return false;
+    }
     const json& spec = Field(o, "spec");
     const bool settled = !Str(spec, {"volumeName"}).empty() && !HasFinalizer(o, kProvisioningFinalizer) &&
                          !Deleting(o) && Field(spec, "dataSource").is_null() && Field(spec, "dataSourceRef").is_null();
+    if (settled && ClaimProvisioner(o).empty()) ForgetTaken(ObjectKey(o), Str(o, {"metadata", "uid"}));
     return !settled;
   };
   informers_.claims.AddHandlers({

@@ -130,6 +130,36 @@ TEST_F(ProvisionerRulesTest, AClaimHandedToADriverStaysItsWhileItsVolumeMayBeInF
   EXPECT_EQ(Annotation(Get("persistentvolumeclaims", "default", "data"), kAnnStorageProvisioner), kDriver);
 }
 
+TEST_F(ProvisionerRulesTest, AClaimTakenOverAndThenBoundOrHandedElsewhereBeforeItsFinalizerIsForgotten) {
+  // Not provisionable yet (its provisioner secret is missing): taken over
+  // in memory, nothing written.
+  Class("fast", "Immediate",
+        {{"csi.storage.k8s.io/provisioner-secret-name", "missing"},
+         {"csi.storage.k8s.io/provisioner-secret-namespace", "default"}});
+  Start();
+  Create("persistentvolumeclaims", "", "default", Claim("bound", "fast"));
+  ASSERT_TRUE(Eventually([&] { return provisioner_->TakenOverCount() == 1; }));
+  // A volume the binder finds: the claim binds to it, and the provisioner
+  // lets go of what it held.
+  Create("persistentvolumes", "", "", StaticVolume("found", kDriver, "h-found"));
+  ASSERT_TRUE(Eventually([&] { return ClaimPhase("bound") == "Bound"; }));
+  EXPECT_TRUE(Eventually([&] { return provisioner_->TakenOverCount() == 0; }));
+  // Another claim, whose class then names another driver: handed to that
+  // one by the annotations, and let go of here.
+  Create("persistentvolumeclaims", "", "default", Claim("moved", "fast"));
+  ASSERT_TRUE(Eventually([&] { return provisioner_->TakenOverCount() == 1; }));
+  ASSERT_TRUE(registry_->Delete(K("storageclasses", "storage.k8s.io"), "", "fast").ok());
+  Create("storageclasses", "storage.k8s.io", "",
+         {{"metadata", {{"name", "fast"}}}, {"provisioner", kOther}, {"reclaimPolicy", "Delete"}});
+  // (A class's change queues no claim: the binder's next sync, as its resync would.)
+  ASSERT_TRUE(
+      Eventually([&] { return classes_->GetByKey("fast").value_or(json()).value("provisioner", "") == kOther; }));
+  ASSERT_TRUE(binder_->SyncClaim(Key("moved")).ok());
+  EXPECT_EQ(Annotation(Get("persistentvolumeclaims", "default", "moved"), kAnnStorageProvisioner), kOther);
+  EXPECT_TRUE(Eventually([&] { return provisioner_->TakenOverCount() == 0; }));
+  EXPECT_EQ(driver_->create_calls(), 0);
+}
+
 // --- 2. Static volumes with reclaim policy Delete ----------------------------
 
 TEST_F(ProvisionerRulesTest, StaticVolumeWithDeleteIsDeletedThroughTheDriverWhenItsClaimGoes) {
