@@ -309,6 +309,14 @@ absl::Status Provisioner::SetFinalizer(const PersistentVolumeClaim& claim, bool 
     if (from.metadata.uid != meta.uid || from.metadata.Deleting()) {
       return absl::FailedPreconditionError(StrCat("claim ", meta.namespace_, "/", meta.name, " is being deleted"));
     }
+    // Handed to another driver meanwhile (its class changed): not ours to
+    // provision, whether it came by the annotations or in memory.
+    std::string handed_to = from.metadata.Annotation(kAnnStorageProvisioner);
+    if (handed_to.empty()) handed_to = from.metadata.Annotation(kAnnBetaStorageProvisioner);
+    if (!handed_to.empty() && handed_to != options_.driver) {
+      return absl::FailedPreconditionError(
+          StrCat("claim ", meta.namespace_, "/", meta.name, " was handed to provisioner ", handed_to));
+    }
     PersistentVolumeClaim obj = from;
     if (!edit(obj)) return absl::OkStatus();  // holds it already
     absl::Status written =

@@ -710,5 +710,32 @@ TEST_F(ProvisionerTest, AClaimDeletedBehindItsInformersCopyIsNotProvisioned) {
   EXPECT_FALSE(HasFinalizer(Get("persistentvolumeclaims", "default", "data"), kProvisioningFinalizer));
 }
 
+TEST_F(ProvisionerTest, AClaimHandedToAnotherDriverBehindItsInformersCopyIsNotProvisioned) {
+  // Not provisionable at first (its provisioner secret is missing): taken
+  // over in memory, retried, nothing written or sent.
+  Class("fast", "Immediate",
+        {{"csi.storage.k8s.io/provisioner-secret-name", "later"},
+         {"csi.storage.k8s.io/provisioner-secret-namespace", "default"}});
+  Create("persistentvolumeclaims", "", "default", Claim("data", "fast"));
+  Start();
+  ASSERT_TRUE(Eventually([&] { return provisioner_->TakenOverCount() == 1; }));
+  // The informer stops following; the stored claim is handed to another
+  // driver (as the binder does when the class names another).
+  claims_->Stop();
+  ASSERT_TRUE(
+      registry_
+          ->Patch(K("persistentvolumeclaims"), "default", "data",
+                  json({{"metadata", {{"annotations", {{kAnnStorageProvisioner, "other.csi.berth.io"}}}}}}).dump(),
+                  apiserver::PatchType::kMerge, apiserver::Subresource::kMain)
+          .ok());
+  Create("secrets", "", "default", {{"metadata", {{"name", "later"}}}, {"stringData", {{"token", "t"}}}});
+  absl::Status st = provisioner_->SyncClaim("default/data");
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
+  EXPECT_EQ(driver_->create_calls(), 0);
+  const json claim = Get("persistentvolumeclaims", "default", "data");
+  EXPECT_FALSE(HasFinalizer(claim, kProvisioningFinalizer));
+  EXPECT_EQ(Annotation(claim, kAnnStorageProvisioner), "other.csi.berth.io");
+}
+
 }  // namespace
 }  // namespace berth::controllers
