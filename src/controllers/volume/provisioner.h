@@ -4,9 +4,11 @@
 // Ownership is per driver, as upstream: a claim is this provisioner's when
 // the binder handed it over (volume.kubernetes.io/storage-provisioner =
 // our driver), or — the binder of this process — took it over in memory
-// (TakeOver; our finalizer's write then carries those annotations); a PV is ours when pv.kubernetes.io/provisioned-by
-// names our driver, or — a statically provisioned CSI volume — when it has no such annotation and spec.csi.driver is
-// our driver. Nothing of another driver's is ever read for a decision or written, finalizers included. While our
+// (TakeOver; our finalizer's write then carries those annotations); a PV
+// is ours when pv.kubernetes.io/provisioned-by names our driver, or — a
+// statically provisioned CSI volume — when it has no such annotation and
+// spec.csi.driver is our driver. Nothing of another driver's is ever read
+// for a decision or written, finalizers included. While our
 // leak-protection finalizer is on a claim the binder does not hand it to
 // another driver.
 //
