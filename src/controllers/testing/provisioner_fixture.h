@@ -118,6 +118,14 @@ class ProvisionerTest : public FakeCsiTest {
             {"parameters", params},
             {"allowVolumeExpansion", true}});
   }
+  // Class `name` (Immediate) whose provisioner secret `secret` in "default"
+  // must exist before its claims can be provisioned: until then the
+  // provisioner takes them and retries, writing and sending nothing.
+  void ClassNeedingSecret(const std::string& name, const std::string& secret) {
+    Class(name, "Immediate",
+          {{"csi.storage.k8s.io/provisioner-secret-name", secret},
+           {"csi.storage.k8s.io/provisioner-secret-namespace", "default"}});
+  }
   // An edit no controller acts on: the label app=x.
   void Label(std::string_view resource, const std::string& ns, const std::string& name) {
     auto st = registry_->Patch(K(resource), ns, name, R"({"metadata":{"labels":{"app":"x"}}})",

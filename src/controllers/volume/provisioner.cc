@@ -41,6 +41,11 @@ std::string ClaimProvisioner(const json& claim) {
   std::string p = Annotation(claim, kAnnStorageProvisioner);
   return p.empty() ? Annotation(claim, kAnnBetaStorageProvisioner) : p;
 }
+// The same of a decoded claim.
+std::string ClaimProvisioner(const PersistentVolumeClaim& claim) {
+  const std::string& p = claim.metadata.Annotation(kAnnStorageProvisioner);
+  return p.empty() ? claim.metadata.Annotation(kAnnBetaStorageProvisioner) : p;
+}
 
 const api::KindInfo& Claims() { return K("persistentvolumeclaims"); }
 
@@ -103,19 +108,17 @@ void Provisioner::RegisterHandlers() {
   // to this driver, and one bound to its volume that keeps no finalizer of
   // ours, is not being deleted and clones nothing (no population to
   // release) — the bind itself, later label changes, every resync.
-  // A claim taken over (TakeOver) and then handed to another driver (its
-  // class changed) or bound to a volume the binder found, before our
-  // finalizer was written, is forgotten here: no sync of ours follows.
+  // A claim taken over (TakeOver) is forgotten here once it shows
+  // annotated (by our finalizer's write, or handed to another driver as its
+  // class changed) or bound (to a volume the binder found first); a
+  // deleted one below.
   auto ours = [this](const json& o) {
-    if (!Mine(o)) {
-      if (!ClaimProvisioner(o).empty()) ForgetTaken(ObjectKey(o), Str(o, {"metadata", "uid"}));
-      return false;
-    }
+    const bool mine = Mine(o);
     const json& spec = Field(o, "spec");
     const bool settled = !Str(spec, {"volumeName"}).empty() && !HasFinalizer(o, kProvisioningFinalizer) &&
                          !Deleting(o) && Field(spec, "dataSource").is_null() && Field(spec, "dataSourceRef").is_null();
-    if (settled && ClaimProvisioner(o).empty()) ForgetTaken(ObjectKey(o), Str(o, {"metadata", "uid"}));
-    return !settled;
+    if (settled || !ClaimProvisioner(o).empty()) ForgetTaken(ObjectKey(o), Str(o, {"metadata", "uid"}));
+    return mine && !settled;
   };
   informers_.claims.AddHandlers({
       .on_add =
@@ -278,8 +281,7 @@ absl::Status Provisioner::SetFinalizer(const PersistentVolumeClaim& claim, bool 
     // A claim taken over from the binder (TakeOver) gets its hand-over
     // annotations here, with the finalizer: stored, it reads as handed to
     // us before anything is asked of the driver.
-    if (present && obj.metadata.Annotation(kAnnStorageProvisioner).empty() &&
-        obj.metadata.Annotation(kAnnBetaStorageProvisioner).empty()) {
+    if (present && ClaimProvisioner(obj).empty()) {
       obj.metadata.annotations[kAnnStorageProvisioner] = options_.driver;
       obj.metadata.annotations[kAnnBetaStorageProvisioner] = options_.driver;
       changed = true;
@@ -311,9 +313,7 @@ absl::Status Provisioner::SetFinalizer(const PersistentVolumeClaim& claim, bool 
     }
     // Handed to another driver meanwhile (its class changed): not ours to
     // provision, whether it came by the annotations or in memory.
-    std::string handed_to = from.metadata.Annotation(kAnnStorageProvisioner);
-    if (handed_to.empty()) handed_to = from.metadata.Annotation(kAnnBetaStorageProvisioner);
-    if (!handed_to.empty() && handed_to != options_.driver) {
+    if (const std::string handed_to = ClaimProvisioner(from); !handed_to.empty() && handed_to != options_.driver) {
       return absl::FailedPreconditionError(
           StrCat("claim ", meta.namespace_, "/", meta.name, " was handed to provisioner ", handed_to));
     }
@@ -518,8 +518,6 @@ absl::Status Provisioner::SyncClaimOnce(const std::string& key) {
   // Another driver's claim (or nobody's yet): never touched, finalizers
   // included. Told from the raw object, before the decode.
   if (!Mine(*claim_json)) return absl::OkStatus();
-  // One taken over whose annotations are written now needs no memory.
-  if (ClaimProvisioner(*claim_json) == options_.driver) ForgetTaken(key, Str(*claim_json, {"metadata", "uid"}));
   BERTH_ASSIGN_OR_RETURN(const PersistentVolumeClaim claim, DecodeAs<PersistentVolumeClaim>(*claim_json));
   BERTH_ASSIGN_OR_RETURN(const std::optional<StorageClass> sc, ClassOf(claim));
   const bool pending_finalizer = claim.metadata.HasFinalizer(kProvisioningFinalizer);

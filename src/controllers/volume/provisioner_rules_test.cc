@@ -133,9 +133,7 @@ TEST_F(ProvisionerRulesTest, AClaimHandedToADriverStaysItsWhileItsVolumeMayBeInF
 TEST_F(ProvisionerRulesTest, AClaimTakenOverAndThenBoundOrHandedElsewhereBeforeItsFinalizerIsForgotten) {
   // Not provisionable yet (its provisioner secret is missing): taken over
   // in memory, nothing written.
-  Class("fast", "Immediate",
-        {{"csi.storage.k8s.io/provisioner-secret-name", "missing"},
-         {"csi.storage.k8s.io/provisioner-secret-namespace", "default"}});
+  ClassNeedingSecret("fast", "missing");
   Start();
   Create("persistentvolumeclaims", "", "default", Claim("bound", "fast"));
   ASSERT_TRUE(Eventually([&] { return provisioner_->TakenOverCount() == 1; }));

@@ -164,9 +164,7 @@ TEST_F(ClaimVersionsTest, AClaimHandedOverByTheAnnotationsIsProvisionedAsBefore)
 TEST_F(ProvisionerTest, AClaimTakenOverAndDeletedBeforeItsFinalizerIsForgotten) {
   // Not provisionable (its provisioner secret is missing): taken over,
   // retried, nothing written, nothing sent.
-  Class("fast", "Immediate",
-        {{"csi.storage.k8s.io/provisioner-secret-name", "missing"},
-         {"csi.storage.k8s.io/provisioner-secret-namespace", "default"}});
+  ClassNeedingSecret("fast", "missing");
   Start();
   Create("persistentvolumeclaims", "", "default", Claim("data", "fast"));
   ASSERT_TRUE(Eventually([&] { return provisioner_->TakenOverCount() == 1; }));
@@ -682,9 +680,7 @@ TEST_F(ProvisionerTest, AnInFlightRequestKeepsItsNodeEvenIfTheNodeIsNotReady) {
 TEST_F(ProvisionerTest, AClaimDeletedBehindItsInformersCopyIsNotProvisioned) {
   // Not provisionable at first (its provisioner secret is missing): handed
   // over, retried, nothing sent.
-  Class("fast", "Immediate",
-        {{"csi.storage.k8s.io/provisioner-secret-name", "later"},
-         {"csi.storage.k8s.io/provisioner-secret-namespace", "default"}});
+  ClassNeedingSecret("fast", "later");
   json c = Claim("data", "fast");
   c["metadata"]["finalizers"] = {"test.berth.dev/hold"};
   Create("persistentvolumeclaims", "", "default", c);
@@ -713,9 +709,7 @@ TEST_F(ProvisionerTest, AClaimDeletedBehindItsInformersCopyIsNotProvisioned) {
 TEST_F(ProvisionerTest, AClaimHandedToAnotherDriverBehindItsInformersCopyIsNotProvisioned) {
   // Not provisionable at first (its provisioner secret is missing): taken
   // over in memory, retried, nothing written or sent.
-  Class("fast", "Immediate",
-        {{"csi.storage.k8s.io/provisioner-secret-name", "later"},
-         {"csi.storage.k8s.io/provisioner-secret-namespace", "default"}});
+  ClassNeedingSecret("fast", "later");
   Create("persistentvolumeclaims", "", "default", Claim("data", "fast"));
   Start();
   ASSERT_TRUE(Eventually([&] { return provisioner_->TakenOverCount() == 1; }));
