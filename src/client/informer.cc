@@ -407,6 +407,14 @@ std::vector<std::string> Informer::KeysByIndex(const std::string& index, const s
   return keys == nullptr ? std::vector<std::string>{} : std::vector<std::string>(keys->begin(), keys->end());
 }
 
+std::vector<std::string> Informer::Keys() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::string> keys;
+  keys.reserve(cache_.size());
+  for (const auto& [key, entry] : cache_) keys.push_back(key);
+  return keys;
+}
+
 size_t Informer::CountByIndex(const std::string& index, const std::string& value) const {
   absl::MutexLock lock(&mu_);
   const std::set<std::string>* keys = IndexedLocked(index, value);
@@ -590,6 +598,9 @@ void Informer::Run() {
             RelocateKept();
             applied_since_relocation_ = 0;
           }
+          // The views were decoded on the controllers' threads: those give
+          // the memory back when asked.
+          if (views_.Clear() > 0) RequestIdleRelease();
           idle.Idle();
         }
       } else {

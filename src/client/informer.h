@@ -29,10 +29,13 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "api/kinds.h"
+#include "api/types/fields.h"
 #include "apiserver/api.h"
+#include "client/typed_views.h"
 #include "common/zstd.h"
 #include "nlohmann/json.hpp"
 
@@ -85,6 +88,23 @@ class Informer {
   // The cached object without a copy (null if absent); it never changes
   // (a later event replaces it in the cache).
   std::shared_ptr<const json> GetSharedByKey(const std::string& key) const;
+  // `object` (one of this informer's: GetSharedByKey, ByIndexShared)
+  // decoded as T, shared: decoded once while it is among the recently used
+  // (client/typed_views.h), so every sync that reads it shares one decode.
+  // For kinds read far more often than they change (StorageClasses).
+  template <typename T>
+  absl::StatusOr<std::shared_ptr<const T>> Decoded(const std::shared_ptr<const json>& object) const {
+    if (std::shared_ptr<const void> kept = views_.Find(object, typeid(T))) {
+      return std::static_pointer_cast<const T>(std::move(kept));
+    }
+    absl::StatusOr<T> typed = api::types::Decode<T>(*object);
+    if (!typed.ok()) return typed.status();
+    auto view = std::make_shared<const T>(std::move(*typed));
+    views_.Keep(object, typeid(T), view);
+    return view;
+  }
+  TypedViews::Counts TypedViewCounts() const { return views_.counts(); }
+
   // ns "" = all namespaces.
   std::vector<json> List(const std::string& ns = "") const;
   // The objects for which `pred` is true (only those are copied).
@@ -97,6 +117,8 @@ class Informer {
   // in key order, and how many there are: nothing copied or parsed.
   std::vector<std::string> KeysByIndex(const std::string& index, const std::string& value) const;
   size_t CountByIndex(const std::string& index, const std::string& value) const;
+  // Every cached object's key, in key order: nothing copied or parsed.
+  std::vector<std::string> Keys() const;
 
   const api::KindInfo& kind() const { return kind_; }
 
@@ -244,6 +266,8 @@ class Informer {
   uint64_t quiescence_id_ = 0;  // client/quiescence.h
   // The packed objects' dictionary (informer thread; entries share it).
   ZstdDictionaryTrainer dictionary_;
+  // Decoded's views, dropped when the informer is idle.
+  mutable TypedViews views_;
 };
 
 }  // namespace berth::client

@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "absl/synchronization/notification.h"
+#include "api/types/core.h"
 #include "client/object.h"
 #include "common/testing/eventually.h"
 #include "common/testing/temp_dir.h"
@@ -85,6 +86,7 @@ TEST_P(InformerTest, ListsThenFollowsAddsUpdatesAndDeletes) {
   EXPECT_EQ((*informer.Get("default", "after"))["metadata"]["labels"]["a"], "b");
   EXPECT_EQ(informer.List("default").size(), 1u);
   EXPECT_EQ(informer.List("other").size(), 0u);
+  EXPECT_THAT(informer.Keys(), ::testing::ElementsAre("default/after"));
 }
 
 TEST_P(InformerTest, FirstListComesInPagesAndTheWatchFollowsIt) {
@@ -322,6 +324,43 @@ TEST_P(InformerTest, ObjectsComeBackAsTheyWentInAndAreSharedWhileHeld) {
   } else {
     EXPECT_EQ(informer.PackedBytes(), 0u);
   }
+}
+
+// Every controller that decodes one version of an object shares one decode;
+// a new version (a new object) is decoded again, and an object that does
+// not decode is an error every time (nothing kept).
+TEST_P(InformerTest, DecodedViewsAreSharedPerObjectVersion) {
+  Open();
+  ASSERT_TRUE(registry_->Create(Claims(), "default", Claim("a")).ok());
+  Informer informer(*registry_, Claims(), absl::Minutes(5), /*compact=*/GetParam());
+  informer.Start();
+  ASSERT_TRUE(informer.WaitForSync(absl::Seconds(10)));
+  std::shared_ptr<const json> v1 = informer.GetSharedByKey("default/a");
+  ASSERT_NE(v1, nullptr);
+  auto first = informer.Decoded<api::types::PersistentVolumeClaim>(v1);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ((*first)->metadata.name, "a");
+  EXPECT_EQ((*first)->spec.access_modes, std::vector<std::string>{"ReadWriteOnce"});
+  auto again = informer.Decoded<api::types::PersistentVolumeClaim>(v1);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(*again, *first) << "the same view, not a second decode";
+  ASSERT_TRUE(registry_
+                  ->Patch(Claims(), "default", "a", R"({"metadata":{"labels":{"tier":"gold"}}})",
+                          apiserver::PatchType::kMerge, apiserver::Subresource::kMain)
+                  .ok());
+  ASSERT_TRUE(Eventually([&] { return informer.GetSharedByKey("default/a") != v1; }));
+  auto v2 = informer.Decoded<api::types::PersistentVolumeClaim>(informer.GetSharedByKey("default/a"));
+  ASSERT_TRUE(v2.ok());
+  EXPECT_NE(*v2, *first);
+  EXPECT_EQ((*v2)->metadata.labels.at("tier"), "gold");
+  EXPECT_EQ((*first)->metadata.labels.count("tier"), 0u) << "a view never changes";
+  auto bad = std::make_shared<const json>(json{{"metadata", {{"name", 7}}}});
+  EXPECT_FALSE(informer.Decoded<api::types::PersistentVolumeClaim>(bad).ok());
+  EXPECT_FALSE(informer.Decoded<api::types::PersistentVolumeClaim>(bad).ok());
+  const TypedViews::Counts counts = informer.TypedViewCounts();
+  EXPECT_EQ(counts.hits, 1);
+  EXPECT_EQ(counts.misses, 4);
+  EXPECT_EQ(counts.kept, 2u);
 }
 
 // Once idle a second, a compact informer compresses its packed objects

@@ -233,13 +233,13 @@ void Provisioner::ForgetTaken(const std::string& key, const std::string& uid) {
   if (auto it = taken_.find(key); it != taken_.end() && it->second == uid) taken_.erase(it);
 }
 
-absl::StatusOr<std::optional<StorageClass>> Provisioner::ClassOf(const PersistentVolumeClaim& claim) const {
+absl::StatusOr<std::shared_ptr<const StorageClass>> Provisioner::ClassOf(const PersistentVolumeClaim& claim) const {
   const std::string cls = types::ClaimClass(claim);
-  if (cls.empty()) return std::nullopt;
+  if (cls.empty()) return nullptr;
   std::shared_ptr<const json> sc = informers_.classes.GetSharedByKey(cls);
-  if (!sc) return std::nullopt;
-  BERTH_ASSIGN_OR_RETURN(StorageClass typed, DecodeAs<StorageClass>(*sc));
-  if (typed.provisioner != options_.driver) return std::nullopt;
+  if (!sc) return nullptr;
+  BERTH_ASSIGN_OR_RETURN(std::shared_ptr<const StorageClass> typed, informers_.classes.Decoded<StorageClass>(sc));
+  if (typed->provisioner != options_.driver) return nullptr;
   return typed;
 }
 
@@ -464,7 +464,7 @@ absl::Status Provisioner::SyncClaim(const std::string& key) {
 }
 
 absl::Status Provisioner::SyncDeletedClaim(const PersistentVolumeClaim& claim, const std::string& key,
-                                           const std::optional<StorageClass>& sc, bool pv_exists) {
+                                           const std::shared_ptr<const StorageClass>& sc, bool pv_exists) {
   if (!claim.metadata.HasFinalizer(kProvisioningFinalizer)) return absl::OkStatus();
   if (pv_exists) return SetFinalizer(claim, false);  // the PV is released and reclaimed as usual
   const std::string pv_name = StrCat("pvc-", claim.metadata.uid);
@@ -519,7 +519,7 @@ absl::Status Provisioner::SyncClaimOnce(const std::string& key) {
   // included. Told from the raw object, before the decode.
   if (!Mine(*claim_json)) return absl::OkStatus();
   BERTH_ASSIGN_OR_RETURN(const PersistentVolumeClaim claim, DecodeAs<PersistentVolumeClaim>(*claim_json));
-  BERTH_ASSIGN_OR_RETURN(const std::optional<StorageClass> sc, ClassOf(claim));
+  BERTH_ASSIGN_OR_RETURN(const std::shared_ptr<const StorageClass> sc, ClassOf(claim));
   const bool pending_finalizer = claim.metadata.HasFinalizer(kProvisioningFinalizer);
   const std::string pv_name = StrCat("pvc-", claim.metadata.uid);
   // The informer may not have seen a PV made moments ago; the store has. Our

@@ -163,8 +163,9 @@ class Provisioner {
 
   absl::StatusOr<::csi::v1::CreateVolumeRequest> BuildRequest(const Claim& claim, const Class& storage_class,
                                                               const std::string& node);
-  // The claim's class when it exists and names our driver.
-  absl::StatusOr<std::optional<Class>> ClassOf(const Claim& claim) const;
+  // The claim's class when it exists and names our driver (else null),
+  // shared with the other syncs of the class's informer object.
+  absl::StatusOr<std::shared_ptr<const Class>> ClassOf(const Claim& claim) const;
   // A volume this provisioner made, or a static CSI volume of its driver
   // (read from the raw object).
   bool OwnsVolume(const nlohmann::json& pv) const;
@@ -190,8 +191,8 @@ class Provisioner {
   // Forgets the claim taken over as `key`, if it is the one of `uid`.
   void ForgetTaken(const std::string& key, const std::string& uid) ABSL_LOCKS_EXCLUDED(taken_mu_);
   // `storage_class`: the claim's, when it exists and names our driver.
-  absl::Status SyncDeletedClaim(const Claim& claim, const std::string& key, const std::optional<Class>& storage_class,
-                                bool pv_exists);
+  absl::Status SyncDeletedClaim(const Claim& claim, const std::string& key,
+                                const std::shared_ptr<const Class>& storage_class, bool pv_exists);
   absl::Status CreatePersistentVolume(const Claim& claim, const Class& storage_class,
                                       const ::csi::v1::CreateVolumeRequest& request,
                                       const ::csi::v1::CreateVolumeResponse& response);

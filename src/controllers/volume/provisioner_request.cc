@@ -135,8 +135,10 @@ absl::StatusOr<::csi::v1::CreateVolumeRequest> Provisioner::BuildRequest(const P
     }
   } else {
     std::set<std::map<std::string, std::string>> all;
-    for (const auto& csinode : informers_.csinodes.List()) {
-      BERTH_ASSIGN_OR_RETURN(auto seg, Segment(Name(csinode)));
+    // By key (a CSINode is named after its node): no copy of every CSINode
+    // per claim.
+    for (const std::string& csinode : informers_.csinodes.Keys()) {
+      BERTH_ASSIGN_OR_RETURN(auto seg, Segment(csinode));
       if (!seg.empty()) all.insert(seg);
     }
     requisite.assign(all.begin(), all.end());

@@ -368,9 +368,9 @@ absl::Status PvBinder::SyncUnboundClaim(const PersistentVolumeClaim& claim) {
   }
   // Which node, for WaitForFirstConsumer classes.
   const std::string cls = types::ClaimClass(claim);
-  std::optional<types::StorageClass> sc;
+  std::shared_ptr<const types::StorageClass> sc;
   if (std::shared_ptr<const json> sc_json = cls.empty() ? nullptr : informers_.classes.GetSharedByKey(cls)) {
-    BERTH_ASSIGN_OR_RETURN(sc, DecodeAs<types::StorageClass>(*sc_json));
+    BERTH_ASSIGN_OR_RETURN(sc, informers_.classes.Decoded<types::StorageClass>(sc_json));
   }
   const bool wait_for_consumer = sc && sc->WaitForFirstConsumer();
   const std::string& selected = claim.metadata.Annotation(kAnnSelectedNode);
