@@ -104,6 +104,9 @@ namespace {
 // scanning every volume.
 constexpr char kFreeByClass[] = "binder/free-by-class";
 constexpr char kByClaim[] = "binder/by-claim";
+// Claims not bound to a volume yet (nor being deleted), by class: the ones a
+// new class, a changed class or a new free volume may serve.
+constexpr char kUnboundByClass[] = "binder/unbound-by-class";
 }  // namespace
 
 bool VolumeChangeIsOnlyItsBinding(const json& before, const json& after) {
@@ -130,6 +133,10 @@ void PvBinder::RegisterHandlers() {
     if (ref.is_null()) return {};
     return {StrCat(Str(ref, {"namespace"}), "/", Str(ref, {"name"}))};
   });
+  informers_.claims.AddIndex(kUnboundByClass, [](const json& c) -> std::vector<std::string> {
+    if (!Str(c, {"spec", "volumeName"}).empty() || Deleting(c)) return {};
+    return {ClaimClass(c)};
+  });
   informers_.claims.AddHandlers({
       .on_add = [this](const json& o) { claim_queue_.Add(ObjectKey(o)); },
       .on_update = [this](const json&, const json& o) { claim_queue_.Add(ObjectKey(o)); },
@@ -150,14 +157,27 @@ void PvBinder::RegisterHandlers() {
   // A free volume appearing may satisfy claims waiting for one.
   auto offer = [this](const json& pv) {
     if (!Field(Field(pv, "spec"), "claimRef").is_null() || Deleting(pv)) return;
-    const std::string cls = VolumeClass(pv);
-    informers_.claims.Select([&](const json& c) {
-      if (Str(c, {"spec", "volumeName"}).empty() && ClaimClass(c) == cls && !Deleting(c)) {
-        claim_queue_.Add(ObjectKey(c));
-      }
-      return false;
-    });
+    // By index: a scan would parse every claim a compact informer holds.
+    for (const auto& key : informers_.claims.KeysByIndex(kUnboundByClass, VolumeClass(pv))) claim_queue_.Add(key);
   };
+  // A class created or changed after its claims (applied in any order, or
+  // its provisioner or binding mode edited): its waiting claims are looked
+  // at now, not at the next resync.
+  auto wake_claims_of = [this](const json& sc) {
+    for (const auto& key : informers_.claims.KeysByIndex(kUnboundByClass, Name(sc))) claim_queue_.Add(key);
+  };
+  informers_.classes.AddHandlers({
+      .on_add = wake_claims_of,
+      .on_update =
+          [wake_claims_of](const json& before, const json& after) {
+            if (&before == &after ||
+                Str(before, {"metadata", "resourceVersion"}) == Str(after, {"metadata", "resourceVersion"})) {
+              return;  // a resync
+            }
+            wake_claims_of(after);
+          },
+      .on_delete = nullptr,
+  });
   informers_.volumes.AddHandlers({
       .on_add =
           [this, offer](const json& o) {
@@ -184,7 +204,7 @@ void PvBinder::RegisterHandlers() {
   });
   // Pods going away may release a deleted claim's protection.
   informers_.pods.AddHandlers({
-      .on_add = nullptr,
+      .on_add = wake_claims_of,
       .on_update = nullptr,
       .on_delete =
           [this](const json& pod) {

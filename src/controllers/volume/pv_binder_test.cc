@@ -420,6 +420,31 @@ TEST_F(PvBinderTest, ANewVolumeWakesAWaitingClaim) {
       Eventually([&] { return Phase("persistentvolumeclaims", "default", "data") == "Bound"; }, absl::Seconds(5)));
 }
 
+// Applied in either order, a claim and its class meet at once: the class's
+// arrival (or a change to it) re-queues the claims waiting for it, not the
+// next resync (five minutes; this test would time out).
+TEST_F(PvBinderTest, AClassCreatedAfterItsClaimsServesThemAtOnce) {
+  Create("persistentvolumeclaims", "default", Claim("data", "1Gi", "late"));
+  Create("persistentvolumeclaims", "default", Claim("other", "1Gi", "unrelated"));
+  StartBinder();
+  ASSERT_TRUE(Settle(*store_));
+  auto handed_to = [&](const std::string& name) {
+    json md = Get("persistentvolumeclaims", "default", name).value("metadata", json::object());
+    return md.value("annotations", json::object()).value(kAnnStorageProvisioner, "");
+  };
+  EXPECT_EQ(handed_to("data"), "");
+  Create("storageclasses", "", {{"metadata", {{"name", "late"}}}, {"provisioner", "x.csi.io"}});
+  ASSERT_TRUE(Eventually([&] { return handed_to("data") == "x.csi.io"; }, absl::Seconds(5)));
+  // Made anew for another provisioner (a class's provisioner cannot be
+  // edited) before any took the claim: handed to the new one.
+  ASSERT_TRUE(registry_->Delete(K("storageclasses", "storage.k8s.io"), "", "late").ok());
+  Create("storageclasses", "", {{"metadata", {{"name", "late"}}}, {"provisioner", "y.csi.io"}});
+  ASSERT_TRUE(Eventually([&] { return handed_to("data") == "y.csi.io"; }, absl::Seconds(5)));
+  ASSERT_TRUE(Settle(*store_));
+  EXPECT_EQ(handed_to("other"), "") << "a claim of another class is not touched";
+  EXPECT_EQ(Phase("persistentvolumeclaims", "default", "data"), "Pending");
+}
+
 TEST_F(PvBinderTest, UnscheduledPodDoesNotHoldADeletedClaim) {
   Create("persistentvolumes", "", Volume("pv", "1Gi"));
   Create("persistentvolumeclaims", "default", Claim("data", "1Gi"));
