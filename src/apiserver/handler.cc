@@ -569,8 +569,12 @@ void ApiHandler::Handle(const HttpRequest& req, ResponseWriter& out) {
         held_back_.waited += waited;
       }
     }
-    auto created = registry_.CreateShared(kind, ns, std::move(*body));
+    // The store's text of the new object is the response's bytes (the same
+    // serializer); events.k8s.io/v1 converts.
+    std::shared_ptr<const std::string> text;
+    auto created = registry_.CreateShared(kind, ns, std::move(*body), events_v1 ? nullptr : &text);
     if (!created.ok()) return SendError(out, created.status());
+    if (text != nullptr) return out.Send(201, kJson, *text);
     return send(201, **created);
   }
   if (req.method == "PUT") {

@@ -104,6 +104,9 @@ TEST_F(HandlerTest, CrudWithKubernetesStatusCodes) {
   auto created = Do("POST", kClaims, Claim("data"));
   ASSERT_EQ(created.code, 201) << created.body;
   EXPECT_EQ(created.Json()["status"]["phase"], "Pending");
+  // The response is the stored object, byte for byte what a GET returns.
+  EXPECT_EQ(created.body, Do("GET", std::string(kClaims) + "/data").body);
+  EXPECT_EQ(created.content_type, "application/json");
   auto dup = Do("POST", kClaims, Claim("data"));
   EXPECT_EQ(dup.code, 409);
   EXPECT_EQ(dup.Json()["kind"], "Status");

@@ -302,16 +302,22 @@ absl::StatusOr<std::shared_ptr<const json>> Registry::CreateShared(const api::Ki
   return CreateAdmitted(kind, ns, std::move(obj), /*keep_status=*/false);
 }
 
+absl::StatusOr<std::shared_ptr<const json>> Registry::CreateShared(const api::KindInfo& kind, const std::string& ns,
+                                                                   json obj, std::shared_ptr<const std::string>* text) {
+  return CreateAdmitted(kind, ns, std::move(obj), /*keep_status=*/false, text);
+}
+
 absl::StatusOr<std::shared_ptr<const json>> Registry::CreateSharedWithStatus(const api::KindInfo& kind,
                                                                              const std::string& ns, json obj) {
   return CreateAdmitted(kind, ns, std::move(obj), /*keep_status=*/true);
 }
 
 absl::StatusOr<std::shared_ptr<const json>> Registry::CreateAdmitted(const api::KindInfo& kind, const std::string& ns,
-                                                                     json obj, bool keep_status) {
+                                                                     json obj, bool keep_status,
+                                                                     std::shared_ptr<const std::string>* text) {
   BERTH_RETURN_IF_ERROR(PrepareCreate(kind, ns, obj, keep_status));
   const std::string name = Str(obj["metadata"], "name");
-  return CreatedOrExists(kind, name, store_.CreateShared(std::string(kind.resource), std::move(obj)));
+  return CreatedOrExists(kind, name, store_.CreateShared(std::string(kind.resource), std::move(obj), text));
 }
 
 std::vector<absl::StatusOr<json>> Registry::CreateAll(const api::KindInfo& kind,

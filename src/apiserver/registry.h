@@ -43,6 +43,10 @@ class Registry : public Api {
   // Create and Update without a copy: the stored object, shared.
   absl::StatusOr<std::shared_ptr<const json>> CreateShared(const api::KindInfo& kind, const std::string& ns,
                                                            json object) override;
+  // And the stored object's JSON text in `text` (Store::CreateShared's):
+  // the bytes of the API's response, not serialized again.
+  absl::StatusOr<std::shared_ptr<const json>> CreateShared(const api::KindInfo& kind, const std::string& ns,
+                                                           json object, std::shared_ptr<const std::string>* text);
   absl::StatusOr<std::shared_ptr<const json>> UpdateShared(const api::KindInfo& kind, const std::string& ns,
                                                            const std::string& name, json object,
                                                            Subresource sub) override;
@@ -119,7 +123,8 @@ class Registry : public Api {
   absl::Status PrepareCreate(const api::KindInfo& kind, const std::string& ns, json& obj, bool keep_status = false);
   // PrepareCreate, then the store's create.
   absl::StatusOr<std::shared_ptr<const json>> CreateAdmitted(const api::KindInfo& kind, const std::string& ns, json obj,
-                                                             bool keep_status);
+                                                             bool keep_status,
+                                                             std::shared_ptr<const std::string>* text = nullptr);
   // `created`, or the API's AlreadyExists error for the store's.
   template <typename T>
   static absl::StatusOr<T> CreatedOrExists(const api::KindInfo& kind, const std::string& name,

@@ -304,7 +304,7 @@ int64_t Store::ResourceVersion() const {
   return committed_rv_;
 }
 
-absl::StatusOr<Store::ObjectPtr> Store::Submit(std::function<absl::StatusOr<ObjectPtr>(Txn&)> fn) {
+absl::StatusOr<Store::ObjectPtr> Store::Submit(std::function<absl::StatusOr<ObjectPtr>(Txn&)> fn, TextPtr* text) {
   auto m = std::make_shared<Mutation>();
   m->fn = std::move(fn);
   {
@@ -312,7 +312,9 @@ absl::StatusOr<Store::ObjectPtr> Store::Submit(std::function<absl::StatusOr<Obje
     if (stopping_) return absl::UnavailableError("store is closing");
     queue_.push_back(m);
   }
-  return m->done.Take();
+  absl::StatusOr<ObjectPtr> result = m->done.Take();
+  if (text != nullptr && result.ok()) *text = std::move(m->text);  // written before `done` was set
+  return result;
 }
 
 void Store::WriterLoop() {
@@ -397,6 +399,9 @@ void Store::WriterLoop() {
         }
         if (r.ok()) {
           if (batch_status = Run(write_db_, "RELEASE m"); !batch_status.ok()) break;
+          for (const Change& c : txn.events) {
+            if (c.event.object == *r) m->text = c.event.text;
+          }
           for (auto& e : txn.events) events.push_back(std::move(e));
           for (auto& [key, w] : txn.writes) batch_writes[key] = std::move(w);
         } else {

@@ -297,7 +297,10 @@ class Store {
   // Create returning the stored object shared, without a copy (for callers
   // that keep or drop it: the copy of a whole object is most of a write's
   // cost in the caller's thread).
-  absl::StatusOr<std::shared_ptr<const Object>> CreateShared(const std::string& resource, Object obj);
+  // With `text`: the stored object's JSON text (the bytes the store wrote
+  // and the watchers get), for a caller that sends the object on.
+  absl::StatusOr<std::shared_ptr<const Object>> CreateShared(const std::string& resource, Object obj,
+                                                             std::shared_ptr<const std::string>* text = nullptr);
   // Creates each object as Create does (each succeeds or fails on its own),
   // submitted together so they share a group commit; returns when all are
   // done, with one result per object in order.
@@ -437,7 +440,7 @@ class Store {
   absl::Status Init();
   // Brings the schema up to kSchemaVersion (see Migrations() in store.cc).
   absl::Status Migrate();
-  absl::StatusOr<ObjectPtr> Submit(std::function<absl::StatusOr<ObjectPtr>(Txn&)> fn);
+  absl::StatusOr<ObjectPtr> Submit(std::function<absl::StatusOr<ObjectPtr>(Txn&)> fn, TextPtr* text = nullptr);
   static std::function<absl::StatusOr<ObjectPtr>(Txn&)> CreateFn(const std::string& resource, Object obj);
   // A committed change as the watch history keeps it: compact, since the
   // history holds thousands of changes whose objects are long replaced.

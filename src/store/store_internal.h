@@ -335,6 +335,9 @@ class WriteOutcome {
 
 struct Store::Mutation {
   std::function<absl::StatusOr<ObjectPtr>(Txn&)> fn;
+  // The stored text of the object fn returned, when it wrote it (set by the
+  // writer before `done`).
+  TextPtr text;
   WriteOutcome<absl::StatusOr<ObjectPtr>> done;
 };
 

@@ -74,6 +74,27 @@ TEST_F(StoreTest, CreateGetListUpdateDelete) {
   EXPECT_EQ(s->Delete("persistentvolumeclaims", "default", "a").status().code(), absl::StatusCode::kNotFound);
 }
 
+// A create can hand back the text it stored (what the API sends on, not
+// serialized twice): the watchers' bytes, the object's own; a failed one
+// hands back nothing.
+TEST_F(StoreTest, CreateSharedHandsBackTheStoredText) {
+  auto s = Open();
+  auto w = s->Watch("persistentvolumeclaims", "default", s->ResourceVersion());
+  ASSERT_TRUE(w.ok()) << w.status();
+  std::shared_ptr<const std::string> text;
+  auto a = s->CreateShared("persistentvolumeclaims", Pvc("a"), &text);
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_NE(text, nullptr);
+  EXPECT_EQ(*text, (*a)->dump());
+  auto e = (*w)->Next(absl::Seconds(5));
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->text, text) << "the same bytes, shared";
+  std::shared_ptr<const std::string> none;
+  EXPECT_EQ(s->CreateShared("persistentvolumeclaims", Pvc("a"), &none).status().code(),
+            absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(none, nullptr);
+}
+
 TEST_F(StoreTest, CreateAllCreatesEachOnItsOwnInOrder) {
   auto s = Open();
   ASSERT_TRUE(s->Create("pods", Pvc("taken")).ok());

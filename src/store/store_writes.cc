@@ -49,9 +49,9 @@ absl::StatusOr<Object> Store::Create(const std::string& resource, Object obj) {
   return Copy(CreateShared(resource, std::move(obj)));
 }
 
-absl::StatusOr<Store::ObjectPtr> Store::CreateShared(const std::string& resource, Object obj) {
+absl::StatusOr<Store::ObjectPtr> Store::CreateShared(const std::string& resource, Object obj, TextPtr* text) {
   if (absl::Status st = PrepareCreate(obj); !st.ok()) return st;
-  return Submit(CreateFn(resource, std::move(obj)));
+  return Submit(CreateFn(resource, std::move(obj)), text);
 }
 
 std::vector<absl::StatusOr<Object>> Store::CreateAll(const std::string& resource, std::vector<Object> objects) {
