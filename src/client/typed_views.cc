@@ -29,20 +29,26 @@ std::shared_ptr<const void> TypedViews::Find(const std::shared_ptr<const nlohman
 void TypedViews::Keep(const std::shared_ptr<const nlohmann::json>& object, std::type_index type,
                       std::shared_ptr<const void> view) {
   std::vector<Slot> dropped;  // freed after the lock (declared before it)
+  dropped.reserve(2);         // nothing below throws once the map and the list agree
   absl::MutexLock lock(&mu_);
-  if (auto it = slots_.find(object.get()); it == slots_.end()) {
-    ages_.push_front(object.get());
-    slots_.emplace(object.get(), Slot{object, type, std::move(view), ages_.begin()});
-  } else {
+  if (auto it = slots_.find(object.get()); it != slots_.end()) {
     dropped.push_back(std::move(it->second));
     it->second = Slot{object, type, std::move(view), dropped.back().age};
     ages_.splice(ages_.begin(), ages_, it->second.age);
+  } else {
+    ages_.push_front(object.get());
+    try {
+      slots_.emplace(object.get(), Slot{object, type, std::move(view), ages_.begin()});
+    } catch (...) {
+      ages_.pop_front();
+      throw;
+    }
   }
   while (slots_.size() > capacity_) {
     auto oldest = slots_.find(ages_.back());
-    ages_.pop_back();
     dropped.push_back(std::move(oldest->second));
     slots_.erase(oldest);
+    ages_.pop_back();
   }
 }
 

@@ -11,9 +11,11 @@
 //   std::shared_ptr<const void> kept = views.Find(object, typeid(T));
 //   if (kept == nullptr) views.Keep(object, typeid(T), kept = Decode(...));
 //
-// Only the `capacity` most recently used views are kept (the versions in
-// flight), and Clear() drops them all (the informer does when idle), so a
-// cluster at rest holds no second copy of its objects.
+// Only the `capacity` most recently used views are kept, and Clear() drops
+// them all (the informer does when it falls idle after changes of its own
+// objects). For informers that hold their objects parsed: a compact one
+// parses an object nobody holds anew at each read, and a new object is
+// a miss.
 //
 // A view is found by its object's address and checked against the
 // object's owner (a weak reference kept with it): a new object at a dead

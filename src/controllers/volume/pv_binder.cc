@@ -204,7 +204,7 @@ void PvBinder::RegisterHandlers() {
   });
   // Pods going away may release a deleted claim's protection.
   informers_.pods.AddHandlers({
-      .on_add = wake_claims_of,
+      .on_add = nullptr,
       .on_update = nullptr,
       .on_delete =
           [this](const json& pod) {
