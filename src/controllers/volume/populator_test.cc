@@ -181,6 +181,32 @@ TEST_F(PopulatorTest, ALostCloneAnswerIsRetriedWithTheRecordedSourceWithoutFilli
   ASSERT_TRUE(Eventually([&] { return fake_.released(uid); }));
 }
 
+// The record of a fill is written before the clone is asked for; a retry
+// that reads an informer's copy from before the record must not fill a
+// second volume (and lose the first): it waits for the copy to catch up.
+TEST_F(PopulatorTest, ARetryBehindItsOwnRecordOfAFillDoesNotFillAgain) {
+  Class("fast");
+  fake_.SetCheck(absl::FailedPreconditionError("dataset golden is not ready"));  // held back at first
+  Create("persistentvolumeclaims", "", "default", PopulatedClaim("data"));
+  Start();
+  ASSERT_TRUE(Settle(*store_));
+  ASSERT_EQ(fake_.populates(), 0);
+  // The informer stops following; the stored claim has a fill recorded (as
+  // an earlier attempt of this provisioner writes it).
+  claims_->Stop();
+  ASSERT_TRUE(registry_
+                  ->Patch(K("persistentvolumeclaims"), "default", "data",
+                          json({{"metadata", {{"annotations", {{kAnnPopulatedVolume, "filled-earlier"}}}}}}).dump(),
+                          apiserver::PatchType::kMerge, apiserver::Subresource::kMain)
+                  .ok());
+  fake_.SetCheck(absl::OkStatus());
+  absl::Status st = provisioner_->SyncClaim("default/data");
+  EXPECT_EQ(st.code(), absl::StatusCode::kAborted) << st;
+  EXPECT_EQ(fake_.populates(), 0);
+  EXPECT_EQ(driver_->create_calls(), 0);
+  EXPECT_EQ(Annotation(Get("persistentvolumeclaims", "default", "data"), kAnnPopulatedVolume), "filled-earlier");
+}
+
 TEST_F(PopulatorTest, AClaimDeletedWhileBeingFilledLeaksNothing) {
   Class("fast");
   fake_.Hold();

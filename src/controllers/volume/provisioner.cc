@@ -611,6 +611,14 @@ absl::Status Provisioner::SyncClaimOnce(const std::string& key) {
   // A populated claim's source must be there before anything is made.
   const bool populated = Populated(claim);
   if (populated && claim.metadata.Annotation(kAnnPopulatedVolume).empty()) {
+    // A retry soon after our own record of a fill (a CreateVolume answer
+    // lost after it) may read a copy from before the record: filling again
+    // would fill a second volume and lose the first. The stored claim
+    // decides; a copy behind it waits for its informer.
+    if (auto stored = registry_.GetShared(Claims(), claim.metadata.namespace_, claim.metadata.name);
+        stored.ok() && Str(**stored, {"metadata", "resourceVersion"}) != claim.metadata.resource_version) {
+      return absl::AbortedError(StrCat("claim ", key, " changed since the informer's copy; looked at again"));
+    }
     if (absl::Status checked = options_.populator->Check(MakePopulationRequest(claim, *sc, node)); !checked.ok()) {
       events_.Record(claim_ref, "Warning", "ProvisioningFailed",
                      StrCat("failed to provision volume with StorageClass \"", class_name, "\": ", checked.message()));
