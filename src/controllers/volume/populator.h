@@ -20,8 +20,10 @@
 // the populator's, which Populate or Release of the same claim removes (a
 // populator names its volumes after the claim's uid); after it, the
 // recorded source lets a retry, or the clean-up of a claim deleted
-// meanwhile, repeat the very same CreateVolume; after (5), a bound claim
-// still carrying the annotation has Release called again.
+// meanwhile, repeat the very same CreateVolume (a retry whose informer copy
+// of the claim is older than the stored one waits for it: read before the
+// record, it would fill a second volume); after (5), a bound claim still
+// carrying the annotation has Release called again.
 //
 // Thread-safety: implementations are thread-safe (the provisioner's workers
 // call them concurrently, for different claims).
