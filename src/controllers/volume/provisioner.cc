@@ -522,6 +522,16 @@ absl::Status Provisioner::SyncClaimOnce(const std::string& key) {
   BERTH_ASSIGN_OR_RETURN(const std::shared_ptr<const StorageClass> sc, ClassOf(claim));
   const bool pending_finalizer = claim.metadata.HasFinalizer(kProvisioningFinalizer);
   const std::string pv_name = StrCat("pvc-", claim.metadata.uid);
+  // Whether the informer's copy is behind the stored claim (our own last
+  // write, say): read from the store once, when first asked.
+  std::optional<bool> behind;
+  const auto copy_is_behind = [&] {
+    if (!behind) {
+      auto stored = registry_.GetShared(Claims(), claim.metadata.namespace_, claim.metadata.name);
+      behind = !stored.ok() || Str(**stored, {"metadata", "resourceVersion"}) != claim.metadata.resource_version;
+    }
+    return *behind;
+  };
   // The informer may not have seen a PV made moments ago; the store has. Our
   // PV is only ever made under the provisioning finalizer, which goes only
   // as the claim binds (volumeName set) or is deleted: a claim with none of
@@ -529,11 +539,8 @@ absl::Status Provisioner::SyncClaimOnce(const std::string& key) {
   // database read per new claim) — if the cached claim is the stored one:
   // one older than our own last write (the finalizer, then the PV) says
   // nothing.
-  bool may_have_pv = pending_finalizer || claim.metadata.Deleting() || !claim.spec.volume_name.empty();
-  if (!may_have_pv) {
-    auto stored = registry_.GetShared(Claims(), claim.metadata.namespace_, claim.metadata.name);
-    may_have_pv = !stored.ok() || Str(**stored, {"metadata", "resourceVersion"}) != claim.metadata.resource_version;
-  }
+  const bool may_have_pv =
+      pending_finalizer || claim.metadata.Deleting() || !claim.spec.volume_name.empty() || copy_is_behind();
   const bool pv_exists = informers_.volumes.GetSharedByKey(pv_name) != nullptr ||
                          (may_have_pv && registry_.GetShared(K("persistentvolumes"), "", pv_name).ok());
   if (claim.metadata.Deleting()) return SyncDeletedClaim(claim, key, sc, pv_exists);
@@ -615,8 +622,7 @@ absl::Status Provisioner::SyncClaimOnce(const std::string& key) {
     // lost after it) may read a copy from before the record: filling again
     // would fill a second volume and lose the first. The stored claim
     // decides; a copy behind it waits for its informer.
-    if (auto stored = registry_.GetShared(Claims(), claim.metadata.namespace_, claim.metadata.name);
-        stored.ok() && Str(**stored, {"metadata", "resourceVersion"}) != claim.metadata.resource_version) {
+    if (copy_is_behind()) {
       return absl::AbortedError(StrCat("claim ", key, " changed since the informer's copy; looked at again"));
     }
     if (absl::Status checked = options_.populator->Check(MakePopulationRequest(claim, *sc, node)); !checked.ok()) {

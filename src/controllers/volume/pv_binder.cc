@@ -154,27 +154,26 @@ void PvBinder::RegisterHandlers() {
             }
           },
   });
+  // The claims of class `cls` not bound yet, queued. By index: a scan would
+  // parse every claim a compact informer holds.
+  auto queue_unbound_of = [this](const std::string& cls) {
+    for (const auto& key : informers_.claims.KeysByIndex(kUnboundByClass, cls)) claim_queue_.Add(key);
+  };
   // A free volume appearing may satisfy claims waiting for one.
-  auto offer = [this](const json& pv) {
+  auto offer = [queue_unbound_of](const json& pv) {
     if (!Field(Field(pv, "spec"), "claimRef").is_null() || Deleting(pv)) return;
-    // By index: a scan would parse every claim a compact informer holds.
-    for (const auto& key : informers_.claims.KeysByIndex(kUnboundByClass, VolumeClass(pv))) claim_queue_.Add(key);
+    queue_unbound_of(VolumeClass(pv));
   };
   // A class created or changed after its claims (applied in any order, or
-  // its provisioner or binding mode edited): its waiting claims are looked
-  // at now, not at the next resync.
-  auto wake_claims_of = [this](const json& sc) {
-    for (const auto& key : informers_.claims.KeysByIndex(kUnboundByClass, Name(sc))) claim_queue_.Add(key);
-  };
+  // its allowedTopologies edited): its waiting claims are looked at now,
+  // not at the next resync (which offers the same object again: skipped).
   informers_.classes.AddHandlers({
-      .on_add = wake_claims_of,
+      .on_add = [queue_unbound_of](const json& sc) { queue_unbound_of(Name(sc)); },
       .on_update =
-          [wake_claims_of](const json& before, const json& after) {
-            if (&before == &after ||
-                Str(before, {"metadata", "resourceVersion"}) == Str(after, {"metadata", "resourceVersion"})) {
-              return;  // a resync
+          [queue_unbound_of](const json& before, const json& after) {
+            if (Str(before, {"metadata", "resourceVersion"}) != Str(after, {"metadata", "resourceVersion"})) {
+              queue_unbound_of(Name(after));
             }
-            wake_claims_of(after);
           },
       .on_delete = nullptr,
   });
