@@ -149,9 +149,10 @@ TEST_F(ProvisionerRulesTest, AClaimTakenOverAndThenBoundOrHandedElsewhereBeforeI
   ASSERT_TRUE(registry_->Delete(K("storageclasses", "storage.k8s.io"), "", "fast").ok());
   Create("storageclasses", "storage.k8s.io", "",
          {{"metadata", {{"name", "fast"}}}, {"provisioner", kOther}, {"reclaimPolicy", "Delete"}});
-  // (A class's change queues no claim: the binder's next sync, as its resync would.)
-  ASSERT_TRUE(
-      Eventually([&] { return classes_->GetByKey("fast").value_or(json()).value("provisioner", "") == kOther; }));
+  // The class's add queues the claim; the sync below makes that step
+  // happen now. Between the delete and the add the informer holds no class.
+  ASSERT_TRUE(Eventually(
+      [&] { return classes_->GetByKey("fast").value_or(json::object()).value("provisioner", "") == kOther; }));
   ASSERT_TRUE(binder_->SyncClaim(Key("moved")).ok());
   EXPECT_EQ(Annotation(Get("persistentvolumeclaims", "default", "moved"), kAnnStorageProvisioner), kOther);
   EXPECT_TRUE(Eventually([&] { return provisioner_->TakenOverCount() == 0; }));
