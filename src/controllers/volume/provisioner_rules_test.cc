@@ -151,8 +151,7 @@ TEST_F(ProvisionerRulesTest, AClaimTakenOverAndThenBoundOrHandedElsewhereBeforeI
          {{"metadata", {{"name", "fast"}}}, {"provisioner", kOther}, {"reclaimPolicy", "Delete"}});
   // The class's add queues the claim; the sync below makes that step
   // happen now. Between the delete and the add the informer holds no class.
-  ASSERT_TRUE(Eventually(
-      [&] { return classes_->GetByKey("fast").value_or(json::object()).value("provisioner", "") == kOther; }));
+  ASSERT_TRUE(Eventually([&] { return Str(classes_->GetByKey("fast").value_or(json()), {"provisioner"}) == kOther; }));
   ASSERT_TRUE(binder_->SyncClaim(Key("moved")).ok());
   EXPECT_EQ(Annotation(Get("persistentvolumeclaims", "default", "moved"), kAnnStorageProvisioner), kOther);
   EXPECT_TRUE(Eventually([&] { return provisioner_->TakenOverCount() == 0; }));
